@@ -1,0 +1,66 @@
+"""Ingest hot-path throughput (no embedding): messages per second into a fresh vault, batch durable.
+
+Also compares, in the same run, the two ways of making a batch of new files durable: one fsync per
+file versus one filesystem sync per batch (what vaultmem does).
+
+    python bench/ingest.py [--messages 10000] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import generated_messages, table  # noqa: E402
+
+from vaultmem import Vault  # noqa: E402
+from vaultmem.fsio import PendingWrite, atomic_write, write_batch_durable  # noqa: E402
+
+
+def durability_comparison(base: Path, n: int = 2000) -> list[tuple[str, int, float, float]]:
+    rows = []
+    d1 = base / "per-file"
+    data = b"x" * 600
+    t = time.perf_counter()
+    for i in range(n):
+        atomic_write(d1 / f"f{i}.md", data, expected=None)
+    dt = time.perf_counter() - t
+    rows.append(("fsync per file (atomic_write)", n, dt, n / dt))
+    d2 = base / "batch"
+    t = time.perf_counter()
+    write_batch_durable(base, [PendingWrite(d2 / f"f{i}.md", data) for i in range(n)])
+    dt = time.perf_counter() - t
+    rows.append(("one syncfs per batch (write_batch_durable)", n, dt, n / dt))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--dir", type=Path, default=None, help="where to create the temp vault")
+    args = parser.parse_args()
+    messages = generated_messages(args.messages)
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        base = Path(tmp)
+        vault = Vault.init(base / "vault")
+        t = time.perf_counter()
+        report = vault.ingest_messages(messages, source="bench")
+        dt = time.perf_counter() - t
+        vault.close()
+        files = sum(1 for _ in (base / "vault" / "sources").rglob("*.md"))
+        print(f"\nIngest hot path (no embedding), {os.cpu_count()} cores")
+        print(table(
+            ["messages", "leaves", "files", "seconds", "messages/s"],
+            [[len(messages), len(report.added), files, dt, len(messages) / dt]],
+        ))
+        print("\nMaking new files durable")
+        print(table(["strategy", "files", "seconds", "files/s"], durability_comparison(base)))
+
+
+if __name__ == "__main__":
+    main()

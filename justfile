@@ -1,0 +1,51 @@
+# vaultmem tasks. Quick start: `pip install rust-just && just demo` / `pip install rust-just && just test`.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+venv := ".venv"
+py := venv / "bin/python"
+
+# Create .venv and install vaultmem with its dev tools (torch 2.13.0 CPU first, so nothing pulls CUDA).
+setup:
+    test -x {{py}} || python3 -m venv {{venv}}
+    {{py}} -m pip install -q --disable-pip-version-check torch==2.13.0
+    {{py}} -m pip install -q --disable-pip-version-check -e '.[dev]'
+
+# The whole test suite, real model and real observers included.
+test: setup
+    {{py}} -m pytest -q
+
+# Unit tests only (skips tests marked slow).
+test-fast: setup
+    {{py}} -m pytest -q -m "not slow"
+
+lint: setup
+    {{venv}}/bin/ruff check vaultmem tests bench
+    {{venv}}/bin/ruff format --check vaultmem tests bench
+    {{venv}}/bin/mypy
+
+fix: setup
+    {{venv}}/bin/ruff check --fix vaultmem tests bench
+    {{venv}}/bin/ruff format vaultmem tests bench
+
+# Demo on a copy of sample_vault/: rebuild the index from the files, ingest new input, show the tree, search, stats.
+demo: setup
+    rm -rf demo_vault && cp -r sample_vault demo_vault
+    {{venv}}/bin/vaultmem reindex --vault demo_vault
+    {{venv}}/bin/vaultmem ingest docs/examples/today.jsonl --source assistant-chat --vault demo_vault
+    {{venv}}/bin/vaultmem show --vault demo_vault
+    {{venv}}/bin/vaultmem stats --vault demo_vault
+    {{venv}}/bin/vaultmem check --vault demo_vault
+
+# Rebuild sample_vault/ from docs/examples/ (deterministic: same input, same files).
+sample: setup
+    rm -rf sample_vault && {{venv}}/bin/vaultmem init sample_vault
+    {{venv}}/bin/vaultmem ingest docs/examples/assistant-chat.jsonl --source assistant-chat --vault sample_vault
+    {{venv}}/bin/vaultmem ingest docs/examples/team-slack.json --vault sample_vault
+    {{venv}}/bin/vaultmem ingest docs/examples/notes --source notes --vault sample_vault
+    {{venv}}/bin/vaultmem ingest docs/examples/mail --source mail --vault sample_vault
+    rm -f sample_vault/.vaultmem/chunks.db* sample_vault/.vaultmem/write.lock
+
+# Benchmarks (figures printed as tables).
+bench: setup
+    {{py}} bench/ingest.py
+    {{py}} bench/reindex.py

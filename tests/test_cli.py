@@ -1,0 +1,136 @@
+"""The CLI: every command, --json output, vault discovery, and one clear error line with exit 1."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vaultmem.cli import app, main
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def inbox(tmp_path: Path) -> Path:
+    d = tmp_path / "inbox"
+    d.mkdir()
+    (d / "chat.json").write_text(
+        json.dumps(
+            [
+                {"id": "1", "speaker": "Mia", "content": "Remember: the boiler service is booked for 12 May.",
+                 "ts": "2024-05-01T09:00:00Z"},
+                {"id": "2", "speaker": "Tom", "content": "I prefer the mornings, before 10am if possible.",
+                 "ts": "2024-05-01T09:01:00Z"},
+            ]
+        )
+    )
+    return d
+
+
+def test_full_flow(tmp_path: Path, inbox: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    v = str(tmp_path / "v")
+    assert run(["init", v], capsys)[0] == 0
+    code, out, _ = run(["ingest", str(inbox / "chat.json"), "--vault", v, "--source", "home", "--json"], capsys)
+    assert code == 0
+    report = json.loads(out)
+    assert report["added"] == 2 and report["sources"] == ["home"]
+    code, out, _ = run(["ls", "--vault", v, "--json"], capsys)
+    leaves = json.loads(out)
+    assert [leaf["speaker"] for leaf in leaves] == ["Mia", "Tom"]
+    code, out, _ = run(["show", leaves[0]["id"], "--vault", v], capsys)
+    assert "boiler service" in out and "speaker: Mia" in out
+    code, out, _ = run(["show", leaves[0]["id"], "--vault", v, "--json"], capsys)
+    assert json.loads(out)["provenance"]["message_ids"] == ["1"]
+    code, out, _ = run(["show", "--vault", v], capsys)
+    assert "sources/home/" in out and "_fresh/" in out
+    code, out, _ = run(["stats", "--vault", v, "--json"], capsys)
+    stats = json.loads(out)
+    assert stats["chunks"] == 2 and stats["sources"] == ["home"]
+    assert stats["first_memory"] == "2024-05-01T09:00:00Z"
+    code, out, _ = run(["stats", "--vault", v], capsys)
+    assert "latest memory:  2024-05-01T09:01:00Z" in out
+    code, out, _ = run(["reindex", "--vault", v, "--json"], capsys)
+    assert json.loads(out)["leaves"] == 2
+    code, out, _ = run(["check", "--vault", v], capsys)
+    assert code == 0 and out.startswith("ok")
+
+
+def test_check_exit_status(tmp_path: Path, inbox: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    v = tmp_path / "v"
+    run(["init", str(v)], capsys)
+    run(["ingest", str(inbox), "--vault", str(v)], capsys)
+    next((v / "sources").rglob("*.md")).unlink()
+    code, out, _ = run(["check", "--vault", str(v), "--json"], capsys)
+    assert code == 1
+    assert json.loads(out)["problems"][0]["code"] == "orphan_row"
+    code, out, _ = run(["check", "--fix", "--vault", str(v)], capsys)
+    assert code == 0 and "fixed   orphan_row" in out
+
+
+def test_vault_found_from_env_then_cwd(
+    tmp_path: Path, inbox: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    v = tmp_path / "v"
+    run(["init", str(v)], capsys)
+    monkeypatch.setenv("VAULTMEM_VAULT", str(v))
+    assert run(["ingest", str(inbox)], capsys)[0] == 0
+    monkeypatch.delenv("VAULTMEM_VAULT")
+    (v / "sources" / "deep").mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(v / "sources" / "deep")
+    code, out, _ = run(["stats", "--json"], capsys)
+    assert code == 0 and json.loads(out)["chunks"] == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["stats", "--vault", "/nonexistent/v"], "no vault at"),
+        (["show", "../../etc/passwd", "--vault", "{v}"], "invalid node id"),
+        (["show", "0123456789abcdef", "--vault", "{v}"], "no leaf with id"),
+        (["ingest", "{bad}", "--vault", "{v}"], "not valid UTF-8"),
+        (["ingest", "{inbox}", "--source", "../x", "--vault", "{v}"], "invalid source name"),
+        (["init", "{v}"], "already a vault"),
+        (["ls", "--status", "bogus", "--vault", "{v}"], "status"),
+    ],
+)
+def test_errors_are_one_line_and_exit_1(
+    tmp_path: Path, inbox: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    v = tmp_path / "v"
+    run(["init", str(v)], capsys)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"caf\xe9")
+    argv = [a.format(v=v, bad=bad, inbox=inbox) for a in argv]
+    code, out, err = run(argv, capsys)
+    assert code == 1
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_console_script_runs_in_a_subprocess(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "vaultmem.cli", "stats", "--vault", str(tmp_path / "none")],
+        capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("vaultmem: error: no vault at")
+
+
+def test_every_command_is_documented() -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    names = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
+    missing = [n for n in names if f"`vaultmem {n}" not in doc]
+    assert not missing, f"undocumented commands: {missing}"

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vaultmem import fsio
+from tests.conftest import read_only
+from vaultmem.errors import ConflictError, InvalidInput, ReadOnlyVault, UnsafePath
+
+
+def test_atomic_write_creates_and_guards(tmp_path: Path) -> None:
+    target = tmp_path / "a.md"
+    digest = fsio.atomic_write(target, b"one", expected=None)
+    assert target.read_bytes() == b"one"
+    with pytest.raises(ConflictError, match="already exists"):
+        fsio.atomic_write(target, b"two", expected=None)
+    fsio.atomic_write(target, b"two", expected=digest)
+    assert target.read_bytes() == b"two"
+
+
+def test_atomic_write_refuses_when_file_changed_since_read(tmp_path: Path) -> None:
+    target = tmp_path / "a.md"
+    read_hash = fsio.atomic_write(target, b"original", expected=None)
+    target.write_bytes(b"edited by a person")
+    with pytest.raises(ConflictError, match="changed on disk"):
+        fsio.atomic_write(target, b"engine version", expected=read_hash)
+    assert target.read_bytes() == b"edited by a person"
+    assert not list(tmp_path.glob(f"{fsio.TMP_PREFIX}*"))
+
+
+def test_batch_durable_writes_all_and_leaves_no_temp(tmp_path: Path) -> None:
+    writes = [fsio.PendingWrite(tmp_path / "d" / f"{i}.md", f"text {i}".encode()) for i in range(50)]
+    hashes = fsio.write_batch_durable(tmp_path, writes)
+    assert len(hashes) == 50
+    assert all(w.path.read_bytes() == w.data for w in writes)
+    assert fsio.stray_temp_files(tmp_path) == []
+
+
+def test_batch_refuses_to_overwrite(tmp_path: Path) -> None:
+    (tmp_path / "x.md").write_bytes(b"keep me")
+    with pytest.raises(ConflictError):
+        fsio.write_batch_durable(tmp_path, [fsio.PendingWrite(tmp_path / "x.md", b"new")])
+    assert (tmp_path / "x.md").read_bytes() == b"keep me"
+
+
+def test_read_only_directory_gives_clear_error(tmp_path: Path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    with read_only(ro):
+        with pytest.raises(ReadOnlyVault, match="cannot write"):
+            fsio.atomic_write(ro / "a.md", b"x")
+    assert not (ro / "a.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"abc\x00def", "binary"),
+        (b"caf\xe9", "not valid UTF-8"),
+        (b"x" * 2000, "over the"),
+    ],
+)
+def test_read_text_guarded_rejects_bad_input(tmp_path: Path, data: bytes, message: str) -> None:
+    path = tmp_path / "f.txt"
+    path.write_bytes(data)
+    with pytest.raises(InvalidInput, match=message):
+        fsio.read_text_guarded(path, max_bytes=1000)
+
+
+def test_read_text_guarded_strips_bom(tmp_path: Path) -> None:
+    path = tmp_path / "f.md"
+    path.write_bytes("\ufeffhello".encode())
+    text, digest = fsio.read_text_guarded(path, 100)
+    assert text == "hello"
+    assert digest == fsio.sha256_bytes(path.read_bytes())
+
+
+def test_ensure_inside_rejects_symlink_escape(tmp_path: Path) -> None:
+    root = tmp_path / "vault"
+    root.mkdir()
+    outside = tmp_path / "secret.txt"
+    outside.write_text("x")
+    link = root / "link.txt"
+    link.symlink_to(outside)
+    with pytest.raises(UnsafePath):
+        fsio.ensure_inside(root, link)
+    assert fsio.ensure_inside(root, root / "ok.txt") == (root / "ok.txt").resolve()

@@ -1,0 +1,40 @@
+"""vaultmem: long-term memory for AI agents, kept as plain Markdown on disk.
+
+The public surface is re-exported here; everything else is internal.
+"""
+
+from vaultmem.errors import (
+    ConflictError,
+    FrontmatterError,
+    InvalidInput,
+    ModelError,
+    NodeNotFound,
+    ReadOnlyVault,
+    UnsafePath,
+    VaultError,
+    VaultExists,
+    VaultLocked,
+    VaultNotFound,
+)
+from vaultmem.model import InputKind, Leaf, Message, Status
+from vaultmem.vault import Vault
+
+__all__ = [
+    "ConflictError",
+    "FrontmatterError",
+    "InputKind",
+    "InvalidInput",
+    "Leaf",
+    "Message",
+    "ModelError",
+    "NodeNotFound",
+    "ReadOnlyVault",
+    "Status",
+    "UnsafePath",
+    "Vault",
+    "VaultError",
+    "VaultExists",
+    "VaultLocked",
+    "VaultNotFound",
+]
+__version__ = "0.1.0"

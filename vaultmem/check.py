@@ -1,0 +1,172 @@
+"""``check``: prove that chunks.db and the vault's files agree, and repair what the files determine.
+
+Owns the list of invariants. Each problem names its code and path; ``fix=True`` repairs only what can
+be derived from the files (index rows, FTS, temp files of the engine, interrupted batches) and never
+edits or deletes a user's Markdown file.
+
+Invariants:
+- ``missing_row``      a valid leaf file has no row                        (fix: index it)
+- ``orphan_row``       a row's file is gone (a moved file is a stale row)  (fix: drop the row)
+- ``stale_row``        a row differs from its file (hash, path, content)   (fix: re-read the file)
+- ``invalid_file``     a file under sources/ is not a valid leaf           (not fixable: edit the file)
+- ``duplicate_id``     two files carry the same leaf id                    (not fixable: remove one copy)
+- ``fts_mismatch``     FTS tables disagree with the rows                   (fix: rebuild FTS)
+- ``stray_temp``       a temp file left by a crash                         (fix: delete it)
+- ``pending_intent``   a batch interrupted by a crash                      (fix: heal it)
+- ``outside_link``     a symlink pointing outside the vault                (not fixable: remove the link)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+
+from vaultmem import fsio, index
+from vaultmem.db import atomic
+from vaultmem.errors import FrontmatterError, InvalidInput
+from vaultmem.ingest import heal_intents, read_leaf_file
+from vaultmem.layout import SOURCES, Layout
+from vaultmem.leaffile import id_from_filename
+from vaultmem.scan import scan
+
+
+@dataclass(frozen=True)
+class Problem:
+    code: str
+    path: str
+    message: str
+    fixable: bool
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    problems: tuple[Problem, ...]
+    fixed: tuple[Problem, ...] = field(default=())
+    leaves: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool = False) -> CheckReport:
+    problems: list[Problem] = []
+    fixed: list[Problem] = []
+
+    if layout.intent.is_dir():
+        for note in sorted(layout.intent.glob("*.json")):
+            problems.append(Problem("pending_intent", layout.rel(note), "batch interrupted by a crash", True))
+    if fix and any(p.code == "pending_intent" for p in problems):
+        heal_intents(conn, layout, max_bytes)
+        fixed.extend(p for p in problems if p.code == "pending_intent")
+        problems = [p for p in problems if p.code != "pending_intent"]
+
+    for tmp in fsio.stray_temp_files(layout.root):
+        if ".git" in tmp.relative_to(layout.root).parts:
+            continue
+        problem = Problem("stray_temp", layout.rel(tmp), "temp file left by an interrupted write", True)
+        if fix:
+            tmp.unlink(missing_ok=True)
+            fixed.append(problem)
+        else:
+            problems.append(problem)
+
+    result = scan(layout)
+    for rel in result.outside_links:
+        problems.append(Problem("outside_link", rel, "symlink points outside the vault; remove it", False))
+
+    rows = index.all_rows(conn)
+    seen_files: dict[str, str] = {}  # id -> path
+    refresh: list[tuple[object, ...]] = []
+    refresh_problems: list[Problem] = []
+    leaves = 0
+    for entry in result.entries:
+        if entry.is_summary:
+            continue
+        name = entry.rel.rsplit("/", 1)[-1]
+        in_sources = entry.rel.startswith(f"{SOURCES}/")
+        if id_from_filename(name) is None:
+            if in_sources:
+                problems.append(Problem("invalid_file", entry.rel, "no leaf id in the file name", False))
+            continue
+        try:
+            leaf, stamp = read_leaf_file(layout, entry.rel, max_bytes)
+        except (FrontmatterError, InvalidInput) as exc:
+            problems.append(Problem("invalid_file", entry.rel, str(exc), False))
+            continue
+        leaves += 1
+        if leaf.id in seen_files:
+            problems.append(
+                Problem("duplicate_id", entry.rel, f"id {leaf.id} is also in {seen_files[leaf.id]}", False)
+            )
+            continue
+        seen_files[leaf.id] = entry.rel
+        row = rows.get(leaf.id)
+        expected = dict(zip(index.ROW_COLUMNS, index.leaf_row(leaf, stamp), strict=True))
+        if row is None:
+            refresh.append(index.leaf_row(leaf, stamp))
+            refresh_problems.append(Problem("missing_row", entry.rel, f"leaf {leaf.id} has no index row", True))
+        elif _differs(row, expected):
+            refresh.append(index.leaf_row(leaf, stamp))
+            refresh_problems.append(
+                Problem("stale_row", entry.rel, f"index row of {leaf.id} does not match the file", True)
+            )
+
+    orphans = [row for row in rows.values() if row["kind"] == "leaf" and row["id"] not in seen_files]
+    orphan_problems = [
+        Problem("orphan_row", row["path"], f"row {row['id']} has no file", True)
+        for row in orphans
+    ]
+
+    fts_problem = _fts_problem(conn)
+
+    if fix:
+        with atomic(conn):
+            conn.executemany("DELETE FROM chunks WHERE id = ?", [(row["id"],) for row in orphans])
+            index.upsert_leaves(conn, refresh)
+            if fts_problem is not None:
+                rebuild_fts(conn)
+        fixed.extend(refresh_problems + orphan_problems)
+        if fts_problem is not None:
+            fixed.append(fts_problem)
+    else:
+        problems.extend(refresh_problems + orphan_problems)
+        if fts_problem is not None:
+            problems.append(fts_problem)
+    return CheckReport(tuple(problems), tuple(fixed), leaves)
+
+
+def _differs(row: dict[str, object], expected: dict[str, object]) -> bool:
+    for key, value in expected.items():
+        if key == "file_mtime_ns":
+            continue  # a touch without a change is not a difference
+        if row[key] != value:
+            return True
+    return False
+
+
+def _fts_problem(conn: sqlite3.Connection) -> Problem | None:
+    try:
+        for table in ("fts_words", "fts_trigram"):
+            conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
+    except sqlite3.DatabaseError as exc:
+        return Problem("fts_mismatch", ".vaultmem/chunks.db", f"FTS index corrupt: {exc}", True)
+    for table in ("fts_words", "fts_trigram"):
+        missing = conn.execute(
+            f"SELECT count(*) FROM chunks WHERE rowid NOT IN (SELECT rowid FROM {table})"
+        ).fetchone()[0]
+        extra = conn.execute(f"SELECT count(*) FROM {table} WHERE rowid NOT IN (SELECT rowid FROM chunks)").fetchone()[0]
+        if missing or extra:
+            return Problem(
+                "fts_mismatch", ".vaultmem/chunks.db", f"{table}: {missing} rows missing, {extra} extra", True
+            )
+    return None
+
+
+def rebuild_fts(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM fts_words")
+    conn.execute("DELETE FROM fts_trigram")
+    conn.execute(
+        "INSERT INTO fts_words(rowid, body) SELECT rowid, coalesce(speaker || ': ', '') || text FROM chunks"
+    )
+    conn.execute("INSERT INTO fts_trigram(rowid, body) SELECT rowid, text FROM chunks")

@@ -1,0 +1,286 @@
+"""``vaultmem`` command line: a thin typer adapter over ``Vault``.
+
+Composition root: finds the vault (``--vault``, then ``VAULTMEM_VAULT``, then the current directory and
+its parents), calls the library, renders text or ``--json``. Any ``VaultError`` becomes one line on
+stderr and exit status 1. Progress bars go to stderr and only on a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vaultmem.errors import VaultError, VaultNotFound
+from vaultmem.layout import STATE_DIR
+from vaultmem.leaffile import leaf_json
+from vaultmem.model import Leaf, format_ts
+from vaultmem.vault import Vault
+
+app = typer.Typer(
+    name="vaultmem",
+    help="Long-term memory for AI agents, kept as plain Markdown you can read, edit and git-diff.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+VaultOpt = Annotated[
+    Path | None, typer.Option("--vault", "-V", help="Vault directory (default: $VAULTMEM_VAULT, then the cwd).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def locate_vault(explicit: Path | None) -> Path:
+    if explicit is not None:
+        return explicit
+    env = os.environ.get("VAULTMEM_VAULT")
+    if env:
+        return Path(env)
+    here = Path.cwd()
+    for candidate in (here, *here.parents):
+        if (candidate / STATE_DIR).is_dir():
+            return candidate
+    raise VaultNotFound(
+        f"no vault in {here} or its parents; pass --vault, set VAULTMEM_VAULT, or run `vaultmem init`"
+    )
+
+
+def open_vault(explicit: Path | None) -> Vault:
+    return Vault.open(locate_vault(explicit))
+
+
+def emit_json(data: Any) -> None:
+    typer.echo(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+
+
+@contextmanager
+def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr when it is a terminal; nothing when piped."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _leaf_line(leaf: Leaf) -> str:
+    who = leaf.speaker or leaf.role or "-"
+    text = " ".join(leaf.text.split())
+    if len(text) > 90:
+        text = text[:87] + "..."
+    return f"{leaf.id}  {format_ts(leaf.ts) or '-':20}  {leaf.status.value:18}  {who[:14]:14}  {text}"
+
+
+@app.command()
+def init(path: Annotated[Path, typer.Argument(help="Directory for the new vault.")] = Path(".")) -> None:
+    """Create a vault in PATH."""
+    with Vault.init(path) as vault:
+        typer.echo(f"created vault at {vault.layout.root}")
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[Path], typer.Argument(help="Files or directories: chat .json/.jsonl, .md/.txt, .eml, mbox.")],
+    source: Annotated[str | None, typer.Option("--source", "-s", help="Source name (default: from the file name).")] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest chats, documents and emails into the vault."""
+    with open_vault(vault_path) as vault, progress_bar("ingesting") as progress:
+        reports = [vault.ingest_path(p, source=source, progress=progress) for p in paths]
+    total = reports[0]
+    for report in reports[1:]:
+        total = total.merge(report)
+    if as_json:
+        emit_json(
+            {
+                "messages": total.messages,
+                "added": len(total.added),
+                "duplicates": total.duplicates,
+                "dropped": total.dropped,
+                "redacted": total.redacted,
+                "sources": list(total.sources),
+                "skipped": [{"path": s.path, "reason": s.reason} for s in total.skipped],
+                "ids": list(total.added),
+            }
+        )
+        return
+    for skipped in total.skipped:
+        typer.echo(f"skipped {skipped.path}: {skipped.reason}", err=True)
+    typer.echo(
+        f"{total.messages} messages -> {len(total.added)} new leaves ({total.duplicates} already present, "
+        f"{total.dropped} dropped as low-value, {total.redacted} redacted) in {', '.join(total.sources) or '-'}"
+    )
+
+
+@app.command()
+def show(
+    node_id: Annotated[str | None, typer.Argument(help="A leaf id; without one, the vault's tree.")] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one leaf with its provenance, or the tree of sources and levels."""
+    with open_vault(vault_path) as vault:
+        if node_id is not None:
+            leaf = vault.get(node_id)
+            if as_json:
+                emit_json(leaf_json(leaf))
+                return
+            typer.echo(f"# {leaf.id}  ({leaf.path})")
+            for key, value in leaf.provenance.items():
+                if value not in (None, [], ""):
+                    typer.echo(f"{key}: {value}")
+            typer.echo(f"status: {leaf.status.value}  score: {leaf.score}  reasons: {', '.join(leaf.reasons)}")
+            typer.echo("")
+            typer.echo(leaf.text)
+            return
+        tree = vault.source_tree()
+        if as_json:
+            emit_json(
+                {src: {lvl: [leaf.id for leaf in leaves] for lvl, leaves in levels.items()} for src, levels in tree.items()}
+            )
+            return
+        if not tree:
+            typer.echo("(empty vault)")
+        for src, levels in tree.items():
+            typer.echo(f"sources/{src}/")
+            for lvl, leaves in sorted(levels.items()):
+                typer.echo(f"  {lvl}/  ({len(leaves)} leaves)")
+                for leaf in leaves[:5]:
+                    typer.echo(f"    {_leaf_line(leaf)}")
+                if len(leaves) > 5:
+                    typer.echo(f"    ... {len(leaves) - 5} more (vaultmem ls --source {src})")
+
+
+@app.command("ls")
+def ls_cmd(
+    source: Annotated[str | None, typer.Option("--source", "-s")] = None,
+    session: Annotated[str | None, typer.Option("--session")] = None,
+    status: Annotated[str | None, typer.Option("--status", help="pending_extraction|admitted|buffered|sealed|dropped")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", "-n")] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List leaves."""
+    with open_vault(vault_path) as vault:
+        leaves = vault.ls(source=source, session=session, status=status, limit=limit)
+    if as_json:
+        emit_json([leaf_json(leaf) for leaf in leaves])
+        return
+    for leaf in leaves:
+        typer.echo(_leaf_line(leaf))
+
+
+@app.command()
+def stats(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
+    """Storage size, sources, chunks, topics, first and latest memory, queue depth."""
+    with open_vault(vault_path) as vault:
+        data = vault.stats().as_dict()
+    if as_json:
+        emit_json(data)
+        return
+    typer.echo(f"vault:          {data['path']}")
+    typer.echo(f"storage:        {data['storage_bytes'] / 1024:.1f} KiB in files, {data['index_bytes'] / 1024:.1f} KiB index")
+    typer.echo(f"sources:        {len(data['sources'])} ({', '.join(data['sources'])})")
+    typer.echo(f"chunks:         {data['chunks']} leaves, {data['summaries']} summaries")
+    typer.echo(f"topics:         {data['topics']}")
+    typer.echo(f"first memory:   {data['first_memory'] or '-'}")
+    typer.echo(f"latest memory:  {data['latest_memory'] or '-'}")
+    typer.echo(f"by status:      {', '.join(f'{k} {v}' for k, v in sorted(data['by_status'].items())) or '-'}")
+    typer.echo(f"jobs:           {', '.join(f'{k} {v}' for k, v in data['jobs'].items())}")
+
+
+@app.command("reindex")
+def reindex_cmd(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
+    """Rebuild chunks.db from the vault's files."""
+    with open_vault(vault_path) as vault, progress_bar("reading files") as progress:
+        report = vault.reindex(progress)
+    if as_json:
+        emit_json(
+            {
+                "leaves": report.leaves,
+                "requeued": report.requeued,
+                "skipped": [{"path": p, "reason": r} for p, r in report.skipped],
+                "duplicates": [{"path": p, "id": i} for p, i in report.duplicates],
+            }
+        )
+        return
+    for path, reason in report.skipped:
+        typer.echo(f"skipped {path}: {reason}", err=True)
+    for path, leaf_id in report.duplicates:
+        typer.echo(f"duplicate id {leaf_id} in {path} (first copy kept)", err=True)
+    typer.echo(f"reindexed {report.leaves} leaves")
+
+
+@app.command("check")
+def check_cmd(
+    fix: Annotated[bool, typer.Option("--fix", help="Repair what can be derived from the files.")] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Verify that the index and the files agree; exit 1 when anything is wrong."""
+    with open_vault(vault_path) as vault:
+        report = vault.check(fix=fix)
+    if as_json:
+        emit_json(
+            {
+                "ok": report.ok,
+                "leaves": report.leaves,
+                "problems": [p.__dict__ for p in report.problems],
+                "fixed": [p.__dict__ for p in report.fixed],
+            }
+        )
+    else:
+        for p in report.fixed:
+            typer.echo(f"fixed   {p.code:15} {p.path}: {p.message}")
+        for p in report.problems:
+            hint = " (--fix repairs it)" if p.fixable else ""
+            typer.echo(f"problem {p.code:15} {p.path}: {p.message}{hint}")
+        typer.echo(f"{'ok' if report.ok else 'FAILED'}: {report.leaves} leaves checked, {len(report.problems)} problems")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        result = app(args=argv, standalone_mode=False)
+    except VaultError as exc:
+        typer.echo(f"vaultmem: error: {exc}", err=True)
+        sys.exit(1)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise
+    if isinstance(result, int) and result:
+        sys.exit(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""chunks.db: the SQLite index (WAL), its schema and its migrations.
+
+Owns the connection settings and the schema. Migrations are an ordered list of small named functions,
+applied on open and recorded in ``migrations``; a migration is never edited once released, only
+appended. The index is derived data: everything in it except the job queue can be rebuilt from the
+vault's files (``reindex``). This module knows nothing about files.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from vaultmem.errors import ReadOnlyVault, VaultLocked
+
+Migration = Callable[[sqlite3.Connection], None]
+
+
+def m001_chunks(conn: sqlite3.Connection) -> None:
+    _script(conn, 
+        """
+        CREATE TABLE chunks(
+            rowid INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            kind TEXT NOT NULL,
+            path TEXT NOT NULL UNIQUE,
+            source TEXT NOT NULL,
+            input TEXT,
+            session TEXT,
+            source_id TEXT,
+            message_ids TEXT NOT NULL DEFAULT '[]',
+            seq INTEGER NOT NULL DEFAULT 0,
+            role TEXT,
+            speaker TEXT,
+            ts TEXT,
+            ts_end TEXT,
+            status TEXT NOT NULL,
+            score REAL NOT NULL DEFAULT 0,
+            reasons TEXT NOT NULL DEFAULT '[]',
+            tokens INTEGER NOT NULL DEFAULT 0,
+            content_hash TEXT NOT NULL,
+            redactions TEXT NOT NULL DEFAULT '[]',
+            provenance TEXT NOT NULL DEFAULT '{}',
+            text TEXT NOT NULL,
+            parent TEXT,
+            depth INTEGER NOT NULL DEFAULT 0,
+            file_hash TEXT NOT NULL,
+            file_size INTEGER NOT NULL,
+            file_mtime_ns INTEGER NOT NULL
+        );
+        CREATE INDEX chunks_source ON chunks(source, session);
+        CREATE INDEX chunks_ts ON chunks(ts);
+        CREATE INDEX chunks_status ON chunks(status);
+        """
+    )
+
+
+def m002_fts(conn: sqlite3.Connection) -> None:
+    # Two FTS5 indexes over the same text: unicode61 for words, trigram so CJK text without spaces
+    # is searchable by substring. The indexed body carries the speaker name so "what did Caroline say"
+    # matches her turns. Triggers keep both in step with ``chunks`` (rowid shared).
+    _script(conn, 
+        """
+        CREATE VIRTUAL TABLE fts_words USING fts5(body, tokenize='unicode61 remove_diacritics 2');
+        CREATE VIRTUAL TABLE fts_trigram USING fts5(body, tokenize='trigram');
+        CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+            INSERT INTO fts_words(rowid, body) VALUES (new.rowid, coalesce(new.speaker || ': ', '') || new.text);
+            INSERT INTO fts_trigram(rowid, body) VALUES (new.rowid, new.text);
+        END;
+        CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+            DELETE FROM fts_words WHERE rowid = old.rowid;
+            DELETE FROM fts_trigram WHERE rowid = old.rowid;
+        END;
+        CREATE TRIGGER chunks_au AFTER UPDATE OF text, speaker ON chunks BEGIN
+            DELETE FROM fts_words WHERE rowid = old.rowid;
+            DELETE FROM fts_trigram WHERE rowid = old.rowid;
+            INSERT INTO fts_words(rowid, body) VALUES (new.rowid, coalesce(new.speaker || ': ', '') || new.text);
+            INSERT INTO fts_trigram(rowid, body) VALUES (new.rowid, new.text);
+        END;
+        """
+    )
+
+
+def m003_jobs(conn: sqlite3.Connection) -> None:
+    _script(conn, 
+        """
+        CREATE TABLE jobs(
+            id INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL,
+            payload TEXT NOT NULL DEFAULT '{}',
+            dedupe_key TEXT,
+            state TEXT NOT NULL DEFAULT 'queued',
+            priority INTEGER NOT NULL DEFAULT 0,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            max_attempts INTEGER NOT NULL DEFAULT 5,
+            run_after REAL NOT NULL DEFAULT 0,
+            lease_owner TEXT,
+            lease_until REAL,
+            last_error TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE UNIQUE INDEX jobs_dedupe ON jobs(dedupe_key) WHERE dedupe_key IS NOT NULL;
+        CREATE INDEX jobs_ready ON jobs(state, run_after, priority);
+        """
+    )
+
+
+def m004_meta(conn: sqlite3.Connection) -> None:
+    conn.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+
+def _script(conn: sqlite3.Connection, sql: str) -> None:
+    """Run several statements inside the current transaction (``executescript`` would COMMIT first)."""
+    statement = ""
+    for line in sql.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            conn.execute(statement)
+            statement = ""
+    if statement.strip():
+        conn.execute(statement)
+
+
+MIGRATIONS: list[tuple[str, Migration]] = [
+    ("001_chunks", m001_chunks),
+    ("002_fts", m002_fts),
+    ("003_jobs", m003_jobs),
+    ("004_meta", m004_meta),
+]
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open chunks.db with the settings every connection uses, applying pending migrations."""
+    try:
+        if readonly:
+            conn = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+            )
+        else:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout = 10000")
+        if not readonly:
+            conn.execute("PRAGMA journal_mode = WAL")
+            # FULL: each committed batch (one transaction) is on disk when commit returns.
+            conn.execute("PRAGMA synchronous = FULL")
+            migrate(conn)
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.OperationalError as exc:
+        message = str(exc)
+        if "readonly" in message or "unable to open" in message:
+            raise ReadOnlyVault(f"cannot open {path} for writing: {message}") from exc
+        if "locked" in message:
+            raise VaultLocked(f"{path} is locked by another process: {message}") from exc
+        raise
+    return conn
+
+
+def applied_migrations(conn: sqlite3.Connection) -> list[str]:
+    return [row[0] for row in conn.execute("SELECT name FROM migrations ORDER BY name")]
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    conn.execute("CREATE TABLE IF NOT EXISTS migrations(name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    done = set(applied_migrations(conn))
+    applied = []
+    for name, fn in MIGRATIONS:
+        if name in done:
+            continue
+        with atomic(conn):
+            fn(conn)
+            conn.execute("INSERT INTO migrations(name, applied_at) VALUES (?, ?)", (name, time.time()))
+        applied.append(name)
+    return applied
+
+
+@contextmanager
+def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on any exception; nests as savepoints."""
+    if conn.in_transaction:
+        name = f"sp{id(conn)}_{time.monotonic_ns()}"
+        conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+            raise
+        conn.execute(f"RELEASE {name}")
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

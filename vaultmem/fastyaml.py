@@ -1,0 +1,194 @@
+"""A fast path for the small YAML subset the engine writes in frontmatter.
+
+PyYAML's constructor is pure Python and dominated ingest and reindex time. Engine-written frontmatter
+only uses one-line ``key: value`` pairs whose values are plain or quoted strings, numbers, booleans,
+and flow lists/mappings of those. ``dump`` writes exactly that subset; ``load`` reads it and returns
+``None`` for anything it does not fully understand (comments, block lists, dates, anchors, multi-line
+values...), in which case the caller uses full YAML. Contract, checked by property tests: whenever
+``load`` returns a mapping it equals ``yaml.safe_load`` of the same text, and ``yaml.safe_load(dump(m))``
+equals ``m``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+_RESOLVER = yaml.resolver.Resolver()
+_STR_TAG = "tag:yaml.org,2002:str"
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_PLAIN_EXTRA = frozenset("_.-/+@")
+_INT_RE = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_FLOAT_RE = re.compile(r"-?[0-9]+\.[0-9]+")
+_KEY_LINE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*): (.+)")
+_ITEM_RE = re.compile(r"\s*((?:\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*'|[^,\[\]{}\"'])*?)\s*(?:,|$)")
+# What PyYAML refuses to read, plus the characters YAML treats as line breaks inside scalars.
+_UNSAFE_RE = re.compile("[^\x20-\x7E\xA0-\u2027\u202A-\uD7FF\uE000-\uFFFD\U00010000-\U0010ffff]")
+
+
+def _tag(text: str) -> str:
+    return str(_RESOLVER.resolve(yaml.ScalarNode, text, (True, False)))
+
+
+def _plain_ok(text: str) -> bool:
+    if not text or text != text.strip() or "  " in text:
+        return False
+    if not (text[0].isalnum() or text[0] == "_"):
+        return False
+    if not all(ch.isalnum() or ch in _PLAIN_EXTRA or ch == " " for ch in text):
+        return False
+    return _tag(text) == _STR_TAG
+
+
+def _quote(text: str) -> str | None:
+    if _UNSAFE_RE.search(text):
+        return None  # control characters: let PyYAML choose the escapes
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _scalar(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        if not math.isfinite(value) or not _FLOAT_RE.fullmatch(text):
+            return None
+        return text
+    if isinstance(value, str):
+        return value if _plain_ok(value) else _quote(value)
+    return None
+
+
+def _value(value: Any) -> str | None:
+    if isinstance(value, list | tuple):
+        items = [_scalar(v) for v in value]
+        return None if any(i is None for i in items) else "[" + ", ".join(i for i in items if i) + "]"
+    if isinstance(value, Mapping):
+        parts = []
+        for k, v in value.items():
+            key, val = _scalar(str(k)), _scalar(v)
+            if key is None or val is None:
+                return None
+            parts.append(f"{key}: {val}")
+        return "{" + ", ".join(parts) + "}"
+    return _scalar(value)
+
+
+def dump(mapping: Mapping[str, Any]) -> str | None:
+    """Render one ``key: value`` line per item, or None when a value is outside the subset."""
+    lines = []
+    for key, value in mapping.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or _tag(key) != _STR_TAG:
+            return None
+        text = _value(value)
+        if text is None:
+            return None
+        lines.append(f"{key}: {text}\n")
+    return "".join(lines)
+
+
+class _Unknown(Exception):
+    """Raised inside ``load`` for text outside the subset; ``load`` then returns None."""
+
+
+def _parse_scalar(text: str) -> Any:
+    if not text:
+        raise _Unknown
+    if text[0] == '"':
+        if text[-1] != '"' or len(text) < 2:
+            raise _Unknown
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise _Unknown from exc
+        if not isinstance(value, str):
+            raise _Unknown
+        return value
+    if text[0] == "'":
+        inner = text[1:-1]
+        if len(text) < 2 or text[-1] != "'" or "'" in inner.replace("''", ""):
+            raise _Unknown
+        return inner.replace("''", "'")
+    if (
+        " #" in text
+        or text[0] in "&*!|>%@`#?:[]{},\"'"
+        or (text[0] == "-" and not text[1:2].isdigit())
+        or ": " in text
+        or text.endswith(":")
+    ):
+        raise _Unknown
+    tag = _tag(text)
+    if tag == _STR_TAG:
+        return text
+    if tag == _INT_TAG and _INT_RE.fullmatch(text):
+        return int(text)
+    if tag == _FLOAT_TAG and _FLOAT_RE.fullmatch(text):
+        return float(text)
+    if tag == _BOOL_TAG and text in ("true", "false"):
+        return text == "true"
+    raise _Unknown
+
+
+def _parse_items(inner: str) -> list[str]:
+    if not inner.strip():
+        return []
+    items = []
+    pos = 0
+    while pos < len(inner):
+        match = _ITEM_RE.match(inner, pos)
+        if match is None or match.end() == pos:
+            raise _Unknown
+        items.append(match.group(1))
+        pos = match.end()
+    if inner.rstrip().endswith(","):
+        raise _Unknown
+    return items
+
+
+def _parse_value(text: str) -> Any:
+    if text.startswith("["):
+        if not text.endswith("]"):
+            raise _Unknown
+        return [_parse_scalar(item) for item in _parse_items(text[1:-1])]
+    if text.startswith("{"):
+        if not text.endswith("}"):
+            raise _Unknown
+        out: dict[str, Any] = {}
+        for item in _parse_items(text[1:-1]):
+            key, sep, val = item.partition(": ")
+            if not sep:
+                raise _Unknown
+            parsed_key = _parse_scalar(key.strip())
+            if not isinstance(parsed_key, str) or parsed_key in out:
+                raise _Unknown
+            out[parsed_key] = _parse_scalar(val.strip())
+        return out
+    return _parse_scalar(text)
+
+
+def load(raw: str) -> dict[str, Any] | None:
+    """Parse frontmatter written in the subset, or return None so the caller falls back to YAML."""
+    out: dict[str, Any] = {}
+    try:
+        for line in raw.split("\n"):
+            if not line:
+                continue
+            match = _KEY_LINE_RE.fullmatch(line)
+            if match is None:
+                return None
+            key, text = match.group(1), match.group(2).rstrip(" ")
+            if key in out or _tag(key) != _STR_TAG or _UNSAFE_RE.search(text):
+                return None
+            out[key] = _parse_value(text)
+    except _Unknown:
+        return None
+    return out

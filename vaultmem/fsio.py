@@ -1,0 +1,199 @@
+"""Atomic, guarded, batch-durable file writes.
+
+Owns every byte vaultmem writes into a vault. Rules it enforces:
+- a write goes to a temp file in the same directory, is made durable, then ``os.replace``s the target,
+  and the directory is fsynced, so a reader sees the old file or the new one, never half of one;
+- a file is only overwritten when its current hash matches the hash the caller read (``expected``);
+- a batch of new files is made durable with one filesystem sync instead of one fsync per file.
+
+It never deletes anything but its own temp files, and never follows a path outside the vault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import os
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from vaultmem.errors import ConflictError, InvalidInput, ReadOnlyVault, UnsafePath
+
+TMP_PREFIX = ".vm-tmp-"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_hash(path: Path) -> str | None:
+    """Hash of the file's bytes, or None when it does not exist."""
+    try:
+        return sha256_bytes(path.read_bytes())
+    except FileNotFoundError:
+        return None
+
+
+def read_text_guarded(path: Path, max_bytes: int) -> tuple[str, str]:
+    """Read a UTF-8 text file (BOM tolerated) and return ``(text, hash_of_bytes)``.
+
+    Raises InvalidInput for files that are too large, binary or not UTF-8, so nothing downstream ever
+    sees undecodable data.
+    """
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise InvalidInput(f"{path}: {size} bytes is over the {max_bytes}-byte limit; split the file")
+    data = path.read_bytes()
+    if b"\x00" in data[:8192]:
+        raise InvalidInput(f"{path}: looks binary (NUL byte); only UTF-8 text can be read")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path}: not valid UTF-8 at byte {exc.start}; re-save it as UTF-8") from exc
+    return text, sha256_bytes(data)
+
+
+def ensure_inside(root: Path, path: Path) -> Path:
+    """Resolve ``path`` (following symlinks) and require it to stay inside ``root``."""
+    resolved = path.resolve()
+    root_resolved = root.resolve()
+    if resolved != root_resolved and root_resolved not in resolved.parents:
+        raise UnsafePath(f"{path} resolves to {resolved}, outside the vault {root_resolved}")
+    return resolved
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _syncfs(path: Path) -> None:
+    """Flush every dirty page of the filesystem holding ``path`` in one call (Linux ``syncfs``)."""
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        _libc = ctypes.CDLL(name, use_errno=True) if name else None
+    syncfs = getattr(_libc, "syncfs", None) if _libc is not None else None
+    if syncfs is None:  # not Linux: fall back to a global sync, still one call per batch
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)
+
+
+def _tmp_path(target: Path) -> Path:
+    return target.with_name(f"{TMP_PREFIX}{secrets.token_hex(6)}-{target.name}")
+
+
+def _write_tmp(target: Path, data: bytes, *, fsync: bool) -> Path:
+    tmp = _tmp_path(target)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except PermissionError as exc:
+        raise ReadOnlyVault(f"cannot write in {target.parent}: {exc.strerror}; check permissions") from exc
+    except OSError as exc:
+        if exc.errno in (errno.EROFS, errno.EACCES):
+            raise ReadOnlyVault(f"cannot write in {target.parent}: {exc.strerror}") from exc
+        raise
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return tmp
+
+
+def atomic_write(path: Path, data: bytes, *, expected: str | None | bool = False) -> str:
+    """Atomically write ``data`` to ``path`` and return its hash.
+
+    ``expected`` guards against overwriting someone else's change: ``False`` means no guard (only for
+    files the engine alone owns, such as ``.vaultmem/`` state), ``None`` means the file must not exist,
+    and a hash means the file must still have exactly that content.
+    """
+    if expected is not False:
+        current = file_hash(path)
+        if current != expected:
+            if expected is None:
+                raise ConflictError(f"{path} already exists; refusing to overwrite it")
+            raise ConflictError(
+                f"{path} changed on disk since it was read; refusing to overwrite it (re-run to pick up the edit)"
+            )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _write_tmp(path, data, fsync=True)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return sha256_bytes(data)
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    path: Path
+    data: bytes
+
+
+def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[str]:
+    """Create many new files so that all of them are durable when this returns.
+
+    Temp files are written without per-file fsync, the whole filesystem is synced once, then every temp
+    file is renamed into place and each touched directory is fsynced once. A target that already exists
+    is a ConflictError (new leaves never overwrite anything). Returns the hashes in order.
+    """
+    items = list(writes)
+    if not items:
+        return []
+    for item in items:
+        if item.path.exists():
+            raise ConflictError(f"{item.path} already exists; refusing to overwrite it")
+    tmps: list[tuple[Path, Path]] = []
+    try:
+        for item in items:
+            item.path.parent.mkdir(parents=True, exist_ok=True)
+            tmps.append((_write_tmp(item.path, item.data, fsync=False), item.path))
+        _syncfs(root)
+        for tmp, target in tmps:
+            os.replace(tmp, target)
+    except BaseException:
+        for tmp, _ in tmps:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        raise
+    for parent in sorted({target.parent for _, target in tmps}):
+        fsync_dir(parent)
+    return [sha256_bytes(item.data) for item in items]
+
+
+def move_file(src: Path, dst: Path) -> None:
+    """Move a file without rewriting it (same filesystem), durable in both directories."""
+    if dst.exists():
+        raise ConflictError(f"{dst} already exists; refusing to move {src.name} over it")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(src, dst)
+    fsync_dir(dst.parent)
+    if src.parent != dst.parent:
+        fsync_dir(src.parent)
+
+
+def stray_temp_files(root: Path) -> list[Path]:
+    """Temp files left by a crash between write and rename (never visible as real files)."""
+    return sorted(p for p in root.rglob(f"{TMP_PREFIX}*") if p.is_file())

@@ -1,0 +1,150 @@
+"""Rows of ``chunks``: writing a leaf's row and reading it back as a ``Leaf``.
+
+Owns the column mapping between the ``Leaf`` value and the ``chunks`` table, so ingest, reindex and
+check all agree on what a row holds. Takes an open connection; never opens files.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vaultmem.errors import NodeNotFound
+from vaultmem.model import InputKind, Leaf, Status, check_node_id, format_ts, parse_ts
+
+# Columns that describe a leaf; ``reindex`` equality is checked over exactly these.
+ROW_COLUMNS = (
+    "id",
+    "kind",
+    "path",
+    "source",
+    "input",
+    "session",
+    "source_id",
+    "message_ids",
+    "seq",
+    "role",
+    "speaker",
+    "ts",
+    "ts_end",
+    "status",
+    "score",
+    "reasons",
+    "tokens",
+    "content_hash",
+    "redactions",
+    "provenance",
+    "text",
+    "parent",
+    "depth",
+    "file_hash",
+    "file_size",
+    "file_mtime_ns",
+)
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """What the index remembers of a file to notice later changes cheaply."""
+
+    hash: str
+    size: int
+    mtime_ns: int
+
+
+def leaf_row(leaf: Leaf, stamp: FileStamp) -> tuple[Any, ...]:
+    ts = format_ts(leaf.ts)
+    return (
+        leaf.id,
+        "leaf",
+        leaf.path,
+        leaf.source,
+        leaf.kind.value,
+        leaf.session,
+        leaf.source_id,
+        json.dumps(list(leaf.message_ids), ensure_ascii=False),
+        leaf.seq,
+        leaf.role,
+        leaf.speaker,
+        ts,
+        ts,
+        leaf.status.value,
+        leaf.score,
+        json.dumps(list(leaf.reasons)),
+        leaf.tokens,
+        leaf.content_hash,
+        json.dumps(list(leaf.redactions)),
+        json.dumps(leaf.meta, ensure_ascii=False, sort_keys=True),
+        leaf.text,
+        None,
+        0,
+        stamp.hash,
+        stamp.size,
+        stamp.mtime_ns,
+    )
+
+
+_INSERT = f"INSERT INTO chunks({', '.join(ROW_COLUMNS)}) VALUES ({', '.join('?' * len(ROW_COLUMNS))})"
+_UPSERT = (
+    _INSERT
+    + " ON CONFLICT(id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in ROW_COLUMNS if c != "id")
+)
+
+
+def insert_leaves(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+    conn.executemany(_INSERT, rows)
+
+
+def upsert_leaves(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+    conn.executemany(_UPSERT, rows)
+
+
+def existing_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        marks = ",".join("?" * len(part))
+        found.update(r[0] for r in conn.execute(f"SELECT id FROM chunks WHERE id IN ({marks})", part))
+    return found
+
+
+def row_to_leaf(row: sqlite3.Row) -> Leaf:
+    return Leaf(
+        id=row["id"],
+        source=row["source"],
+        text=row["text"],
+        path=row["path"],
+        kind=InputKind(row["input"] or "chat"),
+        seq=row["seq"],
+        source_id=row["source_id"],
+        session=row["session"],
+        role=row["role"],
+        speaker=row["speaker"],
+        ts=parse_ts(row["ts"]),
+        message_ids=tuple(json.loads(row["message_ids"])),
+        status=Status(row["status"]),
+        score=row["score"],
+        reasons=tuple(json.loads(row["reasons"])),
+        tokens=row["tokens"],
+        content_hash=row["content_hash"],
+        redactions=tuple(json.loads(row["redactions"])),
+        meta=json.loads(row["provenance"]),
+    )
+
+
+def get_leaf(conn: sqlite3.Connection, node_id: str) -> Leaf:
+    check_node_id(node_id)
+    row = conn.execute("SELECT * FROM chunks WHERE id = ? AND kind = 'leaf'", (node_id,)).fetchone()
+    if row is None:
+        raise NodeNotFound(f"no leaf with id {node_id}; `vaultmem ls` lists what the vault holds")
+    return row_to_leaf(row)
+
+
+def all_rows(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    """Every row keyed by id, over ROW_COLUMNS only (for equality checks)."""
+    cols = ", ".join(ROW_COLUMNS)
+    return {row["id"]: dict(row) for row in conn.execute(f"SELECT {cols} FROM chunks")}

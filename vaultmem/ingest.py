@@ -1,0 +1,188 @@
+"""The ingest hot path: messages -> redacted, scored chunks -> leaf files -> index rows -> jobs.
+
+Owns the order that makes a batch crash-safe: an intent note is written first, then every leaf file is
+made durable at once, then all rows and their ``extract`` jobs commit in one transaction, then the
+intent note goes. A crash anywhere leaves either nothing, or files that ``heal_intents`` indexes on the
+next open. No LLM and no embedding happen here: those are queued work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vaultmem import fsio, index, leaffile
+from vaultmem.canon import Skipped
+from vaultmem.chunker import chunk_message
+from vaultmem.db import atomic
+from vaultmem.errors import FrontmatterError, InvalidInput
+from vaultmem.jobs import JobKind, JobQueue, NewJob
+from vaultmem.layout import Layout
+from vaultmem.model import Leaf, Message, Status, format_ts, safe_name
+from vaultmem.redact import redact
+from vaultmem.scoring import FastScorer
+from vaultmem.tokens import count_tokens
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    messages: int = 0
+    added: tuple[str, ...] = ()
+    duplicates: int = 0
+    dropped: int = 0
+    redacted: int = 0
+    skipped: tuple[Skipped, ...] = ()
+    sources: tuple[str, ...] = field(default=())
+
+    def merge(self, other: IngestReport) -> IngestReport:
+        return IngestReport(
+            self.messages + other.messages,
+            self.added + other.added,
+            self.duplicates + other.duplicates,
+            self.dropped + other.dropped,
+            self.redacted + other.redacted,
+            self.skipped + other.skipped,
+            tuple(sorted(set(self.sources) | set(other.sources))),
+        )
+
+
+def build_leaves(
+    messages: Iterable[Message], layout: Layout, scorer: FastScorer, max_tokens: int
+) -> list[Leaf]:
+    """Redact, chunk and score messages into leaves (not yet written)."""
+    leaves: list[Leaf] = []
+    for message in messages:
+        safe_name(message.source)
+        clean = redact(message.text)
+        if clean.kinds:
+            message = Message(
+                source=message.source,
+                text=clean.text,
+                kind=message.kind,
+                source_id=message.source_id,
+                session=message.session,
+                role=message.role,
+                speaker=message.speaker,
+                ts=message.ts,
+                meta={k: redact(v).text for k, v in message.meta.items()},
+            )
+        for chunk in chunk_message(message, max_tokens):
+            score = scorer.score(chunk.text)
+            text = chunk.text.strip()
+            name = leaffile.leaf_filename(chunk.id, text, format_ts(message.ts), message.speaker)
+            leaves.append(
+                Leaf(
+                    id=chunk.id,
+                    source=message.source,
+                    text=text,
+                    path=layout.rel(layout.fresh_dir(message.source) / name),
+                    kind=message.kind,
+                    seq=chunk.seq,
+                    source_id=message.source_id,
+                    session=message.session,
+                    role=message.role,
+                    speaker=message.speaker,
+                    ts=message.ts,
+                    message_ids=(message.source_id,) if message.source_id else (),
+                    status=Status.PENDING if scorer.admits(score) else Status.DROPPED,
+                    score=score.value,
+                    reasons=score.reasons,
+                    tokens=count_tokens(text),
+                    content_hash=leaffile.content_hash(text),
+                    redactions=clean.kinds,
+                    meta=dict(message.meta),
+                )
+            )
+    return leaves
+
+
+def extract_job(leaf_id: str) -> NewJob:
+    return NewJob(JobKind.EXTRACT.value, {"id": leaf_id}, dedupe_key=f"extract:{leaf_id}")
+
+
+def write_leaves(conn: sqlite3.Connection, layout: Layout, leaves: list[Leaf]) -> list[str]:
+    """Make the files of new leaves durable, then commit their rows and extract jobs in one transaction.
+
+    Leaves whose id is already indexed (or repeated in the batch) are skipped: re-ingesting identical
+    input creates nothing. Returns the ids actually added.
+    """
+    unique: dict[str, Leaf] = {}
+    for leaf in leaves:
+        unique.setdefault(leaf.id, leaf)
+    present = index.existing_ids(conn, list(unique))
+    new = [leaf for leaf_id, leaf in unique.items() if leaf_id not in present]
+    if not new:
+        return []
+    intent = _write_intent(layout, [leaf.path for leaf in new])
+    datas = [leaffile.render_leaf(leaf).encode("utf-8") for leaf in new]
+    writes = [fsio.PendingWrite(layout.abs(leaf.path), data) for leaf, data in zip(new, datas, strict=True)]
+    hashes = fsio.write_batch_durable(layout.root, writes)
+    rows = []
+    for leaf, data, digest, write in zip(new, datas, hashes, writes, strict=True):
+        stamp = index.FileStamp(digest, len(data), os.stat(write.path).st_mtime_ns)
+        rows.append(index.leaf_row(leaf, stamp))
+    with atomic(conn):
+        index.insert_leaves(conn, rows)
+        JobQueue(conn).enqueue_many(extract_job(leaf.id) for leaf in new)
+    intent.unlink(missing_ok=True)
+    return [leaf.id for leaf in new]
+
+
+def _write_intent(layout: Layout, rel_paths: list[str]) -> Path:
+    layout.intent.mkdir(parents=True, exist_ok=True)
+    path = layout.intent / f"{secrets.token_hex(8)}.json"
+    fsio.atomic_write(path, json.dumps({"paths": rel_paths}).encode("utf-8"))
+    return path
+
+
+def read_leaf_file(layout: Layout, rel: str, max_bytes: int) -> tuple[Leaf, index.FileStamp]:
+    """Read and validate one leaf file from disk (FrontmatterError / InvalidInput when it is not one)."""
+    path = layout.abs(rel)
+    text, digest = fsio.read_text_guarded(path, max_bytes)
+    st = path.stat()
+    leaf, _doc = leaffile.parse_leaf(text, rel)
+    return leaf, index.FileStamp(digest, st.st_size, st.st_mtime_ns)
+
+
+def heal_intents(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> list[str]:
+    """Finish batches a crash interrupted: index leaf files that were written but never got a row.
+
+    Returns the healed leaf ids. Stray temp files of the batch are removed (they never became files).
+    """
+    healed: list[str] = []
+    if not layout.intent.is_dir():
+        return healed
+    for note in sorted(layout.intent.glob("*.json")):
+        try:
+            paths = json.loads(note.read_text(encoding="utf-8"))["paths"]
+        except (ValueError, KeyError, OSError):
+            paths = []
+        rows = []
+        jobs = []
+        for rel in paths:
+            path = layout.abs(rel)
+            for stray in path.parent.glob(f"{fsio.TMP_PREFIX}*-{path.name}"):
+                stray.unlink(missing_ok=True)
+            if not path.exists():
+                continue
+            try:
+                leaf, stamp = read_leaf_file(layout, rel, max_bytes)
+            except (FrontmatterError, InvalidInput):
+                continue  # `check` reports it; healing never guesses
+            if index.existing_ids(conn, [leaf.id]):
+                continue
+            rows.append(index.leaf_row(leaf, stamp))
+            jobs.append(extract_job(leaf.id))
+            healed.append(leaf.id)
+        with atomic(conn):
+            index.insert_leaves(conn, rows)
+            JobQueue(conn).enqueue_many(jobs)
+        note.unlink(missing_ok=True)
+    return healed

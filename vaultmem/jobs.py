@@ -1,0 +1,233 @@
+"""The durable job queue in chunks.db.
+
+Owns job state transitions: queued -> running (leased) -> done (row deleted), or back to queued with
+exponential backoff on failure, or parked after ``max_attempts``. A dedupe key makes the same work
+impossible to queue twice while it is queued, running or parked. A lease that expires (a killed
+worker) makes the job claimable again. Never runs a job: workers do.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from vaultmem.db import atomic
+
+
+class JobKind(StrEnum):
+    EXTRACT = "extract"
+    APPEND_BUFFER = "append_buffer"
+    SEAL = "seal"
+    RESUMMARIZE = "resummarize"
+    FLUSH_STALE = "flush_stale"
+    TOPIC_ROUTE = "topic_route"
+    DIGEST_DAILY = "digest_daily"
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    PARKED = "parked"
+
+
+BACKOFF_BASE_S = 2.0
+BACKOFF_MAX_S = 600.0
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    kind: str
+    payload: dict[str, Any]
+    dedupe_key: str | None
+    state: str
+    attempts: int
+    max_attempts: int
+    run_after: float
+    lease_until: float | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class NewJob:
+    kind: str
+    payload: dict[str, Any]
+    dedupe_key: str | None = None
+    priority: int = 0
+    max_attempts: int = 5
+
+
+def _row(row: sqlite3.Row) -> Job:
+    return Job(
+        id=row["id"],
+        kind=row["kind"],
+        payload=json.loads(row["payload"]),
+        dedupe_key=row["dedupe_key"],
+        state=row["state"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        run_after=row["run_after"],
+        lease_until=row["lease_until"],
+        last_error=row["last_error"],
+    )
+
+
+class JobQueue:
+    def __init__(self, conn: sqlite3.Connection, clock: Callable[[], float] = time.time) -> None:
+        self.conn = conn
+        self.clock = clock
+
+    def enqueue_many(self, jobs: Iterable[NewJob], *, delay_s: float = 0.0) -> int:
+        """Queue jobs; those whose dedupe key is already queued, running or parked are skipped.
+        Returns how many were added. Joins the caller's transaction when there is one."""
+        now = self.clock()
+        rows = [
+            (
+                j.kind,
+                json.dumps(j.payload, sort_keys=True),
+                j.dedupe_key,
+                j.priority,
+                j.max_attempts,
+                now + delay_s,
+                now,
+                now,
+            )
+            for j in jobs
+        ]
+        with atomic(self.conn):
+            before = self.conn.total_changes
+            self.conn.executemany(
+                "INSERT INTO jobs(kind, payload, dedupe_key, priority, max_attempts, run_after, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                rows,
+            )
+            return self.conn.total_changes - before
+
+    def enqueue(
+        self,
+        kind: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        dedupe_key: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 5,
+        delay_s: float = 0.0,
+    ) -> bool:
+        job = NewJob(kind, payload or {}, dedupe_key, priority, max_attempts)
+        return self.enqueue_many([job], delay_s=delay_s) == 1
+
+    def claim(
+        self, owner: str, *, kinds: Sequence[str] | None = None, limit: int = 1, lease_s: float = 120.0
+    ) -> list[Job]:
+        """Atomically lease up to ``limit`` ready jobs (highest priority, then oldest)."""
+        now = self.clock()
+        kind_sql = ""
+        params: list[Any] = [now, now]
+        if kinds:
+            kind_sql = f" AND kind IN ({','.join('?' * len(kinds))})"
+            params.extend(kinds)
+        params.append(limit)
+        with atomic(self.conn):
+            rows = self.conn.execute(
+                "SELECT id FROM jobs WHERE ((state = 'queued' AND run_after <= ?)"
+                " OR (state = 'running' AND lease_until < ?))"
+                + kind_sql
+                + " ORDER BY priority DESC, id LIMIT ?",
+                params,
+            ).fetchall()
+            ids = [r[0] for r in rows]
+            if not ids:
+                return []
+            marks = ",".join("?" * len(ids))
+            self.conn.execute(
+                f"UPDATE jobs SET state = 'running', lease_owner = ?, lease_until = ?, attempts = attempts + 1,"
+                f" updated_at = ? WHERE id IN ({marks})",
+                [owner, now + lease_s, now, *ids],
+            )
+            claimed = self.conn.execute(
+                f"SELECT * FROM jobs WHERE id IN ({marks}) ORDER BY id", ids
+            ).fetchall()
+        return [_row(r) for r in claimed]
+
+    def complete(self, job_ids: Iterable[int]) -> None:
+        ids = list(job_ids)
+        with atomic(self.conn):
+            self.conn.executemany("DELETE FROM jobs WHERE id = ?", [(i,) for i in ids])
+
+    def fail(self, job: Job, error: str) -> str:
+        """Record a failed attempt: back to the queue with backoff, or parked when attempts are used up.
+        Returns the new state."""
+        now = self.clock()
+        if job.attempts >= job.max_attempts:
+            state, run_after = JobState.PARKED, now
+        else:
+            state = JobState.QUEUED
+            run_after = now + min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (job.attempts - 1))
+        with atomic(self.conn):
+            self.conn.execute(
+                "UPDATE jobs SET state = ?, run_after = ?, lease_owner = NULL, lease_until = NULL,"
+                " last_error = ?, updated_at = ? WHERE id = ?",
+                (state.value, run_after, error[:2000], now, job.id),
+            )
+        return state.value
+
+    def release_expired(self) -> int:
+        """Put jobs whose lease expired (their worker died) back in the queue; run on start."""
+        now = self.clock()
+        with atomic(self.conn):
+            cur = self.conn.execute(
+                "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL, updated_at = ?"
+                " WHERE state = 'running' AND lease_until < ?",
+                (now, now),
+            )
+            return cur.rowcount
+
+    def release_owner(self, owner: str) -> int:
+        """Give back every job leased by ``owner`` (a clean shutdown), without counting an attempt."""
+        with atomic(self.conn):
+            cur = self.conn.execute(
+                "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL,"
+                " attempts = max(attempts - 1, 0), updated_at = ? WHERE state = 'running' AND lease_owner = ?",
+                (self.clock(), owner),
+            )
+            return cur.rowcount
+
+    def retry(self, job_id: int | None = None) -> int:
+        """Requeue parked (or backing-off) jobs now with fresh attempts; all parked ones when no id."""
+        now = self.clock()
+        with atomic(self.conn):
+            if job_id is None:
+                cur = self.conn.execute(
+                    "UPDATE jobs SET state = 'queued', attempts = 0, run_after = ?, updated_at = ? WHERE state = 'parked'",
+                    (now, now),
+                )
+            else:
+                cur = self.conn.execute(
+                    "UPDATE jobs SET state = 'queued', attempts = 0, run_after = ?, updated_at = ?"
+                    " WHERE id = ? AND state != 'running'",
+                    (now, now, job_id),
+                )
+            return cur.rowcount
+
+    def list(self, state: str | None = None, limit: int = 1000) -> list[Job]:
+        if state is None:
+            rows = self.conn.execute("SELECT * FROM jobs ORDER BY id LIMIT ?", (limit,))
+        else:
+            rows = self.conn.execute("SELECT * FROM jobs WHERE state = ? ORDER BY id LIMIT ?", (state, limit))
+        return [_row(r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in JobState}
+        for state, n in self.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"):
+            out[state] = n
+        return out
+
+    def pending(self) -> int:
+        """Jobs that still have to run (queued or running; parked ones need a person)."""
+        row = self.conn.execute("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')").fetchone()
+        return int(row[0])

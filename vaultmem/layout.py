@@ -1,0 +1,93 @@
+"""Where things live in a vault. Pure path arithmetic: no I/O beyond ``is_vault``.
+
+<vault>/
+  .vaultmem/            engine-internal state (never edit by hand)
+    chunks.db           SQLite index: rows, FTS5, vectors, jobs (rebuildable from the files)
+    config.toml         vault configuration
+    intent/             write-ahead notes of batches in flight (healed on open)
+    write.lock          held while a process writes
+  sources/<source>/_fresh/<leaf>.md     new leaves
+  sources/<source>/NN-slug/_summary.md  sealed levels (compactor)
+  topics/ global/ core/                 reserved for topic trees, the daily digest, core memory
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from vaultmem.model import safe_name
+
+STATE_DIR = ".vaultmem"
+DB_NAME = "chunks.db"
+CONFIG_NAME = "config.toml"
+SOURCES = "sources"
+FRESH = "_fresh"
+SUMMARY_NAME = "_summary.md"
+SIDECAR_NAME = "_embeddings.json"
+RESERVED_TOP = ("sources", "topics", "global", "core")
+# Directories and files the engine never indexes.
+IGNORED_DIRS = frozenset({".vaultmem", ".obsidian", ".git", ".trash", "node_modules"})
+
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    @property
+    def state(self) -> Path:
+        return self.root / STATE_DIR
+
+    @property
+    def db(self) -> Path:
+        return self.state / DB_NAME
+
+    @property
+    def config(self) -> Path:
+        return self.state / CONFIG_NAME
+
+    @property
+    def intent(self) -> Path:
+        return self.state / "intent"
+
+    @property
+    def lock(self) -> Path:
+        return self.state / "write.lock"
+
+    def source_dir(self, source: str) -> Path:
+        return self.root / SOURCES / safe_name(source)
+
+    def fresh_dir(self, source: str) -> Path:
+        return self.source_dir(source) / FRESH
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def abs(self, rel: str) -> Path:
+        pure = PurePosixPath(rel)
+        if pure.is_absolute() or ".." in pure.parts:
+            raise ValueError(f"not a vault-relative path: {rel!r}")
+        return self.root.joinpath(*pure.parts)
+
+    def is_vault(self) -> bool:
+        return self.state.is_dir()
+
+
+def is_ignored(rel: str) -> bool:
+    """True for paths the engine never indexes: engine state, editor and VCS folders, temp files."""
+    parts = PurePosixPath(rel).parts
+    if any(part in IGNORED_DIRS or part.startswith(".") for part in parts):
+        return True
+    name = parts[-1] if parts else ""
+    return (
+        name.endswith(("~", ".swp", ".swx", ".tmp")) or "sync-conflict" in name or "conflicted copy" in name
+    )
+
+
+def slug(text: str, words: int = 6, max_len: int = 48) -> str:
+    """A short lowercase ASCII slug for a readable file name (may be empty)."""
+    tokens = [t for t in _SLUG_RE.split(text.lower()) if t][:words]
+    return "-".join(tokens)[:max_len].strip("-")

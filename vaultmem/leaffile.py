@@ -1,0 +1,151 @@
+"""The leaf file format: one verbatim chunk per Markdown file, provenance in frontmatter.
+
+Owns the mapping between a ``Leaf`` value and its file text, and the leaf file name. The file name
+embeds the leaf id, so names never collide and a leaf is never renamed. The engine owns the keys in
+``LEAF_KEYS``; any other key is the user's and survives every rewrite verbatim. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from vaultmem import mdfile
+from vaultmem.errors import FrontmatterError
+from vaultmem.layout import slug
+from vaultmem.tokens import count_tokens
+from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Status, format_ts, parse_ts, safe_name
+
+LEAF_KEYS = frozenset(
+    {
+        "id",
+        "kind",
+        "source",
+        "input",
+        "session",
+        "source_id",
+        "message_ids",
+        "seq",
+        "role",
+        "speaker",
+        "ts",
+        "status",
+        "score",
+        "reasons",
+        "tokens",
+        "content_hash",
+        "redactions",
+        "provenance",
+    }
+)
+
+
+def content_hash(text: str) -> str:
+    """Hash of a node's body text as stored (stripped); keys the embedding sidecars."""
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()[:16]
+
+
+def leaf_filename(leaf_id: str, text: str, ts_iso: str | None, speaker: str | None) -> str:
+    day = ts_iso[:10] if ts_iso else "undated"
+    label = slug(f"{speaker or ''} {text}")
+    return f"{day}-{label}-{leaf_id}.md" if label else f"{day}-{leaf_id}.md"
+
+
+def id_from_filename(name: str) -> str | None:
+    stem = name[:-3] if name.endswith(".md") else name
+    candidate = stem.rsplit("-", 1)[-1]
+    return candidate if LEAF_ID_RE.match(candidate) else None
+
+
+def engine_meta(leaf: Leaf) -> dict[str, Any]:
+    return {
+        "id": leaf.id,
+        "kind": "leaf",
+        "source": leaf.source,
+        "input": leaf.kind.value,
+        "session": leaf.session,
+        "source_id": leaf.source_id,
+        "message_ids": list(leaf.message_ids),
+        "seq": leaf.seq,
+        "role": leaf.role,
+        "speaker": leaf.speaker,
+        "ts": format_ts(leaf.ts),
+        "status": leaf.status.value,
+        "score": leaf.score,
+        "reasons": list(leaf.reasons),
+        "tokens": leaf.tokens,
+        "content_hash": leaf.content_hash,
+        "redactions": list(leaf.redactions) or None,
+        "provenance": dict(leaf.meta) or None,
+    }
+
+
+def render_leaf(leaf: Leaf, keep: mdfile.MdDoc | None = None) -> str:
+    return mdfile.render(engine_meta(leaf), leaf.text.strip() + "\n", keep=keep, owned=LEAF_KEYS)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _str_list(value: Any, key: str, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise FrontmatterError(f"{where}: '{key}' must be a list")
+    return tuple(str(v) for v in value)
+
+
+def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, mdfile.MdDoc]:
+    """Read a leaf file. Raises FrontmatterError when it is not a valid leaf."""
+    doc = mdfile.split(text, where=rel_path)
+    meta = doc.meta
+    leaf_id = meta.get("id")
+    if not isinstance(leaf_id, str) or not LEAF_ID_RE.match(leaf_id):
+        raise FrontmatterError(f"{rel_path}: leaf 'id' missing or not 16 hex characters")
+    if id_from_filename(rel_path.rsplit("/", 1)[-1]) != leaf_id:
+        raise FrontmatterError(f"{rel_path}: file name does not end with the leaf id {leaf_id}")
+    try:
+        source = safe_name(str(meta.get("source", "")))
+        status = Status(str(meta.get("status", Status.PENDING.value)))
+        kind = InputKind(str(meta.get("input", InputKind.CHAT.value)))
+        seq = int(meta.get("seq", 0))
+        score = float(meta.get("score", 0.0))
+    except (ValueError, TypeError) as exc:
+        raise FrontmatterError(f"{rel_path}: invalid leaf frontmatter: {exc}") from exc
+    provenance = meta.get("provenance") or {}
+    if not isinstance(provenance, dict):
+        raise FrontmatterError(f"{rel_path}: 'provenance' must be a mapping")
+    body = doc.body.strip()
+    leaf = Leaf(
+        id=leaf_id,
+        source=source,
+        text=body,
+        path=rel_path,
+        kind=kind,
+        seq=seq,
+        source_id=_str_or_none(meta.get("source_id")),
+        session=_str_or_none(meta.get("session")),
+        role=_str_or_none(meta.get("role")),
+        speaker=_str_or_none(meta.get("speaker")),
+        ts=parse_ts(meta.get("ts")),
+        message_ids=_str_list(meta.get("message_ids"), "message_ids", rel_path),
+        status=status,
+        score=score,
+        reasons=_str_list(meta.get("reasons"), "reasons", rel_path),
+        tokens=count_tokens(body),
+        content_hash=content_hash(body),
+        redactions=_str_list(meta.get("redactions"), "redactions", rel_path),
+        meta={str(k): str(v) for k, v in provenance.items()},
+    )
+    return leaf, doc
+
+
+def leaf_json(leaf: Leaf) -> dict[str, Any]:
+    """The public JSON shape of a leaf (CLI ``--json``, API consumers)."""
+    data = engine_meta(leaf)
+    data["text"] = leaf.text
+    data["path"] = leaf.path
+    data["provenance"] = leaf.provenance
+    return json.loads(json.dumps(data, default=str))

@@ -1,0 +1,151 @@
+"""Plain values that flow through the pipeline: canonical messages, leaves, hits.
+
+Bottom of the import graph: this module imports nothing from vaultmem except ``errors``. Frozen
+dataclasses only; validation of outside input happens in the adapters and the file readers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from vaultmem.errors import UnsafePath
+
+LEAF_ID_RE = re.compile(r"^[0-9a-f]{16}$")
+SUMMARY_ID_RE = re.compile(r"^s[0-9a-f]{15}$")
+# Source and session names become directory names, so they are kept to a safe, portable alphabet.
+SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+
+
+class Status(StrEnum):
+    """Leaf lifecycle: pending_extraction -> admitted -> buffered -> sealed, or dropped."""
+
+    PENDING = "pending_extraction"
+    ADMITTED = "admitted"
+    BUFFERED = "buffered"
+    SEALED = "sealed"
+    DROPPED = "dropped"
+
+
+class InputKind(StrEnum):
+    CHAT = "chat"
+    EMAIL = "email"
+    DOC = "doc"
+
+
+def safe_name(name: str, what: str = "source name") -> str:
+    """Return ``name`` if it can be a single path component inside the vault, else raise UnsafePath."""
+    if not isinstance(name, str) or not SAFE_NAME_RE.match(name) or name in {".", ".."} or ".." in name:
+        raise UnsafePath(
+            f"invalid {what} {name!r}: use letters, digits, '.', '_' or '-' (no '/', no '..', at most 80 chars)"
+        )
+    return name
+
+
+def slugify_name(text: str, fallback: str = "source") -> str:
+    """Turn free text (a file stem, a channel title) into a safe source name."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", text.strip()).strip("-._")[:80].lower()
+    return slug or fallback
+
+
+def check_node_id(node_id: str) -> str:
+    """Validate an id that arrives from outside (CLI, API, frontmatter); ids never carry path syntax."""
+    if not isinstance(node_id, str) or not (LEAF_ID_RE.match(node_id) or SUMMARY_ID_RE.match(node_id)):
+        raise UnsafePath(f"invalid node id {node_id!r}: expected 16 lowercase hex characters")
+    return node_id
+
+
+def utc(dt: datetime) -> datetime:
+    """Normalise a datetime to aware UTC (naive values are taken as UTC)."""
+    if dt.tzinfo is None:
+        return dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+def format_ts(dt: datetime | None) -> str | None:
+    if dt is None:
+        return None
+    return utc(dt).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_ts(value: Any) -> datetime | None:
+    """Parse an ISO 8601 string, a datetime or epoch seconds into aware UTC; None stays None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return utc(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        # Epoch seconds, or milliseconds when the number is too large to be seconds.
+        seconds = value / 1000 if value > 1e11 else value
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith("Z"):
+            text = text[:-1] + "+00:00"
+        try:
+            return utc(datetime.fromisoformat(text))
+        except ValueError:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class Message:
+    """One canonical unit of input: a chat turn, an email, or a section of a document.
+
+    ``text`` is normalised Markdown. ``source_id`` is the id the source gave it (chat message id,
+    email Message-ID, ``path#heading``); ``meta`` carries further provenance (subject, from, to,
+    heading path, file) as plain strings.
+    """
+
+    source: str
+    text: str
+    kind: InputKind = InputKind.CHAT
+    source_id: str | None = None
+    session: str | None = None
+    role: str | None = None
+    speaker: str | None = None
+    ts: datetime | None = None
+    meta: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A verbatim chunk as stored in a leaf file and its index row."""
+
+    id: str
+    source: str
+    text: str
+    path: str  # posix path relative to the vault root
+    kind: InputKind = InputKind.CHAT
+    seq: int = 0
+    source_id: str | None = None
+    session: str | None = None
+    role: str | None = None
+    speaker: str | None = None
+    ts: datetime | None = None
+    message_ids: tuple[str, ...] = ()
+    status: Status = Status.PENDING
+    score: float = 0.0
+    reasons: tuple[str, ...] = ()
+    tokens: int = 0
+    content_hash: str = ""
+    redactions: tuple[str, ...] = ()
+    meta: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "session": self.session,
+            "source_id": self.source_id,
+            "message_ids": list(self.message_ids),
+            "role": self.role,
+            "speaker": self.speaker,
+            "ts": format_ts(self.ts),
+            "path": self.path,
+            **self.meta,
+        }

@@ -1,0 +1,66 @@
+"""Walking a vault's files: which Markdown files are candidate nodes, which links leave the vault.
+
+Owns the traversal rules shared by reindex, check and (later) the watcher: engine state, editor and VCS
+folders and temp files are ignored; symlinks are never followed out of the vault. Read-only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from vaultmem.layout import SUMMARY_NAME, Layout, is_ignored
+
+
+@dataclass(frozen=True)
+class ScanEntry:
+    rel: str
+    is_summary: bool
+
+
+@dataclass(frozen=True)
+class Scan:
+    entries: tuple[ScanEntry, ...]
+    outside_links: tuple[str, ...]  # symlinks that resolve outside the vault (never followed)
+
+
+def scan(layout: Layout) -> Scan:
+    root = layout.root.resolve()
+    entries: list[ScanEntry] = []
+    outside: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(layout.root, followlinks=False):
+        base = Path(dirpath)
+        rel_dir = "" if base == layout.root else base.relative_to(layout.root).as_posix()
+        kept = []
+        for d in sorted(dirnames):
+            rel = f"{rel_dir}/{d}" if rel_dir else d
+            if is_ignored(rel):
+                continue
+            full = base / d
+            if full.is_symlink():
+                target = full.resolve()
+                if target != root and root not in target.parents:
+                    outside.append(rel)
+                continue  # links inside the vault would index files twice
+            kept.append(d)
+        dirnames[:] = kept
+        for name in sorted(filenames):
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if not name.endswith(".md") or is_ignored(rel):
+                continue
+            full = base / name
+            if full.is_symlink():
+                target = full.resolve()
+                if target != root and root not in target.parents:
+                    outside.append(rel)
+                continue
+            entries.append(ScanEntry(rel, name == SUMMARY_NAME))
+    return Scan(tuple(entries), tuple(outside))
+
+
+def leaf_candidates(layout: Layout) -> Iterator[str]:
+    for entry in scan(layout).entries:
+        if not entry.is_summary:
+            yield entry.rel

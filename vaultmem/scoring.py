@@ -1,0 +1,443 @@
+"""The fast score: how much a chunk looks worth remembering, from cheap English and Chinese rules.
+
+Runs on every ingested chunk, so it uses only precompiled regular expressions and set lookups, never
+an LLM. It owns the rule list, the weights and the admission threshold; it must never call a model,
+read a file, or raise on any text. There is no language detection: every rule has English and Chinese
+probes, and the Chinese ones only run when the text has CJK characters.
+
+A score is ``BASE`` + a length bonus + the weights of the rules that fired, clamped to [0, 1] and
+rounded to 3 decimals. The length bonus grows with the number of words (a CJK character counts as
+2/3 of a word) up to ``LENGTH_BONUS`` at ``LENGTH_FULL_WORDS`` words, so an ordinary sentence with no
+marker at all is admitted, while short filler ("ok", "thanks", "好的") takes the ``short`` penalty and
+is dropped. ``reasons`` lists the rules that fired, in the order of ``RULES``.
+
+Speed: the text is lowercased and split into words once. English probes are gated by a word set (a
+regex only runs when one of its words occurs), matched on the lowercased text without IGNORECASE
+(several times faster in ``re``), and patterns start with a literal where possible so ``re`` can skip
+ahead; negations are lookbehinds placed after the first character for the same reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, NamedTuple
+
+from vaultmem.errors import InvalidInput
+
+DEFAULT_THRESHOLD: Final = 0.3
+BASE: Final = 0.15
+LENGTH_BONUS: Final = 0.2
+LENGTH_FULL_WORDS: Final = 8.0
+SHORT_WORDS: Final = 4.0  # fewer words than this (6 CJK characters make 4 words) is `short`
+CJK_CHARS_PER_WORD: Final = 1.5
+MAX_SEEN_TERMS: Final = 100_000
+
+
+class Rule(NamedTuple):
+    weight: float
+    description: str
+
+
+RULES: Final[Mapping[str, Rule]] = MappingProxyType(
+    {
+        "remember": Rule(0.35, 'an explicit request to remember: "remember this", "note that", 记住, 别忘了'),
+        "preference": Rule(0.25, 'a first-person preference: "I prefer", "my favourite", 我喜欢, 讨厌, 最爱'),
+        "money": Rule(0.15, "an amount of money or a currency: $12, 12 USD, €5, ¥100, 100元, 3万元, RMB"),
+        "importance": Rule(0.2, 'urgency or importance: "important", "urgent", "deadline", 重要, 务必, 截止'),
+        "need_feeling": Rule(0.15, 'a first-person need or feeling: "I need", "I\'m worried", 我需要, 担心'),
+        "error": Rule(0.15, "an error or failure: error, bug, traceback, FooError, 报错, 崩溃, 失败"),
+        "version": Rule(0.1, 'a version: v1.2.3, 3.11, "version 2", "Python 3", 版本'),
+        "project": Rule(0.1, 'a named project or repository: CamelCase, owner/repo, "project X", 项目, 仓库'),
+        "config": Rule(0.1, "configuration: config, settings, env vars, KEY=value, --flags, port 8080, 配置"),
+        "first_mention": Rule(0.15, "a new proper-noun-like term: Name, CamelCase, quoted, 「」《》"),
+        "completion": Rule(0.1, "something finished: done, fixed, shipped, merged, 完成, 搞定, 解决了, 成功"),
+        "credential": Rule(0.2, "passwords, keys, tokens, accounts, or [REDACTED:...] markers; 密码, 账号"),
+        "datetime": Rule(0.1, "a date or time: 2023-05-08, May 8, next Tuesday, 14:30, 明天, 下周二, 5月8日"),
+        "short": Rule(-0.3, "penalty: fewer than 4 words or 6 CJK characters (filler like ok, thanks, 好的)"),
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """One way a rule can fire. Every gate that is set must pass, then ``pattern`` must match."""
+
+    pattern: re.Pattern[str] | None  # None: passing the gates fires the rule
+    lowered: bool = True  # search the lowercased text (else the original, for case-shaped patterns)
+    words: frozenset[str] = frozenset()  # gate: one of these words occurs (lowercased)
+    marks: tuple[str, ...] = ()  # gate: one of these substrings occurs in the searched text
+    digits: bool = False  # gate: the text has a digit
+    cjk: bool = False  # gate: the text has a CJK character
+    check: Callable[[re.Match[str]], bool] | None = None  # a match must also pass this
+
+
+def _words(words: str) -> _Probe:
+    return _Probe(None, words=frozenset(words.split()))
+
+
+def _en(pattern: str, words: str) -> _Probe:
+    return _Probe(re.compile(pattern), words=frozenset(words.split()))
+
+
+def _num(pattern: str, words: str = "") -> _Probe:
+    return _Probe(re.compile(pattern), words=frozenset(words.split()), digits=True)
+
+
+def _cased(pattern: str, marks: tuple[str, ...] = ()) -> _Probe:
+    return _Probe(re.compile(pattern), lowered=False, marks=marks)
+
+
+def _zh(pattern: str) -> _Probe:
+    return _Probe(re.compile(pattern), lowered=False, cjk=True)
+
+
+_SLASH_PAIRS = frozenset(
+    {
+        *("and/or", "either/or", "yes/no", "he/she", "his/her", "him/her", "she/he", "s/he", "this/that"),
+        *("on/off", "true/false", "read/write", "input/output", "client/server", "tcp/ip", "pros/cons"),
+        *("am/pm", "in/out", "up/down", "left/right", "mm/dd", "dd/mm", "http/https", "before/after"),
+        *("question/answer", "lunch/dinner", "day/night", "black/white"),
+    }
+)
+
+
+def _is_repo(m: re.Match[str]) -> bool:
+    """owner/repo, but not and/or, km/h, he/she and friends."""
+    owner, name = m.group(1), m.group(2)
+    return len(owner) >= 2 and len(name) >= 2 and f"{owner}/{name}".lower() not in _SLASH_PAIRS
+
+
+_MONTHS = "january february march april may june july august september october november december"
+_MONTHS_NOT_MAY = _MONTHS.replace(" may", "")  # "in may" is more often the verb
+_MONTH_ABBR = "jan feb mar apr jun jul aug sep sept oct nov dec"
+_MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
+_DAYS = "monday tuesday wednesday thursday friday saturday sunday"
+_UNITS = r"(?:minutes?|hours?|days?|weeks?|months?|years?)"
+_ZH_NUM = "一二三四五六七八九十两兩"
+# What may stand between 我 and a verb of feeling or liking: 我们, 今天, 其实, 有点, 很 ...
+_ZH_ADVERBS = (
+    r"(?:们|們)?(?:今天|现在|現在|最近|其实|其實|真的|有点|有點|特别|特別|非常|一直|总是|總是|还是|還是"
+    r"|比较|比較|也|都|很|真|好|挺|太|还|還|更|超|最|又){0,2}"
+)
+# English negation, as lookbehinds in front of a keyword.
+_NOT = r"(?<!\bnot )(?<!n't )(?<!\bno )(?<!\bnever )"
+
+_PREFER = "prefer like love hate dislike enjoy adore detest"
+_FEEL = (
+    "need want wish hope feel felt worried excited sad happy anxious scared afraid nervous stressed "
+    "upset angry frustrated tired lonely glad disappointed overwhelmed"
+)
+_IMPORTANT = "important importantly urgent urgently asap critical crucial essential must deadline vital"
+_DONE = "done finished completed fixed shipped merged succeeded resolved solved deployed released"
+
+_PROBES: Final[Mapping[str, tuple[_Probe, ...]]] = MappingProxyType(
+    {
+        "remember": (
+            _en(
+                # Imperative "remember", not recollection ("I remember the trip", "can't remember").
+                r"(?<!\bi )(?<!\bwe )(?<!\byou )(?<!they )(?<!\bhe )(?<!she )(?<!'ll )(?<!n't )(?<!not )"
+                r"(?<!\bto )\bremember\b|\b(?:don't|do not|never) forget\b|\bnote (?:that|to self)\b"
+                r"|\bmake a note\b|\bkeep in mind\b|\bfor future reference\b|\bremind me\b|\bmemori[sz]e\b",
+                "remember forget note keep reference remind memorize memorise",
+            ),
+            _zh(r"记住|記住|别忘|別忘|不要忘|请记下|請記下|记下来|記下來|记一下|記一下|备忘|備忘|提醒我"),
+        ),
+        "preference": (
+            _en(
+                r"\b(?:i|we)(?: (?:really|truly|also|still|always|usually|much|kind of|kinda|do|would"
+                rf"|don't|do not|absolutely|just)){{0,2}} (?:{_PREFER.replace(' ', '|')}|can't stand)\b"
+                r"|\bmy (?:favou?rites?|preferred)\b|\bi'?d rather\b|\bi'm (?:a fan of|allergic to|into)\b"
+                r"|\bnot a fan of\b",
+                f"{_PREFER} stand favourite favorite favourites favorites preferred rather fan allergic into",
+            ),
+            _zh(
+                rf"我{_ZH_ADVERBS}(?:不太|不)?"
+                r"(?:喜欢|喜歡|偏好|讨厌|討厭|爱吃|愛吃|爱喝|愛喝|爱|愛|受不了|倾向|傾向|宁愿|寧願)"
+                r"|最爱|最愛|偏好|偏爱|偏愛"
+            ),
+        ),
+        "money": (
+            _words("usd eur gbp cny rmb jpy hkd"),
+            _num(
+                r"[$€£¥￥]\s?\d|\d\s?[€£¥￥]|\d\s?(?:k|m|bn|million|billion|thousand)?\s?"
+                r"(?:dollars?|bucks|euros?|pounds?|yuan|cents?)\b"
+            ),
+            _zh(
+                r"\d\s?[万萬千百亿億]?\s?(?:元|块钱|塊錢|美元|美金|欧元|歐元|英镑|英鎊|日元|人民币|人民幣|港币|港幣"
+                r"|[块塊](?![\u4e00-\u9fff]))"
+                rf"|[{_ZH_NUM}百千万萬亿億](?:元|块钱|塊錢|美元|欧元|歐元)|人民币|人民幣"
+            ),
+        ),
+        "importance": (
+            _en(
+                rf"{_NOT}\b(?:{_IMPORTANT.replace(' ', '|')})\b|\b(?:top|high|highest) priority\b",
+                f"{_IMPORTANT} priority",
+            ),
+            _zh(
+                r"重(?<!不重)(?<!不太重)(?<!没那么重)(?<!沒那麼重)要|紧(?<!不紧)急|緊(?<!不緊)急|务必|務必|截止"
+                rf"|必须|必須|一定要|千(?<![\d{_ZH_NUM}百])[万萬]|优先|優先|关键|關鍵"
+            ),
+        ),
+        "need_feeling": (
+            _en(
+                r"\b(?:i|we)(?:'m|'re| am| are)?(?: (?:really|so|very|a bit|kind of|kinda|also|still|just"
+                rf"|quite|getting|feeling|a little)){{0,2}} (?:{_FEEL.replace(' ', '|')})\b",
+                _FEEL,
+            ),
+            _zh(
+                rf"我{_ZH_ADVERBS}"
+                r"(?:需要|想要|想|觉得|覺得|感觉|感覺|担心|擔心|害怕|开心|開心|高兴|高興|难过|難過|伤心|傷心"
+                r"|焦虑|焦慮|紧张|緊張|生气|生氣|失望|希望|累)"
+            ),
+        ),
+        "error": (
+            _words(
+                "error errors bug bugs buggy exception exceptions traceback stacktrace crash crashed crashes "
+                "crashing fail failed fails failing failure segfault panicked broken"
+            ),
+            _en(
+                r"\bstack trace\b|\bnot working\b|\b(?:doesn't|didn't|won't) work\b|\btimed out\b",
+                "stack working work timed",
+            ),
+            _cased(r"E(?<=\wE)(?:rror|xception)\b"),  # ValueError, NullPointerException
+            _zh(r"报错|報錯|错误|錯誤|出错|出錯|崩溃|崩潰|失败|失敗|异常|異常|故障|闪退|閃退|死机|死機"),
+        ),
+        "version": (
+            _num(
+                r"\bv\d+(?:\.\d+){0,3}\b|\b\d+\.\d+\.\d+\b"
+                # A bare X.Y is a version unless it is money, a percentage or a measurement.
+                r"|(?<![\w.$€£¥])\d{1,2}\.\d{1,2}(?![\d.%])(?! ?(?:%|percent|hours?|hrs?|h\b|minutes?|mins?"
+                r"|seconds?|secs?|days?|weeks?|months?|years?|km|kg|g\b|m\b|cm|mm|miles?|times|x\b|stars?"
+                r"|points?|usd|eur|dollars?|元|万|萬|块|塊|小时|小時|公里|公斤|分|倍|米))"
+                r"|\b(?:version|ver\.?|release|python|node|java|ubuntu|debian|macos|ios|android|windows"
+                r"|postgres(?:ql)?|mysql|django|react|rust) ?\d+\b"
+            ),
+            _zh(r"版本|版號|版号|\d版|第\d+版|升级到|升級到"),
+        ),
+        "project": (
+            _cased(r"[A-Z](?<=[a-z][A-Z])"),  # CamelCase / camelCase: a capital right after a small letter
+            _Probe(
+                re.compile(r"\b[Pp]roject[ \t]+[A-Z\"“']|\b[Tt]he [A-Z]\w+ (?:[Pp]roject|repo)\b"),
+                lowered=False,
+                words=frozenset({"project", "repo"}),
+            ),
+            _Probe(
+                re.compile(r"(?<![\w./:@-])([A-Za-z][A-Za-z0-9-]*)/([A-Za-z][\w.-]*[A-Za-z0-9])(?![\w/-])"),
+                lowered=False,
+                marks=("/",),
+                check=_is_repo,
+            ),
+            _Probe(
+                re.compile(r"\bgit(?:hub|lab)\.com/[\w-]+/|\w\.git\b"),
+                marks=("github.com/", "gitlab.com/", ".git"),
+            ),
+            _zh(r"项目|項目|仓库|倉庫|代码库|代碼庫|專案"),
+        ),
+        "config": (
+            _words(
+                "config configs configuration configurations configure configured configures configuring "
+                "settings dotenv yaml toml env envvar env_var"
+            ),
+            _en(
+                r"\benvironment variables?\b|\b(?:feature|command[- ]line|cli) flags?\b"
+                r"|\bport (?:number|\d{2,5})\b",
+                "environment flag flags port",
+            ),
+            _cased(r"\b[A-Z][A-Z0-9_]{2,}=\S", marks=("=",)),  # KEY=value
+            _cased(r"--(?<!\S--)[a-z][a-z0-9-]+", marks=("--",)),  # --flags
+            _num(r"[a-z]:\d{4,5}\b"),  # localhost:8080
+            _zh(r"配置|设置|設置|设定|設定|环境变量|環境變數|参数|參數|端口|选项|選項"),
+        ),
+        "completion": (
+            _en(
+                rf"{_NOT}(?<!\bnot yet )(?<!n't been )(?<!\bbe )(?<!\bget )\b(?:{_DONE.replace(' ', '|')})\b"
+                r"|\bit works\b|\bworks now\b|\bwrapped up\b|\bsorted out\b",
+                f"{_DONE} works wrapped sorted",
+            ),
+            _zh(
+                r"完(?<!没完)(?<!沒完)(?<!未完)(?<!不完)(?<!没有完)(?<!沒有完)成|搞(?<!没搞)(?<!沒搞)定"
+                r"|成(?<!不成)(?<!没成)(?<!沒成)(?<!未成)(?<!没有成)(?<!沒有成)功|解决了|解決了|修好了|修复了|修復了"
+                r"|做完了|弄好了|上线了|上線了|合并了|合併了|发布了|發佈了|發布了"
+            ),
+        ),
+        "credential": (
+            _words(
+                "password passwords passwd passphrase passphrases credential credentials login logins "
+                "username usernames 2fa otp token tokens apikey api_key api_keys secret_key access_key "
+                "private_key ssh_key"
+            ),
+            _en(
+                r"\b(?:api|secret|access|private|ssh|signing)[ -]keys?\b|\bpin (?:code|number)\b",
+                "key keys pin",
+            ),
+            _Probe(None, marks=("[redacted:",)),  # text that has been through `redact`
+            _zh(
+                r"密码|密碼|口令|账号|賬號|帐号|帳號|账户|賬戶|帐户|帳戶|令牌|密钥|密鑰|验证码|驗證碼|私钥|私鑰"
+            ),
+        ),
+        "datetime": (
+            _words(
+                f"today tonight tomorrow yesterday tmr tmrw noon midnight weekend weekends {_DAYS} "
+                + " ".join(f"{d}s" for d in _DAYS.split())
+            ),
+            _en(
+                r"\b(?:next|last|this|coming) (?:week|month|year|morning|afternoon|evening|night)\b"
+                r"|\b(?:in|since|until|by|next|last|early|late|mid)[ -]"
+                rf"(?:{_MONTHS_NOT_MAY.replace(' ', '|')})\b",
+                f"week month year morning afternoon evening night {_MONTHS}",
+            ),
+            _num(
+                rf"\b{_MONTH}\.? \d{{1,2}}(?:st|nd|rd|th)?\b|\b\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{_MONTH}\b",
+                f"{_MONTHS} {_MONTH_ABBR}",
+            ),
+            _num(
+                r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
+                r"|\b\d{1,2}(?::[0-5]\d)? ?(?:am|pm|a\.m\.|p\.m\.)(?!\w)|\b(?:[01]?\d|2[0-3]):[0-5]\d\b"
+                r"|\b\d{1,2} o'clock\b|\b(?:in|since|by|until) (?:19|20)\d{2}\b"
+                rf"|\bin \d+ {_UNITS}\b|\b\d+ {_UNITS} (?:ago|from now|later)\b"
+            ),
+            _zh(
+                r"今天|明天|后天|後天|昨天|前天|今晚|明早|明晚|今早|早上|上午|下午|晚上|中午|凌晨|傍晚|周末|週末"
+                r"|[上下这這本]个?(?:周|週|星期|礼拜|禮拜)|(?:周|週|星期|礼拜|禮拜)[一二三四五六日天]"
+                r"|\d{1,4}年|\d{1,2}月(?:\d{1,2}[日号號])?|[一二三四五六七八九十]{1,3}月(?:[一二三四五六七八九十]{1,3}[日号號])?"
+                rf"|\d{{1,2}}[点點时時](?:钟|鐘|半|整|\d{{1,2}}分)|[{_ZH_NUM}]{{1,3}}[点點](?:钟|鐘|半)"
+                r"|下个月|下個月|上个月|上個月|明年|去年|今年"
+            ),
+        ),
+    }
+)
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_WORD_RE = re.compile(rf"[^\W{_CJK}]+")
+_CJK_RE = re.compile(f"[{_CJK}]")
+_DIGIT_RE = re.compile(r"\d")
+
+# Terms for first_mention: runs of capitalised words, camelCase, short quoted names, 「」《》『』.
+_TERM_RE = re.compile(
+    r"(?P<cap>\b[A-Z][a-z][A-Za-z0-9]*(?:[ \t]+[A-Z][a-z][A-Za-z0-9]*)*)"
+    r"|(?P<camel>\b[a-z]+[A-Z][A-Za-z0-9]*\b)"
+    r'|"(?P<q1>[^"\n]{2,40})"|“(?P<q2>[^”\n]{1,40})”'
+    r"|「(?P<q3>[^」\n]{1,30})」|《(?P<q4>[^》\n]{1,30})》|『(?P<q5>[^』\n]{1,30})』"
+)
+_INNER_CAP_RE = re.compile(r"[a-z][A-Z]")
+_SENTENCE_END = frozenset(".!?。！？:;\n")
+_OPENERS = frozenset(" \t\"'“‘(*#>-_[`")
+_NOT_TERMS = frozenset(f"{_DAYS} {_MONTHS} ok okay mr mrs ms dr".split())
+
+
+@dataclass(frozen=True)
+class Score:
+    """A fast score in [0, 1] and the rules that fired, in ``RULES`` order."""
+
+    value: float
+    reasons: tuple[str, ...]
+
+
+def _at_sentence_start(text: str, start: int) -> bool:
+    i = start
+    while i > 0 and text[i - 1] in _OPENERS:
+        i -= 1
+    return i == 0 or text[i - 1] in _SENTENCE_END
+
+
+def _terms(text: str) -> list[str]:
+    """Proper-noun-like terms in ``text``, casefolded."""
+    terms: list[str] = []
+    for m in _TERM_RE.finditer(text):
+        group = m.lastgroup or ""
+        term = m.group(group) if group else ""
+        if group == "cap":
+            words = term.split()
+            if not _INNER_CAP_RE.search(words[0]) and _at_sentence_start(text, m.start()):
+                words = words[1:]  # "Yesterday Alice ...": capitalised by grammar, not a name
+            term = " ".join(words)
+        elif group == "q1" and len(term.split()) > 4:
+            continue  # a quotation, not a name
+        term = term.strip().casefold()
+        if term and term not in _NOT_TERMS:
+            terms.append(term)
+    return terms
+
+
+class FastScorer:
+    """Score chunks with the rules in ``RULES``, remembering the terms seen for ``first_mention``.
+
+    ``seen_terms`` is shared, not copied, so a caller can carry first mentions across batches. The
+    scorer keeps it under ``max_terms`` by forgetting the oldest terms it added itself.
+    """
+
+    def __init__(
+        self,
+        threshold: float = DEFAULT_THRESHOLD,
+        seen_terms: set[str] | None = None,
+        max_terms: int = MAX_SEEN_TERMS,
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise InvalidInput(
+                f"score threshold must be between 0 and 1, got {threshold!r}: fix ingest.score_threshold"
+            )
+        self.threshold = threshold
+        self.seen_terms: set[str] = seen_terms if seen_terms is not None else set()
+        self.max_terms = max(1, max_terms)
+        self._added: deque[str] = deque()
+
+    def admits(self, score: Score) -> bool:
+        return score.value >= self.threshold
+
+    def score(self, text: str) -> Score:
+        low = text.lower().replace("’", "'")
+        tokens = _WORD_RE.findall(low)
+        words = set(tokens)
+        cjk = len(_CJK_RE.findall(text))
+        digits = _DIGIT_RE.search(text) is not None
+
+        fired: set[str] = set()
+        for name, probes in _PROBES.items():
+            for p in probes:
+                if (
+                    (p.cjk and not cjk)
+                    or (p.digits and not digits)
+                    or (p.words and p.words.isdisjoint(words))
+                ):
+                    continue
+                target = low if p.lowered else text
+                if p.marks and not any(mark in target for mark in p.marks):
+                    continue
+                if (
+                    p.pattern is None
+                    or (p.check is None and p.pattern.search(target))
+                    or (p.check is not None and any(map(p.check, p.pattern.finditer(target))))
+                ):
+                    fired.add(name)
+                    break
+        if self._remember_terms(_terms(text)):
+            fired.add("first_mention")
+        size = len(tokens) + cjk / CJK_CHARS_PER_WORD
+        if size < SHORT_WORDS:
+            fired.add("short")
+
+        value = BASE + LENGTH_BONUS * min(size, LENGTH_FULL_WORDS) / LENGTH_FULL_WORDS
+        value += sum(RULES[name].weight for name in fired)
+        reasons = tuple(name for name in RULES if name in fired)
+        return Score(round(min(1.0, max(0.0, value)), 3), reasons)
+
+    def _remember_terms(self, terms: list[str]) -> bool:
+        """Add unseen terms to ``seen_terms``; True if there was any."""
+        new = False
+        for term in terms:
+            if term in self.seen_terms:
+                continue
+            new = True
+            self.seen_terms.add(term)
+            self._added.append(term)
+            # Never evict the term just added, or a full set would make it "new" forever.
+            while len(self.seen_terms) > self.max_terms and len(self._added) > 1:
+                self.seen_terms.discard(self._added.popleft())
+        return new

@@ -1,0 +1,287 @@
+"""The Python API: ``Vault.init`` / ``Vault.open`` and the operations on an open vault.
+
+A thin facade and the library's composition root: it reads the vault's config, opens chunks.db, heals
+interrupted batches, and hands explicit values to the modules that do the work. It never prints.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from vaultmem import db, fsio, index
+from vaultmem.canon import read_path
+from vaultmem.canon_chat import messages_from_records
+from vaultmem.check import CheckReport, check
+from vaultmem.config import DEFAULT_TEXT, Config, load_config
+from vaultmem.errors import InvalidInput, ReadOnlyVault, VaultExists, VaultLocked, VaultNotFound
+from vaultmem.ingest import IngestReport, Progress, build_leaves, heal_intents, write_leaves
+from vaultmem.jobs import JobQueue
+from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
+from vaultmem.model import Leaf, Message, Status, safe_name
+from vaultmem.reindex import ReindexReport, reindex
+from vaultmem.scoring import FastScorer
+
+BATCH_MESSAGES = 2000
+LOCK_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Stats:
+    path: str
+    storage_bytes: int
+    index_bytes: int
+    sources: tuple[str, ...]
+    leaves: int
+    summaries: int
+    topics: int
+    by_status: dict[str, int]
+    first_memory: str | None
+    latest_memory: str | None
+    jobs: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "storage_bytes": self.storage_bytes,
+            "index_bytes": self.index_bytes,
+            "sources": list(self.sources),
+            "chunks": self.leaves,
+            "summaries": self.summaries,
+            "topics": self.topics,
+            "by_status": self.by_status,
+            "first_memory": self.first_memory,
+            "latest_memory": self.latest_memory,
+            "jobs": self.jobs,
+        }
+
+
+class Vault:
+    """An open vault. Use ``Vault.init(path)`` or ``Vault.open(path)``; close it (or use ``with``)."""
+
+    def __init__(self, layout: Layout, config: Config, conn: sqlite3.Connection) -> None:
+        self.layout = layout
+        self.config = config
+        self.conn = conn
+        self.scorer = FastScorer(threshold=config.score_threshold)
+        self._lock = FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    @classmethod
+    def init(cls, path: str | Path, config_text: str | None = None) -> Vault:
+        """Create a new vault at ``path`` (the directory may exist and hold other files)."""
+        layout = Layout(Path(path).absolute())
+        if layout.is_vault():
+            raise VaultExists(f"{layout.root} is already a vault; open it instead")
+        if layout.root.exists() and not layout.root.is_dir():
+            raise InvalidInput(f"{layout.root} exists and is not a directory")
+        try:
+            layout.state.mkdir(parents=True, exist_ok=True)
+            for name in RESERVED_TOP:
+                (layout.root / name).mkdir(exist_ok=True)
+            fsio.atomic_write(layout.config, (config_text or DEFAULT_TEXT).encode("utf-8"), expected=None)
+            # Only the config is worth versioning; the index is rebuilt from the files.
+            fsio.atomic_write(layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n")
+        except PermissionError as exc:
+            raise ReadOnlyVault(f"cannot create a vault at {layout.root}: {exc.strerror}") from exc
+        return cls.open(layout.root)
+
+    @classmethod
+    def open(cls, path: str | Path) -> Vault:
+        layout = Layout(Path(path).absolute())
+        if not layout.is_vault():
+            raise VaultNotFound(f"no vault at {layout.root}; create one with `vaultmem init {layout.root}`")
+        config = load_config(layout.config)
+        new_index = not layout.db.exists()
+        conn = db.connect(layout.db)
+        vault = cls(layout, config, conn)
+        if new_index and any((layout.root / SOURCES).glob("*/")):
+            # A cloned or copied vault arrives without its index: rebuild it from the files.
+            vault.reindex()
+        if layout.intent.is_dir() and any(layout.intent.iterdir()):
+            with vault._locked():
+                heal_intents(conn, layout, config.max_file_bytes)
+        return vault
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Vault:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the vault's write lock (re-entrant within this process)."""
+        try:
+            self._lock.acquire()
+        except Timeout as exc:
+            raise VaultLocked(
+                f"another process is writing to {self.layout.root} (lock {self.layout.lock}); try again"
+            ) from exc
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    # -- ingest ------------------------------------------------------------------------------------
+    def ingest_messages(
+        self,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        source: str | None = None,
+        session: str | None = None,
+        progress: Progress | None = None,
+    ) -> IngestReport:
+        """Ingest chat messages: ``Message`` values or mappings ``{id, role|speaker, content, ts, session}``.
+
+        Mappings need a ``source`` (argument or per record). Returns what was added, deduplicated,
+        dropped and redacted.
+        """
+        items = list(messages)
+        canonical: list[Message] = []
+        records: list[Mapping[str, Any]] = []
+        for item in items:
+            if isinstance(item, Message):
+                canonical.append(item)
+            else:
+                records.append(item)
+        if records:
+            canonical.extend(messages_from_records(records, source=source or "", session=session))
+        return self._ingest(canonical, progress)
+
+    def ingest_path(self, path: str | Path, *, source: str | None = None, progress: Progress | None = None) -> IngestReport:
+        """Ingest a file or a directory (chat JSON/JSONL, Markdown/text, .eml, mbox)."""
+        if source is not None:
+            safe_name(source)
+        result = read_path(Path(path), source=source, max_bytes=self.config.max_file_bytes)
+        report = self._ingest(result.messages, progress)
+        return IngestReport(
+            report.messages, report.added, report.duplicates, report.dropped, report.redacted,
+            tuple(result.skipped), report.sources,
+        )
+
+    def _ingest(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+        report = IngestReport()
+        total = len(messages)
+        for start in range(0, total, BATCH_MESSAGES):
+            batch = messages[start : start + BATCH_MESSAGES]
+            leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens)
+            with self._locked():
+                added = write_leaves(self.conn, self.layout, leaves)
+            added_set = set(added)
+            report = report.merge(
+                IngestReport(
+                    messages=len(batch),
+                    added=tuple(added),
+                    duplicates=len(leaves) - len(added),
+                    dropped=sum(1 for leaf in leaves if leaf.id in added_set and leaf.status is Status.DROPPED),
+                    redacted=sum(1 for leaf in leaves if leaf.id in added_set and leaf.redactions),
+                    sources=tuple(sorted({m.source for m in batch})),
+                )
+            )
+            if progress is not None:
+                progress(min(start + len(batch), total), total)
+        return report
+
+    # -- reading -----------------------------------------------------------------------------------
+    def get(self, node_id: str) -> Leaf:
+        """The leaf with this id, with its text and provenance (NodeNotFound if there is none)."""
+        return index.get_leaf(self.conn, node_id)
+
+    def ls(
+        self,
+        *,
+        source: str | None = None,
+        session: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+    ) -> list[Leaf]:
+        clauses = ["kind = 'leaf'"]
+        params: list[Any] = []
+        if source is not None:
+            clauses.append("source = ?")
+            params.append(source)
+        if session is not None:
+            clauses.append("session = ?")
+            params.append(session)
+        if status is not None:
+            if status not in {s.value for s in Status}:
+                raise InvalidInput(f"unknown status {status!r}; one of: {', '.join(s.value for s in Status)}")
+            clauses.append("status = ?")
+            params.append(status)
+        sql = f"SELECT * FROM chunks WHERE {' AND '.join(clauses)} ORDER BY source, coalesce(ts, ''), path"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [index.row_to_leaf(row) for row in self.conn.execute(sql, params)]
+
+    def sources(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT source FROM chunks ORDER BY source")]
+
+    def stats(self) -> Stats:
+        storage = 0
+        index_bytes = 0
+        for p in self.layout.root.rglob("*"):
+            if p.is_file() and not p.is_symlink():
+                size = p.stat().st_size
+                if self.layout.state in p.parents:
+                    index_bytes += size
+                elif ".git" not in p.relative_to(self.layout.root).parts:
+                    storage += size
+        counts = dict(self.conn.execute("SELECT kind, count(*) FROM chunks GROUP BY kind").fetchall())
+        by_status = dict(
+            self.conn.execute("SELECT status, count(*) FROM chunks WHERE kind = 'leaf' GROUP BY status").fetchall()
+        )
+        first, latest = self.conn.execute("SELECT min(ts), max(ts) FROM chunks WHERE ts IS NOT NULL").fetchone()
+        topics_dir = self.layout.root / "topics"
+        topics = sum(1 for p in topics_dir.iterdir() if p.is_dir()) if topics_dir.is_dir() else 0
+        return Stats(
+            path=str(self.layout.root),
+            storage_bytes=storage,
+            index_bytes=index_bytes,
+            sources=tuple(self.sources()),
+            leaves=counts.get("leaf", 0),
+            summaries=counts.get("summary", 0),
+            topics=topics,
+            by_status=by_status,
+            first_memory=first,
+            latest_memory=latest,
+            jobs=JobQueue(self.conn).counts(),
+        )
+
+    def source_tree(self) -> dict[str, dict[str, list[Leaf]]]:
+        """Leaves grouped by source, then by directory under the source (``_fresh`` or a sealed level)."""
+        tree: dict[str, dict[str, list[Leaf]]] = {}
+        for leaf in self.ls():
+            parts = leaf.path.split("/")
+            level = "/".join(parts[2:-1]) if parts[0] == SOURCES else "/".join(parts[:-1])
+            tree.setdefault(leaf.source, {}).setdefault(level, []).append(leaf)
+        return tree
+
+    # -- maintenance -------------------------------------------------------------------------------
+    def reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
+        with self._locked():
+            return reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
+
+    def check(self, *, fix: bool = False) -> CheckReport:
+        if fix:
+            with self._locked():
+                return check(self.conn, self.layout, self.config.max_file_bytes, fix=True)
+        return check(self.conn, self.layout, self.config.max_file_bytes)
+
+    @property
+    def jobs(self) -> JobQueue:
+        return JobQueue(self.conn, time.time)
