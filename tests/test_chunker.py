@@ -19,8 +19,18 @@ def test_short_message_is_one_chunk_with_stable_id() -> None:
 
 def test_ids_depend_on_source_sequence_and_content() -> None:
     base = chunk_id("s", "m1", 0, "text")
-    assert len({base, chunk_id("t", "m1", 0, "text"), chunk_id("s", "m2", 0, "text"),
-                chunk_id("s", "m1", 1, "text"), chunk_id("s", "m1", 0, "text!")}) == 5
+    assert (
+        len(
+            {
+                base,
+                chunk_id("t", "m1", 0, "text"),
+                chunk_id("s", "m2", 0, "text"),
+                chunk_id("s", "m1", 1, "text"),
+                chunk_id("s", "m1", 0, "text!"),
+            }
+        )
+        == 5
+    )
 
 
 def test_known_id_is_stable_across_versions() -> None:

@@ -10,13 +10,37 @@ from vaultmem import fastyaml
 
 scalars = st.one_of(
     st.text(max_size=30),
-    st.sampled_from(["yes", "No", "null", "~", "1.5", "0x1F", "2024-01-02", "12:30", "true", "-", "a: b", "#x",
-                     "3f9a1c2b4d5e6f70", "1234567890123456", "1e5", "Chen Jing", "陈静", "雾凇拼音", " lead", "trail "]),
+    st.sampled_from(
+        [
+            "yes",
+            "No",
+            "null",
+            "~",
+            "1.5",
+            "0x1F",
+            "2024-01-02",
+            "12:30",
+            "true",
+            "-",
+            "a: b",
+            "#x",
+            "3f9a1c2b4d5e6f70",
+            "1234567890123456",
+            "1e5",
+            "Chen Jing",
+            "陈静",
+            "雾凇拼音",
+            " lead",
+            "trail ",
+        ]
+    ),
     st.integers(min_value=-(10**12), max_value=10**12),
     st.floats(allow_nan=False, allow_infinity=False),
     st.booleans(),
 )
-values = st.one_of(scalars, st.lists(scalars, max_size=4), st.dictionaries(st.text(max_size=8), scalars, max_size=3))
+values = st.one_of(
+    scalars, st.lists(scalars, max_size=4), st.dictionaries(st.text(max_size=8), scalars, max_size=3)
+)
 keys = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
 
 
@@ -31,10 +55,33 @@ def test_dump_round_trips_through_full_yaml(mapping: dict[str, object]) -> None:
 
 
 lines = st.one_of(
-    st.builds(lambda k, v: f"{k}: {v}", keys, st.text(alphabet=st.characters(blacklist_characters="\n\r"), max_size=25)),
-    st.sampled_from(["tags:", "  - a", "- b", "# comment", "x: [a, 'b,c', \"d\"]", "y: {a: 1, b: [x]}",
-                     "z: 'it''s'", "w: \"\\x41\"", "when: 2024-01-02", "v: 010", "u: +1", "t: .5", "s: 1_000",
-                     "r: &a x", "q: !!str 5", "p: a # c", "o: [a, b,]", "n: {a: 1, a: 2}"]),
+    st.builds(
+        lambda k, v: f"{k}: {v}",
+        keys,
+        st.text(alphabet=st.characters(blacklist_characters="\n\r"), max_size=25),
+    ),
+    st.sampled_from(
+        [
+            "tags:",
+            "  - a",
+            "- b",
+            "# comment",
+            "x: [a, 'b,c', \"d\"]",
+            "y: {a: 1, b: [x]}",
+            "z: 'it''s'",
+            'w: "\\x41"',
+            "when: 2024-01-02",
+            "v: 010",
+            "u: +1",
+            "t: .5",
+            "s: 1_000",
+            "r: &a x",
+            "q: !!str 5",
+            "p: a # c",
+            "o: [a, b,]",
+            "n: {a: 1, a: 2}",
+        ]
+    ),
 )
 
 
@@ -53,8 +100,15 @@ def test_load_agrees_with_full_yaml_or_declines(raw_lines: list[str]) -> None:
 
 
 def test_engine_frontmatter_takes_the_fast_path() -> None:
-    mapping = {"id": "3f9a1c2b4d5e6f70", "kind": "leaf", "ts": "2026-03-02T09:16:00Z", "score": 0.62,
-               "reasons": ["remember", "datetime"], "speaker": "陈静", "provenance": {"subject": "Re: rent"}}
+    mapping = {
+        "id": "3f9a1c2b4d5e6f70",
+        "kind": "leaf",
+        "ts": "2026-03-02T09:16:00Z",
+        "score": 0.62,
+        "reasons": ["remember", "datetime"],
+        "speaker": "陈静",
+        "provenance": {"subject": "Re: rent"},
+    }
     text = fastyaml.dump(mapping)
     assert text is not None and "kind: leaf\n" in text and "reasons: [remember, datetime]" in text
     assert fastyaml.load(text) == mapping
@@ -64,3 +118,13 @@ def test_user_yaml_declines_to_full_parser() -> None:
     assert fastyaml.load("tags:\n  - a\n") is None
     assert fastyaml.load("created: 2024-01-02\n") is None
     assert fastyaml.load("note: hi # comment\n") is None
+
+
+@given(
+    st.one_of(
+        st.text(max_size=12), st.sampled_from(["yes", "NO", "Null", "on", "oN", "y", "~", "", ".inf", "1e3"])
+    )
+)
+def test_tag_shortcut_matches_pyyaml_resolver(text: str) -> None:
+    expected = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))
+    assert fastyaml._tag(text) == expected

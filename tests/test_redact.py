@@ -19,7 +19,7 @@ _ALNUM = string.ascii_letters + string.digits
 
 
 def fake(n: int, alphabet: str = _ALNUM, seed: int = 0) -> str:
-    """A deterministic random-looking string with at least one digit and one letter."""
+    """A deterministic random-looking string of length n; starts with a letter if it can, ends in 7."""
     rng = random.Random(f"{seed}:{n}:{alphabet}")
     letter = next((c for c in alphabet if c.isalpha()), "")
     body = "".join(rng.choice(alphabet) for _ in range(n - 1 - len(letter)))
@@ -38,15 +38,22 @@ AWS_SECRET = fake(40, _ALNUM + "/+", seed=5)
 GH_PAT = "gh" + "p_" + fake(36, seed=6)
 GH_OAUTH = "gh" + "o_" + fake(36, seed=7)
 GH_FINE = "github" + "_pat_" + fake(22, seed=8) + "_" + fake(59, seed=9)
-SLACK = "xo" + "xb-" + "-".join([fake(12, string.digits, seed=10), fake(13, string.digits, seed=11), fake(24)])
+SLACK = (
+    "xo" + "xb-" + "-".join([fake(12, string.digits, seed=10), fake(13, string.digits, seed=11), fake(24)])
+)
 GOOGLE = "AI" + "za" + b64url(35, seed=12)
 JWT = "eyJ" + b64url(30, seed=13) + ".eyJ" + b64url(40, seed=14) + "." + b64url(43, seed=15)
 BEARER = b64url(32, seed=16)
 PEM_BODY = fake(64, _ALNUM + "+/", seed=17)
 PEM = (
-    "-----BEGIN RSA " + "PRIVATE KEY-----\n"
-    + PEM_BODY + "\n" + fake(64, _ALNUM + "+/", seed=18) + "\n"
-    + "-----END RSA " + "PRIVATE KEY-----"
+    "-----BEGIN RSA "
+    + "PRIVATE KEY-----\n"
+    + PEM_BODY
+    + "\n"
+    + fake(64, _ALNUM + "+/", seed=18)
+    + "\n"
+    + "-----END RSA "
+    + "PRIVATE KEY-----"
 )
 GENERIC = fake(32, seed=19)
 URL_PASS = "S3cr3t" + fake(8, seed=20)

@@ -251,7 +251,19 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     ),
 }
 
-FILLER = ["ok", "OK!", "thanks", "Thanks a lot", "lol", "sure 👍", "好的", "哈哈", "嗯嗯", "收到", "好的，谢谢"]
+FILLER = [
+    "ok",
+    "OK!",
+    "thanks",
+    "Thanks a lot",
+    "lol",
+    "sure 👍",
+    "好的",
+    "哈哈",
+    "嗯嗯",
+    "收到",
+    "好的，谢谢",
+]
 PROSE = [
     "We walked along the river and talked about the old house for hours.",
     "The garden looked different after the rain, greener and quieter than before.",

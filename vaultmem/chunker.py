@@ -44,12 +44,14 @@ def chunk_message(message: Message, max_tokens: int = DEFAULT_MAX_TOKENS) -> lis
     text = message.text.strip()
     if not text:
         return []
-    pieces = list(_pack(text, max_tokens))
+    whole = count_tokens(text)
+    if whole <= max_tokens:  # the common case: one chunk, counted once
+        return [Chunk(chunk_id(message.source, message.source_id, 0, text), message, 0, text, whole)]
     return [
         Chunk(
             chunk_id(message.source, message.source_id, seq, piece), message, seq, piece, count_tokens(piece)
         )
-        for seq, piece in enumerate(pieces)
+        for seq, piece in enumerate(_pack(text, max_tokens))
     ]
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vaultmem.errors import InvalidInput
+from vaultmem.scoring import DEFAULT_THRESHOLD
 
 DEFAULT_TEXT = """\
 # vaultmem configuration. Every key is optional; the values shown are the defaults.
@@ -37,8 +38,11 @@ api_key_env = "OPENAI_API_KEY"
 """
 
 _SECTIONS = {
-    "ingest": {"chunk_max_tokens": "chunk_max_tokens", "score_threshold": "score_threshold",
-               "max_file_bytes": "max_file_bytes"},
+    "ingest": {
+        "chunk_max_tokens": "chunk_max_tokens",
+        "score_threshold": "score_threshold",
+        "max_file_bytes": "max_file_bytes",
+    },
     "embed": {"model": "embed_model", "backend": "embed_backend", "batch_size": "embed_batch_size"},
     "git": {"auto_commit": "git_auto_commit"},
     "llm": {"base_url": "llm_base_url", "model": "llm_model", "api_key_env": "llm_api_key_env"},
@@ -48,7 +52,7 @@ _SECTIONS = {
 @dataclass(frozen=True)
 class Config:
     chunk_max_tokens: int = 256
-    score_threshold: float = 0.3
+    score_threshold: float = DEFAULT_THRESHOLD
     max_file_bytes: int = 10 * 1024 * 1024
     embed_model: str = "default"
     embed_backend: str = "auto"

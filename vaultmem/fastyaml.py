@@ -11,6 +11,7 @@ equals ``m``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -30,11 +31,48 @@ _FLOAT_RE = re.compile(r"-?[0-9]+\.[0-9]+")
 _KEY_LINE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*): (.+)")
 _ITEM_RE = re.compile(r"\s*((?:\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*'|[^,\[\]{}\"'])*?)\s*(?:,|$)")
 # What PyYAML refuses to read, plus the characters YAML treats as line breaks inside scalars.
-_UNSAFE_RE = re.compile("[^\x20-\x7E\xA0-\u2027\u202A-\uD7FF\uE000-\uFFFD\U00010000-\U0010ffff]")
+_UNSAFE_RE = re.compile("[^\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+# PyYAML's implicit resolvers are keyed by first character; for text starting with an ASCII letter only
+# the bool and null words apply, so most strings are settled without running the resolver's regexes.
+_LETTER_WORDS = {
+    **dict.fromkeys(
+        [
+            "yes",
+            "Yes",
+            "YES",
+            "no",
+            "No",
+            "NO",
+            "true",
+            "True",
+            "TRUE",
+            "false",
+            "False",
+            "FALSE",
+            "on",
+            "On",
+            "ON",
+            "off",
+            "Off",
+            "OFF",
+        ],
+        _BOOL_TAG,
+    ),
+    **dict.fromkeys(["null", "Null", "NULL"], "tag:yaml.org,2002:null"),
+}
 
 
 def _tag(text: str) -> str:
-    return str(_RESOLVER.resolve(yaml.ScalarNode, text, (True, False)))
+    if text and text[0].isascii() and text[0].isalpha():
+        return _LETTER_WORDS.get(text, _STR_TAG)
+    return _resolve(text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _resolve(text: str) -> str:
+    return str(_RESOLVER.resolve(yaml.ScalarNode, text, (True, False)))  # type: ignore[no-untyped-call]
 
 
 def _plain_ok(text: str) -> bool:

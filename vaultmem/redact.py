@@ -2,13 +2,13 @@
 
 Runs on every message before it is chunked, so a secret never reaches a leaf file, the index or git.
 Owns the list of secret kinds and their patterns. It must never raise, never log or return a secret it
-found, and redacting twice must give the same text as redacting once: a match that overlaps an
-existing marker is ignored.
+found, and redacting twice must give the same text as redacting once.
 
 Speed matters because this is the ingest hot path: patterns are compiled once at import, and each one
 only runs when one of its trigger substrings occurs in the lowercased text, so ordinary prose costs a
-dozen substring tests. Matches of all patterns are collected on the original text and the earliest
-(then the longest) wins where they overlap, which also gives ``kinds`` in order of first appearance.
+dozen substring tests. In a sweep, the matches of all patterns are collected on the same text and the
+earliest (then the longest) wins where they overlap; a match that touches an existing marker is
+ignored. Sweeps repeat until one changes nothing, which makes ``redact`` idempotent by construction.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ _GENERIC_WORD = (
     r"(?:api[_-]?(?:key|secret|token)|apikey|access[_-]?key(?:[_-]?id)?|secret[_-]?key|client[_-]?secret"
     r"|(?:access|auth|refresh|session|private|bot)[_-]?token|token|secret)"
 )
+_WORDS_RE = re.compile(r"sk(?:-[a-z]+)+")
 _TRAILING_PUNCT = ".,;:!?)]}\"'"
 
 
@@ -44,6 +45,11 @@ def _password_is(value: str) -> int:
     if len(core) >= 6 and any(not c.isalpha() for c in core):
         return len(core)
     return 0
+
+
+def _not_words(value: str) -> int:
+    """`sk-` followed by plain hyphenated words ("sk-learn-style-...") is prose, not a key."""
+    return 0 if _WORDS_RE.fullmatch(value) else len(value)
 
 
 def _high_entropy(value: str) -> int:
@@ -95,9 +101,9 @@ _RULES: tuple[_Rule, ...] = (
     _rule("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}", ("sk-ant-",), flags=re.NOFLAG),
     _rule(
         "openai_key",
-        # Not `sk-` followed by plain hyphenated words ("sk-learn-is-a-library-for-...").
-        r"\bsk-(?!ant-)(?![a-z]+(?:-[a-z]+)*(?![A-Za-z0-9_-]))[A-Za-z0-9_-]{20,}",
+        r"\bsk-(?!ant-)[A-Za-z0-9_-]{20,}",
         ("sk-",),
+        check=_not_words,
         flags=re.NOFLAG,
     ),
     _rule("aws_access_key", r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b", ("akia", "asia"), flags=re.NOFLAG),
@@ -172,19 +178,35 @@ class Redaction:
 
 
 def redact(text: str) -> Redaction:
-    """Replace every secret in ``text`` with ``[REDACTED:<kind>]``."""
+    """Replace every secret in ``text`` with ``[REDACTED:<kind>]``.
+
+    One sweep nearly always finds everything; a second one catches a secret that an overlapping
+    match of another kind hid in the first, and confirms that nothing is left. Stopping only at a
+    fixed point is what makes ``redact(redact(t).text) == Redaction(redact(t).text, ())``. Each sweep
+    replaces at least one character that is not part of a marker, so the loop ends.
+    """
+    found: set[str] = set()
+    result = text
+    while True:
+        result, kinds = _sweep(result)
+        if not kinds:
+            break
+        found.update(kinds)
+    ordered = sorted(found, key=lambda kind: result.find(f"[REDACTED:{kind}]"))
+    return Redaction(result, tuple(ordered))
+
+
+def _sweep(text: str) -> tuple[str, set[str]]:
+    """One pass of every rule over ``text``; earliest, then longest, then first-listed match wins."""
     lowered = text.lower()
-    # Nothing that touches an existing marker is a secret: this is what makes `redact` idempotent.
+    # A match that touches an existing marker is not a secret, so a marker is never redacted again.
     markers = [m.span() for m in MARKER_RE.finditer(text)] if "[redacted:" in lowered else []
     found: list[tuple[int, int, int, str]] = []  # (start, -length, rule order, kind)
     for order, rule in enumerate(_RULES):
         if not any(t in lowered for t in rule.triggers):
             continue
         groups = _GROUPS[order]
-        # Not finditer: a match that loses to another rule's must not hide a later one of this rule.
-        pos = 0
-        while (m := rule.pattern.search(text, pos)) is not None:
-            pos = m.start() + 1
+        for m in rule.pattern.finditer(text):
             start, end = m.span()
             for g in groups:
                 if m.start(g) >= 0:
@@ -195,17 +217,17 @@ def redact(text: str) -> Redaction:
             if end > start and not any(a < end and start < b for a, b in markers):
                 found.append((start, start - end, order, rule.kind))
     if not found:
-        return Redaction(text, ())
+        return text, set()
     found.sort()
     parts: list[str] = []
-    kinds: dict[str, None] = {}
+    kinds: set[str] = set()
     pos = 0
     for start, neg_length, _, kind in found:
         if start < pos:
             continue  # overlaps a match that starts earlier or is longer
         parts.append(text[pos:start])
         parts.append(f"[REDACTED:{kind}]")
-        kinds[kind] = None
+        kinds.add(kind)
         pos = start - neg_length
     parts.append(text[pos:])
-    return Redaction("".join(parts), tuple(kinds))
+    return "".join(parts), kinds

@@ -11,10 +11,11 @@ rounded to 3 decimals. The length bonus grows with the number of words (a CJK ch
 marker at all is admitted, while short filler ("ok", "thanks", "好的") takes the ``short`` penalty and
 is dropped. ``reasons`` lists the rules that fired, in the order of ``RULES``.
 
-Speed: the text is lowercased and split into words once. English probes are gated by a word set (a
-regex only runs when one of its words occurs), matched on the lowercased text without IGNORECASE
-(several times faster in ``re``), and patterns start with a literal where possible so ``re`` can skip
-ahead; negations are lookbehinds placed after the first character for the same reason.
+Speed: the text is lowercased and split into words once. English probes only run when one of their
+words occurs, and match the lowercased text without IGNORECASE. Every pattern starts with a literal
+or a single character class, never with ``\\b`` or a lookbehind, because only then can ``re`` skip
+ahead to candidate positions instead of trying the whole pattern at every character; word-boundary
+and negation checks are lookbehinds placed after the first character instead (see ``_kw``).
 """
 
 from __future__ import annotations
@@ -64,15 +65,14 @@ RULES: Final[Mapping[str, Rule]] = MappingProxyType(
 
 @dataclass(frozen=True, slots=True)
 class _Probe:
-    """One way a rule can fire. Every gate that is set must pass, then ``pattern`` must match."""
+    """One way a rule can fire: every gate that is set must pass, then ``find`` must be truthy."""
 
-    pattern: re.Pattern[str] | None  # None: passing the gates fires the rule
+    find: Callable[[str], object] | None  # None: passing the gates fires the rule
     lowered: bool = True  # search the lowercased text (else the original, for case-shaped patterns)
     words: frozenset[str] = frozenset()  # gate: one of these words occurs (lowercased)
     marks: tuple[str, ...] = ()  # gate: one of these substrings occurs in the searched text
     digits: bool = False  # gate: the text has a digit
     cjk: bool = False  # gate: the text has a CJK character
-    check: Callable[[re.Match[str]], bool] | None = None  # a match must also pass this
 
 
 def _words(words: str) -> _Probe:
@@ -80,20 +80,78 @@ def _words(words: str) -> _Probe:
 
 
 def _en(pattern: str, words: str) -> _Probe:
-    return _Probe(re.compile(pattern), words=frozenset(words.split()))
+    return _Probe(re.compile(pattern).search, words=frozenset(words.split()))
 
 
 def _num(pattern: str, words: str = "") -> _Probe:
-    return _Probe(re.compile(pattern), words=frozenset(words.split()), digits=True)
+    return _Probe(re.compile(pattern).search, words=frozenset(words.split()), digits=True)
 
 
 def _cased(pattern: str, marks: tuple[str, ...] = ()) -> _Probe:
-    return _Probe(re.compile(pattern), lowered=False, marks=marks)
+    return _Probe(re.compile(pattern).search, lowered=False, marks=marks)
 
 
 def _zh(pattern: str) -> _Probe:
-    return _Probe(re.compile(pattern), lowered=False, cjk=True)
+    return _Probe(re.compile(pattern).search, lowered=False, cjk=True)
 
+
+def _kw(*phrases: str, not_after: tuple[str, ...] = ()) -> str:
+    r"""Whole-word alternatives, each refusing to follow any of the fixed-width regexes ``not_after``.
+
+    ``\b`` and the negations become lookbehinds after each phrase's first (literal) character, so the
+    pattern starts with literals: ``_kw("must", not_after=(r"\bnot ",))`` is
+    ``m(?<!\wm)(?<!\bnot m)ust\b``.
+    """
+    alts = []
+    for phrase in phrases:
+        first, rest = phrase[0], phrase[1:]
+        if not first.isalnum():
+            raise ValueError(f"_kw phrase must start with a letter or digit: {phrase!r}")
+        guards = "".join(f"(?<!{neg}{first})" for neg in not_after)
+        alts.append(rf"{first}(?<!\w{first}){guards}{rest}\b")
+    return "|".join(alts)
+
+
+_NOT = (r"\bnot ", "n't ", r"\bno ", r"\bnever ")
+# "I remember", "can't remember", "to remember" recall something; "Remember: ..." asks to keep it.
+_RECALLING = (r"\bi ", r"\bwe ", r"\byou ", r"\bthey ", r"\bhe ", r"\bshe ", "'ll ", r"\bto ", *_NOT[:2])
+_MONTHS = "january february march april may june july august september october november december"
+_MONTH_NAMES = (
+    *("jan(?:uary)?", "feb(?:ruary)?", "mar(?:ch)?", "apr(?:il)?", "may", "june?", "july?", "aug(?:ust)?"),
+    *("sep(?:t(?:ember)?)?", "oct(?:ober)?", "nov(?:ember)?", "dec(?:ember)?"),
+)
+_MONTH = f"(?:{'|'.join(_MONTH_NAMES)})"
+_MONTH_WORDS = f"{_MONTHS} jan feb mar apr jun jul aug sep sept oct nov dec"
+_MONTH_PREPS = "in since until by early late mid"
+_DAYS = "monday tuesday wednesday thursday friday saturday sunday"
+_UNITS = r"(?:minutes?|hours?|days?|weeks?|months?|years?)"
+_ZH_NUM = "一二三四五六七八九十两兩"
+# What may stand between 我 and a verb of feeling or liking: 我们, 今天, 其实, 有点, 很 ...
+_ZH_ADVERBS = (
+    r"(?:们|們)?(?:今天|现在|現在|最近|其实|其實|真的|有点|有點|特别|特別|非常|一直|总是|總是|还是|還是"
+    r"|比较|比較|也|都|很|真|好|挺|太|还|還|更|超|最|又){0,2}"
+)
+_EN_ADVERBS = (
+    r"(?: (?:really|truly|so|very|also|still|always|usually|just|quite|kind of|kinda|a bit|a little)){0,2}"
+)
+
+_VERSIONED = (
+    "python node java ubuntu debian macos ios android windows postgres postgresql mysql django react rust"
+)
+_PREFER = "prefer like love hate dislike enjoy adore detest"
+_PREFER_RE = _PREFER.replace(" ", "|")
+_DO = r"(?: do| would| don't| do not)?"
+_FEEL = (
+    "need want wish hope feel felt worried excited sad happy anxious scared afraid nervous stressed "
+    "upset angry frustrated tired lonely glad disappointed overwhelmed"
+)
+_IMPORTANT = "important importantly urgent urgently asap critical crucial essential must deadline vital"
+_DONE = "done finished completed fixed shipped merged succeeded resolved solved deployed released"
+# A bare X.Y is a version unless money, a percentage or a measurement follows it.
+_MEASURE = (
+    r"%|percent|hours?|hrs?|h\b|minutes?|mins?|seconds?|secs?|days?|weeks?|months?|years?|km|kg|g\b|m\b"
+    r"|cm|mm|miles?|times|x\b|stars?|points?|usd|eur|dollars?|元|万|萬|块|塊|小时|小時|公里|公斤|分|倍|米"
+)
 
 _SLASH_PAIRS = frozenset(
     {
@@ -103,81 +161,81 @@ _SLASH_PAIRS = frozenset(
         *("question/answer", "lunch/dinner", "day/night", "black/white"),
     }
 )
+_REPO_RE = re.compile(r"[A-Za-z][A-Za-z0-9-]*/[A-Za-z][\w.-]*[A-Za-z0-9]")
+_WORD_EDGES = "\"'`()[]<>{},.;:!?*"
 
 
-def _is_repo(m: re.Match[str]) -> bool:
-    """owner/repo, but not and/or, km/h, he/she and friends."""
-    owner, name = m.group(1), m.group(2)
-    return len(owner) >= 2 and len(name) >= 2 and f"{owner}/{name}".lower() not in _SLASH_PAIRS
+def _has_repo(text: str) -> bool:
+    """An owner/repo word, but not and/or, km/h, he/she and friends."""
+    for word in text.split():
+        if "/" in word:
+            word = word.strip(_WORD_EDGES)
+            if _REPO_RE.fullmatch(word) and word.lower() not in _SLASH_PAIRS:
+                return True
+    return False
 
-
-_MONTHS = "january february march april may june july august september october november december"
-_MONTHS_NOT_MAY = _MONTHS.replace(" may", "")  # "in may" is more often the verb
-_MONTH_ABBR = "jan feb mar apr jun jul aug sep sept oct nov dec"
-_MONTH = (
-    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
-    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
-)
-_DAYS = "monday tuesday wednesday thursday friday saturday sunday"
-_UNITS = r"(?:minutes?|hours?|days?|weeks?|months?|years?)"
-_ZH_NUM = "一二三四五六七八九十两兩"
-# What may stand between 我 and a verb of feeling or liking: 我们, 今天, 其实, 有点, 很 ...
-_ZH_ADVERBS = (
-    r"(?:们|們)?(?:今天|现在|現在|最近|其实|其實|真的|有点|有點|特别|特別|非常|一直|总是|總是|还是|還是"
-    r"|比较|比較|也|都|很|真|好|挺|太|还|還|更|超|最|又){0,2}"
-)
-# English negation, as lookbehinds in front of a keyword.
-_NOT = r"(?<!\bnot )(?<!n't )(?<!\bno )(?<!\bnever )"
-
-_PREFER = "prefer like love hate dislike enjoy adore detest"
-_FEEL = (
-    "need want wish hope feel felt worried excited sad happy anxious scared afraid nervous stressed "
-    "upset angry frustrated tired lonely glad disappointed overwhelmed"
-)
-_IMPORTANT = "important importantly urgent urgently asap critical crucial essential must deadline vital"
-_DONE = "done finished completed fixed shipped merged succeeded resolved solved deployed released"
 
 _PROBES: Final[Mapping[str, tuple[_Probe, ...]]] = MappingProxyType(
     {
         "remember": (
             _en(
-                # Imperative "remember", not recollection ("I remember the trip", "can't remember").
-                r"(?<!\bi )(?<!\bwe )(?<!\byou )(?<!they )(?<!\bhe )(?<!she )(?<!'ll )(?<!n't )(?<!not )"
-                r"(?<!\bto )\bremember\b|\b(?:don't|do not|never) forget\b|\bnote (?:that|to self)\b"
-                r"|\bmake a note\b|\bkeep in mind\b|\bfor future reference\b|\bremind me\b|\bmemori[sz]e\b",
+                _kw("remember", not_after=_RECALLING)
+                + "|"
+                + _kw(
+                    "don't forget",
+                    "do not forget",
+                    "never forget",
+                    "note that",
+                    "note to self",
+                    "make a note",
+                    "keep in mind",
+                    "for future reference",
+                    "remind me",
+                    "memori[sz]e",
+                ),
                 "remember forget note keep reference remind memorize memorise",
             ),
             _zh(r"记住|記住|别忘|別忘|不要忘|请记下|請記下|记下来|記下來|记一下|記一下|备忘|備忘|提醒我"),
         ),
         "preference": (
             _en(
-                r"\b(?:i|we)(?: (?:really|truly|also|still|always|usually|much|kind of|kinda|do|would"
-                rf"|don't|do not|absolutely|just)){{0,2}} (?:{_PREFER.replace(' ', '|')}|can't stand)\b"
-                r"|\bmy (?:favou?rites?|preferred)\b|\bi'?d rather\b|\bi'm (?:a fan of|allergic to|into)\b"
-                r"|\bnot a fan of\b",
+                _kw(
+                    rf"i{_EN_ADVERBS}{_DO}{_EN_ADVERBS} (?:{_PREFER_RE}|can't stand)",
+                    rf"we{_EN_ADVERBS}{_DO}{_EN_ADVERBS} (?:{_PREFER_RE})",
+                    r"my (?:favou?rites?|preferred)",
+                    r"i'?d rather",
+                    r"i'm (?:a fan of|allergic to|into)",
+                    "not a fan of",
+                ),
                 f"{_PREFER} stand favourite favorite favourites favorites preferred rather fan allergic into",
             ),
             _zh(
-                rf"我{_ZH_ADVERBS}(?:不太|不)?"
-                r"(?:喜欢|喜歡|偏好|讨厌|討厭|爱吃|愛吃|爱喝|愛喝|爱|愛|受不了|倾向|傾向|宁愿|寧願)"
-                r"|最爱|最愛|偏好|偏爱|偏愛"
+                rf"我{_ZH_ADVERBS}(?:不太|不)?(?:喜欢|喜歡|偏好|讨厌|討厭|爱吃|愛吃|爱喝|愛喝|爱|愛|受不了|倾向|傾向"
+                r"|宁愿|寧願)|最爱|最愛|偏好|偏爱|偏愛"
             ),
         ),
         "money": (
             _words("usd eur gbp cny rmb jpy hkd"),
+            _num(r"[$€£¥￥]\s?\d"),
             _num(
-                r"[$€£¥￥]\s?\d|\d\s?[€£¥￥]|\d\s?(?:k|m|bn|million|billion|thousand)?\s?"
-                r"(?:dollars?|bucks|euros?|pounds?|yuan|cents?)\b"
+                r"\d\s?(?:[€£¥￥]|(?:k|m|bn|million|billion|thousand)?\s?"
+                r"(?:dollars?|bucks|euros?|pounds?|yuan|cents?)\b)"
             ),
-            _zh(
-                r"\d\s?[万萬千百亿億]?\s?(?:元|块钱|塊錢|美元|美金|欧元|歐元|英镑|英鎊|日元|人民币|人民幣|港币|港幣"
-                r"|[块塊](?![\u4e00-\u9fff]))"
-                rf"|[{_ZH_NUM}百千万萬亿億](?:元|块钱|塊錢|美元|欧元|歐元)|人民币|人民幣"
+            _Probe(
+                re.compile(
+                    r"\d\s?[万萬千百亿億]?\s?(?:元|块钱|塊錢|美元|美金|欧元|歐元|英镑|英鎊|日元|人民币|人民幣"
+                    r"|港币|港幣|[块塊](?![\u4e00-\u9fff]))"  # 50块 but not 3块蛋糕
+                ).search,
+                lowered=False,
+                digits=True,
+                cjk=True,
             ),
+            _zh(rf"[{_ZH_NUM}百千万萬亿億](?:元|块钱|塊錢|美元|欧元|歐元)"),
+            _zh(r"人民币|人民幣"),
         ),
         "importance": (
             _en(
-                rf"{_NOT}\b(?:{_IMPORTANT.replace(' ', '|')})\b|\b(?:top|high|highest) priority\b",
+                _kw(*_IMPORTANT.split(), "top priority", "high priority", not_after=_NOT),
                 f"{_IMPORTANT} priority",
             ),
             _zh(
@@ -187,14 +245,15 @@ _PROBES: Final[Mapping[str, tuple[_Probe, ...]]] = MappingProxyType(
         ),
         "need_feeling": (
             _en(
-                r"\b(?:i|we)(?:'m|'re| am| are)?(?: (?:really|so|very|a bit|kind of|kinda|also|still|just"
-                rf"|quite|getting|feeling|a little)){{0,2}} (?:{_FEEL.replace(' ', '|')})\b",
+                _kw(
+                    rf"i(?:'m| am)?{_EN_ADVERBS} (?:{_FEEL.replace(' ', '|')})",
+                    rf"we(?:'re| are)?{_EN_ADVERBS} (?:{_FEEL.replace(' ', '|')})",
+                ),
                 _FEEL,
             ),
             _zh(
-                rf"我{_ZH_ADVERBS}"
-                r"(?:需要|想要|想|觉得|覺得|感觉|感覺|担心|擔心|害怕|开心|開心|高兴|高興|难过|難過|伤心|傷心"
-                r"|焦虑|焦慮|紧张|緊張|生气|生氣|失望|希望|累)"
+                rf"我{_ZH_ADVERBS}(?:需要|想要|想|觉得|覺得|感觉|感覺|担心|擔心|害怕|开心|開心|高兴|高興|难过|難過"
+                r"|伤心|傷心|焦虑|焦慮|紧张|緊張|生气|生氣|失望|希望|累)"
             ),
         ),
         "error": (
@@ -203,39 +262,39 @@ _PROBES: Final[Mapping[str, tuple[_Probe, ...]]] = MappingProxyType(
                 "crashing fail failed fails failing failure segfault panicked broken"
             ),
             _en(
-                r"\bstack trace\b|\bnot working\b|\b(?:doesn't|didn't|won't) work\b|\btimed out\b",
+                _kw("stack trace", "not working", "doesn't work", "didn't work", "won't work", "timed out"),
                 "stack working work timed",
             ),
             _cased(r"E(?<=\wE)(?:rror|xception)\b"),  # ValueError, NullPointerException
             _zh(r"报错|報錯|错误|錯誤|出错|出錯|崩溃|崩潰|失败|失敗|异常|異常|故障|闪退|閃退|死机|死機"),
         ),
         "version": (
+            _num(r"v(?<!\wv)\d+(?:\.\d+){0,3}\b"),  # v2, v1.2.3
+            _num(rf"\d(?<![\w.$€£¥]\d)(?:\d*\.\d+\.\d+\b|\d?\.\d{{1,2}}(?![\d.%])(?! ?(?:{_MEASURE})))"),
             _num(
-                r"\bv\d+(?:\.\d+){0,3}\b|\b\d+\.\d+\.\d+\b"
-                # A bare X.Y is a version unless it is money, a percentage or a measurement.
-                r"|(?<![\w.$€£¥])\d{1,2}\.\d{1,2}(?![\d.%])(?! ?(?:%|percent|hours?|hrs?|h\b|minutes?|mins?"
-                r"|seconds?|secs?|days?|weeks?|months?|years?|km|kg|g\b|m\b|cm|mm|miles?|times|x\b|stars?"
-                r"|points?|usd|eur|dollars?|元|万|萬|块|塊|小时|小時|公里|公斤|分|倍|米))"
-                r"|\b(?:version|ver\.?|release|python|node|java|ubuntu|debian|macos|ios|android|windows"
-                r"|postgres(?:ql)?|mysql|django|react|rust) ?\d+\b"
+                _kw(
+                    r"version ?\d+",
+                    r"ver\. ?\d+",
+                    r"release ?\d+",
+                    *(rf"{name} ?\d+" for name in _VERSIONED.split()),
+                ),
+                f"version ver release {_VERSIONED}",
             ),
-            _zh(r"版本|版號|版号|\d版|第\d+版|升级到|升級到"),
+            _zh(r"版本|版號|版号|版(?<=\d版)|第\d+版|升级到|升級到"),
         ),
         "project": (
             _cased(r"[A-Z](?<=[a-z][A-Z])"),  # CamelCase / camelCase: a capital right after a small letter
             _Probe(
-                re.compile(r"\b[Pp]roject[ \t]+[A-Z\"“']|\b[Tt]he [A-Z]\w+ (?:[Pp]roject|repo)\b"),
+                re.compile(
+                    r"Project[ \t]+[A-Z\"“']|project[ \t]+[A-Z\"“']"
+                    r"|The [A-Z]\w+ (?:[Pp]roject|repo)\b|the [A-Z]\w+ (?:[Pp]roject|repo)\b"
+                ).search,
                 lowered=False,
                 words=frozenset({"project", "repo"}),
             ),
+            _Probe(_has_repo, lowered=False, marks=("/",)),
             _Probe(
-                re.compile(r"(?<![\w./:@-])([A-Za-z][A-Za-z0-9-]*)/([A-Za-z][\w.-]*[A-Za-z0-9])(?![\w/-])"),
-                lowered=False,
-                marks=("/",),
-                check=_is_repo,
-            ),
-            _Probe(
-                re.compile(r"\bgit(?:hub|lab)\.com/[\w-]+/|\w\.git\b"),
+                re.compile(r"github\.com/[\w-]+/|gitlab\.com/[\w-]+/|\.git\b(?<=\w\.git)").search,
                 marks=("github.com/", "gitlab.com/", ".git"),
             ),
             _zh(r"项目|項目|仓库|倉庫|代码库|代碼庫|專案"),
@@ -246,19 +305,25 @@ _PROBES: Final[Mapping[str, tuple[_Probe, ...]]] = MappingProxyType(
                 "settings dotenv yaml toml env envvar env_var"
             ),
             _en(
-                r"\benvironment variables?\b|\b(?:feature|command[- ]line|cli) flags?\b"
-                r"|\bport (?:number|\d{2,5})\b",
+                _kw(
+                    "environment variables?",
+                    "feature flags?",
+                    "command[- ]line flags?",
+                    "cli flags?",
+                    r"port (?:number|\d{2,5})",
+                ),
                 "environment flag flags port",
             ),
             _cased(r"\b[A-Z][A-Z0-9_]{2,}=\S", marks=("=",)),  # KEY=value
             _cased(r"--(?<!\S--)[a-z][a-z0-9-]+", marks=("--",)),  # --flags
-            _num(r"[a-z]:\d{4,5}\b"),  # localhost:8080
+            _num(r":(?<=[a-z]:)\d{4,5}\b"),  # localhost:8080
             _zh(r"配置|设置|設置|设定|設定|环境变量|環境變數|参数|參數|端口|选项|選項"),
         ),
         "completion": (
             _en(
-                rf"{_NOT}(?<!\bnot yet )(?<!n't been )(?<!\bbe )(?<!\bget )\b(?:{_DONE.replace(' ', '|')})\b"
-                r"|\bit works\b|\bworks now\b|\bwrapped up\b|\bsorted out\b",
+                _kw(*_DONE.split(), not_after=(*_NOT, r"\bnot yet ", "n't been ", r"\bbe ", r"\bget "))
+                + "|"
+                + _kw("it works", "works now", "wrapped up", "sorted out"),
                 f"{_DONE} works wrapped sorted",
             ),
             _zh(
@@ -274,7 +339,13 @@ _PROBES: Final[Mapping[str, tuple[_Probe, ...]]] = MappingProxyType(
                 "private_key ssh_key"
             ),
             _en(
-                r"\b(?:api|secret|access|private|ssh|signing)[ -]keys?\b|\bpin (?:code|number)\b",
+                _kw(
+                    *(
+                        rf"{kind}[ -]keys?"
+                        for kind in ("api", "secret", "access", "private", "ssh", "signing")
+                    ),
+                    "pin code",
+                ),
                 "key keys pin",
             ),
             _Probe(None, marks=("[redacted:",)),  # text that has been through `redact`
@@ -288,28 +359,41 @@ _PROBES: Final[Mapping[str, tuple[_Probe, ...]]] = MappingProxyType(
                 + " ".join(f"{d}s" for d in _DAYS.split())
             ),
             _en(
-                r"\b(?:next|last|this|coming) (?:week|month|year|morning|afternoon|evening|night)\b"
-                r"|\b(?:in|since|until|by|next|last|early|late|mid)[ -]"
-                rf"(?:{_MONTHS_NOT_MAY.replace(' ', '|')})\b",
+                _kw(
+                    *(
+                        f"{w} (?:week|month|year|morning|afternoon|evening|night)"
+                        for w in ("next", "last", "this")
+                    ),
+                    # not "in may": that is more often the verb
+                    *(
+                        f"{w}[ -](?:{_MONTHS.replace(' may', '').replace(' ', '|')})"
+                        for w in _MONTH_PREPS.split()
+                    ),
+                ),
                 f"week month year morning afternoon evening night {_MONTHS}",
             ),
+            _num(_kw(*(rf"{m}\.? \d{{1,2}}(?:st|nd|rd|th)?" for m in _MONTH_NAMES)), _MONTH_WORDS),  # May 8
+            _num(rf"\d(?<!\w\d)\d?(?:st|nd|rd|th)? (?:of )?{_MONTH}\b", _MONTH_WORDS),  # 8 May
             _num(
-                rf"\b{_MONTH}\.? \d{{1,2}}(?:st|nd|rd|th)?\b|\b\d{{1,2}}(?:st|nd|rd|th)? (?:of )?{_MONTH}\b",
-                f"{_MONTHS} {_MONTH_ABBR}",
+                r"\d(?<!\w\d)(?:\d{3}[-/.]\d{1,2}[-/.]\d{1,2}\b"  # 2023-05-08
+                r"|\d?/\d{1,2}/\d{2,4}\b"  # 5/8/2023
+                r"|\d?(?::[0-5]\d)? ?(?:am|pm|a\.m\.|p\.m\.)(?!\w)"  # 3pm, 10:30 am
+                r"|\d?:[0-5]\d\b"  # 14:30
+                r"|\d? o'clock\b"
+                rf"|\d* {_UNITS} (?:ago|from now|later)\b)"  # 3 days ago
             ),
             _num(
-                r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
-                r"|\b\d{1,2}(?::[0-5]\d)? ?(?:am|pm|a\.m\.|p\.m\.)(?!\w)|\b(?:[01]?\d|2[0-3]):[0-5]\d\b"
-                r"|\b\d{1,2} o'clock\b|\b(?:in|since|by|until) (?:19|20)\d{2}\b"
-                rf"|\bin \d+ {_UNITS}\b|\b\d+ {_UNITS} (?:ago|from now|later)\b"
+                _kw(*(rf"{w} (?:(?:19|20)\d\d|\d+ {_UNITS})" for w in ("in", "since", "by", "until"))),
+                "in since by until",
             ),
             _zh(
                 r"今天|明天|后天|後天|昨天|前天|今晚|明早|明晚|今早|早上|上午|下午|晚上|中午|凌晨|傍晚|周末|週末"
-                r"|[上下这這本]个?(?:周|週|星期|礼拜|禮拜)|(?:周|週|星期|礼拜|禮拜)[一二三四五六日天]"
-                r"|\d{1,4}年|\d{1,2}月(?:\d{1,2}[日号號])?|[一二三四五六七八九十]{1,3}月(?:[一二三四五六七八九十]{1,3}[日号號])?"
-                rf"|\d{{1,2}}[点點时時](?:钟|鐘|半|整|\d{{1,2}}分)|[{_ZH_NUM}]{{1,3}}[点點](?:钟|鐘|半)"
-                r"|下个月|下個月|上个月|上個月|明年|去年|今年"
+                r"|周[一二三四五六日天]|週[一二三四五六日天]|星期[一二三四五六日天]|礼拜[一二三四五六日天]"
+                r"|禮拜[一二三四五六日天]|下个月|下個月|上个月|上個月|明年|去年|今年"
             ),
+            _zh(r"[上下这這本]个?(?:周|週|星期|礼拜|禮拜)"),
+            _zh(r"\d(?:\d{0,3}年|\d?月(?:\d{1,2}[日号號])?|\d?[点點时時](?:钟|鐘|半|整|\d{1,2}分))"),
+            _zh(rf"[{_ZH_NUM}]{{1,3}}(?:月(?:[{_ZH_NUM}]{{1,3}}[日号號])?|[点點](?:钟|鐘|半))"),
         ),
     }
 )
@@ -319,14 +403,15 @@ _WORD_RE = re.compile(rf"[^\W{_CJK}]+")
 _CJK_RE = re.compile(f"[{_CJK}]")
 _DIGIT_RE = re.compile(r"\d")
 
-# Terms for first_mention: runs of capitalised words, camelCase, short quoted names, 「」《》『』.
-_TERM_RE = re.compile(
-    r"(?P<cap>\b[A-Z][a-z][A-Za-z0-9]*(?:[ \t]+[A-Z][a-z][A-Za-z0-9]*)*)"
-    r"|(?P<camel>\b[a-z]+[A-Z][A-Za-z0-9]*\b)"
-    r'|"(?P<q1>[^"\n]{2,40})"|“(?P<q2>[^”\n]{1,40})”'
-    r"|「(?P<q3>[^」\n]{1,30})」|《(?P<q4>[^》\n]{1,30})》|『(?P<q5>[^』\n]{1,30})』"
+# Terms for first_mention: runs of capitalised words (including CamelCase), camelCase words, and short
+# quoted names. Each pattern starts with a literal or a class, so `re` can skip to candidates.
+_CAPS_RE = re.compile(r"[A-Z](?<!\w[A-Z])[a-z][A-Za-z0-9]*(?:[ \t]+[A-Z][a-z][A-Za-z0-9]*)*")
+_INNER_CAP_RE = re.compile(r"[A-Z](?<=[a-z][A-Z])")
+_CAMEL_RE = re.compile(r"\b[a-z]+[A-Z][A-Za-z0-9]*\b")
+_QUOTES = ('"', "“", "「", "《", "『")
+_QUOTED_RE = re.compile(
+    r'"([^"\n]{2,40})"|“([^”\n]{1,40})”|「([^」\n]{1,30})」|《([^》\n]{1,30})》|『([^』\n]{1,30})』'
 )
-_INNER_CAP_RE = re.compile(r"[a-z][A-Z]")
 _SENTENCE_END = frozenset(".!?。！？:;\n")
 _OPENERS = frozenset(" \t\"'“‘(*#>-_[`")
 _NOT_TERMS = frozenset(f"{_DAYS} {_MONTHS} ok okay mr mrs ms dr".split())
@@ -350,20 +435,20 @@ def _at_sentence_start(text: str, start: int) -> bool:
 def _terms(text: str) -> list[str]:
     """Proper-noun-like terms in ``text``, casefolded."""
     terms: list[str] = []
-    for m in _TERM_RE.finditer(text):
-        group = m.lastgroup or ""
-        term = m.group(group) if group else ""
-        if group == "cap":
-            words = term.split()
-            if not _INNER_CAP_RE.search(words[0]) and _at_sentence_start(text, m.start()):
-                words = words[1:]  # "Yesterday Alice ...": capitalised by grammar, not a name
-            term = " ".join(words)
-        elif group == "q1" and len(term.split()) > 4:
-            continue  # a quotation, not a name
-        term = term.strip().casefold()
-        if term and term not in _NOT_TERMS:
-            terms.append(term)
-    return terms
+    for m in _CAPS_RE.finditer(text):
+        words = m.group().split()
+        if not _INNER_CAP_RE.search(words[0]) and _at_sentence_start(text, m.start()):
+            words = words[1:]  # "Yesterday Alice ...": capitalised by grammar, not a name
+        terms.append(" ".join(words))
+    if _INNER_CAP_RE.search(text):
+        terms.extend(_CAMEL_RE.findall(text))
+    if any(q in text for q in _QUOTES):
+        for m in _QUOTED_RE.finditer(text):
+            name = next(g for g in m.groups() if g is not None)
+            if m.group().startswith('"') and len(name.split()) > 4:
+                continue  # a quotation, not a name
+            terms.append(name)
+    return [k for k in (t.strip().casefold() for t in terms) if k and k not in _NOT_TERMS]
 
 
 class FastScorer:
@@ -410,11 +495,7 @@ class FastScorer:
                 target = low if p.lowered else text
                 if p.marks and not any(mark in target for mark in p.marks):
                     continue
-                if (
-                    p.pattern is None
-                    or (p.check is None and p.pattern.search(target))
-                    or (p.check is not None and any(map(p.check, p.pattern.finditer(target))))
-                ):
+                if p.find is None or p.find(target):
                     fired.add(name)
                     break
         if self._remember_terms(_terms(text)):

@@ -16,20 +16,10 @@ from __future__ import annotations
 
 import re
 
-_TOKEN_RE = re.compile(
-    r"[A-Za-z]+|[0-9]+|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]|[^\sA-Za-z0-9]"
-)
+# Splitting letter runs into pieces of at most 4 (digits: 3) makes the number of matches equal the
+# estimate: a run of 10 letters matches as 4 + 4 + 2, i.e. ceil(10 / 4) tokens. One C-level scan.
+_TOKEN_RE = re.compile(r"[A-Za-z]{1,4}|[0-9]{1,3}|[^\sA-Za-z0-9]")
 
 
 def count_tokens(text: str) -> int:
-    total = 0
-    for match in _TOKEN_RE.finditer(text):
-        piece = match.group()
-        first = piece[0]
-        if "a" <= first.lower() <= "z":
-            total += (len(piece) + 3) // 4
-        elif "0" <= first <= "9":
-            total += (len(piece) + 2) // 3
-        else:
-            total += 1
-    return total
+    return len(_TOKEN_RE.findall(text))
