@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
 
@@ -23,12 +24,14 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture
 def vault(tmp_path: Path) -> Iterator[Vault]:
-    v = Vault.init(tmp_path / "vault")
+    v = Vault.init(tmp_path / "vault", embedder=FakeEmbedder())
     yield v
     v.close()
 
 
-def chat(n: int, *, source: str = "chat", session: str = "s1", prefix: str = "Message") -> list[dict[str, object]]:
+def chat(
+    n: int, *, source: str = "chat", session: str = "s1", prefix: str = "Message"
+) -> list[dict[str, object]]:
     """n substantive chat records with ids and timestamps."""
     return [
         {

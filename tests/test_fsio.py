@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from vaultmem import fsio
 from tests.conftest import read_only
+from vaultmem import fsio
 from vaultmem.errors import ConflictError, InvalidInput, ReadOnlyVault, UnsafePath
 
 
@@ -47,9 +47,8 @@ def test_batch_refuses_to_overwrite(tmp_path: Path) -> None:
 def test_read_only_directory_gives_clear_error(tmp_path: Path) -> None:
     ro = tmp_path / "ro"
     ro.mkdir()
-    with read_only(ro):
-        with pytest.raises(ReadOnlyVault, match="cannot write"):
-            fsio.atomic_write(ro / "a.md", b"x")
+    with read_only(ro), pytest.raises(ReadOnlyVault, match="cannot write"):
+        fsio.atomic_write(ro / "a.md", b"x")
     assert not (ro / "a.md").exists()
 
 

@@ -57,8 +57,10 @@ def test_reingesting_identical_input_creates_nothing(vault: Vault) -> None:
 
 
 def test_plain_role_content_turns_are_stable(vault: Vault) -> None:
-    turns = [{"role": "user", "content": "Please remember that my dentist is Dr. Alvarez on Main Street."},
-             {"role": "assistant", "content": "Noted: your dentist is Dr. Alvarez on Main Street."}]
+    turns = [
+        {"role": "user", "content": "Please remember that my dentist is Dr. Alvarez on Main Street."},
+        {"role": "assistant", "content": "Noted: your dentist is Dr. Alvarez on Main Street."},
+    ]
     a = vault.ingest_messages(turns, source="assistant", session="2024-05-01")
     b = vault.ingest_messages(turns, source="assistant", session="2024-05-01")
     assert len(a.added) == 2 and b.added == ()
@@ -104,9 +106,12 @@ def test_ingest_path_each_format(vault: Vault, tmp_path: Path) -> None:
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     (inbox / "team.jsonl").write_text(
-        json.dumps({"id": "1", "speaker": "Ana", "content": "The release of Atlas v2.1 slipped to Friday."}) + "\n"
+        json.dumps({"id": "1", "speaker": "Ana", "content": "The release of Atlas v2.1 slipped to Friday."})
+        + "\n"
     )
-    (inbox / "notes.md").write_text("# Trip\n\nWe booked the ryokan in Kyoto for April.\n\n## Budget\n\n$1,200 total.\n")
+    (inbox / "notes.md").write_text(
+        "# Trip\n\nWe booked the ryokan in Kyoto for April.\n\n## Budget\n\n$1,200 total.\n"
+    )
     (inbox / "mail.eml").write_bytes(
         b"From: Bo <bo@example.com>\r\nTo: me@example.com\r\nSubject: Invoice\r\nMessage-ID: <x1@example.com>\r\n"
         b"Date: Tue, 02 Jan 2024 10:00:00 +0000\r\n\r\nThe invoice for March is 450 EUR, due next week.\r\n"
@@ -124,9 +129,17 @@ def test_ingest_path_each_format(vault: Vault, tmp_path: Path) -> None:
 def test_crash_between_files_and_rows_is_healed_on_open(vault: Vault) -> None:
     # Simulate a crash after the batch's files were made durable but before the rows committed.
     leaves = build_leaves(
-        [Message(source="chat", text=f"Fact number {i} about the lighthouse keeper's logbook.", source_id=str(i))
-         for i in range(3)],
-        vault.layout, vault.scorer, 256,
+        [
+            Message(
+                source="chat",
+                text=f"Fact number {i} about the lighthouse keeper's logbook.",
+                source_id=str(i),
+            )
+            for i in range(3)
+        ],
+        vault.layout,
+        vault.scorer,
+        256,
     )
     from vaultmem import fsio, leaffile
     from vaultmem.ingest import _write_intent
@@ -134,9 +147,14 @@ def test_crash_between_files_and_rows_is_healed_on_open(vault: Vault) -> None:
     _write_intent(vault.layout, [leaf.path for leaf in leaves])
     fsio.write_batch_durable(
         vault.layout.root,
-        [fsio.PendingWrite(vault.layout.abs(leaf.path), leaffile.render_leaf(leaf).encode()) for leaf in leaves],
+        [
+            fsio.PendingWrite(vault.layout.abs(leaf.path), leaffile.render_leaf(leaf).encode())
+            for leaf in leaves
+        ],
     )
-    (vault.layout.abs(leaves[0].path).parent / f"{fsio.TMP_PREFIX}abc-{Path(leaves[0].path).name}").write_text("x")
+    (
+        vault.layout.abs(leaves[0].path).parent / f"{fsio.TMP_PREFIX}abc-{Path(leaves[0].path).name}"
+    ).write_text("x")
     vault.close()
     reopened = Vault.open(vault.layout.root)
     try:
@@ -180,7 +198,7 @@ def test_bad_files_get_clear_errors_and_change_nothing(vault: Vault, tmp_path: P
         "binary.md": b"\x00\x01\x02 binary",
         "latin1.txt": b"caf\xe9 au lait",
         "empty.md": b"",
-        "broken.json": b"[{\"id\": 1, ",
+        "broken.json": b'[{"id": 1, ',
         "huge.txt": b"word " * (vault.config.max_file_bytes // 5 + 10),
     }
     for name, data in cases.items():

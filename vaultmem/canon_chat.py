@@ -116,7 +116,9 @@ def _from_record(record: Any, index: int, label: str, source: str, session: str 
     if record.get("source") is not None:
         source = _check_source(record["source"], label)
     elif not source:
-        raise InvalidInput(f"{label}: no source; pass one (--source / source=) or give each record a 'source'")
+        raise InvalidInput(
+            f"{label}: no source; pass one (--source / source=) or give each record a 'source'"
+        )
     else:
         safe_name(source)
     if record.get("session") is not None:

@@ -105,7 +105,9 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
         expected = dict(zip(index.ROW_COLUMNS, index.leaf_row(leaf, stamp), strict=True))
         if row is None:
             refresh.append(index.leaf_row(leaf, stamp))
-            refresh_problems.append(Problem("missing_row", entry.rel, f"leaf {leaf.id} has no index row", True))
+            refresh_problems.append(
+                Problem("missing_row", entry.rel, f"leaf {leaf.id} has no index row", True)
+            )
         elif _differs(row, expected):
             refresh.append(index.leaf_row(leaf, stamp))
             refresh_problems.append(
@@ -114,8 +116,7 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
 
     orphans = [row for row in rows.values() if row["kind"] == "leaf" and row["id"] not in seen_files]
     orphan_problems = [
-        Problem("orphan_row", row["path"], f"row {row['id']} has no file", True)
-        for row in orphans
+        Problem("orphan_row", row["path"], f"row {row['id']} has no file", True) for row in orphans
     ]
 
     fts_problem = _fts_problem(conn)
@@ -155,7 +156,9 @@ def _fts_problem(conn: sqlite3.Connection) -> Problem | None:
         missing = conn.execute(
             f"SELECT count(*) FROM chunks WHERE rowid NOT IN (SELECT rowid FROM {table})"
         ).fetchone()[0]
-        extra = conn.execute(f"SELECT count(*) FROM {table} WHERE rowid NOT IN (SELECT rowid FROM chunks)").fetchone()[0]
+        extra = conn.execute(
+            f"SELECT count(*) FROM {table} WHERE rowid NOT IN (SELECT rowid FROM chunks)"
+        ).fetchone()[0]
         if missing or extra:
             return Problem(
                 "fts_mismatch", ".vaultmem/chunks.db", f"{table}: {missing} rows missing, {extra} extra", True

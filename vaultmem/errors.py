@@ -64,5 +64,5 @@ class ModelError(VaultError):
     pass
 
 
-class IndexError_(VaultError):  # noqa: N801 - the builtin IndexError must stay unshadowed
+class IndexError_(VaultError):
     pass

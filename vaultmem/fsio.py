@@ -124,7 +124,7 @@ def _write_tmp(target: Path, data: bytes, *, fsync: bool) -> Path:
     return tmp
 
 
-def atomic_write(path: Path, data: bytes, *, expected: str | None | bool = False) -> str:
+def atomic_write(path: Path, data: bytes, *, expected: str | bool | None = False) -> str:
     """Atomically write ``data`` to ``path`` and return its hash.
 
     ``expected`` guards against overwriting someone else's change: ``False`` means no guard (only for
@@ -148,23 +148,30 @@ def atomic_write(path: Path, data: bytes, *, expected: str | None | bool = False
 
 @dataclass(frozen=True)
 class PendingWrite:
+    """One file of a batch. ``expected``: None = must not exist yet; a hash = must still have it."""
+
     path: Path
     data: bytes
+    expected: str | None = None
 
 
 def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[str]:
-    """Create many new files so that all of them are durable when this returns.
+    """Write many files so that all of them are durable when this returns.
 
     Temp files are written without per-file fsync, the whole filesystem is synced once, then every temp
-    file is renamed into place and each touched directory is fsynced once. A target that already exists
-    is a ConflictError (new leaves never overwrite anything). Returns the hashes in order.
+    file is renamed into place and each touched directory is fsynced once. Each item's guard is checked
+    first (a new file must not exist; a replaced file must still have the hash that was read), and a
+    failed guard is a ConflictError before anything is written. Returns the hashes in order.
     """
     items = list(writes)
     if not items:
         return []
     for item in items:
-        if item.path.exists():
+        current = file_hash(item.path) if item.expected is not None else None
+        if item.expected is None and item.path.exists():
             raise ConflictError(f"{item.path} already exists; refusing to overwrite it")
+        if item.expected is not None and current != item.expected:
+            raise ConflictError(f"{item.path} changed on disk since it was read; refusing to overwrite it")
     tmps: list[tuple[Path, Path]] = []
     try:
         for item in items:

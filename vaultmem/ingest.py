@@ -26,7 +26,6 @@ from vaultmem.layout import Layout
 from vaultmem.model import Leaf, Message, Status, format_ts, safe_name
 from vaultmem.redact import redact
 from vaultmem.scoring import FastScorer
-from vaultmem.tokens import count_tokens
 
 Progress = Callable[[int, int], None]
 
@@ -94,7 +93,7 @@ def build_leaves(
                     status=Status.PENDING if scorer.admits(score) else Status.DROPPED,
                     score=score.value,
                     reasons=score.reasons,
-                    tokens=count_tokens(text),
+                    tokens=chunk.tokens,
                     content_hash=leaffile.content_hash(text),
                     redactions=clean.kinds,
                     meta=dict(message.meta),

@@ -14,8 +14,8 @@ from typing import Any
 from vaultmem import mdfile
 from vaultmem.errors import FrontmatterError
 from vaultmem.layout import slug
-from vaultmem.tokens import count_tokens
 from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Status, format_ts, parse_ts, safe_name
+from vaultmem.tokens import count_tokens
 
 LEAF_KEYS = frozenset(
     {
@@ -148,4 +148,5 @@ def leaf_json(leaf: Leaf) -> dict[str, Any]:
     data["text"] = leaf.text
     data["path"] = leaf.path
     data["provenance"] = leaf.provenance
-    return json.loads(json.dumps(data, default=str))
+    plain: dict[str, Any] = json.loads(json.dumps(data, default=str))
+    return plain

@@ -27,6 +27,7 @@ class ReindexReport:
     skipped: tuple[tuple[str, str], ...]  # (path, reason): files that are not valid leaves
     duplicates: tuple[tuple[str, str], ...]  # (path, id) of files whose id another file already has
     requeued: int
+    vectors: int = 0  # vectors restored from the _embeddings.json sidecars
 
 
 def read_all_leaves(
@@ -61,7 +62,10 @@ def read_all_leaves(
 
 
 def reindex(
-    conn: sqlite3.Connection, layout: Layout, max_bytes: int, progress: Callable[[int, int], None] | None = None
+    conn: sqlite3.Connection,
+    layout: Layout,
+    max_bytes: int,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ReindexReport:
     rows, skipped, duplicates, pending = read_all_leaves(layout, max_bytes, progress)
     with atomic(conn):

@@ -1,0 +1,150 @@
+"""_embeddings.json: round trips, locking, corrupt and foreign sidecars, no re-embedding."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from tests.conftest import chat
+from vaultmem import Vault, sidecar
+from vaultmem.embed import FakeEmbedder
+
+
+class CountingEmbedder(FakeEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        self.calls.append(len(texts))
+        return super().embed(texts)
+
+
+@given(arrays(np.float32, st.integers(1, 64), elements=st.floats(-1e6, 1e6, width=32)))
+def test_vector_encoding_round_trip(vector: np.ndarray) -> None:
+    assert np.array_equal(sidecar.decode_vector(sidecar.encode_vector(vector), len(vector)), vector)
+
+
+def test_encoding_is_little_endian_float32() -> None:
+    assert sidecar.encode_vector(np.array([1.0], dtype=np.float32)) == "AACAPw=="
+
+
+def test_update_keeps_other_entries(tmp_path: Path) -> None:
+    d = tmp_path / "dir"
+    d.mkdir()
+    a = sidecar.Entry("h1", np.ones(4, dtype=np.float32))
+    b = sidecar.Entry("h2", np.zeros(4, dtype=np.float32))
+    sidecar.update(tmp_path, d, "m", 4, {"a.md": a})
+    sidecar.update(tmp_path, d, "m", 4, {"b.md": b})
+    read = sidecar.read(d, "m", 4)
+    assert set(read.entries) == {"a.md", "b.md"}
+    assert read.entries["a.md"].hash == "h1"
+    data = json.loads((d / "_embeddings.json").read_text())
+    assert (
+        data["format"] == "vaultmem-embeddings/1"
+        and data["dim"] == 4
+        and data["encoding"] == "base64-float32-le"
+    )
+
+
+def test_concurrent_updates_lose_nothing(tmp_path: Path) -> None:
+    d = tmp_path / "dir"
+    d.mkdir()
+
+    def put(i: int) -> None:
+        sidecar.update(
+            tmp_path, d, "m", 2, {f"{i}.md": sidecar.Entry(str(i), np.full(2, i, dtype=np.float32))}
+        )
+
+    threads = [threading.Thread(target=put, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(sidecar.read(d, "m", 2).entries) == {f"{i}.md" for i in range(16)}
+
+
+def test_corrupt_and_foreign_sidecars_are_flagged(tmp_path: Path) -> None:
+    (tmp_path / "_embeddings.json").write_text("{not json")
+    assert "corrupt" in (sidecar.read(tmp_path, "m", 4).problem or "")
+    sidecar.update(
+        tmp_path, tmp_path, "other-model", 4, {"x.md": sidecar.Entry("h", np.ones(4, dtype=np.float32))}
+    )
+    assert "other-model" in (sidecar.read(tmp_path, "m", 4).problem or "")
+
+
+def test_flush_embeds_once_and_reindex_reuses(tmp_path: Path) -> None:
+    emb = CountingEmbedder()
+    with Vault.init(tmp_path / "v", embedder=emb) as vault:
+        vault.ingest_messages(chat(20), source="chat")
+        report = vault.flush()
+        assert report.embedded == 20 and sum(emb.calls) == 20
+        assert all(leaf.status.value == "admitted" for leaf in vault.ls())
+        assert (vault.layout.fresh_dir("chat") / "_embeddings.json").exists()
+        emb.calls.clear()
+        result = vault.reindex()
+        assert result.vectors == 20 and result.requeued == 0
+        assert vault.flush().embedded == 0 and emb.calls == []
+        assert vault.check().ok
+
+
+def test_copied_folder_is_not_reembedded(tmp_path: Path) -> None:
+    emb = CountingEmbedder()
+    with Vault.init(tmp_path / "a", embedder=emb) as a:
+        a.ingest_messages(chat(8), source="chat")
+        a.flush()
+        src = a.layout.source_dir("chat")
+    emb2 = CountingEmbedder()
+    with Vault.init(tmp_path / "b", embedder=emb2) as b:
+        shutil.copytree(src, b.layout.source_dir("chat"))
+        b.reindex()
+        assert b.flush().embedded == 0
+        assert emb2.calls == []
+        assert len(b.search("garden roses", k=3)) == 3
+
+
+def test_corrupt_sidecar_is_rebuilt_from_texts(tmp_path: Path) -> None:
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(chat(5), source="chat")
+        vault.flush()
+        car = vault.layout.fresh_dir("chat") / "_embeddings.json"
+        car.write_text("garbage")
+        vault.ingest_messages(chat(2, prefix="Later"), source="chat")
+        report = vault.flush()
+        assert any("corrupt" in n for n in report.notes)
+        assert len(sidecar.read(car.parent, "fake-hash-64", 64).entries) == 7  # nothing dropped
+
+
+def test_user_keys_survive_admission(tmp_path: Path) -> None:
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(chat(1), source="chat")
+        leaf = vault.ls()[0]
+        path = vault.layout.root / leaf.path
+        path.write_text(
+            path.read_text()
+            .replace("---\n", "---\ntags:\n  - garden   # mine\n", 1)
+            .replace("kind: leaf", "kind: leaf", 1)
+        )
+        vault.check(fix=True)
+        vault.flush()
+        text = path.read_text()
+        assert "status: admitted" in text and "tags:\n  - garden   # mine\n" in text
+
+
+def test_leaf_edited_during_extraction_is_not_overwritten(tmp_path: Path) -> None:
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(chat(2), source="chat")
+        leaf = vault.ls()[0]
+        path = vault.layout.root / leaf.path
+        edited = path.read_text().replace("garden", "orchard")
+        path.write_text(edited)  # a person edits before the index knows
+        report = vault.flush()
+        assert path.read_text() == edited
+        assert report.jobs_failed == 1  # retried later, after the watcher or check --fix reconciles it

@@ -1,0 +1,59 @@
+"""Leaf status transitions, written to the leaf's frontmatter and its index row together.
+
+Owns the rewrite of existing leaf files: only the engine's keys change (user keys are carried over
+verbatim), only when the file still has the hash the index recorded (a file a person is editing is
+left alone and reported back), and a whole batch is made durable with one filesystem sync.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import replace
+
+from vaultmem import fsio, index, leaffile, mdfile
+from vaultmem.db import atomic
+from vaultmem.layout import Layout
+from vaultmem.model import Leaf, Status
+
+
+def set_status(conn: sqlite3.Connection, layout: Layout, leaves: Sequence[Leaf], status: Status) -> list[str]:
+    """Move ``leaves`` to ``status`` in files and rows. Returns the ids left unchanged because their file
+    changed on disk since it was indexed (the watcher or ``check --fix`` reconciles those first)."""
+    if not leaves:
+        return []
+    stamps = {
+        row["id"]: row["file_hash"]
+        for row in conn.execute(
+            f"SELECT id, file_hash FROM chunks WHERE id IN ({','.join('?' * len(leaves))})",
+            [x.id for x in leaves],
+        )
+    }
+    writes: list[fsio.PendingWrite] = []
+    changed: list[Leaf] = []
+    skipped: list[str] = []
+    for leaf in leaves:
+        path = layout.abs(leaf.path)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            skipped.append(leaf.id)
+            continue
+        digest = fsio.sha256_bytes(data)
+        if digest != stamps.get(leaf.id):
+            skipped.append(leaf.id)
+            continue
+        doc = mdfile.split(data.decode("utf-8-sig"), where=leaf.path)
+        new_leaf = replace(leaf, status=status)
+        body = doc.body if doc.body.strip() == leaf.text.strip() else leaf.text + "\n"
+        text = mdfile.render(leaffile.engine_meta(new_leaf), body, keep=doc, owned=leaffile.LEAF_KEYS)
+        writes.append(fsio.PendingWrite(path, text.encode("utf-8"), expected=digest))
+        changed.append(new_leaf)
+    hashes = fsio.write_batch_durable(layout.root, writes)
+    rows = []
+    for leaf, write, digest in zip(changed, writes, hashes, strict=True):
+        st = write.path.stat()
+        rows.append(index.leaf_row(leaf, index.FileStamp(digest, st.st_size, st.st_mtime_ns)))
+    with atomic(conn):
+        index.upsert_leaves(conn, rows)
+    return skipped

@@ -1,0 +1,134 @@
+"""``_embeddings.json``: the vectors of one directory's nodes, kept beside them.
+
+Owns the sidecar format and its safe update. A copied folder keeps its vectors; a vector whose file's
+content hash is unchanged is reused and never recomputed. Updates happen under a per-directory
+``filelock`` (lock files live in ``.vaultmem/locks/``, not in the user's folders), read-modify-write, and
+keep every entry they were not asked to change. A corrupt sidecar, or one written for another model, is
+reported as such so the caller rebuilds it from the texts; it is never silently emptied.
+
+Encoding: each vector is base64 of its little-endian float32 bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from filelock import FileLock
+
+from vaultmem import fsio
+from vaultmem.layout import SIDECAR_NAME
+
+FORMAT = "vaultmem-embeddings/1"
+ENCODING = "base64-float32-le"
+
+
+@dataclass(frozen=True)
+class Entry:
+    hash: str
+    vector: npt.NDArray[np.float32]
+
+
+@dataclass
+class Sidecar:
+    """The parsed contents of one ``_embeddings.json``. ``problem`` is set when it could not be used."""
+
+    model: str
+    dim: int
+    entries: dict[str, Entry] = field(default_factory=dict)
+    problem: str | None = None
+    file_hash: str | None = None  # hash of the bytes read, for the guarded write
+
+
+def encode_vector(vector: npt.NDArray[np.float32]) -> str:
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def decode_vector(text: str, dim: int) -> npt.NDArray[np.float32]:
+    raw = base64.b64decode(text.encode("ascii"), validate=True)
+    if len(raw) != dim * 4:
+        raise ValueError(f"vector has {len(raw) // 4} values, expected {dim}")
+    return np.frombuffer(raw, dtype="<f4").astype(np.float32)
+
+
+def read(directory: Path, model: str, dim: int) -> Sidecar:
+    """Read a directory's sidecar. Missing: empty. Corrupt or another model's: empty with ``problem``."""
+    path = directory / SIDECAR_NAME
+    try:
+        data_bytes = path.read_bytes()
+    except FileNotFoundError:
+        return Sidecar(model, dim)
+    file_hash = fsio.sha256_bytes(data_bytes)
+    try:
+        data = json.loads(data_bytes.decode("utf-8"))
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("encoding") != ENCODING:
+            raise ValueError("not a vaultmem embeddings file")
+        if data.get("model") != model or data.get("dim") != dim:
+            return Sidecar(
+                model,
+                dim,
+                problem=f"written for model {data.get('model')!r} (dim {data.get('dim')})",
+                file_hash=file_hash,
+            )
+        entries: dict[str, Entry] = {}
+        raw_entries = data.get("entries")
+        if not isinstance(raw_entries, dict):
+            raise ValueError("'entries' is not a mapping")
+        for name, item in raw_entries.items():
+            entries[str(name)] = Entry(str(item["hash"]), decode_vector(str(item["vector"]), dim))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        return Sidecar(model, dim, problem=f"corrupt: {exc}", file_hash=file_hash)
+    return Sidecar(model, dim, entries, None, file_hash)
+
+
+def render(sidecar: Sidecar) -> bytes:
+    body: dict[str, Any] = {
+        "format": FORMAT,
+        "model": sidecar.model,
+        "dim": sidecar.dim,
+        "encoding": ENCODING,
+        "entries": {
+            name: {"hash": entry.hash, "vector": encode_vector(entry.vector)}
+            for name, entry in sorted(sidecar.entries.items())
+        },
+    }
+    return (json.dumps(body, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def lock_for(state_dir: Path, directory: Path) -> FileLock:
+    locks = state_dir / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha1(str(directory.resolve()).encode("utf-8")).hexdigest()[:16]
+    return FileLock(str(locks / f"{name}.lock"), timeout=60)
+
+
+def update(
+    state_dir: Path,
+    directory: Path,
+    model: str,
+    dim: int,
+    put: Mapping[str, Entry],
+    remove: frozenset[str] = frozenset(),
+) -> None:
+    """Add or replace ``put`` entries and drop ``remove`` names, keeping every other entry."""
+    with lock_for(state_dir, directory):
+        current = read(directory, model, dim)
+        if current.problem is not None:
+            # The caller rebuilt every entry from the texts; anything unreadable is replaced whole.
+            current = Sidecar(model, dim, file_hash=current.file_hash)
+        current.entries.update(put)
+        for name in remove:
+            current.entries.pop(name, None)
+        path = directory / SIDECAR_NAME
+        if not current.entries:
+            if current.file_hash is not None:
+                path.unlink(missing_ok=True)
+            return
+        fsio.atomic_write(path, render(current), expected=current.file_hash)

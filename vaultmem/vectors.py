@@ -1,0 +1,107 @@
+"""Vectors in chunks.db, and the in-memory matrix search uses.
+
+Owns the ``vectors`` table (a cache of the sidecars) and ``VectorCache``, which holds every vector of
+one model as a float32 matrix with the row metadata search filters on, refreshed incrementally: new or
+changed vectors are fetched by their ``seq``; a deletion triggers one full reload.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+Matrix = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class VectorRow:
+    id: str
+    content_hash: str
+    vector: Matrix
+
+
+def upsert(conn: sqlite3.Connection, model: str, rows: Iterable[VectorRow]) -> None:
+    items = list(rows)
+    if not items:
+        return
+    start = conn.execute("SELECT coalesce(max(seq), 0) FROM vectors").fetchone()[0]
+    conn.executemany(
+        "INSERT INTO vectors(id, model, content_hash, vec, seq) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT(id) DO UPDATE SET model = excluded.model, content_hash = excluded.content_hash,"
+        " vec = excluded.vec, seq = excluded.seq",
+        [
+            (r.id, model, r.content_hash, np.asarray(r.vector, dtype="<f4").tobytes(), start + i)
+            for i, r in enumerate(items, 1)
+        ],
+    )
+
+
+def hashes(conn: sqlite3.Connection, model: str, ids: Iterable[str]) -> dict[str, str]:
+    """content_hash of the stored vector per id (only for vectors of ``model``)."""
+    id_list = list(ids)
+    out: dict[str, str] = {}
+    for start in range(0, len(id_list), 500):
+        part = id_list[start : start + 500]
+        marks = ",".join("?" * len(part))
+        out.update(
+            conn.execute(
+                f"SELECT id, content_hash FROM vectors WHERE model = ? AND id IN ({marks})", [model, *part]
+            ).fetchall()
+        )
+    return out
+
+
+class VectorCache:
+    """All vectors of one model in memory, aligned with their ids; cheap to refresh after writes."""
+
+    def __init__(self, model: str, dim: int) -> None:
+        self.model = model
+        self.dim = dim
+        self.ids: list[str] = []
+        self.pos: dict[str, int] = {}
+        self.matrix: Matrix = np.zeros((0, dim), dtype=np.float32)
+        self.seq = 0
+
+    def refresh(self, conn: sqlite3.Connection) -> None:
+        count = conn.execute("SELECT count(*) FROM vectors WHERE model = ?", (self.model,)).fetchone()[0]
+        rows = conn.execute(
+            "SELECT id, vec, seq FROM vectors WHERE model = ? AND seq > ? ORDER BY seq",
+            (self.model, self.seq),
+        ).fetchall()
+        if not rows and count == len(self.ids):
+            return
+        new_ids: list[str] = []
+        new_vecs: list[bytes] = []
+        for row_id, blob, seq in rows:
+            self.seq = max(self.seq, seq)
+            if row_id in self.pos:
+                self.matrix[self.pos[row_id]] = np.frombuffer(blob, dtype="<f4")
+            else:
+                new_ids.append(row_id)
+                new_vecs.append(blob)
+        if new_ids:
+            block = np.frombuffer(b"".join(new_vecs), dtype="<f4").reshape(len(new_ids), self.dim)
+            self.matrix = np.vstack([self.matrix, block]) if len(self.ids) else block.copy()
+            for row_id in new_ids:
+                self.pos[row_id] = len(self.ids)
+                self.ids.append(row_id)
+        if count != len(self.ids):
+            self._reload(conn)
+
+    def _reload(self, conn: sqlite3.Connection) -> None:
+        rows = conn.execute(
+            "SELECT id, vec, seq FROM vectors WHERE model = ? ORDER BY seq", (self.model,)
+        ).fetchall()
+        self.ids = [r[0] for r in rows]
+        self.pos = {row_id: i for i, row_id in enumerate(self.ids)}
+        self.seq = rows[-1][2] if rows else 0
+        if rows:
+            self.matrix = (
+                np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), self.dim).copy()
+            )
+        else:
+            self.matrix = np.zeros((0, self.dim), dtype=np.float32)

@@ -1,0 +1,91 @@
+"""Running queued jobs in this process until the queue is idle.
+
+Owns the claim-run-complete loop and the dispatch of job kinds to their handlers. ``extract`` jobs are
+claimed in large batches so the embedding model runs on many texts at once. A handler that raises has
+its jobs failed (backoff, then parked); the loop itself never dies on a job's error.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from vaultmem.embed import Embedder
+from vaultmem.errors import VaultError
+from vaultmem.extract import extract
+from vaultmem.jobs import Job, JobKind, JobQueue
+from vaultmem.layout import Layout
+
+EXTRACT_BATCH = 256
+
+
+@dataclass
+class WorkReport:
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    embedded: int = 0
+    reused: int = 0
+    admitted: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def drain(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    embedder_factory: Callable[[], Embedder],
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    max_rounds: int | None = None,
+) -> WorkReport:
+    """Run ready jobs until none is left (jobs waiting on backoff are left for later)."""
+    queue = JobQueue(conn)
+    owner = owner_id()
+    report = WorkReport()
+    total = queue.pending()
+    rounds = 0
+    while max_rounds is None or rounds < max_rounds:
+        rounds += 1
+        jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
+        if not jobs:
+            break
+        _run_extract(conn, layout, embedder_factory, queue, jobs, report)
+        if progress is not None:
+            progress(report.jobs_done + report.jobs_failed, max(total, report.jobs_done + report.jobs_failed))
+    return report
+
+
+def _run_extract(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    embedder_factory: Callable[[], Embedder],
+    queue: JobQueue,
+    jobs: list[Job],
+    report: WorkReport,
+) -> None:
+    try:
+        result = extract(conn, layout, embedder_factory(), [str(j.payload.get("id", "")) for j in jobs])
+    except (VaultError, OSError, ValueError) as exc:
+        for job in jobs:
+            queue.fail(job, f"{type(exc).__name__}: {exc}")
+        report.jobs_failed += len(jobs)
+        report.notes.append(f"extract failed: {exc}")
+        return
+    busy = set(result.busy)
+    done = [j for j in jobs if j.payload.get("id") not in busy]
+    queue.complete(j.id for j in done)
+    for job in jobs:
+        if job.payload.get("id") in busy:
+            queue.fail(job, "leaf file changed on disk while extracting; will retry")
+            report.jobs_failed += 1
+    report.jobs_done += len(done)
+    report.embedded += result.embedded
+    report.reused += result.reused
+    report.admitted += result.admitted
+    report.notes.extend(result.rebuilt_sidecars)
