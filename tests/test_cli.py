@@ -29,10 +29,18 @@ def inbox(tmp_path: Path) -> Path:
     (d / "chat.json").write_text(
         json.dumps(
             [
-                {"id": "1", "speaker": "Mia", "content": "Remember: the boiler service is booked for 12 May.",
-                 "ts": "2024-05-01T09:00:00Z"},
-                {"id": "2", "speaker": "Tom", "content": "I prefer the mornings, before 10am if possible.",
-                 "ts": "2024-05-01T09:01:00Z"},
+                {
+                    "id": "1",
+                    "speaker": "Mia",
+                    "content": "Remember: the boiler service is booked for 12 May.",
+                    "ts": "2024-05-01T09:00:00Z",
+                },
+                {
+                    "id": "2",
+                    "speaker": "Tom",
+                    "content": "I prefer the mornings, before 10am if possible.",
+                    "ts": "2024-05-01T09:01:00Z",
+                },
             ]
         )
     )
@@ -42,7 +50,9 @@ def inbox(tmp_path: Path) -> Path:
 def test_full_flow(tmp_path: Path, inbox: Path, capsys: pytest.CaptureFixture[str]) -> None:
     v = str(tmp_path / "v")
     assert run(["init", v], capsys)[0] == 0
-    code, out, _ = run(["ingest", str(inbox / "chat.json"), "--vault", v, "--source", "home", "--json"], capsys)
+    code, out, _ = run(
+        ["ingest", str(inbox / "chat.json"), "--vault", v, "--source", "home", "--json"], capsys
+    )
     assert code == 0
     report = json.loads(out)
     assert report["added"] == 2 and report["sources"] == ["home"]
@@ -113,7 +123,7 @@ def test_errors_are_one_line_and_exit_1(
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"caf\xe9")
     argv = [a.format(v=v, bad=bad, inbox=inbox) for a in argv]
-    code, out, err = run(argv, capsys)
+    code, _out, err = run(argv, capsys)
     assert code == 1
     assert needle in err
     assert len(err.strip().splitlines()) == 1
@@ -123,7 +133,9 @@ def test_errors_are_one_line_and_exit_1(
 def test_console_script_runs_in_a_subprocess(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "vaultmem.cli", "stats", "--vault", str(tmp_path / "none")],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 1
     assert proc.stderr.startswith("vaultmem: error: no vault at")

@@ -32,7 +32,8 @@ app = typer.Typer(
 )
 
 VaultOpt = Annotated[
-    Path | None, typer.Option("--vault", "-V", help="Vault directory (default: $VAULTMEM_VAULT, then the cwd).")
+    Path | None,
+    typer.Option("--vault", "-V", help="Vault directory (default: $VAULTMEM_VAULT, then the cwd)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
@@ -69,7 +70,10 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     with Progress(
-        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
         transient=True,
     ) as bar:
         task = bar.add_task(label, total=None)
@@ -97,14 +101,26 @@ def init(path: Annotated[Path, typer.Argument(help="Directory for the new vault.
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Files or directories: chat .json/.jsonl, .md/.txt, .eml, mbox.")],
-    source: Annotated[str | None, typer.Option("--source", "-s", help="Source name (default: from the file name).")] = None,
+    paths: Annotated[
+        list[Path], typer.Argument(help="Files or directories: chat .json/.jsonl, .md/.txt, .eml, mbox.")
+    ],
+    source: Annotated[
+        str | None, typer.Option("--source", "-s", help="Source name (default: from the file name).")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Also embed now: run queued work until the queue is idle.")
+    ] = False,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest chats, documents and emails into the vault."""
-    with open_vault(vault_path) as vault, progress_bar("ingesting") as progress:
-        reports = [vault.ingest_path(p, source=source, progress=progress) for p in paths]
+    with open_vault(vault_path) as vault:
+        with progress_bar("ingesting") as progress:
+            reports = [vault.ingest_path(p, source=source, progress=progress) for p in paths]
+        work = None
+        if wait:
+            with progress_bar("embedding") as progress:
+                work = vault.flush(progress)
     total = reports[0]
     for report in reports[1:]:
         total = total.merge(report)
@@ -119,6 +135,7 @@ def ingest(
                 "sources": list(total.sources),
                 "skipped": [{"path": s.path, "reason": s.reason} for s in total.skipped],
                 "ids": list(total.added),
+                "embedded": work.embedded if work else None,
             }
         )
         return
@@ -128,6 +145,12 @@ def ingest(
         f"{total.messages} messages -> {len(total.added)} new leaves ({total.duplicates} already present, "
         f"{total.dropped} dropped as low-value, {total.redacted} redacted) in {', '.join(total.sources) or '-'}"
     )
+    if work is not None:
+        typer.echo(
+            f"embedded {work.embedded} leaves ({work.reused} vectors reused), admitted {work.admitted}"
+        )
+        for note in work.notes:
+            typer.echo(f"note: {note}", err=True)
 
 
 @app.command()
@@ -147,14 +170,19 @@ def show(
             for key, value in leaf.provenance.items():
                 if value not in (None, [], ""):
                     typer.echo(f"{key}: {value}")
-            typer.echo(f"status: {leaf.status.value}  score: {leaf.score}  reasons: {', '.join(leaf.reasons)}")
+            typer.echo(
+                f"status: {leaf.status.value}  score: {leaf.score}  reasons: {', '.join(leaf.reasons)}"
+            )
             typer.echo("")
             typer.echo(leaf.text)
             return
         tree = vault.source_tree()
         if as_json:
             emit_json(
-                {src: {lvl: [leaf.id for leaf in leaves] for lvl, leaves in levels.items()} for src, levels in tree.items()}
+                {
+                    src: {lvl: [leaf.id for leaf in leaves] for lvl, leaves in levels.items()}
+                    for src, levels in tree.items()
+                }
             )
             return
         if not tree:
@@ -173,7 +201,9 @@ def show(
 def ls_cmd(
     source: Annotated[str | None, typer.Option("--source", "-s")] = None,
     session: Annotated[str | None, typer.Option("--session")] = None,
-    status: Annotated[str | None, typer.Option("--status", help="pending_extraction|admitted|buffered|sealed|dropped")] = None,
+    status: Annotated[
+        str | None, typer.Option("--status", help="pending_extraction|admitted|buffered|sealed|dropped")
+    ] = None,
     limit: Annotated[int | None, typer.Option("--limit", "-n")] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
@@ -197,14 +227,123 @@ def stats(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
         emit_json(data)
         return
     typer.echo(f"vault:          {data['path']}")
-    typer.echo(f"storage:        {data['storage_bytes'] / 1024:.1f} KiB in files, {data['index_bytes'] / 1024:.1f} KiB index")
+    typer.echo(
+        f"storage:        {data['storage_bytes'] / 1024:.1f} KiB in files, {data['index_bytes'] / 1024:.1f} KiB index"
+    )
     typer.echo(f"sources:        {len(data['sources'])} ({', '.join(data['sources'])})")
     typer.echo(f"chunks:         {data['chunks']} leaves, {data['summaries']} summaries")
     typer.echo(f"topics:         {data['topics']}")
     typer.echo(f"first memory:   {data['first_memory'] or '-'}")
     typer.echo(f"latest memory:  {data['latest_memory'] or '-'}")
-    typer.echo(f"by status:      {', '.join(f'{k} {v}' for k, v in sorted(data['by_status'].items())) or '-'}")
+    typer.echo(
+        f"by status:      {', '.join(f'{k} {v}' for k, v in sorted(data['by_status'].items())) or '-'}"
+    )
     typer.echo(f"jobs:           {', '.join(f'{k} {v}' for k, v in data['jobs'].items())}")
+
+
+def _when_opt(help_text: str) -> Any:
+    return typer.Option(help=help_text + " (ISO 8601: 2024-05-01 or 2024-05-01T09:00Z)")
+
+
+@app.command()
+def search(
+    query: Annotated[
+        str, typer.Argument(help="What to look for (words, a phrase, Chinese or Japanese text).")
+    ],
+    k: Annotated[int, typer.Option("--k", "-k", help="Number of hits.")] = 10,
+    source: Annotated[str | None, typer.Option("--source", "-s")] = None,
+    session: Annotated[str | None, typer.Option("--session")] = None,
+    since: Annotated[str | None, _when_opt("Only memories at or after this time")] = None,
+    until: Annotated[str | None, _when_opt("Only memories at or before this time")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", help="leaf or summary")] = None,
+    status: Annotated[str | None, typer.Option("--status")] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Hybrid search: full-text (BM25) and embeddings, fused."""
+    with open_vault(vault_path) as vault:
+        hits = vault.search(
+            query, k, source=source, session=session, since=since, until=until, kind=kind, status=status
+        )
+    if as_json:
+        emit_json([hit.as_dict() for hit in hits])
+        return
+    if not hits:
+        typer.echo("no results")
+    for n, hit in enumerate(hits, 1):
+        who = hit.speaker or hit.role or "-"
+        text = " ".join(hit.text.split())
+        typer.echo(f"{n:2}. {hit.score:.4f}  {hit.id}  {hit.ts or '-':20}  {who[:14]:14}  {hit.source}")
+        typer.echo(f"    {text[:200]}{'...' if len(text) > 200 else ''}")
+
+
+@app.command()
+def context(
+    query: Annotated[str, typer.Argument(help="The question the context is for.")],
+    budget: Annotated[int, typer.Option("--budget", "-b", help="Token budget for the whole block.")] = 1024,
+    source: Annotated[str | None, typer.Option("--source", "-s")] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print remembered text for QUERY within a token budget, ready to paste into a prompt."""
+    with open_vault(vault_path) as vault:
+        ctx = vault.context(query, budget, source=source)
+    if as_json:
+        emit_json(ctx.as_dict())
+        return
+    typer.echo(ctx.text or "(nothing relevant remembered)")
+
+
+@app.command()
+def jobs(
+    retry: Annotated[
+        bool, typer.Option("--retry", help="Requeue parked jobs (or --id) with fresh attempts.")
+    ] = False,
+    job_id: Annotated[int | None, typer.Option("--id", help="Only this job.")] = None,
+    run: Annotated[bool, typer.Option("--run", help="Run queued work now until the queue is idle.")] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List queued, running and parked jobs; retry parked ones; or run the queue."""
+    with open_vault(vault_path) as vault:
+        retried = vault.jobs.retry(job_id) if retry else 0
+        work = None
+        if run:
+            with progress_bar("working") as progress:
+                work = vault.flush(progress)
+        listed = vault.jobs.list()
+        counts = vault.jobs.counts()
+    if as_json:
+        emit_json(
+            {
+                "counts": counts,
+                "retried": retried,
+                "ran": work.jobs_done if work else 0,
+                "jobs": [
+                    {
+                        "id": j.id,
+                        "kind": j.kind,
+                        "state": j.state,
+                        "attempts": j.attempts,
+                        "payload": j.payload,
+                        "last_error": j.last_error,
+                    }
+                    for j in listed
+                ],
+            }
+        )
+        return
+    if retry:
+        typer.echo(f"requeued {retried} jobs")
+    if work is not None:
+        typer.echo(f"ran {work.jobs_done} jobs ({work.jobs_failed} failed)")
+    typer.echo(", ".join(f"{k} {v}" for k, v in counts.items()))
+    for j in listed:
+        if j.state == "parked" or len(listed) <= 20:
+            err = f"  last error: {j.last_error}" if j.last_error else ""
+            typer.echo(
+                f"{j.id:6}  {j.kind:12}  {j.state:7}  attempts {j.attempts}/{j.max_attempts}  {json.dumps(j.payload)}{err}"
+            )
 
 
 @app.command("reindex")
@@ -217,6 +356,7 @@ def reindex_cmd(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
             {
                 "leaves": report.leaves,
                 "requeued": report.requeued,
+                "vectors": report.vectors,
                 "skipped": [{"path": p, "reason": r} for p, r in report.skipped],
                 "duplicates": [{"path": p, "id": i} for p, i in report.duplicates],
             }
@@ -226,7 +366,9 @@ def reindex_cmd(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
         typer.echo(f"skipped {path}: {reason}", err=True)
     for path, leaf_id in report.duplicates:
         typer.echo(f"duplicate id {leaf_id} in {path} (first copy kept)", err=True)
-    typer.echo(f"reindexed {report.leaves} leaves")
+    typer.echo(
+        f"reindexed {report.leaves} leaves, {report.vectors} vectors from sidecars, {report.requeued} jobs queued"
+    )
 
 
 @app.command("check")
@@ -253,7 +395,9 @@ def check_cmd(
         for p in report.problems:
             hint = " (--fix repairs it)" if p.fixable else ""
             typer.echo(f"problem {p.code:15} {p.path}: {p.message}{hint}")
-        typer.echo(f"{'ok' if report.ok else 'FAILED'}: {report.leaves} leaves checked, {len(report.problems)} problems")
+        typer.echo(
+            f"{'ok' if report.ok else 'FAILED'}: {report.leaves} leaves checked, {len(report.problems)} problems"
+        )
     if not report.ok:
         raise typer.Exit(1)
 

@@ -10,7 +10,8 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -22,13 +23,18 @@ from vaultmem.canon import read_path
 from vaultmem.canon_chat import messages_from_records
 from vaultmem.check import CheckReport, check
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
+from vaultmem.context import Context, assemble
+from vaultmem.embed import Embedder, load_embedder
 from vaultmem.errors import InvalidInput, ReadOnlyVault, VaultExists, VaultLocked, VaultNotFound
-from vaultmem.ingest import IngestReport, Progress, build_leaves, heal_intents, write_leaves
+from vaultmem.extract import vectors_from_sidecars
+from vaultmem.ingest import IngestReport, Progress, build_leaves, extract_job, heal_intents, write_leaves
 from vaultmem.jobs import JobQueue
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
-from vaultmem.model import Leaf, Message, Status, safe_name
+from vaultmem.model import Leaf, Message, Status, parse_ts, safe_name
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
+from vaultmem.search import Filters, Hit, Searcher
+from vaultmem.worker import WorkReport, drain
 
 BATCH_MESSAGES = 2000
 LOCK_TIMEOUT_S = 30.0
@@ -67,16 +73,22 @@ class Stats:
 class Vault:
     """An open vault. Use ``Vault.init(path)`` or ``Vault.open(path)``; close it (or use ``with``)."""
 
-    def __init__(self, layout: Layout, config: Config, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self, layout: Layout, config: Config, conn: sqlite3.Connection, embedder: Embedder | None = None
+    ) -> None:
         self.layout = layout
         self.config = config
         self.conn = conn
+        self._embedder = embedder
+        self._searcher: Searcher | None = None
         self.scorer = FastScorer(threshold=config.score_threshold)
         self._lock = FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
-    def init(cls, path: str | Path, config_text: str | None = None) -> Vault:
+    def init(
+        cls, path: str | Path, config_text: str | None = None, *, embedder: Embedder | None = None
+    ) -> Vault:
         """Create a new vault at ``path`` (the directory may exist and hold other files)."""
         layout = Layout(Path(path).absolute())
         if layout.is_vault():
@@ -92,17 +104,18 @@ class Vault:
             fsio.atomic_write(layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n")
         except PermissionError as exc:
             raise ReadOnlyVault(f"cannot create a vault at {layout.root}: {exc.strerror}") from exc
-        return cls.open(layout.root)
+        return cls.open(layout.root, embedder=embedder)
 
     @classmethod
-    def open(cls, path: str | Path) -> Vault:
+    def open(cls, path: str | Path, *, embedder: Embedder | None = None) -> Vault:
+        """Open a vault. ``embedder`` overrides the configured model (tests pass a fake one)."""
         layout = Layout(Path(path).absolute())
         if not layout.is_vault():
             raise VaultNotFound(f"no vault at {layout.root}; create one with `vaultmem init {layout.root}`")
         config = load_config(layout.config)
         new_index = not layout.db.exists()
         conn = db.connect(layout.db)
-        vault = cls(layout, config, conn)
+        vault = cls(layout, config, conn, embedder)
         if new_index and any((layout.root / SOURCES).glob("*/")):
             # A cloned or copied vault arrives without its index: rebuild it from the files.
             vault.reindex()
@@ -162,15 +175,22 @@ class Vault:
             canonical.extend(messages_from_records(records, source=source or "", session=session))
         return self._ingest(canonical, progress)
 
-    def ingest_path(self, path: str | Path, *, source: str | None = None, progress: Progress | None = None) -> IngestReport:
+    def ingest_path(
+        self, path: str | Path, *, source: str | None = None, progress: Progress | None = None
+    ) -> IngestReport:
         """Ingest a file or a directory (chat JSON/JSONL, Markdown/text, .eml, mbox)."""
         if source is not None:
             safe_name(source)
         result = read_path(Path(path), source=source, max_bytes=self.config.max_file_bytes)
         report = self._ingest(result.messages, progress)
         return IngestReport(
-            report.messages, report.added, report.duplicates, report.dropped, report.redacted,
-            tuple(result.skipped), report.sources,
+            report.messages,
+            report.added,
+            report.duplicates,
+            report.dropped,
+            report.redacted,
+            tuple(result.skipped),
+            report.sources,
         )
 
     def _ingest(self, messages: list[Message], progress: Progress | None) -> IngestReport:
@@ -187,7 +207,9 @@ class Vault:
                     messages=len(batch),
                     added=tuple(added),
                     duplicates=len(leaves) - len(added),
-                    dropped=sum(1 for leaf in leaves if leaf.id in added_set and leaf.status is Status.DROPPED),
+                    dropped=sum(
+                        1 for leaf in leaves if leaf.id in added_set and leaf.status is Status.DROPPED
+                    ),
                     redacted=sum(1 for leaf in leaves if leaf.id in added_set and leaf.redactions),
                     sources=tuple(sorted({m.source for m in batch})),
                 )
@@ -243,9 +265,13 @@ class Vault:
                     storage += size
         counts = dict(self.conn.execute("SELECT kind, count(*) FROM chunks GROUP BY kind").fetchall())
         by_status = dict(
-            self.conn.execute("SELECT status, count(*) FROM chunks WHERE kind = 'leaf' GROUP BY status").fetchall()
+            self.conn.execute(
+                "SELECT status, count(*) FROM chunks WHERE kind = 'leaf' GROUP BY status"
+            ).fetchall()
         )
-        first, latest = self.conn.execute("SELECT min(ts), max(ts) FROM chunks WHERE ts IS NOT NULL").fetchone()
+        first, latest = self.conn.execute(
+            "SELECT min(ts), max(ts) FROM chunks WHERE ts IS NOT NULL"
+        ).fetchone()
         topics_dir = self.layout.root / "topics"
         topics = sum(1 for p in topics_dir.iterdir() if p.is_dir()) if topics_dir.is_dir() else 0
         return Stats(
@@ -271,10 +297,62 @@ class Vault:
             tree.setdefault(leaf.source, {}).setdefault(level, []).append(leaf)
         return tree
 
+    # -- embeddings and queued work -----------------------------------------------------------------
+    @property
+    def embedder(self) -> Embedder:
+        """The configured embedding model, loaded on first use (commands that never embed never load it)."""
+        if self._embedder is None:
+            self._embedder = load_embedder(self.config.embed_model, backend=self.config.embed_backend)
+        return self._embedder
+
+    def flush(self, progress: Callable[[int, int], None] | None = None) -> WorkReport:
+        """Run queued work (embedding, admission) in this process until the queue is idle."""
+        with self._locked():
+            return drain(self.conn, self.layout, lambda: self.embedder, progress=progress)
+
+    # -- retrieval ---------------------------------------------------------------------------------
+    @property
+    def searcher(self) -> Searcher:
+        if self._searcher is None:
+            self._searcher = Searcher(self.conn, lambda: self.embedder)
+        return self._searcher
+
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        source: str | None = None,
+        session: str | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        kind: str | None = None,
+        status: str | None = None,
+    ) -> list[Hit]:
+        """Hybrid search (BM25 + embeddings) over leaves and summaries, with filters."""
+        filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status)
+        return self.searcher.search(query, k, filters)
+
+    def context(self, query: str, budget_tokens: int = 1024, **filters: Any) -> Context:
+        """The best remembered text for ``query`` within ``budget_tokens``, with provenance per item."""
+        if budget_tokens < 1:
+            raise InvalidInput("the token budget must be positive")
+        # Enough candidates to fill the budget several times over with short turns.
+        hits = self.search(query, k=max(50, budget_tokens // 8), **filters)
+        return assemble(query, hits, budget_tokens)
+
     # -- maintenance -------------------------------------------------------------------------------
     def reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
+        """Rebuild the index from the files; vectors come back from the sidecars, never re-embedded."""
         with self._locked():
-            return reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
+            report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
+            embedder = self.embedder
+            with db.atomic(self.conn):
+                loaded, missing = vectors_from_sidecars(
+                    self.conn, self.layout, embedder.model_id, embedder.dim
+                )
+                requeued = self.jobs.enqueue_many(extract_job(i) for i in missing)
+            return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
     def check(self, *, fix: bool = False) -> CheckReport:
         if fix:
@@ -285,3 +363,14 @@ class Vault:
     @property
     def jobs(self) -> JobQueue:
         return JobQueue(self.conn, time.time)
+
+
+def _when(value: datetime | str | None, name: str) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = parse_ts(value)
+    if parsed is None:
+        raise InvalidInput(
+            f"--{name} {value!r} is not a date; use ISO 8601 such as 2024-05-01 or 2024-05-01T09:00Z"
+        )
+    return parsed

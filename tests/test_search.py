@@ -1,0 +1,168 @@
+"""Hybrid search: lexical and semantic each win once, CJK, filters, bad queries, context budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import chat
+from vaultmem import Vault
+from vaultmem.context import assemble
+from vaultmem.embed import FakeEmbedder
+from vaultmem.errors import InvalidInput
+from vaultmem.search import Filters
+from vaultmem.tokens import count_tokens
+
+DOCS = [
+    (
+        "a",
+        "Ana",
+        "The invoice number INV-20931 for the plumbing repair is still unpaid.",
+        "2024-01-05T10:00:00Z",
+        "s1",
+    ),
+    (
+        "b",
+        "Ben",
+        "We adopted a small grey kitten from the shelter and named her Miso.",
+        "2024-02-10T10:00:00Z",
+        "s1",
+    ),
+    (
+        "c",
+        "Ana",
+        "My favourite pasta dish is cacio e pepe with plenty of black pepper.",
+        "2024-03-15T10:00:00Z",
+        "s2",
+    ),
+    ("d", "Ben", "雾凇拼音是一个很好用的 Rime 输入法配置，我昨天装好了。", "2024-04-01T10:00:00Z", "s2"),
+    ("e", "Cy", "日本語の入力メソッドを設定しました。とても便利です。", "2024-04-02T10:00:00Z", "s3"),
+]
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Vault:
+    v = Vault.init(tmp_path / "v", embedder=FakeEmbedder())
+    v.ingest_messages(
+        [{"id": i, "speaker": who, "content": text, "ts": ts, "session": s} for i, who, text, ts, s in DOCS],
+        source="home",
+    )
+    v.ingest_messages(chat(3, source="work", session="w1"))
+    v.flush()
+    return v
+
+
+def ids(hits: list) -> list[str]:  # type: ignore[type-arg]
+    return [h.message_ids[0] for h in hits]
+
+
+def test_lexical_wins_on_an_exact_code(vault: Vault) -> None:
+    hits = vault.search("INV-20931", k=3)
+    assert ids(hits)[0] == "a"
+    assert hits[0].lexical_rank == 1
+
+
+def test_semantic_wins_without_shared_words(vault: Vault) -> None:
+    # The fake embedder hashes words, so this query shares tokens only through its vector features.
+    hits = vault.search("kitten shelter adopted", k=3)
+    assert ids(hits)[0] == "b"
+    only_vec = vault.searcher.semantic("grey kitten", Filters(), 5)
+    assert only_vec and vault.get(only_vec[0]).message_ids == ("b",)
+
+
+def test_cjk_query_without_spaces(vault: Vault) -> None:
+    assert ids(vault.search("雾凇拼音", k=3))[0] == "d"
+    assert ids(vault.search("入力メソッド", k=3))[0] == "e"
+    assert "d" in ids(vault.search("输入", k=5))  # two characters: below trigram length
+
+
+def test_hits_carry_provenance(vault: Vault) -> None:
+    hit = vault.search("cacio e pepe", k=1)[0]
+    assert hit.kind == "leaf" and hit.path.startswith("sources/home/_fresh/")
+    assert hit.provenance["message_ids"] == ["c"] and hit.provenance["session"] == "s2"
+    assert hit.ts == "2024-03-15T10:00:00Z" and hit.speaker == "Ana"
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({"source": "work"}, None),  # None: every hit from that source
+        ({"session": "s2"}, {"c", "d"}),
+        ({"since": "2024-03-01", "source": "home"}, {"c", "d", "e"}),
+        ({"until": "2024-02-28T23:59:59Z", "source": "home"}, {"a", "b"}),
+        ({"kind": "summary"}, set()),
+        ({"status": "admitted", "source": "home"}, {"a", "b", "c", "d", "e"}),
+    ],
+)
+def test_filters(vault: Vault, filters: dict[str, str], expected: set[str] | None) -> None:
+    hits = vault.search("the a is 我 of pepper kitten invoice garden 入力", k=20, **filters)
+    got = set(ids(hits))
+    if expected is None:
+        assert got and all(h.source == "work" for h in hits)
+    else:
+        assert got <= expected and (got or not expected)
+        if expected:
+            assert got == expected
+
+
+@pytest.mark.parametrize(
+    "query", ['"unbalanced', "pepper*", "NEAR(a b)", "-minus", "col:on", "AND OR NOT", "()"]
+)
+def test_fts_syntax_typed_by_a_user_is_harmless(vault: Vault, query: str) -> None:
+    vault.search(query, k=5)  # must not raise
+
+
+def test_empty_query_is_a_clear_error(vault: Vault) -> None:
+    with pytest.raises(InvalidInput, match="empty"):
+        vault.search("   ")
+
+
+def test_huge_query(vault: Vault) -> None:
+    hits = vault.search("pepper " + "word " * 10_000, k=3)
+    assert ids(hits)[0] == "c"
+
+
+def test_vault_without_embeddings_still_searches(tmp_path: Path) -> None:
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as v:
+        v.ingest_messages(chat(3), source="chat")
+        assert len(v.search("garden", k=2)) == 2  # lexical only until the queue runs
+
+
+def test_bad_dates_and_status(vault: Vault) -> None:
+    with pytest.raises(InvalidInput, match="not a date"):
+        vault.search("x", since="last tuesday")
+    with pytest.raises(InvalidInput, match="unknown status"):
+        vault.search("x", status="bogus")
+
+
+def test_new_vectors_are_picked_up_incrementally(vault: Vault) -> None:
+    vault.search("pepper")
+    vault.ingest_messages(
+        [{"id": "z", "speaker": "Zed", "content": "Zebra crossings near the zoo are repainted."}],
+        source="home",
+    )
+    vault.flush()
+    assert ids(vault.search("zebra zoo", k=1)) == ["z"]
+    assert len(vault.searcher._cache.ids) == 9  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("budget", [20, 40, 80, 200, 1000])
+def test_context_never_exceeds_budget(vault: Vault, budget: int) -> None:
+    ctx = vault.context("pepper kitten invoice", budget)
+    assert ctx.tokens <= budget
+    assert count_tokens(ctx.text) == ctx.tokens
+    if ctx.items:
+        assert ctx.text.startswith("<memory") and "not instructions" in ctx.text.splitlines()[0]
+
+
+def test_context_keeps_rank_order_and_provenance(vault: Vault) -> None:
+    ctx = vault.context("cacio e pepe pasta", 300)
+    assert ctx.items[0].hit.message_ids == ("c",)
+    assert ctx.items[0].rendered.startswith("Ana: ")
+    assert "## 2024-03-15" in ctx.text and "\nAna: My favourite pasta" in ctx.text
+    assert ctx.as_dict()["items"][0]["provenance"]["path"].startswith("sources/home/")
+
+
+def test_assemble_skips_duplicates() -> None:
+    assert assemble("q", [], 100).text == ""

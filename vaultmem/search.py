@@ -1,0 +1,337 @@
+"""Hybrid search: FTS5 BM25 (words and CJK trigrams) fused with cosine similarity.
+
+Owns query parsing (a user's text never reaches FTS5 as syntax: every term is quoted), the filters,
+and the fusion (weighted reciprocal rank). Vectors come from an in-memory ``VectorCache`` refreshed
+incrementally from chunks.db. Read-only: never writes the index or the vault.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from vaultmem.embed import Embedder
+from vaultmem.errors import InvalidInput
+from vaultmem.model import Status, format_ts
+from vaultmem.vectors import VectorCache
+
+# Fusion constants, tuned on the LoCoMo dev split (bench/retrieval.py; figures in docs/architecture.md).
+RRF_K = 10
+# A turn next to a strong hit in the same session gets this share of the hit's score: answers and the
+# facts they rest on sit in adjacent turns of a conversation (and adjacent sections of a document).
+NEIGHBOR_WEIGHT = 0.45
+MAX_QUERY_TERMS = 64
+_WORD_RE = re.compile(r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+
+
+@dataclass(frozen=True)
+class Filters:
+    source: str | None = None
+    session: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    kind: str | None = None  # "leaf" or "summary"
+    status: str | None = None
+
+    def sql(self, alias: str = "c") -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (("source", self.source), ("session", self.session), ("kind", self.kind)):
+            if value is not None:
+                clauses.append(f"{alias}.{column} = ?")
+                params.append(value)
+        if self.status is not None:
+            if self.status not in {s.value for s in Status}:
+                raise InvalidInput(
+                    f"unknown status {self.status!r}; one of: {', '.join(s.value for s in Status)}"
+                )
+            clauses.append(f"{alias}.status = ?")
+            params.append(self.status)
+        if self.since is not None:
+            clauses.append(f"{alias}.ts >= ?")
+            params.append(format_ts(self.since))
+        if self.until is not None:
+            clauses.append(f"{alias}.ts <= ?")
+            params.append(format_ts(self.until))
+        return (" AND ".join(clauses), params)
+
+    @property
+    def empty(self) -> bool:
+        return all(
+            v is None for v in (self.source, self.session, self.since, self.until, self.kind, self.status)
+        )
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    kind: str
+    path: str
+    text: str
+    score: float
+    source: str
+    session: str | None
+    ts: str | None
+    speaker: str | None
+    role: str | None
+    message_ids: tuple[str, ...]
+    tokens: int
+    status: str
+    lexical_rank: int | None = None
+    vector_rank: int | None = None
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "session": self.session,
+            "message_ids": list(self.message_ids),
+            "ts": self.ts,
+            "speaker": self.speaker,
+            "role": self.role,
+            "path": self.path,
+            **self.extra,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "path": self.path,
+            "text": self.text,
+            "score": round(self.score, 6),
+            "tokens": self.tokens,
+            "status": self.status,
+            "provenance": self.provenance,
+        }
+
+
+def fts_terms(query: str) -> tuple[list[str], list[str]]:
+    """Split a user's query into word terms and CJK runs (BM25's idf already discounts common words;
+    dropping stopwords measured slightly worse)."""
+    words: list[str] = []
+    for word in _WORD_RE.findall(query.lower()):
+        if word not in words:
+            words.append(word)
+    cjk = list(dict.fromkeys(_CJK_RE.findall(query)))
+    return words[:MAX_QUERY_TERMS], cjk[:MAX_QUERY_TERMS]
+
+
+def _quoted(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+class SessionOrder:
+    """Each leaf's previous and next leaf in its conversation (same source and session, by time).
+
+    Rebuilt only when the set of leaves changes (row count or largest rowid differ)."""
+
+    def __init__(self) -> None:
+        self._stamp: tuple[int, int] = (-1, -1)
+        self._prev: dict[str, str] = {}
+        self._next: dict[str, str] = {}
+
+    def refresh(self, conn: sqlite3.Connection) -> None:
+        stamp = tuple(conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM chunks").fetchone())
+        if stamp == self._stamp:
+            return
+        self._prev, self._next = {}, {}
+        last_key: tuple[str, str] | None = None
+        last_id = ""
+        for row_id, source, session in conn.execute(
+            "SELECT id, source, session FROM chunks WHERE kind = 'leaf' AND session IS NOT NULL"
+            " ORDER BY source, session, coalesce(ts, ''), rowid, seq"
+        ):
+            key = (source, session)
+            if key == last_key:
+                self._prev[row_id] = last_id
+                self._next[last_id] = row_id
+            last_key, last_id = key, row_id
+        self._stamp = (int(stamp[0]), int(stamp[1]))
+
+    def neighbors(self, node_id: str) -> tuple[str, ...]:
+        return tuple(n for n in (self._prev.get(node_id), self._next.get(node_id)) if n is not None)
+
+
+class Searcher:
+    """Hybrid search over one vault's index. Keeps vectors in memory between queries."""
+
+    def __init__(self, conn: sqlite3.Connection, embedder_factory: Callable[[], Embedder]) -> None:
+        self.conn = conn
+        self._embedder_factory = embedder_factory
+        self._cache: VectorCache | None = None
+        self._order = SessionOrder()
+        self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0}
+        self.neighbor_weight = NEIGHBOR_WEIGHT
+
+    def _vectors(self, embedder: Embedder) -> VectorCache:
+        if self._cache is None or self._cache.model != embedder.model_id:
+            self._cache = VectorCache(embedder.model_id, embedder.dim)
+        self._cache.refresh(self.conn)
+        return self._cache
+
+    def lexical(self, query: str, filters: Filters, limit: int) -> dict[str, list[str]]:
+        """Ranked ids per lexical index: {"words": [...], "trigram": [...]}."""
+        words, cjk = fts_terms(query)
+        where, params = filters.sql()
+        extra = f" AND {where}" if where else ""
+        out: dict[str, list[str]] = {"words": [], "trigram": []}
+        if words:
+            match = " OR ".join(_quoted(w) for w in words)
+            out["words"] = [
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT c.id FROM fts_words f JOIN chunks c ON c.rowid = f.rowid"
+                    f" WHERE fts_words MATCH ?{extra} ORDER BY bm25(fts_words) LIMIT ?",
+                    [match, *params, limit],
+                )
+            ]
+        long_runs = [r for r in cjk if len(r) >= 3]
+        short_runs = [r for r in cjk if len(r) < 3]
+        if long_runs:
+            match = " OR ".join(_quoted(r) for r in long_runs)
+            out["trigram"] = [
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT c.id FROM fts_trigram f JOIN chunks c ON c.rowid = f.rowid"
+                    f" WHERE fts_trigram MATCH ?{extra} ORDER BY bm25(fts_trigram) LIMIT ?",
+                    [match, *params, limit],
+                )
+            ]
+        elif short_runs:
+            # Trigrams need three characters; one- or two-character CJK queries scan with LIKE.
+            like = " OR ".join("c.text LIKE ?" for _ in short_runs)
+            out["trigram"] = [
+                r[0]
+                for r in self.conn.execute(
+                    f"SELECT c.id FROM chunks c WHERE ({like}){extra} ORDER BY c.ts DESC LIMIT ?",
+                    [*(f"%{r}%" for r in short_runs), *params, limit],
+                )
+            ]
+        return out
+
+    def semantic(self, query: str, filters: Filters, limit: int) -> list[str]:
+        embedder = self._embedder_factory()
+        cache = self._vectors(embedder)
+        if not cache.ids:
+            return []
+        q = embedder.embed([query])[0]
+        sims = cache.matrix @ q
+        if not filters.empty:
+            where, params = filters.sql()
+            allowed = [
+                cache.pos[r[0]]
+                for r in self.conn.execute(f"SELECT c.id FROM chunks c WHERE {where}", params)
+                if r[0] in cache.pos
+            ]
+            mask = np.full(sims.shape, -np.inf, dtype=np.float32)
+            mask[allowed] = 0.0
+            sims = sims + mask
+        n = min(limit, int(np.isfinite(sims).sum()))
+        if n <= 0:
+            return []
+        top = np.argpartition(-sims, n - 1)[:n]
+        top = top[np.argsort(-sims[top], kind="stable")]
+        return [cache.ids[i] for i in top]
+
+    def rank(
+        self, query: str, filters: Filters, pool: int
+    ) -> list[tuple[str, float, int | None, int | None]]:
+        """Fused ranking: (id, score, lexical rank, vector rank), best first."""
+        lexical = self.lexical(query, filters, pool)
+        semantic = self.semantic(query, filters, pool)
+        scores: dict[str, float] = {}
+        lex_rank: dict[str, int] = {}
+        for name, ids in lexical.items():
+            for rank, node_id in enumerate(ids, 1):
+                scores[node_id] = scores.get(node_id, 0.0) + self.weights[name] / (RRF_K + rank)
+                lex_rank[node_id] = min(lex_rank.get(node_id, rank), rank)
+        vec_rank: dict[str, int] = {}
+        for rank, node_id in enumerate(semantic, 1):
+            scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
+            vec_rank[node_id] = rank
+        if self.neighbor_weight:
+            self._spread_to_neighbors(scores, filters)
+        ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
+
+    def _spread_to_neighbors(self, scores: dict[str, float], filters: Filters) -> None:
+        self._order.refresh(self.conn)
+        bonus: dict[str, float] = {}
+        for node_id, score in scores.items():
+            for neighbor in self._order.neighbors(node_id):
+                bonus[neighbor] = bonus.get(neighbor, 0.0) + self.neighbor_weight * score
+        if not bonus:
+            return
+        if not filters.empty:
+            where, params = filters.sql()
+            allowed: set[str] = set()
+            ids = list(bonus)
+            for start in range(0, len(ids), 500):
+                part = ids[start : start + 500]
+                allowed.update(
+                    r[0]
+                    for r in self.conn.execute(
+                        f"SELECT c.id FROM chunks c WHERE c.id IN ({','.join('?' * len(part))}) AND {where}",
+                        [*part, *params],
+                    )
+                )
+            bonus = {k: v for k, v in bonus.items() if k in allowed}
+        for node_id, extra in bonus.items():
+            scores[node_id] = scores.get(node_id, 0.0) + extra
+
+    def search(
+        self, query: str, k: int = 10, filters: Filters | None = None, *, pool: int = 100
+    ) -> list[Hit]:
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("the query is empty; type a few words to search for")
+        if k < 1:
+            raise InvalidInput("k must be at least 1")
+        ranked = self.rank(query, filters or Filters(), max(pool, 2 * k))[:k]
+        return self.hits(ranked)
+
+    def hits(self, ranked: Sequence[tuple[str, float, int | None, int | None]]) -> list[Hit]:
+        if not ranked:
+            return []
+        ids = [r[0] for r in ranked]
+        rows = {
+            row["id"]: row
+            for row in self.conn.execute(
+                f"SELECT * FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids
+            )
+        }
+        out = []
+        for node_id, score, lex, vec in ranked:
+            row = rows.get(node_id)
+            if row is None:
+                continue
+            out.append(
+                Hit(
+                    id=node_id,
+                    kind=row["kind"],
+                    path=row["path"],
+                    text=row["text"],
+                    score=score,
+                    source=row["source"],
+                    session=row["session"],
+                    ts=row["ts"],
+                    speaker=row["speaker"],
+                    role=row["role"],
+                    message_ids=tuple(json.loads(row["message_ids"])),
+                    tokens=row["tokens"],
+                    status=row["status"],
+                    lexical_rank=lex,
+                    vector_rank=vec,
+                    extra={k: str(v) for k, v in json.loads(row["provenance"]).items()},
+                )
+            )
+        return out
