@@ -31,8 +31,11 @@ fix: setup
 demo: setup
     rm -rf demo_vault && cp -r sample_vault demo_vault
     {{venv}}/bin/vaultmem reindex --vault demo_vault
-    {{venv}}/bin/vaultmem ingest docs/examples/today.jsonl --source assistant-chat --vault demo_vault
+    {{venv}}/bin/vaultmem ingest docs/examples/today.jsonl --source assistant-chat --wait --vault demo_vault
     {{venv}}/bin/vaultmem show --vault demo_vault
+    {{venv}}/bin/vaultmem search "when is the Tidepool patch due" --k 3 --vault demo_vault
+    {{venv}}/bin/vaultmem search "雾凇拼音" --k 2 --vault demo_vault
+    {{venv}}/bin/vaultmem context "what should I know before the Kyoto trip?" --budget 300 --vault demo_vault
     {{venv}}/bin/vaultmem stats --vault demo_vault
     {{venv}}/bin/vaultmem check --vault demo_vault
 
@@ -42,7 +45,8 @@ sample: setup
     {{venv}}/bin/vaultmem ingest docs/examples/assistant-chat.jsonl --source assistant-chat --vault sample_vault
     {{venv}}/bin/vaultmem ingest docs/examples/team-slack.json --vault sample_vault
     {{venv}}/bin/vaultmem ingest docs/examples/notes --source notes --vault sample_vault
-    {{venv}}/bin/vaultmem ingest docs/examples/mail --source mail --vault sample_vault
+    {{venv}}/bin/vaultmem ingest docs/examples/mail --source mail --wait --vault sample_vault
+    rm -rf sample_vault/.vaultmem/locks
     rm -f sample_vault/.vaultmem/chunks.db* sample_vault/.vaultmem/write.lock
 
 # Benchmarks (figures printed as tables).

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import generated_messages, table  # noqa: E402
+from _common import generated_messages, table
 
-from vaultmem import Vault  # noqa: E402
-from vaultmem.fsio import PendingWrite, atomic_write, write_batch_durable  # noqa: E402
+from vaultmem import Vault
+from vaultmem.fsio import PendingWrite, atomic_write, write_batch_durable
 
 
 def durability_comparison(base: Path, n: int = 2000) -> list[tuple[str, int, float, float]]:
@@ -54,10 +54,12 @@ def main() -> None:
         vault.close()
         files = sum(1 for _ in (base / "vault" / "sources").rglob("*.md"))
         print(f"\nIngest hot path (no embedding), {os.cpu_count()} cores")
-        print(table(
-            ["messages", "leaves", "files", "seconds", "messages/s"],
-            [[len(messages), len(report.added), files, dt, len(messages) / dt]],
-        ))
+        print(
+            table(
+                ["messages", "leaves", "files", "seconds", "messages/s"],
+                [[len(messages), len(report.added), files, dt, len(messages) / dt]],
+            )
+        )
         print("\nMaking new files durable")
         print(table(["strategy", "files", "seconds", "files/s"], durability_comparison(base)))
 

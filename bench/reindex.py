@@ -1,6 +1,6 @@
 """Rebuild time of chunks.db from the files of a generated vault (default 10,000 leaves).
 
-    python bench/reindex.py [--leaves 10000]
+python bench/reindex.py [--leaves 10000]
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import generated_messages, table  # noqa: E402
+from _common import generated_messages, table
 
-from vaultmem import Vault  # noqa: E402
+from vaultmem import Vault
 
 
 def main() -> None:
