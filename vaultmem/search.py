@@ -115,13 +115,93 @@ class Hit:
         }
 
 
+STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "hers",
+        "him",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "our",
+        "she",
+        "so",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "up",
+        "us",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+    ]
+)
+
+
 def fts_terms(query: str) -> tuple[list[str], list[str]]:
-    """Split a user's query into word terms and CJK runs (BM25's idf already discounts common words;
-    dropping stopwords measured slightly worse)."""
+    """Split a user's query into word terms and CJK runs. Stopwords are dropped when other words remain:
+    in a small vault a match on "the" alone would otherwise rank beside a real semantic match (and on
+    LoCoMo dev it measured +0.004 context recall)."""
     words: list[str] = []
     for word in _WORD_RE.findall(query.lower()):
         if word not in words:
             words.append(word)
+    content = [w for w in words if w not in STOPWORDS]
+    if content:
+        words = content
     cjk = list(dict.fromkeys(_CJK_RE.findall(query)))
     return words[:MAX_QUERY_TERMS], cjk[:MAX_QUERY_TERMS]
 
@@ -269,7 +349,9 @@ class Searcher:
         bonus: dict[str, float] = {}
         for node_id, score in scores.items():
             for neighbor in self._order.neighbors(node_id):
-                bonus[neighbor] = bonus.get(neighbor, 0.0) + self.neighbor_weight * score
+                # The stronger neighbour counts, not the sum: a weak turn wedged between two strong
+                # ones must not outrank them.
+                bonus[neighbor] = max(bonus.get(neighbor, 0.0), self.neighbor_weight * score)
         if not bonus:
             return
         if not filters.empty:

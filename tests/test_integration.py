@@ -1,0 +1,86 @@
+"""End to end with the real all-MiniLM-L6-v2 model (marked slow): ingest, embed, search, reindex, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vaultmem import Vault
+from vaultmem.embed import load_embedder
+
+pytestmark = pytest.mark.slow
+
+TURNS = [
+    ("1", "Mara", "We finally adopted a rescue greyhound called Pixel last weekend."),
+    ("2", "Mara", "The quarterly invoice INV-88213 still has not been paid by the client."),
+    ("3", "Diego", "I booked the ryokan in Kyoto; check-in is at three in the afternoon."),
+    ("4", "Chen Jing", "雾凇拼音装好了，候选词一页只有七个。"),
+    ("5", "Diego", "My favourite breakfast is a pastel de nata with strong black coffee."),
+]
+
+
+@pytest.fixture(scope="module")
+def real_vault(tmp_path_factory: pytest.TempPathFactory) -> Vault:
+    vault = Vault.init(tmp_path_factory.mktemp("real") / "v", embedder=load_embedder())
+    vault.ingest_messages(
+        [{"id": i, "speaker": who, "content": text, "session": "s1"} for i, who, text in TURNS], source="chat"
+    )
+    report = vault.flush()
+    assert report.embedded == len(TURNS)
+    return vault
+
+
+def top(vault: Vault, query: str) -> str:
+    return vault.search(query, k=1)[0].message_ids[0]
+
+
+def test_semantic_match_without_shared_words(real_vault: Vault) -> None:
+    assert top(real_vault, "which dog did they get from the shelter?") == "1"
+    assert top(real_vault, "hotel reservation in Japan") == "3"
+
+
+def test_lexical_match_on_an_identifier(real_vault: Vault) -> None:
+    assert top(real_vault, "INV-88213") == "2"
+
+
+def test_chinese_query(real_vault: Vault) -> None:
+    assert top(real_vault, "雾凇拼音") == "4"
+
+
+def test_reindex_reuses_every_vector(real_vault: Vault) -> None:
+    report = real_vault.reindex()
+    assert report.vectors == len(TURNS) and report.requeued == 0
+    assert real_vault.flush().embedded == 0
+    assert top(real_vault, "what does Diego like to eat in the morning") == "5"
+
+
+def test_cli_search_end_to_end(tmp_path: Path) -> None:
+    inbox = tmp_path / "chat.json"
+    inbox.write_text(json.dumps([{"id": i, "speaker": w, "content": t} for i, w, t in TURNS]))
+    vault = tmp_path / "v"
+    env = {**os.environ, "VAULTMEM_VAULT": str(vault)}
+    cli = [sys.executable, "-m", "vaultmem.cli"]
+    subprocess.run([*cli, "init", str(vault)], check=True, env=env, capture_output=True)
+    out = subprocess.run(
+        [*cli, "ingest", str(inbox), "--wait", "--json"], check=True, env=env, capture_output=True
+    )
+    assert json.loads(out.stdout)["embedded"] == len(TURNS)
+    out = subprocess.run(
+        [*cli, "search", "a pet from the rescue", "--k", "2", "--json"],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    hits = json.loads(out.stdout)
+    assert hits[0]["provenance"]["message_ids"] == ["1"]
+    probe = "import sys, vaultmem.cli; vaultmem.cli.main(sys.argv[1:]); assert 'torch' not in sys.modules"
+    out = subprocess.run(
+        [sys.executable, "-c", probe, "search", "greyhound"], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Pixel" in out.stdout
