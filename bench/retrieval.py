@@ -452,6 +452,12 @@ def main() -> None:
     parser.add_argument("dataset", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="write the JSON results here")
     parser.add_argument("--limit", type=int, default=None, help="only the first N conversations / questions")
+    parser.add_argument(
+        "--per-category",
+        type=int,
+        default=None,
+        help="only the first N items of each category (a stratified subset)",
+    )
     parser.add_argument("--model", default="default")
     parser.add_argument("--compact", action="store_true", help="compact each vault before asking")
     parser.add_argument("--keep", type=Path, default=None, help="build the vaults here and keep them")
@@ -472,6 +478,16 @@ def main() -> None:
         name, items = "longmemeval", load_longmemeval(data)
     else:
         raise SystemExit(f"{args.dataset}: neither LoCoMo nor LongMemEval")
+    if args.per_category:
+        # Stratified subset: the first N items of each category (LongMemEval: question type).
+        taken: dict[str, int] = {}
+        subset = []
+        for item in items:
+            cat = item.questions[0].category
+            if taken.get(cat, 0) < args.per_category:
+                taken[cat] = taken.get(cat, 0) + 1
+                subset.append(item)
+        items = subset
     items = items[: args.limit] if args.limit else items
     embedder = CachingEmbedder(load_embedder(args.model))
     if args.embed_cache and args.embed_cache.exists():

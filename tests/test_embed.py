@@ -230,6 +230,25 @@ def test_import_does_not_load_torch() -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_overlapping_query_blas_limits_restore_the_original() -> None:
+    from threadpoolctl import threadpool_info
+
+    from vaultmem.embed import _one_blas_thread
+
+    def blas_threads() -> list[int]:
+        return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+    before = blas_threads()
+    first, second = _one_blas_thread, _one_blas_thread
+    first.__enter__()
+    second.__enter__()  # a second query on another thread
+    assert set(blas_threads()) == {1}
+    first.__exit__(None, None, None)  # the first query finishes while the second still runs
+    assert set(blas_threads()) == {1}
+    second.__exit__(None, None, None)
+    assert blas_threads() == before
+
+
 # --- the real model --------------------------------------------------------------------------------
 
 

@@ -39,8 +39,8 @@ def test_encoding_is_little_endian_float32() -> None:
 def test_update_keeps_other_entries(tmp_path: Path) -> None:
     d = tmp_path / "dir"
     d.mkdir()
-    a = sidecar.Entry("h1", np.ones(4, dtype=np.float32))
-    b = sidecar.Entry("h2", np.zeros(4, dtype=np.float32))
+    a = sidecar.Entry.of("h1", np.ones(4, dtype=np.float32))
+    b = sidecar.Entry.of("h2", np.zeros(4, dtype=np.float32))
     sidecar.update(tmp_path, d, "m", 4, {"a.md": a})
     sidecar.update(tmp_path, d, "m", 4, {"b.md": b})
     read = sidecar.read(d, "m", 4)
@@ -60,7 +60,7 @@ def test_concurrent_updates_lose_nothing(tmp_path: Path) -> None:
 
     def put(i: int) -> None:
         sidecar.update(
-            tmp_path, d, "m", 2, {f"{i}.md": sidecar.Entry(str(i), np.full(2, i, dtype=np.float32))}
+            tmp_path, d, "m", 2, {f"{i}.md": sidecar.Entry.of(str(i), np.full(2, i, dtype=np.float32))}
         )
 
     threads = [threading.Thread(target=put, args=(i,)) for i in range(16)]
@@ -75,7 +75,7 @@ def test_corrupt_and_foreign_sidecars_are_flagged(tmp_path: Path) -> None:
     (tmp_path / "_embeddings.json").write_text("{not json")
     assert "corrupt" in (sidecar.read(tmp_path, "m", 4).problem or "")
     sidecar.update(
-        tmp_path, tmp_path, "other-model", 4, {"x.md": sidecar.Entry("h", np.ones(4, dtype=np.float32))}
+        tmp_path, tmp_path, "other-model", 4, {"x.md": sidecar.Entry.of("h", np.ones(4, dtype=np.float32))}
     )
     assert "other-model" in (sidecar.read(tmp_path, "m", 4).problem or "")
 
@@ -148,3 +148,51 @@ def test_leaf_edited_during_extraction_is_not_overwritten(tmp_path: Path) -> Non
         report = vault.flush()
         assert path.read_text() == edited
         assert report.jobs_failed == 1  # retried later, after the watcher or check --fix reconciles it
+
+
+def test_untouched_entries_are_carried_over_verbatim(tmp_path: Path) -> None:
+    sidecar.update(
+        tmp_path, tmp_path, "m", 3, {"a.md": sidecar.Entry.of("h1", np.array([1, 2, 3], np.float32))}
+    )
+    before = json.loads((tmp_path / "_embeddings.json").read_text())["entries"]["a.md"]
+    sidecar.update(
+        tmp_path, tmp_path, "m", 3, {"b.md": sidecar.Entry.of("h2", np.array([4, 5, 6], np.float32))}
+    )
+    after = sidecar.read(tmp_path, "m", 3)
+    assert json.loads((tmp_path / "_embeddings.json").read_text())["entries"]["a.md"] == before
+    assert after.entries["a.md"].vector(3).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_entry_of_the_wrong_size_marks_the_sidecar_corrupt(tmp_path: Path) -> None:
+    sidecar.update(tmp_path, tmp_path, "m", 3, {"a.md": sidecar.Entry.of("h", np.ones(3, np.float32))})
+    data = json.loads((tmp_path / "_embeddings.json").read_text())
+    data["entries"]["a.md"]["vector"] = sidecar.encode_vector(np.ones(2, np.float32))
+    (tmp_path / "_embeddings.json").write_text(json.dumps(data))
+    problem = sidecar.read(tmp_path, "m", 3).problem
+    assert problem is not None and problem.startswith("corrupt")
+
+
+def test_status_edit_equals_a_full_render(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from vaultmem.leaffile import render_leaf
+    from vaultmem.model import Status
+
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(chat(3), source="chat")
+        before = vault.ls()
+        vault.flush()
+        for leaf in before:
+            expected = render_leaf(replace(leaf, status=Status.ADMITTED))
+            assert (vault.layout.root / leaf.path).read_text() == expected
+
+
+def test_crlf_leaf_is_admitted_through_the_full_render(tmp_path: Path) -> None:
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(chat(1), source="chat")
+        path = vault.layout.root / vault.ls()[0].path
+        path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+        vault.check(fix=True)
+        assert vault.flush().admitted == 1
+        assert "status: admitted" in path.read_text()
+        assert vault.check().ok

@@ -160,6 +160,23 @@ def m006_fts_porter(conn: sqlite3.Connection) -> None:
     )
 
 
+def m007_fts_trigger_only_on_change(conn: sqlite3.Connection) -> None:
+    # Status changes rewrite whole rows (upsert); re-indexing unchanged text doubled their cost.
+    _script(
+        conn,
+        """
+        DROP TRIGGER chunks_au;
+        CREATE TRIGGER chunks_au AFTER UPDATE OF text, speaker ON chunks
+        WHEN old.text IS NOT new.text OR old.speaker IS NOT new.speaker BEGIN
+            DELETE FROM fts_words WHERE rowid = old.rowid;
+            DELETE FROM fts_trigram WHERE rowid = old.rowid;
+            INSERT INTO fts_words(rowid, body) VALUES (new.rowid, coalesce(new.speaker || ': ', '') || new.text);
+            INSERT INTO fts_trigram(rowid, body) VALUES (new.rowid, new.text);
+        END;
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -167,6 +184,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("004_meta", m004_meta),
     ("005_vectors", m005_vectors),
     ("006_fts_porter", m006_fts_porter),
+    ("007_fts_trigger_only_on_change", m007_fts_trigger_only_on_change),
 ]
 
 

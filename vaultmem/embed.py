@@ -295,6 +295,37 @@ def _blas_controller() -> Any:
     return ThreadpoolController()
 
 
+class _OneBlasThread:
+    """While any small embed is in flight, BLAS runs on one thread (process-wide).
+
+    threadpoolctl's ``limit`` restores the count it saw on entry, so two overlapping queries on
+    different threads could restore in the wrong order and leave BLAS on one thread for good. A
+    counter makes the first entry set the limit and the last exit restore it. A large batch running
+    meanwhile on another thread is single-threaded for that moment too; queries take milliseconds.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._limiter: Any = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._limiter = _blas_controller().limit(limits=1, user_api="blas")
+            self._depth += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+
+_one_blas_thread = _OneBlasThread()
+
+
 class NumpyBertEmbedder:
     """BERT encoder + mean pooling + L2 normalisation in NumPy float32; matches sentence-transformers.
 
@@ -343,7 +374,7 @@ class NumpyBertEmbedder:
         if len(texts) <= _FEW_TEXTS:
             # A query's matrices are tiny: BLAS worker threads only add hand-offs, and on a busy machine
             # they wait for a core (measured: p50 16 ms single-threaded vs 90 ms, p95 20 vs 512 ms).
-            with _blas_controller().limit(limits=1, user_api="blas"):
+            with _one_blas_thread:
                 return self._embed(texts)
         return self._embed(texts)
 

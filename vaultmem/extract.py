@@ -77,7 +77,7 @@ def extract(
     if todo:
         matrix = embedder.embed([embed_text(leaf) for _, leaf in todo])
         for (rel_dir, leaf), vec in zip(todo, matrix, strict=True):
-            fresh[rel_dir][PurePosixPath(leaf.path).name] = sidecar.Entry(leaf.content_hash, vec)
+            fresh[rel_dir][PurePosixPath(leaf.path).name] = sidecar.Entry.of(leaf.content_hash, vec)
     for rel_dir in by_dir:
         if fresh.get(rel_dir) or any(r.startswith(f"{rel_dir}/_embeddings.json") for r in rebuilt):
             put = {**ready[rel_dir], **fresh[rel_dir]}
@@ -87,7 +87,7 @@ def extract(
         entries = {**ready[rel_dir], **fresh[rel_dir]}
         for leaf in members.values():
             entry = entries[PurePosixPath(leaf.path).name]
-            rows.append(vectors.VectorRow(leaf.id, entry.hash, entry.vector))
+            rows.append(vectors.VectorRow(leaf.id, entry.hash, entry.vector(dim)))
     with atomic(conn):
         vectors.upsert(conn, model, rows)
     pending = [leaf for leaf in leaves if leaf.status is Status.PENDING]
@@ -118,7 +118,7 @@ def vectors_from_sidecars(
         for row in rows:
             entry = current.entries.get(PurePosixPath(row["path"]).name)
             if entry is not None and entry.hash == row["content_hash"]:
-                loaded.append(vectors.VectorRow(row["id"], entry.hash, entry.vector))
+                loaded.append(vectors.VectorRow(row["id"], entry.hash, entry.vector(dim)))
             else:
                 missing.append(row["id"])
     conn.execute("DELETE FROM vectors")

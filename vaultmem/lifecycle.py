@@ -43,11 +43,14 @@ def set_status(conn: sqlite3.Connection, layout: Layout, leaves: Sequence[Leaf],
         if digest != stamps.get(leaf.id):
             skipped.append(leaf.id)
             continue
-        doc = mdfile.split(data.decode("utf-8-sig"), where=leaf.path)
         new_leaf = replace(leaf, status=status)
-        body = doc.body if doc.body.strip() == leaf.text.strip() else leaf.text + "\n"
-        text = mdfile.render(leaffile.engine_meta(new_leaf), body, keep=doc, owned=leaffile.LEAF_KEYS)
-        writes.append(fsio.PendingWrite(path, text.encode("utf-8"), expected=digest))
+        new_data = _edit_status_line(data, leaf.status, status)
+        if new_data is None:
+            doc = mdfile.split(data.decode("utf-8-sig"), where=leaf.path)
+            body = doc.body if doc.body.strip() == leaf.text.strip() else leaf.text + "\n"
+            text = mdfile.render(leaffile.engine_meta(new_leaf), body, keep=doc, owned=leaffile.LEAF_KEYS)
+            new_data = text.encode("utf-8")
+        writes.append(fsio.PendingWrite(path, new_data, expected=digest))
         changed.append(new_leaf)
     hashes = fsio.write_batch_durable(layout.root, writes)
     rows = []
@@ -57,3 +60,21 @@ def set_status(conn: sqlite3.Connection, layout: Layout, leaves: Sequence[Leaf],
     with atomic(conn):
         index.upsert_leaves(conn, rows)
     return skipped
+
+
+def _edit_status_line(data: bytes, old: Status, new: Status) -> bytes | None:
+    """Change only the ``status:`` line of the frontmatter, leaving every other byte as it is.
+
+    The caller has checked that the file is exactly what the engine indexed, so the line is the
+    engine's own; None when it is not there exactly once (then the file is re-rendered instead).
+    """
+    if not data.startswith(b"---\n"):
+        return None
+    end = data.find(b"\n---", 3)
+    if end < 0:
+        return None
+    head = data[: end + 1]
+    line = b"\nstatus: " + old.value.encode() + b"\n"
+    if head.count(line) != 1:
+        return None
+    return head.replace(line, b"\nstatus: " + new.value.encode() + b"\n") + data[end + 1 :]

@@ -32,8 +32,18 @@ ENCODING = "base64-float32-le"
 
 @dataclass(frozen=True)
 class Entry:
+    """One file's vector. Read from disk it stays base64 (``raw``) until ``vector`` is asked for, so an
+    update that touches a few entries never decodes and re-encodes the rest."""
+
     hash: str
-    vector: npt.NDArray[np.float32]
+    raw: str
+
+    @classmethod
+    def of(cls, content_hash: str, vector: npt.NDArray[np.float32]) -> Entry:
+        return cls(content_hash, encode_vector(vector))
+
+    def vector(self, dim: int) -> npt.NDArray[np.float32]:
+        return decode_vector(self.raw, dim)
 
 
 @dataclass
@@ -82,7 +92,10 @@ def read(directory: Path, model: str, dim: int) -> Sidecar:
         if not isinstance(raw_entries, dict):
             raise ValueError("'entries' is not a mapping")
         for name, item in raw_entries.items():
-            entries[str(name)] = Entry(str(item["hash"]), decode_vector(str(item["vector"]), dim))
+            raw = str(item["vector"])
+            if len(raw) != 4 * ((dim * 4 + 2) // 3):
+                raise ValueError(f"entry {name!r} does not hold {dim} float32 values")
+            entries[str(name)] = Entry(str(item["hash"]), raw)
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         return Sidecar(model, dim, problem=f"corrupt: {exc}", file_hash=file_hash)
     return Sidecar(model, dim, entries, None, file_hash)
@@ -95,8 +108,7 @@ def render(sidecar: Sidecar) -> bytes:
         "dim": sidecar.dim,
         "encoding": ENCODING,
         "entries": {
-            name: {"hash": entry.hash, "vector": encode_vector(entry.vector)}
-            for name, entry in sorted(sidecar.entries.items())
+            name: {"hash": entry.hash, "vector": entry.raw} for name, entry in sorted(sidecar.entries.items())
         },
     }
     return (json.dumps(body, indent=1, ensure_ascii=False) + "\n").encode("utf-8")

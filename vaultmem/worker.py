@@ -19,7 +19,7 @@ from vaultmem.extract import extract
 from vaultmem.jobs import Job, JobKind, JobQueue
 from vaultmem.layout import Layout
 
-EXTRACT_BATCH = 256
+EXTRACT_BATCH = 512
 
 
 @dataclass
