@@ -146,3 +146,58 @@ def test_every_command_is_documented() -> None:
     names = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
     missing = [n for n in names if f"`vaultmem {n}" not in doc]
     assert not missing, f"undocumented commands: {missing}"
+
+
+@pytest.fixture
+def fake_vault(tmp_path: Path, inbox: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A vault configured with the deterministic fake embedder, filled and embedded through the CLI."""
+    v = tmp_path / "fv"
+    run(["init", str(v)], capsys)
+    config = v / ".vaultmem" / "config.toml"
+    config.write_text(config.read_text().replace('model = "default"', 'model = "fake"'))
+    code, out, _ = run(["ingest", str(inbox), "--wait", "--vault", str(v), "--json"], capsys)
+    assert code == 0 and json.loads(out)["embedded"] == 2
+    return v
+
+
+def test_search_and_context_commands(fake_vault: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["search", "boiler service", "--vault", str(fake_vault), "--json"], capsys)
+    hits = json.loads(out)
+    assert code == 0 and hits[0]["provenance"]["speaker"] == "Mia"
+    assert hits[0]["provenance"]["message_ids"] == ["1"]
+    code, out, _ = run(["search", "boiler", "--since", "2024-06-01", "--vault", str(fake_vault)], capsys)
+    assert out.strip() == "no results"
+    code, out, _ = run(
+        ["search", "boiler", "--source", "inbox", "--k", "1", "--vault", str(fake_vault)], capsys
+    )
+    assert out.startswith(" 1. ") and "boiler service" in out
+    code, out, _ = run(
+        ["context", "when is the boiler service", "--budget", "60", "--vault", str(fake_vault)], capsys
+    )
+    assert out.startswith("<memory") and "Mia: Remember: the boiler service" in out
+    code, out, _ = run(["context", "boiler", "--json", "--budget", "60", "--vault", str(fake_vault)], capsys)
+    data = json.loads(out)
+    assert data["tokens"] <= 60 and data["items"][0]["provenance"]["path"].startswith("sources/inbox/_fresh/")
+
+
+def test_search_bad_input_is_one_clear_line(fake_vault: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, needle in (
+        (["search", "  "], "query is empty"),
+        (["search", "x", "--since", "someday"], "not a date"),
+    ):
+        code, _, err = run([*argv, "--vault", str(fake_vault)], capsys)
+        assert code == 1 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_jobs_command_lists_retries_and_runs(fake_vault: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vaultmem import Vault
+
+    with Vault.open(fake_vault) as vault:
+        vault.jobs.enqueue("extract", {"id": "0123456789abcdef"}, dedupe_key="x", max_attempts=1)
+        (job,) = vault.jobs.claim("test")
+        vault.jobs.fail(job, "simulated failure")
+    code, out, _ = run(["jobs", "--vault", str(fake_vault)], capsys)
+    assert "parked 1" in out and "simulated failure" in out
+    code, out, _ = run(["jobs", "--retry", "--run", "--json", "--vault", str(fake_vault)], capsys)
+    data = json.loads(out)
+    assert data["retried"] == 1 and data["ran"] == 1 and data["counts"]["parked"] == 0

@@ -13,7 +13,7 @@ import os
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vaultmem import fsio, index, leaffile
@@ -61,16 +61,8 @@ def build_leaves(
         safe_name(message.source)
         clean = redact(message.text)
         if clean.kinds:
-            message = Message(
-                source=message.source,
-                text=clean.text,
-                kind=message.kind,
-                source_id=message.source_id,
-                session=message.session,
-                role=message.role,
-                speaker=message.speaker,
-                ts=message.ts,
-                meta={k: redact(v).text for k, v in message.meta.items()},
+            message = replace(
+                message, text=clean.text, meta={k: redact(v).text for k, v in message.meta.items()}
             )
         for chunk in chunk_message(message, max_tokens):
             score = scorer.score(chunk.text)

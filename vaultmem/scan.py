@@ -26,6 +26,12 @@ class Scan:
     outside_links: tuple[str, ...]  # symlinks that resolve outside the vault (never followed)
 
 
+def _leaves(root: Path, link: Path) -> bool:
+    """True when a symlink resolves outside the (resolved) vault root."""
+    target = link.resolve()
+    return target != root and root not in target.parents
+
+
 def scan(layout: Layout) -> Scan:
     root = layout.root.resolve()
     entries: list[ScanEntry] = []
@@ -38,10 +44,8 @@ def scan(layout: Layout) -> Scan:
             rel = f"{rel_dir}/{d}" if rel_dir else d
             if is_ignored(rel):
                 continue
-            full = base / d
-            if full.is_symlink():
-                target = full.resolve()
-                if target != root and root not in target.parents:
+            if (base / d).is_symlink():
+                if _leaves(root, base / d):
                     outside.append(rel)
                 continue  # links inside the vault would index files twice
             kept.append(d)
@@ -50,10 +54,8 @@ def scan(layout: Layout) -> Scan:
             rel = f"{rel_dir}/{name}" if rel_dir else name
             if not name.endswith(".md") or is_ignored(rel):
                 continue
-            full = base / name
-            if full.is_symlink():
-                target = full.resolve()
-                if target != root and root not in target.parents:
+            if (base / name).is_symlink():
+                if _leaves(root, base / name):
                     outside.append(rel)
                 continue
             entries.append(ScanEntry(rel, name == SUMMARY_NAME))
