@@ -197,7 +197,8 @@ def test_jobs_command_lists_retries_and_runs(fake_vault: Path, capsys: pytest.Ca
         (job,) = vault.jobs.claim("test")
         vault.jobs.fail(job, "simulated failure")
     code, out, _ = run(["jobs", "--vault", str(fake_vault)], capsys)
-    assert "parked 1" in out and "simulated failure" in out
+    assert code == 0 and "parked 1" in out and "simulated failure" in out
     code, out, _ = run(["jobs", "--retry", "--run", "--json", "--vault", str(fake_vault)], capsys)
+    assert code == 0
     data = json.loads(out)
     assert data["retried"] == 1 and data["ran"] == 1 and data["counts"]["parked"] == 0

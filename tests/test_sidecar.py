@@ -15,6 +15,7 @@ from hypothesis.extra.numpy import arrays
 from tests.conftest import chat
 from vaultmem import Vault, sidecar
 from vaultmem.embed import FakeEmbedder
+from vaultmem.search import Filters
 
 
 class CountingEmbedder(FakeEmbedder):
@@ -196,3 +197,19 @@ def test_crlf_leaf_is_admitted_through_the_full_render(tmp_path: Path) -> None:
         assert vault.flush().admitted == 1
         assert "status: admitted" in path.read_text()
         assert vault.check().ok
+
+
+def test_switching_models_reembeds_and_rebuilds_sidecars(tmp_path: Path) -> None:
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder(dim=64)) as vault:
+        vault.ingest_messages(chat(4), source="chat")
+        vault.flush()
+    other = FakeEmbedder(dim=32)
+    assert other.model_id != FakeEmbedder(dim=64).model_id
+    with Vault.open(tmp_path / "v", embedder=other) as vault:
+        assert vault.search("garden roses", k=2)  # lexical hits until the vault is re-embedded
+        report = vault.flush()
+        assert report.embedded == 4
+        assert any("written for model" in n for n in report.notes)
+        car = sidecar.read(vault.layout.fresh_dir("chat"), other.model_id, 32)
+        assert car.problem is None and len(car.entries) == 4
+        assert vault.searcher.semantic("garden roses", Filters(), 2)

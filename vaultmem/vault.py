@@ -306,8 +306,21 @@ class Vault:
         return self._embedder
 
     def flush(self, progress: Callable[[int, int], None] | None = None) -> WorkReport:
-        """Run queued work (embedding, admission) in this process until the queue is idle."""
+        """Run queued work (embedding, admission) in this process until the queue is idle.
+
+        Leaves without a vector of the configured model (new ones, or all of them after the model was
+        changed) are queued first, so switching models re-embeds the vault instead of leaving search
+        without meaning-based hits."""
         with self._locked():
+            model = self.embedder.model_id
+            missing = [
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT id FROM chunks WHERE kind = 'leaf' AND id NOT IN (SELECT id FROM vectors WHERE model = ?)",
+                    (model,),
+                )
+            ]
+            self.jobs.enqueue_many(extract_job(i) for i in missing)
             return drain(self.conn, self.layout, lambda: self.embedder, progress=progress)
 
     # -- retrieval ---------------------------------------------------------------------------------
