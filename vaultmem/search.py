@@ -213,7 +213,7 @@ def _quoted(term: str) -> str:
 class SessionOrder:
     """Each leaf's previous and next leaf in its conversation (same source and session, by time).
 
-    Rebuilt only when the set of leaves changes (row count or largest rowid differ)."""
+    Rebuilt only when leaves appear, go or move (the ``chunks_gen`` counter kept by triggers)."""
 
     def __init__(self) -> None:
         self._stamp: tuple[int, int] = (-1, -1)
@@ -221,7 +221,8 @@ class SessionOrder:
         self._next: dict[str, str] = {}
 
     def refresh(self, conn: sqlite3.Connection) -> None:
-        stamp = tuple(conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM chunks").fetchone())
+        row = conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
+        stamp = (int(row[0]) if row else 0, 0)
         if stamp == self._stamp:
             return
         self._prev, self._next = {}, {}
@@ -236,7 +237,7 @@ class SessionOrder:
                 self._prev[row_id] = last_id
                 self._next[last_id] = row_id
             last_key, last_id = key, row_id
-        self._stamp = (int(stamp[0]), int(stamp[1]))
+        self._stamp = stamp
 
     def neighbors(self, node_id: str) -> tuple[str, ...]:
         return tuple(n for n in (self._prev.get(node_id), self._next.get(node_id)) if n is not None)
@@ -305,22 +306,18 @@ class Searcher:
         if not cache.ids:
             return []
         q = embedder.embed([query])[0]
-        sims = cache.matrix @ q
+        rows = None
         if not filters.empty:
             where, params = filters.sql()
-            allowed = [
-                cache.pos[r[0]]
-                for r in self.conn.execute(f"SELECT c.id FROM chunks c WHERE {where}", params)
-                if r[0] in cache.pos
-            ]
-            mask = np.full(sims.shape, -np.inf, dtype=np.float32)
-            mask[allowed] = 0.0
-            sims = sims + mask
-        n = min(limit, int(np.isfinite(sims).sum()))
-        if n <= 0:
-            return []
-        top = np.argpartition(-sims, n - 1)[:n]
-        top = top[np.argsort(-sims[top], kind="stable")]
+            rows = np.array(
+                [
+                    cache.pos[r[0]]
+                    for r in self.conn.execute(f"SELECT c.id FROM chunks c WHERE {where}", params)
+                    if r[0] in cache.pos
+                ],
+                dtype=np.intp,
+            )
+        top = cache.top(q, limit, rows)
         return [cache.ids[i] for i in top]
 
     def rank(

@@ -55,6 +55,21 @@ def hashes(conn: sqlite3.Connection, model: str, ids: Iterable[str]) -> dict[str
     return out
 
 
+# Above this many vectors, candidates are pre-selected by Hamming distance on sign bits (a 32x smaller
+# array than the float32 matrix, so the scan is no longer memory-bound) and re-scored exactly.
+APPROX_ABOVE = 50_000
+RESCORE = 20  # candidates re-scored exactly per result asked for
+
+
+def sign_bits(matrix: Matrix) -> npt.NDArray[np.uint64]:
+    """Sign bits of each row, packed and padded to whole 64-bit words."""
+    packed = np.packbits(matrix > 0, axis=1)
+    pad = (-packed.shape[1]) % 8
+    if pad:
+        packed = np.pad(packed, ((0, 0), (0, pad)))
+    return np.ascontiguousarray(packed).view(np.uint64)
+
+
 class VectorCache:
     """All vectors of one model in memory, aligned with their ids; cheap to refresh after writes."""
 
@@ -65,6 +80,27 @@ class VectorCache:
         self.pos: dict[str, int] = {}
         self.matrix: Matrix = np.zeros((0, dim), dtype=np.float32)
         self.seq = 0
+        self._bits: npt.NDArray[np.uint64] | None = None  # built lazily for large caches
+
+    def top(self, query: Matrix, n: int, rows: npt.NDArray[np.intp] | None = None) -> npt.NDArray[np.intp]:
+        """Indices of the ``n`` rows most similar to ``query`` (best first), among ``rows`` if given.
+
+        Exact below ``APPROX_ABOVE`` rows; above, the best ``RESCORE * n`` by sign-bit Hamming distance
+        are re-scored exactly (tests check the overlap with the exact answer)."""
+        total = len(self.ids) if rows is None else len(rows)
+        n = min(n, total)
+        if n <= 0:
+            return np.zeros(0, dtype=np.intp)
+        candidates: npt.NDArray[np.intp] | None = rows
+        if rows is None and total > APPROX_ABOVE and RESCORE * n < total:
+            if self._bits is None or len(self._bits) != total:
+                self._bits = sign_bits(self.matrix)
+            distance = np.bitwise_count(self._bits ^ sign_bits(query[None, :])[0]).sum(axis=1, dtype=np.int32)
+            candidates = np.argpartition(distance, RESCORE * n)[: RESCORE * n]
+        sims = self.matrix @ query if candidates is None else self.matrix[candidates] @ query
+        best = np.argpartition(-sims, n - 1)[:n]
+        best = best[np.argsort(-sims[best], kind="stable")]
+        return np.asarray(best if candidates is None else candidates[best], dtype=np.intp)
 
     def refresh(self, conn: sqlite3.Connection) -> None:
         count = conn.execute("SELECT count(*) FROM vectors WHERE model = ?", (self.model,)).fetchone()[0]
@@ -80,6 +116,7 @@ class VectorCache:
             self.seq = max(self.seq, seq)
             if row_id in self.pos:
                 self.matrix[self.pos[row_id]] = np.frombuffer(blob, dtype="<f4")
+                self._bits = None
             else:
                 new_ids.append(row_id)
                 new_vecs.append(blob)
@@ -89,6 +126,7 @@ class VectorCache:
             for row_id in new_ids:
                 self.pos[row_id] = len(self.ids)
                 self.ids.append(row_id)
+            self._bits = None
         if count != len(self.ids):
             self._reload(conn)
 
@@ -96,6 +134,7 @@ class VectorCache:
         rows = conn.execute(
             "SELECT id, vec, seq FROM vectors WHERE model = ? ORDER BY seq", (self.model,)
         ).fetchall()
+        self._bits = None
         self.ids = [r[0] for r in rows]
         self.pos = {row_id: i for i, row_id in enumerate(self.ids)}
         self.seq = rows[-1][2] if rows else 0
