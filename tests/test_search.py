@@ -166,3 +166,17 @@ def test_context_keeps_rank_order_and_provenance(vault: Vault) -> None:
 
 def test_assemble_skips_duplicates() -> None:
     assert assemble("q", [], 100).text == ""
+
+
+def test_chunks_of_one_message_read_as_one_line(tmp_path: Path) -> None:
+    long_text = " ".join(f"Paragraph {i} explains the itinerary for day {i} in detail." for i in range(60))
+    with Vault.init(tmp_path / "v", "[ingest]\nchunk_max_tokens = 64\n", embedder=FakeEmbedder()) as v:
+        v.ingest_messages(
+            [{"id": "m1", "role": "assistant", "content": long_text, "session": "s"}], source="chat"
+        )
+        v.flush()
+        assert len(v.ls()) > 2
+        ctx = v.context("itinerary day paragraph", 4000)
+        body = [line for line in ctx.text.splitlines() if line.startswith("assistant:")]
+        assert len(body) == 1
+        assert " ".join(long_text.split()) in body[0]

@@ -140,7 +140,22 @@ def render(items: Sequence[ContextItem], groups: _Groups) -> str:
     lines = [HEADER]
     for key in sorted(by_group, key=lambda k: (k[2], min(i.hit.ts or "" for i in by_group[k]), k[0], k[1])):
         lines.append(groups.header(key))
-        for item in sorted(by_group[key], key=lambda i: (i.hit.ts or "", i.hit.path)):
-            lines.append(item.rendered)
+        previous: Hit | None = None
+        for item in sorted(
+            by_group[key], key=lambda i: (i.hit.ts or "", i.hit.message_ids, i.hit.seq, i.hit.path)
+        ):
+            hit = item.hit
+            if (
+                previous is not None
+                and hit.message_ids
+                and hit.message_ids == previous.message_ids
+                and hit.seq == previous.seq + 1
+            ):
+                # The next chunk of the same message continues its line, so a long message chosen
+                # whole reads (and quotes) as it was written.
+                lines[-1] += " " + " ".join(hit.text.split())
+            else:
+                lines.append(item.rendered)
+            previous = hit
     lines.append(FOOTER)
     return "\n".join(lines)

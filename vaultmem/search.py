@@ -85,6 +85,7 @@ class Hit:
     message_ids: tuple[str, ...]
     tokens: int
     status: str
+    seq: int = 0  # chunk index within its message
     lexical_rank: int | None = None
     vector_rank: int | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False)
@@ -408,6 +409,7 @@ class Searcher:
                     message_ids=tuple(json.loads(row["message_ids"])),
                     tokens=row["tokens"],
                     status=row["status"],
+                    seq=row["seq"],
                     lexical_rank=lex,
                     vector_rank=vec,
                     extra={k: str(v) for k, v in json.loads(row["provenance"]).items()},
