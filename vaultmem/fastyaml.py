@@ -25,7 +25,8 @@ _STR_TAG = "tag:yaml.org,2002:str"
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 _BOOL_TAG = "tag:yaml.org,2002:bool"
-_PLAIN_EXTRA = frozenset("_.-/+@")
+# ``\w`` is exactly ``str.isalnum()`` plus "_"; the other characters are safe inside a plain scalar.
+_PLAIN_CHARS_RE = re.compile(r"[\w.\-/+@ ]*")
 _INT_RE = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _FLOAT_RE = re.compile(r"-?[0-9]+\.[0-9]+")
 _KEY_LINE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*): (.+)")
@@ -80,7 +81,7 @@ def _plain_ok(text: str) -> bool:
         return False
     if not (text[0].isalnum() or text[0] == "_"):
         return False
-    if not all(ch.isalnum() or ch in _PLAIN_EXTRA or ch == " " for ch in text):
+    if not _PLAIN_CHARS_RE.fullmatch(text):
         return False
     return _tag(text) == _STR_TAG
 
