@@ -49,7 +49,8 @@ sample: setup
     rm -rf sample_vault/.vaultmem/locks
     rm -f sample_vault/.vaultmem/chunks.db* sample_vault/.vaultmem/write.lock
 
-# Benchmarks (figures printed as tables).
+# Benchmarks (figures printed as tables). Retrieval: `{{py}} bench/retrieval.py PATH/TO/locomo_dev.json`.
 bench: setup
     {{py}} bench/ingest.py
     {{py}} bench/reindex.py
+    {{py}} bench/scale.py
