@@ -1,6 +1,7 @@
 """Embedding backends on this machine: throughput, query latency, cold start and agreement with torch.
 
-    .venv/bin/python bench/embed.py [LOCOMO_JSON] [--n 2000] [--rounds 3] [--onnx-dir DIR] [--no-onnx]
+    .venv/bin/python bench/embed.py [LOCOMO_JSON] [--n 2000] [--rounds 3] [--threads N]
+                                    [--cold-runs 3] [--onnx-dir DIR] [--no-onnx]
 
 LOCOMO_JSON (read only) supplies turn texts as the corpus and QA questions as queries; without it a
 seeded generator writes varied conversational sentences. The reference is sentence-transformers on
@@ -10,8 +11,9 @@ whose install would downgrade transformers in this venv). They need the `onnx` p
 quantisation; pass --no-onnx to skip them.
 
 Throughput is measured in interleaved rounds and reported as best and median, because the CPU is
-shared with other work; the best round is the closest to an idle machine. Prints tables, asserts
-nothing.
+shared with other work; the best round is the closest to an idle machine. The CPU column (process
+CPU time per text) is steadier under contention, but only comparable across backends with
+`--threads 1`: with more threads it also counts spin-waiting. Prints tables, asserts nothing.
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ class OrtEmbedder:
 
     dim = 384
 
-    def __init__(self, onnx_path: Path, model_dir: Path, batch_size: int = 64) -> None:
+    def __init__(self, onnx_path: Path, model_dir: Path, batch_size: int = 64, threads: int = 0) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -192,6 +194,7 @@ class OrtEmbedder:
         self.tokenizer.enable_truncation(max_length=256)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads  # 0: one per physical core
         self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
 
     def embed(self, texts: Sequence[str]) -> Vectors:
@@ -273,6 +276,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000, help="corpus size (default 2000)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved throughput rounds (default 3)")
     parser.add_argument("--cold-runs", type=int, default=3, help="fresh processes per backend (default 3)")
+    parser.add_argument("--threads", type=int, default=0, help="cap every runtime's threads (default: all)")
     parser.add_argument("--onnx-dir", type=Path, help="where to cache ONNX exports (default: a temp dir)")
     parser.add_argument("--no-onnx", action="store_true", help="skip the ONNX rows")
     parser.add_argument("--cold-onnx", type=Path, help=argparse.SUPPRESS)
@@ -285,6 +289,13 @@ def main() -> None:
     model_dir = default_model_path()
     print(f"corpus: {len(corpus)} texts from {args.locomo or 'the generator'}; {len(queries)} queries")
     print(f"cpu: {os.cpu_count()} cores; load average at start {os.getloadavg()[0]:.2f}")
+    if args.threads:
+        import threadpoolctl
+        import torch
+
+        limits = threadpoolctl.threadpool_limits(args.threads)  # NumPy's BLAS
+        torch.set_num_threads(args.threads)
+        print(f"threads capped at {args.threads} ({limits.get_original_num_threads()})")
 
     factories: dict[str, Callable[[], Embedder]] = {
         "torch b64 (reference)": lambda: SentenceTransformerEmbedder(str(model_dir), batch_size=64),
@@ -301,7 +312,9 @@ def main() -> None:
         onnx_paths = export_onnx(model_dir, onnx_dir)
         print(f"onnx export + quantisation: {time.perf_counter() - start:.1f} s into {onnx_dir}")
         for name, path in onnx_paths.items():
-            factories[f"onnx {name} b64"] = lambda path=path: OrtEmbedder(path, model_dir)
+            factories[f"onnx {name} b64"] = lambda path=path: OrtEmbedder(
+                path, model_dir, threads=args.threads
+            )
     try:
         run(args, corpus, queries, factories, onnx_paths)
     finally:
@@ -321,12 +334,14 @@ def run(
         embedder.embed(corpus[:8])  # load weights, warm up
 
     seconds: dict[str, list[float]] = {name: [] for name in embedders}
+    cpu: dict[str, list[float]] = {name: [] for name in embedders}
     vectors: dict[str, Vectors] = {}
     for _ in range(args.rounds):
         for name, embedder in embedders.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             vectors[name] = embedder.embed(corpus)
             seconds[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
 
     p50: dict[str, float] = {}
     for _ in range(2):
@@ -345,6 +360,7 @@ def run(
                 name,
                 round(len(corpus) / min(seconds[name])),
                 round(len(corpus) / statistics.median(seconds[name])),
+                f"{min(cpu[name]) / len(corpus) * 1000:.2f}",
                 f"{p50[name]:.1f}",
                 f"{cosines.mean():.6f}",
                 f"{cosines.min():.6f}",
@@ -356,12 +372,15 @@ def run(
         "backend",
         "texts/s best",
         "texts/s median",
+        "cpu ms/text",
         "query p50 ms",
         "mean cos",
         "min cos",
         "top-10 agree",
     ]
     print(fmt_table(header, rows))
+    if not args.cold_runs:
+        return
 
     cold_backends = ["numpy", "torch"]
     if "int8 per-channel" in onnx_paths:

@@ -302,7 +302,11 @@ class Vault:
     def embedder(self) -> Embedder:
         """The configured embedding model, loaded on first use (commands that never embed never load it)."""
         if self._embedder is None:
-            self._embedder = load_embedder(self.config.embed_model, backend=self.config.embed_backend)
+            self._embedder = load_embedder(
+                self.config.embed_model,
+                backend=self.config.embed_backend,
+                batch_size=self.config.embed_batch_size,
+            )
         return self._embedder
 
     def flush(self, progress: Callable[[int, int], None] | None = None) -> WorkReport:
