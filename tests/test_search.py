@@ -180,3 +180,34 @@ def test_chunks_of_one_message_read_as_one_line(tmp_path: Path) -> None:
         body = [line for line in ctx.text.splitlines() if line.startswith("assistant:")]
         assert len(body) == 1
         assert " ".join(long_text.split()) in body[0]
+
+
+def test_long_neighbours_get_a_smaller_share(tmp_path: Path) -> None:
+    long_turn = "Here is a very detailed answer. " * 60
+    with Vault.init(tmp_path / "v", "[ingest]\nchunk_max_tokens = 1024\n", embedder=FakeEmbedder()) as v:
+        v.ingest_messages(
+            [
+                {
+                    "id": "q",
+                    "role": "user",
+                    "content": "What is the capital of Portugal, again?",
+                    "session": "s",
+                },
+                {"id": "a", "role": "assistant", "content": long_turn, "session": "s"},
+                {"id": "z", "role": "user", "content": "Thanks, and what about Spain?", "session": "s2"},
+                {
+                    "id": "y",
+                    "role": "assistant",
+                    "content": "Madrid is the capital of Spain.",
+                    "session": "s2",
+                },
+            ],
+            source="chat",
+        )
+        ids = {leaf.message_ids[0]: leaf.id for leaf in v.ls()}
+        scores = {ids["q"]: 1.0, ids["z"]: 1.0}
+        v.searcher._spread_to_neighbors(scores, Filters())
+        short_bonus = scores[ids["y"]]
+        long_bonus = scores[ids["a"]]
+        assert short_bonus == pytest.approx(0.45)
+        assert 0 < long_bonus < short_bonus / 3

@@ -27,6 +27,7 @@ RRF_K = 10
 # A turn next to a strong hit in the same session gets this share of the hit's score: answers and the
 # facts they rest on sit in adjacent turns of a conversation (and adjacent sections of a document).
 NEIGHBOR_WEIGHT = 0.45
+NEIGHBOR_FULL_TOKENS = 64
 MAX_QUERY_TERMS = 64
 _WORD_RE = re.compile(r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
@@ -220,19 +221,21 @@ class SessionOrder:
         self._stamp: tuple[int, int] = (-1, -1)
         self._prev: dict[str, str] = {}
         self._next: dict[str, str] = {}
+        self.tokens: dict[str, int] = {}
 
     def refresh(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
         stamp = (int(row[0]) if row else 0, 0)
         if stamp == self._stamp:
             return
-        self._prev, self._next = {}, {}
+        self._prev, self._next, self.tokens = {}, {}, {}
         last_key: tuple[str, str] | None = None
         last_id = ""
-        for row_id, source, session in conn.execute(
-            "SELECT id, source, session FROM chunks WHERE kind = 'leaf' AND session IS NOT NULL"
+        for row_id, source, session, tokens in conn.execute(
+            "SELECT id, source, session, tokens FROM chunks WHERE kind = 'leaf' AND session IS NOT NULL"
             " ORDER BY source, session, coalesce(ts, ''), rowid, seq"
         ):
+            self.tokens[row_id] = tokens
             key = (source, session)
             if key == last_key:
                 self._prev[row_id] = last_id
@@ -349,7 +352,9 @@ class Searcher:
             for neighbor in self._order.neighbors(node_id):
                 # The stronger neighbour counts, not the sum: a weak turn wedged between two strong
                 # ones must not outrank them.
-                bonus[neighbor] = max(bonus.get(neighbor, 0.0), self.neighbor_weight * score)
+                # A long neighbour is worth less context than a short one: scale its bonus by size.
+                share = min(1.0, NEIGHBOR_FULL_TOKENS / max(1, self._order.tokens.get(neighbor, 1)))
+                bonus[neighbor] = max(bonus.get(neighbor, 0.0), self.neighbor_weight * share * score)
         if not bonus:
             return
         if not filters.empty:
