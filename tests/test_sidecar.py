@@ -213,3 +213,19 @@ def test_switching_models_reembeds_and_rebuilds_sidecars(tmp_path: Path) -> None
         car = sidecar.read(vault.layout.fresh_dir("chat"), other.model_id, 32)
         assert car.problem is None and len(car.entries) == 4
         assert vault.searcher.semantic("garden roses", Filters(), 2)
+
+
+def test_directory_members_are_matched_exactly_not_by_like_pattern(tmp_path: Path) -> None:
+    from vaultmem.extract import _leaves_in_dir
+
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(chat(3), source="chat")
+        moved = vault.layout.root / vault.ls()[0].path
+        sibling = (
+            vault.layout.source_dir("chat") / "Xfresh"
+        )  # "_" in "_fresh" would match "X" as a LIKE wildcard
+        sibling.mkdir()
+        moved.rename(sibling / moved.name)
+        vault.check(fix=True)
+        names = {leaf.path for leaf in _leaves_in_dir(vault.conn, "sources/chat/_fresh")}
+        assert len(names) == 2 and all(p.startswith("sources/chat/_fresh/") for p in names)

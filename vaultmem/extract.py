@@ -38,9 +38,11 @@ def embed_text(leaf: Leaf) -> str:
 
 
 def _leaves_in_dir(conn: sqlite3.Connection, rel_dir: str) -> list[Leaf]:
+    # substr/instr, not LIKE: "_" in "_fresh" would be a LIKE wildcard and match sibling directories.
+    prefix = rel_dir + "/"
     rows = conn.execute(
-        "SELECT * FROM chunks WHERE kind = 'leaf' AND path LIKE ? || '/%' AND path NOT LIKE ? || '/%/%'",
-        (rel_dir, rel_dir),
+        "SELECT * FROM chunks WHERE kind = 'leaf' AND substr(path, 1, ?) = ? AND instr(substr(path, ?), '/') = 0",
+        (len(prefix), prefix, len(prefix) + 1),
     )
     return [index.row_to_leaf(r) for r in rows]
 
@@ -48,11 +50,7 @@ def _leaves_in_dir(conn: sqlite3.Connection, rel_dir: str) -> list[Leaf]:
 def extract(
     conn: sqlite3.Connection, layout: Layout, embedder: Embedder, ids: Sequence[str]
 ) -> ExtractReport:
-    leaves = []
-    for leaf_id in ids:
-        row = conn.execute("SELECT * FROM chunks WHERE id = ? AND kind = 'leaf'", (leaf_id,)).fetchone()
-        if row is not None:
-            leaves.append(index.row_to_leaf(row))
+    leaves = index.leaves_by_ids(conn, ids)
     by_dir: dict[str, dict[str, Leaf]] = defaultdict(dict)
     for leaf in leaves:
         by_dir[str(PurePosixPath(leaf.path).parent)][leaf.id] = leaf

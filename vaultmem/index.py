@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,13 +103,27 @@ def upsert_leaves(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> 
     conn.executemany(_UPSERT, rows)
 
 
+def in_batches(ids: Sequence[str], size: int = 500) -> Iterator[tuple[list[str], str]]:
+    """Split ids for ``IN (...)`` queries under SQLite's variable limit: (ids, placeholders) pairs."""
+    for start in range(0, len(ids), size):
+        part = list(ids[start : start + size])
+        yield part, ",".join("?" * len(part))
+
+
 def existing_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
     found: set[str] = set()
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
-        marks = ",".join("?" * len(part))
+    for part, marks in in_batches(ids):
         found.update(r[0] for r in conn.execute(f"SELECT id FROM chunks WHERE id IN ({marks})", part))
     return found
+
+
+def leaves_by_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Leaf]:
+    """The leaves among ``ids``, in the given order (unknown ids are left out)."""
+    rows: dict[str, sqlite3.Row] = {}
+    for part, marks in in_batches(ids):
+        for row in conn.execute(f"SELECT * FROM chunks WHERE kind = 'leaf' AND id IN ({marks})", part):
+            rows[row["id"]] = row
+    return [row_to_leaf(rows[i]) for i in dict.fromkeys(ids) if i in rows]
 
 
 def row_to_leaf(row: sqlite3.Row) -> Leaf:

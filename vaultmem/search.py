@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from vaultmem import index
 from vaultmem.embed import Embedder
 from vaultmem.errors import InvalidInput
 from vaultmem.model import Status, format_ts
@@ -271,27 +272,15 @@ class Searcher:
         extra = f" AND {where}" if where else ""
         out: dict[str, list[str]] = {"words": [], "trigram": []}
         if words:
-            match = " OR ".join(_quoted(w) for w in words)
-            out["words"] = [
-                r[0]
-                for r in self.conn.execute(
-                    "SELECT c.id FROM fts_words f JOIN chunks c ON c.rowid = f.rowid"
-                    f" WHERE fts_words MATCH ?{extra} ORDER BY bm25(fts_words) LIMIT ?",
-                    [match, *params, limit],
-                )
-            ]
+            out["words"] = self._fts(
+                "fts_words", " OR ".join(_quoted(w) for w in words), extra, params, limit
+            )
         long_runs = [r for r in cjk if len(r) >= 3]
         short_runs = [r for r in cjk if len(r) < 3]
         if long_runs:
-            match = " OR ".join(_quoted(r) for r in long_runs)
-            out["trigram"] = [
-                r[0]
-                for r in self.conn.execute(
-                    "SELECT c.id FROM fts_trigram f JOIN chunks c ON c.rowid = f.rowid"
-                    f" WHERE fts_trigram MATCH ?{extra} ORDER BY bm25(fts_trigram) LIMIT ?",
-                    [match, *params, limit],
-                )
-            ]
+            out["trigram"] = self._fts(
+                "fts_trigram", " OR ".join(_quoted(r) for r in long_runs), extra, params, limit
+            )
         elif short_runs:
             # Trigrams need three characters; one- or two-character CJK queries scan with LIKE.
             like = " OR ".join("c.text LIKE ?" for _ in short_runs)
@@ -303,6 +292,17 @@ class Searcher:
                 )
             ]
         return out
+
+    def _fts(self, table: str, match: str, extra: str, params: list[Any], limit: int) -> list[str]:
+        """Ids matching ``match`` in one FTS5 table, best BM25 first."""
+        return [
+            r[0]
+            for r in self.conn.execute(
+                f"SELECT c.id FROM {table} f JOIN chunks c ON c.rowid = f.rowid"
+                f" WHERE {table} MATCH ?{extra} ORDER BY bm25({table}) LIMIT ?",
+                [match, *params, limit],
+            )
+        ]
 
     def semantic(self, query: str, filters: Filters, limit: int) -> list[str]:
         embedder = self._embedder_factory()
@@ -360,14 +360,11 @@ class Searcher:
         if not filters.empty:
             where, params = filters.sql()
             allowed: set[str] = set()
-            ids = list(bonus)
-            for start in range(0, len(ids), 500):
-                part = ids[start : start + 500]
+            for part, marks in index.in_batches(list(bonus)):
                 allowed.update(
                     r[0]
                     for r in self.conn.execute(
-                        f"SELECT c.id FROM chunks c WHERE c.id IN ({','.join('?' * len(part))}) AND {where}",
-                        [*part, *params],
+                        f"SELECT c.id FROM chunks c WHERE c.id IN ({marks}) AND {where}", [*part, *params]
                     )
                 )
             bonus = {k: v for k, v in bonus.items() if k in allowed}

@@ -40,21 +40,6 @@ def upsert(conn: sqlite3.Connection, model: str, rows: Iterable[VectorRow]) -> N
     )
 
 
-def hashes(conn: sqlite3.Connection, model: str, ids: Iterable[str]) -> dict[str, str]:
-    """content_hash of the stored vector per id (only for vectors of ``model``)."""
-    id_list = list(ids)
-    out: dict[str, str] = {}
-    for start in range(0, len(id_list), 500):
-        part = id_list[start : start + 500]
-        marks = ",".join("?" * len(part))
-        out.update(
-            conn.execute(
-                f"SELECT id, content_hash FROM vectors WHERE model = ? AND id IN ({marks})", [model, *part]
-            ).fetchall()
-        )
-    return out
-
-
 # Above this many vectors, candidates are pre-selected by Hamming distance on sign bits (a 32x smaller
 # array than the float32 matrix, so the scan is no longer memory-bound) and re-scored exactly.
 APPROX_ABOVE = 50_000
