@@ -14,6 +14,8 @@ user what happened and what to do. Anything else escaping the library is a bug.
     ├── ReadOnlyVault        the vault cannot be written
     ├── NodeNotFound         no leaf or summary with that id
     ├── ModelError           the embedding model is missing, mismatched or failed to load
+    ├── SummariserError      the LLM endpoint failed or answered junk (callers fall back to extractive)
+    ├── GitError             git is missing or a commit failed (the vault's files are unaffected)
     └── IndexError_          chunks.db disagrees with the files in a way that needs `vaultmem reindex`
 """
 
@@ -61,6 +63,14 @@ class NodeNotFound(VaultError):
 
 
 class ModelError(VaultError):
+    pass
+
+
+class SummariserError(VaultError):
+    pass
+
+
+class GitError(VaultError):
     pass
 
 
