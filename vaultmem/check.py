@@ -5,11 +5,11 @@ be derived from the files (index rows, FTS, temp files of the engine, interrupte
 edits or deletes a user's Markdown file.
 
 Invariants:
-- ``missing_row``      a valid leaf file has no row                        (fix: index it)
+- ``missing_row``      a valid leaf or summary file has no row            (fix: index it)
 - ``orphan_row``       a row's file is gone (a moved file is a stale row)  (fix: drop the row)
 - ``stale_row``        a row differs from its file (hash, path, content)   (fix: re-read the file)
-- ``invalid_file``     a file under sources/ is not a valid leaf           (not fixable: edit the file)
-- ``duplicate_id``     two files carry the same leaf id                    (not fixable: remove one copy)
+- ``invalid_file``     a file under sources/ is not a valid leaf or summary (not fixable: edit it)
+- ``duplicate_id``     two files carry the same node id                    (not fixable: remove one copy)
 - ``fts_mismatch``     FTS tables disagree with the rows                   (fix: rebuild FTS)
 - ``stray_temp``       a temp file left by a crash                         (fix: delete it)
 - ``pending_intent``   a batch interrupted by a crash                      (fix: heal it)
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 from vaultmem import fsio, index
 from vaultmem.db import atomic
-from vaultmem.errors import FrontmatterError, InvalidInput
-from vaultmem.ingest import heal_intents, read_leaf_file
+from vaultmem.ingest import heal_intents
 from vaultmem.layout import SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
+from vaultmem.reindex import read_vault
 from vaultmem.scan import scan
 
 
@@ -76,45 +76,29 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
         problems.append(Problem("outside_link", rel, "symlink points outside the vault; remove it", False))
 
     rows = index.all_rows(conn)
-    seen_files: dict[str, str] = {}  # id -> path
+    files = read_vault(layout, max_bytes)
+    for rel, reason in files.skipped:
+        if rel.startswith(f"{SOURCES}/") or id_from_filename(rel.rsplit("/", 1)[-1]) is not None:
+            problems.append(Problem("invalid_file", rel, reason, False))
+    for rel, node_id, first in files.duplicates:
+        problems.append(Problem("duplicate_id", rel, f"id {node_id} is also in {first}", False))
     refresh: list[tuple[object, ...]] = []
     refresh_problems: list[Problem] = []
-    leaves = 0
-    for entry in result.entries:
-        if entry.is_summary:
-            continue
-        name = entry.rel.rsplit("/", 1)[-1]
-        in_sources = entry.rel.startswith(f"{SOURCES}/")
-        if id_from_filename(name) is None:
-            if in_sources:
-                problems.append(Problem("invalid_file", entry.rel, "no leaf id in the file name", False))
-            continue
-        try:
-            leaf, stamp = read_leaf_file(layout, entry.rel, max_bytes)
-        except (FrontmatterError, InvalidInput) as exc:
-            problems.append(Problem("invalid_file", entry.rel, str(exc), False))
-            continue
-        leaves += 1
-        if leaf.id in seen_files:
-            problems.append(
-                Problem("duplicate_id", entry.rel, f"id {leaf.id} is also in {seen_files[leaf.id]}", False)
-            )
-            continue
-        seen_files[leaf.id] = entry.rel
-        row = rows.get(leaf.id)
-        expected = dict(zip(index.ROW_COLUMNS, index.leaf_row(leaf, stamp), strict=True))
+    for node_id, file_row in files.rows.items():
+        rel = files.paths[node_id]
+        row = rows.get(node_id)
+        expected = dict(zip(index.ROW_COLUMNS, file_row, strict=True))
         if row is None:
-            refresh.append(index.leaf_row(leaf, stamp))
-            refresh_problems.append(
-                Problem("missing_row", entry.rel, f"leaf {leaf.id} has no index row", True)
-            )
+            refresh.append(file_row)
+            refresh_problems.append(Problem("missing_row", rel, f"node {node_id} has no index row", True))
         elif _differs(row, expected):
-            refresh.append(index.leaf_row(leaf, stamp))
+            refresh.append(file_row)
             refresh_problems.append(
-                Problem("stale_row", entry.rel, f"index row of {leaf.id} does not match the file", True)
+                Problem("stale_row", rel, f"index row of {node_id} does not match the file", True)
             )
+    leaves = files.leaves
 
-    orphans = [row for row in rows.values() if row["kind"] == "leaf" and row["id"] not in seen_files]
+    orphans = [row for row in rows.values() if row["id"] not in files.rows]
     orphan_problems = [
         Problem("orphan_row", row["path"], f"row {row['id']} has no file", True) for row in orphans
     ]
@@ -124,7 +108,7 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
     if fix:
         with atomic(conn):
             conn.executemany("DELETE FROM chunks WHERE id = ?", [(row["id"],) for row in orphans])
-            index.upsert_leaves(conn, refresh)
+            index.upsert_rows(conn, refresh)
             if fts_problem is not None:
                 rebuild_fts(conn)
         fixed.extend(refresh_problems + orphan_problems)

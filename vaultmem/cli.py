@@ -202,7 +202,7 @@ def ls_cmd(
     source: Annotated[str | None, typer.Option("--source", "-s")] = None,
     session: Annotated[str | None, typer.Option("--session")] = None,
     status: Annotated[
-        str | None, typer.Option("--status", help="pending_extraction|admitted|buffered|sealed|dropped")
+        str | None, typer.Option("--status", help="pending_extraction|admitted|sealed|dropped")
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", "-n")] = None,
     vault_path: VaultOpt = None,

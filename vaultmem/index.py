@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vaultmem.errors import NodeNotFound
+from vaultmem.layout import in_sealed_level
 from vaultmem.model import InputKind, Leaf, Status, check_node_id, format_ts, parse_ts
+from vaultmem.summaryfile import SummaryNode, text_hash
 
 # Columns that describe a leaf; ``reindex`` equality is checked over exactly these.
 ROW_COLUMNS = (
@@ -55,7 +57,15 @@ class FileStamp:
     mtime_ns: int
 
 
-def leaf_row(leaf: Leaf, stamp: FileStamp) -> tuple[Any, ...]:
+def effective_status(leaf: Leaf) -> Status:
+    """The status the index reports: an admitted leaf inside a sealed level is ``sealed``."""
+    if leaf.status is Status.ADMITTED and in_sealed_level(leaf.path):
+        return Status.SEALED
+    return leaf.status
+
+
+def leaf_row(leaf: Leaf, stamp: FileStamp, parent: str | None = None) -> tuple[Any, ...]:
+    """The row of a leaf; ``parent`` is the id of the ``_summary.md`` in the leaf's directory, if any."""
     ts = format_ts(leaf.ts)
     return (
         leaf.id,
@@ -71,7 +81,7 @@ def leaf_row(leaf: Leaf, stamp: FileStamp) -> tuple[Any, ...]:
         leaf.speaker,
         ts,
         ts,
-        leaf.status.value,
+        effective_status(leaf).value,
         leaf.score,
         json.dumps(list(leaf.reasons)),
         leaf.tokens,
@@ -79,8 +89,47 @@ def leaf_row(leaf: Leaf, stamp: FileStamp) -> tuple[Any, ...]:
         json.dumps(list(leaf.redactions)),
         json.dumps(leaf.meta, ensure_ascii=False, sort_keys=True),
         leaf.text,
-        None,
+        parent,
         0,
+        stamp.hash,
+        stamp.size,
+        stamp.mtime_ns,
+    )
+
+
+def summary_row(node: SummaryNode, stamp: FileStamp, parent: str | None = None) -> tuple[Any, ...]:
+    """The row of a summary: ``ts``/``ts_end`` span its leaves, ``status`` is ``stale`` or ``current``."""
+    provenance = {
+        "title": node.title,
+        "descendants": node.descendants,
+        "summariser": node.summariser,
+        "pinned": bool(node.pinned),
+        "hand_edited": node.hand_edited,
+    }
+    return (
+        node.id,
+        "summary",
+        node.path,
+        node.source,
+        None,
+        None,
+        None,
+        "[]",
+        0,
+        None,
+        None,
+        format_ts(node.earliest),
+        format_ts(node.latest),
+        "stale" if node.stale else "current",
+        0.0,
+        "[]",
+        node.tokens,
+        text_hash(node.searchable),
+        "[]",
+        json.dumps(provenance, ensure_ascii=False, sort_keys=True),
+        node.searchable,
+        parent,
+        node.depth,
         stamp.hash,
         stamp.size,
         stamp.mtime_ns,
@@ -95,11 +144,11 @@ _UPSERT = (
 )
 
 
-def insert_leaves(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+def insert_rows(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
     conn.executemany(_INSERT, rows)
 
 
-def upsert_leaves(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+def upsert_rows(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
     conn.executemany(_UPSERT, rows)
 
 

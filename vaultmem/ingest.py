@@ -26,6 +26,7 @@ from vaultmem.layout import Layout
 from vaultmem.model import Leaf, Message, Status, format_ts, safe_name
 from vaultmem.redact import redact
 from vaultmem.scoring import FastScorer
+from vaultmem.summaryfile import SummaryNode, parse_summary
 
 Progress = Callable[[int, int], None]
 
@@ -120,7 +121,7 @@ def write_leaves(conn: sqlite3.Connection, layout: Layout, leaves: list[Leaf]) -
         stamp = index.FileStamp(digest, len(data), os.stat(write.path).st_mtime_ns)
         rows.append(index.leaf_row(leaf, stamp))
     with atomic(conn):
-        index.insert_leaves(conn, rows)
+        index.insert_rows(conn, rows)
         JobQueue(conn).enqueue_many(extract_job(leaf.id) for leaf in new)
     intent.unlink(missing_ok=True)
     return [leaf.id for leaf in new]
@@ -140,6 +141,15 @@ def read_leaf_file(layout: Layout, rel: str, max_bytes: int) -> tuple[Leaf, inde
     st = path.stat()
     leaf, _doc = leaffile.parse_leaf(text, rel)
     return leaf, index.FileStamp(digest, st.st_size, st.st_mtime_ns)
+
+
+def read_summary_file(layout: Layout, rel: str, max_bytes: int) -> tuple[SummaryNode, index.FileStamp]:
+    """Read and validate one ``_summary.md`` (FrontmatterError / InvalidInput when it is not one)."""
+    path = layout.abs(rel)
+    text, digest = fsio.read_text_guarded(path, max_bytes)
+    st = path.stat()
+    node, _doc = parse_summary(text, rel)
+    return node, index.FileStamp(digest, st.st_size, st.st_mtime_ns)
 
 
 def heal_intents(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> list[str]:
@@ -173,7 +183,7 @@ def heal_intents(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> li
             jobs.append(extract_job(leaf.id))
             healed.append(leaf.id)
         with atomic(conn):
-            index.insert_leaves(conn, rows)
+            index.insert_rows(conn, rows)
             JobQueue(conn).enqueue_many(jobs)
         note.unlink(missing_ok=True)
     return healed

@@ -62,6 +62,19 @@ class NewJob:
     max_attempts: int = 5
 
 
+# Re-summarisation runs deepest level first: a parent is summarised from its children's new text.
+RESUMMARIZE_PRIORITY = 100
+
+
+def resummarize_job(summary_id: str, depth: int) -> NewJob:
+    return NewJob(
+        JobKind.RESUMMARIZE.value,
+        {"id": summary_id},
+        dedupe_key=f"resummarize:{summary_id}",
+        priority=RESUMMARIZE_PRIORITY - depth,
+    )
+
+
 def _row(row: sqlite3.Row) -> Job:
     return Job(
         id=row["id"],
@@ -175,6 +188,16 @@ class JobQueue:
                 (state.value, run_after, error[:2000], now, job.id),
             )
         return state.value
+
+    def defer(self, job: Job, delay_s: float, reason: str) -> None:
+        """Put a claimed job back without counting an attempt (it was not ready to run yet)."""
+        now = self.clock()
+        with atomic(self.conn):
+            self.conn.execute(
+                "UPDATE jobs SET state = 'queued', run_after = ?, lease_owner = NULL, lease_until = NULL,"
+                " attempts = max(attempts - 1, 0), last_error = ?, updated_at = ? WHERE id = ?",
+                (now + delay_s, reason[:2000], now, job.id),
+            )
 
     def release_expired(self) -> int:
         """Put jobs whose lease expired (their worker died) back in the queue; run on start."""

@@ -6,6 +6,7 @@
     config.toml         vault configuration
     intent/             write-ahead notes of batches in flight (healed on open)
     write.lock          held while a process writes
+    treeops/            write-ahead notes of compactions in flight (replayed on open)
   sources/<source>/_fresh/<leaf>.md     new leaves
   sources/<source>/NN-slug/_summary.md  sealed levels (compactor)
   topics/ global/ core/                 reserved for topic trees, the daily digest, core memory
@@ -57,6 +58,11 @@ class Layout:
     def lock(self) -> Path:
         return self.state / "write.lock"
 
+    @property
+    def treeops(self) -> Path:
+        """Write-ahead notes of tree operations (seal, merge, condense) in flight; replayed on open."""
+        return self.state / "treeops"
+
     def source_dir(self, source: str) -> Path:
         return self.root / SOURCES / safe_name(source)
 
@@ -74,6 +80,12 @@ class Layout:
 
     def is_vault(self) -> bool:
         return self.state.is_dir()
+
+
+def in_sealed_level(rel: str) -> bool:
+    """True for a file inside a source tree's sealed level (``sources/<s>/NN-slug/...``), not ``_fresh``."""
+    parts = PurePosixPath(rel).parts
+    return len(parts) >= 4 and parts[0] == SOURCES and parts[2] != FRESH
 
 
 def is_ignored(rel: str) -> bool:

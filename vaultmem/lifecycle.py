@@ -22,13 +22,12 @@ def set_status(conn: sqlite3.Connection, layout: Layout, leaves: Sequence[Leaf],
     changed on disk since it was indexed (the watcher or ``check --fix`` reconciles those first)."""
     if not leaves:
         return []
-    stamps = {
-        row["id"]: row["file_hash"]
-        for row in conn.execute(
-            f"SELECT id, file_hash FROM chunks WHERE id IN ({','.join('?' * len(leaves))})",
-            [x.id for x in leaves],
-        )
-    }
+    stamps: dict[str, str] = {}
+    parents: dict[str, str | None] = {}
+    for part, marks in index.in_batches([x.id for x in leaves]):
+        for row in conn.execute(f"SELECT id, file_hash, parent FROM chunks WHERE id IN ({marks})", part):
+            stamps[row["id"]] = row["file_hash"]
+            parents[row["id"]] = row["parent"]
     writes: list[fsio.PendingWrite] = []
     changed: list[Leaf] = []
     skipped: list[str] = []
@@ -56,9 +55,10 @@ def set_status(conn: sqlite3.Connection, layout: Layout, leaves: Sequence[Leaf],
     rows = []
     for leaf, write, digest in zip(changed, writes, hashes, strict=True):
         st = write.path.stat()
-        rows.append(index.leaf_row(leaf, index.FileStamp(digest, st.st_size, st.st_mtime_ns)))
+        stamp = index.FileStamp(digest, st.st_size, st.st_mtime_ns)
+        rows.append(index.leaf_row(leaf, stamp, parents.get(leaf.id)))
     with atomic(conn):
-        index.upsert_leaves(conn, rows)
+        index.upsert_rows(conn, rows)
     return skipped
 
 

@@ -21,11 +21,14 @@ SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 
 class Status(StrEnum):
-    """Leaf lifecycle: pending_extraction -> admitted -> buffered -> sealed, or dropped."""
+    """Leaf lifecycle: pending_extraction -> admitted -> sealed, or dropped.
+
+    A leaf file records ``pending_extraction``, ``admitted`` or ``dropped``; ``sealed`` is where an
+    admitted leaf lives (a sealed level, not ``_fresh/``), so sealing moves a file without rewriting it.
+    """
 
     PENDING = "pending_extraction"
     ADMITTED = "admitted"
-    BUFFERED = "buffered"
     SEALED = "sealed"
     DROPPED = "dropped"
 

@@ -1,6 +1,6 @@
 """Rebuild chunks.db's derived tables from the vault's files alone.
 
-Owns ``reindex``: every leaf file is read and validated, and the chunk rows (with their FTS indexes)
+Owns ``reindex``: every summary and leaf file is read and validated, and the chunk rows (with their FTS indexes)
 are replaced in one transaction, so a reader sees the old index or the new one. The job queue is kept;
 work that the files imply (leaves still ``pending_extraction``) is re-queued. Never writes a vault file.
 """
@@ -9,56 +9,100 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vaultmem import index, leaffile
 from vaultmem.db import atomic
 from vaultmem.errors import FrontmatterError, InvalidInput
-from vaultmem.ingest import extract_job, read_leaf_file
-from vaultmem.jobs import JobQueue
+from vaultmem.ingest import extract_job, read_leaf_file, read_summary_file
+from vaultmem.jobs import JobQueue, resummarize_job
 from vaultmem.layout import Layout
 from vaultmem.model import Status
 from vaultmem.scan import scan
+from vaultmem.summaryfile import SummaryNode
 
 
 @dataclass(frozen=True)
 class ReindexReport:
     leaves: int
-    skipped: tuple[tuple[str, str], ...]  # (path, reason): files that are not valid leaves
+    skipped: tuple[tuple[str, str], ...]  # (path, reason): files that are not valid nodes
     duplicates: tuple[tuple[str, str], ...]  # (path, id) of files whose id another file already has
     requeued: int
     vectors: int = 0  # vectors restored from the _embeddings.json sidecars
+    summaries: int = 0
 
 
-def read_all_leaves(
+@dataclass
+class VaultFiles:
+    """Every node file of a vault as index rows, and what could not be read."""
+
+    rows: dict[str, tuple[object, ...]] = field(default_factory=dict)  # id -> row
+    paths: dict[str, str] = field(default_factory=dict)  # id -> rel path
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    duplicates: list[tuple[str, str, str]] = field(default_factory=list)  # (rel, id, first rel)
+    pending: list[str] = field(default_factory=list)  # leaves still pending_extraction
+    stale: list[tuple[str, int]] = field(default_factory=list)  # (id, depth) of stale summaries
+    leaves: int = 0
+    summaries: int = 0
+
+
+def read_vault(
     layout: Layout, max_bytes: int, progress: Callable[[int, int], None] | None = None
-) -> tuple[list[tuple[object, ...]], list[tuple[str, str]], list[tuple[str, str]], list[str]]:
-    """Read every leaf file: (rows, skipped, duplicates, pending ids)."""
-    entries = [e for e in scan(layout).entries if not e.is_summary]
-    rows: list[tuple[object, ...]] = []
-    skipped: list[tuple[str, str]] = []
-    duplicates: list[tuple[str, str]] = []
-    pending: list[str] = []
-    seen: set[str] = set()
-    for n, entry in enumerate(entries, 1):
+) -> VaultFiles:
+    """Read every summary and leaf file. Summaries first: a node's ``parent`` is the id of the
+    ``_summary.md`` in the directory above it (for a leaf: in its own directory)."""
+    entries = scan(layout).entries
+    out = VaultFiles()
+    dir_summary: dict[str, str] = {}
+    ordered = [e for e in entries if e.is_summary] + [e for e in entries if not e.is_summary]
+    summaries: list[tuple[str, SummaryNode, index.FileStamp]] = []
+    for n, entry in enumerate(ordered, 1):
+        if progress is not None:
+            progress(n, len(ordered))
+        if entry.is_summary:
+            try:
+                node, stamp = read_summary_file(layout, entry.rel, max_bytes)
+            except (FrontmatterError, InvalidInput) as exc:
+                out.skipped.append((entry.rel, str(exc)))
+                continue
+            if _duplicate(out, entry.rel, node.id):
+                continue
+            dir_summary[node.directory] = node.id
+            summaries.append((entry.rel, node, stamp))
+            continue
         if leaffile.id_from_filename(entry.rel.rsplit("/", 1)[-1]) is None:
-            skipped.append((entry.rel, "not a leaf file (no leaf id in its name)"))
+            out.skipped.append((entry.rel, "not a leaf file (no leaf id in its name)"))
             continue
         try:
             leaf, stamp = read_leaf_file(layout, entry.rel, max_bytes)
         except (FrontmatterError, InvalidInput) as exc:
-            skipped.append((entry.rel, str(exc)))
+            out.skipped.append((entry.rel, str(exc)))
             continue
-        if leaf.id in seen:
-            duplicates.append((entry.rel, leaf.id))
+        if _duplicate(out, entry.rel, leaf.id):
             continue
-        seen.add(leaf.id)
-        rows.append(index.leaf_row(leaf, stamp))
+        out.rows[leaf.id] = index.leaf_row(leaf, stamp, dir_summary.get(_dir(entry.rel)))
+        out.leaves += 1
         if leaf.status is Status.PENDING:
-            pending.append(leaf.id)
-        if progress is not None:
-            progress(n, len(entries))
-    return rows, skipped, duplicates, pending
+            out.pending.append(leaf.id)
+    for _rel, node, stamp in summaries:
+        out.rows[node.id] = index.summary_row(node, stamp, dir_summary.get(_dir(node.directory)))
+        out.summaries += 1
+        if node.stale:
+            out.stale.append((node.id, node.depth))
+    return out
+
+
+def _dir(rel: str) -> str:
+    return rel.rsplit("/", 1)[0] if "/" in rel else ""
+
+
+def _duplicate(out: VaultFiles, rel: str, node_id: str) -> bool:
+    first = out.paths.get(node_id)
+    if first is not None:
+        out.duplicates.append((rel, node_id, first))
+        return True
+    out.paths[node_id] = rel
+    return False
 
 
 def reindex(
@@ -67,12 +111,20 @@ def reindex(
     max_bytes: int,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReindexReport:
-    rows, skipped, duplicates, pending = read_all_leaves(layout, max_bytes, progress)
+    files = read_vault(layout, max_bytes, progress)
     with atomic(conn):
         # Empty the FTS tables wholesale first so the per-row delete triggers have nothing to do.
         conn.execute("DELETE FROM fts_words")
         conn.execute("DELETE FROM fts_trigram")
         conn.execute("DELETE FROM chunks")
-        index.insert_leaves(conn, rows)
-        requeued = JobQueue(conn).enqueue_many(extract_job(i) for i in pending)
-    return ReindexReport(len(rows), tuple(skipped), tuple(duplicates), requeued)
+        index.insert_rows(conn, files.rows.values())
+        queue = JobQueue(conn)
+        requeued = queue.enqueue_many(extract_job(i) for i in files.pending)
+        requeued += queue.enqueue_many(resummarize_job(i, depth) for i, depth in files.stale)
+    return ReindexReport(
+        files.leaves,
+        tuple(files.skipped),
+        tuple((rel, node_id) for rel, node_id, _ in files.duplicates),
+        requeued,
+        summaries=files.summaries,
+    )

@@ -1,0 +1,234 @@
+"""The summary file format: ``_summary.md``, one per sealed level, written by the compactor.
+
+Owns the mapping between a ``SummaryNode`` and its file text. The body has up to three parts:
+
+    ## Pinned                 (only after a hand edit: the person's text, never rewritten by the engine)
+    <the summary>             the generated text (``content_hash`` in the frontmatter is its hash)
+    ## Children               engine-owned list of relative Markdown links, regenerated on every write
+
+A generated part whose hash no longer matches ``content_hash`` was edited by a person; the next
+re-summarisation keeps that text under ``## Pinned`` instead of overwriting it. Keys outside
+``SUMMARY_KEYS`` are the user's and survive every rewrite verbatim. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from vaultmem import mdfile
+from vaultmem.errors import FrontmatterError
+from vaultmem.model import SUMMARY_ID_RE, format_ts, parse_ts, safe_name
+from vaultmem.tokens import count_tokens
+
+SUMMARY_KEYS = frozenset(
+    {
+        "id",
+        "kind",
+        "source",
+        "depth",
+        "title",
+        "aliases",
+        "descendants",
+        "earliest",
+        "latest",
+        "tokens",
+        "stale",
+        "pinned",
+        "summariser",
+        "content_hash",
+    }
+)
+PINNED_HEADING = "## Pinned"
+SUMMARY_HEADING = "## Summary"
+CHILDREN_HEADING = "## Children"
+_CHILDREN_RE = re.compile(r"^## Children[ \t]*$", re.MULTILINE)
+_SUMMARY_RE = re.compile(r"^## Summary[ \t]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ChildLink:
+    label: str
+    target: str  # relative to the summary's directory, e.g. ``03-japan/_summary.md`` or a leaf file name
+
+
+@dataclass(frozen=True)
+class SummaryNode:
+    id: str
+    source: str
+    path: str  # vault-relative path of the _summary.md file
+    depth: int  # 1 = over leaves, 2 = over depth-1 summaries, ...
+    title: str
+    text: str  # the generated summary
+    pinned: str = ""  # a person's text kept from a hand edit
+    children: tuple[ChildLink, ...] = ()
+    descendants: int = 0  # leaves under this node
+    earliest: datetime | None = None
+    latest: datetime | None = None
+    stale: bool = False
+    summariser: str = "extractive"
+    content_hash: str = ""  # hash of ``text`` as the engine wrote it
+    user_aliases: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def searchable(self) -> str:
+        """What search, embeddings and context see: the pinned text first, then the summary."""
+        return f"{self.pinned}\n\n{self.text}".strip() if self.pinned else self.text.strip()
+
+    @property
+    def tokens(self) -> int:
+        return count_tokens(self.searchable)
+
+    @property
+    def hand_edited(self) -> bool:
+        """The generated part differs from what the engine wrote (a person changed it)."""
+        return bool(self.content_hash) and text_hash(self.text) != self.content_hash
+
+    @property
+    def directory(self) -> str:
+        return self.path.rsplit("/", 1)[0]
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()[:16]
+
+
+def summary_id(source: str, seed: str) -> str:
+    """A new summary's id: ``s`` + 15 hex, from its source and a seed (the first child ids, a dir name)."""
+    return "s" + hashlib.sha256(f"{source}\x1f{seed}".encode()).hexdigest()[:15]
+
+
+def clean_title(title: str) -> str:
+    """A title safe as an Obsidian alias and a link label: one line, no link or heading syntax."""
+    cleaned = re.sub(r"[\[\]|#:\n\r\t]+", " ", title).strip()
+    return re.sub(r"\s+", " ", cleaned)[:60].strip() or "memories"
+
+
+def engine_meta(node: SummaryNode) -> dict[str, Any]:
+    aliases = [node.title, *(a for a in node.user_aliases if a != node.title)]
+    return {
+        "id": node.id,
+        "kind": "summary",
+        "source": node.source,
+        "depth": node.depth,
+        "title": node.title,
+        "aliases": aliases,
+        "descendants": node.descendants,
+        "earliest": format_ts(node.earliest),
+        "latest": format_ts(node.latest),
+        "tokens": node.tokens,
+        "stale": node.stale,
+        "pinned": True if node.pinned else None,
+        "summariser": node.summariser,
+        "content_hash": node.content_hash,
+    }
+
+
+def render_body(node: SummaryNode) -> str:
+    parts = []
+    if node.pinned:
+        parts.append(f"{PINNED_HEADING}\n\n{node.pinned.strip()}\n\n{SUMMARY_HEADING}\n\n")
+    parts.append(node.text.strip() + "\n\n")
+    parts.append(CHILDREN_HEADING + "\n\n")
+    parts.extend(f"- [{_label(c.label)}]({_link(c.target)})\n" for c in node.children)
+    return "".join(parts)
+
+
+def render_summary(node: SummaryNode, keep: mdfile.MdDoc | None = None) -> str:
+    return mdfile.render(engine_meta(node), render_body(node), keep=keep, owned=SUMMARY_KEYS)
+
+
+def _label(text: str) -> str:
+    return re.sub(r"[\[\]\n]+", " ", text).strip() or "untitled"
+
+
+def _link(target: str) -> str:
+    # Obsidian and CommonMark both render <...> destinations with spaces and parentheses intact.
+    return f"<{target}>" if re.search(r"[\s()<>]", target) else target
+
+
+_LINK_RE = re.compile(r"^- \[(?P<label>[^\]]*)\]\((?P<target><[^>]*>|[^)]*)\)\s*$")
+
+
+def split_body(body: str) -> tuple[str, str, tuple[ChildLink, ...]]:
+    """(pinned, generated text, children) of a summary body. Tolerates a body a person rearranged."""
+    matches = list(_CHILDREN_RE.finditer(body))
+    match = matches[-1] if matches else None
+    head, tail = (body[: match.start()], body[match.end() :]) if match else (body, "")
+    children = []
+    for line in tail.splitlines():
+        found = _LINK_RE.match(line.strip())
+        if found:
+            target = found.group("target")
+            children.append(ChildLink(found.group("label"), target.strip("<>")))
+    pinned = ""
+    text = head
+    if head.lstrip().startswith(PINNED_HEADING):
+        rest = head.lstrip()[len(PINNED_HEADING) :]
+        summary_at = _SUMMARY_RE.search(rest)
+        if summary_at:
+            pinned, text = rest[: summary_at.start()], rest[summary_at.end() :]
+        else:
+            pinned, text = rest, ""
+    return pinned.strip(), text.strip(), tuple(children)
+
+
+def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
+    """Read a summary file. Raises FrontmatterError when it is not a valid one."""
+    doc = mdfile.split(text, where=rel_path)
+    meta = doc.meta
+    node_id = meta.get("id")
+    if not isinstance(node_id, str) or not SUMMARY_ID_RE.match(node_id):
+        raise FrontmatterError(f"{rel_path}: summary 'id' missing or not 's' + 15 hex characters")
+    try:
+        source = safe_name(str(meta.get("source", "")))
+        depth = int(meta.get("depth", 1))
+        descendants = int(meta.get("descendants", 0))
+    except (ValueError, TypeError) as exc:
+        raise FrontmatterError(f"{rel_path}: invalid summary frontmatter: {exc}") from exc
+    if depth < 1:
+        raise FrontmatterError(f"{rel_path}: 'depth' must be 1 or more")
+    pinned, body_text, children = split_body(doc.body)
+    title = clean_title(str(meta.get("title") or ""))
+    aliases = meta.get("aliases")
+    user_aliases = tuple(str(a) for a in aliases if str(a) != title) if isinstance(aliases, list) else ()
+    node = SummaryNode(
+        id=node_id,
+        source=source,
+        path=rel_path,
+        depth=depth,
+        title=title,
+        text=body_text,
+        pinned=pinned,
+        children=children,
+        descendants=descendants,
+        earliest=parse_ts(meta.get("earliest")),
+        latest=parse_ts(meta.get("latest")),
+        stale=meta.get("stale") is True,
+        summariser=str(meta.get("summariser") or "unknown"),
+        content_hash=str(meta.get("content_hash") or ""),
+        user_aliases=user_aliases,
+    )
+    return node, doc
+
+
+def set_stale_line(data: bytes, stale: bool) -> bytes | None:
+    """Flip only the ``stale:`` line of a summary's frontmatter, every other byte unchanged.
+
+    None when the line is not there exactly once (the caller re-renders the file instead)."""
+    if not data.startswith(b"---\n"):
+        return None
+    end = data.find(b"\n---", 3)
+    if end < 0:
+        return None
+    head = data[: end + 1]
+    old = b"\nstale: " + (b"false" if stale else b"true") + b"\n"
+    new = b"\nstale: " + (b"true" if stale else b"false") + b"\n"
+    if head.count(new) == 1 and head.count(old) == 0:
+        return data
+    if head.count(old) != 1:
+        return None
+    return head.replace(old, new) + data[end + 1 :]
