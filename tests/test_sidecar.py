@@ -216,7 +216,7 @@ def test_switching_models_reembeds_and_rebuilds_sidecars(tmp_path: Path) -> None
 
 
 def test_directory_members_are_matched_exactly_not_by_like_pattern(tmp_path: Path) -> None:
-    from vaultmem.extract import _leaves_in_dir
+    from vaultmem.extract import _nodes_in_dir
 
     with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
         vault.ingest_messages(chat(3), source="chat")
@@ -227,5 +227,5 @@ def test_directory_members_are_matched_exactly_not_by_like_pattern(tmp_path: Pat
         sibling.mkdir()
         moved.rename(sibling / moved.name)
         vault.check(fix=True)
-        names = {leaf.path for leaf in _leaves_in_dir(vault.conn, "sources/chat/_fresh")}
+        names = {node.path for node in _nodes_in_dir(vault.conn, "sources/chat/_fresh")}
         assert len(names) == 2 and all(p.startswith("sources/chat/_fresh/") for p in names)

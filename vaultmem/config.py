@@ -31,11 +31,46 @@ batch_size = 64
 [git]
 auto_commit = false         # commit every logical change to the vault's git repository
 
+[compact]
+fresh_keep_leaves = 24      # the newest leaves of a source always stay verbatim in _fresh/ ...
+fresh_keep_tokens = 2000    # ... up to this many tokens
+seal_min_leaves = 48        # seal when the buffer beyond that tail holds this many leaves ...
+seal_min_tokens = 4000      # ... or this many tokens
+bucket_target_leaves = 12   # clustering aims at levels of about this many leaves
+bucket_min_leaves = 3
+bucket_max_leaves = 32
+bucket_max_tokens = 2400
+cluster_batch = 256         # leaves clustered at once (bounds time and memory per step)
+merge_threshold = 0.8       # cosine of centroids above which new leaves join an existing level
+condense_fanout = 8         # this many sibling levels at a source's top are grouped under parents
+condense_target = 4         # children per new parent, on average
+max_wait_s = 86400.0        # a buffer older than this is sealed even below the thresholds
+workers = 3                 # worker threads running queued jobs
+
 [llm]
 base_url = ""               # OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp); empty = extractive only
 model = ""
 api_key_env = "OPENAI_API_KEY"
+timeout_s = 60.0            # per request; a slow model falls back to a shorter prompt, then extractive
+max_concurrent = 2          # LLM calls in flight at once across all workers
 """
+
+_COMPACT_KEYS = (
+    "fresh_keep_leaves",
+    "fresh_keep_tokens",
+    "seal_min_leaves",
+    "seal_min_tokens",
+    "bucket_target_leaves",
+    "bucket_min_leaves",
+    "bucket_max_leaves",
+    "bucket_max_tokens",
+    "cluster_batch",
+    "merge_threshold",
+    "condense_fanout",
+    "condense_target",
+    "max_wait_s",
+    "workers",
+)
 
 _SECTIONS = {
     "ingest": {
@@ -45,7 +80,14 @@ _SECTIONS = {
     },
     "embed": {"model": "embed_model", "backend": "embed_backend", "batch_size": "embed_batch_size"},
     "git": {"auto_commit": "git_auto_commit"},
-    "llm": {"base_url": "llm_base_url", "model": "llm_model", "api_key_env": "llm_api_key_env"},
+    "compact": {key: f"compact_{key}" for key in _COMPACT_KEYS},
+    "llm": {
+        "base_url": "llm_base_url",
+        "model": "llm_model",
+        "api_key_env": "llm_api_key_env",
+        "timeout_s": "llm_timeout_s",
+        "max_concurrent": "llm_max_concurrent",
+    },
 }
 
 
@@ -61,6 +103,26 @@ class Config:
     llm_base_url: str = ""
     llm_model: str = ""
     llm_api_key_env: str = "OPENAI_API_KEY"
+    llm_timeout_s: float = 60.0
+    llm_max_concurrent: int = 2
+    compact_fresh_keep_leaves: int = 24
+    compact_fresh_keep_tokens: int = 2000
+    compact_seal_min_leaves: int = 48
+    compact_seal_min_tokens: int = 4000
+    compact_bucket_target_leaves: int = 12
+    compact_bucket_min_leaves: int = 3
+    compact_bucket_max_leaves: int = 32
+    compact_bucket_max_tokens: int = 2400
+    compact_cluster_batch: int = 256
+    compact_merge_threshold: float = 0.8
+    compact_condense_fanout: int = 8
+    compact_condense_target: int = 4
+    compact_max_wait_s: float = 86400.0
+    compact_workers: int = 3
+
+    def compact_values(self) -> dict[str, Any]:
+        """The ``[compact]`` section as keyword arguments (for ``CompactSettings``)."""
+        return {key: getattr(self, f"compact_{key}") for key in _COMPACT_KEYS}
 
 
 def parse_config(text: str, where: str = "config.toml") -> Config:
@@ -87,6 +149,15 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
     config = Config(**values)
     if config.chunk_max_tokens < 16:
         raise InvalidInput(f"{where}: ingest.chunk_max_tokens must be at least 16")
+    for key in _COMPACT_KEYS:
+        if getattr(config, f"compact_{key}") <= 0:
+            raise InvalidInput(f"{where}: compact.{key} must be positive")
+    if config.compact_bucket_min_leaves > config.compact_bucket_max_leaves:
+        raise InvalidInput(f"{where}: compact.bucket_min_leaves is larger than compact.bucket_max_leaves")
+    if config.compact_condense_fanout < 2:
+        raise InvalidInput(f"{where}: compact.condense_fanout must be at least 2")
+    if config.llm_max_concurrent < 1:
+        raise InvalidInput(f"{where}: llm.max_concurrent must be at least 1")
     return config
 
 

@@ -1,4 +1,4 @@
-"""The ``extract`` job: embed leaves (reusing sidecar vectors) and admit them.
+"""The ``extract`` job: embed leaves and summaries (reusing sidecar vectors) and admit leaves.
 
 Owns the order: vectors first go to each directory's ``_embeddings.json`` (the truth), then to the
 ``vectors`` cache table, then ``pending_extraction`` leaves become ``admitted``. A vector whose content
@@ -37,45 +37,68 @@ def embed_text(leaf: Leaf) -> str:
     return f"{leaf.speaker}: {leaf.text}" if leaf.speaker else leaf.text
 
 
-def _leaves_in_dir(conn: sqlite3.Connection, rel_dir: str) -> list[Leaf]:
+@dataclass(frozen=True)
+class _Node:
+    """What embedding needs of a leaf or a summary."""
+
+    id: str
+    path: str
+    content_hash: str
+    text: str  # what the model sees
+
+
+def _node(row: sqlite3.Row) -> _Node:
+    text = f"{row['speaker']}: {row['text']}" if row["kind"] == "leaf" and row["speaker"] else row["text"]
+    return _Node(row["id"], row["path"], row["content_hash"], text)
+
+
+def _nodes_in_dir(conn: sqlite3.Connection, rel_dir: str) -> list[_Node]:
     # substr/instr, not LIKE: "_" in "_fresh" would be a LIKE wildcard and match sibling directories.
     prefix = rel_dir + "/"
     rows = conn.execute(
-        "SELECT * FROM chunks WHERE kind = 'leaf' AND substr(path, 1, ?) = ? AND instr(substr(path, ?), '/') = 0",
+        "SELECT * FROM chunks WHERE substr(path, 1, ?) = ? AND instr(substr(path, ?), '/') = 0",
         (len(prefix), prefix, len(prefix) + 1),
     )
-    return [index.row_to_leaf(r) for r in rows]
+    return [_node(r) for r in rows]
+
+
+def _nodes_by_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> list[_Node]:
+    found: list[_Node] = []
+    for part, marks in index.in_batches(ids):
+        found.extend(_node(r) for r in conn.execute(f"SELECT * FROM chunks WHERE id IN ({marks})", part))
+    return found
 
 
 def extract(
     conn: sqlite3.Connection, layout: Layout, embedder: Embedder, ids: Sequence[str]
 ) -> ExtractReport:
-    leaves = index.leaves_by_ids(conn, ids)
-    by_dir: dict[str, dict[str, Leaf]] = defaultdict(dict)
-    for leaf in leaves:
-        by_dir[str(PurePosixPath(leaf.path).parent)][leaf.id] = leaf
+    """Embed the leaves and summaries ``ids`` (reusing sidecar vectors) and admit pending leaves."""
+    nodes = _nodes_by_ids(conn, ids)
+    by_dir: dict[str, dict[str, _Node]] = defaultdict(dict)
+    for node in nodes:
+        by_dir[str(PurePosixPath(node.path).parent)][node.id] = node
     model, dim = embedder.model_id, embedder.dim
     rebuilt: list[str] = []
-    todo: list[tuple[str, Leaf]] = []  # (dir, leaf) needing a new vector
+    todo: list[tuple[str, _Node]] = []  # (dir, node) needing a new vector
     ready: dict[str, dict[str, sidecar.Entry]] = defaultdict(dict)  # dir -> name -> entry
     for rel_dir, members in by_dir.items():
         current = sidecar.read(layout.abs(rel_dir), model, dim)
         if current.problem is not None:
             rebuilt.append(f"{rel_dir}/_embeddings.json: {current.problem}")
-            for leaf in _leaves_in_dir(conn, rel_dir):
-                members.setdefault(leaf.id, leaf)
-        for leaf in members.values():
-            name = PurePosixPath(leaf.path).name
+            for node in _nodes_in_dir(conn, rel_dir):
+                members.setdefault(node.id, node)
+        for node in members.values():
+            name = PurePosixPath(node.path).name
             entry = current.entries.get(name)
-            if entry is not None and entry.hash == leaf.content_hash:
+            if entry is not None and entry.hash == node.content_hash:
                 ready[rel_dir][name] = entry
             else:
-                todo.append((rel_dir, leaf))
+                todo.append((rel_dir, node))
     fresh: dict[str, dict[str, sidecar.Entry]] = defaultdict(dict)
     if todo:
-        matrix = embedder.embed([embed_text(leaf) for _, leaf in todo])
-        for (rel_dir, leaf), vec in zip(todo, matrix, strict=True):
-            fresh[rel_dir][PurePosixPath(leaf.path).name] = sidecar.Entry.of(leaf.content_hash, vec)
+        matrix = embedder.embed([node.text for _, node in todo])
+        for (rel_dir, node), vec in zip(todo, matrix, strict=True):
+            fresh[rel_dir][PurePosixPath(node.path).name] = sidecar.Entry.of(node.content_hash, vec)
     for rel_dir in by_dir:
         if fresh.get(rel_dir) or any(r.startswith(f"{rel_dir}/_embeddings.json") for r in rebuilt):
             put = {**ready[rel_dir], **fresh[rel_dir]}
@@ -83,15 +106,16 @@ def extract(
     rows = []
     for rel_dir, members in by_dir.items():
         entries = {**ready[rel_dir], **fresh[rel_dir]}
-        for leaf in members.values():
-            entry = entries[PurePosixPath(leaf.path).name]
-            rows.append(vectors.VectorRow(leaf.id, entry.hash, entry.vector(dim)))
+        for node in members.values():
+            entry = entries[PurePosixPath(node.path).name]
+            rows.append(vectors.VectorRow(node.id, entry.hash, entry.vector(dim)))
     with atomic(conn):
         vectors.upsert(conn, model, rows)
+    leaves = index.leaves_by_ids(conn, [n.id for n in nodes])
     pending = [leaf for leaf in leaves if leaf.status is Status.PENDING]
     busy = set_status(conn, layout, pending, Status.ADMITTED)
     return ExtractReport(
-        leaves=len(leaves),
+        leaves=len(nodes),
         embedded=len(todo),
         reused=len(rows) - len(todo),
         admitted=len(pending) - len(busy),
@@ -107,7 +131,7 @@ def vectors_from_sidecars(
 
     Returns (vectors loaded, ids of leaves with no usable vector)."""
     rows_by_dir: dict[str, list[sqlite3.Row]] = defaultdict(list)
-    for row in conn.execute("SELECT id, path, content_hash FROM chunks WHERE kind = 'leaf'"):
+    for row in conn.execute("SELECT id, path, content_hash FROM chunks"):
         rows_by_dir[str(PurePosixPath(row["path"]).parent)].append(row)
     loaded: list[vectors.VectorRow] = []
     missing: list[str] = []

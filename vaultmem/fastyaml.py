@@ -224,8 +224,9 @@ def load(raw: str) -> dict[str, Any] | None:
             match = _KEY_LINE_RE.fullmatch(line)
             if match is None:
                 return None
-            key, text = match.group(1), match.group(2).rstrip(" ")
-            if key in out or _tag(key) != _STR_TAG or _UNSAFE_RE.search(text):
+            # YAML ignores spaces around a plain value ("k:  0" is the integer 0).
+            key, text = match.group(1), match.group(2).strip(" ")
+            if not text or key in out or _tag(key) != _STR_TAG or _UNSAFE_RE.search(text):
                 return None
             out[key] = _parse_value(text)
     except _Unknown:

@@ -6,7 +6,9 @@ interrupted batches, and hands explicit values to the modules that do the work. 
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -18,22 +20,27 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from vaultmem import db, fsio, index
+from vaultmem import db, fsio, index, treeops
 from vaultmem.canon import read_path
 from vaultmem.canon_chat import messages_from_records
 from vaultmem.check import CheckReport, check
+from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context, assemble
 from vaultmem.embed import Embedder, load_embedder
-from vaultmem.errors import InvalidInput, ReadOnlyVault, VaultExists, VaultLocked, VaultNotFound
+from vaultmem.errors import GitError, InvalidInput, ReadOnlyVault, VaultExists, VaultLocked, VaultNotFound
 from vaultmem.extract import vectors_from_sidecars
+from vaultmem.gitsync import GitRecorder
 from vaultmem.ingest import IngestReport, Progress, build_leaves, extract_job, heal_intents, write_leaves
-from vaultmem.jobs import JobQueue
+from vaultmem.jobs import JobKind, JobQueue, NewJob
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.model import Leaf, Message, Status, parse_ts, safe_name
+from vaultmem.pool import Pool, PoolReport, WorkContext
+from vaultmem.reconcile import catch_up
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
+from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser, Summariser
 from vaultmem.worker import WorkReport, drain
 
 BATCH_MESSAGES = 2000
@@ -83,6 +90,10 @@ class Vault:
         self._searcher: Searcher | None = None
         self.scorer = FastScorer(threshold=config.score_threshold)
         self._lock = FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S)
+        self.compact_settings = CompactSettings(**config.compact_values())
+        self._summariser: Summariser | None = None
+        self._git = GitRecorder(layout.root) if config.git_auto_commit else None
+        self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -122,7 +133,18 @@ class Vault:
         if layout.intent.is_dir() and any(layout.intent.iterdir()):
             with vault._locked():
                 heal_intents(conn, layout, config.max_file_bytes)
+        if treeops.pending_notes(layout):
+            vault.heal_compaction()
         return vault
+
+    def heal_compaction(self) -> list[str]:
+        """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
+        with self._locked():
+            embedder = self.embedder
+            done = treeops.heal(self.conn, self.layout, embedder.model_id, embedder.dim)
+            for step in done:
+                self._commit(f"{step.message} (finished after a crash)")
+            return [step.message for step in done]
 
     def close(self) -> None:
         self.conn.close()
@@ -201,6 +223,9 @@ class Vault:
             leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens)
             with self._locked():
                 added = write_leaves(self.conn, self.layout, leaves)
+                if added:
+                    names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
+                    self._commit(f"memory: add {len(added)} leaves from {', '.join(names)}")
             added_set = set(added)
             report = report.merge(
                 IngestReport(
@@ -320,12 +345,101 @@ class Vault:
             missing = [
                 r[0]
                 for r in self.conn.execute(
-                    "SELECT id FROM chunks WHERE kind = 'leaf' AND id NOT IN (SELECT id FROM vectors WHERE model = ?)",
+                    "SELECT id FROM chunks WHERE id NOT IN (SELECT id FROM vectors WHERE model = ?)",
                     (model,),
                 )
             ]
             self.jobs.enqueue_many(extract_job(i) for i in missing)
             return drain(self.conn, self.layout, lambda: self.embedder, progress=progress)
+
+    # -- compaction ---------------------------------------------------------------------------------
+    @property
+    def summariser(self) -> Summariser:
+        """The configured summariser: extractive, or an OpenAI-compatible endpoint falling back to it."""
+        if self._summariser is None:
+            extractive = ExtractiveSummariser()
+            if self.config.llm_base_url and self.config.llm_model:
+                self._summariser = OpenAICompatSummariser(
+                    self.config.llm_base_url,
+                    self.config.llm_model,
+                    api_key=os.environ.get(self.config.llm_api_key_env) or None,
+                    timeout_s=self.config.llm_timeout_s,
+                    semaphore=threading.Semaphore(self.config.llm_max_concurrent),
+                    fallback=extractive,
+                )
+            else:
+                self._summariser = extractive
+        return self._summariser
+
+    def work_context(self) -> WorkContext:
+        return WorkContext(
+            layout=self.layout,
+            settings=self.compact_settings,
+            embedder=lambda: self.embedder,
+            summariser=self.summariser,
+            lock=self._locked,
+            max_bytes=self.config.max_file_bytes,
+            commit=self._commit if self._git is not None else None,
+        )
+
+    def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
+        """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
+        return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
+
+    def compact(
+        self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> PoolReport:
+        """Seal every source's buffer into levels, condense, and re-summarise what is stale.
+
+        Catches up with hand edits first (edited summaries and leaves make their ancestors stale), then
+        runs the queue to idle. ``dry_run`` plans the same steps and changes nothing."""
+        if dry_run:
+            return self._plan()
+        with self._locked():
+            if treeops.pending_notes(self.layout):
+                self.heal_compaction()
+            caught = catch_up(self.conn, self.layout, self.config.max_file_bytes)
+            model = self.embedder.model_id
+            missing = [
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT id FROM chunks WHERE id NOT IN (SELECT id FROM vectors WHERE model = ?)", (model,)
+                )
+            ]
+            self.jobs.enqueue_many(extract_job(i) for i in missing)
+            self.jobs.enqueue_many(
+                NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
+            )
+        report = self.work(progress)
+        notes = [f"re-read {p} (changed by hand)" for p in caught.changed]
+        notes += [f"{p} was deleted by hand; its row is gone" for p in caught.deleted]
+        notes += [f"{p} is not a valid node any more; `vaultmem check` shows why" for p in caught.invalid]
+        report.notes[:0] = notes
+        return report
+
+    def _plan(self) -> PoolReport:
+        report = PoolReport()
+        embedder = self.embedder
+        planner = Planner(self.conn, self.layout, self.compact_settings)
+        for source in self.sources():
+            state = SourceState.load(self.conn, source, embedder.model_id, embedder.dim)
+            for op in [*planner.seal(state), *planner.condense(state)]:
+                report.say(op.message)
+                new_dirs = [w.path.rsplit("/", 1)[0] for w in op.writes if w.expected is None]
+                for directory in new_dirs:
+                    count = sum(1 for _, dst in op.moves if dst.rsplit("/", 1)[0] == directory)
+                    report.planned.append(f"{directory}/ ({count} moved in)")
+        return report
+
+    def _commit(self, message: str) -> None:
+        if self._git is None:
+            return
+        try:
+            result = self._git.commit(message)
+        except GitError as exc:
+            self.warnings.append(f"git auto-commit failed: {exc}")
+            return
+        self.warnings.extend(result.notes)
 
     # -- retrieval ---------------------------------------------------------------------------------
     @property

@@ -1,0 +1,782 @@
+"""The compactor: sealing a source's buffer into levels, merging, condensing, and re-summarising.
+
+Owns the decisions. ``SourceState`` is an in-memory picture of one source tree (the ``_fresh/`` buffer,
+every level with its centroid and size); the planners turn it into ``TreeOp`` steps and update the
+picture as they go, so a dry run and a real run plan the same steps. ``treeops.apply`` makes each step
+durable. Sealing always writes an extractive summary at once (fast, deterministic, inside the write
+lock); when an LLM summariser is configured the new level is marked stale and re-summarised by a
+``resummarize`` job, whose model call runs outside the lock. Never prints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
+
+import numpy as np
+import numpy.typing as npt
+
+from vaultmem import cluster, fsio, index, sidecar, vectors
+from vaultmem.db import atomic
+from vaultmem.embed import Embedder
+from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput
+from vaultmem.ingest import read_summary_file
+from vaultmem.jobs import JobQueue, resummarize_job
+from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, slug
+from vaultmem.model import Status, parse_ts
+from vaultmem.summarise import Child, ExtractiveSummariser, Summariser
+from vaultmem.summaryfile import (
+    ChildLink,
+    SummaryNode,
+    clean_title,
+    parse_summary,
+    render_summary,
+    set_stale_line,
+    summary_id,
+    text_hash,
+)
+from vaultmem.treeops import FileWrite, TreeOp
+
+Vector = npt.NDArray[np.float32]
+_NUMBERED = re.compile(r"^(\d+)-")
+
+
+@dataclass(frozen=True)
+class CompactSettings:
+    """When and how the compactor seals and condenses (``[compact]`` in config.toml)."""
+
+    fresh_keep_leaves: int = 24  # the newest leaves always stay verbatim in _fresh/ ...
+    fresh_keep_tokens: int = 2000  # ... up to this many tokens
+    seal_min_leaves: int = 48  # seal when the buffer beyond the tail holds this many leaves ...
+    seal_min_tokens: int = 4000  # ... or this many tokens
+    bucket_target_leaves: int = 12
+    bucket_min_leaves: int = 3
+    bucket_max_leaves: int = 32
+    bucket_max_tokens: int = 2400
+    cluster_batch: int = 256  # leaves clustered at once: bounds time and memory per step
+    merge_threshold: float = 0.8  # cosine of centroids above which a new cluster joins an existing level
+    condense_fanout: int = 8  # this many sibling levels of one depth at a source's top get condensed
+    condense_target: int = 4  # children per new parent level, on average
+    max_wait_s: float = 86400.0  # a buffer older than this is sealed even below the thresholds
+    workers: int = 3
+
+
+# -- the picture of one source tree ---------------------------------------------------------------------
+@dataclass
+class _Leaf:
+    id: str
+    path: str
+    tokens: int
+    vec: Vector
+    ts: str | None
+    status: str
+    speaker: str | None
+    text: str
+    mtime_ns: int
+
+
+@dataclass
+class _Level:
+    id: str
+    dir: str
+    depth: int
+    title: str
+    text: str
+    parent: str | None
+    vec_sum: Vector
+    leaves: int
+    tokens: int
+    earliest: str | None
+    latest: str | None
+    stale: bool
+    children: int = 0
+
+    @property
+    def centroid(self) -> Vector:
+        norm = float(np.linalg.norm(self.vec_sum))
+        return (self.vec_sum / norm).astype(np.float32) if norm > 0 else self.vec_sum
+
+
+@dataclass
+class SourceState:
+    source: str
+    root: str  # sources/<source>
+    fresh: list[_Leaf]
+    levels: dict[str, _Level]
+    dim: int
+
+    @classmethod
+    def load(cls, conn: sqlite3.Connection, source: str, model: str, dim: int) -> SourceState:
+        root = f"{SOURCES}/{source}"
+        fresh_prefix = f"{root}/{FRESH}/"
+        levels: dict[str, _Level] = {}
+        by_dir: dict[str, _Level] = {}
+        for row in conn.execute(
+            "SELECT id, path, depth, text, parent, ts, ts_end, status, provenance FROM chunks"
+            " WHERE source = ? AND kind = 'summary'",
+            (source,),
+        ):
+            directory = str(PurePosixPath(row["path"]).parent)
+            title = _title_of(row["provenance"])
+            level = _Level(
+                row["id"],
+                directory,
+                row["depth"],
+                title,
+                row["text"],
+                row["parent"],
+                np.zeros(dim, np.float32),
+                0,
+                0,
+                row["ts"],
+                row["ts_end"],
+                row["status"] == "stale",
+            )
+            levels[level.id] = level
+            by_dir[directory] = level
+        for level in levels.values():
+            if level.parent in levels:
+                levels[level.parent].children += 1
+        fresh: list[_Leaf] = []
+        for row in conn.execute(
+            "SELECT c.id, c.path, c.tokens, c.ts, c.status, c.speaker, c.file_mtime_ns, v.vec"
+            " FROM chunks c LEFT JOIN vectors v ON v.id = c.id AND v.model = ?"
+            " WHERE c.source = ? AND c.kind = 'leaf'",
+            (model, source),
+        ):
+            if row["vec"] is None:
+                continue  # not embedded yet: it waits in _fresh/ for its extract job
+            vec = np.frombuffer(row["vec"], dtype="<f4").astype(np.float32)
+            path = row["path"]
+            if path.startswith(fresh_prefix):
+                if row["status"] == Status.PENDING.value:
+                    continue
+                fresh.append(
+                    _Leaf(
+                        row["id"],
+                        path,
+                        row["tokens"],
+                        vec,
+                        row["ts"],
+                        row["status"],
+                        row["speaker"],
+                        "",
+                        row["file_mtime_ns"],
+                    )
+                )
+                continue
+            parent_dir = str(PurePosixPath(path).parent)
+            while parent_dir.startswith(root + "/"):
+                holder = by_dir.get(parent_dir)
+                if holder is not None:
+                    holder.vec_sum = holder.vec_sum + vec
+                    holder.leaves += 1
+                    holder.tokens += row["tokens"]
+                    if holder.depth == 1 and str(PurePosixPath(path).parent) == parent_dir:
+                        holder.children += 1
+                parent_dir = str(PurePosixPath(parent_dir).parent)
+        fresh.sort(key=lambda leaf: (leaf.ts or "", leaf.path))
+        return cls(source, root, fresh, levels, dim)
+
+    def tail_and_buffer(self, s: CompactSettings) -> tuple[list[_Leaf], list[_Leaf]]:
+        """(buffer, tail): the tail is the newest leaves, kept verbatim in _fresh/."""
+        kept = 0
+        tokens = 0
+        for leaf in reversed(self.fresh):
+            if kept >= s.fresh_keep_leaves or tokens + leaf.tokens > s.fresh_keep_tokens:
+                break
+            kept += 1
+            tokens += leaf.tokens
+        cut = len(self.fresh) - kept
+        return self.fresh[:cut], self.fresh[cut:]
+
+    def ancestors(self, level_id: str) -> list[_Level]:
+        out = []
+        current = self.levels.get(level_id)
+        while current is not None and current.parent is not None:
+            current = self.levels.get(current.parent)
+            if current is not None:
+                out.append(current)
+        return out
+
+
+def _title_of(provenance: str) -> str:
+    return str(_prov(provenance).get("title") or "")
+
+
+def buffer_ready(state: SourceState, s: CompactSettings, now: float, *, force: bool = False) -> bool:
+    buffer, _ = state.tail_and_buffer(s)
+    if not buffer:
+        return False
+    if force:
+        return True
+    if len(buffer) >= s.seal_min_leaves or sum(leaf.tokens for leaf in buffer) >= s.seal_min_tokens:
+        return True
+    return buffer_age(state, s, now) >= s.max_wait_s
+
+
+def buffer_age(state: SourceState, s: CompactSettings, now: float) -> float:
+    buffer, _ = state.tail_and_buffer(s)
+    if not buffer:
+        return 0.0
+    return now - min(leaf.mtime_ns for leaf in buffer) / 1e9
+
+
+# -- planning -----------------------------------------------------------------------------------------
+@dataclass
+class Planner:
+    conn: sqlite3.Connection
+    layout: Layout
+    settings: CompactSettings
+    extractive: ExtractiveSummariser = field(default_factory=ExtractiveSummariser)
+    llm_later: bool = False  # mark new levels stale so the configured LLM re-summarises them
+
+    def seal(self, state: SourceState, *, force: bool = False) -> Iterator[TreeOp]:
+        """Seal the buffer beyond the fresh tail in bounded batches, oldest first."""
+        s = self.settings
+        buffer, _tail = state.tail_and_buffer(s)
+        if not buffer:
+            return
+        ready = (
+            force or len(buffer) >= s.seal_min_leaves or sum(x.tokens for x in buffer) >= s.seal_min_tokens
+        )
+        if not ready:
+            return
+        self._load_texts(buffer)
+        for start in range(0, len(buffer), s.cluster_batch):
+            batch = buffer[start : start + s.cluster_batch]
+            small = len(batch) < s.seal_min_leaves and sum(x.tokens for x in batch) < s.seal_min_tokens
+            if small and not force and start > 0:
+                break
+            yield self._seal_batch(state, batch)
+
+    def _load_texts(self, leaves: Sequence[_Leaf]) -> None:
+        by_id = {leaf.id: leaf for leaf in leaves}
+        for part, marks in index.in_batches(list(by_id)):
+            for row in self.conn.execute(f"SELECT id, text FROM chunks WHERE id IN ({marks})", part):
+                by_id[row["id"]].text = row["text"]
+
+    def _seal_batch(self, state: SourceState, batch: list[_Leaf]) -> TreeOp:
+        s = self.settings
+        matrix = np.stack([leaf.vec for leaf in batch])
+        caps = cluster.Caps(
+            s.bucket_target_leaves, s.bucket_min_leaves, s.bucket_max_leaves, s.bucket_max_tokens
+        )
+        groups = cluster.group(matrix, [leaf.tokens for leaf in batch], caps)
+        writes: list[FileWrite] = []
+        moves: list[tuple[str, str]] = []
+        stale: dict[str, _Level] = {}
+        sealed_into: list[str] = []
+        merged = 0
+        created: list[_Level] = []
+        for members in groups:
+            leaves = [batch[i] for i in members]
+            center = cluster.centroid(matrix[members])
+            tokens = sum(leaf.tokens for leaf in leaves)
+            target = self._join_target(state, center, len(leaves), tokens)
+            if target is not None:
+                for leaf in leaves:
+                    moves.append((leaf.path, f"{target.dir}/{PurePosixPath(leaf.path).name}"))
+                self._absorb(state, target, leaves)
+                for level in [target, *state.ancestors(target.id)]:
+                    stale[level.id] = level
+                merged += len(leaves)
+                continue
+            level, write = self._new_bucket(state, leaves)
+            writes.append(write)
+            created.append(level)
+            for leaf in leaves:
+                moves.append((leaf.path, f"{level.dir}/{PurePosixPath(leaf.path).name}"))
+            sealed_into.append(PurePosixPath(level.dir).name + "/")
+        moved_ids = {leaf.id for leaf in batch}
+        state.fresh = [leaf for leaf in state.fresh if leaf.id not in moved_ids]
+        writes.extend(self._stale_writes(stale.values()))
+        for level in stale.values():
+            level.stale = True
+        queued = [(lv.id, lv.depth) for lv in stale.values()]
+        if self.llm_later:
+            queued.extend((lv.id, lv.depth) for lv in created)
+        parts = []
+        if sealed_into:
+            shown = ", ".join(sealed_into[:3]) + (
+                f" and {len(sealed_into) - 3} more" if len(sealed_into) > 3 else ""
+            )
+            parts.append(f"seal {len(batch) - merged} leaves into {shown}")
+        if merged:
+            parts.append(f"merge {merged} leaves into {len(stale)} existing level(s)")
+        message = f"memory: {'; '.join(parts)} ({state.source})"
+        return TreeOp("seal", state.source, message, tuple(writes), tuple(moves), tuple(queued), {})
+
+    def _join_target(self, state: SourceState, center: Vector, n: int, tokens: int) -> _Level | None:
+        s = self.settings
+        best: tuple[float, _Level] | None = None
+        for level in state.levels.values():
+            if level.depth != 1 or level.leaves == 0:
+                continue
+            if level.leaves + n > s.bucket_max_leaves or level.tokens + tokens > s.bucket_max_tokens:
+                continue
+            sim = float(level.centroid @ center)
+            if sim >= s.merge_threshold and (best is None or sim > best[0]):
+                best = (sim, level)
+        return best[1] if best else None
+
+    def _absorb(self, state: SourceState, target: _Level, leaves: Sequence[_Leaf]) -> None:
+        total = np.sum([leaf.vec for leaf in leaves], axis=0)
+        for level in [target, *state.ancestors(target.id)]:
+            level.vec_sum = level.vec_sum + total
+            level.leaves += len(leaves)
+            level.tokens += sum(leaf.tokens for leaf in leaves)
+        target.children += len(leaves)
+
+    def _new_bucket(self, state: SourceState, leaves: Sequence[_Leaf]) -> tuple[_Level, FileWrite]:
+        readable = [leaf for leaf in leaves if leaf.status != Status.DROPPED.value] or list(leaves)
+        children = [
+            Child(leaf.text, leaf.vec, speaker=leaf.speaker, ts=parse_ts(leaf.ts)) for leaf in readable
+        ]
+        result = self.extractive.summarise(children, 1)
+        title = clean_title(result.title)
+        directory = self._new_dir(state, state.root, title)
+        stamps = [leaf.ts for leaf in leaves if leaf.ts]
+        node = SummaryNode(
+            id=summary_id(state.source, f"{leaves[0].id}:{directory}"),
+            source=state.source,
+            path=f"{directory}/{SUMMARY_NAME}",
+            depth=1,
+            title=title,
+            text=result.text,
+            children=tuple(ChildLink(_leaf_label(leaf), PurePosixPath(leaf.path).name) for leaf in leaves),
+            descendants=len(leaves),
+            earliest=parse_ts(min(stamps)) if stamps else None,
+            latest=parse_ts(max(stamps)) if stamps else None,
+            stale=self.llm_later,
+            summariser=result.summariser,
+            content_hash=text_hash(result.text),
+        )
+        level = _Level(
+            node.id,
+            directory,
+            1,
+            title,
+            node.searchable,
+            None,
+            np.sum([leaf.vec for leaf in leaves], axis=0).astype(np.float32),
+            len(leaves),
+            sum(leaf.tokens for leaf in leaves),
+            min(stamps) if stamps else None,
+            max(stamps) if stamps else None,
+            self.llm_later,
+            len(leaves),
+        )
+        state.levels[level.id] = level
+        return level, FileWrite(node.path, render_summary(node), None)
+
+    def _new_dir(self, state: SourceState, parent_dir: str, title: str) -> str:
+        taken = [
+            PurePosixPath(lv.dir).name
+            for lv in state.levels.values()
+            if str(PurePosixPath(lv.dir).parent) == parent_dir
+        ]
+        fs_dir = self.layout.abs(parent_dir)
+        if fs_dir.is_dir():
+            taken.extend(p.name for p in fs_dir.iterdir())
+        numbers = [int(m.group(1)) for m in (_NUMBERED.match(n) for n in taken) if m]
+        number = max(numbers, default=0) + 1
+        return f"{parent_dir}/{number:02d}-{slug(title, words=4, max_len=40) or 'level'}"
+
+    def _stale_writes(self, levels: Iterable[_Level]) -> list[FileWrite]:
+        out = []
+        for level in levels:
+            path = self.layout.abs(f"{level.dir}/{SUMMARY_NAME}")
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            if level.stale:
+                continue
+            new = set_stale_line(data, True)
+            if new is None:
+                try:
+                    node, doc = parse_summary(data.decode("utf-8-sig"), f"{level.dir}/{SUMMARY_NAME}")
+                except (FrontmatterError, UnicodeDecodeError):
+                    continue
+                new = render_summary(replace(node, stale=True), keep=doc).encode("utf-8")
+            if new != data:
+                out.append(
+                    FileWrite(f"{level.dir}/{SUMMARY_NAME}", new.decode("utf-8"), fsio.sha256_bytes(data))
+                )
+        return out
+
+    # -- condensation ---------------------------------------------------------------------------------
+    def condense(self, state: SourceState) -> Iterator[TreeOp]:
+        """Group sibling levels at the source's top under new parents, depth by depth, while any depth
+        has ``condense_fanout`` or more of them."""
+        s = self.settings
+        depth = 1
+        while True:
+            top = [lv for lv in state.levels.values() if lv.parent is None]
+            if not any(lv.depth >= depth for lv in top):
+                return
+            peers = sorted(
+                (lv for lv in top if lv.depth == depth), key=lambda lv: (lv.earliest or "", lv.dir)
+            )
+            if len(peers) < s.condense_fanout:
+                depth += 1
+                continue
+            op = self._condense_peers(state, peers, depth)
+            if op is None:
+                depth += 1
+                continue
+            yield op
+
+    def _condense_peers(self, state: SourceState, peers: list[_Level], depth: int) -> TreeOp | None:
+        s = self.settings
+        moves: list[tuple[str, str]] = []
+        writes: list[FileWrite] = []
+        stale: dict[str, _Level] = {}
+        parents_top = [lv for lv in state.levels.values() if lv.parent is None and lv.depth == depth + 1]
+        rest: list[_Level] = []
+        joined = 0
+        for peer in peers:
+            best: tuple[float, _Level] | None = None
+            for parent in parents_top:
+                if parent.children >= s.condense_fanout * 2:
+                    continue
+                sim = float(parent.centroid @ peer.centroid)
+                if sim >= s.merge_threshold and (best is None or sim > best[0]):
+                    best = (sim, parent)
+            if best is None:
+                rest.append(peer)
+                continue
+            moves.extend(self._move_level(state, peer, best[1]))
+            stale[best[1].id] = best[1]
+            joined += 1
+        created = []
+        if len(rest) >= 2:
+            matrix = np.stack([lv.centroid for lv in rest])
+            caps = cluster.Caps(s.condense_target, 2, s.condense_fanout, 1 << 30)
+            for members in cluster.group(matrix, [1] * len(rest), caps):
+                if len(members) < 2:
+                    continue
+                children = [rest[i] for i in members]
+                parent, write = self._new_parent(state, children, depth + 1)
+                writes.append(write)
+                created.append(parent)
+                for child in children:
+                    moves.extend(self._move_level(state, child, parent))
+        if not moves:
+            return None
+        writes.extend(self._stale_writes(stale.values()))
+        for level in stale.values():
+            level.stale = True
+        queued = [(lv.id, lv.depth) for lv in stale.values()]
+        queued.extend((lv.id, lv.depth) for lv in created if lv.stale)
+        names = ", ".join(PurePosixPath(p.dir).name + "/" for p in created[:3])
+        parts = []
+        if created:
+            parts.append(f"condense {sum(p.children for p in created)} levels under {names}")
+        if joined:
+            parts.append(f"move {joined} levels under existing parents")
+        return TreeOp(
+            "condense",
+            state.source,
+            f"memory: {'; '.join(parts)} ({state.source})",
+            tuple(writes),
+            tuple(moves),
+            tuple(queued),
+            {},
+        )
+
+    def _move_level(self, state: SourceState, child: _Level, parent: _Level) -> list[tuple[str, str]]:
+        old = child.dir
+        new = f"{parent.dir}/{PurePosixPath(old).name}"
+        if any(lv.dir == new for lv in state.levels.values()) or self.layout.abs(new).exists():
+            new = self._new_dir(state, parent.dir, child.title)
+        for level in state.levels.values():
+            if level.dir == old or level.dir.startswith(old + "/"):
+                level.dir = new + level.dir[len(old) :]
+        child.parent = parent.id
+        parent.children += 1
+        parent.vec_sum = parent.vec_sum + child.vec_sum
+        parent.leaves += child.leaves
+        parent.tokens += child.tokens
+        return [(old, new)]
+
+    def _new_parent(self, state: SourceState, children: list[_Level], depth: int) -> tuple[_Level, FileWrite]:
+        kids = [
+            Child(
+                lv.text,
+                lv.centroid,
+                title=lv.title,
+                ts=parse_ts(lv.earliest),
+                weight=float(max(1, lv.leaves)),
+            )
+            for lv in children
+        ]
+        result = self.extractive.summarise(kids, depth)
+        title = clean_title(result.title)
+        directory = self._new_dir(state, state.root, title)
+        early = [lv.earliest for lv in children if lv.earliest]
+        late = [lv.latest for lv in children if lv.latest]
+        stale = self.llm_later or any(lv.stale for lv in children)
+        node = SummaryNode(
+            id=summary_id(state.source, f"{children[0].id}:{directory}"),
+            source=state.source,
+            path=f"{directory}/{SUMMARY_NAME}",
+            depth=depth,
+            title=title,
+            text=result.text,
+            children=tuple(
+                ChildLink(lv.title, f"{PurePosixPath(lv.dir).name}/{SUMMARY_NAME}") for lv in children
+            ),
+            descendants=sum(lv.leaves for lv in children),
+            earliest=parse_ts(min(early)) if early else None,
+            latest=parse_ts(max(late)) if late else None,
+            stale=stale,
+            summariser=result.summariser,
+            content_hash=text_hash(result.text),
+        )
+        level = _Level(
+            node.id,
+            directory,
+            depth,
+            title,
+            node.searchable,
+            None,
+            np.zeros(state.dim, np.float32),  # _move_level adds each child as it moves in
+            0,
+            0,
+            min(early) if early else None,
+            max(late) if late else None,
+            stale,
+            0,
+        )
+        state.levels[level.id] = level
+        return level, FileWrite(node.path, render_summary(node), None)
+
+
+def _leaf_label(leaf: _Leaf) -> str:
+    day = (leaf.ts or "")[:10]
+    words = " ".join(leaf.text.split()[:10])
+    who = f"{leaf.speaker}: " if leaf.speaker else ""
+    return f"{day} {who}{words}".strip()
+
+
+def summary_vectors(op: TreeOp, embedder: Embedder) -> None:
+    """Embed the new and rewritten summaries of ``op`` (stale flags alone do not change the text)."""
+    nodes = [parse_summary(w.data, w.path)[0] for w in op.writes if w.expected is None]
+    if not nodes:
+        return
+    matrix = embedder.embed([n.searchable for n in nodes])
+    for node, vec in zip(nodes, matrix, strict=True):
+        op.vectors[node.id] = np.asarray(vec, dtype=np.float32)  # type: ignore[index]
+
+
+def prune_sidecars(conn: sqlite3.Connection, layout: Layout, source: str, model: str, dim: int) -> int:
+    """Drop sidecar entries of files that moved away (left behind on purpose while sealing)."""
+    removed = 0
+    base = layout.abs(f"{SOURCES}/{source}")
+    for path in base.rglob(SIDECAR_NAME):
+        current = sidecar.read(path.parent, model, dim)
+        if current.problem is not None:
+            continue
+        gone = frozenset(name for name in current.entries if not (path.parent / name).exists())
+        if gone:
+            sidecar.update(layout.state, path.parent, model, dim, {}, remove=gone)
+            removed += len(gone)
+    return removed
+
+
+# -- re-summarisation and stale marking -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Resummarized:
+    outcome: str  # "done" | "defer" | "gone"
+    message: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def _children_of(conn: sqlite3.Connection, directory: str) -> tuple[list[sqlite3.Row], list[sqlite3.Row]]:
+    """(leaf rows directly in ``directory``, summary rows of the levels directly under it)."""
+    prefix = directory + "/"
+    leaves = []
+    subs = []
+    for row in conn.execute(
+        "SELECT * FROM chunks WHERE substr(path, 1, ?) = ? ORDER BY coalesce(ts, ''), path",
+        (len(prefix), prefix),
+    ):
+        rest = row["path"][len(prefix) :]
+        if row["kind"] == "leaf" and "/" not in rest:
+            leaves.append(row)
+        elif row["kind"] == "summary" and rest.count("/") == 1:
+            subs.append(row)
+    return leaves, subs
+
+
+def _vectors_for(conn: sqlite3.Connection, ids: Sequence[str], model: str) -> dict[str, Vector]:
+    out: dict[str, Vector] = {}
+    for part, marks in index.in_batches(list(ids)):
+        for row in conn.execute(
+            f"SELECT id, vec FROM vectors WHERE model = ? AND id IN ({marks})", [model, *part]
+        ):
+            out[row["id"]] = np.frombuffer(row["vec"], dtype="<f4").astype(np.float32)
+    return out
+
+
+def resummarize(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    node_id: str,
+    summariser: Summariser,
+    embedder: Embedder,
+    write_lock: Callable[[], AbstractContextManager[object]],
+    max_bytes: int,
+) -> Resummarized:
+    """Write a fresh summary of one level from its current children. The summariser (maybe a slow
+    LLM) runs without the write lock; the write then checks that the file is still what was read."""
+    row = conn.execute(
+        "SELECT path, depth, parent FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
+    ).fetchone()
+    if row is None:
+        return Resummarized("gone")
+    rel = row["path"]
+    path = layout.abs(rel)
+    try:
+        text, digest = fsio.read_text_guarded(path, max_bytes)
+    except FileNotFoundError:
+        return Resummarized("gone")
+    node, doc = parse_summary(text, rel)
+    leaves, subs = _children_of(conn, node.directory)
+    if any(sub["status"] == "stale" for sub in subs):
+        return Resummarized("defer", notes=("a child level is still stale; its parent waits",))
+    model = embedder.model_id
+    vecs = _vectors_for(conn, [r["id"] for r in leaves] + [r["id"] for r in subs], model)
+    readable = [r for r in leaves if r["status"] != Status.DROPPED.value] or leaves
+    kids = [
+        Child(r["text"], vecs.get(r["id"]), speaker=r["speaker"], ts=parse_ts(r["ts"])) for r in readable
+    ] + [
+        Child(
+            r["text"],
+            vecs.get(r["id"]),
+            title=_title_of(r["provenance"]),
+            ts=parse_ts(r["ts"]),
+            weight=float(max(1, int(str(_prov(r["provenance"]).get("descendants", 1))))),
+        )
+        for r in subs
+    ]
+    result = summariser.summarise(kids, node.depth) if kids else None
+    notes = list(result.notes) if result else []
+    prefix = node.directory + "/"
+    count, earliest, latest = conn.execute(
+        "SELECT count(*), min(ts), max(ts) FROM chunks WHERE kind = 'leaf' AND substr(path, 1, ?) = ?",
+        (len(prefix), prefix),
+    ).fetchone()
+    pinned = node.pinned
+    if node.hand_edited and node.text.strip():
+        pinned = f"{pinned}\n\n{node.text}".strip() if pinned else node.text.strip()
+        notes.append(f"{rel} was edited by hand: the edited text is kept under '## Pinned'")
+    links = [ChildLink(_leaf_label_row(r), PurePosixPath(r["path"]).name) for r in leaves] + [
+        ChildLink(
+            _title_of(r["provenance"]) or "level", f"{PurePosixPath(r['path']).parent.name}/{SUMMARY_NAME}"
+        )
+        for r in subs
+    ]
+    new_text = result.text if result else "(no memories left in this level)"
+    new = replace(
+        node,
+        title=clean_title(result.title) if result else node.title,
+        text=new_text,
+        pinned=pinned,
+        children=tuple(links),
+        descendants=int(count),
+        earliest=parse_ts(earliest),
+        latest=parse_ts(latest),
+        stale=False,
+        summariser=result.summariser if result else node.summariser,
+        content_hash=text_hash(new_text),
+    )
+    data = render_summary(new, keep=doc).encode("utf-8")
+    vec = embedder.embed([new.searchable])[0]
+    with write_lock():
+        try:
+            fsio.atomic_write(path, data, expected=digest)
+        except ConflictError:
+            return Resummarized("defer", notes=(f"{rel} changed while it was being summarised; retrying",))
+        st = path.stat()
+        stamp = index.FileStamp(fsio.sha256_bytes(data), st.st_size, st.st_mtime_ns)
+        entry = sidecar.Entry.of(text_hash(new.searchable), vec)
+        sidecar.update(layout.state, path.parent, model, embedder.dim, {SUMMARY_NAME: entry})
+        with atomic(conn):
+            index.upsert_rows(conn, [index.summary_row(new, stamp, row["parent"])])
+            vectors.upsert(conn, model, [vectors.VectorRow(new.id, entry.hash, vec)])
+    return Resummarized(
+        "done", f"memory: re-summarise {PurePosixPath(node.directory).name}/ ({node.source})", tuple(notes)
+    )
+
+
+def _prov(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _leaf_label_row(row: sqlite3.Row) -> str:
+    day = (row["ts"] or "")[:10]
+    words = " ".join(str(row["text"]).split()[:10])
+    who = f"{row['speaker']}: " if row["speaker"] else ""
+    return f"{day} {who}{words}".strip()
+
+
+def mark_stale(conn: sqlite3.Connection, layout: Layout, ids: Sequence[str], max_bytes: int) -> list[str]:
+    """Flag summaries stale in their files and rows and queue their re-summarisation.
+
+    Each file is read, only its ``stale:`` line changes, and it is written back guarded by the hash
+    that was read. Returns the ids marked."""
+    marked = []
+    jobs = []
+    rows = []
+    for node_id in dict.fromkeys(ids):
+        row = conn.execute(
+            "SELECT path, parent FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
+        ).fetchone()
+        if row is None:
+            continue
+        path = layout.abs(row["path"])
+        try:
+            data = path.read_bytes()
+            node, doc = parse_summary(data.decode("utf-8-sig"), row["path"])
+        except (FileNotFoundError, FrontmatterError, UnicodeDecodeError):
+            continue
+        new = set_stale_line(data, True)
+        if new is None:
+            new = render_summary(replace(node, stale=True), keep=doc).encode("utf-8")
+        if new != data:
+            try:
+                fsio.atomic_write(path, new, expected=fsio.sha256_bytes(data))
+            except ConflictError:
+                continue
+        try:
+            fresh_node, stamp = read_summary_file(layout, row["path"], max_bytes)
+        except (FrontmatterError, InvalidInput):
+            continue
+        rows.append(index.summary_row(fresh_node, stamp, row["parent"]))
+        jobs.append(resummarize_job(node_id, fresh_node.depth))
+        marked.append(node_id)
+    with atomic(conn):
+        index.upsert_rows(conn, rows)
+        JobQueue(conn).enqueue_many(jobs)
+    return marked
+
+
+def ancestors_of(conn: sqlite3.Connection, node_id: str) -> list[str]:
+    out: list[str] = []
+    row = conn.execute("SELECT parent FROM chunks WHERE id = ?", (node_id,)).fetchone()
+    while row is not None and row["parent"] is not None and row["parent"] not in out:
+        out.append(row["parent"])
+        row = conn.execute("SELECT parent FROM chunks WHERE id = ?", (row["parent"],)).fetchone()
+    return out

@@ -1,0 +1,362 @@
+"""The worker pool: a few threads that claim queued jobs and run them until the queue is idle.
+
+Owns dispatch of every job kind to its handler, the write lock around file changes, waking on new work
+(an event, with a short polling fallback for jobs queued by other processes), and recovery of jobs
+leased by workers that died (their lease expired, or their process is gone). Each thread has its own
+SQLite connection. A handler's error fails that job (backoff, then parked); the pool itself never dies
+on one. LLM calls happen inside summarisers, capped by the semaphore they were built with.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from vaultmem import db, treeops
+from vaultmem.compact import (
+    CompactSettings,
+    Planner,
+    SourceState,
+    buffer_age,
+    buffer_ready,
+    prune_sidecars,
+    resummarize,
+    summary_vectors,
+)
+from vaultmem.embed import Embedder
+from vaultmem.errors import ConflictError
+from vaultmem.extract import extract
+from vaultmem.jobs import Job, JobKind, JobQueue, NewJob
+from vaultmem.layout import Layout
+from vaultmem.summarise import Summariser
+
+EXTRACT_BATCH = 2048
+POLL_S = 0.5  # fallback poll for work queued by another process
+DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
+SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
+
+
+@dataclass
+class WorkContext:
+    layout: Layout
+    settings: CompactSettings
+    embedder: Callable[[], Embedder]
+    summariser: Summariser
+    lock: Callable[[], AbstractContextManager[object]]  # the vault's write lock
+    max_bytes: int
+    commit: Callable[[str], None] | None = None  # git auto-commit of one logical operation
+
+
+@dataclass
+class PoolReport:
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    embedded: int = 0
+    admitted: int = 0
+    sealed: int = 0  # leaves moved into new levels
+    merged: int = 0  # leaves moved into existing levels
+    levels: int = 0  # new levels (buckets and parents)
+    condensed: int = 0  # levels moved under a parent
+    resummarized: int = 0
+    operations: list[str] = field(default_factory=list)  # one line per logical operation
+    notes: list[str] = field(default_factory=list)
+    planned: list[str] = field(default_factory=list)  # a dry run's new levels
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for key, value in counts.items():
+                setattr(self, key, getattr(self, key) + value)
+
+    def say(self, operation: str | None = None, notes: Sequence[str] = ()) -> None:
+        with self._lock:
+            if operation:
+                self.operations.append(operation)
+            self.notes.extend(notes)
+
+
+def owner_prefix() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def release_dead(conn: sqlite3.Connection) -> int:
+    """Requeue jobs leased by a process of this host that no longer exists (killed, crashed)."""
+    host = socket.gethostname()
+    dead = []
+    for row in conn.execute("SELECT DISTINCT lease_owner FROM jobs WHERE state = 'running'"):
+        parts = str(row[0] or "").split(":")
+        if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
+            dead.append(row[0])
+    queue = JobQueue(conn)
+    return sum(queue.release_owner(owner) for owner in dead)
+
+
+class Pool:
+    """``workers`` threads running jobs; ``run_until_idle`` returns when nothing is left to do."""
+
+    def __init__(self, ctx: WorkContext, workers: int = 3) -> None:
+        self.ctx = ctx
+        self.workers = max(1, workers)
+        self.report = PoolReport()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._active = 0
+        self._state = threading.Lock()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def run_until_idle(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
+        conn = db.connect(self.ctx.layout.db)
+        try:
+            release_dead(conn)
+            JobQueue(conn).release_expired()
+        finally:
+            conn.close()
+        threads = [
+            threading.Thread(target=self._loop, args=(n, True, progress), name=f"vaultmem-worker-{n}")
+            for n in range(self.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return self.report
+
+    def start(self) -> list[threading.Thread]:
+        """Run until ``stop()`` (the daemon's mode); returns the started threads."""
+        threads = [
+            threading.Thread(
+                target=self._loop, args=(n, False, None), name=f"vaultmem-worker-{n}", daemon=True
+            )
+            for n in range(self.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def _loop(self, n: int, until_idle: bool, progress: Callable[[int, int], None] | None) -> None:
+        conn = db.connect(self.ctx.layout.db)
+        owner = f"{owner_prefix()}:w{n}"
+        queue = JobQueue(conn)
+        try:
+            while not self._stop.is_set():
+                with self._state:
+                    jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
+                    if not jobs:
+                        jobs = queue.claim(owner, limit=1)
+                    if jobs:
+                        self._active += 1
+                if not jobs:
+                    if until_idle and self._idle(conn):
+                        self._stop.set()
+                        self._wake.set()
+                        break
+                    self._wake.wait(POLL_S if not until_idle else 0.05)
+                    self._wake.clear()
+                    continue
+                try:
+                    self._run(conn, queue, jobs)
+                finally:
+                    with self._state:
+                        self._active -= 1
+                    self._wake.set()
+                if progress is not None:
+                    done = self.report.jobs_done + self.report.jobs_failed
+                    progress(done, done + queue.pending())
+        finally:
+            queue.release_owner(owner)
+            conn.close()
+
+    def _idle(self, conn: sqlite3.Connection) -> bool:
+        with self._state:
+            if self._active:
+                return False
+            # Jobs a finished handler queued are committed before it went inactive, so this sees them.
+            now = time.time()
+            row = conn.execute(
+                "SELECT count(*) FROM jobs WHERE (state = 'queued' AND run_after <= ?) OR (state = 'running' AND lease_until < ?)",
+                (now + SOON_S, now),
+            ).fetchone()
+            return int(row[0]) == 0
+
+    def _run(self, conn: sqlite3.Connection, queue: JobQueue, jobs: list[Job]) -> None:
+        kind = jobs[0].kind
+        try:
+            if kind == JobKind.EXTRACT.value:
+                self._extract(conn, queue, jobs)
+                return
+            job = jobs[0]
+            handler = {
+                JobKind.APPEND_BUFFER.value: self._append_buffer,
+                JobKind.SEAL.value: self._seal,
+                JobKind.FLUSH_STALE.value: self._flush_stale,
+                JobKind.RESUMMARIZE.value: self._resummarize,
+            }.get(kind)
+            if handler is None:
+                queue.fail(job, f"no handler for job kind {kind!r} in this version")
+                self.report.add(jobs_failed=1)
+                return
+            if handler(conn, queue, job):
+                queue.complete([job.id])
+                self.report.add(jobs_done=1)
+        except Exception as exc:  # a job's failure must never stop the pool
+            for job in jobs:
+                queue.fail(job, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+            self.report.add(jobs_failed=len(jobs))
+            self.report.say(notes=[f"{kind} failed: {type(exc).__name__}: {exc}"])
+
+    # -- handlers (return True when the job is finished) -------------------------------------------------
+    def _extract(self, conn: sqlite3.Connection, queue: JobQueue, jobs: list[Job]) -> None:
+        ids = [str(j.payload.get("id", "")) for j in jobs]
+        with self.ctx.lock():
+            result = extract(conn, self.ctx.layout, self.ctx.embedder(), ids)
+        busy = set(result.busy)
+        done = [j for j in jobs if j.payload.get("id") not in busy]
+        queue.complete(j.id for j in done)
+        for job in jobs:
+            if job.payload.get("id") in busy:
+                queue.fail(job, "leaf file changed on disk while extracting; will retry")
+        sources = _sources_of(conn, [i for i in ids if i not in busy])
+        queue.enqueue_many(
+            NewJob(JobKind.APPEND_BUFFER.value, {"source": s}, dedupe_key=f"append_buffer:{s}")
+            for s in sources
+        )
+        self.report.add(
+            jobs_done=len(done),
+            jobs_failed=len(jobs) - len(done),
+            embedded=result.embedded,
+            admitted=result.admitted,
+        )
+        if self.ctx.commit is not None and result.admitted:
+            with self.ctx.lock():
+                self.ctx.commit(f"memory: admit {result.admitted} leaves")
+
+    def _state_of(self, conn: sqlite3.Connection, source: str) -> SourceState:
+        embedder = self.ctx.embedder()
+        return SourceState.load(conn, source, embedder.model_id, embedder.dim)
+
+    def _append_buffer(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        source = str(job.payload["source"])
+        state = self._state_of(conn, source)
+        s = self.ctx.settings
+        if buffer_ready(state, s, time.time()):
+            queue.enqueue(JobKind.SEAL.value, {"source": source}, dedupe_key=f"seal:{source}")
+        buffer, _ = state.tail_and_buffer(s)
+        if buffer:
+            wait = max(0.0, s.max_wait_s - buffer_age(state, s, time.time()))
+            queue.enqueue(
+                JobKind.FLUSH_STALE.value,
+                {"source": source},
+                dedupe_key=f"flush_stale:{source}",
+                delay_s=wait,
+            )
+        return True
+
+    def _seal(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        self.seal_source(conn, str(job.payload["source"]), force=bool(job.payload.get("force", False)))
+        return True
+
+    def _flush_stale(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        source = str(job.payload["source"])
+        state = self._state_of(conn, source)
+        s = self.ctx.settings
+        if buffer_age(state, s, time.time()) >= s.max_wait_s:
+            self.seal_source(conn, source, force=True)
+        return True
+
+    def seal_source(self, conn: sqlite3.Connection, source: str, *, force: bool = False) -> None:
+        ctx = self.ctx
+        with ctx.lock():
+            embedder = ctx.embedder()
+            state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
+            planner = Planner(conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive")
+            moved = False
+            for op in planner.seal(state, force=force):
+                self._apply(conn, op, embedder)
+                moved = True
+            for op in planner.condense(state):
+                self._apply(conn, op, embedder)
+                moved = True
+            if moved:
+                prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
+
+    def _apply(self, conn: sqlite3.Connection, op: treeops.TreeOp, embedder: Embedder) -> None:
+        summary_vectors(op, embedder)
+        result = treeops.apply(conn, self.ctx.layout, op, embedder.model_id, embedder.dim)
+        new_levels = sum(1 for w in op.writes if w.expected is None)
+        leaf_moves = sum(1 for _, dst in op.moves if dst.endswith(".md"))
+        if op.kind == "seal":
+            new_dirs = {w.path.rsplit("/", 1)[0] for w in op.writes if w.expected is None}
+            sealed = sum(1 for _, dst in op.moves if dst.rsplit("/", 1)[0] in new_dirs)
+            self.report.add(sealed=sealed, merged=leaf_moves - sealed, levels=new_levels)
+        else:
+            self.report.add(condensed=len(op.moves) - leaf_moves, levels=new_levels)
+        self.report.say(op.message, result.skipped)
+        if self.ctx.commit is not None:
+            self.ctx.commit(op.message)
+
+    def _resummarize(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        ctx = self.ctx
+        try:
+            result = resummarize(
+                conn,
+                ctx.layout,
+                str(job.payload["id"]),
+                ctx.summariser,
+                ctx.embedder(),
+                ctx.lock,
+                ctx.max_bytes,
+            )
+        except ConflictError as exc:
+            queue.defer(job, DEFER_S, str(exc))
+            return False
+        if result.outcome == "defer":
+            queue.defer(job, DEFER_S, "; ".join(result.notes))
+            return False
+        if result.outcome == "done":
+            self.report.add(resummarized=1)
+            self.report.say(result.message, result.notes)
+            if ctx.commit is not None:
+                with ctx.lock():
+                    ctx.commit(result.message)
+        return True
+
+
+def _sources_of(conn: sqlite3.Connection, ids: Sequence[str]) -> list[str]:
+    from vaultmem.index import in_batches
+
+    found: set[str] = set()
+    for part, marks in in_batches(list(ids)):
+        found.update(
+            r[0]
+            for r in conn.execute(
+                f"SELECT DISTINCT source FROM chunks WHERE kind = 'leaf' AND id IN ({marks})", part
+            )
+        )
+    return sorted(found)
