@@ -99,6 +99,33 @@ def test_split_sentences_english_lines_bullets_and_cjk() -> None:
     ]
 
 
+def test_hard_wrapped_prose_is_joined_but_lists_and_headings_stand_alone() -> None:
+    text = (
+        "### Mon 13 April: Tokyo → Kyoto\n"
+        "\n"
+        "Nozomi from Shinagawa around 12:30, arrives in Kyoto around 14:45. Taxi to the ryokan\n"
+        "(~20 min). Must be at Yadoya Shirakawa by 18:00.\n"
+        "Packing list\n"
+        "Passport\n"
+        "- rail pass, valid for seven days from the first ride on the\n"
+        "  Nozomi\n"
+        "- yen\n"
+        "我们在京都的最后一天去了伏见稻荷大社，然后\n"
+        "回到东京。"
+    )
+    assert split_sentences(text) == [
+        "Mon 13 April: Tokyo → Kyoto",
+        "Nozomi from Shinagawa around 12:30, arrives in Kyoto around 14:45.",
+        "Taxi to the ryokan (~20 min).",
+        "Must be at Yadoya Shirakawa by 18:00.",
+        "Packing list",
+        "Passport",
+        "rail pass, valid for seven days from the first ride on the Nozomi",
+        "yen",
+        "我们在京都的最后一天去了伏见稻荷大社，然后回到东京。",
+    ]
+
+
 # --- extractive ------------------------------------------------------------------------------------
 
 
@@ -146,6 +173,18 @@ def test_mmr_does_not_pick_two_near_identical_sentences() -> None:
     assert children[4].text in picked
 
 
+def test_a_long_central_child_does_not_crowd_out_its_siblings() -> None:
+    # Four equally central children; the first holds eight sentences, the others one each.
+    long_child = Child(" ".join(GARDEN[:8]), vec(1.0, 0.3, 0.0))
+    siblings = [
+        Child(GARDEN[8], vec(1.0, -0.3, 0.0)),
+        Child(GARDEN[9], vec(1.0, 0.0, 0.3)),
+        Child("Melanie's sunflowers grew taller than the garden fence.", vec(1.0, 0.0, -0.3)),
+    ]
+    picked = lines_of(ExtractiveSummariser().summarise([long_child, *siblings], 1))
+    assert sum(line not in long_child.text for line in picked) >= 2
+
+
 def test_sentences_of_one_child_are_not_redundant_with_each_other() -> None:
     # Sentences share their child's vector; only word overlap may call them redundant.
     text = "Melanie ran a marathon in Boston in April. She finished in four hours. Her knee hurt afterwards."
@@ -171,8 +210,22 @@ def test_keeps_original_wording_and_prefixes_speakers_once() -> None:
     assert "Melanie: ok" not in picked  # a fragment, with better sentences available
     for line in picked:
         speaker, _, sentence = line.partition(": ")
-        child = next(c for c in children if c.speaker == speaker and sentence in c.text)
-        assert child is not None
+        assert any(c.speaker == speaker and sentence in c.text for c in children)
+
+
+def test_output_lines_are_child_wording_modulo_whitespace() -> None:
+    children = [
+        Child(
+            "Dear team,\n\nThe quarterly budget review moved to Friday at 3pm because the\n"
+            "finance lead is travelling. Please bring the revised forecast and the hiring\n"
+            "plan for Q3.\n\nThanks,\nDana",
+            vec(1.0, 0.0),
+        ),
+        Child("Re: budget review. Friday works, I will bring the revised forecast.", vec(0.9, 0.2)),
+    ]
+    flat = [" ".join(c.text.split()) for c in children]
+    for line in lines_of(ExtractiveSummariser().summarise(children, 1)):
+        assert any(line in text for text in flat), line
 
 
 def test_child_summaries_are_used_as_they_are() -> None:

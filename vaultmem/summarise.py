@@ -94,8 +94,9 @@ _WORD_RE = re.compile(rf"[^\W_{_CJK}]+(?:'[^\W_{_CJK}]+)*")
 _LINE_MARK_RE = re.compile(r"^(?:\s*(?:[-*+•]\s+|\d{1,3}[.)]\s+|>+\s*|#{1,6}\s+))+")
 # English ends need a following space ("3.5", "e.g.x" stay whole); CJK ends need none.
 _BOUNDARY_RE = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s)|[。！？；]+[」』”’）)\]]*")
-_ABBREVIATIONS = frozenset("mr mrs ms dr prof st jr sr vs etc e.g i.e approx no fig inc ltd co".split())  # noqa: SIM905
-_MIN_SENTENCE_TOKENS = 3
+_ABBREVIATIONS = frozenset("mr mrs ms dr prof st jr sr vs etc e.g i.e approx no fig inc ltd co ref".split())  # noqa: SIM905
+_MIN_SENTENCE_WORDS = 3
+_WRAPPED_LINE_TOKENS = 10  # about 40 characters of English; shorter lines are list-like
 _SPACE_RE = re.compile(r"\s+")
 
 STOPWORDS = frozenset(
@@ -136,27 +137,53 @@ def _split_line(line: str) -> list[str]:
     return [p for p in pieces if p]
 
 
+def _join_wrapped(paragraph: str, line: str) -> str:
+    if not paragraph:
+        return line
+    if _CJK_RE.match(paragraph[-1]) and _CJK_RE.match(line[0]):
+        return paragraph + line  # CJK wraps without a space
+    return f"{paragraph} {line}"
+
+
 def split_sentences(text: str) -> list[str]:
-    """Sentences and lines of ``text`` in order, with bullet and heading marks removed."""
+    """Sentences of ``text`` in order, without bullet, numbering, quote and heading marks.
+
+    Each bullet, heading and short line stands alone. A long line followed by an unmarked one is taken
+    as hard-wrapped prose (notes and emails wrap at 72-100 columns) and joined with a space, so its
+    sentences come out whole; a sentence then differs from the child's text at most in whitespace.
+    """
     out: list[str] = []
+    paragraph = ""
+    wrapped = False  # the previous line was long enough to be hard-wrapped prose
     for raw in text.splitlines():
-        line = _LINE_MARK_RE.sub("", raw).strip()
-        if line:
-            out.extend(_split_line(line))
+        marker = _LINE_MARK_RE.match(raw)
+        line = raw[marker.end() :].strip() if marker else raw.strip()
+        if paragraph and (marker or not line or not wrapped):
+            out.extend(_split_line(paragraph))
+            paragraph = ""
+        if not line:
+            continue
+        paragraph = _join_wrapped(paragraph, line)
+        wrapped = count_tokens(line) >= _WRAPPED_LINE_TOKENS and "#" not in (marker.group() if marker else "")
+    if paragraph:
+        out.extend(_split_line(paragraph))
     return out
 
 
-def _feature_list(text: str) -> list[str]:
-    """Content words, then character bigrams for CJK (written without spaces, so no words to split)."""
+def _feature_list(text: str) -> tuple[list[str], int]:
+    """Content words, then character bigrams for CJK (written without spaces, so no words to split);
+    and the number of words, counting a CJK character as one."""
     lowered = text.lower()
     if not lowered.isascii():
         lowered = lowered.replace("’", "'")
     words = [w.removesuffix("'s") for w in _WORD_RE.findall(lowered)]
+    size = len(words)
     feats = [w for w in words if len(w) > 1 and w not in STOPWORDS]
     if not lowered.isascii():
         for run in _CJK_RUN_RE.findall(lowered):
+            size += len(run)
             feats.extend([run] if len(run) == 1 else (run[i : i + 2] for i in range(len(run) - 1)))
-    return feats
+    return feats, size
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -211,7 +238,7 @@ class _Candidate(NamedTuple):  # not a frozen dataclass: built per sentence, and
     child: int
     cost: int  # tokens of the display line, bullet mark included
     features: frozenset[str]
-    fragment: bool  # too short to say anything on its own
+    fragment: bool  # under 3 words ("ok", "(~20 min)."): too short to say anything on its own
 
 
 def _with_speaker(sentence: str, name: str) -> str:
@@ -226,21 +253,25 @@ def _candidates(children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[
     child_words: list[dict[str, None]] = []
     seen: set[str] = set()
     for index, child in enumerate(children):
-        words: dict[str, None] = dict.fromkeys(_feature_list(child.title)) if child.title else {}
+        words: dict[str, None] = dict.fromkeys(_feature_list(child.title)[0]) if child.title else {}
         speaker = " ".join((child.speaker or "").split())
-        prefix_cost = count_tokens(speaker) + 1 if speaker else 0  # "Name:"; the space is free
         for sentence in split_sentences(child.text):
-            features = _feature_list(sentence)
+            features, size = _feature_list(sentence)
             words.update(dict.fromkeys(features))
             display = _with_speaker(sentence, speaker)
             key = " ".join(display.split()).casefold()
             if key in seen:  # identical children or repeated lines: one candidate, the first
                 continue
             seen.add(key)
-            cost = count_tokens(display) + 1
-            own = cost - 1 - (prefix_cost if len(display) > len(sentence) else 0)
             everything.append(
-                _Candidate(sentence, display, index, cost, frozenset(features), own < _MIN_SENTENCE_TOKENS)
+                _Candidate(
+                    sentence,
+                    display,
+                    index,
+                    count_tokens(display) + 1,
+                    frozenset(features),
+                    size < _MIN_SENTENCE_WORDS,
+                )
             )
         child_words.append(words)
     substantive = [c for c in everything if not c.fragment]
