@@ -32,6 +32,8 @@ demo: setup
     rm -rf demo_vault && cp -r sample_vault demo_vault
     {{venv}}/bin/vaultmem reindex --vault demo_vault
     {{venv}}/bin/vaultmem ingest docs/examples/today.jsonl --source assistant-chat --wait --vault demo_vault
+    {{venv}}/bin/vaultmem compact --dry-run --vault demo_vault
+    {{venv}}/bin/vaultmem compact --vault demo_vault
     {{venv}}/bin/vaultmem show --vault demo_vault
     {{venv}}/bin/vaultmem search "when is the Tidepool patch due" --k 3 --vault demo_vault
     {{venv}}/bin/vaultmem search "雾凇拼音" --k 2 --vault demo_vault
@@ -42,10 +44,12 @@ demo: setup
 # Rebuild sample_vault/ from docs/examples/ (deterministic: same input, same files).
 sample: setup
     rm -rf sample_vault && {{venv}}/bin/vaultmem init sample_vault
+    cp docs/examples/config.toml sample_vault/.vaultmem/config.toml
     {{venv}}/bin/vaultmem ingest docs/examples/assistant-chat.jsonl --source assistant-chat --vault sample_vault
     {{venv}}/bin/vaultmem ingest docs/examples/team-slack.json --vault sample_vault
     {{venv}}/bin/vaultmem ingest docs/examples/notes --source notes --vault sample_vault
     {{venv}}/bin/vaultmem ingest docs/examples/mail --source mail --wait --vault sample_vault
+    {{venv}}/bin/vaultmem compact --vault sample_vault
     rm -rf sample_vault/.vaultmem/locks
     rm -f sample_vault/.vaultmem/chunks.db* sample_vault/.vaultmem/write.lock
 

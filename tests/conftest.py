@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_summarise import server as llm_server  # noqa: F401  (a loopback chat-completions server)
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 

@@ -12,7 +12,7 @@ Invariants:
 - ``duplicate_id``     two files carry the same node id                    (not fixable: remove one copy)
 - ``fts_mismatch``     FTS tables disagree with the rows                   (fix: rebuild FTS)
 - ``stray_temp``       a temp file left by a crash                         (fix: delete it)
-- ``pending_intent``   a batch interrupted by a crash                      (fix: heal it)
+- ``pending_intent``   a batch or compaction step interrupted by a crash   (fix: finish it)
 - ``outside_link``     a symlink pointing outside the vault                (not fixable: remove the link)
 """
 
@@ -28,6 +28,7 @@ from vaultmem.layout import SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.reindex import read_vault
 from vaultmem.scan import scan
+from vaultmem.treeops import pending_notes
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,12 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
     if layout.intent.is_dir():
         for note in sorted(layout.intent.glob("*.json")):
             problems.append(Problem("pending_intent", layout.rel(note), "batch interrupted by a crash", True))
-    if fix and any(p.code == "pending_intent" for p in problems):
+    for note in pending_notes(layout):
+        # Finished by Vault.open / Vault.check(fix=True), which know the embedding model.
+        problems.append(
+            Problem("pending_intent", layout.rel(note), "compaction step interrupted by a crash", True)
+        )
+    if fix and any(p.code == "pending_intent" and "/intent/" in f"/{p.path}" for p in problems):
         heal_intents(conn, layout, max_bytes)
         fixed.extend(p for p in problems if p.code == "pending_intent")
         problems = [p for p in problems if p.code != "pending_intent"]

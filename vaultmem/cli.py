@@ -21,6 +21,7 @@ from vaultmem.errors import VaultError, VaultNotFound
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
 from vaultmem.model import Leaf, format_ts
+from vaultmem.summaryfile import summary_json
 from vaultmem.vault import Vault
 
 app = typer.Typer(
@@ -155,12 +156,31 @@ def ingest(
 
 @app.command()
 def show(
-    node_id: Annotated[str | None, typer.Argument(help="A leaf id; without one, the vault's tree.")] = None,
+    node_id: Annotated[
+        str | None, typer.Argument(help="A leaf or summary id; without one, the vault's tree.")
+    ] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show one leaf with its provenance, or the tree of sources and levels."""
     with open_vault(vault_path) as vault:
+        if node_id is not None and node_id.startswith("s"):
+            node = vault.summary(node_id)
+            if as_json:
+                emit_json(summary_json(node))
+                return
+            typer.echo(f"# {node.title}  ({node.path})")
+            typer.echo(
+                f"id: {node.id}  depth: {node.depth}  leaves: {node.descendants}  "
+                f"{format_ts(node.earliest) or '?'} .. {format_ts(node.latest) or '?'}"
+                f"  summariser: {node.summariser}{'  STALE' if node.stale else ''}"
+            )
+            typer.echo("")
+            typer.echo(node.searchable)
+            typer.echo("")
+            for link in node.children:
+                typer.echo(f"  - {link.label}")
+            return
         if node_id is not None:
             leaf = vault.get(node_id)
             if as_json:
@@ -187,14 +207,23 @@ def show(
             return
         if not tree:
             typer.echo("(empty vault)")
+        titles = vault.level_titles()
         for src, levels in tree.items():
             typer.echo(f"sources/{src}/")
-            for lvl, leaves in sorted(levels.items()):
-                typer.echo(f"  {lvl}/  ({len(leaves)} leaves)")
-                for leaf in leaves[:5]:
-                    typer.echo(f"    {_leaf_line(leaf)}")
-                if len(leaves) > 5:
-                    typer.echo(f"    ... {len(leaves) - 5} more (vaultmem ls --source {src})")
+            dirs = sorted(set(levels) | {d for d in titles.get(src, {}) if d})
+            for lvl in dirs:
+                leaves = levels.get(lvl, [])
+                indent = "  " * (lvl.count("/") + 1)
+                name = lvl.rsplit("/", 1)[-1]
+                title = titles.get(src, {}).get(lvl)
+                label = f"{title}  " if title else ""
+                count = f"({len(leaves)} leaves)" if leaves else ""
+                typer.echo(f"{indent}{name}/  {label}{count}".rstrip())
+                if lvl == "_fresh":
+                    for leaf in leaves[:5]:
+                        typer.echo(f"{indent}  {_leaf_line(leaf)}")
+                    if len(leaves) > 5:
+                        typer.echo(f"{indent}  ... {len(leaves) - 5} more (vaultmem ls --source {src})")
 
 
 @app.command("ls")
@@ -310,7 +339,7 @@ def jobs(
         work = None
         if run:
             with progress_bar("working") as progress:
-                work = vault.flush(progress)
+                work = vault.work(progress)
         listed = vault.jobs.list()
         counts = vault.jobs.counts()
     if as_json:
@@ -344,6 +373,42 @@ def jobs(
             typer.echo(
                 f"{j.id:6}  {j.kind:12}  {j.state:7}  attempts {j.attempts}/{j.max_attempts}  {json.dumps(j.payload)}{err}"
             )
+
+
+@app.command()
+def compact(
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the plan (new levels, merges, condensations); change nothing."),
+    ] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Seal buffered leaves into levels, condense, re-summarise stale levels: run the queue to idle."""
+    with open_vault(vault_path) as vault:
+        with progress_bar("compacting") as progress:
+            report = vault.compact(dry_run=dry_run, progress=progress)
+        warnings = list(vault.warnings)
+    if as_json:
+        emit_json({"dry_run": dry_run, **report.as_dict(), "warnings": warnings})
+        return
+    for line in report.operations:
+        typer.echo(("would " if dry_run else "") + line.removeprefix("memory: "))
+    for line in report.planned:
+        typer.echo(f"  new level {line}")
+    if dry_run:
+        if not report.operations:
+            typer.echo("nothing to compact: every buffer is under its thresholds")
+        return
+    typer.echo(
+        f"sealed {report.sealed} leaves into {report.levels} new levels, merged {report.merged} into existing"
+        f" ones, condensed {report.condensed} levels, re-summarised {report.resummarized}"
+        + (f"; {report.jobs_failed} jobs failed (see `vaultmem jobs`)" if report.jobs_failed else "")
+    )
+    for note in report.notes:
+        typer.echo(f"note: {note}")
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
 
 
 @app.command("reindex")

@@ -21,11 +21,9 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import cluster, fsio, index, sidecar, vectors
-from vaultmem.db import atomic
+from vaultmem import cluster, fsio, index, sidecar, treeops
 from vaultmem.embed import Embedder
-from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput
-from vaultmem.ingest import read_summary_file
+from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.jobs import JobQueue, resummarize_job
 from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, slug
 from vaultmem.model import Status, parse_ts
@@ -650,7 +648,7 @@ def resummarize(
         return Resummarized("gone")
     node, doc = parse_summary(text, rel)
     leaves, subs = _children_of(conn, node.directory)
-    if any(sub["status"] == "stale" for sub in subs):
+    if _children_pending(conn, [(sub["id"], sub["depth"]) for sub in subs if sub["status"] == "stale"]):
         return Resummarized("defer", notes=("a child level is still stale; its parent waits",))
     model = embedder.model_id
     vecs = _vectors_for(conn, [r["id"] for r in leaves] + [r["id"] for r in subs], model)
@@ -700,21 +698,33 @@ def resummarize(
     )
     data = render_summary(new, keep=doc).encode("utf-8")
     vec = embedder.embed([new.searchable])[0]
+    op = TreeOp(
+        "resummarize",
+        node.source,
+        f"memory: re-summarise {PurePosixPath(node.directory).name}/ ({node.source})",
+        (FileWrite(rel, data.decode("utf-8"), digest),),
+        vectors={new.id: np.asarray(vec, dtype=np.float32)},
+    )
     with write_lock():
         try:
-            fsio.atomic_write(path, data, expected=digest)
+            treeops.apply(conn, layout, op, model, embedder.dim)
         except ConflictError:
             return Resummarized("defer", notes=(f"{rel} changed while it was being summarised; retrying",))
-        st = path.stat()
-        stamp = index.FileStamp(fsio.sha256_bytes(data), st.st_size, st.st_mtime_ns)
-        entry = sidecar.Entry.of(text_hash(new.searchable), vec)
-        sidecar.update(layout.state, path.parent, model, embedder.dim, {SUMMARY_NAME: entry})
-        with atomic(conn):
-            index.upsert_rows(conn, [index.summary_row(new, stamp, row["parent"])])
-            vectors.upsert(conn, model, [vectors.VectorRow(new.id, entry.hash, vec)])
-    return Resummarized(
-        "done", f"memory: re-summarise {PurePosixPath(node.directory).name}/ ({node.source})", tuple(notes)
-    )
+    return Resummarized("done", op.message, tuple(notes))
+
+
+def _children_pending(conn: sqlite3.Connection, stale: Sequence[tuple[str, int]]) -> bool:
+    """True while a stale child will still be re-summarised (its job is queued or running; a missing job
+    is queued now). A child whose job is parked does not hold its parent back forever."""
+    if not stale:
+        return False
+    JobQueue(conn).enqueue_many(resummarize_job(i, depth) for i, depth in stale)
+    keys = [f"resummarize:{i}" for i, _ in stale]
+    marks = ",".join("?" * len(keys))
+    row = conn.execute(
+        f"SELECT count(*) FROM jobs WHERE dedupe_key IN ({marks}) AND state IN ('queued', 'running')", keys
+    ).fetchone()
+    return int(row[0]) > 0
 
 
 def _prov(text: str) -> dict[str, object]:
@@ -736,14 +746,12 @@ def mark_stale(conn: sqlite3.Connection, layout: Layout, ids: Sequence[str], max
     """Flag summaries stale in their files and rows and queue their re-summarisation.
 
     Each file is read, only its ``stale:`` line changes, and it is written back guarded by the hash
-    that was read. Returns the ids marked."""
-    marked = []
-    jobs = []
-    rows = []
+    that was read (one durable step for all of them). Returns the ids marked."""
+    writes: list[FileWrite] = []
+    queued: list[tuple[str, int]] = []
+    source = ""
     for node_id in dict.fromkeys(ids):
-        row = conn.execute(
-            "SELECT path, parent FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
-        ).fetchone()
+        row = conn.execute("SELECT path FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)).fetchone()
         if row is None:
             continue
         path = layout.abs(row["path"])
@@ -756,21 +764,19 @@ def mark_stale(conn: sqlite3.Connection, layout: Layout, ids: Sequence[str], max
         if new is None:
             new = render_summary(replace(node, stale=True), keep=doc).encode("utf-8")
         if new != data:
-            try:
-                fsio.atomic_write(path, new, expected=fsio.sha256_bytes(data))
-            except ConflictError:
-                continue
-        try:
-            fresh_node, stamp = read_summary_file(layout, row["path"], max_bytes)
-        except (FrontmatterError, InvalidInput):
-            continue
-        rows.append(index.summary_row(fresh_node, stamp, row["parent"]))
-        jobs.append(resummarize_job(node_id, fresh_node.depth))
-        marked.append(node_id)
-    with atomic(conn):
-        index.upsert_rows(conn, rows)
-        JobQueue(conn).enqueue_many(jobs)
-    return marked
+            writes.append(FileWrite(row["path"], new.decode("utf-8"), fsio.sha256_bytes(data)))
+        queued.append((node_id, node.depth))
+        source = source or node.source
+    if not queued:
+        return []
+    op = TreeOp(
+        "stale", source, f"memory: mark {len(queued)} summaries stale", tuple(writes), (), tuple(queued)
+    )
+    try:
+        treeops.apply(conn, layout, op, "", 0)
+    except ConflictError:
+        return []  # a person is editing one of them; the next catch-up sees it and tries again
+    return [node_id for node_id, _ in queued]
 
 
 def ancestors_of(conn: sqlite3.Connection, node_id: str) -> list[str]:

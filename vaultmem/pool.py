@@ -303,8 +303,9 @@ class Pool:
             for op in planner.condense(state):
                 self._apply(conn, op, embedder)
                 moved = True
-            if moved:
-                prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
+            pruned = moved and prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
+            if pruned and ctx.commit is not None:
+                ctx.commit(f"memory: drop embeddings of moved leaves from old folders ({source})")
 
     def _apply(self, conn: sqlite3.Connection, op: treeops.TreeOp, embedder: Embedder) -> None:
         summary_vectors(op, embedder)

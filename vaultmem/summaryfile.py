@@ -232,3 +232,16 @@ def set_stale_line(data: bytes, stale: bool) -> bytes | None:
     if head.count(old) != 1:
         return None
     return head.replace(old, new) + data[end + 1 :]
+
+
+def summary_json(node: SummaryNode) -> dict[str, Any]:
+    """The public JSON shape of a summary (CLI ``--json``, API consumers)."""
+    data = engine_meta(node)
+    data.update(
+        path=node.path,
+        text=node.text,
+        pinned=node.pinned or None,
+        hand_edited=node.hand_edited,
+        children=[{"label": c.label, "target": c.target} for c in node.children],
+    )
+    return data

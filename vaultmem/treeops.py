@@ -202,6 +202,11 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
             except (FileNotFoundError, FrontmatterError, InvalidInput):
                 continue
             summary_rows.append((node, stamp))
+        before: dict[str, str] = {}
+        for part, marks in index.in_batches([n.id for n, _ in summary_rows]):
+            before.update(
+                conn.execute(f"SELECT id, content_hash FROM chunks WHERE id IN ({marks})", part).fetchall()
+            )
         index.upsert_rows(conn, (index.summary_row(n, s, None) for n, s in summary_rows))
         for node, _stamp in summary_rows:
             parent_dir = str(PurePosixPath(node.directory).parent)
@@ -240,15 +245,12 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
                 if n.id in op.vectors
             ],
         )
-        have: dict[str, str] = {}
-        for part, marks in index.in_batches([n.id for n, _ in summary_rows]):
-            have.update(
-                conn.execute(
-                    f"SELECT id, content_hash FROM vectors WHERE model = ? AND id IN ({marks})",
-                    [model, *part],
-                ).fetchall()
-            )
-        missing = [n.id for n, _ in summary_rows if have.get(n.id) != text_hash(n.searchable)]
+        # A summary whose text changed and came without a vector (a replayed step) is embedded later.
+        missing = [
+            n.id
+            for n, _ in summary_rows
+            if n.id not in op.vectors and before.get(n.id) != text_hash(n.searchable)
+        ]
         queue = JobQueue(conn)
         queue.enqueue_many(extract_job(i) for i in [*reembed, *missing])
         queue.enqueue_many(resummarize_job(i, d) for i, d in op.stale)

@@ -6,6 +6,7 @@ interrupted batches, and hands explicit values to the modules that do the work. 
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -28,19 +29,36 @@ from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context, assemble
 from vaultmem.embed import Embedder, load_embedder
-from vaultmem.errors import GitError, InvalidInput, ReadOnlyVault, VaultExists, VaultLocked, VaultNotFound
+from vaultmem.errors import (
+    GitError,
+    InvalidInput,
+    NodeNotFound,
+    ReadOnlyVault,
+    VaultExists,
+    VaultLocked,
+    VaultNotFound,
+)
 from vaultmem.extract import vectors_from_sidecars
 from vaultmem.gitsync import GitRecorder
-from vaultmem.ingest import IngestReport, Progress, build_leaves, extract_job, heal_intents, write_leaves
+from vaultmem.ingest import (
+    IngestReport,
+    Progress,
+    build_leaves,
+    extract_job,
+    heal_intents,
+    read_summary_file,
+    write_leaves,
+)
 from vaultmem.jobs import JobKind, JobQueue, NewJob
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
-from vaultmem.model import Leaf, Message, Status, parse_ts, safe_name
+from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name
 from vaultmem.pool import Pool, PoolReport, WorkContext
 from vaultmem.reconcile import catch_up
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
 from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser, Summariser
+from vaultmem.summaryfile import SummaryNode
 from vaultmem.worker import WorkReport, drain
 
 BATCH_MESSAGES = 2000
@@ -94,6 +112,7 @@ class Vault:
         self._summariser: Summariser | None = None
         self._git = GitRecorder(layout.root) if config.git_auto_commit else None
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
+        self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -275,6 +294,24 @@ class Vault:
             params.append(limit)
         return [index.row_to_leaf(row) for row in self.conn.execute(sql, params)]
 
+    def summary(self, node_id: str) -> SummaryNode:
+        """The summary (level) with this id, read from its ``_summary.md``."""
+        check_node_id(node_id)
+        row = self.conn.execute(
+            "SELECT path FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
+        ).fetchone()
+        if row is None:
+            raise NodeNotFound(f"no summary with id {node_id}; `vaultmem show` lists the levels")
+        return read_summary_file(self.layout, row["path"], self.config.max_file_bytes)[0]
+
+    def level_titles(self) -> dict[str, dict[str, str]]:
+        """source -> level directory (relative to the source folder) -> title."""
+        out: dict[str, dict[str, str]] = {}
+        for row in self.conn.execute("SELECT source, path, provenance FROM chunks WHERE kind = 'summary'"):
+            directory = row["path"].rsplit("/", 1)[0].split("/", 2)[2]
+            out.setdefault(row["source"], {})[directory] = json.loads(row["provenance"]).get("title", "")
+        return out
+
     def sources(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT source FROM chunks ORDER BY source")]
 
@@ -350,7 +387,10 @@ class Vault:
                 )
             ]
             self.jobs.enqueue_many(extract_job(i) for i in missing)
-            return drain(self.conn, self.layout, lambda: self.embedder, progress=progress)
+            report = drain(self.conn, self.layout, lambda: self.embedder, progress=progress)
+            if report.admitted:
+                self._commit(f"memory: admit {report.admitted} leaves")
+            return report
 
     # -- compaction ---------------------------------------------------------------------------------
     @property
@@ -439,7 +479,7 @@ class Vault:
         except GitError as exc:
             self.warnings.append(f"git auto-commit failed: {exc}")
             return
-        self.warnings.extend(result.notes)
+        self.git_notes.extend(result.notes)
 
     # -- retrieval ---------------------------------------------------------------------------------
     @property
@@ -468,7 +508,9 @@ class Vault:
         """The best remembered text for ``query`` within ``budget_tokens``, with provenance per item."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
-        # Enough candidates to fill the budget several times over with short turns.
+        # Enough candidates to fill the budget several times over with short turns. Verbatim leaves
+        # only (summaries when asked for with kind="summary"): flat filling measured best on LoCoMo.
+        filters.setdefault("kind", "leaf")
         hits = self.search(query, k=max(50, budget_tokens // 8), **filters)
         return assemble(query, hits, budget_tokens)
 
@@ -487,6 +529,8 @@ class Vault:
 
     def check(self, *, fix: bool = False) -> CheckReport:
         if fix:
+            if treeops.pending_notes(self.layout):
+                self.heal_compaction()
             with self._locked():
                 return check(self.conn, self.layout, self.config.max_file_bytes, fix=True)
         return check(self.conn, self.layout, self.config.max_file_bytes)

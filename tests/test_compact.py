@@ -1,0 +1,433 @@
+"""The compactor on real files: sealing, the golden tree, merging, condensation, staleness, hand edits."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_summarise import ChatServer, Reply
+from vaultmem import fsio
+from vaultmem.embed import FakeEmbedder
+from vaultmem.layout import SUMMARY_NAME
+from vaultmem.summaryfile import parse_summary
+from vaultmem.vault import Vault
+
+TOPICS = {
+    "garden": ["roses", "tulips", "compost", "seedlings", "greenhouse", "watering", "hedge", "soil"],
+    "japan": ["kyoto", "ryokan", "shinkansen", "tokyo", "temple", "sushi", "osaka", "onsen"],
+    "piano": ["chopin", "scales", "recital", "metronome", "sonata", "keys", "pedal", "etude"],
+    "taxes": ["deduction", "invoice", "accountant", "receipts", "refund", "irs", "audit", "ledger"],
+}
+
+CONFIG = """
+[compact]
+fresh_keep_leaves = 8
+fresh_keep_tokens = 100000
+seal_min_leaves = 16
+seal_min_tokens = 100000
+bucket_target_leaves = 10
+bucket_min_leaves = 3
+bucket_max_leaves = 40
+bucket_max_tokens = 100000
+merge_threshold = 0.8
+condense_fanout = {fanout}
+condense_target = 3
+workers = {workers}
+"""
+
+
+def topic_records(per_topic: int, *, start: int = 0, source: str = "chat") -> list[dict[str, object]]:
+    """Interleaved turns on four topics with disjoint vocabularies (so clusters are unambiguous)."""
+    records = []
+    names = list(TOPICS)
+    for i in range(start, start + per_topic * len(names)):
+        topic = names[i % len(names)]
+        words = TOPICS[topic]
+        n = i // len(names)
+        text = f"{words[n % 8]} {words[(n + 3) % 8]} {words[(n + 5) % 8]} and {words[(n + 1) % 8]} again."
+        records.append(
+            {
+                "id": f"m{i}",
+                "role": "user",
+                "speaker": "Mara",
+                "content": text,
+                "ts": f"2024-05-{1 + i // 48:02d}T{(i // 4) % 24:02d}:{i % 60:02d}:00Z",
+                "session": f"s{i // 40}",
+                "source": source,
+            }
+        )
+    return records
+
+
+def make_vault(path: Path, *, fanout: int = 50, workers: int = 3) -> Vault:
+    return Vault.init(path, CONFIG.format(fanout=fanout, workers=workers), embedder=FakeEmbedder())
+
+
+def topic_of(text: str) -> str:
+    return next(t for t, words in TOPICS.items() if any(w in text for w in words))
+
+
+def levels(vault: Vault) -> dict[str, list[str]]:
+    """level directory -> texts of the leaves directly in it."""
+    out: dict[str, list[str]] = {}
+    for leaf in vault.ls():
+        directory = leaf.path.rsplit("/", 1)[0]
+        if not directory.endswith("/_fresh"):
+            out.setdefault(directory, []).append(leaf.text)
+    return out
+
+
+def leaf_bytes(vault: Vault) -> dict[str, bytes]:
+    return {leaf.id: (vault.layout.root / leaf.path).read_bytes() for leaf in vault.ls()}
+
+
+def test_golden_tree_levels_hold_one_topic_each(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(30))
+        vault.flush()
+        before = {leaf.id: leaf for leaf in vault.ls()}
+        bytes_before = leaf_bytes(vault)
+        report = vault.compact()
+        assert report.jobs_failed == 0
+        tree = levels(vault)
+        assert 4 <= len(tree) <= 16
+        for directory, texts in tree.items():
+            assert {topic_of(t) for t in texts} == {next(iter({topic_of(t) for t in texts}))}, directory
+            summary, _ = parse_summary((vault.layout.root / directory / SUMMARY_NAME).read_text(), directory)
+            assert topic_of(summary.title + " " + summary.text) == topic_of(texts[0])
+            assert summary.descendants == len(texts) and not summary.stale
+            assert len(summary.children) == len(texts)
+        # Every topic got its own level(s); the newest 8 leaves stayed verbatim in _fresh/.
+        assert {topic_of(texts[0]) for texts in tree.values()} == set(TOPICS)
+        after = {leaf.id: leaf for leaf in vault.ls()}
+        assert after.keys() == before.keys()
+        fresh = [leaf for leaf in after.values() if "/_fresh/" in leaf.path]
+        assert len(fresh) == 8
+        newest = sorted(before.values(), key=lambda leaf: (leaf.ts, leaf.path))[-8:]
+        assert {leaf.id for leaf in fresh} == {leaf.id for leaf in newest}
+        # Moved, not rewritten: same bytes, same file name, same id and provenance.
+        assert leaf_bytes(vault) == bytes_before
+        for leaf_id, leaf in after.items():
+            assert leaf.path.rsplit("/", 1)[1] == before[leaf_id].path.rsplit("/", 1)[1]
+            assert leaf.provenance | {"path": None} == before[leaf_id].provenance | {"path": None}
+            assert leaf.status.value == ("admitted" if "/_fresh/" in leaf.path else "sealed")
+        assert vault.check().ok
+        assert report.sealed == 112 and report.levels == len(tree)
+
+
+def test_compaction_survives_reindex_and_copies_its_vectors(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+        vault.compact()
+        rows = dict(vault.conn.execute("SELECT id, path FROM chunks").fetchall())
+        parents = dict(vault.conn.execute("SELECT id, parent FROM chunks").fetchall())
+        report = vault.reindex()
+        assert report.vectors == len(rows)  # leaves and summaries: nothing to re-embed
+        assert dict(vault.conn.execute("SELECT id, path FROM chunks").fetchall()) == rows
+        assert dict(vault.conn.execute("SELECT id, parent FROM chunks").fetchall()) == parents
+        assert vault.check().ok
+        hits = vault.search("kyoto ryokan temple", k=5, kind="summary")
+        assert hits and topic_of(hits[0].text) == "japan"
+
+
+def test_new_leaves_join_a_close_existing_level_and_make_it_stale_then_fresh(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+        vault.compact()
+        tree_before = levels(vault)
+        vault.ingest_messages(topic_records(20, start=80))
+        vault.flush()
+        report = vault.compact()
+        assert report.merged > 0 and report.resummarized > 0
+        tree = levels(vault)
+        grown = [d for d in tree_before if len(tree[d]) > len(tree_before[d])]
+        assert grown
+        for directory in grown:
+            assert len({topic_of(t) for t in tree[directory]}) == 1
+            summary, _ = parse_summary((vault.layout.root / directory / SUMMARY_NAME).read_text(), directory)
+            assert not summary.stale and summary.descendants == len(tree[directory])
+        assert vault.check().ok
+
+
+def test_condensation_groups_levels_under_parents_and_cascades(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v", fanout=4) as vault:
+        vault.ingest_messages(topic_records(40))
+        vault.flush()
+        report = vault.compact()
+        assert report.condensed >= 4
+        rows = vault.conn.execute(
+            "SELECT id, path, depth, parent FROM chunks WHERE kind = 'summary'"
+        ).fetchall()
+        depth2 = [r for r in rows if r["depth"] >= 2]
+        assert depth2
+        top = [r for r in rows if r["parent"] is None]
+        # Nothing left at the top in numbers that would condense again.
+        for depth in {r["depth"] for r in top}:
+            assert sum(1 for r in top if r["depth"] == depth) < 4
+        for r in depth2:
+            node, _ = parse_summary((vault.layout.root / r["path"]).read_text(), r["path"])
+            children = [c for c in rows if c["parent"] == r["id"]]
+            assert len(node.children) == len(children) >= 2
+            for link in node.children:
+                assert (vault.layout.root / node.directory / link.target).is_file()
+        # Leaves under a parent keep pointing at the summary of their own directory.
+        for leaf in vault.ls(status="sealed"):
+            parent = vault.conn.execute("SELECT parent FROM chunks WHERE id = ?", (leaf.id,)).fetchone()[0]
+            assert parent is not None
+            path = vault.conn.execute("SELECT path FROM chunks WHERE id = ?", (parent,)).fetchone()[0]
+            assert path == leaf.path.rsplit("/", 1)[0] + "/" + SUMMARY_NAME
+        assert vault.check().ok
+
+
+def test_dry_run_plans_the_same_steps_and_changes_nothing(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+        files_before = sorted(
+            p.relative_to(vault.layout.root)
+            for p in vault.layout.root.rglob("*")
+            if ".vaultmem" not in p.parts
+        )
+        plan = vault.compact(dry_run=True)
+        files_after = sorted(
+            p.relative_to(vault.layout.root)
+            for p in vault.layout.root.rglob("*")
+            if ".vaultmem" not in p.parts
+        )
+        assert files_before == files_after
+        assert plan.operations and plan.planned
+        real = vault.compact()
+        assert [m for m in real.operations if "seal" in m] == [m for m in plan.operations if "seal" in m]
+
+
+def test_buffer_below_thresholds_waits_until_too_old_then_is_force_sealed(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(4))  # 16 leaves: 8 tail + 8 buffer, under seal_min_leaves
+        vault.flush()
+        assert vault.compact().sealed == 0
+        old = time.time() - 2 * 86400
+        for leaf in vault.ls():
+            os.utime(vault.layout.root / leaf.path, (old, old))
+        vault.conn.execute("UPDATE chunks SET file_mtime_ns = ?", (int(old * 1e9),))
+        vault.jobs.enqueue("flush_stale", {"source": "chat"}, dedupe_key="flush_stale:chat")
+        report = vault.work()
+        assert report.sealed + report.merged == 8
+        assert len(vault.ls(status="admitted")) == 8
+        assert vault.check().ok
+
+
+def test_hand_edited_leaf_marks_its_ancestors_stale_and_compact_refreshes_them(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v", fanout=4) as vault:
+        vault.ingest_messages(topic_records(40))
+        vault.flush()
+        vault.compact()
+        leaf = next(x for x in vault.ls(status="sealed") if x.path.count("/") >= 4)
+        ancestors = _ancestors(vault, leaf.id)
+        assert len(ancestors) >= 2
+        path = vault.layout.root / leaf.path
+        path.write_text(path.read_text().replace(leaf.text, leaf.text + " The hedge needs trimming."))
+        report = vault.compact()
+        assert report.resummarized >= len(ancestors)
+        assert any("changed by hand" in n for n in report.notes)
+        for node_id in ancestors:
+            row = vault.conn.execute("SELECT status, path FROM chunks WHERE id = ?", (node_id,)).fetchone()
+            assert row["status"] == "current"
+        assert "hedge needs trimming" in vault.get(leaf.id).text
+        assert vault.get(leaf.id).path == leaf.path
+        assert vault.check().ok
+
+
+def _ancestors(vault: Vault, node_id: str) -> list[str]:
+    out = []
+    parent = vault.conn.execute("SELECT parent FROM chunks WHERE id = ?", (node_id,)).fetchone()[0]
+    while parent:
+        out.append(parent)
+        parent = vault.conn.execute("SELECT parent FROM chunks WHERE id = ?", (parent,)).fetchone()[0]
+    return out
+
+
+def test_stale_flags_survive_a_restart_and_run_deepest_first(tmp_path: Path) -> None:
+    path = tmp_path / "v"
+    with make_vault(path, fanout=4) as vault:
+        vault.ingest_messages(topic_records(40))
+        vault.flush()
+        vault.compact()
+        leaf = next(x for x in vault.ls(status="sealed") if x.path.count("/") >= 4)
+        ancestors = _ancestors(vault, leaf.id)
+        from vaultmem.compact import mark_stale
+
+        mark_stale(vault.conn, vault.layout, ancestors, 1 << 20)
+        for node_id in ancestors:
+            rel = vault.conn.execute("SELECT path FROM chunks WHERE id = ?", (node_id,)).fetchone()[0]
+            assert "\nstale: true\n" in (path / rel).read_text()
+    (path / ".vaultmem" / "chunks.db").unlink()  # lose the index and its queue: the files still say stale
+    for extra in (path / ".vaultmem").glob("chunks.db-*"):
+        extra.unlink()
+    with Vault.open(path, embedder=FakeEmbedder()) as vault:
+        queued = [j for j in vault.jobs.list() if j.kind == "resummarize"]
+        assert {j.payload["id"] for j in queued} == set(ancestors)
+        report = vault.work()
+        assert report.resummarized == len(ancestors)
+        order = [m for m in report.operations if "re-summarise" in m]
+        depths = [
+            vault.conn.execute(
+                "SELECT depth FROM chunks WHERE path LIKE ?", (f"%/{m.split()[2]}_summary.md",)
+            ).fetchone()[0]
+            for m in order
+        ]
+        assert depths == sorted(depths)
+        assert vault.conn.execute("SELECT count(*) FROM chunks WHERE status = 'stale'").fetchone()[0] == 0
+        assert vault.check().ok
+
+
+def test_hand_edited_summary_is_kept_as_pinned_text_and_said_so(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+        vault.compact()
+        row = vault.conn.execute("SELECT id, path FROM chunks WHERE kind = 'summary' LIMIT 1").fetchone()
+        path = vault.layout.root / row["path"]
+        node, _ = parse_summary(path.read_text(), row["path"])
+        human = "Mara's garden notes. The roses are her pride; ask before pruning."
+        text = path.read_text().replace(node.text, human)
+        text = text.replace("---\n", "---\nmood: cheerful\n", 1)  # a user key of her own
+        path.write_text(text)
+        from vaultmem.compact import mark_stale
+
+        vault.compact()  # catch-up re-reads the edited summary
+        mark_stale(vault.conn, vault.layout, [row["id"]], 1 << 20)
+        report = vault.work()
+        assert any("edited by hand" in n and "Pinned" in n for n in report.notes)
+        after, doc = parse_summary(path.read_text(), row["path"])
+        assert after.pinned == human and human not in after.text and after.text
+        assert doc.meta["mood"] == "cheerful" and doc.meta["pinned"] is True
+        assert human in vault.conn.execute("SELECT text FROM chunks WHERE id = ?", (row["id"],)).fetchone()[0]
+        # Re-summarising again keeps the pinned text exactly once.
+        mark_stale(vault.conn, vault.layout, [row["id"]], 1 << 20)
+        vault.work()
+        again, _ = parse_summary(path.read_text(), row["path"])
+        assert again.pinned == human
+        assert vault.check().ok
+
+
+def test_a_file_changed_between_plan_and_write_is_never_overwritten(tmp_path: Path) -> None:
+    from vaultmem import treeops
+    from vaultmem.errors import ConflictError
+
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+        vault.compact()
+        row = vault.conn.execute("SELECT path FROM chunks WHERE kind = 'summary' LIMIT 1").fetchone()
+        path = vault.layout.root / row["path"]
+        data = path.read_bytes()
+        op = treeops.TreeOp(
+            "seal", "chat", "memory: test", (treeops.FileWrite(row["path"], "x", fsio.sha256_bytes(data)),)
+        )
+        path.write_text(path.read_text() + "\nA person's note.\n")
+        with pytest.raises(ConflictError):
+            treeops.apply(vault.conn, vault.layout, op, "fake-hash-64", 64)
+        assert "A person's note." in path.read_text()
+        assert not treeops.pending_notes(vault.layout)
+
+
+# -- summarisers in compaction ---------------------------------------------------------------------------
+def _llm_config(url: str, timeout: float = 5.0) -> str:
+    return (
+        CONFIG.format(fanout=50, workers=3)
+        + f'\n[llm]\nbase_url = "{url}"\nmodel = "tiny"\ntimeout_s = {timeout}\nmax_concurrent = 2\n'
+    )
+
+
+def test_llm_summaries_replace_the_extractive_ones_and_cap_concurrency(
+    tmp_path: Path, llm_server: ChatServer
+) -> None:
+    llm_server.replies = [Reply("TITLE: Topic notes\nMara keeps notes on this topic.", delay_s=0.05)]
+    with Vault.init(tmp_path / "v", _llm_config(llm_server.url), embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+        report = vault.compact()
+        rows = vault.conn.execute("SELECT path, status FROM chunks WHERE kind = 'summary'").fetchall()
+        assert rows and all(r["status"] == "current" for r in rows)
+        for r in rows:
+            node, _ = parse_summary((vault.layout.root / r["path"]).read_text(), r["path"])
+            assert node.summariser == "llm:tiny" and "Mara keeps notes" in node.text
+        assert report.resummarized == len(rows)
+        assert len(llm_server.requests) == len(rows)
+        assert llm_server.max_active <= 2
+        assert vault.check().ok
+
+
+def test_a_down_or_junk_llm_never_fails_a_seal(tmp_path: Path, llm_server: ChatServer) -> None:
+    llm_server.replies = [Reply(status=500)]
+    with Vault.init(tmp_path / "v", _llm_config(llm_server.url, 0.5), embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+        report = vault.compact()
+        assert report.jobs_failed == 0 and report.sealed > 0
+        assert any("extractive" in n or "llm" in n for n in report.notes)
+        for r in vault.conn.execute("SELECT path, status FROM chunks WHERE kind = 'summary'"):
+            node, _ = parse_summary((vault.layout.root / r["path"]).read_text(), r["path"])
+            assert node.summariser == "extractive" and node.text and not node.stale
+        assert vault.check().ok
+
+
+# -- git ------------------------------------------------------------------------------------------------
+def _git(path: Path, *args: str) -> str:
+    import subprocess
+
+    who = ["-c", "user.name=Tester", "-c", "user.email=tester@example.org"]
+    return subprocess.run(
+        ["git", "-C", str(path), *who, *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def test_git_auto_commit_records_each_operation_and_a_revert_reindexes_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    config = CONFIG.format(fanout=50, workers=3) + "\n[git]\nauto_commit = true\n"
+    path = tmp_path / "v"
+    with Vault.init(path, config, embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+        before_compaction = _git(path, "rev-parse", "HEAD").strip()
+        files_before = set(_git(path, "ls-files").split())
+        report = vault.compact()
+        assert report.sealed > 0 and not vault.warnings
+    subjects = _git(path, "log", "--format=%s").splitlines()
+    assert subjects[-1] == "memory: add 80 leaves from chat"
+    assert "memory: admit 80 leaves" in subjects
+    seals = [s for s in subjects if s.startswith("memory: seal ")]
+    assert seals and all("(chat)" in s for s in seals)
+    assert ".vaultmem/config.toml" in files_before and not any("chunks.db" in f for f in files_before)
+    assert _git(path, "status", "--porcelain").strip() == ""  # every change was committed
+    # Undo the whole compaction, then rebuild the index from the files.
+    _git(path, "revert", "--no-edit", f"{before_compaction}..HEAD")
+    assert set(_git(path, "ls-files").split()) == files_before
+    with Vault.open(path, embedder=FakeEmbedder()) as vault:
+        vault.reindex()
+        assert vault.check().ok
+        assert len(vault.ls()) == 80 and not vault.ls(status="sealed")
+        assert vault.conn.execute("SELECT count(*) FROM chunks WHERE kind = 'summary'").fetchone()[0] == 0
+
+
+def test_git_auto_commit_clears_a_stale_index_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    config = "[git]\nauto_commit = true\n"
+    path = tmp_path / "v"
+    with Vault.init(path, config, embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(topic_records(1))
+        lock = path / ".git" / "index.lock"
+        lock.write_text("")
+        old = time.time() - 120
+        os.utime(lock, (old, old))
+        vault.ingest_messages(topic_records(1, start=4))
+        assert any("index.lock" in n for n in vault.git_notes)
+        assert not lock.exists()
+    assert _git(path, "log", "--format=%s").splitlines()[0] == "memory: add 4 leaves from chat"
