@@ -49,7 +49,7 @@ from vaultmem.ingest import (
     read_summary_file,
     write_leaves,
 )
-from vaultmem.jobs import JobKind, JobQueue, NewJob
+from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name
 from vaultmem.pool import Pool, PoolReport, WorkContext
@@ -449,6 +449,13 @@ class Vault:
             self.jobs.enqueue_many(extract_job(i) for i in missing)
             self.jobs.enqueue_many(
                 NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
+            )
+            # A stale level always has its job (the flag in the file is the truth; the queue follows it).
+            self.jobs.enqueue_many(
+                resummarize_job(r["id"], r["depth"])
+                for r in self.conn.execute(
+                    "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
+                )
             )
         report = self.work(progress)
         notes = [f"re-read {p} (changed by hand)" for p in caught.changed]
