@@ -142,7 +142,7 @@ def render_summary(node: SummaryNode, keep: mdfile.MdDoc | None = None) -> str:
 
 
 def _label(text: str) -> str:
-    return re.sub(r"[\[\]\n]+", " ", text).strip() or "untitled"
+    return re.sub(r"[\[\]\s]+", " ", text).strip() or "untitled"
 
 
 def _link(target: str) -> str:

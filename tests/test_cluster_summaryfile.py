@@ -1,0 +1,158 @@
+"""Pure pieces of the compactor: clustering caps, and the _summary.md format round trip."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vaultmem import mdfile
+from vaultmem.cluster import Caps, centroid, group
+from vaultmem.summaryfile import (
+    SUMMARY_KEYS,
+    ChildLink,
+    SummaryNode,
+    clean_title,
+    parse_summary,
+    render_summary,
+    set_stale_line,
+    text_hash,
+)
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 120),
+    seed=st.integers(0, 10_000),
+    target=st.integers(1, 20),
+    min_size=st.integers(1, 6),
+    max_size=st.integers(6, 40),
+    max_tokens=st.integers(50, 2000),
+)
+def test_groups_partition_the_input_and_respect_the_caps(
+    n: int, seed: int, target: int, min_size: int, max_size: int, max_tokens: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    vectors = _unit(rng.normal(size=(n, 16)))
+    tokens = [int(t) for t in rng.integers(1, 120, size=n)]
+    groups = group(vectors, tokens, Caps(target, min_size, max_size, max_tokens))
+    members = sorted(i for g in groups for i in g)
+    assert members == list(range(n))  # every index exactly once
+    for g in groups:
+        assert g == sorted(g)
+        assert len(g) <= max_size
+        assert len(g) == 1 or sum(tokens[i] for i in g) <= max_tokens
+    assert groups == group(vectors, tokens, Caps(target, min_size, max_size, max_tokens))  # deterministic
+
+
+def test_clear_topics_are_separated() -> None:
+    rng = np.random.default_rng(1)
+    axes = np.eye(8, dtype=np.float32)
+    labels = [i % 3 for i in range(60)]
+    vectors = _unit(np.stack([axes[t] + 0.05 * rng.normal(size=8) for t in labels]))
+    groups = group(vectors, [10] * 60, Caps(10, 3, 40, 10_000))
+    for g in groups:
+        assert len({labels[i] for i in g}) == 1
+    assert {labels[g[0]] for g in groups} == {0, 1, 2}
+
+
+def test_small_groups_join_their_nearest_neighbour() -> None:
+    vectors = _unit(np.array([[1, 0], [1, 0.05], [1, 0.1], [0.98, 0.2], [0, 1]], dtype=np.float32))
+    groups = group(vectors, [1] * 5, Caps(2, 3, 10, 100))
+    assert all(len(g) >= 3 for g in groups) or len(groups) == 1
+
+
+def test_centroid_is_a_unit_vector() -> None:
+    vectors = _unit(np.array([[1, 0], [0, 1]], dtype=np.float32))
+    c = centroid(vectors)
+    assert abs(float(np.linalg.norm(c)) - 1) < 1e-6
+    assert np.allclose(c, [2**-0.5, 2**-0.5], atol=1e-6)
+
+
+text_st = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=200).filter(
+    lambda t: t.strip() and "## Children" not in t and "## Pinned" not in t and "## Summary" not in t
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    title=st.text(min_size=0, max_size=80),
+    text=text_st,
+    pinned=st.one_of(st.just(""), text_st),
+    depth=st.integers(1, 6),
+    stale=st.booleans(),
+    labels=st.lists(st.text(min_size=1, max_size=40), max_size=6),
+)
+def test_summary_round_trip(
+    title: str, text: str, pinned: str, depth: int, stale: bool, labels: list[str]
+) -> None:
+    node = SummaryNode(
+        id="s0123456789abcde",
+        source="chat",
+        path="sources/chat/01-x/_summary.md",
+        depth=depth,
+        title=clean_title(title),
+        text=text.strip(),
+        pinned=pinned.strip(),
+        children=tuple(ChildLink(label, f"{n:02d}-level (a)/_summary.md") for n, label in enumerate(labels)),
+        descendants=7,
+        earliest=datetime(2024, 5, 1, 9, tzinfo=UTC),
+        latest=datetime(2024, 5, 3, 18, tzinfo=UTC),
+        stale=stale,
+        summariser="extractive",
+        content_hash=text_hash(text),
+    )
+    parsed, _ = parse_summary(render_summary(node), node.path)
+    assert parsed.id == node.id and parsed.depth == depth and parsed.stale == stale
+    assert parsed.title == node.title and parsed.earliest == node.earliest and parsed.latest == node.latest
+    assert parsed.text == node.text.strip()
+    assert parsed.pinned == node.pinned
+    assert [c.target for c in parsed.children] == [c.target for c in node.children]
+    assert not parsed.hand_edited
+
+
+def test_user_keys_survive_a_rewrite_and_the_stale_flip_touches_one_line() -> None:
+    node = SummaryNode(
+        "s0123456789abcde",
+        "chat",
+        "sources/chat/01-x/_summary.md",
+        1,
+        "garden",
+        "Roses.",
+        content_hash=text_hash("Roses."),
+    )
+    text = render_summary(node).replace("---\n", "---\ntags: [garden, mine]   # keep\n", 1)
+    flipped = set_stale_line(text.encode(), True)
+    assert flipped is not None
+    assert flipped.decode().replace("stale: true", "stale: false") == text
+    parsed, doc = parse_summary(flipped.decode(), node.path)
+    assert parsed.stale and doc.meta["tags"] == ["garden", "mine"]
+    again = render_summary(parsed, keep=doc)
+    assert "tags: [garden, mine]   # keep\n" in again
+    assert set(mdfile.split(again).meta) - SUMMARY_KEYS == {"tags"}
+
+
+def test_an_edited_summary_text_is_detected_and_pinned_text_is_searchable() -> None:
+    node = SummaryNode(
+        "s0123456789abcde",
+        "chat",
+        "sources/chat/01-x/_summary.md",
+        1,
+        "garden",
+        "Roses.",
+        content_hash=text_hash("Roses."),
+    )
+    edited = render_summary(node).replace("Roses.", "Roses and a person's correction.")
+    parsed, _ = parse_summary(edited, node.path)
+    assert parsed.hand_edited
+    pinned = SummaryNode(
+        **{**parsed.__dict__, "pinned": "Ask Mara first.", "content_hash": text_hash(parsed.text)}
+    )
+    assert pinned.searchable.startswith("Ask Mara first.")
+    assert "## Pinned" in render_summary(pinned)
