@@ -58,6 +58,7 @@ def one(n: int, workers: int) -> dict[str, float]:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "rss_before_mb": rss_before,
             "check_ok": ok,
+            "notes": [n for n in report.notes if "failed" in n][:5],
         }
 
 
@@ -94,7 +95,7 @@ def main() -> None:
                 r["setup_s"],
             ]
         )
-        print(f"done {size}", file=sys.stderr)
+        print(f"done {size}", *r["notes"], file=sys.stderr, sep="\n  ")
     print(
         table(
             [

@@ -233,6 +233,7 @@ class Planner:
     settings: CompactSettings
     extractive: ExtractiveSummariser = field(default_factory=ExtractiveSummariser)
     llm_later: bool = False  # mark new levels stale so the configured LLM re-summarises them
+    _numbers: dict[str, int] = field(default_factory=dict)  # parent folder -> last number handed out
 
     def seal(self, state: SourceState, *, force: bool = False) -> Iterator[TreeOp]:
         """Seal the buffer beyond the fresh tail in bounded batches, oldest first."""
@@ -311,17 +312,22 @@ class Planner:
         return TreeOp("seal", state.source, message, tuple(writes), tuple(moves), tuple(queued), {})
 
     def _join_target(self, state: SourceState, center: Vector, n: int, tokens: int) -> _Level | None:
+        """The closest depth-1 level with room, when it is within ``merge_threshold``."""
         s = self.settings
-        best: tuple[float, _Level] | None = None
-        for level in state.levels.values():
-            if level.depth != 1 or level.leaves == 0:
-                continue
-            if level.leaves + n > s.bucket_max_leaves or level.tokens + tokens > s.bucket_max_tokens:
-                continue
-            sim = float(level.centroid @ center)
-            if sim >= s.merge_threshold and (best is None or sim > best[0]):
-                best = (sim, level)
-        return best[1] if best else None
+        levels = [lv for lv in state.levels.values() if lv.depth == 1 and lv.leaves > 0]
+        if not levels:
+            return None
+        room = np.array(
+            [
+                lv.leaves + n <= s.bucket_max_leaves and lv.tokens + tokens <= s.bucket_max_tokens
+                for lv in levels
+            ]
+        )
+        sims = np.stack([lv.vec_sum for lv in levels]) @ center
+        norms = np.linalg.norm(np.stack([lv.vec_sum for lv in levels]), axis=1)
+        sims = np.where(room & (norms > 0), sims / np.maximum(norms, 1e-12), -np.inf)
+        best = int(np.argmax(sims))
+        return levels[best] if sims[best] >= s.merge_threshold else None
 
     def _absorb(self, state: SourceState, target: _Level, leaves: Sequence[_Leaf]) -> None:
         total = np.sum([leaf.vec for leaf in leaves], axis=0)
@@ -374,17 +380,20 @@ class Planner:
         return level, FileWrite(node.path, render_summary(node), None)
 
     def _new_dir(self, state: SourceState, parent_dir: str, title: str) -> str:
-        taken = [
-            PurePosixPath(lv.dir).name
-            for lv in state.levels.values()
-            if str(PurePosixPath(lv.dir).parent) == parent_dir
-        ]
-        fs_dir = self.layout.abs(parent_dir)
-        if fs_dir.is_dir():
-            taken.extend(p.name for p in fs_dir.iterdir())
-        numbers = [int(m.group(1)) for m in (_NUMBERED.match(n) for n in taken) if m]
-        number = max(numbers, default=0) + 1
-        return f"{parent_dir}/{number:02d}-{slug(title, words=4, max_len=40) or 'level'}"
+        """A new numbered folder name under ``parent_dir``: one more than any number in use there."""
+        if parent_dir not in self._numbers:
+            taken = [
+                PurePosixPath(lv.dir).name
+                for lv in state.levels.values()
+                if _parent_dir(lv.dir) == parent_dir
+            ]
+            fs_dir = self.layout.abs(parent_dir)
+            if fs_dir.is_dir():
+                taken.extend(p.name for p in fs_dir.iterdir())
+            numbers = [int(m.group(1)) for m in (_NUMBERED.match(n) for n in taken) if m]
+            self._numbers[parent_dir] = max(numbers, default=0)
+        self._numbers[parent_dir] += 1
+        return f"{parent_dir}/{self._numbers[parent_dir]:02d}-{slug(title, words=4, max_len=40) or 'level'}"
 
     def _stale_writes(self, levels: Iterable[_Level]) -> list[FileWrite]:
         out = []
@@ -492,17 +501,24 @@ class Planner:
     def _move_level(self, state: SourceState, child: _Level, parent: _Level) -> list[tuple[str, str]]:
         old = child.dir
         new = f"{parent.dir}/{PurePosixPath(old).name}"
-        if any(lv.dir == new for lv in state.levels.values()) or self.layout.abs(new).exists():
-            new = self._new_dir(state, parent.dir, child.title)
+        kids: dict[str | None, list[_Level]] = {}
         for level in state.levels.values():
-            if level.dir == old or level.dir.startswith(old + "/"):
-                level.dir = new + level.dir[len(old) :]
+            kids.setdefault(level.parent, []).append(level)
+        if any(k.dir == new for k in kids.get(parent.id, [])) or self.layout.abs(new).exists():
+            new = self._new_dir(state, parent.dir, child.title)  # the name is taken there: renumber
+        self._rename(child, new, kids)
         child.parent = parent.id
         parent.children += 1
         parent.vec_sum = parent.vec_sum + child.vec_sum
         parent.leaves += child.leaves
         parent.tokens += child.tokens
         return [(old, new)]
+
+    def _rename(self, level: _Level, new: str, kids: dict[str | None, list[_Level]]) -> None:
+        old = level.dir
+        level.dir = new
+        for child in kids.get(level.id, []):
+            self._rename(child, new + child.dir[len(old) :], kids)
 
     def _new_parent(self, state: SourceState, children: list[_Level], depth: int) -> tuple[_Level, FileWrite]:
         kids = [
@@ -557,6 +573,10 @@ class Planner:
         return level, FileWrite(node.path, render_summary(node), None)
 
 
+def _parent_dir(path: str) -> str:
+    return path.rsplit("/", 1)[0]
+
+
 def _leaf_label(leaf: _Leaf) -> str:
     day = (leaf.ts or "")[:10]
     words = " ".join(leaf.text.split()[:10])
@@ -603,8 +623,8 @@ def _children_of(conn: sqlite3.Connection, directory: str) -> tuple[list[sqlite3
     leaves = []
     subs = []
     for row in conn.execute(
-        "SELECT * FROM chunks WHERE substr(path, 1, ?) = ? ORDER BY coalesce(ts, ''), path",
-        (len(prefix), prefix),
+        "SELECT * FROM chunks WHERE path >= ? AND path < ? ORDER BY coalesce(ts, ''), path",
+        index.prefix_range(prefix),
     ):
         rest = row["path"][len(prefix) :]
         if row["kind"] == "leaf" and "/" not in rest:
@@ -669,8 +689,8 @@ def resummarize(
     notes = list(result.notes) if result else []
     prefix = node.directory + "/"
     count, earliest, latest = conn.execute(
-        "SELECT count(*), min(ts), max(ts) FROM chunks WHERE kind = 'leaf' AND substr(path, 1, ?) = ?",
-        (len(prefix), prefix),
+        "SELECT count(*), min(ts), max(ts) FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?",
+        index.prefix_range(prefix),
     ).fetchone()
     pinned = node.pinned
     if node.hand_edited and node.text.strip():

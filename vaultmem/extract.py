@@ -53,11 +53,11 @@ def _node(row: sqlite3.Row) -> _Node:
 
 
 def _nodes_in_dir(conn: sqlite3.Connection, rel_dir: str) -> list[_Node]:
-    # substr/instr, not LIKE: "_" in "_fresh" would be a LIKE wildcard and match sibling directories.
+    # A range on the path index, not LIKE: "_" in "_fresh" would be a LIKE wildcard matching siblings.
     prefix = rel_dir + "/"
     rows = conn.execute(
-        "SELECT * FROM chunks WHERE substr(path, 1, ?) = ? AND instr(substr(path, ?), '/') = 0",
-        (len(prefix), prefix, len(prefix) + 1),
+        "SELECT * FROM chunks WHERE path >= ? AND path < ? AND instr(substr(path, ?), '/') = 0",
+        (*index.prefix_range(prefix), len(prefix) + 1),
     )
     return [_node(r) for r in rows]
 

@@ -159,6 +159,14 @@ def in_batches(ids: Sequence[str], size: int = 500) -> Iterator[tuple[list[str],
         yield part, ",".join("?" * len(part))
 
 
+def prefix_range(prefix: str) -> tuple[str, str]:
+    """Bounds ``lo <= path < hi`` selecting the paths that start with ``prefix`` (ending in ``/``), so a
+    query uses the unique index on ``path`` instead of scanning every row."""
+    if not prefix.endswith("/"):
+        raise ValueError("a directory prefix ends with '/'")
+    return prefix, prefix[:-1] + chr(ord("/") + 1)
+
+
 def existing_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
     found: set[str] = set()
     for part, marks in in_batches(ids):

@@ -167,6 +167,14 @@ class JobQueue:
             ).fetchall()
         return [_row(r) for r in claimed]
 
+    def extend(self, job: Job, lease_s: float = 120.0) -> None:
+        """Renew the lease of a job that is still being worked on (long seals call this per step)."""
+        with atomic(self.conn):
+            self.conn.execute(
+                "UPDATE jobs SET lease_until = ?, updated_at = ? WHERE id = ? AND state = 'running'",
+                (self.clock() + lease_s, self.clock(), job.id),
+            )
+
     def complete(self, job_ids: Iterable[int]) -> None:
         ids = list(job_ids)
         with atomic(self.conn):

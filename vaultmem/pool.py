@@ -279,7 +279,10 @@ class Pool:
         return True
 
     def _seal(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
-        self.seal_source(conn, str(job.payload["source"]), force=bool(job.payload.get("force", False)))
+        source = str(job.payload["source"])
+        self.seal_source(
+            conn, source, force=bool(job.payload.get("force", False)), heartbeat=lambda: queue.extend(job)
+        )
         return True
 
     def _flush_stale(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
@@ -287,10 +290,19 @@ class Pool:
         state = self._state_of(conn, source)
         s = self.ctx.settings
         if buffer_age(state, s, time.time()) >= s.max_wait_s:
-            self.seal_source(conn, source, force=True)
+            self.seal_source(conn, source, force=True, heartbeat=lambda: queue.extend(job))
         return True
 
-    def seal_source(self, conn: sqlite3.Connection, source: str, *, force: bool = False) -> None:
+    def seal_source(
+        self,
+        conn: sqlite3.Connection,
+        source: str,
+        *,
+        force: bool = False,
+        heartbeat: Callable[[], None] | None = None,
+    ) -> None:
+        """Seal, merge and condense one source tree. ``heartbeat`` renews the job's lease after each
+        step, so a long compaction is never taken for a dead one and run twice."""
         ctx = self.ctx
         with ctx.lock():
             embedder = ctx.embedder()
@@ -300,9 +312,13 @@ class Pool:
             for op in planner.seal(state, force=force):
                 self._apply(conn, op, embedder)
                 moved = True
+                if heartbeat is not None:
+                    heartbeat()
             for op in planner.condense(state):
                 self._apply(conn, op, embedder)
                 moved = True
+                if heartbeat is not None:
+                    heartbeat()
             pruned = moved and prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
             if pruned and ctx.commit is not None:
                 ctx.commit(f"memory: drop embeddings of moved leaves from old folders ({source})")

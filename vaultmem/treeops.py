@@ -189,8 +189,8 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
             if id_from_filename(PurePosixPath(dst).name) is None:  # a level directory
                 old, new = src + "/", dst + "/"
                 conn.execute(
-                    "UPDATE chunks SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?",
-                    (new, len(old) + 1, len(old), old),
+                    "UPDATE chunks SET path = ? || substr(path, ?) WHERE path >= ? AND path < ?",
+                    (new, len(old) + 1, *index.prefix_range(old)),
                 )
                 touched_summaries.append(f"{dst}/{SUMMARY_NAME}")
         for w in op.writes:
