@@ -122,6 +122,7 @@ class Pool:
         self._stop = threading.Event()
         self._active = 0
         self._state = threading.Lock()
+        self._source_locks: dict[str, threading.Lock] = {}  # one seal pass per source at a time
 
     def wake(self) -> None:
         self._wake.set()
@@ -304,24 +305,32 @@ class Pool:
         """Seal, merge and condense one source tree. ``heartbeat`` renews the job's lease after each
         step, so a long compaction is never taken for a dead one and run twice."""
         ctx = self.ctx
-        with ctx.lock():
+        with self._source_lock(source):
             embedder = ctx.embedder()
             state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
             planner = Planner(conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive")
             moved = False
-            for op in planner.seal(state, force=force):
-                self._apply(conn, op, embedder)
-                moved = True
-                if heartbeat is not None:
-                    heartbeat()
-            for op in planner.condense(state):
-                self._apply(conn, op, embedder)
-                moved = True
-                if heartbeat is not None:
-                    heartbeat()
-            pruned = moved and prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
-            if pruned and ctx.commit is not None:
-                ctx.commit(f"memory: drop embeddings of moved leaves from old folders ({source})")
+            # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
+            # between steps; each step's writes are guarded by the hashes it read.
+            for steps in (planner.seal(state, force=force), planner.condense(state)):
+                while True:
+                    with ctx.lock():
+                        op = next(steps, None)
+                        if op is None:
+                            break
+                        self._apply(conn, op, embedder)
+                    moved = True
+                    if heartbeat is not None:
+                        heartbeat()
+            if moved:
+                with ctx.lock():
+                    pruned = prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
+                    if pruned and ctx.commit is not None:
+                        ctx.commit(f"memory: drop embeddings of moved leaves from old folders ({source})")
+
+    def _source_lock(self, source: str) -> threading.Lock:
+        with self._state:
+            return self._source_locks.setdefault(source, threading.Lock())
 
     def _apply(self, conn: sqlite3.Connection, op: treeops.TreeOp, embedder: Embedder) -> None:
         summary_vectors(op, embedder)
