@@ -285,3 +285,28 @@ def test_two_vault_handles_do_not_duplicate(tmp_path: Path) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_write_lock_turns_go_in_arrival_order() -> None:
+    import threading
+    import time
+
+    from vaultmem.vault import FairRLock
+
+    lock = FairRLock()
+    order: list[str] = []
+    lock.acquire()
+    lock.acquire()  # re-entrant
+    waiter = threading.Thread(target=lambda: (lock.acquire(), order.append("B"), lock.release()))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while not lock._queue and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert lock._queue, "the other thread never started waiting"
+    lock.release()
+    lock.release()
+    lock.acquire()  # the releasing thread asks again at once: the waiter goes first
+    order.append("A")
+    lock.release()
+    waiter.join(5)
+    assert order == ["B", "A"]

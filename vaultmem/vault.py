@@ -11,6 +11,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -65,6 +66,36 @@ BATCH_MESSAGES = 2000
 LOCK_TIMEOUT_S = 30.0
 
 
+class FairRLock:
+    """A re-entrant lock handed to waiting threads in arrival order (``threading.RLock`` is not fair: a
+    thread that releases and re-acquires in a loop can keep it for as long as it likes)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: deque[int] = deque()
+        self._owner: int | None = None
+        self._depth = 0
+
+    def acquire(self) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:
+                self._depth += 1
+                return
+            self._queue.append(me)
+            while self._owner is not None or self._queue[0] != me:
+                self._cond.wait()
+            self._queue.popleft()
+            self._owner, self._depth = me, 1
+
+    def release(self) -> None:
+        with self._cond:
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+                self._cond.notify_all()
+
+
 @dataclass(frozen=True)
 class Stats:
     path: str
@@ -108,6 +139,7 @@ class Vault:
         self._searcher: Searcher | None = None
         self.scorer = FastScorer(threshold=config.score_threshold)
         self._lock = FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S)
+        self._turns = FairRLock()
         self.compact_settings = CompactSettings(**config.compact_values())
         self._summariser: Summariser | None = None
         self._git = GitRecorder(layout.root) if config.git_auto_commit else None
@@ -178,17 +210,22 @@ class Vault:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        """Hold the vault's write lock (re-entrant within this process)."""
+        """Hold the vault's write lock (re-entrant within a thread). Threads of this process take turns
+        in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise."""
+        self._turns.acquire()
         try:
-            self._lock.acquire()
-        except Timeout as exc:
-            raise VaultLocked(
-                f"another process is writing to {self.layout.root} (lock {self.layout.lock}); try again"
-            ) from exc
-        try:
-            yield
+            try:
+                self._lock.acquire()
+            except Timeout as exc:
+                raise VaultLocked(
+                    f"another process is writing to {self.layout.root} (lock {self.layout.lock}); try again"
+                ) from exc
+            try:
+                yield
+            finally:
+                self._lock.release()
         finally:
-            self._lock.release()
+            self._turns.release()
 
     # -- ingest ------------------------------------------------------------------------------------
     def ingest_messages(
