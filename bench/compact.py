@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import generated_messages, table  # noqa: E402
-from vaultmem.embed import FakeEmbedder  # noqa: E402
-from vaultmem.vault import Vault  # noqa: E402
+from bench._common import generated_messages, table
+from vaultmem.embed import FakeEmbedder
+from vaultmem.vault import Vault
 
 
 def one(n: int, workers: int) -> dict[str, float]:

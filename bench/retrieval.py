@@ -265,8 +265,10 @@ def evaluate(
     compact: bool,
     log: Callable[[str], None],
     reuse: bool = False,
+    modes: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    systems = ("vaultmem", "bm25", "minilm", "fusion")
+    systems = ("vaultmem", "bm25", "minilm", "fusion", *(f"mode:{m}" for m in modes))
+    lat_modes: dict[str, list[float]] = defaultdict(list)
     per: dict[tuple[str, str], Scores] = defaultdict(Scores)  # (system, category)
     lat_search: list[float] = []
     lat_context: list[float] = []
@@ -314,6 +316,14 @@ def evaluate(
                 contexts[budget] = _norm(vault.context(q.text, budget).text)
                 if budget == 1024:
                     lat_context.append(time.perf_counter() - t0)
+            mode_ctx: dict[str, dict[int, str]] = {}
+            for mode in modes:
+                mode_ctx[mode] = {}
+                for budget in BUDGETS:
+                    t0 = time.perf_counter()
+                    mode_ctx[mode][budget] = _norm(vault.context(q.text, budget, mode=mode).text)
+                    if budget == 1024:
+                        lat_modes[mode].append(time.perf_counter() - t0)
             qv = embedder.embed([q.text])[0]
             r_bm25 = bm25.rank(q.text)
             r_vec = [int(i) for i in np.argsort(-(turn_vecs @ qv), kind="stable")]
@@ -338,6 +348,11 @@ def evaluate(
                             f"C@{budget}",
                             sum(text_of[e] in contexts[budget] for e in q.evidence) / len(q.evidence),
                         )
+                for mode, by_budget in mode_ctx.items():
+                    for budget in BUDGETS:
+                        if q.evidence:
+                            found = sum(text_of[e] in by_budget[budget] for e in q.evidence)
+                            per[(f"mode:{mode}", cat)].add(f"C@{budget}", found / len(q.evidence))
                 # baselines
                 for name, ranking in rankings.items():
                     b = per[(name, cat)]
@@ -380,6 +395,7 @@ def evaluate(
             "context_p95": 1000 * float(np.percentile(lat_context, 95)),
         },
         "timing_s": dict(timing) | {"model_s": embedder.seconds},
+        "mode_context_p50_ms": {m: 1000 * float(np.percentile(v, 50)) for m, v in lat_modes.items()},
         "turns": sum(len(i.turns) for i in items),
         "questions": sum(len(i.questions) for i in items),
     }
@@ -437,6 +453,25 @@ def report(result: dict[str, Any]) -> str:
             rows,
         )
     )
+    mode_names = [name for name in systems if name.startswith("mode:")]
+    if mode_names:
+        out.append("\nContext modes (same vaults, same questions): context recall by category")
+        rows = []
+        for name in mode_names:
+            rows.append(
+                [
+                    name[5:],
+                    *(f"{systems[name]['all'][f'C@{b}']:.3f}" for b in BUDGETS),
+                    *(f"{systems[name][c]['C@1024']:.3f}" for c in cats if c != "all"),
+                    f"{result['mode_context_p50_ms'][name[5:]]:.1f}",
+                ]
+            )
+        out.append(
+            table(
+                ["mode", *(f"C@{b}" for b in BUDGETS), *(f"cat {c} C@1024" for c in cats if c != "all"), "p50 ms"],
+                rows,
+            )
+        )
     lat = result["latency_ms"]
     t = result["timing_s"]
     out.append(
@@ -460,6 +495,9 @@ def main() -> None:
     )
     parser.add_argument("--model", default="default")
     parser.add_argument("--compact", action="store_true", help="compact each vault before asking")
+    parser.add_argument(
+        "--modes", default="", help="also measure these context modes, e.g. flat,collapsed,walk (one table)"
+    )
     parser.add_argument("--keep", type=Path, default=None, help="build the vaults here and keep them")
     parser.add_argument(
         "--embed-cache",
@@ -498,7 +536,13 @@ def main() -> None:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         result = evaluate(
-            items, embedder, workdir, args.compact, lambda m: print(m, file=sys.stderr), args.reuse
+            items,
+            embedder,
+            workdir,
+            args.compact,
+            lambda m: print(m, file=sys.stderr),
+            args.reuse,
+            tuple(m for m in args.modes.split(",") if m),
         )
     result["dataset"] = name
     if args.embed_cache:

@@ -273,14 +273,14 @@ def test_stale_flags_survive_a_restart_and_run_deepest_first(tmp_path: Path) -> 
         assert {j.payload["id"] for j in queued} == set(ancestors)
         report = vault.work()
         assert report.resummarized == len(ancestors)
-        order = [m for m in report.operations if "re-summarise" in m]
-        depths = [
-            vault.conn.execute(
-                "SELECT depth FROM chunks WHERE path LIKE ?", (f"%/{m.split()[2]}_summary.md",)
-            ).fetchone()[0]
-            for m in order
+        # One chain of ancestors, deepest first: each level was written after the one below it.
+        rows = [
+            vault.conn.execute("SELECT path, depth FROM chunks WHERE id = ?", (i,)).fetchone()
+            for i in ancestors
         ]
-        assert depths == sorted(depths)
+        assert [r["depth"] for r in rows] == sorted(r["depth"] for r in rows)
+        written = [(path / r["path"]).stat().st_mtime_ns for r in rows]
+        assert written == sorted(written)
         assert vault.conn.execute("SELECT count(*) FROM chunks WHERE status = 'stale'").fetchone()[0] == 0
         assert vault.check().ok
 

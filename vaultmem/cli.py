@@ -22,6 +22,7 @@ from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
 from vaultmem.model import Leaf, format_ts
 from vaultmem.summaryfile import summary_json
+from vaultmem.tokens import count_tokens
 from vaultmem.vault import Vault
 
 app = typer.Typer(
@@ -311,16 +312,73 @@ def context(
     query: Annotated[str, typer.Argument(help="The question the context is for.")],
     budget: Annotated[int, typer.Option("--budget", "-b", help="Token budget for the whole block.")] = 1024,
     source: Annotated[str | None, typer.Option("--source", "-s")] = None,
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="flat | collapsed | walk (default: the measured best)")
+    ] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print remembered text for QUERY within a token budget, ready to paste into a prompt."""
     with open_vault(vault_path) as vault:
-        ctx = vault.context(query, budget, source=source)
+        ctx = vault.context(query, budget, source=source, mode=mode)
+        root = vault.layout.root
     if as_json:
-        emit_json(ctx.as_dict())
+        data = ctx.as_dict()
+        for item in data["items"]:
+            item["link"] = (root / item["path"]).as_uri()
+        emit_json(data)
         return
     typer.echo(ctx.text or "(nothing relevant remembered)")
+
+
+@app.command("tree")
+def tree_cmd(
+    node_id: Annotated[
+        str | None, typer.Argument(help="A level (summary id); without one, every source's top.")
+    ] = None,
+    query: Annotated[
+        str | None, typer.Option("--query", "-q", help="Rank the children by this question.")
+    ] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drill down: the children of a level (levels and leaves) in reading order, or ranked by --query."""
+    with open_vault(vault_path) as vault:
+        nodes = vault.drill_down(node_id, query=query)
+    if as_json:
+        emit_json([n.as_dict() for n in nodes])
+        return
+    if not nodes:
+        typer.echo("(no children)")
+    for n in nodes:
+        score = f"{n.score:.3f}  " if n.score is not None else ""
+        if n.kind == "summary":
+            span = f"{(n.ts or '')[:10]}..{(n.ts_end or '')[:10]}"
+            typer.echo(f"{score}{n.id}  [{n.descendants} leaves, {span}]  {n.title}")
+        else:
+            typer.echo(f"{score}{n.id}  {(n.ts or '')[:10]}  {n.line()[:100]}")
+
+
+@app.command("read")
+def read_cmd(
+    node_id: Annotated[str, typer.Argument(help="A level (summary id) or a leaf id.")],
+    budget: Annotated[
+        int | None, typer.Option("--budget", "-b", help="Expand breadth first within this many tokens.")
+    ] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Read a node: the whole subtree as one document, or (--budget) expanded breadth first to fit."""
+    with open_vault(vault_path) as vault:
+        if budget is not None:
+            expansion = vault.expand_to_length(node_id, budget)
+            text, nodes = expansion.text, list(expansion.nodes)
+        else:
+            text, nodes = vault.serialize(node_id), []
+    if as_json:
+        emit_json({"id": node_id, "text": text, "nodes": nodes, "tokens": count_tokens(text)})
+        return
+    typer.echo(text)
 
 
 @app.command()

@@ -16,7 +16,7 @@ item keeps its full provenance in ``Context.items``. Pure: takes ranked hits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,27 +105,63 @@ class _Groups:
             self.sessions.setdefault((key[0], key[2]), []).append(key)
 
 
-def assemble(query: str, hits: Sequence[Hit], budget_tokens: int) -> Context:
-    """Greedy fill in rank order; an item that does not fit is skipped so smaller later ones can."""
+def render_summary_block(hit: Hit) -> str:
+    """A summary as its own block: its span, size and title, then its text."""
+    first, last = (hit.ts or "")[:10], (hit.extra.get("ts_end") or hit.ts or "")[:10]
+    span = first if first == last else f"{first} – {last}"
+    title = hit.extra.get("title", "")
+    count = hit.extra.get("descendants", "")
+    head = " · ".join(
+        p for p in (f"## {span}".rstrip(), f"summary of {count} memories" if count else "summary", title) if p
+    )
+    return f"{head}\n{hit.text.strip()}"
+
+
+def assemble(
+    query: str,
+    hits: Sequence[Hit],
+    budget_tokens: int,
+    ancestors: Mapping[str, tuple[str, ...]] | None = None,
+) -> Context:
+    """Greedy fill in rank order; an item that does not fit is skipped so smaller later ones can.
+
+    With ``ancestors`` (node id -> its summaries, nearest first) the chosen nodes never overlap: a
+    summary is skipped when one of its descendants or ancestors is already in, and so is a leaf under a
+    chosen summary; the better-ranked of the two is the one kept."""
     used = count_tokens(HEADER) + count_tokens(FOOTER)
     chosen: list[ContextItem] = []
     seen_text: set[str] = set()
-    groups = _Groups(with_source=len({hit.source for hit in hits}) > 1)
+    covered: set[str] = set()  # chosen nodes and all their ancestors
+    chosen_ids: set[str] = set()
+    groups = _Groups(with_source=len({hit.source for hit in hits if hit.kind == "leaf"}) > 1)
     for rank, hit in enumerate(hits, 1):
         if used >= budget_tokens:
             break
         key = " ".join(hit.text.split()).lower()
         if key in seen_text:
             continue
-        line = render_line(hit)
-        line_tokens = count_tokens(line)
-        group = group_key(hit)
-        cost = line_tokens + groups.cost_of_adding(group)
-        if used + cost > budget_tokens:
-            continue
+        above = ancestors.get(hit.id, ()) if ancestors is not None else ()
+        if hit.id in covered or any(a in chosen_ids for a in above):
+            continue  # overlaps a chosen node
+        if hit.kind == "summary":
+            block = render_summary_block(hit)
+            cost = count_tokens(block)
+            if used + cost > budget_tokens:
+                continue
+            chosen.append(ContextItem(hit, block, cost, rank))
+        else:
+            line = render_line(hit)
+            line_tokens = count_tokens(line)
+            group = group_key(hit)
+            cost = line_tokens + groups.cost_of_adding(group)
+            if used + cost > budget_tokens:
+                continue
+            groups.add(group)
+            chosen.append(ContextItem(hit, line, line_tokens, rank))
         seen_text.add(key)
-        groups.add(group)
-        chosen.append(ContextItem(hit, line, line_tokens, rank))
+        chosen_ids.add(hit.id)
+        covered.add(hit.id)
+        covered.update(above)
         used += cost
     if not chosen:
         return Context(query, budget_tokens, (), "", 0)
@@ -135,9 +171,16 @@ def assemble(query: str, hits: Sequence[Hit], budget_tokens: int) -> Context:
 
 def render(items: Sequence[ContextItem], groups: _Groups) -> str:
     by_group: dict[tuple[str, str, str], list[ContextItem]] = {}
+    blocks: list[ContextItem] = []
     for item in items:
-        by_group.setdefault(group_key(item.hit), []).append(item)
+        if item.hit.kind == "summary":
+            blocks.append(item)
+        else:
+            by_group.setdefault(group_key(item.hit), []).append(item)
     lines = [HEADER]
+    # Summaries first (the overview), oldest span first; then the verbatim memories by day.
+    for item in sorted(blocks, key=lambda i: (i.hit.ts or "", i.hit.path)):
+        lines.append(item.rendered)
     for key in sorted(by_group, key=lambda k: (k[2], min(i.hit.ts or "" for i in by_group[k]), k[0], k[1])):
         lines.append(groups.header(key))
         previous: Hit | None = None

@@ -205,6 +205,22 @@ def m009_chunks_generation(conn: sqlite3.Connection) -> None:
     )
 
 
+def m010_order(conn: sqlite3.Connection) -> None:
+    # A node's reading position among its siblings (the ``order`` key, a decimal number kept as text so
+    # no precision is lost; sorted in Python by ``docmem.sibling_order``). A change of order moves a node
+    # in its conversation, so it bumps ``chunks_gen`` like a change of time does.
+    _script(
+        conn,
+        """
+        ALTER TABLE chunks ADD COLUMN ord TEXT;
+        CREATE TRIGGER chunks_gen_au_ord AFTER UPDATE OF ord ON chunks
+        WHEN old.ord IS NOT new.ord BEGIN
+            UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'chunks_gen';
+        END;
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -215,6 +231,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("007_fts_trigger_only_on_change", m007_fts_trigger_only_on_change),
     ("008_vectors_model_index", m008_vectors_model_index),
     ("009_chunks_generation", m009_chunks_generation),
+    ("010_order", m010_order),
 ]
 
 

@@ -45,6 +45,7 @@ ROW_COLUMNS = (
     "file_hash",
     "file_size",
     "file_mtime_ns",
+    "ord",
 )
 
 
@@ -94,6 +95,7 @@ def leaf_row(leaf: Leaf, stamp: FileStamp, parent: str | None = None) -> tuple[A
         stamp.hash,
         stamp.size,
         stamp.mtime_ns,
+        leaf.order,
     )
 
 
@@ -133,6 +135,7 @@ def summary_row(node: SummaryNode, stamp: FileStamp, parent: str | None = None) 
         stamp.hash,
         stamp.size,
         stamp.mtime_ns,
+        node.order,
     )
 
 
@@ -203,8 +206,17 @@ def row_to_leaf(row: sqlite3.Row) -> Leaf:
         tokens=row["tokens"],
         content_hash=row["content_hash"],
         redactions=tuple(json.loads(row["redactions"])),
+        order=_ord(row),
         meta=json.loads(row["provenance"]),
     )
+
+
+def _ord(row: sqlite3.Row) -> str | None:
+    try:
+        value: str | None = row["ord"]
+    except IndexError:  # a read-only connection to an index that predates migration 010
+        return None
+    return value
 
 
 def get_leaf(conn: sqlite3.Connection, node_id: str) -> Leaf:

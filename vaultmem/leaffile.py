@@ -14,7 +14,7 @@ from typing import Any
 from vaultmem import mdfile
 from vaultmem.errors import FrontmatterError
 from vaultmem.layout import slug
-from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Status, format_ts, parse_ts, safe_name
+from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Status, format_ts, parse_order, parse_ts, safe_name
 from vaultmem.tokens import count_tokens
 
 LEAF_KEYS = frozenset(
@@ -27,6 +27,7 @@ LEAF_KEYS = frozenset(
         "source_id",
         "message_ids",
         "seq",
+        "order",
         "role",
         "speaker",
         "ts",
@@ -68,6 +69,7 @@ def engine_meta(leaf: Leaf) -> dict[str, Any]:
         "source_id": leaf.source_id,
         "message_ids": list(leaf.message_ids),
         "seq": leaf.seq,
+        "order": leaf.order,
         "role": leaf.role,
         "speaker": leaf.speaker,
         "ts": format_ts(leaf.ts),
@@ -114,6 +116,7 @@ def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, mdfile.MdDoc]:
         score = float(meta.get("score", 0.0))
     except (ValueError, TypeError) as exc:
         raise FrontmatterError(f"{rel_path}: invalid leaf frontmatter: {exc}") from exc
+    order = parse_order(meta.get("order"), rel_path)
     provenance = meta.get("provenance") or {}
     if not isinstance(provenance, dict):
         raise FrontmatterError(f"{rel_path}: 'provenance' must be a mapping")
@@ -137,6 +140,7 @@ def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, mdfile.MdDoc]:
         tokens=count_tokens(body),
         content_hash=content_hash(body),
         redactions=_str_list(meta.get("redactions"), "redactions", rel_path),
+        order=order,
         meta={str(k): str(v) for k, v in provenance.items()},
     )
     return leaf, doc

@@ -11,7 +11,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -259,6 +259,10 @@ class Searcher:
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0}
         self.neighbor_weight = NEIGHBOR_WEIGHT
 
+    def vectors(self, embedder: Embedder) -> VectorCache:
+        """The in-memory vectors of ``embedder``'s model, refreshed from the index."""
+        return self._vectors(embedder)
+
     def _vectors(self, embedder: Embedder) -> VectorCache:
         if self._cache is None or self._cache.model != embedder.model_id:
             self._cache = VectorCache(embedder.model_id, embedder.dim)
@@ -311,7 +315,9 @@ class Searcher:
             return []
         q = embedder.embed([query])[0]
         rows = None
-        if not filters.empty:
+        if filters.kind is not None and replace(filters, kind=None).empty:
+            rows = cache.kind_rows(filters.kind)  # the common "leaves only" case needs no SQL
+        elif not filters.empty:
             where, params = filters.sql()
             rows = np.array(
                 [
@@ -414,7 +420,8 @@ class Searcher:
                     seq=row["seq"],
                     lexical_rank=lex,
                     vector_rank=vec,
-                    extra={k: str(v) for k, v in json.loads(row["provenance"]).items()},
+                    extra={k: str(v) for k, v in json.loads(row["provenance"]).items()}
+                    | ({"ts_end": row["ts_end"]} if row["kind"] == "summary" and row["ts_end"] else {}),
                 )
             )
         return out

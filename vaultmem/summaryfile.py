@@ -21,7 +21,7 @@ from typing import Any
 
 from vaultmem import mdfile
 from vaultmem.errors import FrontmatterError
-from vaultmem.model import SUMMARY_ID_RE, format_ts, parse_ts, safe_name
+from vaultmem.model import SUMMARY_ID_RE, format_ts, parse_order, parse_ts, safe_name
 from vaultmem.tokens import count_tokens
 
 SUMMARY_KEYS = frozenset(
@@ -30,6 +30,7 @@ SUMMARY_KEYS = frozenset(
         "kind",
         "source",
         "depth",
+        "order",
         "title",
         "aliases",
         "descendants",
@@ -71,6 +72,7 @@ class SummaryNode:
     stale: bool = False
     summariser: str = "extractive"
     content_hash: str = ""  # hash of ``text`` as the engine wrote it
+    order: str | None = None  # reading position among its siblings (a decimal number), when set
     user_aliases: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -114,6 +116,7 @@ def engine_meta(node: SummaryNode) -> dict[str, Any]:
         "kind": "summary",
         "source": node.source,
         "depth": node.depth,
+        "order": node.order,
         "title": node.title,
         "aliases": aliases,
         "descendants": node.descendants,
@@ -191,6 +194,7 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
         raise FrontmatterError(f"{rel_path}: invalid summary frontmatter: {exc}") from exc
     if depth < 1:
         raise FrontmatterError(f"{rel_path}: 'depth' must be 1 or more")
+    order = parse_order(meta.get("order"), rel_path)
     pinned, body_text, children = split_body(doc.body)
     title = clean_title(str(meta.get("title") or ""))
     aliases = meta.get("aliases")
@@ -210,6 +214,7 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
         stale=meta.get("stale") is True,
         summariser=str(meta.get("summariser") or "unknown"),
         content_hash=str(meta.get("content_hash") or ""),
+        order=order,
         user_aliases=user_aliases,
     )
     return node, doc

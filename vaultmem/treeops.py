@@ -1,16 +1,19 @@
-"""Tree operations made durable: a compaction step either finishes, or finishes on the next open.
+"""Tree operations made durable: a step on the tree either finishes, or finishes on the next open.
 
-Owns the execution of one planned step (a seal, a merge, a condensation): summary files to write, leaf
-files and level directories to move, sidecar entries to carry along, and the index rows that follow. A
+Owns the execution of one planned step (a seal, a merge, a condensation, a document operation): files to
+write (summaries, and leaves a document operation creates or edits), leaf files and level directories to
+move, node files to remove, sidecar entries to carry along or prune, and the index rows that follow. A
 write-ahead note in ``.vaultmem/treeops/`` records the whole step first; a crash at any point is repaired
-by replaying the note, which is idempotent: a file already written, or a move already made, is skipped.
-Leaf files are only ever renamed, never rewritten. Files the engine did not read are never overwritten
-(every replacement carries the hash that was read).
+by replaying the note, which is idempotent: a file already written, a move already made or a file already
+removed is skipped. Compaction only ever renames leaf files. Files the engine did not read are never
+overwritten or removed: every replacement and every removal carries the hash that was read (only the
+engine's own ``_embeddings.json`` is removed unguarded), and a directory is removed only when empty.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sqlite3
 from collections import defaultdict
@@ -26,8 +29,8 @@ from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput
 from vaultmem.ingest import extract_job, read_leaf_file, read_summary_file
 from vaultmem.jobs import JobQueue, resummarize_job
-from vaultmem.layout import SUMMARY_NAME, Layout
-from vaultmem.leaffile import id_from_filename
+from vaultmem.layout import SIDECAR_NAME, SUMMARY_NAME, Layout
+from vaultmem.leaffile import id_from_filename, parse_leaf
 from vaultmem.summaryfile import parse_summary, text_hash
 
 Vector = npt.NDArray[np.float32]
@@ -42,13 +45,20 @@ class FileWrite:
 
 @dataclass(frozen=True)
 class TreeOp:
-    kind: str  # "seal" | "condense"
+    """One durable step. ``writes`` are ``_summary.md`` files or leaf files (a name ending in the leaf id);
+    writes happen first, then moves, then removals. A write to a path that is also moved is done at the
+    old place, then moved. ``removes`` lists node files and sidecars as (path, hash that was read; None
+    only for an engine-owned ``_embeddings.json``); ``rmdirs`` are directories removed once empty."""
+
+    kind: str  # "seal" | "condense" | "resummarize" | "stale" | "docmem"
     source: str
     message: str  # one line, also the git commit message
     writes: tuple[FileWrite, ...] = ()
     moves: tuple[tuple[str, str], ...] = ()  # (from, to): leaf files or level directories
     stale: tuple[tuple[str, int], ...] = ()  # (summary id, depth) queued for re-summarisation
-    vectors: Mapping[str, Vector] = field(default_factory=dict, compare=False)  # summary id -> vector
+    vectors: Mapping[str, Vector] = field(default_factory=dict, compare=False)  # node id -> vector
+    removes: tuple[tuple[str, str | None], ...] = ()
+    rmdirs: tuple[str, ...] = ()
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -59,6 +69,8 @@ class TreeOp:
                 "writes": [[w.path, w.data, w.expected] for w in self.writes],
                 "moves": [list(m) for m in self.moves],
                 "stale": [list(s) for s in self.stale],
+                "removes": [list(r) for r in self.removes],
+                "rmdirs": list(self.rmdirs),
             },
             ensure_ascii=False,
         ).encode("utf-8")
@@ -73,6 +85,9 @@ class TreeOp:
             writes=tuple(FileWrite(str(p), str(d), e) for p, d, e in raw["writes"]),
             moves=tuple((str(a), str(b)) for a, b in raw["moves"]),
             stale=tuple((str(i), int(d)) for i, d in raw["stale"]),
+            # Notes written before removals existed have neither key.
+            removes=tuple((str(p), None if e is None else str(e)) for p, e in raw.get("removes", [])),
+            rmdirs=tuple(str(d) for d in raw.get("rmdirs", [])),
         )
 
 
@@ -124,15 +139,20 @@ def _execute(
 ) -> Applied:
     skipped: list[str] = []
     writes: list[fsio.PendingWrite] = []
+    moved_to = dict(op.moves)
     for w in op.writes:
         path = layout.abs(w.path)
         data = w.data.encode("utf-8")
         current = fsio.file_hash(path)
         if current == fsio.sha256_bytes(data):
             continue  # written before the crash
+        if current is None and w.path in moved_to and layout.abs(moved_to[w.path]).exists():
+            continue  # written, then moved, before the crash
         if current != w.expected:
             if strict:
-                raise ConflictError(f"{path} changed on disk since it was read; compaction will re-plan")
+                raise ConflictError(
+                    f"{path} changed on disk since it was read; nothing was changed (plan again)"
+                )
             skipped.append(f"{w.path}: changed meanwhile, left as it is")
             continue
         writes.append(fsio.PendingWrite(path, data, w.expected))
@@ -147,20 +167,62 @@ def _execute(
             raise ConflictError(f"cannot move {src_rel} to {dst_rel}: source missing or target exists")
         else:
             skipped.append(f"{src_rel} -> {dst_rel}: source missing or target exists")
+    removes: list[Path] = []
+    for rel, expected in op.removes:
+        path = layout.abs(rel)
+        current = fsio.file_hash(path)
+        if current is None:
+            continue  # removed before the crash
+        if expected is not None and current != expected:
+            if strict:
+                raise ConflictError(f"{path} changed on disk since it was read; refusing to remove it")
+            skipped.append(f"{rel}: changed meanwhile, not removed")
+            continue
+        removes.append(path)
     fsio.write_batch_durable(layout.root, writes)
     for src, dst in moves:
         fsio.move_file(src, dst)
+    skipped.extend(_remove(layout, removes, op.rmdirs))
     _carry_vectors(conn, layout, op, model, dim)
     _index(conn, layout, op, model)
     return Applied(op.message, tuple(skipped))
 
 
-def _carry_vectors(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str, dim: int) -> None:
-    """Give moved leaves and new summaries their entries in the destination directory's sidecar.
+def _remove(layout: Layout, files: list[Path], rmdirs: tuple[str, ...]) -> list[str]:
+    """Remove the files (already checked against their hashes), then the directories, deepest first,
+    when nothing else is left in them. Returns what could not be removed."""
+    skipped: list[str] = []
+    for path in files:
+        path.unlink(missing_ok=True)
+    for parent in sorted({p.parent for p in files}):
+        if parent.is_dir():
+            fsio.fsync_dir(parent)
+    for rel in sorted(rmdirs, key=lambda d: d.count("/"), reverse=True):
+        path = layout.abs(rel)
+        if not path.is_dir():
+            continue
+        try:
+            os.rmdir(path)
+        except OSError:
+            skipped.append(f"{rel}/: not empty (a file appeared meanwhile), left as it is")
+            continue
+        fsio.fsync_dir(path.parent)
+    return skipped
 
-    Entries left behind in the old directory are harmless (keyed by a file name that is gone) and are
-    pruned at the end of a compaction pass, so a big ``_fresh/`` sidecar is rewritten once per pass."""
+
+def _is_summary(rel: str) -> bool:
+    return PurePosixPath(rel).name == SUMMARY_NAME
+
+
+def _carry_vectors(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str, dim: int) -> None:
+    """Give moved leaves, new summaries and new leaves their entries in the destination directory's
+    sidecar; drop the entries of removed files from the sidecars of directories that stay.
+
+    Entries left behind in the old directory of a move are harmless (keyed by a file name that is gone)
+    and are pruned at the end of a compaction pass, so a big ``_fresh/`` sidecar is rewritten once per
+    pass."""
     put: dict[str, dict[str, sidecar.Entry]] = defaultdict(dict)
+    moved_to = dict(op.moves)
     moved_ids: dict[str, tuple[str, str]] = {}
     for _src, dst in op.moves:
         leaf_id = id_from_filename(PurePosixPath(dst).name)
@@ -173,17 +235,43 @@ def _carry_vectors(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: 
             rel_dir, name = moved_ids[row["id"]]
             put[rel_dir][name] = sidecar.Entry.of(row["content_hash"], np.frombuffer(row["vec"], dtype="<f4"))
     for w in op.writes:
-        node = parse_summary(w.data, w.path)[0]
-        summary_vec = op.vectors.get(node.id)
-        if summary_vec is not None:
-            put[node.directory][SUMMARY_NAME] = sidecar.Entry.of(text_hash(node.searchable), summary_vec)
+        if _is_summary(w.path):
+            node = parse_summary(w.data, w.path)[0]
+            summary_vec = op.vectors.get(node.id)
+            if summary_vec is not None:
+                put[node.directory][SUMMARY_NAME] = sidecar.Entry.of(text_hash(node.searchable), summary_vec)
+            continue
+        leaf_id = id_from_filename(PurePosixPath(w.path).name)
+        leaf_vec = op.vectors.get(leaf_id) if leaf_id else None
+        if leaf_vec is not None:
+            leaf = parse_leaf(w.data, w.path)[0]
+            rel = moved_to.get(w.path, w.path)
+            put[str(PurePosixPath(rel).parent)][PurePosixPath(rel).name] = sidecar.Entry.of(
+                leaf.content_hash, leaf_vec
+            )
     for rel_dir, entries in put.items():
         sidecar.update(layout.state, layout.abs(rel_dir), model, dim, entries)
+    gone: dict[str, set[str]] = defaultdict(set)
+    for rel, _expected in op.removes:
+        name = PurePosixPath(rel).name
+        if name != SIDECAR_NAME and not layout.abs(rel).exists():
+            gone[str(PurePosixPath(rel).parent)].add(name)
+    for rel_dir, names in gone.items():
+        directory = layout.abs(rel_dir)
+        if not directory.is_dir() or sidecar.read(directory, model, dim).problem is not None:
+            continue  # removed whole, or another model's sidecar: never rewrite what cannot be read
+        sidecar.update(layout.state, directory, model, dim, {}, remove=frozenset(names))
 
 
 def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> None:
     """Bring the rows in line with the files the step produced, in one transaction."""
     with atomic(conn):
+        for rel, _expected in op.removes:
+            if not layout.abs(rel).exists():
+                conn.execute("DELETE FROM chunks WHERE path = ?", (rel,))
+        for rel in op.rmdirs:
+            if not layout.abs(rel).exists():
+                conn.execute("DELETE FROM chunks WHERE path >= ? AND path < ?", index.prefix_range(rel + "/"))
         touched_summaries: list[str] = []
         for src, dst in op.moves:
             if id_from_filename(PurePosixPath(dst).name) is None:  # a level directory
@@ -193,8 +281,13 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
                     (new, len(old) + 1, *index.prefix_range(old)),
                 )
                 touched_summaries.append(f"{dst}/{SUMMARY_NAME}")
+        moved_from = {src for src, _ in op.moves}
+        leaf_paths: list[str] = []
         for w in op.writes:
-            touched_summaries.append(w.path)
+            if _is_summary(w.path):
+                touched_summaries.append(w.path)
+            elif w.path not in moved_from:  # a leaf written, then moved: indexed at its destination
+                leaf_paths.append(w.path)
         summary_rows = []
         for rel in dict.fromkeys(touched_summaries):
             try:
@@ -215,26 +308,28 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
                 (f"{parent_dir}/{SUMMARY_NAME}", node.id),
             )
         leaf_rows = []
+        leaf_vectors = []
         reembed = []
         old_hash: dict[str, str] = {}
-        leaf_ids = [i for i in (id_from_filename(PurePosixPath(d).name) for _, d in op.moves) if i]
+        leaf_paths += [d for _, d in op.moves if id_from_filename(PurePosixPath(d).name) is not None]
+        leaf_ids = [i for i in (id_from_filename(PurePosixPath(p).name) for p in leaf_paths) if i]
         for part, marks in index.in_batches(leaf_ids):
             old_hash.update(
                 conn.execute(f"SELECT id, content_hash FROM chunks WHERE id IN ({marks})", part).fetchall()
             )
-        for _src, dst in op.moves:
-            if id_from_filename(PurePosixPath(dst).name) is None:
-                continue
+        for rel in leaf_paths:
             try:
-                leaf, stamp = read_leaf_file(layout, dst, 1 << 30)
+                leaf, stamp = read_leaf_file(layout, rel, 1 << 30)
             except (FileNotFoundError, FrontmatterError, InvalidInput):
                 continue
             parent = conn.execute(
-                "SELECT id FROM chunks WHERE path = ?", (f"{PurePosixPath(dst).parent}/{SUMMARY_NAME}",)
+                "SELECT id FROM chunks WHERE path = ?", (f"{PurePosixPath(rel).parent}/{SUMMARY_NAME}",)
             ).fetchone()
             leaf_rows.append(index.leaf_row(leaf, stamp, parent[0] if parent else None))
-            if old_hash.get(leaf.id) != leaf.content_hash:
-                reembed.append(leaf.id)  # edited by hand while it waited in the buffer
+            if leaf.id in op.vectors:
+                leaf_vectors.append(vectors.VectorRow(leaf.id, leaf.content_hash, op.vectors[leaf.id]))
+            elif old_hash.get(leaf.id) != leaf.content_hash:
+                reembed.append(leaf.id)  # new, edited, or edited by hand while it waited in the buffer
         index.upsert_rows(conn, leaf_rows)
         vectors.upsert(
             conn,
@@ -243,7 +338,8 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
                 vectors.VectorRow(n.id, text_hash(n.searchable), op.vectors[n.id])
                 for n, _ in summary_rows
                 if n.id in op.vectors
-            ],
+            ]
+            + leaf_vectors,
         )
         # A summary whose text changed and came without a vector (a replayed step) is embedded later.
         missing = [

@@ -22,13 +22,24 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from vaultmem import db, fsio, index, treeops
+from vaultmem import db, fsio, index, tree, treectx, treeops
 from vaultmem.canon import read_path
 from vaultmem.canon_chat import messages_from_records
 from vaultmem.check import CheckReport, check
 from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context, assemble
+from vaultmem.docmem import (
+    Plan,
+    SessionTree,
+    plan_add_summary,
+    plan_append_child,
+    plan_delete,
+    plan_insert_between,
+    plan_update_content,
+    run,
+    session_tree,
+)
 from vaultmem.embed import Embedder, load_embedder
 from vaultmem.errors import (
     GitError,
@@ -63,6 +74,7 @@ from vaultmem.summaryfile import SummaryNode
 from vaultmem.worker import WorkReport, drain
 
 BATCH_MESSAGES = 2000
+DEFAULT_CONTEXT_MODE = "collapsed"  # measured against "flat" and "walk": bench/retrieval.py --modes
 LOCK_TIMEOUT_S = 30.0
 
 
@@ -548,15 +560,162 @@ class Vault:
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status)
         return self.searcher.search(query, k, filters)
 
-    def context(self, query: str, budget_tokens: int = 1024, **filters: Any) -> Context:
-        """The best remembered text for ``query`` within ``budget_tokens``, with provenance per item."""
+    def context(
+        self,
+        query: str,
+        budget_tokens: int = 1024,
+        *,
+        mode: str | None = None,
+        source: str | None = None,
+        session: str | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+    ) -> Context:
+        """The best remembered text for ``query`` within ``budget_tokens``, with provenance per item.
+
+        ``mode``: ``flat`` (leaves only), ``collapsed`` (leaves and summaries ranked together) or
+        ``walk`` (top-down through the best branches); see ``treectx``. Chosen nodes never overlap."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
-        # Enough candidates to fill the budget several times over with short turns. Verbatim leaves
-        # only (summaries when asked for with kind="summary"): flat filling measured best on LoCoMo.
-        filters.setdefault("kind", "leaf")
-        hits = self.search(query, k=max(50, budget_tokens // 8), **filters)
-        return assemble(query, hits, budget_tokens)
+        mode = mode or DEFAULT_CONTEXT_MODE
+        if mode not in treectx.MODES:
+            raise InvalidInput(f"unknown context mode {mode!r}; one of {', '.join(treectx.MODES)}")
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("the query is empty; type a few words to search for")
+        filters = Filters(source, session, _when(since, "since"), _when(until, "until"))
+        # Enough candidates to fill the budget several times over with short turns.
+        k = max(50, budget_tokens // 8)
+        tree = treectx.Tree.load(self.conn) if mode != "flat" else None
+        found = treectx.candidates(
+            mode, self.searcher, self.conn, query, k, filters, lambda: self.embedder, tree
+        )
+        overlap = treectx.ancestors_of(self.conn, tree, found) if tree is not None else None
+        return assemble(query, found, budget_tokens, overlap)
+
+    # -- navigation ----------------------------------------------------------------------------------
+    def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[tree.Node]:
+        """Children of a level (every source's top for ``None``), in reading order or ranked by ``query``."""
+        return tree.drill_down(
+            self.conn, node_id, query=query, embedder=lambda: self.embedder, vectors=self.searcher.vectors
+        )
+
+    def fetch(self, ids: Iterable[str]) -> list[Leaf | SummaryNode]:
+        """The nodes ``ids`` with full provenance (leaves) or their summary file (levels), in the given order."""
+        wanted = [check_node_id(i) for i in ids]
+        leaves = {leaf.id: leaf for leaf in index.leaves_by_ids(self.conn, wanted)}
+        out: list[Leaf | SummaryNode] = []
+        for node_id in wanted:
+            if node_id in leaves:
+                out.append(leaves[node_id])
+            elif node_id.startswith("s"):
+                out.append(self.summary(node_id))
+            else:
+                raise NodeNotFound(f"no leaf with id {node_id}; `vaultmem ls` lists what the vault holds")
+        return out
+
+    def serialize(self, node_id: str) -> str:
+        """A level and everything under it read as one Markdown document (depth first, reading order)."""
+        return tree.serialize(self.conn, node_id)
+
+    def expand_to_length(self, node_id: str, budget_tokens: int) -> tree.Expansion:
+        """A level expanded breadth first (summary, then children, ...) while it fits ``budget_tokens``."""
+        if budget_tokens < 1:
+            raise InvalidInput("the token budget must be positive")
+        return tree.expand_to_length(self.conn, node_id, budget_tokens)
+
+    # -- document operations (docmem) ---------------------------------------------------------------
+    def append_child(
+        self,
+        parent_id: str,
+        text: str,
+        *,
+        role: str | None = None,
+        speaker: str | None = None,
+        ts: datetime | str | None = None,
+        session: str | None = None,
+    ) -> str:
+        """A new leaf as the last child of the level ``parent_id``; returns its id. Session and input
+        kind default to the nearest leaf's; ``flush()`` embeds it, as it does ingested leaves."""
+        return self._docmem(
+            lambda: plan_append_child(
+                self.conn, self.layout, parent_id, text, role=role, speaker=speaker, ts=ts, session=session
+            )
+        )[0]
+
+    def insert_between(
+        self,
+        first_id: str,
+        second_id: str,
+        text: str,
+        *,
+        role: str | None = None,
+        speaker: str | None = None,
+        ts: datetime | str | None = None,
+        session: str | None = None,
+    ) -> str:
+        """A new leaf between two adjacent siblings (``InvalidInput`` if they are not); returns its id."""
+        return self._docmem(
+            lambda: plan_insert_between(
+                self.conn,
+                self.layout,
+                first_id,
+                second_id,
+                text,
+                role=role,
+                speaker=speaker,
+                ts=ts,
+                session=session,
+            )
+        )[0]
+
+    def delete(self, node_id: str) -> list[str]:
+        """Delete a node and everything under it; returns the ids removed. A level whose folder holds a
+        file that is not a vaultmem node is refused (``InvalidInput``), so no person's file is lost."""
+        return list(
+            self._docmem(
+                lambda: plan_delete(self.conn, self.layout, node_id, max_bytes=self.config.max_file_bytes)
+            )
+        )
+
+    def update_content(self, node_id: str, text: str) -> None:
+        """Rewrite a node's text: a leaf keeps its id, provenance and your keys and is re-embedded; a
+        summary's new text counts as a hand edit, kept under ``## Pinned`` when it is next re-summarised."""
+        self._docmem(
+            lambda: plan_update_content(
+                self.conn, self.layout, node_id, text, max_bytes=self.config.max_file_bytes
+            )
+        )
+
+    def add_summary(self, node_ids: Iterable[str], text: str, *, title: str | None = None) -> str:
+        """A new level over contiguous sibling leaves, with ``text`` as its summary; returns its id."""
+        ids = list(node_ids)
+        return self._docmem(
+            lambda: plan_add_summary(
+                self.conn, self.layout, ids, text, title=title, max_bytes=self.config.max_file_bytes
+            )
+        )[0]
+
+    def session_tree(self, session: str, *, source: str | None = None) -> SessionTree:
+        """A chat session read as a tree: its messages and the levels standing for runs of them."""
+        return session_tree(self.conn, session, source=source)
+
+    def build_message_list(self, session: str, *, source: str | None = None) -> list[dict[str, Any]]:
+        """The session as an OpenAI-style message list; a level covering a run of it becomes a
+        ``recall_memory_summary`` tool call and its result."""
+        return session_tree(self.conn, session, source=source).messages()
+
+    def _docmem(self, plan: Callable[[], Plan]) -> tuple[str, ...]:
+        with self._locked():
+            if treeops.pending_notes(self.layout):
+                self.heal_compaction()
+            planned = plan()
+            op = planned.op
+            # Only moved and removed files carry sidecar entries: other steps never load the model.
+            embedder = self.embedder if op.moves or op.removes else None
+            model, dim = (embedder.model_id, embedder.dim) if embedder is not None else ("", 0)
+            run(self.conn, self.layout, planned, model=model, dim=dim, max_bytes=self.config.max_file_bytes)
+            self._commit(op.message)
+            return planned.ids
 
     # -- maintenance -------------------------------------------------------------------------------
     def reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:

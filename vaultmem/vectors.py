@@ -66,6 +66,7 @@ class VectorCache:
         self.matrix: Matrix = np.zeros((0, dim), dtype=np.float32)
         self.seq = 0
         self._bits: npt.NDArray[np.uint64] | None = None  # built lazily for large caches
+        self._kinds: npt.NDArray[np.bool_] | None = None  # True for summaries, built lazily
 
     def top(self, query: Matrix, n: int, rows: npt.NDArray[np.intp] | None = None) -> npt.NDArray[np.intp]:
         """Indices of the ``n`` rows most similar to ``query`` (best first), among ``rows`` if given.
@@ -86,6 +87,14 @@ class VectorCache:
         best = np.argpartition(-sims, n - 1)[:n]
         best = best[np.argsort(-sims[best], kind="stable")]
         return np.asarray(best if candidates is None else candidates[best], dtype=np.intp)
+
+    def kind_rows(self, kind: str) -> npt.NDArray[np.intp]:
+        """Rows of one node kind, without asking the index: summary ids start with ``s``, leaf ids are
+        hex (``model.LEAF_ID_RE`` / ``SUMMARY_ID_RE``)."""
+        if self._kinds is None or len(self._kinds) != len(self.ids):
+            self._kinds = np.fromiter((i[:1] == "s" for i in self.ids), dtype=bool, count=len(self.ids))
+        mask = self._kinds if kind == "summary" else ~self._kinds
+        return np.flatnonzero(mask).astype(np.intp)
 
     def refresh(self, conn: sqlite3.Connection) -> None:
         count = conn.execute("SELECT count(*) FROM vectors WHERE model = ?", (self.model,)).fetchone()[0]
@@ -120,6 +129,7 @@ class VectorCache:
             "SELECT id, vec, seq FROM vectors WHERE model = ? ORDER BY seq", (self.model,)
         ).fetchall()
         self._bits = None
+        self._kinds = None
         self.ids = [r[0] for r in rows]
         self.pos = {row_id: i for i, row_id in enumerate(self.ids)}
         self.seq = rows[-1][2] if rows else 0

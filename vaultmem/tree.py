@@ -1,0 +1,202 @@
+"""Navigating the tree: children of a node, the tree read as one document, a node expanded to a budget.
+
+Owns read-only walks over levels and leaves, in reading order (``docmem.sibling_order``):
+
+- ``drill_down(node)``: the children of a level (or the tops of every source for ``None``), ranked by a
+  query when one is given;
+- ``serialize(node)``: depth-first, the subtree read as one Markdown document;
+- ``expand_to_length(node, budget)``: breadth-first, the node's summary, then its children's, and so on
+  until the next level would not fit.
+
+Never writes anything.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vaultmem import index
+from vaultmem.embed import Embedder
+from vaultmem.errors import NodeNotFound
+from vaultmem.layout import FRESH, SOURCES, SUMMARY_NAME
+from vaultmem.model import check_node_id
+from vaultmem.tokens import count_tokens
+from vaultmem.vectors import VectorCache
+
+
+@dataclass(frozen=True)
+class Node:
+    """A leaf or a level as navigation shows it."""
+
+    id: str
+    kind: str  # "leaf" | "summary"
+    path: str
+    title: str  # a summary's title; a leaf's first words
+    text: str
+    tokens: int
+    depth: int
+    ts: str | None
+    ts_end: str | None
+    speaker: str | None
+    children: int  # direct children (levels and leaves); 0 for a leaf
+    descendants: int  # leaves under it (1 for a leaf)
+    score: float | None = None  # similarity to the query, when drilling down with one
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+    def line(self) -> str:
+        """One line of reading: ``speaker: text`` for a leaf, ``title`` for a level."""
+        if self.kind == "leaf":
+            body = " ".join(self.text.split())
+            return f"{self.speaker}: {body}" if self.speaker else body
+        return self.title
+
+
+def sibling_order(rows: Sequence[sqlite3.Row]) -> list[sqlite3.Row]:
+    """Reading order of siblings; the rule lives with the document operations that set ``order``."""
+    from vaultmem import docmem
+
+    return docmem.sibling_order(rows)
+
+
+def _node(row: sqlite3.Row, children: int = 0) -> Node:
+    if row["kind"] == "summary":
+        prov = json.loads(row["provenance"])
+        return Node(
+            row["id"], "summary", row["path"], str(prov.get("title") or ""), row["text"], row["tokens"],
+            row["depth"], row["ts"], row["ts_end"], None, children, int(prov.get("descendants") or 0),
+        )  # fmt: skip
+    words = " ".join(str(row["text"]).split()[:10])
+    return Node(
+        row["id"], "leaf", row["path"], words, row["text"], row["tokens"], 0, row["ts"], row["ts"],
+        row["speaker"], 0, 1,
+    )  # fmt: skip
+
+
+def _row(conn: sqlite3.Connection, node_id: str) -> sqlite3.Row:
+    check_node_id(node_id)
+    row: sqlite3.Row | None = conn.execute("SELECT * FROM chunks WHERE id = ?", (node_id,)).fetchone()
+    if row is None:
+        raise NodeNotFound(f"no node with id {node_id}; `vaultmem tree` shows the levels")
+    return row
+
+
+def child_rows(conn: sqlite3.Connection, node_id: str | None) -> list[sqlite3.Row]:
+    """Children in reading order. ``None``: every source's top (its levels and its ``_fresh/`` leaves)."""
+    if node_id is None:
+        rows = conn.execute(
+            "SELECT * FROM chunks WHERE (kind = 'summary' AND parent IS NULL)"
+            " OR (kind = 'leaf' AND path >= ? AND path < ? AND instr(path, '/" + FRESH + "/') > 0)",
+            index.prefix_range(f"{SOURCES}/"),
+        ).fetchall()
+        by_source: dict[str, list[sqlite3.Row]] = {}
+        for row in rows:
+            by_source.setdefault(row["source"], []).append(row)
+        return [r for source in sorted(by_source) for r in sibling_order(by_source[source])]
+    row = _row(conn, node_id)
+    if row["kind"] != "summary":
+        return []
+    directory = row["path"].rsplit("/", 1)[0]
+    prefix = directory + "/"
+    kids = []
+    for child in conn.execute(
+        "SELECT * FROM chunks WHERE path >= ? AND path < ?", index.prefix_range(prefix)
+    ):
+        rest = child["path"][len(prefix) :]
+        if (child["kind"] == "leaf" and "/" not in rest) or (
+            child["kind"] == "summary" and rest.count("/") == 1 and rest.endswith("/" + SUMMARY_NAME)
+        ):
+            kids.append(child)
+    return sibling_order(kids)
+
+
+def _counts(conn: sqlite3.Connection, rows: Sequence[sqlite3.Row]) -> list[Node]:
+    out = []
+    for row in rows:
+        n = len(child_rows(conn, row["id"])) if row["kind"] == "summary" else 0
+        out.append(_node(row, n))
+    return out
+
+
+def drill_down(
+    conn: sqlite3.Connection,
+    node_id: str | None,
+    *,
+    query: str | None = None,
+    embedder: Callable[[], Embedder] | None = None,
+    vectors: Callable[[Embedder], VectorCache] | None = None,
+) -> list[Node]:
+    """The children of ``node_id`` (reading order), or ranked by similarity to ``query``."""
+    nodes = _counts(conn, child_rows(conn, node_id))
+    if not query or embedder is None or vectors is None or not nodes:
+        return nodes
+    model = embedder()
+    cache = vectors(model)
+    q = model.embed([query])[0]
+    scored = []
+    for node in nodes:
+        pos = cache.pos.get(node.id)
+        score = float(cache.matrix[pos] @ q) if pos is not None else -1.0
+        scored.append(Node(**{**vars(node), "score": score}))
+    return sorted(scored, key=lambda n: -(n.score if n.score is not None else -1.0))
+
+
+def serialize(conn: sqlite3.Connection, node_id: str) -> str:
+    """The subtree of ``node_id`` read as one document, depth first, in reading order."""
+    row = _row(conn, node_id)
+    lines: list[str] = []
+    _serialize(conn, row, 1, lines)
+    return "\n".join(lines).strip() + "\n"
+
+
+def _serialize(conn: sqlite3.Connection, row: sqlite3.Row, level: int, lines: list[str]) -> None:
+    node = _node(row)
+    if node.kind == "leaf":
+        lines.append(node.line())
+        return
+    span = f" ({(node.ts or '')[:10]} – {(node.ts_end or '')[:10]})" if node.ts else ""
+    lines.extend(["", f"{'#' * min(level, 6)} {node.title or 'level'}{span}", "", node.text.strip(), ""])
+    for child in child_rows(conn, node.id):
+        _serialize(conn, child, level + 1, lines)
+
+
+@dataclass(frozen=True)
+class Expansion:
+    text: str
+    tokens: int
+    nodes: tuple[str, ...]  # ids included, breadth-first
+    complete: bool  # True when the whole subtree fit
+
+
+def expand_to_length(conn: sqlite3.Connection, node_id: str, budget_tokens: int) -> Expansion:
+    """Breadth-first from ``node_id``: its text, then its children's, level by level, while the next
+    node fits the budget. A level's own summary is replaced by nothing: summaries and their children are
+    both kept, so the result reads from overview to detail. Never exceeds the budget."""
+    root = _row(conn, node_id)
+    parts: list[str] = []
+    used = 0
+    included: list[str] = []
+    frontier = [root]
+    complete = True
+    while frontier:
+        nxt: list[sqlite3.Row] = []
+        for row in frontier:
+            node = _node(row)
+            piece = f"## {node.title}\n{node.text.strip()}" if node.kind == "summary" else node.line()
+            cost = count_tokens(piece)
+            if used + cost > budget_tokens:
+                complete = False
+                continue
+            parts.append(piece)
+            used += cost
+            included.append(node.id)
+            if node.kind == "summary":
+                nxt.extend(child_rows(conn, node.id))
+        frontier = nxt
+    text = "\n".join(parts)
+    return Expansion(text, count_tokens(text), tuple(included), complete)
