@@ -468,7 +468,12 @@ def report(result: dict[str, Any]) -> str:
             )
         out.append(
             table(
-                ["mode", *(f"C@{b}" for b in BUDGETS), *(f"cat {c} C@1024" for c in cats if c != "all"), "p50 ms"],
+                [
+                    "mode",
+                    *(f"C@{b}" for b in BUDGETS),
+                    *(f"cat {c} C@1024" for c in cats if c != "all"),
+                    "p50 ms",
+                ],
                 rows,
             )
         )
