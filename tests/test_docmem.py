@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_compact import make_vault, topic_records
-from vaultmem import docmem, index, leaffile, treeops
+from vaultmem import docmem, index, leaffile, order, sessions, treeops
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import FrontmatterError, InvalidInput, NodeNotFound
 from vaultmem.layout import SIDECAR_NAME
@@ -68,7 +68,7 @@ def level_ids(vault: Vault, depth: int = 1) -> list[str]:
 def children(vault: Vault, level_id: str) -> list[str]:
     """Ids of the nodes directly in a level, in reading order."""
     path = vault.conn.execute("SELECT path FROM chunks WHERE id = ?", (level_id,)).fetchone()[0]
-    return [r["id"] for r in docmem.sibling_order(docmem.siblings(vault.conn, path.rsplit("/", 1)[0]))]
+    return [r["id"] for r in order.sibling_order(docmem.siblings(vault.conn, path.rsplit("/", 1)[0]))]
 
 
 def row(vault: Vault, node_id: str) -> Any:
@@ -99,7 +99,7 @@ def test_sibling_order_explicit_then_implicit_positions_ties_by_path() -> None:
         {"path": "d/0.md", "ts": None, "seq": 0, "ord": "2"},  # ties with b (implicit 2): by path
         {"path": "d/y.md", "ts": "2000-01-01", "seq": 0, "ord": "-1"},
     ]
-    assert [r["path"] for r in docmem.sibling_order(rows)] == [
+    assert [r["path"] for r in order.sibling_order(rows)] == [
         "d/y.md",
         "d/a.md",
         "d/x.md",
@@ -107,7 +107,7 @@ def test_sibling_order_explicit_then_implicit_positions_ties_by_path() -> None:
         "d/b.md",
         "d/c.md",
     ]
-    keyed = docmem.effective_orders(rows)
+    keyed = order.effective_orders(rows)
     assert [str(v) for v, _ in keyed] == ["-1", "1", "1.5", "2", "2", "3"]
 
 
@@ -115,11 +115,11 @@ def test_two_hundred_inserts_into_one_gap_stay_exact_and_distinct() -> None:
     low, high = Decimal(1), Decimal(2)
     made = []
     for _ in range(200):
-        high = docmem.order_between(low, high)
+        high = order.order_between(low, high)
         made.append(high)
         assert low < high
     assert len(set(made)) == 200 and made == sorted(made, reverse=True)
-    text = docmem.format_order(made[-1])
+    text = order.format_order(made[-1])
     assert Decimal(text) == made[-1] and "E" not in text.upper()
 
 
@@ -131,16 +131,16 @@ def test_inserting_at_random_places_keeps_the_intended_order(positions: list[int
     for n, pick in enumerate(positions, start=start):
         at = pick % (len(intended) + 1)
         if at == len(intended):
-            value = docmem.order_after(orders[intended[-1]]) if intended else Decimal(1)
+            value = order.order_after(orders[intended[-1]]) if intended else Decimal(1)
         else:
-            value = docmem.order_between(orders[intended[at - 1]] if at else Decimal(0), orders[intended[at]])
+            value = order.order_between(orders[intended[at - 1]] if at else Decimal(0), orders[intended[at]])
         orders[n] = value
         intended.insert(at, n)
     rows = [
-        {"path": f"d/{n:04d}.md", "ts": None, "seq": 0, "ord": docmem.format_order(v)}
+        {"path": f"d/{n:04d}.md", "ts": None, "seq": 0, "ord": order.format_order(v)}
         for n, v in orders.items()
     ]
-    assert [int(r["path"][2:6]) for r in docmem.sibling_order(rows)] == intended
+    assert [int(r["path"][2:6]) for r in order.sibling_order(rows)] == intended
 
 
 def test_order_key_round_trips_through_leaf_and_summary_files_and_is_validated() -> None:
@@ -447,7 +447,7 @@ def test_add_summary_refuses_leaves_that_are_not_contiguous_siblings(vault: Vaul
 
 def test_add_summary_over_fresh_leaves_makes_a_level_at_the_top_of_the_source(vault: Vault) -> None:
     fresh = [leaf.id for leaf in vault.ls(status="admitted")]
-    ordered = [r["id"] for r in docmem.sibling_order(docmem.siblings(vault.conn, "sources/chat/_fresh"))]
+    ordered = [r["id"] for r in order.sibling_order(docmem.siblings(vault.conn, "sources/chat/_fresh"))]
     assert sorted(fresh) == sorted(ordered)
     new_id = vault.add_summary(ordered[:3], "The newest three turns.")
     summary = row(vault, new_id)
@@ -558,7 +558,7 @@ def test_message_list_joins_chunks_names_plain_speakers_and_renders_summaries_as
         assert "name" not in messages[2] and "name" not in messages[1]
         assert vault.conn.execute("SELECT count(*) FROM chunks WHERE source_id = 'c5'").fetchone()[0] == 2
         assert messages[4]["content"] == CHAT[4]["content"]  # two chunks, one message
-        session = docmem.session_tree(vault.conn, "kyoto")
+        session = sessions.session_tree(vault.conn, "kyoto")
         leaf_ids = [i for node in session.children for i in node.ids]
         # Summarise turns 2-4 (three leaves) where they live; the summary stands for them.
         summary_id = vault.add_summary(leaf_ids[1:4], "Booking details: ryokan dates and the train time.")
@@ -588,7 +588,7 @@ def test_message_list_joins_chunks_names_plain_speakers_and_renders_summaries_as
 
 def test_a_level_mixing_sessions_does_not_stand_for_either(tmp_path: Path) -> None:
     with chat_vault(tmp_path / "v") as vault:
-        fresh = [r["id"] for r in docmem.sibling_order(docmem.siblings(vault.conn, "sources/trip/_fresh"))]
+        fresh = [r["id"] for r in order.sibling_order(docmem.siblings(vault.conn, "sources/trip/_fresh"))]
         # In time order the other session's turn sits between c4 and c5.
         other = next(i for i in fresh if vault.get(i).session == "other")
         at = fresh.index(other)

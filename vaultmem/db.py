@@ -207,7 +207,7 @@ def m009_chunks_generation(conn: sqlite3.Connection) -> None:
 
 def m010_order(conn: sqlite3.Connection) -> None:
     # A node's reading position among its siblings (the ``order`` key, a decimal number kept as text so
-    # no precision is lost; sorted in Python by ``docmem.sibling_order``). A change of order moves a node
+    # no precision is lost; sorted in Python by ``order.sibling_order``). A change of order moves a node
     # in its conversation, so it bumps ``chunks_gen`` like a change of time does.
     _script(
         conn,

@@ -1,20 +1,12 @@
-"""Document operations on the tree (docmem): reading order, an agent's edits, chat sessions as trees.
+"""Document operations on the tree (docmem): an agent's edits, reflected in files and index at once.
 
-Owns three things:
-
-- **Reading order** (``sibling_order``): the nodes directly in one folder (leaves and child levels) are
-  read by their ``order`` key, a decimal number; a node without one takes its 1-based position among the
-  siblings without one, ordered by (ts, seq, path); ties go by path. Arithmetic is exact
-  (``decimal.Decimal`` with as many digits as needed), so inserting into one gap never runs out.
-- **Operations** an agent makes on the tree: append a child, insert between two siblings, delete a
-  subtree, update a node's text, summarise a run of leaves under a new level. Each is planned, read-only,
-  as one ``treeops.TreeOp`` (``plan_append_child``, ``plan_insert_between``, ``plan_delete``,
-  ``plan_update_content``, ``plan_add_summary``) and done by ``run``: the ancestors of what changes are
-  marked stale first (a crash in between costs at most a needless re-summarisation), then the step is
-  applied durably (write-ahead note, guarded writes, renames, removals, sidecars, index rows; replayed
-  on the next open). ``Vault`` wraps each pair in one method under the write lock.
-- **Sessions as trees** (``session_tree``, ``build_message_list``): the leaves of one session in reading
-  order, with the levels that cover a run of them standing in for it.
+Operations: append a child, insert between two siblings, delete a subtree, update a node's text,
+summarise a run of leaves under a new level. Each is planned, read-only, as one ``treeops.TreeOp``
+(``plan_append_child``, ``plan_insert_between``, ``plan_delete``, ``plan_update_content``,
+``plan_add_summary``) and done by ``run``: the ancestors of what changes are marked stale first (a crash
+in between costs at most a needless re-summarisation), then the step is applied durably (write-ahead
+note, guarded writes, renames, removals, sidecars, index rows; replayed on the next open). ``Vault`` wraps
+each pair in one method under the write lock. Reading order is ``order.py``; sessions are ``sessions.py``.
 
 Never: renames a leaf or changes an id; writes or removes a file it did not read (every write and removal
 carries the hash that was read); renumbers siblings (a sibling gets an ``order`` only when an operation
@@ -24,18 +16,16 @@ folder holding anything that is not a vaultmem node. Never prints.
 
 from __future__ import annotations
 
-import decimal
-import json
 import os
 import re
 import sqlite3
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +39,15 @@ from vaultmem.ingest import read_leaf_file, read_summary_file
 from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, slug
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import InputKind, Leaf, Status, check_node_id, format_ts, parse_ts
+from vaultmem.order import (
+    RowLike,
+    effective_orders,
+    format_order,
+    ord_of,
+    order_after,
+    order_between,
+    pins_for,
+)
 from vaultmem.redact import redact
 from vaultmem.scoring import FastScorer
 from vaultmem.summaryfile import (
@@ -65,93 +64,10 @@ from vaultmem.treeops import FileWrite, TreeOp
 
 MAX_BYTES = 10 * 1024 * 1024  # the default ``ingest.max_file_bytes``
 _NUMBERED = re.compile(r"^(\d+)-")
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI accepts as a message ``name``
-SUMMARY_TOOL = "recall_memory_summary"
-
-
-# -- reading order --------------------------------------------------------------------------------------
-class RowLike(Protocol):
-    """A chunk row: ``sqlite3.Row`` or a mapping with at least ``path``, ``ts``, ``seq`` and ``ord``."""
-
-    def __getitem__(self, key: str, /) -> Any: ...
-
-
-R = TypeVar("R", bound=RowLike)
-
-
-def _ord(row: RowLike) -> str | None:
-    try:
-        value = row["ord"]
-    except (IndexError, KeyError):  # a row read from an index that predates the ``order`` key
-        return None
-    return None if value is None else str(value)
-
-
-def effective_orders(rows: Iterable[R]) -> list[tuple[Decimal, R]]:
-    """Each sibling with its effective order, in reading order: an explicit ``order`` as a Decimal, else
-    its 1-based position among the siblings without one by (ts, seq, path); ties by path."""
-    items = list(rows)
-    implicit = sorted(
-        (r for r in items if _ord(r) is None), key=lambda r: (r["ts"] or "", r["seq"] or 0, r["path"])
-    )
-    position = {id(r): Decimal(n) for n, r in enumerate(implicit, 1)}
-    keyed = [(Decimal(o) if (o := _ord(r)) is not None else position[id(r)], r) for r in items]
-    keyed.sort(key=lambda item: (item[0], item[1]["path"]))
-    return keyed
-
-
-def sibling_order(rows: Iterable[R]) -> list[R]:
-    """The nodes of one folder (leaves and child levels) in reading order; see ``effective_orders``."""
-    return [row for _, row in effective_orders(rows)]
-
-
-def _exact(*values: Decimal) -> decimal.Context:
-    """A context wide enough that adding, subtracting and dividing by 5 these values is exact."""
-    top = max(v.adjusted() for v in values) + 2
-    bottom = min(int(v.as_tuple().exponent) for v in values) - 1
-    return decimal.Context(prec=max(28, top - bottom + 2), traps=[decimal.Inexact, decimal.InvalidOperation])
-
-
-def order_between(first: Decimal, second: Decimal) -> Decimal:
-    """A fifth of the way from ``first`` to ``second``: room is left on both sides, nothing renumbered."""
-    ctx = _exact(first, second)
-    return ctx.add(first, ctx.divide(ctx.subtract(second, first), Decimal(5)))
-
-
-def order_after(last: Decimal) -> Decimal:
-    return _exact(last, Decimal(1)).add(last, Decimal(1))
-
-
-def format_order(value: Decimal) -> str:
-    """Plain decimal text without exponent or trailing zeros (``Decimal("3.20")`` -> ``"3.2"``)."""
-    if value == 0:
-        return "0"
-    return format(value.normalize(_exact(value)), "f")
-
-
-def _pins(before: Mapping[str, Decimal], after: Sequence[dict[str, Any]]) -> dict[str, Decimal]:
-    """Siblings without an ``order`` whose implicit position would change after an operation, with the
-    value they had (``before``, by id). Nodes that already had an order keep it; new nodes carry theirs.
-    A folder with no explicit order at all needs none: its implicit order is (ts, seq, path) either way."""
-    nodes = [dict(n) for n in after]
-    pins: dict[str, Decimal] = {}
-    while any(n["ord"] is not None for n in nodes):
-        moved = {
-            n["id"]: before[n["id"]]
-            for value, n in effective_orders(nodes)
-            if n["ord"] is None and n["id"] in before and value != before[n["id"]]
-        }
-        if not moved:
-            break
-        pins.update(moved)
-        for n in nodes:
-            if n["id"] in moved:
-                n["ord"] = format_order(moved[n["id"]])
-    return pins
 
 
 # -- reading the tree -----------------------------------------------------------------------------------
-def _row(conn: sqlite3.Connection, node_id: str) -> sqlite3.Row:
+def node_row(conn: sqlite3.Connection, node_id: str) -> sqlite3.Row:
     check_node_id(node_id)
     row: sqlite3.Row | None = conn.execute("SELECT * FROM chunks WHERE id = ?", (node_id,)).fetchone()
     if row is None:
@@ -159,14 +75,14 @@ def _row(conn: sqlite3.Connection, node_id: str) -> sqlite3.Row:
     return row
 
 
-def _parent_dir(path: str) -> str:
+def parent_dir(path: str) -> str:
     return str(PurePosixPath(path).parent)
 
 
 def folder_of(row: RowLike) -> str:
     """The folder a node is a sibling in: a leaf's directory, or the directory above a level."""
     path = str(row["path"])
-    return _parent_dir(_parent_dir(path)) if row["kind"] == "summary" else _parent_dir(path)
+    return parent_dir(parent_dir(path)) if row["kind"] == "summary" else parent_dir(path)
 
 
 def siblings(conn: sqlite3.Connection, folder: str) -> list[sqlite3.Row]:
@@ -202,7 +118,7 @@ def _enclosing(conn: sqlite3.Connection, folder: str) -> list[str]:
 
 def _as_node(row: RowLike, **changes: Any) -> dict[str, Any]:
     node = {k: row[k] for k in ("id", "kind", "path", "ts", "seq")}
-    node["ord"] = _ord(row)
+    node["ord"] = ord_of(row)
     node.update(changes)
     return node
 
@@ -295,7 +211,7 @@ def _order_writes(
     """Rewrite siblings with the ``order`` they already had implicitly (user keys kept byte for byte)."""
     writes = []
     for node_id, value in pins.items():
-        row = _row(conn, node_id)
+        row = node_row(conn, node_id)
         text = format_order(value)
         if row["kind"] == "leaf":
             writes.append(_leaf_write(layout, row["path"], max_bytes, order=text))
@@ -409,12 +325,12 @@ def plan_append_child(
     embedder: Embedder | None = None,
 ) -> Plan:
     """A new leaf as the last child of the level ``parent_id`` (order: the last sibling's + 1)."""
-    parent = _row(conn, parent_id)
+    parent = node_row(conn, parent_id)
     if parent["kind"] != "summary":
         raise InvalidInput(f"{parent_id} is a leaf; append_child needs a level (a summary id)")
     if not layout.abs(parent["path"]).is_file():
         raise NodeNotFound(f"{parent['path']} is gone; run `vaultmem check --fix` to update the index")
-    folder = _parent_dir(parent["path"])
+    folder = parent_dir(parent["path"])
     ordered = effective_orders(siblings(conn, folder))
     last = order_after(ordered[-1][0]) if ordered else Decimal(1)
     inherited, kind = _inherit([row for _, row in reversed(ordered)])
@@ -446,7 +362,7 @@ def plan_insert_between(
 ) -> Plan:
     """A new leaf between two adjacent siblings, a fifth of the way from the first's order to the
     second's. Its time defaults to the first's, so a conversation read by time keeps it in place."""
-    first, second = _row(conn, first_id), _row(conn, second_id)
+    first, second = node_row(conn, first_id), node_row(conn, second_id)
     folder = folder_of(first)
     if folder_of(second) != folder:
         raise InvalidInput(f"{first_id} and {second_id} are not siblings (they live in different folders)")
@@ -529,7 +445,7 @@ def plan_delete(
 ) -> Plan:
     """Remove a node and everything under it: a leaf's file, or a level's whole folder (leaves, child
     levels, ``_summary.md``, ``_embeddings.json``)."""
-    row = _row(conn, node_id)
+    row = node_row(conn, node_id)
     folder = folder_of(row)
     if row["kind"] == "leaf":
         leaf, _doc, digest = _read_leaf(layout, row["path"], max_bytes)
@@ -541,13 +457,13 @@ def plan_delete(
         depth_writes: list[FileWrite] = []
         queued: list[tuple[str, int]] = []
     else:
-        directory = _parent_dir(row["path"])
+        directory = parent_dir(row["path"])
         removes, dirs, found = _level_files(layout, directory, max_bytes)
         ids = [node_id, *(i for i in found if i != node_id)]
         depth_writes, queued = _depth_writes(conn, layout, folder, {node_id: None}, max_bytes)
     before = {r["id"]: v for v, r in effective_orders(siblings(conn, folder))}
     after = [_as_node(r) for r in siblings(conn, folder) if r["id"] != node_id]
-    writes = _order_writes(conn, layout, _pins(before, after), max_bytes) + depth_writes
+    writes = _order_writes(conn, layout, pins_for(before, after), max_bytes) + depth_writes
     what = "a leaf" if row["kind"] == "leaf" else f"{_label(row['path'])} ({len(ids)} nodes)"
     op = _make(
         row["source"],
@@ -575,7 +491,7 @@ def plan_update_content(
     ``content_hash`` and ``redactions`` follow the text; it is re-embedded). A summary's text becomes a
     hand edit: ``content_hash`` still names what the engine wrote, so the next re-summarisation keeps
     the new text under ``## Pinned``."""
-    row = _row(conn, node_id)
+    row = node_row(conn, node_id)
     body, kinds = _clean(text)
     vectors: dict[str, Any] = {}
     if row["kind"] == "leaf":
@@ -640,7 +556,7 @@ def plan_add_summary(
     ids = [check_node_id(i) for i in node_ids]
     if not ids or len(set(ids)) != len(ids):
         raise InvalidInput("add_summary needs one or more distinct leaf ids")
-    rows = [_row(conn, i) for i in ids]
+    rows = [node_row(conn, i) for i in ids]
     if any(r["kind"] != "leaf" for r in rows):
         raise InvalidInput("add_summary covers leaves only; a level already has its summary")
     folder = folder_of(rows[0])
@@ -655,8 +571,8 @@ def plan_add_summary(
     covered = [ordered[n] for n in positions]
     body, _kinds = _clean(text)
     source = rows[0]["source"]
-    in_fresh = PurePosixPath(folder).name == FRESH and _is_source_top(_parent_dir(folder))
-    base = _parent_dir(folder) if in_fresh else folder
+    in_fresh = PurePosixPath(folder).name == FRESH and _is_source_top(parent_dir(folder))
+    base = parent_dir(folder) if in_fresh else folder
     name_title = clean_title(title or " ".join(body.split()[:6]))
     directory = _new_dir(conn, layout, base, name_title)
     stamps = [r["ts"] for _, r in covered if r["ts"]]
@@ -686,12 +602,12 @@ def plan_add_summary(
         "ord": node.order,
     }
     remaining = [_as_node(r) for _, r in ordered if r["id"] not in moved]
-    pins = _pins(before, remaining if in_fresh else [*remaining, new_node])
+    pins = pins_for(before, remaining if in_fresh else [*remaining, new_node])
     if in_fresh:
         top = {r["id"]: v for v, r in effective_orders(siblings(conn, base))}
-        pins.update(_pins(top, [*(_as_node(r) for r in siblings(conn, base)), new_node]))
+        pins.update(pins_for(top, [*(_as_node(r) for r in siblings(conn, base)), new_node]))
     inside = [_as_node(r, path=f"{directory}/{PurePosixPath(r['path']).name}") for _, r in covered]
-    pins.update(_pins(before, inside))
+    pins.update(pins_for(before, inside))
     writes = [FileWrite(node.path, render_summary(node), None), *_order_writes(conn, layout, pins, max_bytes)]
     depth_writes, queued = (
         ([], []) if in_fresh else _depth_writes(conn, layout, folder, {node.id: 1}, max_bytes)
@@ -739,172 +655,3 @@ def run(
 def _is_stale(conn: sqlite3.Connection, node_id: str) -> bool:
     found = conn.execute("SELECT status FROM chunks WHERE id = ?", (node_id,)).fetchone()
     return found is not None and found["status"] == "stale"
-
-
-# -- sessions as trees ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SessionNode:
-    """One child of a session: a message (its chunks joined) or a level standing for a run of leaves."""
-
-    kind: str  # "message" | "summary"
-    id: str  # the message's first leaf, or the summary
-    ids: tuple[str, ...]  # the leaves it stands for, in reading order
-    text: str
-    role: str | None = None
-    speaker: str | None = None
-    ts: str | None = None  # time of the first leaf
-    ts_end: str | None = None  # time of the last leaf
-
-    @property
-    def covers(self) -> int:
-        return len(self.ids)
-
-
-@dataclass(frozen=True)
-class SessionTree:
-    """A session read as a tree: the session is the root, its children are in reading order."""
-
-    session: str
-    source: str | None
-    children: tuple[SessionNode, ...] = ()
-
-    def messages(self) -> list[dict[str, Any]]:
-        """The OpenAI-style message list: one message per child; a summary becomes an assistant tool
-        call to ``recall_memory_summary`` followed by the tool's answer (the summary text)."""
-        out: list[dict[str, Any]] = []
-        for node in self.children:
-            if node.kind == "message":
-                message: dict[str, Any] = {"role": _chat_role(node.role), "content": node.text}
-                if node.speaker and _PLAIN_NAME.match(node.speaker):
-                    message["name"] = node.speaker
-                out.append(message)
-                continue
-            call_id = f"call_{node.id}"
-            arguments = {"summary_id": node.id, "covers": node.covers, "from": node.ts, "to": node.ts_end}
-            out.append(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": call_id,
-                            "type": "function",
-                            "function": {"name": SUMMARY_TOOL, "arguments": json.dumps(arguments)},
-                        }
-                    ],
-                }
-            )
-            out.append({"role": "tool", "tool_call_id": call_id, "content": node.text})
-        return out
-
-
-def _chat_role(role: str | None) -> str:
-    return role if role in ("assistant", "system") else "user"
-
-
-def session_tree(conn: sqlite3.Connection, session: str, *, source: str | None = None) -> SessionTree:
-    """The leaves whose ``session`` is ``session`` (in any folder), read by (ts, seq, order in their
-    folder, path). A level whose leaves all belong to the session and form one unbroken run of it stands
-    for them (the highest such level); consecutive chunks of one message are joined."""
-    sql = "SELECT * FROM chunks WHERE kind = 'leaf' AND session = ?"
-    params: list[Any] = [session]
-    if source is not None:
-        sql += " AND source = ?"
-        params.append(source)
-    leaves = conn.execute(sql, params).fetchall()
-    in_folder: dict[str, Decimal] = {}
-    for folder in {_parent_dir(r["path"]) for r in leaves}:
-        in_folder.update((r["id"], v) for v, r in effective_orders(siblings(conn, folder)))
-    leaves.sort(key=lambda r: (r["ts"] or "", r["seq"], in_folder[r["id"]], r["path"]))
-    position = {r["id"]: n for n, r in enumerate(leaves)}
-    cover = _covering(conn, leaves, position)
-    children: list[SessionNode] = []
-    done: set[str] = set()
-    for row in leaves:
-        level = cover.get(row["id"])
-        if level is not None:
-            if level["id"] not in done:
-                done.add(level["id"])
-                ids = tuple(sorted(_leaf_ids_under(conn, level), key=position.__getitem__))
-                ts = [leaves[position[i]]["ts"] for i in ids]
-                children.append(
-                    SessionNode("summary", level["id"], ids, level["text"], ts=ts[0], ts_end=ts[-1])
-                )
-            continue
-        last = children[-1] if children else None
-        if (
-            last is not None
-            and last.kind == "message"
-            and row["source_id"] is not None
-            and leaves[position[last.ids[-1]]]["source_id"] == row["source_id"]
-            and leaves[position[last.ids[-1]]]["source"] == row["source"]
-            and leaves[position[last.ids[-1]]]["seq"] + 1 == row["seq"]
-        ):
-            children[-1] = replace(
-                last, ids=(*last.ids, row["id"]), text=f"{last.text}\n\n{row['text']}", ts_end=row["ts"]
-            )
-            continue
-        children.append(
-            SessionNode(
-                "message",
-                row["id"],
-                (row["id"],),
-                row["text"],
-                row["role"],
-                row["speaker"],
-                row["ts"],
-                row["ts"],
-            )
-        )
-    return SessionTree(session, source, tuple(children))
-
-
-def _leaf_ids_under(conn: sqlite3.Connection, level: RowLike) -> list[str]:
-    prefix = _parent_dir(level["path"]) + "/"
-    return [
-        r["id"]
-        for r in conn.execute(
-            "SELECT id FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?", index.prefix_range(prefix)
-        )
-    ]
-
-
-def _covering(
-    conn: sqlite3.Connection, leaves: Sequence[sqlite3.Row], position: Mapping[str, int]
-) -> dict[str, sqlite3.Row]:
-    """leaf id -> the highest level that stands for it: every leaf under the level is one of ``leaves``
-    and they form one unbroken run of the session's reading order."""
-    verdict: dict[str, str] = {}  # level id -> "stands" | "broken" (a gap in the run) | "foreign"
-    rows: dict[str, sqlite3.Row] = {}
-    out: dict[str, sqlite3.Row] = {}
-    for leaf in leaves:
-        parent = leaf["parent"]
-        best: sqlite3.Row | None = None
-        while parent is not None:
-            if parent not in rows:
-                rows[parent] = _row(conn, parent)
-            level = rows[parent]
-            if parent not in verdict:
-                under = _leaf_ids_under(conn, level)
-                spots = [position[i] for i in under if i in position]
-                if len(spots) < len(under):
-                    verdict[parent] = "foreign"
-                elif spots and max(spots) - min(spots) + 1 == len(spots):
-                    verdict[parent] = "stands"
-                else:
-                    verdict[parent] = "broken"
-            if verdict[parent] == "foreign":
-                break  # it holds another session's leaf: so does every level above it
-            if verdict[parent] == "stands":
-                best = level
-            parent = level["parent"]
-        if best is not None:
-            out[leaf["id"]] = best
-    return out
-
-
-def build_message_list(
-    conn: sqlite3.Connection, session: str, *, source: str | None = None
-) -> list[dict[str, Any]]:
-    """The session as an OpenAI-style message list (see ``SessionTree.messages``)."""
-    return session_tree(conn, session, source=source).messages()

@@ -1,6 +1,6 @@
 """Navigating the tree: children of a node, the tree read as one document, a node expanded to a budget.
 
-Owns read-only walks over levels and leaves, in reading order (``docmem.sibling_order``):
+Owns read-only walks over levels and leaves, in reading order (``order.sibling_order``):
 
 - ``drill_down(node)``: the children of a level (or the tops of every source for ``None``), ranked by a
   query when one is given;
@@ -24,6 +24,7 @@ from vaultmem.embed import Embedder
 from vaultmem.errors import NodeNotFound
 from vaultmem.layout import FRESH, SOURCES, SUMMARY_NAME
 from vaultmem.model import check_node_id
+from vaultmem.order import sibling_order
 from vaultmem.tokens import count_tokens
 from vaultmem.vectors import VectorCache
 
@@ -55,13 +56,6 @@ class Node:
             body = " ".join(self.text.split())
             return f"{self.speaker}: {body}" if self.speaker else body
         return self.title
-
-
-def sibling_order(rows: Sequence[sqlite3.Row]) -> list[sqlite3.Row]:
-    """Reading order of siblings; the rule lives with the document operations that set ``order``."""
-    from vaultmem import docmem
-
-    return docmem.sibling_order(rows)
 
 
 def _node(row: sqlite3.Row, children: int = 0) -> Node:

@@ -31,14 +31,12 @@ from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context, assemble
 from vaultmem.docmem import (
     Plan,
-    SessionTree,
     plan_add_summary,
     plan_append_child,
     plan_delete,
     plan_insert_between,
     plan_update_content,
     run,
-    session_tree,
 )
 from vaultmem.embed import Embedder, load_embedder
 from vaultmem.errors import (
@@ -69,6 +67,7 @@ from vaultmem.reconcile import catch_up
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
+from vaultmem.sessions import SessionTree, session_tree
 from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser, Summariser
 from vaultmem.summaryfile import SummaryNode
 from vaultmem.worker import WorkReport, drain
