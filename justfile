@@ -35,6 +35,7 @@ demo: setup
     {{venv}}/bin/vaultmem compact --dry-run --vault demo_vault
     {{venv}}/bin/vaultmem compact --vault demo_vault
     {{venv}}/bin/vaultmem show --vault demo_vault
+    {{venv}}/bin/vaultmem tree --query "Kyoto trip budget" --vault demo_vault
     {{venv}}/bin/vaultmem search "when is the Tidepool patch due" --k 3 --vault demo_vault
     {{venv}}/bin/vaultmem search "雾凇拼音" --k 2 --vault demo_vault
     {{venv}}/bin/vaultmem context "what should I know before the Kyoto trip?" --budget 300 --vault demo_vault

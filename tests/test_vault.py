@@ -310,3 +310,11 @@ def test_write_lock_turns_go_in_arrival_order() -> None:
     lock.release()
     waiter.join(5)
     assert order == ["B", "A"]
+
+
+def test_public_surface_is_sorted_and_importable() -> None:
+    import vaultmem
+
+    assert vaultmem.__all__ == sorted(vaultmem.__all__)
+    for name in vaultmem.__all__:
+        assert getattr(vaultmem, name) is not None

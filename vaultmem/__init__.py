@@ -6,10 +6,12 @@ The public surface is re-exported here; everything else is internal.
 from vaultmem.errors import (
     ConflictError,
     FrontmatterError,
+    GitError,
     InvalidInput,
     ModelError,
     NodeNotFound,
     ReadOnlyVault,
+    SummariserError,
     UnsafePath,
     VaultError,
     VaultExists,
@@ -17,11 +19,14 @@ from vaultmem.errors import (
     VaultNotFound,
 )
 from vaultmem.model import InputKind, Leaf, Message, Status
+from vaultmem.sessions import SessionTree
+from vaultmem.summaryfile import SummaryNode
 from vaultmem.vault import Vault
 
 __all__ = [
     "ConflictError",
     "FrontmatterError",
+    "GitError",
     "InputKind",
     "InvalidInput",
     "Leaf",
@@ -29,7 +34,10 @@ __all__ = [
     "ModelError",
     "NodeNotFound",
     "ReadOnlyVault",
+    "SessionTree",
     "Status",
+    "SummariserError",
+    "SummaryNode",
     "UnsafePath",
     "Vault",
     "VaultError",

@@ -27,6 +27,7 @@ from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.jobs import JobQueue, resummarize_job
 from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, slug
 from vaultmem.model import Status, parse_ts
+from vaultmem.order import sibling_order
 from vaultmem.summarise import Child, ExtractiveSummariser, Summariser
 from vaultmem.summaryfile import (
     ChildLink,
@@ -696,11 +697,13 @@ def resummarize(
     if node.hand_edited and node.text.strip():
         pinned = f"{pinned}\n\n{node.text}".strip() if pinned else node.text.strip()
         notes.append(f"{rel} was edited by hand: the edited text is kept under '## Pinned'")
-    links = [ChildLink(_leaf_label_row(r), PurePosixPath(r["path"]).name) for r in leaves] + [
-        ChildLink(
+    links = [
+        ChildLink(_leaf_label_row(r), PurePosixPath(r["path"]).name)
+        if r["kind"] == "leaf"
+        else ChildLink(
             _title_of(r["provenance"]) or "level", f"{PurePosixPath(r['path']).parent.name}/{SUMMARY_NAME}"
         )
-        for r in subs
+        for r in sibling_order([*leaves, *subs])  # the children list follows the reading order
     ]
     new_text = result.text if result else "(no memories left in this level)"
     new = replace(
