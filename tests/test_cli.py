@@ -202,3 +202,40 @@ def test_jobs_command_lists_retries_and_runs(fake_vault: Path, capsys: pytest.Ca
     assert code == 0
     data = json.loads(out)
     assert data["retried"] == 1 and data["ran"] == 1 and data["counts"]["parked"] == 0
+
+
+def test_compact_tree_read_and_context_modes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_compact import CONFIG, topic_records
+    from vaultmem.vault import Vault
+
+    v = tmp_path / "v"
+    config = CONFIG.format(fanout=50, workers=2) + '\n[embed]\nmodel = "fake"\n'
+    with Vault.init(v, config) as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+    code, out, _ = run(["compact", "--dry-run", "--vault", str(v)], capsys)
+    assert code == 0 and out.startswith("would seal ")
+    code, out, _ = run(["compact", "--vault", str(v), "--json"], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["sealed"] == 72 and report["jobs_failed"] == 0
+    code, out, _ = run(["tree", "--vault", str(v), "--json"], capsys)
+    tops = json.loads(out)
+    level = next(n for n in tops if n["kind"] == "summary")
+    code, out, _ = run(["tree", level["id"], "--query", "kyoto ryokan", "--vault", str(v)], capsys)
+    assert code == 0 and len(out.splitlines()) == level["children"]
+    code, out, _ = run(["read", level["id"], "--vault", str(v)], capsys)
+    assert code == 0 and out.startswith(f"# {level['title']}")
+    code, out, _ = run(["read", level["id"], "--budget", "40", "--vault", str(v), "--json"], capsys)
+    assert code == 0 and json.loads(out)["tokens"] <= 40
+    code, out, _ = run(["show", level["id"], "--vault", str(v)], capsys)
+    assert code == 0 and level["title"] in out
+    for mode in ("flat", "collapsed", "walk"):
+        code, out, _ = run(
+            ["context", "kyoto ryokan", "--budget", "200", "--mode", mode, "--vault", str(v), "--json"],
+            capsys,
+        )
+        data = json.loads(out)
+        assert code == 0 and 0 < data["tokens"] <= 200
+        assert all(item["link"].startswith("file://") for item in data["items"])
+    code, _, err = run(["context", "x", "--mode", "sideways", "--vault", str(v)], capsys)
+    assert code == 1 and "unknown context mode" in err
