@@ -32,7 +32,8 @@ ATTRACT = 0.5  # share of a summary's score given to each of its leaves
 ATTRACTORS = 5  # summaries (best first) that attract their leaves
 BEAM = 3  # branches followed at each level of the walk
 WALK = 0.02  # scale of the walk's bonus (fused scores are RRF sums of about 0.01-0.2)
-SUMMARIES_CHOSEN = True  # in collapsed mode, summaries may be chosen into the context themselves
+SUMMARIES_CHOSEN = True
+SIZE_FULL = 64  # tokens; a longer leaf gets a proportionally smaller share of a bonus  # in collapsed mode, summaries may be chosen into the context themselves
 
 
 @dataclass(frozen=True)
@@ -78,15 +79,21 @@ def ancestors_of(conn: sqlite3.Connection, tree: Tree, hits: Sequence[Hit]) -> d
     return {h.id: tree.ancestors(parents.get(h.id)) for h in hits}
 
 
-def _leaves_under(conn: sqlite3.Connection, summary_ids: Sequence[str], filters: Filters) -> dict[str, str]:
-    """leaf id -> the summary (of ``summary_ids``) it sits directly under."""
-    out: dict[str, str] = {}
+def _leaves_under(
+    conn: sqlite3.Connection, summary_ids: Sequence[str], filters: Filters
+) -> dict[str, tuple[str, float]]:
+    """leaf id -> (the summary of ``summary_ids`` it sits directly under, its size share).
+
+    The share is ``min(1, SIZE_FULL / tokens)``: a long leaf pulled in by its topic would eat the
+    budget that several short, directly matching ones could use (the same rule as neighbour spreading)."""
+    out: dict[str, tuple[str, float]] = {}
     where, params = replace(filters, kind="leaf").sql()
     for part, marks in index.in_batches(list(summary_ids)):
         for row in conn.execute(
-            f"SELECT c.id, c.parent FROM chunks c WHERE c.parent IN ({marks}) AND {where}", [*part, *params]
+            f"SELECT c.id, c.parent, c.tokens FROM chunks c WHERE c.parent IN ({marks}) AND {where}",
+            [*part, *params],
         ):
-            out[row[0]] = row[1]
+            out[row[0]] = (row[1], min(1.0, SIZE_FULL / max(1, row[2])))
     return out
 
 
@@ -121,8 +128,8 @@ def candidates(
         best = [h for h in hits if h.kind == "summary" and tree.depth.get(h.id) == 1][:ATTRACTORS]
         score_of = {h.id: h.score for h in best}
         bonus = {
-            leaf: ATTRACT * score_of[parent]
-            for leaf, parent in _leaves_under(conn, list(score_of), filters).items()
+            leaf: ATTRACT * share * score_of[parent]
+            for leaf, (parent, share) in _leaves_under(conn, list(score_of), filters).items()
         }
         ranked = _rescore(searcher, hits, bonus)
         return ranked if SUMMARIES_CHOSEN else [h for h in ranked if h.kind == "leaf"]
@@ -130,7 +137,8 @@ def candidates(
         leaves = searcher.search(query, k, replace(filters, kind="leaf"))
         levels = _walk(searcher, tree, query, embedder)
         bonus = {
-            leaf: WALK * levels[parent] for leaf, parent in _leaves_under(conn, list(levels), filters).items()
+            leaf: WALK * share * levels[parent]
+            for leaf, (parent, share) in _leaves_under(conn, list(levels), filters).items()
         }
         return _rescore(searcher, leaves, bonus)
     raise ValueError(f"unknown context mode {mode!r}; one of {', '.join(MODES)}")
