@@ -1,7 +1,8 @@
 """Tree-aware candidates for context assembly: leaves and summaries ranked together.
 
 Owns how the tree changes what a query retrieves. Three modes, measured against each other on LoCoMo
-(bench/retrieval.py --modes) and documented in docs/architecture.md:
+and LongMemEval (bench/retrieval.py --modes) and documented in docs/architecture.md; ``walk`` is the
+default:
 
 - ``flat``: leaves only, as ranked by hybrid search (the tree is ignored);
 - ``collapsed``: leaves and summaries in one ranking (the collapsed tree). A summary that ranks high is
@@ -10,6 +11,9 @@ Owns how the tree changes what a query retrieves. Three modes, measured against 
 - ``walk``: a top-down walk. The source tops are scored by the cosine of their summary with the query,
   the best ``BEAM`` branches are followed down to their depth-1 levels, and the leaves of those levels
   gain ``WALK`` times their level's cosine.
+
+Every bonus is scaled by the leaf's size (``min(1, SIZE_FULL / tokens)``): a long leaf pulled in by its
+topic would take the budget of several short ones that match the question directly.
 
 Candidates are ``Hit`` values in rank order; ``ancestors`` tells the assembler which nodes overlap. Never
 writes anything.
@@ -31,7 +35,7 @@ MODES = ("flat", "collapsed", "walk")
 ATTRACT = 0.5  # share of a summary's score given to each of its leaves
 ATTRACTORS = 5  # summaries (best first) that attract their leaves
 BEAM = 3  # branches followed at each level of the walk
-WALK = 0.02  # scale of the walk's bonus (fused scores are RRF sums of about 0.01-0.2)
+WALK = 0.01  # scale of the walk's bonus (fused scores are RRF sums of about 0.01-0.2)
 SUMMARIES_CHOSEN = True
 SIZE_FULL = 64  # tokens; a longer leaf gets a proportionally smaller share of a bonus  # in collapsed mode, summaries may be chosen into the context themselves
 

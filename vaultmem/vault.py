@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -22,7 +23,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from vaultmem import db, fsio, index, tree, treectx, treeops
+from vaultmem import daemonstate, db, fsio, index, tree, treectx, treeops
 from vaultmem.canon import read_path
 from vaultmem.canon_chat import messages_from_records
 from vaultmem.check import CheckReport, check
@@ -61,9 +62,9 @@ from vaultmem.ingest import (
 )
 from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
-from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name
+from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name, slugify_name
 from vaultmem.pool import Pool, PoolReport, WorkContext
-from vaultmem.reconcile import catch_up
+from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
@@ -73,7 +74,7 @@ from vaultmem.summaryfile import SummaryNode
 from vaultmem.worker import WorkReport, drain
 
 BATCH_MESSAGES = 2000
-DEFAULT_CONTEXT_MODE = "collapsed"  # measured against "flat" and "walk": bench/retrieval.py --modes
+DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
 LOCK_TIMEOUT_S = 30.0
 
 
@@ -120,6 +121,7 @@ class Stats:
     first_memory: str | None
     latest_memory: str | None
     jobs: dict[str, int]
+    daemon: dict[str, Any] = field(default_factory=dict)  # the watch daemon: running, pid, last event...
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +136,7 @@ class Stats:
             "first_memory": self.first_memory,
             "latest_memory": self.latest_memory,
             "jobs": self.jobs,
+            "daemon": self.daemon,
         }
 
 
@@ -396,6 +399,7 @@ class Vault:
             first_memory=first,
             latest_memory=latest,
             jobs=JobQueue(self.conn).counts(),
+            daemon=daemonstate.status(self.layout),
         )
 
     def source_tree(self) -> dict[str, dict[str, list[Leaf]]]:
@@ -535,6 +539,48 @@ class Vault:
             self.warnings.append(f"git auto-commit failed: {exc}")
             return
         self.git_notes.extend(result.notes)
+
+    # -- hand edits (the watch daemon) ---------------------------------------------------------------
+    def reconcile_paths(self, rels: Iterable[str], seen: Mapping[str, Stamp] | None = None) -> PathsReport:
+        """Bring the index in step with files created, edited, moved or deleted outside the engine
+        (one batch, under the write lock). Notes outside ``sources/`` are ingested as documents, unless
+        ``seen`` already has them with the same size and mtime."""
+        with self._locked():
+            return reconcile_paths(
+                self.conn, self.layout, rels, self.config.max_file_bytes, read_note=self.read_notes, seen=seen
+            )
+
+    def remove_stray_temps(self) -> list[str]:
+        """Delete temp files a killed writer left behind (never real files; under the write lock, so no
+        other process has one in flight). Returns their paths."""
+        removed = []
+        with self._locked():
+            for tmp in fsio.stray_temp_files(self.layout.root):
+                rel = self.layout.rel(tmp)
+                if ".git" not in rel.split("/"):
+                    tmp.unlink(missing_ok=True)
+                    removed.append(rel)
+        return removed
+
+    def changed_paths(self, seen: Mapping[str, Stamp]) -> list[str]:
+        """Paths that differ from the index (or from ``seen``, the notes already read), by ``stat``."""
+        return changed_paths(self.conn, self.layout, seen)
+
+    def read_notes(self, rels: Iterable[str]) -> list[str]:
+        """Ingest Markdown notes of the vault (not vaultmem nodes) as documents; the files stay as they
+        are. The source is the note's top folder (``notes/a.md`` -> ``notes``; a note at the top: ``notes``).
+        Returns the leaf ids added (re-reading unchanged text adds nothing)."""
+        messages: list[Message] = []
+        for rel in rels:
+            top = rel.split("/", 1)[0] if "/" in rel else "notes"
+            source = safe_name(re.sub(r"\.{2,}", ".", slugify_name(top, fallback="notes")))
+            try:
+                result = read_path(self.layout.abs(rel), source=source, max_bytes=self.config.max_file_bytes)
+            except InvalidInput as exc:
+                self.warnings.append(str(exc))
+                continue
+            messages.extend(replace(m, meta={**m.meta, "file": rel}) for m in result.messages)
+        return list(self._ingest(messages, None).added)
 
     # -- retrieval ---------------------------------------------------------------------------------
     @property
