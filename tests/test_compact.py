@@ -431,3 +431,20 @@ def test_git_auto_commit_clears_a_stale_index_lock(tmp_path: Path, monkeypatch: 
         assert any("index.lock" in n for n in vault.git_notes)
         assert not lock.exists()
     assert _git(path, "log", "--format=%s").splitlines()[0] == "memory: add 4 leaves from chat"
+
+
+def test_check_reports_a_stale_level_whose_job_went_missing_and_fix_queues_it(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+        vault.compact()
+        from vaultmem.compact import mark_stale
+
+        node_id = vault.conn.execute("SELECT id FROM chunks WHERE kind = 'summary' LIMIT 1").fetchone()[0]
+        mark_stale(vault.conn, vault.layout, [node_id], 1 << 20)
+        assert vault.check().ok
+        vault.conn.execute("DELETE FROM jobs")
+        report = vault.check()
+        assert [p.code for p in report.problems] == ["stale_unqueued"]
+        assert vault.check(fix=True).fixed and vault.check().ok
+        assert vault.work().resummarized == 1

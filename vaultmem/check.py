@@ -14,6 +14,7 @@ Invariants:
 - ``stray_temp``       a temp file left by a crash                         (fix: delete it)
 - ``pending_intent``   a batch or compaction step interrupted by a crash   (fix: finish it)
 - ``outside_link``     a symlink pointing outside the vault                (not fixable: remove the link)
+- ``stale_unqueued``   a stale summary without its re-summarise job        (fix: queue it)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from vaultmem import fsio, index
 from vaultmem.db import atomic
 from vaultmem.ingest import heal_intents
+from vaultmem.jobs import JobQueue, resummarize_job
 from vaultmem.layout import SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.reindex import read_vault
@@ -110,18 +112,30 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
     ]
 
     fts_problem = _fts_problem(conn)
+    unqueued = [
+        (row["id"], row["path"], row["depth"])
+        for row in conn.execute(
+            "SELECT id, path, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
+            " AND 'resummarize:' || id NOT IN (SELECT dedupe_key FROM jobs WHERE dedupe_key IS NOT NULL)"
+        )
+    ]
+    stale_problems = [
+        Problem("stale_unqueued", path, f"summary {node_id} is stale but no re-summarise job is queued", True)
+        for node_id, path, _ in unqueued
+    ]
 
     if fix:
         with atomic(conn):
+            JobQueue(conn).enqueue_many(resummarize_job(node_id, depth) for node_id, _, depth in unqueued)
             conn.executemany("DELETE FROM chunks WHERE id = ?", [(row["id"],) for row in orphans])
             index.upsert_rows(conn, refresh)
             if fts_problem is not None:
                 rebuild_fts(conn)
-        fixed.extend(refresh_problems + orphan_problems)
+        fixed.extend(refresh_problems + orphan_problems + stale_problems)
         if fts_problem is not None:
             fixed.append(fts_problem)
     else:
-        problems.extend(refresh_problems + orphan_problems)
+        problems.extend(refresh_problems + orphan_problems + stale_problems)
         if fts_problem is not None:
             problems.append(fts_problem)
     return CheckReport(tuple(problems), tuple(fixed), leaves)
