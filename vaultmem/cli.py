@@ -269,6 +269,16 @@ def stats(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
         f"by status:      {', '.join(f'{k} {v}' for k, v in sorted(data['by_status'].items())) or '-'}"
     )
     typer.echo(f"jobs:           {', '.join(f'{k} {v}' for k, v in data['jobs'].items())}")
+    d = data["daemon"]
+    if d.get("running"):
+        typer.echo(f"daemon:         running (pid {d['pid']} on {d['host']}, since {d['since']})")
+    else:
+        typer.echo("daemon:         not running (start it with `vaultmem watch`)")
+    typer.echo(
+        f"last event:     {d.get('last_event') or '-'}; queue depth {d.get('queue') if d.get('queue') is not None else '-'}"
+    )
+    for warning in d.get("warnings") or []:
+        typer.echo(f"daemon warning: {warning}")
 
 
 def _when_opt(help_text: str) -> Any:
@@ -492,6 +502,62 @@ def reindex_cmd(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
     typer.echo(
         f"reindexed {report.leaves} leaves, {report.vectors} vectors from sidecars, {report.requeued} jobs queued"
     )
+
+
+@app.command()
+def watch(
+    once: Annotated[
+        bool, typer.Option("--once", help="Catch up with what changed while no daemon ran, then exit.")
+    ] = False,
+    rescan: Annotated[
+        float, typer.Option("--rescan", help="Seconds between rescans for events the OS dropped.")
+    ] = 60.0,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Keep the index and the trees in step with hand edits (a daemon; SIGINT/SIGTERM stop it)."""
+    import signal
+    import threading
+
+    from vaultmem.daemon import Daemon
+    from vaultmem.reconcile import PathsReport
+
+    def say(batch: PathsReport) -> None:
+        if as_json:
+            return
+        for old, new in batch.moved:
+            typer.echo(f"moved    {old} -> {new}")
+        for label, paths in (("new", batch.new), ("changed", batch.changed), ("deleted", batch.deleted)):
+            for rel in paths:
+                typer.echo(f"{label:8} {rel}")
+        for rel in batch.notes:
+            typer.echo(f"note     {rel}")
+        if batch.added:
+            typer.echo(f"added    {len(batch.added)} leaves from notes")
+        for rel, why in batch.invalid:
+            typer.echo(f"invalid  {rel}: {why}", err=True)
+
+    with open_vault(vault_path) as vault:
+        daemon = Daemon(vault, rescan_s=rescan, on_batch=say)
+        if once:
+            report = daemon.once()
+        else:
+            stop = threading.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: stop.set())
+            if not as_json:
+                typer.echo(f"watching {vault.layout.root} (pid {os.getpid()}); Ctrl-C stops", err=True)
+            report = daemon.run(stop)
+    if as_json:
+        emit_json(report.as_dict())
+        return
+    typer.echo(
+        f"{report.batches} batches, {report.paths} paths: {report.new} new, {report.moved} moved,"
+        f" {report.changed} changed, {report.deleted} deleted, {report.notes} notes ({report.added} leaves),"
+        f" {report.unchanged} unchanged, {report.stale} levels stale"
+    )
+    for warning in report.warnings:
+        typer.echo(f"warning: {warning}", err=True)
 
 
 @app.command("check")

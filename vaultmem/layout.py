@@ -6,6 +6,9 @@
     config.toml         vault configuration
     intent/             write-ahead notes of batches in flight (healed on open)
     write.lock          held while a process writes
+    daemon.lock         held by the running `vaultmem watch` (one per vault)
+    daemon.json         the daemon's status: pid, host, last event, queue depth, warnings
+    watch-seen.json     Markdown files the daemon read as notes (or found invalid), with their stamps
     treeops/            write-ahead notes of compactions in flight (replayed on open)
   sources/<source>/_fresh/<leaf>.md     new leaves
   sources/<source>/NN-slug/_summary.md  sealed levels (compactor)
@@ -57,6 +60,18 @@ class Layout:
     @property
     def lock(self) -> Path:
         return self.state / "write.lock"
+
+    @property
+    def daemon_lock(self) -> Path:
+        return self.state / "daemon.lock"
+
+    @property
+    def daemon_status(self) -> Path:
+        return self.state / "daemon.json"
+
+    @property
+    def watch_seen(self) -> Path:
+        return self.state / "watch-seen.json"
 
     @property
     def treeops(self) -> Path:

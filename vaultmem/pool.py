@@ -41,6 +41,10 @@ EXTRACT_BATCH = 2048
 POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
+# Kinds queued ahead of their handler (the daemon's scheduler queues the daily digest): left queued,
+# never claimed, so they are neither failed nor parked, and they never keep "until idle" runs going.
+WAITING_KINDS = (JobKind.DIGEST_DAILY.value,)
+CLAIMABLE_KINDS = [k.value for k in JobKind if k.value not in WAITING_KINDS]
 
 
 @dataclass
@@ -170,7 +174,7 @@ class Pool:
                 with self._state:
                     jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
                     if not jobs:
-                        jobs = queue.claim(owner, limit=1)
+                        jobs = queue.claim(owner, kinds=CLAIMABLE_KINDS, limit=1)
                     if jobs:
                         self._active += 1
                 if not jobs:
@@ -200,9 +204,11 @@ class Pool:
                 return False
             # Jobs a finished handler queued are committed before it went inactive, so this sees them.
             now = time.time()
+            waiting = ",".join("?" * len(WAITING_KINDS))
             row = conn.execute(
-                "SELECT count(*) FROM jobs WHERE (state = 'queued' AND run_after <= ?) OR (state = 'running' AND lease_until < ?)",
-                (now + SOON_S, now),
+                "SELECT count(*) FROM jobs WHERE ((state = 'queued' AND run_after <= ?)"
+                f" OR (state = 'running' AND lease_until < ?)) AND kind NOT IN ({waiting})",
+                (now + SOON_S, now, *WAITING_KINDS),
             ).fetchone()
             return int(row[0]) == 0
 
