@@ -27,6 +27,7 @@ from vaultmem.daemon import Daemon, midnight_jobs
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import VaultLocked
 from vaultmem.jobs import JobKind
+from vaultmem.layout import Layout
 from vaultmem.pool import Pool
 from vaultmem.vault import Vault
 from vaultmem.watch import Debouncer, Watcher
@@ -415,10 +416,17 @@ with Vault.open(sys.argv[1], embedder=FakeEmbedder()) as v:
 
 def spawn(root: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-c", DAEMON, str(root)], cwd=Path(__file__).parent.parent)
-    layout = Vault.open(root, embedder=FakeEmbedder()).layout
-    wait_for(
-        lambda: daemonstate.is_running(layout) and (daemonstate.read_status(layout) or {}).get("last_rescan")
-    )
+    layout = Layout(root)
+    try:
+        wait_for(
+            lambda: (
+                daemonstate.is_running(layout) and (daemonstate.read_status(layout) or {}).get("last_rescan")
+            )
+        )
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
     return proc
 
 
@@ -430,21 +438,24 @@ def embedding_left(vault: Vault) -> int:
 def test_kill_9_during_a_burst_then_restart(vault: Vault) -> None:
     root = vault.layout.root
     proc = spawn(root)
-    write_notes(root, 300)
-    wait_for(lambda: notes_indexed(vault) > 0, what="the burst to start")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        write_notes(root, 1000)
+        wait_for(lambda: notes_indexed(vault) > 0, what="the burst to start")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert notes_indexed(vault) < 1000, "the burst was over before the kill; write more notes"
     assert not daemonstate.is_running(vault.layout)  # the kernel dropped the lock
-    write_notes(root, 100, start=300)  # written while no daemon runs
+    write_notes(root, 100, start=1000)  # written while no daemon runs
     proc = spawn(root)
     try:
-        wait_for(lambda: notes_indexed(vault) == 400, timeout=60, what="every note")
+        wait_for(lambda: notes_indexed(vault) == 1100, timeout=60, what="every note")
         wait_for(lambda: not embedding_left(vault), timeout=60, what="the embeddings")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     assert (
-        vault.conn.execute("SELECT count(*) FROM chunks WHERE kind = 'leaf'").fetchone()[0] == 400
+        vault.conn.execute("SELECT count(*) FROM chunks WHERE kind = 'leaf'").fetchone()[0] == 1100
     )  # each once
     assert vault.check().ok
     assert vault.jobs.counts()["parked"] == 0

@@ -186,12 +186,16 @@ class Watcher:
 
     @staticmethod
     def _stop(obs: BaseObserver) -> None:
+        emitters = list(obs.emitters)  # stop() forgets them without waiting for them
         try:
             obs.stop()
             if obs.is_alive():
                 obs.join(timeout=5)
         except RuntimeError:
             pass  # never started
+        for emitter in emitters:
+            if emitter.is_alive():
+                emitter.join(timeout=5)  # a polling walk in progress must not outlive the watcher
 
     def alive(self) -> bool:
         return self._observer is not None and self._observer.is_alive()
