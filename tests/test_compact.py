@@ -448,3 +448,11 @@ def test_check_reports_a_stale_level_whose_job_went_missing_and_fix_queues_it(tm
         assert [p.code for p in report.problems] == ["stale_unqueued"]
         assert vault.check(fix=True).fixed and vault.check().ok
         assert vault.work().resummarized == 1
+
+
+def test_compact_without_a_flush_first_embeds_then_seals(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(10))
+        report = vault.compact()
+        assert report.embedded == 40 and report.sealed + report.merged == 32
+        assert len(vault.ls(status="admitted")) == 8 and vault.check().ok

@@ -290,6 +290,12 @@ class Pool:
         self.seal_source(
             conn, source, force=bool(job.payload.get("force", False)), heartbeat=lambda: queue.extend(job)
         )
+        # Leaves admitted while this pass ran could not queue another seal (this one held the dedupe
+        # key), so look once more before letting go of it.
+        for _ in range(3):
+            if not buffer_ready(self._state_of(conn, source), self.ctx.settings, time.time()):
+                break
+            self.seal_source(conn, source, heartbeat=lambda: queue.extend(job))
         return True
 
     def _flush_stale(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:

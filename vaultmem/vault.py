@@ -491,14 +491,10 @@ class Vault:
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
             caught = catch_up(self.conn, self.layout, self.config.max_file_bytes)
-            model = self.embedder.model_id
-            missing = [
-                r[0]
-                for r in self.conn.execute(
-                    "SELECT id FROM chunks WHERE id NOT IN (SELECT id FROM vectors WHERE model = ?)", (model,)
-                )
-            ]
-            self.jobs.enqueue_many(extract_job(i) for i in missing)
+        # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
+        # them in the buffer (the worker pool runs both kinds of job at once).
+        flushed = self.flush()
+        with self._locked():
             self.jobs.enqueue_many(
                 NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
             )
@@ -510,6 +506,7 @@ class Vault:
                 )
             )
         report = self.work(progress)
+        report.add(embedded=flushed.embedded, admitted=flushed.admitted)
         notes = [f"re-read {p} (changed by hand)" for p in caught.changed]
         notes += [f"{p} was deleted by hand; its row is gone" for p in caught.deleted]
         notes += [f"{p} is not a valid node any more; `vaultmem check` shows why" for p in caught.invalid]
