@@ -318,3 +318,17 @@ def test_public_surface_is_sorted_and_importable() -> None:
     assert vaultmem.__all__ == sorted(vaultmem.__all__)
     for name in vaultmem.__all__:
         assert getattr(vaultmem, name) is not None
+
+
+def test_temp_files_of_a_writer_that_died_holding_the_lock_are_tidied_on_open(tmp_path: Path) -> None:
+    from vaultmem.embed import FakeEmbedder
+
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(chat(3))
+        fresh = vault.layout.fresh_dir("chat")
+    stray = fresh / ".vm-tmp-0123456789ab-_embeddings.json"
+    stray.write_text("{half a sidecar")
+    (tmp_path / "v" / ".vaultmem" / "writing").touch()  # what a SIGKILLed writer leaves
+    with Vault.open(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        assert not stray.exists() and vault.check().ok
+        assert not vault.layout.writing.exists()

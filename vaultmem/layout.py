@@ -74,6 +74,11 @@ class Layout:
         return self.state / "watch-seen.json"
 
     @property
+    def writing(self) -> Path:
+        """Present while a writer holds the lock; found at the next lock after a writer died."""
+        return self.state / "writing"
+
+    @property
     def treeops(self) -> Path:
         """Write-ahead notes of tree operations (seal, merge, condense) in flight; replayed on open."""
         return self.state / "treeops"

@@ -6,6 +6,7 @@ interrupted batches, and hands explicit values to the modules that do the work. 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -99,6 +100,11 @@ class FairRLock:
                 self._cond.wait()
             self._queue.popleft()
             self._owner, self._depth = me, 1
+
+    @property
+    def depth(self) -> int:
+        """How many times the calling thread holds the lock (0 when it does not)."""
+        return self._depth if self._owner == threading.get_ident() else 0
 
     def release(self) -> None:
         with self._cond:
@@ -200,6 +206,9 @@ class Vault:
                 heal_intents(conn, layout, config.max_file_bytes)
         if treeops.pending_notes(layout):
             vault.heal_compaction()
+        if layout.writing.exists():
+            with vault._locked():
+                pass  # a writer died holding the lock: taking it tidies what it left
         return vault
 
     def heal_compaction(self) -> list[str]:
@@ -234,12 +243,28 @@ class Vault:
                 raise VaultLocked(
                     f"another process is writing to {self.layout.root} (lock {self.layout.lock}); try again"
                 ) from exc
+            outermost = self._turns.depth == 1
             try:
+                if outermost:
+                    self._begin_writing()
                 yield
             finally:
+                if outermost:
+                    self.layout.writing.unlink(missing_ok=True)
                 self._lock.release()
         finally:
             self._turns.release()
+
+    def _begin_writing(self) -> None:
+        """Mark that a writer holds the lock. A mark that is already there was left by a writer that died
+        holding it: its temp files (never real files) are removed first, so ``check`` stays clean."""
+        marker = self.layout.writing
+        if marker.exists():
+            for tmp in fsio.stray_temp_files(self.layout.root):
+                if ".git" not in tmp.relative_to(self.layout.root).parts:
+                    tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only vault: the write that follows reports it
+            marker.touch()
 
     # -- ingest ------------------------------------------------------------------------------------
     def ingest_messages(
