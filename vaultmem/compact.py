@@ -613,7 +613,7 @@ def prune_sidecars(conn: sqlite3.Connection, layout: Layout, source: str, model:
 # -- re-summarisation and stale marking -----------------------------------------------------------------
 @dataclass(frozen=True)
 class Resummarized:
-    outcome: str  # "done" | "defer" | "gone"
+    outcome: str  # "done" | "defer" | "gone" (its row went) | "missing" (row without a file)
     message: str = ""
     notes: tuple[str, ...] = ()
 
@@ -666,7 +666,13 @@ def resummarize(
     try:
         text, digest = fsio.read_text_guarded(path, max_bytes)
     except FileNotFoundError:
-        return Resummarized("gone")
+        moved = conn.execute("SELECT path FROM chunks WHERE id = ?", (node_id,)).fetchone()
+        if moved is not None and moved[0] != rel:
+            # Condensation moved the folder between the two reads: try again at its new place.
+            return Resummarized("defer", notes=(f"{rel} moved to {moved[0]}; retrying there",))
+        # The file is gone but its row is not (deleted by hand): an attempt that counts, so a vault
+        # that never gets reconciled parks this job instead of retrying it for ever.
+        return Resummarized("missing", notes=(f"{rel} is missing; `vaultmem check --fix` reconciles it",))
     node, doc = parse_summary(text, rel)
     leaves, subs = _children_of(conn, node.directory)
     if _children_pending(conn, [(sub["id"], sub["depth"]) for sub in subs if sub["status"] == "stale"]):

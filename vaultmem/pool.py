@@ -377,6 +377,10 @@ class Pool:
         if result.outcome == "defer":
             queue.defer(job, DEFER_S, "; ".join(result.notes))
             return False
+        if result.outcome == "missing":
+            queue.fail(job, "; ".join(result.notes))
+            self.report.add(jobs_failed=1)
+            return False
         if result.outcome == "done":
             self.report.add(resummarized=1)
             self.report.say(result.message, result.notes)
