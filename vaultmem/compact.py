@@ -666,8 +666,12 @@ def resummarize(
     try:
         text, digest = fsio.read_text_guarded(path, max_bytes)
     except FileNotFoundError:
-        moved = conn.execute("SELECT path FROM chunks WHERE id = ?", (node_id,)).fetchone()
-        if moved is not None and moved[0] != rel:
+        with write_lock():  # a condensation step in flight has moved the file but not yet its row
+            moved = conn.execute("SELECT path FROM chunks WHERE id = ?", (node_id,)).fetchone()
+            still_missing = not layout.abs(rel).exists()
+        if moved is None:
+            return Resummarized("gone")
+        if moved[0] != rel or not still_missing:
             # Condensation moved the folder between the two reads: try again at its new place.
             return Resummarized("defer", notes=(f"{rel} moved to {moved[0]}; retrying there",))
         # The file is gone but its row is not (deleted by hand): an attempt that counts, so a vault
