@@ -32,12 +32,11 @@ from vaultmem.compact import (
 )
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError
-from vaultmem.extract import extract
 from vaultmem.jobs import Job, JobKind, JobQueue, NewJob
 from vaultmem.layout import Layout
 from vaultmem.summarise import Summariser
+from vaultmem.worker import EXTRACT_BATCH, WorkReport, run_extract
 
-EXTRACT_BATCH = 2048
 POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
@@ -240,25 +239,25 @@ class Pool:
 
     # -- handlers (return True when the job is finished) -------------------------------------------------
     def _extract(self, conn: sqlite3.Connection, queue: JobQueue, jobs: list[Job]) -> None:
-        ids = [str(j.payload.get("id", "")) for j in jobs]
+        work = WorkReport()
         with self.ctx.lock():
-            result = extract(conn, self.ctx.layout, self.ctx.embedder(), ids)
+            result = run_extract(conn, self.ctx.layout, self.ctx.embedder, queue, jobs, work)
+        self.report.add(
+            jobs_done=work.jobs_done,
+            jobs_failed=work.jobs_failed,
+            embedded=work.embedded,
+            admitted=work.admitted,
+        )
+        self.report.say(notes=work.notes)
+        if result is None:
+            return
         busy = set(result.busy)
-        done = [j for j in jobs if j.payload.get("id") not in busy]
-        queue.complete(j.id for j in done)
-        for job in jobs:
-            if job.payload.get("id") in busy:
-                queue.fail(job, "leaf file changed on disk while extracting; will retry")
-        sources = _sources_of(conn, [i for i in ids if i not in busy])
+        sources = _sources_of(
+            conn, [str(j.payload.get("id", "")) for j in jobs if j.payload.get("id") not in busy]
+        )
         queue.enqueue_many(
             NewJob(JobKind.APPEND_BUFFER.value, {"source": s}, dedupe_key=f"append_buffer:{s}")
             for s in sources
-        )
-        self.report.add(
-            jobs_done=len(done),
-            jobs_failed=len(jobs) - len(done),
-            embedded=result.embedded,
-            admitted=result.admitted,
         )
         if self.ctx.commit is not None and result.admitted:
             with self.ctx.lock():

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from vaultmem.embed import Embedder
 from vaultmem.errors import VaultError
-from vaultmem.extract import extract
+from vaultmem.extract import ExtractReport, extract
 from vaultmem.jobs import Job, JobKind, JobQueue
 from vaultmem.layout import Layout
 
@@ -55,20 +55,22 @@ def drain(
         jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
         if not jobs:
             break
-        _run_extract(conn, layout, embedder_factory, queue, jobs, report)
+        run_extract(conn, layout, embedder_factory, queue, jobs, report)
         if progress is not None:
             progress(report.jobs_done + report.jobs_failed, max(total, report.jobs_done + report.jobs_failed))
     return report
 
 
-def _run_extract(
+def run_extract(
     conn: sqlite3.Connection,
     layout: Layout,
     embedder_factory: Callable[[], Embedder],
     queue: JobQueue,
     jobs: list[Job],
     report: WorkReport,
-) -> None:
+) -> ExtractReport | None:
+    """Run one batch of ``extract`` jobs: complete them, or fail the ones whose file was busy (and all
+    of them when the batch failed, then None). Adds to ``report``; the worker pool uses it too."""
     try:
         result = extract(conn, layout, embedder_factory(), [str(j.payload.get("id", "")) for j in jobs])
     except (VaultError, OSError, ValueError) as exc:
@@ -76,7 +78,7 @@ def _run_extract(
             queue.fail(job, f"{type(exc).__name__}: {exc}")
         report.jobs_failed += len(jobs)
         report.notes.append(f"extract failed: {exc}")
-        return
+        return None
     busy = set(result.busy)
     done = [j for j in jobs if j.payload.get("id") not in busy]
     queue.complete(j.id for j in done)
@@ -89,3 +91,4 @@ def _run_extract(
     report.reused += result.reused
     report.admitted += result.admitted
     report.notes.extend(result.rebuilt_sidecars)
+    return result
