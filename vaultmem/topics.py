@@ -1,0 +1,651 @@
+"""Topic trees: ``topics/<slug>/``, one per hot entity, holding links to the leaves that mention it.
+
+Owns routing a topic (``topic_route`` jobs), archiving and reviving it, and re-summarising its nodes.
+A leaf lives in exactly one place on disk (its source tree); a topic refers to it with a wikilink
+``[[<leaf file stem>|label]]``. Leaf file names embed the id and never change, so the links stay valid
+however compaction moves the leaves. The topic's membership is the entity index (``mentions``, which
+follows each leaf's ``entities`` frontmatter); the files say where each linked leaf sits in the topic.
+
+    topics/<slug>/_summary.md                  the topic: latest state first, then its levels and the
+                                               newest leaves (``keep_recent`` of them) as links
+    topics/<slug>/NN-<first day>-<title>/      a sealed level: ``level_leaves`` consecutive leaves
+    topics/_archive/<slug>/                    a topic gone cold: kept as it was, no longer routed
+
+The buffer, seal and cascade rules are the source trees' (a buffer beyond a kept tail is sealed into
+levels, ``condense_fanout`` levels of one depth are grouped under parents, depth by depth), with one
+difference: a topic's leaves are already about one thing, so levels follow time, not similarity.
+Every change is one ``treeops`` step (write-ahead note, hash-guarded writes, rows in one transaction).
+Never prints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime
+from pathlib import PurePosixPath
+
+import numpy as np
+
+from vaultmem import entities, fsio, heat, index, treeops, vectors
+from vaultmem.embed import Embedder
+from vaultmem.errors import ConflictError, FrontmatterError
+from vaultmem.heat import HeatSettings
+from vaultmem.jobs import JobKind, JobQueue, NewJob
+from vaultmem.layout import SUMMARY_NAME, Layout, slug
+from vaultmem.leaffile import id_from_filename
+from vaultmem.model import Status, parse_ts
+from vaultmem.summarise import Child, ExtractiveSummariser
+from vaultmem.summaryfile import (
+    ChildLink,
+    SummaryNode,
+    clean_title,
+    parse_summary,
+    render_summary,
+    summary_id,
+    text_hash,
+)
+from vaultmem.treeops import FileWrite, TreeOp
+
+TOPICS = "topics"
+ARCHIVE = "_archive"
+SOURCE = "topics"  # the ``source`` of every topic summary
+_NUMBERED = re.compile(r"^(\d+)-")
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """When topics are made, sealed and archived (``[topics]`` in config.toml)."""
+
+    enabled: bool = True
+    heat: HeatSettings = field(default_factory=HeatSettings)
+    keep_recent: int = 12  # the newest linked leaves stay listed at the topic's root ...
+    seal_min: int = 12  # ... and this many more beyond them are sealed into levels
+    level_leaves: int = 12  # leaves per sealed level
+    condense_fanout: int = 8
+    condense_target: int = 4
+    route_batch: int = 2000  # new links routed per step (bounds a step's time)
+    # Kinds that get topic trees: "the latest on this person or project". Dates, amounts, versions,
+    # URLs and addresses are indexed and searchable, but a tree of "$1,200" would be noise.
+    kinds: tuple[str, ...] = ("person", "project", "repo", "ticker")
+
+
+def settings_from(values: dict[str, object]) -> TopicSettings:
+    """``TopicSettings`` from the ``[topics]`` keys (``Config.topic_values()``)."""
+    heat_keys = {f.name for f in fields(HeatSettings)}
+    heat_part = {k: v for k, v in values.items() if k in heat_keys}
+    rest = {k: v for k, v in values.items() if k not in heat_keys}
+    return TopicSettings(heat=HeatSettings(**heat_part), **rest)  # type: ignore[arg-type]
+
+
+def topic_dir(key: str, *, archived: bool = False) -> str:
+    name = entities.slug_for(key)
+    return f"{TOPICS}/{ARCHIVE}/{name}" if archived else f"{TOPICS}/{name}"
+
+
+def route_job(key: str) -> NewJob:
+    return NewJob(JobKind.TOPIC_ROUTE.value, {"entity": key}, dedupe_key=f"topic_route:{key}")
+
+
+def display_name(key: str) -> str:
+    kind, value = entities.parse_key(key)
+    if kind == "person" and value.isascii():
+        return value.replace("-", " ").title()
+    return value.title() if kind == "project" and value.isascii() else value
+
+
+# -- the picture of one topic ---------------------------------------------------------------------------
+@dataclass
+class _Member:
+    id: str
+    stem: str
+    ts: str | None
+    path: str
+    text: str
+    speaker: str | None
+    source: str
+
+
+@dataclass
+class _Node:
+    id: str
+    dir: str
+    depth: int
+    title: str
+    text: str
+    parent_dir: str
+    links: list[str]  # leaf ids linked directly, in file order
+    subdirs: list[str]  # level directories directly under it
+    earliest: str | None
+    latest: str | None
+    descendants: int
+    data: bytes  # the file as read (guards the rewrite)
+    node: SummaryNode
+
+
+@dataclass
+class TopicState:
+    key: str
+    dir: str
+    archived: bool
+    root: _Node | None
+    levels: dict[str, _Node]  # dir -> level
+    members: dict[str, _Member]  # leaf id -> member, chronological
+
+    @classmethod
+    def load(cls, conn: sqlite3.Connection, layout: Layout, key: str, max_bytes: int) -> TopicState:
+        live, cold = topic_dir(key), topic_dir(key, archived=True)
+        archived = not layout.abs(live).is_dir() and layout.abs(cold).is_dir()
+        base = cold if archived else live
+        nodes: dict[str, _Node] = {}
+        for row in conn.execute(
+            "SELECT path FROM chunks WHERE kind = 'summary' AND path >= ? AND path < ?",
+            index.prefix_range(base + "/"),
+        ):
+            found = _read_node(layout, row["path"], max_bytes)
+            if found is not None:
+                nodes[found.dir] = found
+        root = nodes.pop(base, None)
+        members: dict[str, _Member] = {}
+        for row in conn.execute(
+            "SELECT c.id, c.path, c.ts, c.text, c.speaker, c.source FROM mentions m JOIN chunks c ON c.id = m.leaf"
+            " WHERE m.entity = ? AND c.kind = 'leaf' AND c.status <> ? ORDER BY coalesce(c.ts, ''), c.path",
+            (key, Status.PENDING.value),
+        ):
+            stem = PurePosixPath(row["path"]).name[:-3]
+            members[row["id"]] = _Member(
+                row["id"], stem, row["ts"], row["path"], row["text"], row["speaker"], row["source"]
+            )
+        return cls(key, base, archived, root, nodes, members)
+
+    def linked(self) -> set[str]:
+        out: set[str] = set()
+        for node in [*self.levels.values(), *([self.root] if self.root else [])]:
+            out.update(node.links)
+        return out
+
+
+def _read_node(layout: Layout, rel: str, max_bytes: int) -> _Node | None:
+    try:
+        text, _digest = fsio.read_text_guarded(layout.abs(rel), max_bytes)
+        node, _doc = parse_summary(text, rel)
+    except (FileNotFoundError, FrontmatterError, UnicodeDecodeError):
+        return None
+    links = [i for i in (id_from_filename(c.target) for c in node.children if c.wiki) if i]
+    subdirs = [
+        f"{node.directory}/{PurePosixPath(c.target).parent}"
+        for c in node.children
+        if not c.wiki and c.target.endswith("/" + SUMMARY_NAME)
+    ]
+    return _Node(
+        node.id,
+        node.directory,
+        node.depth,
+        node.title,
+        node.text,
+        str(PurePosixPath(node.directory).parent),
+        links,
+        subdirs,
+        _iso(node.earliest),
+        _iso(node.latest),
+        node.descendants,
+        text.encode("utf-8"),
+        node,
+    )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+# -- planning -----------------------------------------------------------------------------------------
+@dataclass
+class TopicPlanner:
+    conn: sqlite3.Connection
+    layout: Layout
+    settings: TopicSettings
+    model: str
+    extractive: ExtractiveSummariser = field(default_factory=ExtractiveSummariser)
+
+    def route(self, state: TopicState) -> TreeOp | None:
+        """One step bringing the topic in line with the entity index: new leaves linked, leaves gone
+        unlinked, the buffer sealed into levels, levels condensed, the root rewritten. None when the
+        files already agree."""
+        s = self.settings
+        linked = state.linked()
+        new = [m for i, m in state.members.items() if i not in linked][: s.route_batch]
+        gone = linked - set(state.members)
+        if state.root is not None and not new and not gone and not self._needs_seal(state):
+            return None
+        base = state.dir
+        writes: list[FileWrite] = []
+        moves: list[tuple[str, str]] = []
+        # Levels that lost leaves (deleted, or the entity taken off by hand) are rewritten without them.
+        for level in state.levels.values():
+            if any(i in gone for i in level.links):
+                level.links = [i for i in level.links if i not in gone]
+                writes.append(self._level_write(state, level, guarded=True))
+        recent = [i for i in (state.root.links if state.root else []) if i in state.members]
+        recent += [m.id for m in new]
+        recent.sort(key=lambda i: (state.members[i].ts or "", state.members[i].path))
+        numbers = _Numbers(self.layout, [*state.levels])
+        sealed = False
+        if len(recent) >= s.keep_recent + s.seal_min:
+            sealed = True
+            sealing, recent = recent[: len(recent) - s.keep_recent], recent[len(recent) - s.keep_recent :]
+            for start in range(0, len(sealing), s.level_leaves):
+                chunk = sealing[start : start + s.level_leaves]
+                level = self._new_level(state, chunk, base, numbers)
+                state.levels[level.dir] = level
+                writes.append(self._level_write(state, level, guarded=False))
+        # New levels are condensed by the next step: one step never moves a folder it creates.
+        for parent, children in () if sealed else self._condense(state, base, numbers):
+            writes.append(self._level_write(state, parent, guarded=False))
+            for child in children:
+                new_dir = f"{parent.dir}/{PurePosixPath(child.dir).name}"
+                moves.append((child.dir, new_dir))
+                _rename(state, child, new_dir)
+        root = self._root(state, recent)
+        writes.append(root)
+        what = []
+        if new:
+            what.append(f"link {len(new)} leaves")
+        if gone:
+            what.append(f"unlink {len(gone)} leaves")
+        if not what:
+            what.append("refresh")
+        message = f"memory: {', '.join(what)} in topic {display_name(state.key)}"
+        return TreeOp("topic", SOURCE, message, tuple(writes), tuple(moves))
+
+    def _needs_seal(self, state: TopicState) -> bool:
+        s = self.settings
+        recent = len(state.root.links) if state.root else 0
+        top = [lv for lv in state.levels.values() if lv.parent_dir == state.dir]
+        crowded = any(
+            sum(1 for lv in top if lv.depth == d) >= s.condense_fanout for d in {lv.depth for lv in top}
+        )
+        return recent >= s.keep_recent + s.seal_min or crowded
+
+    def _children(self, state: TopicState, ids: Sequence[str]) -> list[Child]:
+        vecs = vectors.by_ids(self.conn, self.model, ids)
+        return [
+            Child(
+                state.members[i].text,
+                vecs.get(i),
+                speaker=state.members[i].speaker,
+                ts=parse_ts(state.members[i].ts),
+            )
+            for i in ids
+        ]
+
+    def _new_level(self, state: TopicState, ids: list[str], base: str, numbers: _Numbers) -> _Node:
+        result = self.extractive.summarise(self._children(state, ids), 1)
+        first = (state.members[ids[0]].ts or "undated")[:10]
+        title = clean_title(f"{first} {result.title}")
+        directory = numbers.next(base, title)
+        stamps = [ts for i in ids if (ts := state.members[i].ts)]
+        node = SummaryNode(
+            id=summary_id(SOURCE, f"{state.key}:{directory}:{ids[0]}"),
+            source=SOURCE,
+            path=f"{directory}/{SUMMARY_NAME}",
+            depth=1,
+            title=title,
+            text=result.text,
+            entity=state.key,
+            summariser=result.summariser,
+            content_hash=text_hash(result.text),
+        )
+        return _Node(
+            node.id,
+            directory,
+            1,
+            title,
+            result.text,
+            base,
+            list(ids),
+            [],
+            min(stamps) if stamps else None,
+            max(stamps) if stamps else None,
+            len(ids),
+            b"",
+            node,
+        )
+
+    def _condense(
+        self, state: TopicState, base: str, numbers: _Numbers
+    ) -> Iterator[tuple[_Node, list[_Node]]]:
+        s = self.settings
+        depth = 1
+        while depth < 32:
+            top = sorted(
+                (lv for lv in state.levels.values() if lv.parent_dir == base and lv.depth == depth),
+                key=lambda lv: (lv.earliest or "", lv.dir),
+            )
+            if len(top) < s.condense_fanout:
+                if not any(lv.parent_dir == base and lv.depth > depth for lv in state.levels.values()):
+                    return
+                depth += 1
+                continue
+            # The oldest levels are grouped; the newest stay at the top where they are read first.
+            group = top[: s.condense_target]
+            kids = [
+                Child(
+                    lv.text,
+                    None,
+                    title=lv.title,
+                    ts=parse_ts(lv.earliest),
+                    weight=float(max(1, lv.descendants)),
+                )
+                for lv in group
+            ]
+            result = self.extractive.summarise(kids, depth + 1)
+            first = (group[0].earliest or "undated")[:10]
+            title = clean_title(f"{first} {result.title}")
+            directory = numbers.next(base, title)
+            early = [lv.earliest for lv in group if lv.earliest]
+            late = [lv.latest for lv in group if lv.latest]
+            node = SummaryNode(
+                id=summary_id(SOURCE, f"{state.key}:{directory}:{group[0].id}"),
+                source=SOURCE,
+                path=f"{directory}/{SUMMARY_NAME}",
+                depth=depth + 1,
+                title=title,
+                text=result.text,
+                entity=state.key,
+                summariser=result.summariser,
+                content_hash=text_hash(result.text),
+            )
+            parent = _Node(
+                node.id,
+                directory,
+                depth + 1,
+                title,
+                result.text,
+                base,
+                [],
+                [lv.dir for lv in group],
+                min(early) if early else None,
+                max(late) if late else None,
+                sum(lv.descendants for lv in group),
+                b"",
+                node,
+            )
+            state.levels[parent.dir] = parent
+            yield parent, group
+            for lv in group:
+                lv.parent_dir = parent.dir
+            parent.subdirs = [f"{parent.dir}/{PurePosixPath(lv.dir).name}" for lv in group]
+
+    def _level_write(self, state: TopicState, level: _Node, *, guarded: bool) -> FileWrite:
+        kids = [state.levels[d] for d in level.subdirs if d in state.levels]
+        stamps = [ts for i in level.links if i in state.members and (ts := state.members[i].ts)]
+        stamps += [ts for lv in kids for ts in (lv.earliest, lv.latest) if ts]
+        node = replace(
+            level.node,
+            title=level.title,
+            children=(
+                *(ChildLink(lv.title, f"{PurePosixPath(lv.dir).name}/{SUMMARY_NAME}") for lv in kids),
+                *(_link(state.members[i]) for i in level.links if i in state.members),
+            ),
+            descendants=sum(1 for i in level.links if i in state.members)
+            + sum(lv.descendants for lv in kids),
+            earliest=parse_ts(min(stamps)) if stamps else None,
+            latest=parse_ts(max(stamps)) if stamps else None,
+        )
+        level.descendants = node.descendants
+        return FileWrite(
+            f"{level.dir}/{SUMMARY_NAME}",
+            render_summary(node, keep=None),
+            fsio.sha256_bytes(level.data) if guarded and level.data else None,
+        )
+
+    def _root(self, state: TopicState, recent: list[str]) -> FileWrite:
+        """The topic's own node: the latest state first, then its levels (newest first), then the
+        newest leaves (newest first)."""
+        top = sorted(
+            (lv for lv in state.levels.values() if lv.parent_dir == state.dir),
+            key=lambda lv: (lv.latest or "", lv.dir),
+            reverse=True,
+        )
+        newest_first = list(reversed(recent))
+        text = self.latest_text(state, newest_first, top)
+        stamps = [m.ts for m in state.members.values() if m.ts]
+        name = display_name(state.key)
+        base = state.root.node if state.root else None
+        node = SummaryNode(
+            id=base.id if base else summary_id(SOURCE, f"topic:{state.key}"),
+            source=SOURCE,
+            path=f"{state.dir}/{SUMMARY_NAME}",
+            depth=1 + max((lv.depth for lv in top), default=0),
+            title=clean_title(name),
+            text=text,
+            pinned=base.pinned if base else "",
+            children=(
+                *(ChildLink(lv.title, f"{PurePosixPath(lv.dir).name}/{SUMMARY_NAME}") for lv in top),
+                *(_link(state.members[i]) for i in newest_first),
+            ),
+            descendants=len(state.members),
+            earliest=parse_ts(min(stamps)) if stamps else None,
+            latest=parse_ts(max(stamps)) if stamps else None,
+            summariser="extractive",
+            content_hash=text_hash(text),
+            entity=state.key,
+            archived=state.archived,
+            user_aliases=base.user_aliases if base else (),
+        )
+        if base is not None and base.hand_edited and base.text.strip():
+            pinned = f"{base.pinned}\n\n{base.text}".strip() if base.pinned else base.text.strip()
+            node = replace(node, pinned=pinned)
+        keep = None
+        if state.root is not None:
+            keep = parse_summary(state.root.data.decode("utf-8"), state.root.node.path)[1]
+        return FileWrite(
+            node.path,
+            render_summary(node, keep=keep),
+            fsio.sha256_bytes(state.root.data) if state.root else None,
+        )
+
+    def latest_text(self, state: TopicState, newest_first: list[str], top: list[_Node]) -> str:
+        """ "What's the latest on X": the newest leaf verbatim (shortened), then a summary of the recent
+        leaves, then what the newest level says."""
+        if not newest_first and not top:
+            return f"Nothing links to {display_name(state.key)} any more."
+        parts = []
+        if newest_first:
+            latest = state.members[newest_first[0]]
+            words = latest.text.split()
+            said = " ".join(words[:40]) + (" …" if len(words) > 40 else "")
+            who = f"{latest.speaker}: " if latest.speaker else ""
+            parts.append(f"Latest ({(latest.ts or 'undated')[:10]}, {latest.source}): {who}{said}")
+            result = self.extractive.summarise(self._children(state, newest_first), 2)
+            if result.text.strip():
+                parts.append(result.text.strip())
+        if top:
+            parts.append(f"Earlier ({top[0].title}): {top[0].text.strip()}")
+        return "\n\n".join(parts)
+
+
+def _link(member: _Member) -> ChildLink:
+    day = (member.ts or "")[:10]
+    who = f"{member.speaker}: " if member.speaker else ""
+    words = " ".join(member.text.split()[:10])
+    return ChildLink(f"{day} {who}{words}".strip(), member.stem, wiki=True)
+
+
+def _rename(state: TopicState, level: _Node, new_dir: str) -> None:
+    old = level.dir
+    del state.levels[old]
+    level.dir = new_dir
+    state.levels[new_dir] = level
+    for child in [lv for lv in state.levels.values() if lv.parent_dir == old]:
+        child.parent_dir = new_dir
+        _rename(state, child, f"{new_dir}/{PurePosixPath(child.dir).name}")
+    level.subdirs = [f"{new_dir}/{PurePosixPath(d).name}" for d in level.subdirs]
+
+
+class _Numbers:
+    """Folder numbers handed out per parent directory: one more than any in use there."""
+
+    def __init__(self, layout: Layout, taken: Sequence[str]) -> None:
+        self.layout = layout
+        self.last: dict[str, int] = {}
+        self.taken = list(taken)
+
+    def next(self, parent: str, title: str) -> str:
+        if parent not in self.last:
+            names = [PurePosixPath(d).name for d in self.taken if str(PurePosixPath(d).parent) == parent]
+            fs_dir = self.layout.abs(parent)
+            if fs_dir.is_dir():
+                names.extend(p.name for p in fs_dir.iterdir())
+            self.last[parent] = max((int(m.group(1)) for m in map(_NUMBERED.match, names) if m), default=0)
+        self.last[parent] += 1
+        return f"{parent}/{self.last[parent]:02d}-{slug(title, words=5, max_len=40) or 'level'}"
+
+
+# -- archiving ----------------------------------------------------------------------------------------
+def archive_op(state: TopicState, *, archive: bool) -> TreeOp | None:
+    """Move a topic into ``topics/_archive/`` (or back), flagging its root ``archived``."""
+    if state.root is None or state.archived == archive:
+        return None
+    target = topic_dir(state.key, archived=archive)
+    node = replace(state.root.node, archived=archive)
+    keep = parse_summary(state.root.data.decode("utf-8"), node.path)[1]
+    write = FileWrite(node.path, render_summary(node, keep=keep), fsio.sha256_bytes(state.root.data))
+    verb = "archive" if archive else "revive"
+    return TreeOp(
+        "topic",
+        SOURCE,
+        f"memory: {verb} topic {display_name(state.key)}",
+        (write,),
+        ((state.dir, target),),
+    )
+
+
+# -- driving ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Routed:
+    messages: tuple[str, ...]
+    state: str  # "live" | "archived" | "cold" (never made: not hot enough)
+    notes: tuple[str, ...] = ()
+
+
+def route(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    key: str,
+    settings: TopicSettings,
+    embedder: Embedder,
+    write_lock: Callable[[], AbstractContextManager[object]],
+    max_bytes: int,
+    now: datetime,
+    commit: Callable[[str], None] | None = None,
+) -> Routed:
+    """Make, update, archive or revive the topic tree of ``key`` as its heat says, step by step."""
+    hot = heat.heat_of(conn, key, now, settings.heat)
+    messages: list[str] = []
+    for _ in range(64):  # each step makes progress; the bound only guards against a bug looping
+        with write_lock():
+            state = TopicState.load(conn, layout, key, max_bytes)
+            exists = state.root is not None
+            if not exists and (
+                hot < settings.heat.create_at or len(state.members) < settings.heat.min_leaves
+            ):
+                return Routed(tuple(messages), "cold")
+            if exists and not state.archived and hot < settings.heat.archive_below:
+                op = archive_op(state, archive=True)
+            elif state.archived and hot >= settings.heat.create_at:
+                op = archive_op(state, archive=False)
+            elif state.archived:
+                return Routed(tuple(messages), "archived")
+            else:
+                op = TopicPlanner(conn, layout, settings, embedder.model_id).route(state)
+            if op is None:
+                return Routed(tuple(messages), "live")
+            _embed_new(op, embedder)
+            try:
+                treeops.apply(conn, layout, op, embedder.model_id, embedder.dim)
+            except ConflictError as exc:  # a person is editing it; the next route retries
+                return Routed(tuple(messages), "live", (f"topic {key}: {exc}",))
+            if commit is not None:
+                commit(op.message)
+            messages.append(op.message)
+    return Routed(tuple(messages), "live")
+
+
+def _embed_new(op: TreeOp, embedder: Embedder) -> None:
+    nodes = [parse_summary(w.data, w.path)[0] for w in op.writes]
+    if nodes:
+        matrix = embedder.embed([n.searchable for n in nodes])
+        for node, vec in zip(nodes, matrix, strict=True):
+            op.vectors[node.id] = np.asarray(vec, dtype=np.float32)  # type: ignore[index]
+
+
+def candidates(
+    conn: sqlite3.Connection, layout: Layout, changed: Sequence[str], now: datetime, settings: TopicSettings
+) -> list[str]:
+    """Entities among ``changed`` that need routing: hot enough for a topic, or with one already."""
+    out = []
+    for key in changed:
+        if entities.parse_key(key)[0] not in settings.kinds:
+            continue
+        if (
+            layout.abs(topic_dir(key)).is_dir()
+            or layout.abs(topic_dir(key, archived=True)).is_dir()
+            or heat.heat_of(conn, key, now, settings.heat) >= settings.heat.create_at
+        ):
+            out.append(key)
+    return out
+
+
+def after_admit(
+    conn: sqlite3.Connection, layout: Layout, leaf_ids: Sequence[str], now: datetime, settings: TopicSettings
+) -> int:
+    """Record the admitted leaves' mentions in the heat table and queue routing where needed."""
+    if not settings.enabled or not leaf_ids:
+        return 0
+    changed = heat.admitted(conn, leaf_ids, now, settings.heat)
+    return JobQueue(conn).enqueue_many(route_job(k) for k in candidates(conn, layout, changed, now, settings))
+
+
+def sweep(conn: sqlite3.Connection, layout: Layout, now: datetime, settings: TopicSettings) -> int:
+    """Queue routing for every existing topic (archiving the cold) and every entity hot enough for
+    one; the daily schedule and ``vaultmem compact`` run it."""
+    if not settings.enabled:
+        return 0
+    keys = set(existing(conn))
+    keys.update(
+        k
+        for k, h in heat.current(conn, now, settings.heat).items()
+        if h >= settings.heat.create_at and entities.parse_key(k)[0] in settings.kinds
+    )
+    return JobQueue(conn).enqueue_many(route_job(k) for k in sorted(keys))
+
+
+def existing(conn: sqlite3.Connection) -> dict[str, str]:
+    """entity key -> topic root path, for every topic on disk (live or archived), from the index."""
+    out: dict[str, str] = {}
+    for row in conn.execute(
+        "SELECT path, provenance FROM chunks WHERE kind = 'summary' AND path >= ? AND path < ?",
+        index.prefix_range(TOPICS + "/"),
+    ):
+        rel = row["path"]
+        parts = PurePosixPath(rel).parts
+        is_root = len(parts) == 3 or (len(parts) == 4 and parts[1] == ARCHIVE)
+        if is_root:
+            key = _entity_of(row["provenance"])
+            if key:
+                out[key] = rel
+    return out
+
+
+def _entity_of(provenance: str) -> str | None:
+    try:
+        value = json.loads(provenance)
+    except ValueError:
+        return None
+    entity = value.get("entity") if isinstance(value, dict) else None
+    return str(entity) if entity else None
