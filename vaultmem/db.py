@@ -221,6 +221,48 @@ def m010_order(conn: sqlite3.Connection) -> None:
     )
 
 
+def m011_entities(conn: sqlite3.Connection) -> None:
+    # The entity index. A leaf's ``entities`` (JSON list of canonical keys, from its frontmatter) is the
+    # truth; ``mentions`` follows it through triggers, so every path that writes rows (ingest, extract,
+    # reindex, the watcher, compaction moves) keeps it in step without knowing it exists.
+    # ``entity_heat`` is not derived from files: it records what the vault saw and when (mentions as they
+    # were admitted, queries as they were asked), so like the job queue it survives a reindex.
+    _script(
+        conn,
+        """
+        ALTER TABLE chunks ADD COLUMN entities TEXT NOT NULL DEFAULT '[]';
+        CREATE TABLE mentions(
+            entity TEXT NOT NULL,
+            leaf TEXT NOT NULL,
+            source TEXT NOT NULL,
+            ts TEXT,
+            PRIMARY KEY (entity, leaf)
+        ) WITHOUT ROWID;
+        CREATE INDEX mentions_leaf ON mentions(leaf);
+        CREATE INDEX mentions_entity_source ON mentions(entity, source);
+        CREATE TRIGGER chunks_ment_ai AFTER INSERT ON chunks WHEN new.entities <> '[]' BEGIN
+            INSERT OR IGNORE INTO mentions(entity, leaf, source, ts)
+                SELECT value, new.id, new.source, new.ts FROM json_each(new.entities);
+        END;
+        CREATE TRIGGER chunks_ment_ad AFTER DELETE ON chunks WHEN old.entities <> '[]' BEGIN
+            DELETE FROM mentions WHERE leaf = old.id;
+        END;
+        CREATE TRIGGER chunks_ment_au AFTER UPDATE OF entities, source, ts ON chunks
+        WHEN old.entities IS NOT new.entities OR old.source IS NOT new.source OR old.ts IS NOT new.ts BEGIN
+            DELETE FROM mentions WHERE leaf = old.id;
+            INSERT OR IGNORE INTO mentions(entity, leaf, source, ts)
+                SELECT value, new.id, new.source, new.ts FROM json_each(new.entities);
+        END;
+        CREATE TABLE entity_heat(
+            entity TEXT PRIMARY KEY,
+            heat REAL NOT NULL,
+            day TEXT NOT NULL,
+            queries INTEGER NOT NULL DEFAULT 0
+        );
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -232,6 +274,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("008_vectors_model_index", m008_vectors_model_index),
     ("009_chunks_generation", m009_chunks_generation),
     ("010_order", m010_order),
+    ("011_entities", m011_entities),
 ]
 
 

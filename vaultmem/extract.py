@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from vaultmem import index, sidecar, vectors
+from vaultmem import entities, index, sidecar, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.layout import Layout
@@ -69,10 +69,24 @@ def _nodes_by_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> list[_Node]:
     return found
 
 
+EntityFinder = Callable[[Leaf], tuple[str, ...]]
+
+
+def find_entities(leaf: Leaf) -> tuple[str, ...]:
+    """The rule-based entity keys of a leaf (the default; an LLM extractor may add to them)."""
+
+    return tuple(m.key for m in entities.extract(leaf.text, speaker=leaf.speaker, ts=leaf.ts))
+
+
 def extract(
-    conn: sqlite3.Connection, layout: Layout, embedder: Embedder, ids: Sequence[str]
+    conn: sqlite3.Connection,
+    layout: Layout,
+    embedder: Embedder,
+    ids: Sequence[str],
+    finder: EntityFinder | None = find_entities,
 ) -> ExtractReport:
-    """Embed the leaves and summaries ``ids`` (reusing sidecar vectors) and admit pending leaves."""
+    """Embed the leaves and summaries ``ids`` (reusing sidecar vectors) and admit pending leaves,
+    writing the entities ``finder`` finds in each into its frontmatter as it is admitted."""
     nodes = _nodes_by_ids(conn, ids)
     by_dir: dict[str, dict[str, _Node]] = defaultdict(dict)
     for node in nodes:
@@ -113,7 +127,8 @@ def extract(
         vectors.upsert(conn, model, rows)
     leaves = index.leaves_by_ids(conn, [n.id for n in nodes])
     pending = [leaf for leaf in leaves if leaf.status is Status.PENDING]
-    busy = set_status(conn, layout, pending, Status.ADMITTED)
+    found = {leaf.id: finder(leaf) for leaf in pending} if finder is not None else None
+    busy = set_status(conn, layout, pending, Status.ADMITTED, found)
     return ExtractReport(
         leaves=len(nodes),
         embedded=len(todo),

@@ -46,6 +46,7 @@ ROW_COLUMNS = (
     "file_size",
     "file_mtime_ns",
     "ord",
+    "entities",
 )
 
 
@@ -96,6 +97,7 @@ def leaf_row(leaf: Leaf, stamp: FileStamp, parent: str | None = None) -> tuple[A
         stamp.size,
         stamp.mtime_ns,
         leaf.order,
+        json.dumps(list(leaf.entities), ensure_ascii=False),
     )
 
 
@@ -108,6 +110,11 @@ def summary_row(node: SummaryNode, stamp: FileStamp, parent: str | None = None) 
         "pinned": bool(node.pinned),
         "hand_edited": node.hand_edited,
     }
+    if node.entity:
+        provenance["entity"] = node.entity
+        provenance["archived"] = node.archived
+    if node.period:
+        provenance["period"] = node.period
     return (
         node.id,
         "summary",
@@ -136,6 +143,7 @@ def summary_row(node: SummaryNode, stamp: FileStamp, parent: str | None = None) 
         stamp.size,
         stamp.mtime_ns,
         node.order,
+        "[]",
     )
 
 
@@ -207,6 +215,7 @@ def row_to_leaf(row: sqlite3.Row) -> Leaf:
         content_hash=row["content_hash"],
         redactions=tuple(json.loads(row["redactions"])),
         order=_ord(row),
+        entities=_entities(row),
         meta=json.loads(row["provenance"]),
     )
 
@@ -217,6 +226,14 @@ def _ord(row: sqlite3.Row) -> str | None:
     except IndexError:  # a read-only connection to an index that predates migration 010
         return None
     return value
+
+
+def _entities(row: sqlite3.Row) -> tuple[str, ...]:
+    try:
+        value = row["entities"]
+    except IndexError:  # a read-only connection to an index that predates migration 011
+        return ()
+    return tuple(json.loads(value)) if value else ()
 
 
 def get_leaf(conn: sqlite3.Connection, node_id: str) -> Leaf:

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from vaultmem import mdfile
+from vaultmem.entities import KINDS, canonical
 from vaultmem.errors import FrontmatterError
 from vaultmem.layout import slug
 from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Status, format_ts, parse_order, parse_ts, safe_name
@@ -38,6 +39,7 @@ LEAF_KEYS = frozenset(
         "content_hash",
         "redactions",
         "provenance",
+        "entities",
     }
 )
 
@@ -74,6 +76,8 @@ def engine_meta(leaf: Leaf) -> dict[str, Any]:
         "speaker": leaf.speaker,
         "ts": format_ts(leaf.ts),
         "status": leaf.status.value,
+        # Right after the status: extract writes both at once, editing two lines of the file in place.
+        "entities": list(leaf.entities) or None,
         "score": leaf.score,
         "reasons": list(leaf.reasons),
         "tokens": leaf.tokens,
@@ -141,9 +145,31 @@ def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, mdfile.MdDoc]:
         content_hash=content_hash(body),
         redactions=_str_list(meta.get("redactions"), "redactions", rel_path),
         order=order,
+        entities=entity_keys(_str_list(meta.get("entities"), "entities", rel_path)),
         meta={str(k): str(v) for k, v in provenance.items()},
     )
     return leaf, doc
+
+
+def entity_keys(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Entity keys as a person may have written them: "Kyoto trip" (no kind) counts as a project,
+    "Person:Caroline" is made canonical. Duplicates go; the file keeps exactly what was written."""
+    if not values:
+        return ()
+    out: dict[str, None] = {}
+    for value in values:
+        kind, _, name = value.partition(":")
+        try:
+            key = (
+                canonical(kind.strip().lower(), name)
+                if kind.strip().lower() in KINDS and name.strip()
+                else ""
+            )
+            key = key or canonical("project", value)
+        except ValueError:
+            continue
+        out.setdefault(key, None)
+    return tuple(out)
 
 
 def leaf_json(leaf: Leaf) -> dict[str, Any]:

@@ -8,7 +8,7 @@ left alone and reported back), and a whole batch is made durable with one filesy
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from vaultmem import fsio, index, leaffile, mdfile
@@ -17,9 +17,16 @@ from vaultmem.layout import Layout
 from vaultmem.model import Leaf, Status
 
 
-def set_status(conn: sqlite3.Connection, layout: Layout, leaves: Sequence[Leaf], status: Status) -> list[str]:
-    """Move ``leaves`` to ``status`` in files and rows. Returns the ids left unchanged because their file
-    changed on disk since it was indexed (the watcher or ``check --fix`` reconciles those first)."""
+def set_status(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    leaves: Sequence[Leaf],
+    status: Status,
+    entities: Mapping[str, tuple[str, ...]] | None = None,
+) -> list[str]:
+    """Move ``leaves`` to ``status`` in files and rows, writing their ``entities`` too when given (leaf id
+    -> canonical keys). Returns the ids left unchanged because their file changed on disk since it was
+    indexed (the watcher or ``check --fix`` reconciles those first)."""
     if not leaves:
         return []
     stamps: dict[str, str] = {}
@@ -42,8 +49,12 @@ def set_status(conn: sqlite3.Connection, layout: Layout, leaves: Sequence[Leaf],
         if digest != stamps.get(leaf.id):
             skipped.append(leaf.id)
             continue
-        new_leaf = replace(leaf, status=status)
+        found = (entities or {}).get(leaf.id, ())
+        merged = tuple(dict.fromkeys([*leaf.entities, *found]))
+        new_leaf = replace(leaf, status=status, entities=merged)
         new_data = _edit_status_line(data, leaf.status, status)
+        if new_data is not None and merged != leaf.entities:
+            new_data = _add_entities_line(new_data, status, merged)
         if new_data is None:
             doc = mdfile.split(data.decode("utf-8-sig"), where=leaf.path)
             body = doc.body if doc.body.strip() == leaf.text.strip() else leaf.text + "\n"
@@ -60,6 +71,18 @@ def set_status(conn: sqlite3.Connection, layout: Layout, leaves: Sequence[Leaf],
     with atomic(conn):
         index.upsert_rows(conn, rows)
     return skipped
+
+
+def _add_entities_line(data: bytes, status: Status, keys: tuple[str, ...]) -> bytes | None:
+    """Put an ``entities:`` line after the ``status:`` line; None when the file already has one (then
+    the caller re-renders the frontmatter, keeping the user's keys)."""
+    end = data.find(b"\n---", 3)
+    head = data[: end + 1]
+    if b"\nentities:" in head:
+        return None
+    line = b"\nstatus: " + status.value.encode() + b"\n"
+    added = mdfile.dump_mapping({"entities": list(keys)}).encode("utf-8")
+    return head.replace(line, line + added, 1) + data[end + 1 :]
 
 
 def _edit_status_line(data: bytes, old: Status, new: Status) -> bytes | None:

@@ -160,6 +160,7 @@ class Leaf:
     content_hash: str = ""
     redactions: tuple[str, ...] = ()
     order: str | None = None  # reading position among its siblings (a decimal number), when set
+    entities: tuple[str, ...] = ()  # canonical entity keys ("person:caroline"), found during extract
     meta: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property

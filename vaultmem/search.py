@@ -42,6 +42,7 @@ class Filters:
     until: datetime | None = None
     kind: str | None = None  # "leaf" or "summary"
     status: str | None = None
+    entity: str | None = None  # only leaves that mention this entity key (a topic's scope)
 
     def sql(self, alias: str = "c") -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -57,6 +58,9 @@ class Filters:
                 )
             clauses.append(f"{alias}.status = ?")
             params.append(self.status)
+        if self.entity is not None:
+            clauses.append(f"{alias}.id IN (SELECT leaf FROM mentions WHERE entity = ?)")
+            params.append(self.entity)
         if self.since is not None:
             clauses.append(f"{alias}.ts >= ?")
             params.append(format_ts(self.since))
@@ -68,7 +72,8 @@ class Filters:
     @property
     def empty(self) -> bool:
         return all(
-            v is None for v in (self.source, self.session, self.since, self.until, self.kind, self.status)
+            v is None
+            for v in (self.source, self.session, self.since, self.until, self.kind, self.status, self.entity)
         )
 
 

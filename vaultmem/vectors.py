@@ -40,6 +40,20 @@ def upsert(conn: sqlite3.Connection, model: str, rows: Iterable[VectorRow]) -> N
     )
 
 
+def by_ids(conn: sqlite3.Connection, model: str, ids: Iterable[str]) -> dict[str, Matrix]:
+    """The stored vectors of ``ids`` for ``model`` (ids without one are left out)."""
+    wanted = list(dict.fromkeys(ids))
+    out: dict[str, Matrix] = {}
+    for start in range(0, len(wanted), 500):
+        part = wanted[start : start + 500]
+        marks = ",".join("?" * len(part))
+        for row in conn.execute(
+            f"SELECT id, vec FROM vectors WHERE model = ? AND id IN ({marks})", [model, *part]
+        ):
+            out[row["id"]] = np.frombuffer(row["vec"], dtype="<f4").astype(np.float32)
+    return out
+
+
 # Above this many vectors, candidates are pre-selected by Hamming distance on sign bits (a 32x smaller
 # array than the float32 matrix, so the scan is no longer memory-bound) and re-scored exactly.
 APPROX_ABOVE = 50_000
