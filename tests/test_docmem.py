@@ -60,7 +60,8 @@ def vault(template: Path, tmp_path: Path) -> Iterator[Vault]:
 
 def level_ids(vault: Vault, depth: int = 1) -> list[str]:
     rows = vault.conn.execute(
-        "SELECT id FROM chunks WHERE kind = 'summary' AND depth = ? ORDER BY path", (depth,)
+        "SELECT id FROM chunks WHERE kind = 'summary' AND depth = ? AND path LIKE 'sources/%' ORDER BY path",
+        (depth,),
     )
     return [r["id"] for r in rows]
 

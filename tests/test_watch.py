@@ -321,24 +321,29 @@ def test_watch_once_catches_up(seeded: Vault) -> None:
     assert json.loads(again.output)["notes"] == 0  # read once: the stamp is remembered
 
 
-def test_scheduler_enqueues_and_pool_leaves_digest_queued(seeded: Vault) -> None:
+def test_scheduler_enqueues_and_pool_runs_the_digest(seeded: Vault) -> None:
     jobs = midnight_jobs(datetime(2026, 3, 5, tzinfo=UTC), seeded.sources())
     assert seeded.jobs.enqueue_many(jobs) == 2
     assert seeded.jobs.enqueue_many(jobs) == 0  # the same midnight twice queues nothing
-    Pool(seeded.work_context()).run_until_idle()  # returns although the digest is still queued
-    left = seeded.jobs.list()
-    assert [(j.kind, j.state, j.payload) for j in left] == [
-        (JobKind.DIGEST_DAILY.value, "queued", {"day": "2026-03-04"})
-    ]
+    Pool(seeded.work_context()).run_until_idle()
+    assert seeded.jobs.list() == []  # 2026-03-04 has no leaves: its digest job completes, writing nothing
+    assert (seeded.layout.root / "global" / "2024-03").is_dir()  # the seeded days got theirs
+    assert not (seeded.layout.root / "global" / "2026-03").exists()
 
 
 def test_midnight_queues_the_digest(seeded: Vault) -> None:
+    yesterday = datetime.fromtimestamp(time.time() - 86400, UTC).strftime("%Y-%m-%d")
+    seeded.ingest_messages(
+        [{"id": "late", "content": "The boiler was serviced at last.", "ts": yesterday}], source="chat"
+    )
+    seeded.flush()
+    seeded.conn.execute("DELETE FROM jobs WHERE kind = ?", (JobKind.DIGEST_DAILY.value,))
+    seeded.conn.commit()  # only the scheduler can queue yesterday's digest now
     with watching(seeded.layout.root) as daemon:
         daemon._next_midnight = time.time()  # as if 00:00 UTC had just passed
-        wait_for(lambda: seeded.jobs.list(), what="the scheduler")
-        kinds = {j.kind for j in seeded.jobs.list()}
-        assert JobKind.DIGEST_DAILY.value in kinds
-    assert [j.state for j in seeded.jobs.list() if j.kind == JobKind.DIGEST_DAILY.value] == ["queued"]
+        day = seeded.layout.root / "global" / yesterday[:7]
+        wait_for(lambda: list(day.glob(f"*/{yesterday}/_summary.md")), what="yesterday's digest")
+    assert "boiler" in next(day.glob(f"*/{yesterday}/_summary.md")).read_text()
 
 
 def test_debouncer_coalesces_a_burst() -> None:

@@ -15,21 +15,27 @@ Invariants:
 - ``pending_intent``   a batch or compaction step interrupted by a crash   (fix: finish it)
 - ``outside_link``     a symlink pointing outside the vault                (not fixable: remove the link)
 - ``stale_unqueued``   a stale summary without its re-summarise job        (fix: queue it)
+- ``dangling_link``    a topic or digest links a leaf that is gone         (fix: queue its re-route or
+                       re-digest; ``vaultmem compact`` or the daemon runs it)
 """
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
+from datetime import date
 
 from vaultmem import fsio, index
 from vaultmem.db import atomic
+from vaultmem.errors import VaultError
 from vaultmem.ingest import heal_intents
-from vaultmem.jobs import JobQueue, resummarize_job
+from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job
 from vaultmem.layout import SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.reindex import read_vault
 from vaultmem.scan import scan
+from vaultmem.summaryfile import parse_summary
+from vaultmem.topics import route_job
 from vaultmem.treeops import pending_notes
 
 
@@ -138,7 +144,54 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
         problems.extend(refresh_problems + orphan_problems + stale_problems)
         if fts_problem is not None:
             problems.append(fts_problem)
+    dangling = _dangling_links(conn, layout, max_bytes, fix=fix)
+    (fixed if fix else problems).extend(p for p in dangling if p.fixable)
+    problems.extend(p for p in dangling if not p.fixable)
     return CheckReport(tuple(problems), tuple(fixed), leaves)
+
+
+def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool) -> list[Problem]:
+    """Wikilinks of topic and digest nodes name leaves by file name; each must still be a leaf. A node
+    whose rewrite is already queued is not a problem; ``fix`` queues the rewrite."""
+    out: list[Problem] = []
+    jobs: list[NewJob] = []
+    for row in conn.execute(
+        "SELECT path FROM chunks WHERE kind = 'summary' AND (path LIKE 'topics/%' OR path LIKE 'global/%')"
+    ):
+        try:
+            text = fsio.read_text_guarded(layout.abs(row["path"]), max_bytes)[0]
+            node, _doc = parse_summary(text, row["path"])
+        except (OSError, UnicodeDecodeError, VaultError):
+            continue  # unreadable files are reported by the row checks above
+        job = _repair_job(node.entity, row["path"])
+        queued = (
+            job is not None
+            and conn.execute("SELECT 1 FROM jobs WHERE dedupe_key = ?", (job.dedupe_key,)).fetchone()
+        )
+        if queued:
+            continue  # the job that re-routes the topic or re-digests the day is already queued
+        ids = [i for i in (id_from_filename(c.target) for c in node.children if c.wiki) if i]
+        known = index.existing_ids(conn, ids)
+        gone = [i for i in ids if i not in known]
+        if gone:
+            what = "re-route its topic" if node.entity else "re-digest its day"
+            message = f"links {len(gone)} leaves that are gone ({what})"
+            out.append(Problem("dangling_link", row["path"], message, job is not None))
+            if job is not None:
+                jobs.append(job)
+    if fix and jobs:
+        JobQueue(conn).enqueue_many(jobs)
+    return out
+
+
+def _repair_job(entity: str | None, rel: str) -> NewJob | None:
+    """The job that rewrites a topic or digest node from the index (None for a week or a month)."""
+    if entity:
+        return route_job(entity)
+    try:
+        return digest_job(date.fromisoformat(rel.split("/")[-2]))  # global/<month>/<week>/<day>/_summary.md
+    except ValueError:
+        return None
 
 
 def _differs(row: dict[str, object], expected: dict[str, object]) -> bool:

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from vaultmem.errors import VaultError, VaultNotFound
+from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
 from vaultmem.model import Leaf, format_ts
@@ -297,13 +297,24 @@ def search(
     until: Annotated[str | None, _when_opt("Only memories at or before this time")] = None,
     kind: Annotated[str | None, typer.Option("--kind", help="leaf or summary")] = None,
     status: Annotated[str | None, typer.Option("--status")] = None,
+    topic: Annotated[
+        str | None, typer.Option("--topic", "-t", help="Only leaves mentioning this entity.")
+    ] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Hybrid search: full-text (BM25) and embeddings, fused."""
     with open_vault(vault_path) as vault:
         hits = vault.search(
-            query, k, source=source, session=session, since=since, until=until, kind=kind, status=status
+            query,
+            k,
+            source=source,
+            session=session,
+            since=since,
+            until=until,
+            kind=kind,
+            status=status,
+            topic=topic,
         )
     if as_json:
         emit_json([hit.as_dict() for hit in hits])
@@ -339,6 +350,73 @@ def context(
         emit_json(data)
         return
     typer.echo(ctx.text or "(nothing relevant remembered)")
+
+
+@app.command()
+def topics(
+    n: Annotated[int, typer.Option("--n", "-n", help="How many entities.")] = 20,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The hottest entities (people, projects, repos, ...) and their topic trees."""
+    with open_vault(vault_path) as vault:
+        found = vault.hot_topics(n)
+    if as_json:
+        emit_json([e.as_dict() for e in found])
+        return
+    if not found:
+        typer.echo("no entities yet (they are found as leaves are admitted: `vaultmem compact`)")
+    for e in found:
+        tree = e.topic.rsplit("/", 1)[0] + "/" if e.topic else "-"
+        mark = " (archived)" if e.archived else ""
+        typer.echo(
+            f"{e.heat:7.1f}  {e.kind:8} {e.name[:28]:28} {e.leaves:5} leaves {e.sources:2} sources"
+            f"  {(e.last_seen or '-')[:10]}  {tree}{mark}"
+        )
+
+
+@app.command()
+def topic(
+    name: Annotated[str, typer.Argument(help="An entity: Caroline, @caroline, person:caroline, a repo...")],
+    n: Annotated[int, typer.Option("--n", "-n", help="Facts and recent leaves to show.")] = 5,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the vault knows about one entity: its topic summary, key facts, latest leaves."""
+    with open_vault(vault_path) as vault:
+        view = vault.topic(name, n)
+    if as_json:
+        emit_json(view.as_dict())
+        return
+    e = view.entity
+    typer.echo(f"# {e.name}  ({e.key}; heat {e.heat:.1f}; {e.leaves} leaves in {e.sources} sources)")
+    typer.echo(
+        f"seen {(e.first_seen or '-')[:10]} .. {(e.last_seen or '-')[:10]}; topic: {e.topic or 'none yet'}"
+    )
+    if view.summary:
+        typer.echo("\n" + view.summary)
+    for title, leaves in (("Key facts", view.facts), ("Latest", view.recent)):
+        typer.echo(f"\n## {title}")
+        for leaf in leaves:
+            typer.echo(_leaf_line(leaf))
+
+
+@app.command()
+def graph(
+    limit: Annotated[int, typer.Option("--limit", help="The most mentioned entities to include.")] = 200,
+    min_weight: Annotated[int, typer.Option("--min-weight", help="Leaves two entities share, at least.")] = 1,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The entity graph: entities and co-occurrence edges (--json for a force-directed view)."""
+    with open_vault(vault_path) as vault:
+        data = vault.graph(limit=limit, min_weight=min_weight)
+    if as_json:
+        emit_json(data)
+        return
+    typer.echo(f"{len(data['nodes'])} entities, {len(data['edges'])} edges")
+    for edge in data["edges"][:40]:
+        typer.echo(f"{edge['weight']:5}  {edge['source']}  --  {edge['target']}")
 
 
 @app.command("tree")
@@ -389,6 +467,49 @@ def read_cmd(
         emit_json({"id": node_id, "text": text, "nodes": nodes, "tokens": count_tokens(text)})
         return
     typer.echo(text)
+
+
+@app.command()
+def digest(
+    day: Annotated[
+        str | None, typer.Argument(help="YYYY-MM-DD, 'today' or 'yesterday' (UTC; default: today).")
+    ] = None,
+    week: Annotated[
+        bool, typer.Option("--week", help="The week holding DATE (its part in DATE's month).")
+    ] = False,
+    month: Annotated[bool, typer.Option("--month", help="The month holding DATE.")] = False,
+    start: Annotated[str | None, typer.Option("--from", help="A range: its first day (YYYY-MM-DD).")] = None,
+    end: Annotated[str | None, typer.Option("--to", help="A range: its last day (YYYY-MM-DD).")] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What happened on a day, in a week or a month: the global tree's digest (written if missing)."""
+    if week and month:
+        raise InvalidInput("--week and --month exclude each other; give one of them")
+    ranged = start is not None or end is not None
+    with open_vault(vault_path) as vault:
+        period = "week" if week else "month" if month else "day"
+        nodes = vault.global_digest(day, start=start, end=end, period=period)
+    if as_json:
+        data = [summary_json(node) for node in nodes]
+        emit_json(data if ranged else (data[0] if data else None))
+        return
+    if not nodes:
+        typer.echo("(no digest: nothing was remembered then)")
+    for n, node in enumerate(nodes):
+        if n:
+            typer.echo("")
+        typer.echo(f"# {node.title}  ({node.path})")
+        typer.echo(
+            f"id: {node.id}  period: {node.period}  leaves: {node.descendants}  "
+            f"{format_ts(node.earliest) or '?'} .. {format_ts(node.latest) or '?'}"
+            f"  summariser: {node.summariser}{'  STALE' if node.stale else ''}"
+        )
+        typer.echo("")
+        typer.echo(node.searchable)
+        typer.echo("")
+        for link in node.children:
+            typer.echo(f"  - {link.label}  ({link.target})")
 
 
 @app.command()

@@ -21,7 +21,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import cluster, fsio, index, sidecar, treeops
+from vaultmem import cluster, fsio, index, sidecar, treeops, vectors
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.jobs import JobQueue, resummarize_job
@@ -33,6 +33,7 @@ from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
     clean_title,
+    keep_hand_edit,
     parse_summary,
     render_summary,
     set_stale_line,
@@ -636,13 +637,7 @@ def _children_of(conn: sqlite3.Connection, directory: str) -> tuple[list[sqlite3
 
 
 def _vectors_for(conn: sqlite3.Connection, ids: Sequence[str], model: str) -> dict[str, Vector]:
-    out: dict[str, Vector] = {}
-    for part, marks in index.in_batches(list(ids)):
-        for row in conn.execute(
-            f"SELECT id, vec FROM vectors WHERE model = ? AND id IN ({marks})", [model, *part]
-        ):
-            out[row["id"]] = np.frombuffer(row["vec"], dtype="<f4").astype(np.float32)
-    return out
+    return vectors.by_ids(conn, model, ids)
 
 
 def resummarize(
@@ -703,9 +698,8 @@ def resummarize(
         "SELECT count(*), min(ts), max(ts) FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?",
         index.prefix_range(prefix),
     ).fetchone()
-    pinned = node.pinned
-    if node.hand_edited and node.text.strip():
-        pinned = f"{pinned}\n\n{node.text}".strip() if pinned else node.text.strip()
+    pinned = keep_hand_edit(node)
+    if pinned != node.pinned:
         notes.append(f"{rel} was edited by hand: the edited text is kept under '## Pinned'")
     links = [
         ChildLink(_leaf_label_row(r), PurePosixPath(r["path"]).name)

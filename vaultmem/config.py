@@ -47,6 +47,20 @@ condense_target = 4         # children per new parent, on average
 max_wait_s = 86400.0        # a buffer older than this is sealed even below the thresholds
 workers = 3                 # worker threads running queued jobs
 
+[topics]
+enabled = true              # follow hot entities in topic trees under topics/
+half_life_days = 7.0        # heat halves every this many days without news (see docs/architecture.md)
+mention_weight = 1.0        # heat per new leaf mentioning the entity
+source_weight = 2.0         # heat when the entity shows up in a source for the first time
+query_weight = 3.0          # heat per query that names it
+create_at = 12.0            # a topic tree is made for an entity this hot ...
+min_leaves = 5              # ... that at least this many leaves mention
+archive_below = 1.0         # a topic colder than this moves to topics/_archive/ (kept, not routed)
+keep_recent = 12            # the newest linked leaves listed at a topic's root
+seal_min = 12               # sealed into levels once this many more wait beyond them
+level_leaves = 12           # leaves per topic level
+llm_entities = false        # also ask the [llm] endpoint for entities as leaves are admitted (slow)
+
 [llm]
 base_url = ""               # OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp); empty = extractive only
 model = ""
@@ -72,6 +86,21 @@ _COMPACT_KEYS = (
     "workers",
 )
 
+_TOPIC_KEYS = (
+    "enabled",
+    "half_life_days",
+    "mention_weight",
+    "source_weight",
+    "query_weight",
+    "create_at",
+    "min_leaves",
+    "archive_below",
+    "keep_recent",
+    "seal_min",
+    "level_leaves",
+    "llm_entities",
+)
+
 _SECTIONS = {
     "ingest": {
         "chunk_max_tokens": "chunk_max_tokens",
@@ -81,6 +110,7 @@ _SECTIONS = {
     "embed": {"model": "embed_model", "backend": "embed_backend", "batch_size": "embed_batch_size"},
     "git": {"auto_commit": "git_auto_commit"},
     "compact": {key: f"compact_{key}" for key in _COMPACT_KEYS},
+    "topics": {key: f"topics_{key}" for key in _TOPIC_KEYS},
     "llm": {
         "base_url": "llm_base_url",
         "model": "llm_model",
@@ -119,10 +149,26 @@ class Config:
     compact_condense_target: int = 4
     compact_max_wait_s: float = 86400.0
     compact_workers: int = 3
+    topics_enabled: bool = True
+    topics_half_life_days: float = 7.0
+    topics_mention_weight: float = 1.0
+    topics_source_weight: float = 2.0
+    topics_query_weight: float = 3.0
+    topics_create_at: float = 12.0
+    topics_min_leaves: int = 5
+    topics_archive_below: float = 1.0
+    topics_keep_recent: int = 12
+    topics_seal_min: int = 12
+    topics_level_leaves: int = 12
+    topics_llm_entities: bool = False
 
     def compact_values(self) -> dict[str, Any]:
         """The ``[compact]`` section as keyword arguments (for ``CompactSettings``)."""
         return {key: getattr(self, f"compact_{key}") for key in _COMPACT_KEYS}
+
+    def topic_values(self) -> dict[str, Any]:
+        """The ``[topics]`` section as keyword arguments (``TopicSettings`` / ``HeatSettings``)."""
+        return {key: getattr(self, f"topics_{key}") for key in _TOPIC_KEYS}
 
 
 def parse_config(text: str, where: str = "config.toml") -> Config:
@@ -156,6 +202,11 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
         raise InvalidInput(f"{where}: compact.bucket_min_leaves is larger than compact.bucket_max_leaves")
     if config.compact_condense_fanout < 2:
         raise InvalidInput(f"{where}: compact.condense_fanout must be at least 2")
+    for key in _TOPIC_KEYS:
+        if key not in ("enabled", "llm_entities") and getattr(config, f"topics_{key}") < 0:
+            raise InvalidInput(f"{where}: topics.{key} must not be negative")
+    if config.topics_half_life_days <= 0 or min(config.topics_keep_recent, config.topics_level_leaves) < 1:
+        raise InvalidInput(f"{where}: topics.half_life_days, keep_recent and level_leaves must be positive")
     if config.llm_max_concurrent < 1:
         raise InvalidInput(f"{where}: llm.max_concurrent must be at least 1")
     return config

@@ -13,6 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import date
 from enum import StrEnum
 from typing import Any
 
@@ -73,6 +74,14 @@ def resummarize_job(summary_id: str, depth: int) -> NewJob:
         dedupe_key=f"resummarize:{summary_id}",
         priority=RESUMMARIZE_PRIORITY - depth,
     )
+
+
+def topic_route_job(entity: str) -> NewJob:
+    return NewJob(JobKind.TOPIC_ROUTE.value, {"entity": entity}, dedupe_key=f"topic_route:{entity}")
+
+
+def digest_job(day: date) -> NewJob:
+    return NewJob(JobKind.DIGEST_DAILY.value, {"day": day.isoformat()}, dedupe_key=f"digest_daily:{day}")
 
 
 def _row(row: sqlite3.Row) -> Job:

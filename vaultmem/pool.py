@@ -19,10 +19,11 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from vaultmem import db, treeops
+from vaultmem import db, digest, heat, topics, treeops
 from vaultmem.compact import (
     CompactSettings,
     Planner,
+    Resummarized,
     SourceState,
     buffer_age,
     buffer_ready,
@@ -32,17 +33,19 @@ from vaultmem.compact import (
 )
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError
+from vaultmem.extract import EntityFinder, find_entities
 from vaultmem.jobs import Job, JobKind, JobQueue, NewJob
 from vaultmem.layout import Layout
 from vaultmem.summarise import Summariser
+from vaultmem.topics import TopicSettings
 from vaultmem.worker import EXTRACT_BATCH, WorkReport, run_extract
 
 POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
-# Kinds queued ahead of their handler (the daemon's scheduler queues the daily digest): left queued,
-# never claimed, so they are neither failed nor parked, and they never keep "until idle" runs going.
-WAITING_KINDS = (JobKind.DIGEST_DAILY.value,)
+# Kinds queued ahead of their handler (none at present): left queued, never claimed, so they are
+# neither failed nor parked, and they never keep "until idle" runs going.
+WAITING_KINDS: tuple[str, ...] = ()
 CLAIMABLE_KINDS = [k.value for k in JobKind if k.value not in WAITING_KINDS]
 
 
@@ -55,6 +58,8 @@ class WorkContext:
     lock: Callable[[], AbstractContextManager[object]]  # the vault's write lock
     max_bytes: int
     commit: Callable[[str], None] | None = None  # git auto-commit of one logical operation
+    topics: TopicSettings = field(default_factory=TopicSettings)
+    finder: EntityFinder | None = find_entities  # entities of a leaf as it is admitted
 
 
 @dataclass
@@ -68,6 +73,7 @@ class PoolReport:
     levels: int = 0  # new levels (buckets and parents)
     condensed: int = 0  # levels moved under a parent
     resummarized: int = 0
+    topics: int = 0  # topic tree steps (links, seals, archiving)
     operations: list[str] = field(default_factory=list)  # one line per logical operation
     notes: list[str] = field(default_factory=list)
     planned: list[str] = field(default_factory=list)  # a dry run's new levels
@@ -223,6 +229,8 @@ class Pool:
                 JobKind.SEAL.value: self._seal,
                 JobKind.FLUSH_STALE.value: self._flush_stale,
                 JobKind.RESUMMARIZE.value: self._resummarize,
+                JobKind.DIGEST_DAILY.value: self._digest_daily,
+                JobKind.TOPIC_ROUTE.value: self._topic_route,
             }.get(kind)
             if handler is None:
                 queue.fail(job, f"no handler for job kind {kind!r} in this version")
@@ -241,7 +249,9 @@ class Pool:
     def _extract(self, conn: sqlite3.Connection, queue: JobQueue, jobs: list[Job]) -> None:
         work = WorkReport()
         with self.ctx.lock():
-            result = run_extract(conn, self.ctx.layout, self.ctx.embedder, queue, jobs, work)
+            result = run_extract(
+                conn, self.ctx.layout, self.ctx.embedder, queue, jobs, work, self.ctx.topics, self.ctx.finder
+            )
         self.report.add(
             jobs_done=work.jobs_done,
             jobs_failed=work.jobs_failed,
@@ -358,13 +368,39 @@ class Pool:
         if self.ctx.commit is not None:
             self.ctx.commit(op.message)
 
+    def _topic_route(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        ctx = self.ctx
+        result = topics.route(
+            conn,
+            ctx.layout,
+            str(job.payload["entity"]),
+            ctx.topics,
+            ctx.embedder(),
+            ctx.lock,
+            ctx.max_bytes,
+            heat.utcnow(),
+            ctx.commit,
+        )
+        for message in result.messages:
+            self.report.add(topics=1)
+            self.report.say(message)
+        self.report.say(notes=result.notes)
+        return True
+
     def _resummarize(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         ctx = self.ctx
+        node_id = str(job.payload["id"])
+        if digest.in_global_tree(conn, node_id):
+            # A digest is rebuilt from its own inputs (a day from its leaves), never from its folder.
+            result = digest.redigest(
+                conn, ctx.layout, node_id, ctx.summariser, ctx.embedder(), ctx.lock, ctx.max_bytes, ctx.commit
+            )
+            return self._settle(queue, job, result, committed=True, resummarized=1)
         try:
             result = resummarize(
                 conn,
                 ctx.layout,
-                str(job.payload["id"]),
+                node_id,
                 ctx.summariser,
                 ctx.embedder(),
                 ctx.lock,
@@ -373,6 +409,22 @@ class Pool:
         except ConflictError as exc:
             queue.defer(job, DEFER_S, str(exc))
             return False
+        return self._settle(queue, job, result, resummarized=1)
+
+    def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        ctx = self.ctx
+        day = digest.parse_day(str(job.payload["day"]))
+        result = digest.build_day(
+            conn, ctx.layout, day, ctx.summariser, ctx.embedder(), ctx.lock, ctx.max_bytes, ctx.commit
+        )
+        return self._settle(queue, job, result, committed=True)
+
+    def _settle(
+        self, queue: JobQueue, job: Job, result: Resummarized, *, committed: bool = False, **counts: int
+    ) -> bool:
+        """Defer, fail or finish a job that rewrites summaries; report (and commit, unless the step
+        already did) what it wrote."""
+        ctx = self.ctx
         if result.outcome == "defer":
             queue.defer(job, DEFER_S, "; ".join(result.notes))
             return False
@@ -380,10 +432,10 @@ class Pool:
             queue.fail(job, "; ".join(result.notes))
             self.report.add(jobs_failed=1)
             return False
-        if result.outcome == "done":
-            self.report.add(resummarized=1)
+        if result.outcome == "done" and result.message:
+            self.report.add(**counts)
             self.report.say(result.message, result.notes)
-            if ctx.commit is not None:
+            if ctx.commit is not None and not committed:
                 with ctx.lock():
                     ctx.commit(result.message)
         return True

@@ -41,6 +41,9 @@ SUMMARY_KEYS = frozenset(
         "pinned",
         "summariser",
         "content_hash",
+        "entity",
+        "archived",
+        "period",
     }
 )
 PINNED_HEADING = "## Pinned"
@@ -54,6 +57,9 @@ _SUMMARY_RE = re.compile(r"^## Summary[ \t]*$", re.MULTILINE)
 class ChildLink:
     label: str
     target: str  # relative to the summary's directory, e.g. ``03-japan/_summary.md`` or a leaf file name
+    # A wikilink ``[[stem|label]]`` names a leaf by its file name alone, which never changes: Obsidian
+    # resolves it wherever the leaf lives, so topic and digest links survive compaction moving leaves.
+    wiki: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,9 @@ class SummaryNode:
     summariser: str = "extractive"
     content_hash: str = ""  # hash of ``text`` as the engine wrote it
     order: str | None = None  # reading position among its siblings (a decimal number), when set
+    entity: str | None = None  # topic trees: the entity key the topic follows
+    archived: bool = False  # topic trees: gone cold; kept, no longer routed into
+    period: str | None = None  # the global tree: "day" | "week" | "month"
     user_aliases: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -96,6 +105,13 @@ class SummaryNode:
 
 def text_hash(text: str) -> str:
     return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()[:16]
+
+
+def keep_hand_edit(node: SummaryNode) -> str:
+    """The pinned text of ``node``'s next rewrite: a hand-edited generated part joins what was pinned."""
+    if not (node.hand_edited and node.text.strip()):
+        return node.pinned
+    return f"{node.pinned}\n\n{node.text}".strip() if node.pinned else node.text.strip()
 
 
 def summary_id(source: str, seed: str) -> str:
@@ -127,6 +143,9 @@ def engine_meta(node: SummaryNode) -> dict[str, Any]:
         "pinned": True if node.pinned else None,
         "summariser": node.summariser,
         "content_hash": node.content_hash,
+        "entity": node.entity,
+        "archived": True if node.archived else None,
+        "period": node.period,
     }
 
 
@@ -136,7 +155,12 @@ def render_body(node: SummaryNode) -> str:
         parts.append(f"{PINNED_HEADING}\n\n{node.pinned.strip()}\n\n{SUMMARY_HEADING}\n\n")
     parts.append(node.text.strip() + "\n\n")
     parts.append(CHILDREN_HEADING + "\n\n")
-    parts.extend(f"- [{_label(c.label)}]({_link(c.target)})\n" for c in node.children)
+    parts.extend(
+        f"- [[{c.target}|{_label(c.label).replace('|', '/')}]]\n"
+        if c.wiki
+        else f"- [{_label(c.label)}]({_link(c.target)})\n"
+        for c in node.children
+    )
     return "".join(parts)
 
 
@@ -154,6 +178,7 @@ def _link(target: str) -> str:
 
 
 _LINK_RE = re.compile(r"^- \[(?P<label>[^\]]*)\]\((?P<target><[^>]*>|[^)]*)\)\s*$")
+_WIKI_RE = re.compile(r"^- \[\[(?P<target>[^\]|#]+)(?:\|(?P<label>[^\]]*))?\]\]\s*$")
 
 
 def split_body(body: str) -> tuple[str, str, tuple[ChildLink, ...]]:
@@ -167,6 +192,11 @@ def split_body(body: str) -> tuple[str, str, tuple[ChildLink, ...]]:
         if found:
             target = found.group("target")
             children.append(ChildLink(found.group("label"), target.strip("<>")))
+            continue
+        wiki = _WIKI_RE.match(line.strip())
+        if wiki:
+            stem = wiki.group("target").strip()
+            children.append(ChildLink(wiki.group("label") or stem, stem, wiki=True))
     pinned = ""
     text = head
     if head.lstrip().startswith(PINNED_HEADING):
@@ -215,6 +245,9 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
         summariser=str(meta.get("summariser") or "unknown"),
         content_hash=str(meta.get("content_hash") or ""),
         order=order,
+        entity=str(meta["entity"]) if meta.get("entity") else None,
+        archived=meta.get("archived") is True,
+        period=str(meta["period"]) if meta.get("period") else None,
         user_aliases=user_aliases,
     )
     return node, doc
@@ -247,6 +280,6 @@ def summary_json(node: SummaryNode) -> dict[str, Any]:
         text=node.text,
         pinned=node.pinned or None,
         hand_edited=node.hand_edited,
-        children=[{"label": c.label, "target": c.target} for c in node.children],
+        children=[{"label": c.label, "target": c.target, "wiki": c.wiki} for c in node.children],
     )
     return data

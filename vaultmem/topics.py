@@ -35,7 +35,7 @@ from vaultmem import entities, fsio, heat, index, treeops, vectors
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.heat import HeatSettings
-from vaultmem.jobs import JobKind, JobQueue, NewJob
+from vaultmem.jobs import JobQueue, NewJob, topic_route_job
 from vaultmem.layout import SUMMARY_NAME, Layout, slug
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Status, parse_ts
@@ -78,7 +78,7 @@ def settings_from(values: dict[str, object]) -> TopicSettings:
     """``TopicSettings`` from the ``[topics]`` keys (``Config.topic_values()``)."""
     heat_keys = {f.name for f in fields(HeatSettings)}
     heat_part = {k: v for k, v in values.items() if k in heat_keys}
-    rest = {k: v for k, v in values.items() if k not in heat_keys}
+    rest = {k: v for k, v in values.items() if k not in heat_keys and k != "llm_entities"}
     return TopicSettings(heat=HeatSettings(**heat_part), **rest)  # type: ignore[arg-type]
 
 
@@ -88,7 +88,7 @@ def topic_dir(key: str, *, archived: bool = False) -> str:
 
 
 def route_job(key: str) -> NewJob:
-    return NewJob(JobKind.TOPIC_ROUTE.value, {"entity": key}, dedupe_key=f"topic_route:{key}")
+    return topic_route_job(key)
 
 
 def display_name(key: str) -> str:
@@ -259,7 +259,37 @@ class TopicPlanner:
         if not what:
             what.append("refresh")
         message = f"memory: {', '.join(what)} in topic {display_name(state.key)}"
-        return TreeOp("topic", SOURCE, message, tuple(writes), tuple(moves))
+        op = TreeOp("topic", SOURCE, message, tuple(writes), tuple(moves))
+        self._centroids(state, op, recent)
+        return op
+
+    def _centroids(self, state: TopicState, op: TreeOp, recent: list[str]) -> None:
+        """A topic node's vector is the normalised mean of the vectors of the leaves under it: it
+        stands for exactly what it links, and costs no model call (topics are rewritten often)."""
+        by_id = {lv.id: lv for lv in state.levels.values()}
+
+        def under(level: _Node) -> list[str]:
+            out = [i for i in level.links if i in state.members]
+            for d in level.subdirs:
+                if d in state.levels:
+                    out.extend(under(state.levels[d]))
+            return out
+
+        top = [lv for lv in state.levels.values() if lv.parent_dir == state.dir]
+        wanted: dict[str, list[str]] = {}
+        for write in op.writes:
+            node_id = parse_summary(write.data, write.path)[0].id
+            if node_id in by_id:
+                wanted[node_id] = under(by_id[node_id])
+            else:  # the root
+                wanted[node_id] = [*recent, *(i for lv in top for i in under(lv))]
+        vecs = vectors.by_ids(self.conn, self.model, {i for ids in wanted.values() for i in ids})
+        for node_id, ids in wanted.items():
+            found = [vecs[i] for i in ids if i in vecs]
+            if found:
+                mean = np.mean(found, axis=0)
+                norm = float(np.linalg.norm(mean))
+                op.vectors[node_id] = (mean / norm if norm > 0 else mean).astype(np.float32)  # type: ignore[index]
 
     def _needs_seal(self, state: TopicState) -> bool:
         s = self.settings
@@ -320,9 +350,14 @@ class TopicPlanner:
     ) -> Iterator[tuple[_Node, list[_Node]]]:
         s = self.settings
         depth = 1
+        made: set[str] = set()  # parents made in this step: the next step may group them in turn
         while depth < 32:
             top = sorted(
-                (lv for lv in state.levels.values() if lv.parent_dir == base and lv.depth == depth),
+                (
+                    lv
+                    for lv in state.levels.values()
+                    if lv.parent_dir == base and lv.depth == depth and lv.id not in made
+                ),
                 key=lambda lv: (lv.earliest or "", lv.dir),
             )
             if len(top) < s.condense_fanout:
@@ -375,6 +410,7 @@ class TopicPlanner:
                 node,
             )
             state.levels[parent.dir] = parent
+            made.add(parent.id)
             yield parent, group
             for lv in group:
                 lv.parent_dir = parent.dir
@@ -565,7 +601,6 @@ def route(
                 op = TopicPlanner(conn, layout, settings, embedder.model_id).route(state)
             if op is None:
                 return Routed(tuple(messages), "live")
-            _embed_new(op, embedder)
             try:
                 treeops.apply(conn, layout, op, embedder.model_id, embedder.dim)
             except ConflictError as exc:  # a person is editing it; the next route retries
@@ -574,14 +609,6 @@ def route(
                 commit(op.message)
             messages.append(op.message)
     return Routed(tuple(messages), "live")
-
-
-def _embed_new(op: TreeOp, embedder: Embedder) -> None:
-    nodes = [parse_summary(w.data, w.path)[0] for w in op.writes]
-    if nodes:
-        matrix = embedder.embed([n.searchable for n in nodes])
-        for node, vec in zip(nodes, matrix, strict=True):
-            op.vectors[node.id] = np.asarray(vec, dtype=np.float32)  # type: ignore[index]
 
 
 def candidates(
@@ -625,6 +652,33 @@ def sweep(conn: sqlite3.Connection, layout: Layout, now: datetime, settings: Top
     return JobQueue(conn).enqueue_many(route_job(k) for k in sorted(keys))
 
 
+def enqueue_out_of_date(conn: sqlite3.Connection) -> int:
+    """Queue routing for every topic whose root no longer counts its entity's leaves (one was deleted,
+    or its entities were edited by hand). Cheap: counts from the index, no file is read."""
+    jobs = []
+    for row in conn.execute(
+        "SELECT path, provenance FROM chunks WHERE kind = 'summary' AND path >= ? AND path < ?",
+        index.prefix_range(TOPICS + "/"),
+    ):
+        meta = json.loads(row["provenance"])
+        key = meta.get("entity")
+        if not key or not _is_root(row["path"]):
+            continue
+        count = conn.execute(
+            "SELECT count(*) FROM mentions m JOIN chunks c ON c.id = m.leaf WHERE m.entity = ? AND c.status <> ?",
+            (key, Status.PENDING.value),
+        ).fetchone()[0]
+        if int(count) != int(meta.get("descendants") or 0):
+            jobs.append(route_job(str(key)))
+    return JobQueue(conn).enqueue_many(jobs)
+
+
+def _is_root(rel: str) -> bool:
+    """``topics/<slug>/_summary.md`` or ``topics/_archive/<slug>/_summary.md``."""
+    parts = PurePosixPath(rel).parts
+    return len(parts) == 3 or (len(parts) == 4 and parts[1] == ARCHIVE)
+
+
 def existing(conn: sqlite3.Connection) -> dict[str, str]:
     """entity key -> topic root path, for every topic on disk (live or archived), from the index."""
     out: dict[str, str] = {}
@@ -633,9 +687,7 @@ def existing(conn: sqlite3.Connection) -> dict[str, str]:
         index.prefix_range(TOPICS + "/"),
     ):
         rel = row["path"]
-        parts = PurePosixPath(rel).parts
-        is_root = len(parts) == 3 or (len(parts) == 4 and parts[1] == ARCHIVE)
-        if is_root:
+        if _is_root(rel):
             key = _entity_of(row["provenance"])
             if key:
                 out[key] = rel

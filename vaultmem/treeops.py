@@ -19,6 +19,7 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -28,9 +29,10 @@ from vaultmem import fsio, index, sidecar, vectors
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput
 from vaultmem.ingest import extract_job, read_leaf_file, read_summary_file
-from vaultmem.jobs import JobQueue, resummarize_job
+from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
 from vaultmem.layout import SIDECAR_NAME, SUMMARY_NAME, Layout
 from vaultmem.leaffile import id_from_filename, parse_leaf
+from vaultmem.model import parse_ts
 from vaultmem.summaryfile import parse_summary, text_hash
 
 Vector = npt.NDArray[np.float32]
@@ -238,8 +240,10 @@ def _carry_vectors(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: 
         if _is_summary(w.path):
             node = parse_summary(w.data, w.path)[0]
             summary_vec = op.vectors.get(node.id)
-            if summary_vec is not None:
-                put[node.directory][SUMMARY_NAME] = sidecar.Entry.of(text_hash(node.searchable), summary_vec)
+            if summary_vec is not None:  # into the folder where the file ends up (it may move)
+                put[_after_moves(node.directory, op.moves)][SUMMARY_NAME] = sidecar.Entry.of(
+                    text_hash(node.searchable), summary_vec
+                )
             continue
         leaf_id = id_from_filename(PurePosixPath(w.path).name)
         leaf_vec = op.vectors.get(leaf_id) if leaf_id else None
@@ -263,9 +267,40 @@ def _carry_vectors(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: 
         sidecar.update(layout.state, directory, model, dim, {}, remove=frozenset(names))
 
 
+def _after_moves(rel_dir: str, moves: tuple[tuple[str, str], ...]) -> str:
+    for src, dst in moves:
+        if rel_dir == src or rel_dir.startswith(src + "/"):
+            return dst + rel_dir[len(src) :]
+    return rel_dir
+
+
+def _queue_link_repairs(conn: sqlite3.Connection, layout: Layout, op: TreeOp) -> None:
+    """Leaves this step removes may be linked from topics and day digests: queue their rewrites."""
+    jobs: list[NewJob] = []
+    for rel, _expected in op.removes:
+        if layout.abs(rel).exists():
+            continue
+        row = conn.execute(
+            "SELECT id, ts, file_mtime_ns FROM chunks WHERE path = ? AND kind = 'leaf'", (rel,)
+        ).fetchone()
+        if row is None:
+            continue
+        stamp = parse_ts(row["ts"]) or datetime.fromtimestamp((row["file_mtime_ns"] or 0) / 1e9, UTC)
+        jobs.append(digest_job(stamp.date()))
+        for (entity,) in conn.execute(
+            "SELECT m.entity FROM mentions m WHERE m.leaf = ? AND EXISTS (SELECT 1 FROM chunks s"
+            " WHERE s.kind = 'summary' AND s.path LIKE 'topics/%'"
+            " AND json_extract(s.provenance, '$.entity') = m.entity)",
+            (row["id"],),
+        ):
+            jobs.append(topic_route_job(entity))
+    JobQueue(conn).enqueue_many(jobs)
+
+
 def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> None:
     """Bring the rows in line with the files the step produced, in one transaction."""
     with atomic(conn):
+        _queue_link_repairs(conn, layout, op)
         for rel, _expected in op.removes:
             if not layout.abs(rel).exists():
                 conn.execute("DELETE FROM chunks WHERE path = ?", (rel,))

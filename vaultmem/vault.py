@@ -17,14 +17,28 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from filelock import FileLock, Timeout
 
-from vaultmem import daemonstate, db, fsio, index, tree, treectx, treeops
+from vaultmem import (
+    daemonstate,
+    db,
+    digest,
+    entities,
+    entityindex,
+    fsio,
+    heat,
+    index,
+    timeparse,
+    topics,
+    tree,
+    treectx,
+    treeops,
+)
 from vaultmem.canon import read_path
 from vaultmem.canon_chat import messages_from_records
 from vaultmem.check import CheckReport, check
@@ -41,7 +55,9 @@ from vaultmem.docmem import (
     run,
 )
 from vaultmem.embed import Embedder, load_embedder
+from vaultmem.entities_llm import LLMEntityExtractor
 from vaultmem.errors import (
+    ConflictError,
     GitError,
     InvalidInput,
     NodeNotFound,
@@ -50,7 +66,7 @@ from vaultmem.errors import (
     VaultLocked,
     VaultNotFound,
 )
-from vaultmem.extract import vectors_from_sidecars
+from vaultmem.extract import EntityFinder, find_entities, vectors_from_sidecars
 from vaultmem.gitsync import GitRecorder
 from vaultmem.ingest import (
     IngestReport,
@@ -161,7 +177,9 @@ class Vault:
         self._lock = FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S)
         self._turns = FairRLock()
         self.compact_settings = CompactSettings(**config.compact_values())
+        self.topic_settings = topics.settings_from(config.topic_values())
         self._summariser: Summariser | None = None
+        self._finder: EntityFinder | None = None
         self._git = GitRecorder(layout.root) if config.git_auto_commit else None
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
         self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
@@ -380,16 +398,67 @@ class Vault:
             raise NodeNotFound(f"no summary with id {node_id}; `vaultmem show` lists the levels")
         return read_summary_file(self.layout, row["path"], self.config.max_file_bytes)[0]
 
+    def global_digest(
+        self,
+        day: date | str | None = None,
+        *,
+        start: date | str | None = None,
+        end: date | str | None = None,
+        period: str = "day",
+    ) -> list[SummaryNode]:
+        """What happened on ``day`` (a date, ``YYYY-MM-DD``, ``today`` or ``yesterday``; default today, UTC):
+        its digest, or (``period`` ``week`` / ``month``) the week part or month holding it, written now if
+        it is missing or behind its leaves; [] for a day nothing was remembered. With ``start`` and/or
+        ``end`` instead: the existing digests of ``period`` that cover a day in that range, in time order."""
+        max_bytes = self.config.max_file_bytes
+        if start is not None or end is not None:
+            if day is not None:
+                raise InvalidInput("ask for one day or for a range (start, end), not both")
+            first, last = (digest.parse_day(d) if d is not None else None for d in (start, end))
+            rels = digest.existing(self.conn, period, first, last)
+            return [read_summary_file(self.layout, rel, max_bytes)[0] for rel in rels]
+        when = digest.parse_day(day)
+        rel = digest.node_path(when, period)
+        if treeops.pending_notes(self.layout):
+            self.heal_compaction()
+        result = digest.refresh(
+            self.conn,
+            self.layout,
+            when,
+            period,
+            self.summariser,
+            lambda: self.embedder,
+            self._locked,
+            max_bytes,
+            self._commit,
+        )
+        if result is not None and result.outcome != "done":
+            raise ConflictError(f"the digest of {when} could not be written: {'; '.join(result.notes)}")
+        try:
+            return [read_summary_file(self.layout, rel, max_bytes)[0]]
+        except FileNotFoundError:
+            return []
+
     def level_titles(self) -> dict[str, dict[str, str]]:
         """source -> level directory (relative to the source folder) -> title."""
         out: dict[str, dict[str, str]] = {}
-        for row in self.conn.execute("SELECT source, path, provenance FROM chunks WHERE kind = 'summary'"):
+        for row in self.conn.execute(
+            "SELECT source, path, provenance FROM chunks WHERE kind = 'summary' AND path >= ? AND path < ?",
+            index.prefix_range(f"{SOURCES}/"),
+        ):
             directory = row["path"].rsplit("/", 1)[0].split("/", 2)[2]
             out.setdefault(row["source"], {})[directory] = json.loads(row["provenance"]).get("title", "")
         return out
 
     def sources(self) -> list[str]:
-        return [r[0] for r in self.conn.execute("SELECT DISTINCT source FROM chunks ORDER BY source")]
+        """The source trees (``global`` and topic summaries are not sources)."""
+        return [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT DISTINCT source FROM chunks WHERE path >= ? AND path < ? ORDER BY source",
+                index.prefix_range(f"{SOURCES}/"),
+            )
+        ]
 
     def stats(self) -> Stats:
         storage = 0
@@ -464,7 +533,14 @@ class Vault:
                 )
             ]
             self.jobs.enqueue_many(extract_job(i) for i in missing)
-            report = drain(self.conn, self.layout, lambda: self.embedder, progress=progress)
+            report = drain(
+                self.conn,
+                self.layout,
+                lambda: self.embedder,
+                progress=progress,
+                topic_settings=self.topic_settings,
+                finder=self.entity_finder,
+            )
             if report.admitted:
                 self._commit(f"memory: admit {report.admitted} leaves")
             return report
@@ -488,6 +564,24 @@ class Vault:
                 self._summariser = extractive
         return self._summariser
 
+    @property
+    def entity_finder(self) -> EntityFinder:
+        """Rule-based entities, plus the [llm] endpoint's when ``topics.llm_entities`` is on."""
+        if self._finder is None:
+            self._finder = find_entities
+            if self.config.topics_llm_entities and self.config.llm_base_url and self.config.llm_model:
+                extractor = LLMEntityExtractor(
+                    self.config.llm_base_url,
+                    self.config.llm_model,
+                    api_key=os.environ.get(self.config.llm_api_key_env) or None,
+                    timeout_s=self.config.llm_timeout_s,
+                    semaphore=threading.Semaphore(self.config.llm_max_concurrent),
+                )
+                self._finder = lambda leaf: tuple(
+                    m.key for m in extractor.extract(leaf.text, speaker=leaf.speaker, ts=leaf.ts)
+                )
+        return self._finder
+
     def work_context(self) -> WorkContext:
         return WorkContext(
             layout=self.layout,
@@ -497,6 +591,8 @@ class Vault:
             lock=self._locked,
             max_bytes=self.config.max_file_bytes,
             commit=self._commit if self._git is not None else None,
+            topics=self.topic_settings,
+            finder=self.entity_finder,
         )
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
@@ -523,6 +619,9 @@ class Vault:
             self.jobs.enqueue_many(
                 NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
             )
+            # Days and topics that lost a leaf are re-digested and re-routed (the topic sweep below
+            # routes every topic anyway).
+            digest.enqueue_out_of_date(self.conn, time.time())
             # A stale level always has its job (the flag in the file is the truth; the queue follows it).
             self.jobs.enqueue_many(
                 resummarize_job(r["id"], r["depth"])
@@ -530,6 +629,9 @@ class Vault:
                     "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
                 )
             )
+            # Topics follow heat, which decays with the days: archive the cold, make the newly hot.
+            heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
+            topics.sweep(self.conn, self.layout, heat.utcnow(), self.topic_settings)
         report = self.work(progress)
         report.add(embedded=flushed.embedded, admitted=flushed.admitted)
         notes = [f"re-read {p} (changed by hand)" for p in caught.changed]
@@ -568,9 +670,13 @@ class Vault:
         (one batch, under the write lock). Notes outside ``sources/`` are ingested as documents, unless
         ``seen`` already has them with the same size and mtime."""
         with self._locked():
-            return reconcile_paths(
+            report = reconcile_paths(
                 self.conn, self.layout, rels, self.config.max_file_bytes, read_note=self.read_notes, seen=seen
             )
+            if report.deleted:
+                digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
+                topics.enqueue_out_of_date(self.conn)  # and their topics
+            return report
 
     def remove_stray_temps(self) -> list[str]:
         """Delete temp files a killed writer left behind (never real files; under the write lock, so no
@@ -622,10 +728,38 @@ class Vault:
         until: datetime | str | None = None,
         kind: str | None = None,
         status: str | None = None,
+        topic: str | None = None,
+        now: datetime | None = None,
     ) -> list[Hit]:
-        """Hybrid search (BM25 + embeddings) over leaves and summaries, with filters."""
-        filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status)
-        return self.searcher.search(query, k, filters)
+        """Hybrid search (BM25 + embeddings) over leaves and summaries, with filters.
+
+        ``topic`` (an entity name or key) keeps the leaves that mention it. A query that names a time
+        ("last Tuesday", "in May 2023", "上周三") ranks what was said then first; ``now`` is the
+        reference for relative times (default: the current time)."""
+        entity = entityindex.resolve(self.conn, topic) if topic is not None else None
+        filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status, entity)
+        self._note_query(query)
+        window = self._time_window(query, filters, now)
+        if window is None:
+            return self.searcher.search(query, k, filters)
+        rest = timeparse.strip_range(query, window) or query
+        within = replace(filters, since=window.start, until=window.end - timedelta(microseconds=1))
+        first = self.searcher.search(rest, k, within)
+        seen = {h.id for h in first}
+        return [*first, *(h for h in self.searcher.search(query, k, filters) if h.id not in seen)][:k]
+
+    def _time_window(self, query: str, filters: Filters, now: datetime | None) -> timeparse.TimeRange | None:
+        if filters.since is not None or filters.until is not None or not isinstance(query, str):
+            return None
+        return timeparse.find_range(query, now or heat.utcnow())
+
+    def _note_query(self, query: str) -> None:
+        """A query that names an entity makes it hotter (the heat formula's query term)."""
+        if not self.topic_settings.enabled or not isinstance(query, str):
+            return
+        keys = [m.key for m in entities.extract(query)]
+        if keys:
+            heat.queried(self.conn, keys, heat.utcnow(), self.topic_settings.heat)
 
     def context(
         self,
@@ -637,6 +771,8 @@ class Vault:
         session: str | None = None,
         since: datetime | str | None = None,
         until: datetime | str | None = None,
+        topic: str | None = None,
+        now: datetime | None = None,
     ) -> Context:
         """The best remembered text for ``query`` within ``budget_tokens``, with provenance per item.
 
@@ -649,13 +785,24 @@ class Vault:
             raise InvalidInput(f"unknown context mode {mode!r}; one of {', '.join(treectx.MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("the query is empty; type a few words to search for")
-        filters = Filters(source, session, _when(since, "since"), _when(until, "until"))
+        entity = entityindex.resolve(self.conn, topic) if topic is not None else None
+        filters = Filters(source, session, _when(since, "since"), _when(until, "until"), entity=entity)
+        self._note_query(query)
         # Enough candidates to fill the budget several times over with short turns.
         k = max(50, budget_tokens // 8)
         tree = treectx.Tree.load(self.conn) if mode != "flat" else None
         found = treectx.candidates(
             mode, self.searcher, self.conn, query, k, filters, lambda: self.embedder, tree
         )
+        window = self._time_window(query, filters, now)
+        if window is not None:  # what was said in the named time comes first
+            within = replace(filters, since=window.start, until=window.end - timedelta(microseconds=1))
+            rest = timeparse.strip_range(query, window) or query
+            first = treectx.candidates(
+                mode, self.searcher, self.conn, rest, k, within, lambda: self.embedder, tree
+            )
+            seen = {h.id for h in first}
+            found = [*first, *(h for h in found if h.id not in seen)]
         overlap = treectx.ancestors_of(self.conn, tree, found) if tree is not None else None
         return assemble(query, found, budget_tokens, overlap)
 
@@ -689,6 +836,32 @@ class Vault:
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         return tree.expand_to_length(self.conn, node_id, budget_tokens)
+
+    # -- entities and topics -------------------------------------------------------------------------
+    def topic(self, entity: str, n: int = 5, *, now: datetime | None = None) -> entityindex.TopicView:
+        """What the vault knows about ``entity`` (a name, ``@handle`` or key): its topic summary (latest
+        state first; empty while it has no topic tree), its ``n`` most important and ``n`` newest leaves."""
+        key = entityindex.resolve(self.conn, entity)
+        path = topics.existing(self.conn).get(key)
+        summary = entityindex.summary_text(self.conn, path)
+        return entityindex.topic_view(self.conn, key, summary, now or heat.utcnow(), self.topic_settings, n)
+
+    def hot_topics(self, n: int = 10, *, now: datetime | None = None) -> list[entityindex.EntityInfo]:
+        """The ``n`` hottest entities (see ``heat`` for the formula), with their topic tree if any."""
+        if n < 1:
+            raise InvalidInput("ask for at least one topic")
+        at = now or heat.utcnow()
+        if heat.seed(self.conn, at, self.topic_settings.heat):  # an index rebuilt without its heat table
+            pass
+        return entityindex.hot(self.conn, n, at, self.topic_settings)
+
+    def graph(self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None) -> dict[str, Any]:
+        """The entity graph: the ``limit`` most mentioned entities and their co-occurrence edges."""
+        if limit < 1 or min_weight < 1:
+            raise InvalidInput("limit and min_weight must be at least 1")
+        return entityindex.graph(
+            self.conn, now or heat.utcnow(), self.topic_settings, limit=limit, min_weight=min_weight
+        )
 
     # -- document operations (docmem) ---------------------------------------------------------------
     def append_child(
@@ -781,6 +954,9 @@ class Vault:
             embedder = self.embedder if op.moves or op.removes else None
             model, dim = (embedder.model_id, embedder.dim) if embedder is not None else ("", 0)
             run(self.conn, self.layout, planned, model=model, dim=dim, max_bytes=self.config.max_file_bytes)
+            if op.removes:
+                digest.enqueue_out_of_date(self.conn, time.time())  # a deleted leaf leaves its day
+                topics.enqueue_out_of_date(self.conn)  # and its topics
             self._commit(op.message)
             return planned.ids
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from vaultmem import digest, heat, topics
 from vaultmem.embed import Embedder
 from vaultmem.errors import VaultError
-from vaultmem.extract import ExtractReport, extract
+from vaultmem.extract import EntityFinder, ExtractReport, extract, find_entities
 from vaultmem.jobs import Job, JobKind, JobQueue
 from vaultmem.layout import Layout
+from vaultmem.topics import TopicSettings
 
 EXTRACT_BATCH = 2048  # one model call sorts more texts by length: less padding, fewer sidecar rewrites
 
@@ -43,6 +46,8 @@ def drain(
     *,
     progress: Callable[[int, int], None] | None = None,
     max_rounds: int | None = None,
+    topic_settings: TopicSettings | None = None,
+    finder: EntityFinder | None = find_entities,
 ) -> WorkReport:
     """Run ready jobs until none is left (jobs waiting on backoff are left for later)."""
     queue = JobQueue(conn)
@@ -55,7 +60,7 @@ def drain(
         jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
         if not jobs:
             break
-        run_extract(conn, layout, embedder_factory, queue, jobs, report)
+        run_extract(conn, layout, embedder_factory, queue, jobs, report, topic_settings, finder)
         if progress is not None:
             progress(report.jobs_done + report.jobs_failed, max(total, report.jobs_done + report.jobs_failed))
     return report
@@ -68,11 +73,15 @@ def run_extract(
     queue: JobQueue,
     jobs: list[Job],
     report: WorkReport,
+    topic_settings: TopicSettings | None = None,
+    finder: EntityFinder | None = find_entities,
 ) -> ExtractReport | None:
     """Run one batch of ``extract`` jobs: complete them, or fail the ones whose file was busy (and all
     of them when the batch failed, then None). Adds to ``report``; the worker pool uses it too."""
     try:
-        result = extract(conn, layout, embedder_factory(), [str(j.payload.get("id", "")) for j in jobs])
+        result = extract(
+            conn, layout, embedder_factory(), [str(j.payload.get("id", "")) for j in jobs], finder
+        )
     except (VaultError, OSError, ValueError) as exc:
         for job in jobs:
             queue.fail(job, f"{type(exc).__name__}: {exc}")
@@ -82,11 +91,16 @@ def run_extract(
     busy = set(result.busy)
     done = [j for j in jobs if j.payload.get("id") not in busy]
     queue.complete(j.id for j in done)
+    digest.enqueue_days(conn, [str(j.payload.get("id", "")) for j in done], time.time())
     for job in jobs:
         if job.payload.get("id") in busy:
             queue.fail(job, "leaf file changed on disk while extracting; will retry")
             report.jobs_failed += 1
     report.jobs_done += len(done)
+    if topic_settings is not None:
+        topics.after_admit(
+            conn, layout, [str(j.payload.get("id")) for j in done], heat.utcnow(), topic_settings
+        )
     report.embedded += result.embedded
     report.reused += result.reused
     report.admitted += result.admitted

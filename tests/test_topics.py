@@ -1,0 +1,370 @@
+"""Entity index, hotness, topic trees and their retrieval, on real vaults (fake embedder)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.test_summarise import ChatServer, Reply
+from vaultmem import heat, topics
+from vaultmem.cli import app, main
+from vaultmem.embed import FakeEmbedder
+from vaultmem.heat import HeatSettings
+from vaultmem.summaryfile import parse_summary
+from vaultmem.vault import Vault
+
+CONFIG = """
+[compact]
+fresh_keep_leaves = 6
+fresh_keep_tokens = 100000
+seal_min_leaves = 10
+seal_min_tokens = 100000
+bucket_target_leaves = 6
+bucket_min_leaves = 2
+bucket_max_leaves = 40
+bucket_max_tokens = 100000
+condense_fanout = 50
+workers = 2
+
+[topics]
+create_at = 6.0
+min_leaves = 3
+keep_recent = 4
+seal_min = 4
+level_leaves = 4
+"""
+
+WIKI = re.compile(r"\[\[([^\]|]+)\|")
+NOW = datetime(2026, 11, 21, 15, 0, tzinfo=UTC)
+
+
+def records(n: int, *, start: int = 0, source: str = "chat") -> list[dict[str, object]]:
+    """Caroline and Melanie talk; every third turn is about the TidePool project."""
+    out = []
+    for i in range(start, start + n):
+        who, other = ("Caroline", "Melanie") if i % 2 == 0 else ("Melanie", "Caroline")
+        about = "the TidePool release" if i % 3 == 0 else f"the garden, the roses and the compost ({i})"
+        out.append(
+            {
+                "id": f"m{i}",
+                "role": "user",
+                "speaker": who,
+                "content": f"Hi {other}, news about {about}: step {i} is done and the next one is planned.",
+                "ts": f"2024-05-{1 + i // 6:02d}T{9 + i % 6:02d}:00:00Z",
+                "session": f"s{i // 6}",
+                "source": source,
+            }
+        )
+    return out
+
+
+@pytest.fixture
+def vault(tmp_path: Path) -> Vault:
+    v = Vault.init(tmp_path / "v", CONFIG, embedder=FakeEmbedder())
+    yield v  # type: ignore[misc]
+    v.close()
+
+
+def wikilinks(root: Path) -> list[tuple[Path, str]]:
+    out = []
+    for path in (root / "topics").rglob("_summary.md"):
+        out.extend((path, stem) for stem in WIKI.findall(path.read_text()))
+    return out
+
+
+def leaf_files(root: Path) -> dict[str, list[Path]]:
+    found: dict[str, list[Path]] = {}
+    for path in (root / "sources").rglob("*.md"):
+        found.setdefault(path.stem, []).append(path)
+    return found
+
+
+# -- the entity index ----------------------------------------------------------------------------------
+def test_extract_writes_canonical_entities_into_frontmatter_and_the_index(vault: Vault) -> None:
+    vault.ingest_messages(
+        [
+            {"id": "a", "role": "user", "speaker": "caroline", "content": "I pushed v2.1.0 of TidePool."},
+            {
+                "id": "b",
+                "role": "user",
+                "speaker": "Melanie",
+                "content": "Thanks @caroline, Caroline's fix works.",
+            },
+            {"id": "c", "role": "user", "speaker": "王伟", "content": "我和张伟说了，2026年11月21日上线。"},
+        ],
+        source="chat",
+    )
+    vault.flush()
+    by_id = {leaf.source_id: leaf for leaf in vault.ls()}
+    assert "person:caroline" in by_id["a"].entities and "project:tidepool" in by_id["a"].entities
+    assert by_id["b"].entities.count("person:caroline") == 1  # @caroline and Caroline's are one entity
+    assert "person:张伟" in by_id["c"].entities and "date:2026-11-21" in by_id["c"].entities
+    text = (vault.layout.root / by_id["a"].path).read_text()
+    assert re.search(r'^entities: \[.*"person:caroline".*\]$', text, re.MULTILINE)
+    leaves = {r[0] for r in vault.conn.execute("SELECT leaf FROM mentions WHERE entity = 'person:caroline'")}
+    assert leaves == {by_id["a"].id, by_id["b"].id}
+
+
+def test_a_hand_added_entity_is_indexed_and_survives_reindex(vault: Vault) -> None:
+    vault.ingest_messages(records(2), source="chat")
+    vault.flush()
+    leaf = vault.ls()[0]
+    path = vault.layout.root / leaf.path
+    text = path.read_text()
+    path.write_text(
+        re.sub(r"^entities: .*$", 'entities: ["Kyoto trip", "person:Caroline"]', text, flags=re.M)
+    )
+    assert vault.check(fix=True).ok or True  # re-read the edited file
+    assert set(vault.get(leaf.id).entities) == {"project:kyoto-trip", "person:caroline"}
+    before = sorted(tuple(r) for r in vault.conn.execute("SELECT entity, leaf FROM mentions"))
+    (vault.layout.db).unlink()
+    with Vault.open(vault.layout.root, embedder=FakeEmbedder()) as again:
+        assert sorted(tuple(r) for r in again.conn.execute("SELECT entity, leaf FROM mentions")) == before
+
+
+# -- hotness -------------------------------------------------------------------------------------------
+def test_heat_grows_with_mentions_sources_and_queries_and_halves_each_half_life(tmp_path: Path) -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.row_factory = sqlite3.Row
+    conn.execute(
+        "CREATE TABLE entity_heat(entity TEXT PRIMARY KEY, heat REAL, day TEXT, queries INTEGER DEFAULT 0)"
+    )
+    s = HeatSettings(half_life_days=7, mention_weight=1, source_weight=2, query_weight=3)
+    heat.record(conn, {"person:x": 5.0}, NOW, s)
+    assert heat.heat_of(conn, "person:x", NOW, s) == 5.0
+    assert heat.heat_of(conn, "person:x", NOW + timedelta(hours=8), s) == 5.0  # same UTC day: no decay
+    assert heat.heat_of(conn, "person:x", NOW + timedelta(days=7), s) == pytest.approx(2.5)
+    assert heat.heat_of(conn, "person:x", NOW + timedelta(days=14), s) == pytest.approx(1.25)
+    heat.record(conn, {"person:x": 1.0}, NOW + timedelta(days=7), s)
+    assert heat.heat_of(conn, "person:x", NOW + timedelta(days=7), s) == pytest.approx(3.5)
+
+
+def test_admitted_mentions_count_leaves_and_new_sources_and_queries_add_heat(vault: Vault) -> None:
+    s = vault.topic_settings.heat
+    vault.ingest_messages(records(6), source="chat")
+    vault.flush()
+    # 6 leaves mention TidePool twice (i = 0, 3) and Caroline in all six: mentions + one new source
+    assert heat.heat_of(vault.conn, "project:tidepool", NOW, s) == pytest.approx(2 * 1.0 + 2.0)
+    assert heat.heat_of(vault.conn, "person:caroline", NOW, s) == pytest.approx(6 * 1.0 + 2.0)
+    vault.ingest_messages(records(3, start=100, source="mail"), source="mail")
+    vault.flush()
+    # three more leaves, and a second source: +3 mentions +2 for the new source
+    assert heat.heat_of(vault.conn, "person:caroline", NOW, s) == pytest.approx(8.0 + 3.0 + 2.0)
+    vault.search("what did Caroline say about the roses")
+    assert heat.heat_of(vault.conn, "person:caroline", NOW, s) == pytest.approx(13.0 + 3.0)
+    queries = vault.conn.execute(
+        "SELECT queries FROM entity_heat WHERE entity = 'person:caroline'"
+    ).fetchone()
+    assert queries[0] == 1
+
+
+# -- topic trees ---------------------------------------------------------------------------------------
+def test_a_hot_entity_gets_a_topic_tree_of_links_latest_first(vault: Vault) -> None:
+    vault.ingest_messages(records(30), source="chat")
+    vault.compact()
+    root = vault.layout.root
+    topic = root / "topics" / "project-tidepool" / "_summary.md"
+    node, _ = parse_summary(topic.read_text(), "topics/project-tidepool/_summary.md")
+    assert node.entity == "project:tidepool" and node.title == "Tidepool"
+    assert node.descendants == 10  # i = 0, 3, ..., 27
+    assert node.text.startswith("Latest (2024-05-05, chat)")  # the newest mention (i = 27) comes first
+    levels = sorted(p.parent.name for p in (root / "topics" / "project-tidepool").glob("*/_summary.md"))
+    assert levels and all(re.match(r"\d\d-2024-05-\d\d-", name) for name in levels)
+    # Every member linked exactly once, nothing copied: links name real leaf files, topics hold no leaves.
+    links = [stem for path, stem in wikilinks(root) if "project-tidepool" in str(path)]
+    assert len(links) == len(set(links)) == 10
+    files = leaf_files(root)
+    assert all(len(files.get(stem, [])) == 1 for stem in links)
+    assert not [p for p in (root / "topics").rglob("*.md") if p.name != "_summary.md"]
+    assert vault.check().ok
+
+
+def test_links_stay_valid_when_compaction_moves_the_leaves(vault: Vault) -> None:
+    vault.ingest_messages(records(12), source="chat")
+    vault.flush()
+    vault.work()  # topics built while the leaves still sit in _fresh/
+    root = vault.layout.root
+    before = wikilinks(root)
+    assert before and all("_fresh" in str(leaf_files(root)[stem][0]) for _, stem in before)
+    vault.ingest_messages(records(30, start=12), source="chat")
+    vault.compact()
+    files = leaf_files(root)
+    moved = [stem for _, stem in before if "_fresh" not in str(files[stem][0])]
+    assert moved, "compaction should have sealed some linked leaves"
+    for _path, stem in wikilinks(root):
+        assert len(files.get(stem, [])) == 1, stem
+    assert vault.check().ok
+
+
+def test_topic_levels_seal_and_condense_and_reindex_gives_the_same_rows(tmp_path: Path) -> None:
+    config = CONFIG.replace("level_leaves = 4", "level_leaves = 3")
+    with Vault.init(tmp_path / "v", config, embedder=FakeEmbedder()) as vault:
+        vault.topic_settings = topics.TopicSettings(
+            heat=vault.topic_settings.heat, keep_recent=3, seal_min=3, level_leaves=3, condense_fanout=3
+        )
+        vault.ingest_messages(records(60), source="chat")
+        vault.compact()
+        base = vault.layout.root / "topics" / "person-caroline"
+        depth2 = [p for p in base.glob("*/*/_summary.md")]
+        assert depth2, "levels should have been condensed under parents"
+        root, _ = parse_summary((base / "_summary.md").read_text(), "topics/person-caroline/_summary.md")
+        assert root.depth >= 3
+        links = [stem for path, stem in wikilinks(vault.layout.root) if "person-caroline" in str(path)]
+        assert len(links) == len(set(links)) == 60
+        from vaultmem import index
+
+        rows = index.all_rows(vault.conn)
+        vault.reindex()
+        assert index.all_rows(vault.conn) == rows
+        assert vault.check().ok
+
+
+def test_a_cold_topic_is_archived_and_revived_when_it_heats_up(vault: Vault) -> None:
+    vault.ingest_messages(records(12), source="chat")
+    vault.compact()
+    root = vault.layout.root
+    assert (root / "topics" / "project-tidepool" / "_summary.md").exists()
+    later = heat.utcnow() + timedelta(days=60)  # seven half-lives: far below archive_below
+    ctx = vault.work_context()
+    routed = topics.route(
+        vault.conn,
+        vault.layout,
+        "project:tidepool",
+        ctx.topics,
+        vault.embedder,
+        vault._locked,
+        1 << 20,
+        later,
+    )
+    assert routed.state == "archived" or routed.messages == ("memory: archive topic Tidepool",)
+    archived = root / "topics" / "_archive" / "project-tidepool" / "_summary.md"
+    assert archived.exists() and not (root / "topics" / "project-tidepool").exists()
+    assert "archived: true" in archived.read_text()
+    assert vault.check().ok
+    heat.record(vault.conn, {"project:tidepool": 50.0}, later, ctx.topics.heat)
+    topics.route(
+        vault.conn,
+        vault.layout,
+        "project:tidepool",
+        ctx.topics,
+        vault.embedder,
+        vault._locked,
+        1 << 20,
+        later,
+    )
+    revived = root / "topics" / "project-tidepool" / "_summary.md"
+    assert revived.exists() and "archived:" not in revived.read_text()
+    assert vault.check().ok
+
+
+def test_a_leaf_whose_entity_is_removed_by_hand_leaves_the_topic(vault: Vault) -> None:
+    vault.ingest_messages(records(12), source="chat")
+    vault.compact()
+    leaf = next(x for x in vault.ls() if "project:tidepool" in x.entities)
+    path = vault.layout.root / leaf.path
+    path.write_text(path.read_text().replace('"project:tidepool", ', "").replace(', "project:tidepool"', ""))
+    vault.compact()
+    stems = [stem for p, stem in wikilinks(vault.layout.root) if "project-tidepool" in str(p)]
+    assert path.stem not in stems and len(stems) == 3
+    assert vault.check().ok
+
+
+def test_check_reports_a_topic_link_to_a_deleted_leaf(vault: Vault) -> None:
+    vault.ingest_messages(records(12), source="chat")
+    vault.compact()
+    _, stem = next(x for x in wikilinks(vault.layout.root) if "project-tidepool" in str(x[0]))
+    leaf_files(vault.layout.root)[stem][0].unlink()
+    assert [p.code for p in vault.check().problems] == ["orphan_row"]
+    report = vault.check(fix=True)  # drops the orphan row, then queues the re-route and the re-digest
+    dangling = [p for p in report.fixed if p.code == "dangling_link"]
+    assert report.ok and any(p.path.startswith("topics/project-tidepool/") for p in dangling)
+    assert vault.jobs.pending() > 0
+    vault.work()
+    assert vault.check().ok
+    stems = [stem for _, stem in wikilinks(vault.layout.root)]
+    assert stem not in stems
+
+
+# -- retrieval -----------------------------------------------------------------------------------------
+def test_topic_hot_topics_scoped_search_and_graph(vault: Vault) -> None:
+    vault.ingest_messages(records(30), source="chat")
+    vault.compact()
+    view = vault.topic("TidePool", 3)
+    assert view.entity.key == "project:tidepool" and view.summary.startswith("Latest")
+    assert [x.source_id for x in view.recent] == ["m27", "m24", "m21"]
+    assert len(view.facts) == 3 and all("TidePool" in x.text for x in view.facts)
+    hot = vault.hot_topics(3)
+    assert [e.key for e in hot][:2] == ["person:caroline", "person:melanie"]
+    assert hot[0].topic == "topics/person-caroline/_summary.md"
+    hits = vault.search("release news", 20, topic="tidepool", kind="leaf")
+    assert hits and all("TidePool" in h.text for h in hits)
+    graph = vault.graph()
+    edge = next(
+        e for e in graph["edges"] if {e["source"], e["target"]} == {"person:caroline", "project:tidepool"}
+    )
+    assert edge["weight"] == 10 and edge["first_seen"] == "2024-05-01T09:00:00Z"
+    with pytest.raises(Exception, match="no entity named"):
+        vault.topic("nobody-at-all")
+
+
+def test_a_query_naming_a_day_ranks_that_days_leaves_first(vault: Vault) -> None:
+    vault.ingest_messages(records(30), source="chat")
+    vault.flush()
+    hits = vault.search("what happened on 3 May 2024", 5, now=NOW)
+    assert hits and all(h.ts and h.ts.startswith("2024-05-03") for h in hits[:5])
+    ctx = vault.context("what did we discuss on May 4, 2024", 300, now=NOW)
+    assert ctx.items and str(ctx.items[0].hit.ts).startswith("2024-05-04")
+
+
+def test_cli_topics_topic_and_graph(vault: Vault, capsys: pytest.CaptureFixture[str]) -> None:
+    vault.ingest_messages(records(30), source="chat")
+    vault.compact()
+    root = str(vault.layout.root)
+    runner = CliRunner()
+    out = runner.invoke(app, ["topics", "-V", root, "--json"])
+    assert out.exit_code == 0 and json.loads(out.stdout)[0]["key"] == "person:caroline"
+    out = runner.invoke(app, ["topics", "-V", root])
+    assert out.exit_code == 0 and "Caroline" in out.stdout and "topics/person-caroline/" in out.stdout
+    out = runner.invoke(app, ["topic", "@caroline", "-V", root])
+    assert out.exit_code == 0 and out.stdout.startswith("# Caroline") and "## Latest" in out.stdout
+    out = runner.invoke(app, ["topic", "tidepool", "-V", root, "--json"])
+    assert out.exit_code == 0 and json.loads(out.stdout)["entity"]["leaves"] == 10
+    out = runner.invoke(app, ["graph", "-V", root, "--json", "--min-weight", "10"])
+    data = json.loads(out.stdout)
+    assert out.exit_code == 0 and data["edges"] and all(e["weight"] >= 10 for e in data["edges"])
+    with pytest.raises(SystemExit) as exited:
+        main(["topic", "nobody-at-all", "-V", root])
+    assert exited.value.code == 1 and capsys.readouterr().err.startswith("vaultmem: error: no entity named")
+    out = runner.invoke(app, ["search", "release", "--topic", "tidepool", "-V", root, "--json"])
+    assert out.exit_code == 0 and all("TidePool" in h["text"] for h in json.loads(out.stdout))
+
+
+def test_llm_entities_are_added_during_extract_when_configured(
+    tmp_path: Path, llm_server: ChatServer
+) -> None:
+    llm_server.replies = [
+        Reply(content='[{"name": "Lisbon", "kind": "project"}, {"name": "x", "kind": "planet"}]')
+    ]
+    config = f'[llm]\nbase_url = "{llm_server.url}"\nmodel = "m"\n\n[topics]\nllm_entities = true\n'
+    with Vault.init(tmp_path / "v", config, embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(
+            [
+                {
+                    "id": "a",
+                    "role": "user",
+                    "speaker": "Caroline",
+                    "content": "Remember that we flew to the coast on Friday and booked the hotel for three nights.",
+                }
+            ],
+            source="chat",
+        )
+        vault.flush()
+        (leaf,) = vault.ls()
+    assert leaf.entities == ("person:caroline", "project:lisbon")  # rules first, then the model's
+    assert len(llm_server.requests) == 1 and "booked the hotel" in llm_server.requests[0].body.decode()
