@@ -368,3 +368,55 @@ def test_llm_entities_are_added_during_extract_when_configured(
         (leaf,) = vault.ls()
     assert leaf.entities == ("person:caroline", "project:lisbon")  # rules first, then the model's
     assert len(llm_server.requests) == 1 and "booked the hotel" in llm_server.requests[0].body.decode()
+
+
+def test_topics_and_the_digest_can_be_switched_off(tmp_path: Path) -> None:
+    config = CONFIG.replace("[topics]\n", "[topics]\nenabled = false\n") + "\n[digest]\nenabled = false\n"
+    with Vault.init(tmp_path / "v", config, embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(records(30), source="chat")
+        vault.compact()
+        assert vault.ls()[0].entities  # entities are still indexed ...
+        assert not list((vault.layout.root / "topics").rglob("*.md"))  # ... but no topic tree is made
+        assert not list((vault.layout.root / "global").rglob("*.md"))
+        assert vault.check().ok
+
+
+def test_topic_and_digest_nodes_have_their_own_word_index(vault: Vault) -> None:
+    vault.ingest_messages(records(30), source="chat")
+    vault.compact()
+    conn = vault.conn
+    nav = "(path LIKE 'topics/%' OR path LIKE 'global/%')"
+    in_leaf_index = conn.execute(
+        f"SELECT count(*) FROM fts_words WHERE rowid IN (SELECT rowid FROM chunks WHERE {nav})"
+    ).fetchone()[0]
+    in_nav_index = conn.execute("SELECT count(*) FROM fts_nav_words").fetchone()[0]
+    nav_rows = conn.execute(f"SELECT count(*) FROM chunks WHERE {nav}").fetchone()[0]
+    assert in_leaf_index == 0 and in_nav_index == nav_rows > 0
+    # ... still found by words when summaries are asked for, never when only leaves are
+    summaries = vault.search("Latest TidePool release", 30, kind="summary")
+    assert any(h.path.startswith("topics/project-tidepool/") for h in summaries)
+    assert not any(
+        h.path.startswith(("topics/", "global/")) for h in vault.search("TidePool", 30, kind="leaf")
+    )
+    # check notices a damaged nav index and rebuilds it
+    conn.execute("DELETE FROM fts_nav_words WHERE rowid IN (SELECT rowid FROM fts_nav_words LIMIT 2)")
+    assert [p.code for p in vault.check().problems] == ["fts_mismatch"]
+    assert vault.check(fix=True).ok and vault.check().ok
+
+
+def test_drill_down_into_a_topic_lists_its_levels_then_its_linked_leaves(vault: Vault) -> None:
+    vault.ingest_messages(records(30), source="chat")
+    vault.compact()
+    tops = vault.drill_down()
+    assert tops and all(n.path.startswith("sources/") for n in tops)  # the source trees' tops only
+    root = vault.conn.execute(
+        "SELECT id FROM chunks WHERE path = 'topics/project-tidepool/_summary.md'"
+    ).fetchone()[0]
+    kids = vault.drill_down(root)
+    kinds = [n.kind for n in kids]
+    assert kinds == sorted(kinds, key=lambda k: k != "summary")  # levels first, then leaves
+    leaves = [n for n in kids if n.kind == "leaf"]
+    assert len(leaves) == 4 and all("TidePool" in n.text for n in leaves)  # keep_recent = 4
+    level = next(n for n in kids if n.kind == "summary")
+    inside = vault.drill_down(level.id)
+    assert 1 <= len(inside) <= 4 and all(n.kind == "leaf" and "TidePool" in n.text for n in inside)

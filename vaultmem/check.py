@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from vaultmem import fsio, index
-from vaultmem.db import atomic
+from vaultmem.db import NAV, atomic
 from vaultmem.errors import VaultError
 from vaultmem.ingest import heal_intents
 from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job
@@ -203,18 +203,24 @@ def _differs(row: dict[str, object], expected: dict[str, object]) -> bool:
     return False
 
 
+_FTS_TABLES = ("fts_words", "fts_trigram", "fts_nav_words", "fts_nav_trigram")
+
+
 def _fts_problem(conn: sqlite3.Connection) -> Problem | None:
     try:
-        for table in ("fts_words", "fts_trigram"):
+        for table in _FTS_TABLES:
             conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
     except sqlite3.DatabaseError as exc:
         return Problem("fts_mismatch", ".vaultmem/chunks.db", f"FTS index corrupt: {exc}", True)
-    for table in ("fts_words", "fts_trigram"):
+    nav = NAV.format(row="c")
+    for table in _FTS_TABLES:
+        # Topic and digest rows live in the fts_nav_* tables, every other row in the others.
+        belongs = nav if table.startswith("fts_nav") else f"NOT {nav}"
         missing = conn.execute(
-            f"SELECT count(*) FROM chunks WHERE rowid NOT IN (SELECT rowid FROM {table})"
+            f"SELECT count(*) FROM chunks c WHERE {belongs} AND rowid NOT IN (SELECT rowid FROM {table})"
         ).fetchone()[0]
         extra = conn.execute(
-            f"SELECT count(*) FROM {table} WHERE rowid NOT IN (SELECT rowid FROM chunks)"
+            f"SELECT count(*) FROM {table} WHERE rowid NOT IN (SELECT rowid FROM chunks c WHERE {belongs})"
         ).fetchone()[0]
         if missing or extra:
             return Problem(
@@ -224,9 +230,13 @@ def _fts_problem(conn: sqlite3.Connection) -> Problem | None:
 
 
 def rebuild_fts(conn: sqlite3.Connection) -> None:
-    conn.execute("DELETE FROM fts_words")
-    conn.execute("DELETE FROM fts_trigram")
+    for table in _FTS_TABLES:
+        conn.execute(f"DELETE FROM {table}")
+    nav = NAV.format(row="c")
     conn.execute(
-        "INSERT INTO fts_words(rowid, body) SELECT rowid, coalesce(speaker || ': ', '') || text FROM chunks"
+        "INSERT INTO fts_words(rowid, body) SELECT rowid, coalesce(speaker || ': ', '') || text FROM chunks c"
+        f" WHERE NOT {nav}"
     )
-    conn.execute("INSERT INTO fts_trigram(rowid, body) SELECT rowid, text FROM chunks")
+    conn.execute(f"INSERT INTO fts_trigram(rowid, body) SELECT rowid, text FROM chunks c WHERE NOT {nav}")
+    conn.execute(f"INSERT INTO fts_nav_words(rowid, body) SELECT rowid, text FROM chunks c WHERE {nav}")
+    conn.execute(f"INSERT INTO fts_nav_trigram(rowid, body) SELECT rowid, text FROM chunks c WHERE {nav}")

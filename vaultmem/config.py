@@ -61,6 +61,9 @@ seal_min = 12               # sealed into levels once this many more wait beyond
 level_leaves = 12           # leaves per topic level
 llm_entities = false        # also ask the [llm] endpoint for entities as leaves are admitted (slow)
 
+[digest]
+enabled = true              # keep the global tree: a digest per UTC day, rolled up into weeks and months
+
 [llm]
 base_url = ""               # OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp); empty = extractive only
 model = ""
@@ -111,6 +114,7 @@ _SECTIONS = {
     "git": {"auto_commit": "git_auto_commit"},
     "compact": {key: f"compact_{key}" for key in _COMPACT_KEYS},
     "topics": {key: f"topics_{key}" for key in _TOPIC_KEYS},
+    "digest": {"enabled": "digest_enabled"},
     "llm": {
         "base_url": "llm_base_url",
         "model": "llm_model",
@@ -161,6 +165,7 @@ class Config:
     topics_seal_min: int = 12
     topics_level_leaves: int = 12
     topics_llm_entities: bool = False
+    digest_enabled: bool = True
 
     def compact_values(self) -> dict[str, Any]:
         """The ``[compact]`` section as keyword arguments (for ``CompactSettings``)."""

@@ -553,11 +553,28 @@ def _plan(
         notes.extend(said)
         if current.node is not None and node.pinned != current.node.pinned:
             notes.append(f"{current.rel} was edited by hand: the edited text is kept under '## Pinned'")
-        vec = np.asarray(embedder.embed([node.searchable])[0], dtype=np.float32)
+        # A digest's vector is the normalised mean of what it covers (the day's leaves; a week's or
+        # month's digests, weighted by their leaves): no model call, and days of one month written by
+        # parallel workers re-plan cheaply when they collide on the month.
+        if day is not None and directory == day_dir(day):
+            parts = [(vecs[leaf.id], 1.0) for leaf in snap.leaves if leaf.id in vecs]
+        else:
+            kids_now = [k for k in snap.kids[directory] if below is None or k.name != below.name]
+            kids_now += [below] if below else []
+            parts = [(k.vec, float(max(1, k.descendants))) for k in kids_now if k.vec is not None]
+        vec = _mean(parts, embedder, node)
         new_vecs[node.id] = vec
         built.append((current, node))
         below = _as_kid(node, vec)
     return built, new_vecs, notes
+
+
+def _mean(parts: Sequence[tuple[Vector, float]], embedder: Embedder, node: SummaryNode) -> Vector:
+    if not parts:  # nothing below has a vector yet: embed the text itself
+        return np.asarray(embedder.embed([node.searchable])[0], dtype=np.float32)
+    total = np.sum([vec * weight for vec, weight in parts], axis=0)
+    norm = float(np.linalg.norm(total))
+    return np.asarray(total / norm if norm > 0 else total, dtype=np.float32)
 
 
 def _rebuild(

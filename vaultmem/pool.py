@@ -60,6 +60,7 @@ class WorkContext:
     commit: Callable[[str], None] | None = None  # git auto-commit of one logical operation
     topics: TopicSettings = field(default_factory=TopicSettings)
     finder: EntityFinder | None = find_entities  # entities of a leaf as it is admitted
+    digest: bool = True  # keep the global tree (a digest per day)
 
 
 @dataclass
@@ -250,7 +251,15 @@ class Pool:
         work = WorkReport()
         with self.ctx.lock():
             result = run_extract(
-                conn, self.ctx.layout, self.ctx.embedder, queue, jobs, work, self.ctx.topics, self.ctx.finder
+                conn,
+                self.ctx.layout,
+                self.ctx.embedder,
+                queue,
+                jobs,
+                work,
+                self.ctx.topics,
+                self.ctx.finder,
+                self.ctx.digest,
             )
         self.report.add(
             jobs_done=work.jobs_done,

@@ -114,8 +114,8 @@ def reindex(
     files = read_vault(layout, max_bytes, progress)
     with atomic(conn):
         # Empty the FTS tables wholesale first so the per-row delete triggers have nothing to do.
-        conn.execute("DELETE FROM fts_words")
-        conn.execute("DELETE FROM fts_trigram")
+        for table in ("fts_words", "fts_trigram", "fts_nav_words", "fts_nav_trigram"):
+            conn.execute(f"DELETE FROM {table}")
         conn.execute("DELETE FROM chunks")
         index.insert_rows(conn, files.rows.values())
         queue = JobQueue(conn)

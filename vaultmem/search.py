@@ -261,7 +261,7 @@ class Searcher:
         self._embedder_factory = embedder_factory
         self._cache: VectorCache | None = None
         self._order = SessionOrder()
-        self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0}
+        self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 1.0, "nav_trigram": 1.0}
         self.neighbor_weight = NEIGHBOR_WEIGHT
 
     def vectors(self, embedder: Embedder) -> VectorCache:
@@ -280,16 +280,21 @@ class Searcher:
         where, params = filters.sql()
         extra = f" AND {where}" if where else ""
         out: dict[str, list[str]] = {"words": [], "trigram": []}
+        # Topic and digest nodes have their own word indexes (their text repeats their leaves'):
+        # searched only when summaries may be returned, each ranking fused like the others.
+        nav = filters.kind != "leaf"
         if words:
-            out["words"] = self._fts(
-                "fts_words", " OR ".join(_quoted(w) for w in words), extra, params, limit
-            )
+            match = " OR ".join(_quoted(w) for w in words)
+            out["words"] = self._fts("fts_words", match, extra, params, limit)
+            if nav:
+                out["nav_words"] = self._fts("fts_nav_words", match, extra, params, limit)
         long_runs = [r for r in cjk if len(r) >= 3]
         short_runs = [r for r in cjk if len(r) < 3]
         if long_runs:
-            out["trigram"] = self._fts(
-                "fts_trigram", " OR ".join(_quoted(r) for r in long_runs), extra, params, limit
-            )
+            match = " OR ".join(_quoted(r) for r in long_runs)
+            out["trigram"] = self._fts("fts_trigram", match, extra, params, limit)
+            if nav:
+                out["nav_trigram"] = self._fts("fts_nav_trigram", match, extra, params, limit)
         elif short_runs:
             # Trigrams need three characters; one- or two-character CJK queries scan with LIKE.
             like = " OR ".join("c.text LIKE ?" for _ in short_runs)

@@ -80,12 +80,15 @@ def _row(conn: sqlite3.Connection, node_id: str) -> sqlite3.Row:
     return row
 
 
-def child_rows(conn: sqlite3.Connection, node_id: str | None) -> list[sqlite3.Row]:
-    """Children in reading order. ``None``: every source's top (its levels and its ``_fresh/`` leaves)."""
+def child_rows(
+    conn: sqlite3.Connection, node_id: str | None, linked: Sequence[str] = ()
+) -> list[sqlite3.Row]:
+    """Children in reading order. ``None``: every source's top (its levels and its ``_fresh/`` leaves).
+    ``linked``: leaf ids a topic or digest node links (its wikilinks), listed after its sub-levels."""
     if node_id is None:
         rows = conn.execute(
-            "SELECT * FROM chunks WHERE (kind = 'summary' AND parent IS NULL)"
-            " OR (kind = 'leaf' AND path >= ? AND path < ? AND instr(path, '/" + FRESH + "/') > 0)",
+            "SELECT * FROM chunks WHERE path >= ? AND path < ? AND ((kind = 'summary' AND parent IS NULL)"
+            " OR (kind = 'leaf' AND instr(path, '/" + FRESH + "/') > 0))",
             index.prefix_range(f"{SOURCES}/"),
         ).fetchall()
         by_source: dict[str, list[sqlite3.Row]] = {}
@@ -106,7 +109,18 @@ def child_rows(conn: sqlite3.Connection, node_id: str | None) -> list[sqlite3.Ro
             child["kind"] == "summary" and rest.count("/") == 1 and rest.endswith("/" + SUMMARY_NAME)
         ):
             kids.append(child)
-    return sibling_order(kids)
+    rows_by_id = (
+        {
+            r["id"]: r
+            for r in conn.execute(
+                f"SELECT * FROM chunks WHERE kind = 'leaf' AND id IN ({','.join('?' * len(linked))})",
+                list(linked),
+            )
+        }
+        if linked
+        else {}
+    )
+    return [*sibling_order(kids), *(rows_by_id[i] for i in linked if i in rows_by_id)]
 
 
 def _counts(conn: sqlite3.Connection, rows: Sequence[sqlite3.Row]) -> list[Node]:
@@ -124,9 +138,10 @@ def drill_down(
     query: str | None = None,
     embedder: Callable[[], Embedder] | None = None,
     vectors: Callable[[Embedder], VectorCache] | None = None,
+    linked: Sequence[str] = (),
 ) -> list[Node]:
     """The children of ``node_id`` (reading order), or ranked by similarity to ``query``."""
-    nodes = _counts(conn, child_rows(conn, node_id))
+    nodes = _counts(conn, child_rows(conn, node_id, linked))
     if not query or embedder is None or vectors is None or not nodes:
         return nodes
     model = embedder()

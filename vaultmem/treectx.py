@@ -42,7 +42,9 @@ SIZE_FULL = 64  # tokens; a longer leaf gets a proportionally smaller share of a
 
 @dataclass(frozen=True)
 class Tree:
-    """The summary skeleton: each summary's parent and depth (a few thousand rows even for big vaults)."""
+    """The summary skeleton of the source trees: each summary's parent and depth (a few thousand rows
+    even for big vaults). Topic and digest nodes are left out: they link leaves that live in the source
+    trees, so neither the walk nor the overlap rule can see what they cover."""
 
     parent: dict[str, str | None]
     depth: dict[str, int]
@@ -51,7 +53,9 @@ class Tree:
     def load(cls, conn: sqlite3.Connection) -> Tree:
         parent: dict[str, str | None] = {}
         depth: dict[str, int] = {}
-        for row in conn.execute("SELECT id, parent, depth FROM chunks WHERE kind = 'summary'"):
+        for row in conn.execute(
+            "SELECT id, parent, depth FROM chunks WHERE kind = 'summary' AND path >= 'sources/' AND path < 'sources0'"
+        ):
             parent[row[0]] = row[1]
             depth[row[0]] = row[2]
         return cls(parent, depth)
@@ -128,7 +132,11 @@ def candidates(
         return searcher.search(query, k, replace(filters, kind="leaf"))
     tree = tree or Tree.load(conn)
     if mode == "collapsed":
-        hits = searcher.search(query, k, replace(filters, kind=None))
+        hits = [
+            h
+            for h in searcher.search(query, k, replace(filters, kind=None))
+            if h.id in tree.depth or h.kind == "leaf"
+        ]
         best = [h for h in hits if h.kind == "summary" and tree.depth.get(h.id) == 1][:ATTRACTORS]
         score_of = {h.id: h.score for h in best}
         bonus = {

@@ -79,6 +79,7 @@ from vaultmem.ingest import (
 )
 from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
+from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name, slugify_name
 from vaultmem.pool import Pool, PoolReport, WorkContext
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
@@ -540,6 +541,7 @@ class Vault:
                 progress=progress,
                 topic_settings=self.topic_settings,
                 finder=self.entity_finder,
+                digest_days=self.config.digest_enabled,
             )
             if report.admitted:
                 self._commit(f"memory: admit {report.admitted} leaves")
@@ -593,6 +595,7 @@ class Vault:
             commit=self._commit if self._git is not None else None,
             topics=self.topic_settings,
             finder=self.entity_finder,
+            digest=self.config.digest_enabled,
         )
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
@@ -808,9 +811,19 @@ class Vault:
 
     # -- navigation ----------------------------------------------------------------------------------
     def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[tree.Node]:
-        """Children of a level (every source's top for ``None``), in reading order or ranked by ``query``."""
+        """Children of a level (every source's top for ``None``), in reading order or ranked by ``query``.
+        A topic or digest node's children are its sub-levels, then the leaves it links."""
+        linked: list[str] = []
+        if node_id is not None and node_id.startswith("s"):
+            node = self.summary(node_id)
+            linked = [i for i in (id_from_filename(c.target) for c in node.children if c.wiki) if i]
         return tree.drill_down(
-            self.conn, node_id, query=query, embedder=lambda: self.embedder, vectors=self.searcher.vectors
+            self.conn,
+            node_id,
+            query=query,
+            embedder=lambda: self.embedder,
+            vectors=self.searcher.vectors,
+            linked=linked,
         )
 
     def fetch(self, ids: Iterable[str]) -> list[Leaf | SummaryNode]:

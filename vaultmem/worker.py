@@ -48,6 +48,7 @@ def drain(
     max_rounds: int | None = None,
     topic_settings: TopicSettings | None = None,
     finder: EntityFinder | None = find_entities,
+    digest_days: bool = True,
 ) -> WorkReport:
     """Run ready jobs until none is left (jobs waiting on backoff are left for later)."""
     queue = JobQueue(conn)
@@ -60,7 +61,7 @@ def drain(
         jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
         if not jobs:
             break
-        run_extract(conn, layout, embedder_factory, queue, jobs, report, topic_settings, finder)
+        run_extract(conn, layout, embedder_factory, queue, jobs, report, topic_settings, finder, digest_days)
         if progress is not None:
             progress(report.jobs_done + report.jobs_failed, max(total, report.jobs_done + report.jobs_failed))
     return report
@@ -75,6 +76,7 @@ def run_extract(
     report: WorkReport,
     topic_settings: TopicSettings | None = None,
     finder: EntityFinder | None = find_entities,
+    digest_days: bool = True,
 ) -> ExtractReport | None:
     """Run one batch of ``extract`` jobs: complete them, or fail the ones whose file was busy (and all
     of them when the batch failed, then None). Adds to ``report``; the worker pool uses it too."""
@@ -91,7 +93,8 @@ def run_extract(
     busy = set(result.busy)
     done = [j for j in jobs if j.payload.get("id") not in busy]
     queue.complete(j.id for j in done)
-    digest.enqueue_days(conn, [str(j.payload.get("id", "")) for j in done], time.time())
+    if digest_days:  # the global tree: each day these leaves fall on gets its digest job
+        digest.enqueue_days(conn, [str(j.payload.get("id", "")) for j in done], time.time())
     for job in jobs:
         if job.payload.get("id") in busy:
             queue.fail(job, "leaf file changed on disk while extracting; will retry")
