@@ -27,7 +27,8 @@ fix: setup
     {{venv}}/bin/ruff check --fix vaultmem tests bench
     {{venv}}/bin/ruff format vaultmem tests bench
 
-# Demo on a copy of sample_vault/: rebuild the index from the files, ingest new input, show the tree, search, stats.
+# Demo on a copy of sample_vault/: rebuild the index from the files, ingest new input, compact, show the tree,
+# search, context, topics, a daily digest, stats.
 demo: setup
     rm -rf demo_vault && cp -r sample_vault demo_vault
     {{venv}}/bin/vaultmem reindex --vault demo_vault
@@ -39,6 +40,10 @@ demo: setup
     {{venv}}/bin/vaultmem search "when is the Tidepool patch due" --k 3 --vault demo_vault
     {{venv}}/bin/vaultmem search "雾凇拼音" --k 2 --vault demo_vault
     {{venv}}/bin/vaultmem context "what should I know before the Kyoto trip?" --budget 300 --vault demo_vault
+    {{venv}}/bin/vaultmem topics --n 8 --vault demo_vault
+    {{venv}}/bin/vaultmem topic Kyoto --n 3 --vault demo_vault
+    {{venv}}/bin/vaultmem digest 2026-03-09 --vault demo_vault
+    {{venv}}/bin/vaultmem search "what did Diego say on 17 March 2026?" --k 3 --vault demo_vault
     {{venv}}/bin/vaultmem stats --vault demo_vault
     {{venv}}/bin/vaultmem check --vault demo_vault
 

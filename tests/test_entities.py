@@ -402,7 +402,8 @@ def test_llm_adds_the_model_entities_after_the_rule_based_ones(llm_server: ChatS
         llm_reply(
             [
                 {"name": "Melanie", "kind": "person"},  # the rules found her already
-                {"name": "Lake Tahoe", "kind": "place"},  # not a kind we keep
+                {"name": "Lake Tahoe", "kind": "place"},
+                {"name": "Mount Doom", "kind": "planet"},  # not a kind we keep
                 {"name": "the garden club", "kind": "project"},
                 {"name": "next week", "kind": "date"},  # no key can hold it
                 {"name": "https://github.com/Acme/Roses", "kind": "url"},
@@ -415,6 +416,7 @@ def test_llm_adds_the_model_entities_after_the_rule_based_ones(llm_server: ChatS
     assert [m.key for m in found] == [
         "person:caroline",
         "person:melanie",
+        "place:lake-tahoe",
         "project:the-garden-club",
         "repo:github.com/acme/roses",
         "date:2026-03-01",
@@ -499,3 +501,15 @@ def test_parse_entity_reply() -> None:
     for junk in ["", "no array", "[1, 2]", '{"a": [1]}x', "[{]"]:
         with pytest.raises(ValueError):
             parse_entity_reply(junk)
+
+
+def test_places_are_not_people() -> None:
+    keys = [
+        m.key
+        for m in extract("Caroline said she moved from Sweden to New York, then Kyoto. Lisbon was lovely.")
+    ]
+    assert keys == ["person:caroline", "place:sweden", "place:new-york", "place:kyoto", "place:lisbon"]
+    assert canonical("place", "New York") == "place:new-york" and parse_key("place:kyoto") == (
+        "place",
+        "kyoto",
+    )

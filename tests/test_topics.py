@@ -420,3 +420,17 @@ def test_drill_down_into_a_topic_lists_its_levels_then_its_linked_leaves(vault: 
     level = next(n for n in kids if n.kind == "summary")
     inside = vault.drill_down(level.id)
     assert 1 <= len(inside) <= 4 and all(n.kind == "leaf" and "TidePool" in n.text for n in inside)
+
+
+def test_a_lost_heat_table_is_seeded_as_of_the_vaults_newest_memory(vault: Vault) -> None:
+    vault.ingest_messages(records(30), source="chat")  # 2024-05-01 .. 2024-05-05
+    vault.compact()
+    s = vault.topic_settings.heat
+    vault.conn.execute("DELETE FROM entity_heat")
+    assert heat.seed(vault.conn, NOW, s) > 0
+    # TidePool: 10 mentions over five days, the newest on 2024-05-05, plus one new source
+    expected = sum(0.5 ** ((5 - (1 + i // 6)) / 7) for i in range(0, 30, 3)) + 2.0 * 0.5 ** (4 / 7)
+    assert heat.heat_of(vault.conn, "project:tidepool", NOW, s) == pytest.approx(expected)
+    assert heat.seed(vault.conn, NOW, s) == 0  # only entities without a row
+    vault.compact()  # still hot enough: nothing archived
+    assert (vault.layout.root / "topics" / "project-tidepool" / "_summary.md").exists()

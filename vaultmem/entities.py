@@ -42,7 +42,7 @@ from decimal import Decimal
 
 from vaultmem.model import utc
 
-KINDS = ("person", "project", "repo", "url", "version", "date", "money", "email", "ticker")
+KINDS = ("person", "place", "project", "repo", "url", "version", "date", "money", "email", "ticker")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,35 @@ class Mention:
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
+
+
+# Countries and the most talked-about cities: a capitalised name in this list is a place, not a person.
+_PLACES = frozenset(
+    p.strip()
+    for p in """
+afghanistan, albania, algeria, argentina, armenia, australia, austria, bangladesh, belgium, bolivia,
+brazil, bulgaria, cambodia, cameroon, canada, chile, china, colombia, croatia, cuba, cyprus, czechia,
+denmark, ecuador, egypt, england, estonia, ethiopia, finland, france, georgia, germany, ghana, greece,
+guatemala, hungary, iceland, india, indonesia, iran, iraq, ireland, israel, italy, jamaica, japan,
+jordan, kazakhstan, kenya, korea, kuwait, laos, latvia, lebanon, libya, lithuania, luxembourg,
+madagascar, malaysia, mali, malta, mexico, mongolia, morocco, mozambique, myanmar, nepal, netherlands,
+new zealand, nicaragua, nigeria, norway, pakistan, panama, paraguay, peru, philippines, poland,
+portugal, qatar, romania, russia, rwanda, scotland, senegal, serbia, singapore, slovakia, slovenia,
+somalia, south africa, spain, sri lanka, sudan, sweden, switzerland, syria, taiwan, tanzania, thailand,
+tunisia, turkey, uganda, ukraine, united kingdom, united states, uruguay, uzbekistan, venezuela,
+vietnam, wales, yemen, zambia, zimbabwe, europe, asia, africa, antarctica, america, north america,
+south america, amsterdam, athens, atlanta, austin, bangkok, barcelona, beijing, berlin, bogota,
+boston, brussels, budapest, buenos aires, cairo, cape town, chicago, copenhagen, dallas, delhi,
+denver, dubai, dublin, edinburgh, florence, frankfurt, geneva, hamburg, hanoi, havana, helsinki,
+hong kong, honolulu, houston, istanbul, jakarta, jerusalem, johannesburg, kyoto, lagos, las vegas,
+lima, lisbon, london, los angeles, madrid, manchester, manila, melbourne, mexico city, miami, milan,
+montreal, moscow, mumbai, munich, nairobi, naples, nashville, new orleans, new york, oakland, osaka,
+oslo, ottawa, paris, philadelphia, phoenix, portland, porto, prague, reykjavik, rio de janeiro, rome,
+san diego, san francisco, santiago, seattle, seoul, shanghai, shenzhen, singapore, stockholm, sydney,
+taipei, tel aviv, tokyo, toronto, vancouver, venice, vienna, warsaw, washington, zurich, sintra, hawaii,
+california, texas, florida, alaska, bali, sicily, tuscany, provence, bavaria, yosemite, grand canyon
+""".replace("\n", " ").split(",")
+)
 
 
 # Capitalised words that start sentences or are otherwise not names.
@@ -393,7 +422,7 @@ def _find_chinese(text: str, ref: date | None) -> Iterator[_Hit]:
 # Words after which a sentence-opening capitalised word is a name: "Melanie said", "Jon and I".
 _NAME_NEXT_RE = re.compile(
     r" (?:said|says|told|tells|asked|asks|wrote|writes|replied|mentioned|thinks|thought|wants|wanted"
-    r"|is|was|has|had|will|would|and|called|texted|emailed|sent|went|came)\b"
+    r"|is|was|has|had|will|would|and|called|texted|emailed|sent|went|came|got|made|took|left|moved|loves|likes)\b"
 )
 
 
@@ -419,7 +448,9 @@ def _name_hit(text: str, group: list[tuple[int, int, str]], run_start: int) -> I
     if before and before[0].lower() in _TOOL_CUES:
         yield start, end, "project", _project_key(words), words
     else:
-        yield start, end, "person", words.lower().replace(" ", "-"), words
+        low = words.lower()
+        kind = "place" if low in _PLACES else "person"
+        yield start, end, kind, low.replace(" ", "-"), words
 
 
 def _find_caps(text: str, ref: date | None) -> Iterator[_Hit]:
@@ -462,9 +493,25 @@ def _find_caps(text: str, ref: date | None) -> Iterator[_Hit]:
         yield from _name_hit(text, group, run_start)
 
 
+_MULTI_PLACE_RE = re.compile(
+    r"\b(?:"
+    + "|".join(sorted((re.escape(p.title()) for p in _PLACES if " " in p), key=len, reverse=True))
+    + r")\b"
+)
+
+
+def _find_places(text: str, ref: date | None) -> Iterator[_Hit]:
+    """Places of several words ("New York", "Buenos Aires"), before the capitalised-names rule would
+    split them at a word it takes for a sentence starter ("New")."""
+    if " " not in text:
+        return
+    for m in _MULTI_PLACE_RE.finditer(text):
+        yield m.start(), m.end(), "place", m[0].lower().replace(" ", "-"), m[0]
+
+
 _Finder = Callable[[str, date | None], Iterator[_Hit]]
 _FINDERS: tuple[_Finder, ...] = (_find_links, _find_tickers, _find_dates, _find_money, _find_versions)
-_FINDERS += (_find_tags, _find_chinese, _find_caps)
+_FINDERS += (_find_tags, _find_chinese, _find_places, _find_caps)
 
 
 def extract(text: str, *, speaker: str | None = None, ts: datetime | None = None) -> tuple[Mention, ...]:
@@ -539,7 +586,7 @@ def canonical(kind: str, name: str) -> str:
     amount, a date without a year, a URL without a host)."""
     text = unicodedata.normalize("NFKC", name).strip()
     value = ""
-    if kind == "person":
+    if kind in ("person", "place"):
         value = _person_key(text)
     elif kind == "project":
         value = _project_key(text)

@@ -11,9 +11,10 @@ was last recorded::
 Heat is constant within a UTC day and halves every ``half_life_days`` without news. Events count on the
 day the vault records them (a leaf when it is admitted, a query when it is asked), not on the day a
 message was written: a backlog imported today is today's attention. ``entity_heat`` is therefore not
-derived from the files and is kept by ``reindex``; when it is lost, ``seed`` rebuilds a starting heat from
-the mentions, each counted on its message's own day (so an old history starts cold). Takes an open
-connection; never touches files.
+derived from the files and is kept by ``reindex``; when it is lost (a copied vault, a deleted index),
+``seed`` rebuilds it from the mentions as it stood on the day of the vault's newest memory, each mention
+counted on its message's own day: a copied vault keeps its hot topics, and its old history stays cold
+relative to its own last activity. Takes an open connection; never touches files.
 """
 
 from __future__ import annotations
@@ -132,9 +133,11 @@ def heat_of(conn: sqlite3.Connection, entity: str, now: datetime, settings: Heat
 
 
 def seed(conn: sqlite3.Connection, now: datetime, settings: HeatSettings) -> int:
-    """Give entities without a heat row one rebuilt from their mentions (each on its message's day;
-    undated mentions count today). Returns how many were seeded."""
+    """Give entities without a heat row one rebuilt from their mentions as of the vault's newest memory
+    (each mention on its message's day; undated ones on that newest day). Returns how many were seeded."""
     day = today(now)
+    newest = conn.execute("SELECT max(ts) FROM mentions").fetchone()[0]
+    anchor = min(day, date.fromisoformat(newest[:10])) if newest else day
     missing: dict[str, list[tuple[str | None, str]]] = defaultdict(list)
     for row in conn.execute(
         "SELECT m.entity, m.ts, m.source FROM mentions m"
@@ -148,10 +151,10 @@ def seed(conn: sqlite3.Connection, now: datetime, settings: HeatSettings) -> int
             heat = 0.0
             sources: set[str] = set()
             for ts, source in sorted(seen, key=lambda s: s[0] or "9999"):
-                when = date.fromisoformat(ts[:10]) if ts else day
+                when = date.fromisoformat(ts[:10]) if ts else anchor
                 bonus = settings.source_weight if source not in sources else 0.0
                 sources.add(source)
-                heat += decayed(settings.mention_weight + bonus, when, day, settings.half_life_days)
+                heat += decayed(settings.mention_weight + bonus, when, anchor, settings.half_life_days)
             conn.execute(
                 "INSERT OR IGNORE INTO entity_heat(entity, heat, day) VALUES (?, ?, ?)",
                 (entity, heat, day.isoformat()),

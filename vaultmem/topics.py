@@ -71,7 +71,7 @@ class TopicSettings:
     route_batch: int = 2000  # new links routed per step (bounds a step's time)
     # Kinds that get topic trees: "the latest on this person or project". Dates, amounts, versions,
     # URLs and addresses are indexed and searchable, but a tree of "$1,200" would be noise.
-    kinds: tuple[str, ...] = ("person", "project", "repo", "ticker")
+    kinds: tuple[str, ...] = ("person", "place", "project", "repo", "ticker")
 
 
 def settings_from(values: dict[str, object]) -> TopicSettings:
@@ -93,7 +93,7 @@ def route_job(key: str) -> NewJob:
 
 def display_name(key: str) -> str:
     kind, value = entities.parse_key(key)
-    if kind == "person" and value.isascii():
+    if kind in ("person", "place") and value.isascii():
         return value.replace("-", " ").title()
     return value.title() if kind == "project" and value.isascii() else value
 
