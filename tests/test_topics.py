@@ -434,3 +434,28 @@ def test_a_lost_heat_table_is_seeded_as_of_the_vaults_newest_memory(vault: Vault
     assert heat.seed(vault.conn, NOW, s) == 0  # only entities without a row
     vault.compact()  # still hot enough: nothing archived
     assert (vault.layout.root / "topics" / "project-tidepool" / "_summary.md").exists()
+
+
+def test_a_hand_edit_seen_by_the_watcher_re_routes_the_topic(vault: Vault) -> None:
+    vault.ingest_messages(records(12), source="chat")
+    vault.compact()
+    leaf = next(x for x in vault.ls() if "project:tidepool" in x.entities)
+    path = vault.layout.root / leaf.path
+    path.write_text(path.read_text().replace('"project:tidepool", ', "").replace(', "project:tidepool"', ""))
+    vault.reconcile_paths([leaf.path])  # what the watch daemon does with the edit
+    assert vault.conn.execute(
+        "SELECT 1 FROM jobs WHERE dedupe_key = 'topic_route:project:tidepool'"
+    ).fetchone()
+    vault.work()
+    stems = [stem for p, stem in wikilinks(vault.layout.root) if "project-tidepool" in str(p)]
+    assert path.stem not in stems and vault.check().ok
+
+
+def test_the_midnight_sweep_queues_every_topic(vault: Vault) -> None:
+    vault.ingest_messages(records(12), source="chat")
+    vault.compact()
+    assert vault.jobs.pending() == 0
+    queued = vault.sweep_topics()
+    assert queued == len(topics.existing(vault.conn)) >= 3  # Caroline, Melanie, TidePool
+    vault.work()
+    assert vault.check().ok

@@ -246,6 +246,7 @@ class Daemon:
     def _midnight(self, now: float) -> None:
         day = datetime.fromtimestamp(self._next_midnight, UTC)
         self.vault.jobs.enqueue_many(midnight_jobs(day, self.vault.sources()))
+        self.vault.sweep_topics()  # heat decays by the day: archive what went cold
         self._next_midnight = _next_midnight(now)
 
     # -- status -----------------------------------------------------------------------------------------

@@ -632,9 +632,7 @@ class Vault:
                     "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
                 )
             )
-            # Topics follow heat, which decays with the days: archive the cold, make the newly hot.
-            heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
-            topics.sweep(self.conn, self.layout, heat.utcnow(), self.topic_settings)
+        self.sweep_topics()  # heat decays with the days: archive the cold, make the newly hot
         report = self.work(progress)
         report.add(embedded=flushed.embedded, admitted=flushed.admitted)
         notes = [f"re-read {p} (changed by hand)" for p in caught.changed]
@@ -678,7 +676,8 @@ class Vault:
             )
             if report.deleted:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
-                topics.enqueue_out_of_date(self.conn)  # and their topics
+            if report.deleted or report.changed:
+                topics.enqueue_out_of_date(self.conn)  # a hand edit may add or remove an entity
             return report
 
     def remove_stray_temps(self) -> list[str]:
@@ -851,6 +850,13 @@ class Vault:
         return tree.expand_to_length(self.conn, node_id, budget_tokens)
 
     # -- entities and topics -------------------------------------------------------------------------
+    def sweep_topics(self) -> int:
+        """Queue routing for every topic (the cold are archived) and every entity hot enough for one;
+        ``compact`` and the daemon's midnight run it. Returns the jobs queued."""
+        with self._locked():
+            heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
+            return topics.sweep(self.conn, self.layout, heat.utcnow(), self.topic_settings)
+
     def topic(self, entity: str, n: int = 5, *, now: datetime | None = None) -> entityindex.TopicView:
         """What the vault knows about ``entity`` (a name, ``@handle`` or key): its topic summary (latest
         state first; empty while it has no topic tree), its ``n`` most important and ``n`` newest leaves."""
@@ -864,8 +870,7 @@ class Vault:
         if n < 1:
             raise InvalidInput("ask for at least one topic")
         at = now or heat.utcnow()
-        if heat.seed(self.conn, at, self.topic_settings.heat):  # an index rebuilt without its heat table
-            pass
+        heat.seed(self.conn, at, self.topic_settings.heat)  # an index rebuilt without its heat table
         return entityindex.hot(self.conn, n, at, self.topic_settings)
 
     def graph(self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None) -> dict[str, Any]:
