@@ -84,3 +84,24 @@ def test_cli_search_end_to_end(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "Pixel" in out.stdout
+
+
+def test_topics_digest_and_time_questions_on_the_sample_inputs_with_the_real_model(tmp_path: Path) -> None:
+    """The sample vault's inputs, built from scratch with the real model: topics and digests follow."""
+    examples = Path(__file__).resolve().parent.parent / "docs" / "examples"
+    config = (examples / "config.toml").read_text()
+    with Vault.init(tmp_path / "v", config, embedder=load_embedder()) as vault:
+        vault.ingest_path(examples / "assistant-chat.jsonl", source="assistant-chat")
+        vault.ingest_path(examples / "team-slack.json")
+        vault.ingest_path(examples / "notes", source="notes")
+        vault.ingest_path(examples / "mail", source="mail")
+        report = vault.compact()
+        assert report.jobs_failed == 0 and report.topics > 0
+        kyoto = vault.topic("Kyoto", 3)
+        assert kyoto.entity.key == "place:kyoto" and kyoto.entity.topic == "topics/place-kyoto/_summary.md"
+        assert kyoto.summary.startswith("Latest (2026-03-09") and all("Kyoto" in x.text for x in kyoto.recent)
+        (day,) = vault.global_digest("2026-03-09")
+        assert day.period == "day" and day.descendants > 0 and all(c.wiki for c in day.children)
+        hits = vault.search("what did we plan on 9 March 2026?", 3)
+        assert all(h.ts is not None and h.ts.startswith("2026-03-09") for h in hits)
+        assert vault.check().ok
