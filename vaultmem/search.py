@@ -261,7 +261,9 @@ class Searcher:
         self._embedder_factory = embedder_factory
         self._cache: VectorCache | None = None
         self._order = SessionOrder()
-        self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 1.0, "nav_trigram": 1.0}
+        # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
+        # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
+        self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
         self.neighbor_weight = NEIGHBOR_WEIGHT
 
     def vectors(self, embedder: Embedder) -> VectorCache:
