@@ -341,6 +341,9 @@ def test_cli_topics_topic_and_graph(vault: Vault, capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit) as exited:
         main(["topic", "nobody-at-all", "-V", root])
     assert exited.value.code == 1 and capsys.readouterr().err.startswith("vaultmem: error: no entity named")
+    out = runner.invoke(app, ["context", "news", "--topic", "tidepool", "-b", "200", "-V", root, "--json"])
+    items = json.loads(out.stdout)["items"]
+    assert out.exit_code == 0 and items and all("TidePool" in item["text"] for item in items)
     out = runner.invoke(app, ["search", "release", "--topic", "tidepool", "-V", root, "--json"])
     assert out.exit_code == 0 and all("TidePool" in h["text"] for h in json.loads(out.stdout))
 

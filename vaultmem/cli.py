@@ -336,12 +336,15 @@ def context(
     mode: Annotated[
         str | None, typer.Option("--mode", help="flat | collapsed | walk (default: the measured best)")
     ] = None,
+    topic: Annotated[
+        str | None, typer.Option("--topic", "-t", help="Only leaves mentioning this entity.")
+    ] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Print remembered text for QUERY within a token budget, ready to paste into a prompt."""
     with open_vault(vault_path) as vault:
-        ctx = vault.context(query, budget, source=source, mode=mode)
+        ctx = vault.context(query, budget, source=source, mode=mode, topic=topic)
         root = vault.layout.root
     if as_json:
         data = ctx.as_dict()
