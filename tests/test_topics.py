@@ -462,3 +462,22 @@ def test_the_midnight_sweep_queues_every_topic(vault: Vault) -> None:
     assert queued == len(topics.existing(vault.conn)) >= 3  # Caroline, Melanie, TidePool
     vault.work()
     assert vault.check().ok
+
+
+def test_a_hand_edited_topic_level_stays_and_the_stale_topic_is_refreshed_not_resummarised(
+    vault: Vault,
+) -> None:
+    vault.ingest_messages(records(30), source="chat")
+    vault.compact()
+    base = vault.layout.root / "topics" / "project-tidepool"
+    level = next(base.glob("*/_summary.md"))
+    text = level.read_text()
+    edited = text.replace("---\n", "---\ncolour: teal\n", 1).replace(
+        "\n## Children", "\nMy own note.\n\n## Children"
+    )
+    level.write_text(edited)
+    vault.compact()  # the edit makes the topic root stale; its re-summarise job re-routes the topic
+    root, _ = parse_summary((base / "_summary.md").read_text(), "topics/project-tidepool/_summary.md")
+    assert not root.stale and len([c for c in root.children if c.wiki]) == 4
+    assert "colour: teal" in level.read_text() and "My own note." in level.read_text()
+    assert vault.check().ok

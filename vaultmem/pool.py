@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vaultmem import db, digest, heat, topics, treeops
 from vaultmem.compact import (
@@ -405,6 +405,10 @@ class Pool:
                 conn, ctx.layout, node_id, ctx.summariser, ctx.embedder(), ctx.lock, ctx.max_bytes, ctx.commit
             )
             return self._settle(queue, job, result, committed=True, resummarized=1)
+        entity = topics.entity_of_node(conn, node_id)
+        if entity is not None:
+            # A topic node is rewritten by routing its topic (its children are links, not its folder).
+            return self._topic_route(conn, queue, replace(job, payload={"entity": entity}))
         try:
             result = resummarize(
                 conn,

@@ -219,14 +219,16 @@ class TopicPlanner:
         linked = state.linked()
         new = [m for i, m in state.members.items() if i not in linked][: s.route_batch]
         gone = linked - set(state.members)
-        if state.root is not None and not new and not gone and not self._needs_seal(state):
+        stale = [lv for lv in state.levels.values() if lv.node.stale]
+        root_stale = state.root is not None and state.root.node.stale
+        if state.root is not None and not (new or gone or stale or root_stale or self._needs_seal(state)):
             return None
         base = state.dir
         writes: list[FileWrite] = []
         moves: list[tuple[str, str]] = []
         # Levels that lost leaves (deleted, or the entity taken off by hand) are rewritten without them.
         for level in state.levels.values():
-            if any(i in gone for i in level.links):
+            if level.node.stale or any(i in gone for i in level.links):
                 level.links = [i for i in level.links if i not in gone]
                 writes.append(self._level_write(state, level, guarded=True))
         recent = [i for i in (state.root.links if state.root else []) if i in state.members]
@@ -422,6 +424,7 @@ class TopicPlanner:
         stamps += [ts for lv in kids for ts in (lv.earliest, lv.latest) if ts]
         node = replace(
             level.node,
+            stale=False,
             title=level.title,
             children=(
                 *(ChildLink(lv.title, f"{PurePosixPath(lv.dir).name}/{SUMMARY_NAME}") for lv in kids),
@@ -433,9 +436,10 @@ class TopicPlanner:
             latest=parse_ts(max(stamps)) if stamps else None,
         )
         level.descendants = node.descendants
+        keep = parse_summary(level.data.decode("utf-8"), node.path)[1] if level.data else None
         return FileWrite(
             f"{level.dir}/{SUMMARY_NAME}",
-            render_summary(node, keep=None),
+            render_summary(node, keep=keep),  # a person's keys survive the rewrite
             fsio.sha256_bytes(level.data) if guarded and level.data else None,
         )
 
@@ -677,6 +681,16 @@ def _is_root(rel: str) -> bool:
     """``topics/<slug>/_summary.md`` or ``topics/_archive/<slug>/_summary.md``."""
     parts = PurePosixPath(rel).parts
     return len(parts) == 3 or (len(parts) == 4 and parts[1] == ARCHIVE)
+
+
+def entity_of_node(conn: sqlite3.Connection, node_id: str) -> str | None:
+    """The entity of a topic node (root or level), None for any other node."""
+    row = conn.execute(
+        "SELECT path, provenance FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
+    ).fetchone()
+    if row is None or not row["path"].startswith(TOPICS + "/"):
+        return None
+    return _entity_of(row["provenance"])
 
 
 def existing(conn: sqlite3.Connection) -> dict[str, str]:
