@@ -316,7 +316,7 @@ def test_topic_hot_topics_scoped_search_and_graph(vault: Vault) -> None:
 def test_a_query_naming_a_day_ranks_that_days_leaves_first(vault: Vault) -> None:
     vault.ingest_messages(records(30), source="chat")
     vault.flush()
-    hits = vault.search("what happened on 3 May 2024", 5, now=NOW)
+    hits = vault.search("what happened on 3 May 2024", 5, now=NOW.replace(tzinfo=None))  # naive = UTC
     assert hits and all(h.ts and h.ts.startswith("2024-05-03") for h in hits[:5])
     ctx = vault.context("what did we discuss on May 4, 2024", 300, now=NOW)
     assert ctx.items and str(ctx.items[0].hit.ts).startswith("2024-05-04")

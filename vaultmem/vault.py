@@ -80,7 +80,7 @@ from vaultmem.ingest import (
 from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
-from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name, slugify_name
+from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name, slugify_name, utc
 from vaultmem.pool import Pool, PoolReport, WorkContext
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.reindex import ReindexReport, reindex
@@ -753,7 +753,7 @@ class Vault:
     def _time_window(self, query: str, filters: Filters, now: datetime | None) -> timeparse.TimeRange | None:
         if filters.since is not None or filters.until is not None or not isinstance(query, str):
             return None
-        return timeparse.find_range(query, now or heat.utcnow())
+        return timeparse.find_range(query, utc(now) if now is not None else heat.utcnow())
 
     def _note_query(self, query: str) -> None:
         """A query that names an entity makes it hotter (the heat formula's query term)."""
