@@ -302,6 +302,7 @@ def test_topic_hot_topics_scoped_search_and_graph(vault: Vault) -> None:
     hot = vault.hot_topics(3)
     assert [e.key for e in hot][:2] == ["person:caroline", "person:melanie"]
     assert hot[0].topic == "topics/person-caroline/_summary.md"
+    assert vault.stats().topics == len(topics.existing(vault.conn)) == 3  # Caroline, Melanie, TidePool
     hits = vault.search("release news", 20, topic="tidepool", kind="leaf")
     assert hits and all("TidePool" in h.text for h in hits)
     graph = vault.graph()

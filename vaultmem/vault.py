@@ -480,8 +480,7 @@ class Vault:
         first, latest = self.conn.execute(
             "SELECT min(ts), max(ts) FROM chunks WHERE ts IS NOT NULL"
         ).fetchone()
-        topics_dir = self.layout.root / "topics"
-        topics = sum(1 for p in topics_dir.iterdir() if p.is_dir()) if topics_dir.is_dir() else 0
+        live_topics = sum(1 for p in topics.existing(self.conn).values() if f"/{topics.ARCHIVE}/" not in p)
         return Stats(
             path=str(self.layout.root),
             storage_bytes=storage,
@@ -489,7 +488,7 @@ class Vault:
             sources=tuple(self.sources()),
             leaves=counts.get("leaf", 0),
             summaries=counts.get("summary", 0),
-            topics=topics,
+            topics=live_topics,
             by_status=by_status,
             first_memory=first,
             latest_memory=latest,
