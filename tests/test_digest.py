@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_cli import run
 from vaultmem import digest, index
 from vaultmem.compact import mark_stale
 from vaultmem.embed import FakeEmbedder
@@ -326,42 +327,30 @@ def test_git_auto_commit_records_each_digest(tmp_path: Path, monkeypatch: pytest
     assert status.stdout.strip() == ""
 
 
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from vaultmem.cli import main
-
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_cli_digest_prints_text_and_json(built: Vault, capsys: pytest.CaptureFixture[str]) -> None:
     v = str(built.layout.root)
-    code, out, _ = run_cli(["digest", "2024-11-30", "--vault", v], capsys)
+    code, out, _ = run(["digest", "2024-11-30", "--vault", v], capsys)
     assert code == 0
     assert out.startswith("# 2024-11-30  (global/2024-11/2024-W48/2024-11-30/_summary.md)")
     assert "**chat**: 2 messages" in out and "  - chat 09:00 Mara: Book the ryokan" in out
-    code, out, _ = run_cli(["digest", "2024-11-30", "--vault", v, "--json"], capsys)
+    code, out, _ = run(["digest", "2024-11-30", "--vault", v, "--json"], capsys)
     data = json.loads(out)
     assert data["period"] == "day" and data["descendants"] == 4
     assert [c["target"] for c in data["children"]] == stems(built, "2024-11-30")
     assert all(c["wiki"] for c in data["children"])
-    code, out, _ = run_cli(["digest", "2024-12-01", "--month", "--vault", v, "--json"], capsys)
+    code, out, _ = run(["digest", "2024-12-01", "--month", "--vault", v, "--json"], capsys)
     assert json.loads(out)["title"] == "2024-12"
-    code, out, _ = run_cli(
+    code, out, _ = run(
         ["digest", "--week", "--from", "2024-11-01", "--to", "2024-12-31", "--vault", v], capsys
     )
     assert code == 0 and "# 2024-W48 in 2024-11" in out and "# 2024-W48 in 2024-12" in out
-    code, out, _ = run_cli(
+    code, out, _ = run(
         ["digest", "--from", "2024-11-29", "--to", "2024-11-30", "--json", "--vault", v], capsys
     )
     assert [n["title"] for n in json.loads(out)] == ["2024-11-29", "2024-11-30"]
-    code, out, _ = run_cli(["digest", "2024-11-15", "--vault", v, "--json"], capsys)
+    code, out, _ = run(["digest", "2024-11-15", "--vault", v, "--json"], capsys)
     assert code == 0 and json.loads(out) is None
-    code, _, err = run_cli(["digest", "tomorrowish", "--vault", v], capsys)
+    code, _, err = run(["digest", "tomorrowish", "--vault", v], capsys)
     assert code == 1 and err.startswith("vaultmem: error:") and "YYYY-MM-DD" in err
-    code, _, err = run_cli(["digest", "--week", "--month", "--vault", v], capsys)
+    code, _, err = run(["digest", "--week", "--month", "--vault", v], capsys)
     assert code == 1 and "exclude each other" in err

@@ -16,6 +16,7 @@ from vaultmem import heat, topics
 from vaultmem.cli import app, main
 from vaultmem.embed import FakeEmbedder
 from vaultmem.heat import HeatSettings
+from vaultmem.model import Leaf
 from vaultmem.summaryfile import parse_summary
 from vaultmem.vault import Vault
 
@@ -76,6 +77,14 @@ def wikilinks(root: Path) -> list[tuple[Path, str]]:
     for path in (root / "topics").rglob("_summary.md"):
         out.extend((path, stem) for stem in WIKI.findall(path.read_text()))
     return out
+
+
+def drop_by_hand(vault: Vault, key: str) -> tuple[Leaf, Path]:
+    """Take ``key`` off the entities of the first leaf that lists it, as a person would in an editor."""
+    leaf = next(x for x in vault.ls() if key in x.entities)
+    path = vault.layout.root / leaf.path
+    path.write_text(path.read_text().replace(f'"{key}", ', "").replace(f', "{key}"', ""))
+    return leaf, path
 
 
 def leaf_files(root: Path) -> dict[str, list[Path]]:
@@ -266,9 +275,7 @@ def test_a_cold_topic_is_archived_and_revived_when_it_heats_up(vault: Vault) -> 
 def test_a_leaf_whose_entity_is_removed_by_hand_leaves_the_topic(vault: Vault) -> None:
     vault.ingest_messages(records(12), source="chat")
     vault.compact()
-    leaf = next(x for x in vault.ls() if "project:tidepool" in x.entities)
-    path = vault.layout.root / leaf.path
-    path.write_text(path.read_text().replace('"project:tidepool", ', "").replace(', "project:tidepool"', ""))
+    _leaf, path = drop_by_hand(vault, "project:tidepool")
     vault.compact()
     stems = [stem for p, stem in wikilinks(vault.layout.root) if "project-tidepool" in str(p)]
     assert path.stem not in stems and len(stems) == 3
@@ -443,9 +450,7 @@ def test_a_lost_heat_table_is_seeded_as_of_the_vaults_newest_memory(vault: Vault
 def test_a_hand_edit_seen_by_the_watcher_re_routes_the_topic(vault: Vault) -> None:
     vault.ingest_messages(records(12), source="chat")
     vault.compact()
-    leaf = next(x for x in vault.ls() if "project:tidepool" in x.entities)
-    path = vault.layout.root / leaf.path
-    path.write_text(path.read_text().replace('"project:tidepool", ', "").replace(', "project:tidepool"', ""))
+    leaf, path = drop_by_hand(vault, "project:tidepool")
     vault.reconcile_paths([leaf.path])  # what the watch daemon does with the edit
     assert vault.conn.execute(
         "SELECT 1 FROM jobs WHERE dedupe_key = 'topic_route:project:tidepool'"

@@ -21,7 +21,7 @@ from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
 from vaultmem.model import Leaf, format_ts
-from vaultmem.summaryfile import summary_json
+from vaultmem.summaryfile import SummaryNode, summary_json
 from vaultmem.tokens import count_tokens
 from vaultmem.vault import Vault
 
@@ -84,6 +84,21 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
             bar.update(task, completed=done, total=total)
 
         yield update
+
+
+def _print_summary(node: SummaryNode, where: str, *, targets: bool) -> None:
+    """A summary as text: title and path, its facts, its text, its child links."""
+    typer.echo(f"# {node.title}  ({node.path})")
+    typer.echo(
+        f"id: {node.id}  {where}  leaves: {node.descendants}  "
+        f"{format_ts(node.earliest) or '?'} .. {format_ts(node.latest) or '?'}"
+        f"  summariser: {node.summariser}{'  STALE' if node.stale else ''}"
+    )
+    typer.echo("")
+    typer.echo(node.searchable)
+    typer.echo("")
+    for link in node.children:
+        typer.echo(f"  - {link.label}  ({link.target})" if targets else f"  - {link.label}")
 
 
 def _leaf_line(leaf: Leaf) -> str:
@@ -170,17 +185,7 @@ def show(
             if as_json:
                 emit_json(summary_json(node))
                 return
-            typer.echo(f"# {node.title}  ({node.path})")
-            typer.echo(
-                f"id: {node.id}  depth: {node.depth}  leaves: {node.descendants}  "
-                f"{format_ts(node.earliest) or '?'} .. {format_ts(node.latest) or '?'}"
-                f"  summariser: {node.summariser}{'  STALE' if node.stale else ''}"
-            )
-            typer.echo("")
-            typer.echo(node.searchable)
-            typer.echo("")
-            for link in node.children:
-                typer.echo(f"  - {link.label}")
+            _print_summary(node, f"depth: {node.depth}", targets=False)
             return
         if node_id is not None:
             leaf = vault.get(node_id)
@@ -502,17 +507,7 @@ def digest(
     for n, node in enumerate(nodes):
         if n:
             typer.echo("")
-        typer.echo(f"# {node.title}  ({node.path})")
-        typer.echo(
-            f"id: {node.id}  period: {node.period}  leaves: {node.descendants}  "
-            f"{format_ts(node.earliest) or '?'} .. {format_ts(node.latest) or '?'}"
-            f"  summariser: {node.summariser}{'  STALE' if node.stale else ''}"
-        )
-        typer.echo("")
-        typer.echo(node.searchable)
-        typer.echo("")
-        for link in node.children:
-            typer.echo(f"  - {link.label}  ({link.target})")
+        _print_summary(node, f"period: {node.period}", targets=True)
 
 
 @app.command()
