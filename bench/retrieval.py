@@ -258,6 +258,21 @@ class CachingEmbedder:
         return np.stack([self.memo[t] for t in texts])
 
 
+def turn_records(item: Item) -> list[dict[str, object]]:
+    """A conversation's turns as the records ``Vault.ingest_messages`` takes."""
+    return [
+        {
+            "id": t.id,
+            "speaker": t.speaker,
+            "role": t.role,
+            "content": t.text,
+            "ts": t.ts,
+            "session": t.session,
+        }
+        for t in item.turns
+    ]
+
+
 def evaluate(
     items: list[Item],
     embedder: CachingEmbedder,
@@ -280,17 +295,7 @@ def evaluate(
             vault = Vault.open(path, embedder=embedder)
         else:
             vault = Vault.init(path, embedder=embedder)
-            records = [
-                {
-                    "id": t.id,
-                    "speaker": t.speaker,
-                    "role": t.role,
-                    "content": t.text,
-                    "ts": t.ts,
-                    "session": t.session,
-                }
-                for t in item.turns
-            ]
+            records = turn_records(item)
             t0 = time.perf_counter()
             vault.ingest_messages(records, source="bench")
             timing["ingest_s"] += time.perf_counter() - t0

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import table
-from bench.retrieval import load_locomo
+from bench.retrieval import load_locomo, turn_records
 from vaultmem.embed import Embedder, load_embedder
 from vaultmem.vault import Vault
 
@@ -70,17 +70,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n, item in enumerate(items):
-            records: list[dict[str, object]] = [
-                {
-                    "id": t.id,
-                    "speaker": t.speaker,
-                    "role": t.role,
-                    "content": t.text,
-                    "ts": t.ts,
-                    "session": t.session,
-                }
-                for t in item.turns
-            ]
+            records = turn_records(item)
             order = (("off", OFF), ("on", None)) if n % 2 == 0 else (("on", None), ("off", OFF))
             for name, config in order:
                 got = build(Path(tmp) / f"{n}-{name}", config, records, embedder)

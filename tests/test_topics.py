@@ -241,32 +241,27 @@ def test_a_cold_topic_is_archived_and_revived_when_it_heats_up(vault: Vault) -> 
     assert (root / "topics" / "project-tidepool" / "_summary.md").exists()
     later = heat.utcnow() + timedelta(days=60)  # seven half-lives: far below archive_below
     ctx = vault.work_context()
-    routed = topics.route(
-        vault.conn,
-        vault.layout,
-        "project:tidepool",
-        ctx.topics,
-        vault.embedder,
-        vault._locked,
-        1 << 20,
-        later,
-    )
+
+    def route() -> topics.Routed:
+        return topics.route(
+            vault.conn,
+            vault.layout,
+            "project:tidepool",
+            ctx.topics,
+            vault.embedder,
+            vault._locked,
+            1 << 20,
+            later,
+        )
+
+    routed = route()
     assert routed.state == "archived" or routed.messages == ("memory: archive topic Tidepool",)
     archived = root / "topics" / "_archive" / "project-tidepool" / "_summary.md"
     assert archived.exists() and not (root / "topics" / "project-tidepool").exists()
     assert "archived: true" in archived.read_text()
     assert vault.check().ok
     heat.record(vault.conn, {"project:tidepool": 50.0}, later, ctx.topics.heat)
-    topics.route(
-        vault.conn,
-        vault.layout,
-        "project:tidepool",
-        ctx.topics,
-        vault.embedder,
-        vault._locked,
-        1 << 20,
-        later,
-    )
+    route()
     revived = root / "topics" / "project-tidepool" / "_summary.md"
     assert revived.exists() and "archived:" not in revived.read_text()
     assert vault.check().ok
