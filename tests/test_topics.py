@@ -482,3 +482,25 @@ def test_a_hand_edited_topic_level_stays_and_the_stale_topic_is_refreshed_not_re
     assert not root.stale and len([c for c in root.children if c.wiki]) == 4
     assert "colour: teal" in level.read_text() and "My own note." in level.read_text()
     assert vault.check().ok
+
+
+def test_rescan_gives_an_older_vault_its_entities_and_topics(
+    vault: Vault, capsys: pytest.CaptureFixture[str]
+) -> None:
+    vault._finder = lambda leaf: ()  # as a vault built before entities were extracted
+    vault.ingest_messages(records(30), source="chat")
+    vault.compact()
+    assert not any(x.entities for x in vault.ls()) and not topics.existing(vault.conn)
+    vault._finder = None
+    before = {x.id: (vault.layout.root / x.path).read_text() for x in vault.ls()}
+    main(["topics", "--rescan", "-V", str(vault.layout.root)])
+    assert "entities found in 30 leaves" in capsys.readouterr().out
+    leaves = vault.ls()
+    assert all("person:caroline" in x.entities or "person:melanie" in x.entities for x in leaves)
+    for x in leaves:  # only the entities line was added; a sealed leaf still says "admitted"
+        after = (vault.layout.root / x.path).read_text()
+        assert [line for line in after.splitlines() if not line.startswith("entities:")] == before[
+            x.id
+        ].splitlines()
+    assert "project:tidepool" in topics.existing(vault.conn)
+    assert vault.rescan_entities() == 0 and vault.check().ok

@@ -363,11 +363,24 @@ def context(
 @app.command()
 def topics(
     n: Annotated[int, typer.Option("--n", "-n", help="How many entities.")] = 20,
+    rescan: Annotated[
+        bool,
+        typer.Option(
+            "--rescan", help="First find entities in leaves that list none (older vaults), then compact."
+        ),
+    ] = False,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The hottest entities (people, projects, repos, ...) and their topic trees."""
     with open_vault(vault_path) as vault:
+        if rescan:
+            with progress_bar("finding entities") as bar:
+                gained = vault.rescan_entities(bar)
+            if gained:
+                vault.compact()
+            if not as_json:
+                typer.echo(f"entities found in {gained} leaves")
         found = vault.hot_topics(n)
     if as_json:
         emit_json([e.as_dict() for e in found])

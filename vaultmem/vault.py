@@ -80,6 +80,7 @@ from vaultmem.ingest import (
 from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
+from vaultmem.lifecycle import set_status
 from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name, slugify_name, utc
 from vaultmem.pool import Pool, PoolReport, WorkContext
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
@@ -849,6 +850,35 @@ class Vault:
         return tree.expand_to_length(self.conn, node_id, budget_tokens)
 
     # -- entities and topics -------------------------------------------------------------------------
+    def rescan_entities(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Find the entities of admitted leaves that list none (leaves admitted before entities were
+        extracted, or whose entities a person cleared) and write them, in batches under the write lock.
+        Returns how many leaves gained entities; ``compact`` then routes the topics they make hot."""
+        ids = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT id FROM chunks WHERE kind = 'leaf' AND status IN ('admitted', 'sealed')"
+                " AND entities = '[]' ORDER BY path"
+            )
+        ]
+        found = 0
+        for start in range(0, len(ids), 512):
+            with self._locked():
+                leaves = index.leaves_by_ids(self.conn, ids[start : start + 512])
+                # A sealed leaf's file says "admitted" (sealed is where it lives): keep that line.
+                as_filed = [replace(x, status=Status.ADMITTED) for x in leaves]
+                keys = {x.id: self.entity_finder(x) for x in as_filed}
+                todo = [x for x in as_filed if keys[x.id]]
+                busy = set_status(self.conn, self.layout, todo, Status.ADMITTED, keys)
+                found += len(todo) - len(busy)
+            if progress is not None:
+                progress(min(start + 512, len(ids)), len(ids))
+        if found:
+            with self._locked():
+                heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
+                self._commit(f"memory: entities found in {found} leaves")
+        return found
+
     def sweep_topics(self) -> int:
         """Queue routing for every topic (the cold are archived) and every entity hot enough for one;
         ``compact`` and the daemon's midnight run it. Returns the jobs queued."""
