@@ -504,3 +504,23 @@ def test_rescan_gives_an_older_vault_its_entities_and_topics(
         ].splitlines()
     assert "project:tidepool" in topics.existing(vault.conn)
     assert vault.rescan_entities() == 0 and vault.check().ok
+
+
+def test_a_topic_folder_renamed_by_hand_stays_where_the_person_put_it(vault: Vault) -> None:
+    vault.ingest_messages(records(12), source="chat")
+    vault.compact()
+    root = vault.layout.root / "topics"
+    (root / "project-tidepool").rename(root / "tidepool-notes")
+    report = vault.compact()  # compact sees the old file gone, not the new one ...
+    assert any("tidepool-notes/_summary.md holds topic project:tidepool" in n for n in report.notes)
+    assert not (root / "project-tidepool").exists()  # ... and never makes a second topic
+    assert vault.check(fix=True).ok  # indexes the moved folder (the watch daemon does this by itself)
+    vault.ingest_messages(records(12, start=12), source="chat")
+    vault.compact()
+    assert not (root / "project-tidepool").exists()
+    node, _ = parse_summary(
+        (root / "tidepool-notes" / "_summary.md").read_text(), "topics/tidepool-notes/_summary.md"
+    )
+    assert node.entity == "project:tidepool" and node.descendants == 8
+    assert topics.existing(vault.conn)["project:tidepool"] == "topics/tidepool-notes/_summary.md"
+    assert vault.check().ok

@@ -138,9 +138,16 @@ class TopicState:
 
     @classmethod
     def load(cls, conn: sqlite3.Connection, layout: Layout, key: str, max_bytes: int) -> TopicState:
-        live, cold = topic_dir(key), topic_dir(key, archived=True)
-        archived = not layout.abs(live).is_dir() and layout.abs(cold).is_dir()
-        base = cold if archived else live
+        # The topic is where its root says it is (a person may have renamed the folder); a new one
+        # goes to its slug.
+        root_path = existing(conn).get(key)
+        if root_path is not None and layout.abs(root_path).is_file():
+            base = str(PurePosixPath(root_path).parent)
+            archived = f"/{ARCHIVE}/" in f"/{base}/"
+        else:
+            live, cold = topic_dir(key), topic_dir(key, archived=True)
+            archived = not layout.abs(live).is_dir() and layout.abs(cold).is_dir()
+            base = cold if archived else live
         nodes: dict[str, _Node] = {}
         for row in conn.execute(
             "SELECT path FROM chunks WHERE kind = 'summary' AND path >= ? AND path < ?",
@@ -595,6 +602,10 @@ def route(
                 hot < settings.heat.create_at or len(state.members) < settings.heat.min_leaves
             ):
                 return Routed(tuple(messages), "cold")
+            if not exists and (stray := _unindexed_root(layout, key, max_bytes)) is not None:
+                # A person moved the topic's folder and nothing has indexed it yet: never make a second.
+                note = f"{stray} holds topic {key} but is not indexed; `vaultmem check --fix` indexes it"
+                return Routed(tuple(messages), "live", (note,))
             if exists and not state.archived and hot < settings.heat.archive_below:
                 op = archive_op(state, archive=True)
             elif state.archived and hot >= settings.heat.create_at:
@@ -706,6 +717,23 @@ def existing(conn: sqlite3.Connection) -> dict[str, str]:
             if key:
                 out[key] = rel
     return out
+
+
+def _unindexed_root(layout: Layout, key: str, max_bytes: int) -> str | None:
+    """A topic root for ``key`` on disk at another place than its slug (read only when a topic is about
+    to be made, which is rare: a few files one level under ``topics/``)."""
+    base = layout.abs(TOPICS)
+    if not base.is_dir():
+        return None
+    for path in [*base.glob(f"*/{SUMMARY_NAME}"), *base.glob(f"{ARCHIVE}/*/{SUMMARY_NAME}")]:
+        rel = layout.rel(path)
+        try:
+            node, _doc = parse_summary(fsio.read_text_guarded(path, max_bytes)[0], rel)
+        except (OSError, UnicodeDecodeError, FrontmatterError):
+            continue
+        if node.entity == key:
+            return rel
+    return None
 
 
 def _entity_of(provenance: str) -> str | None:
