@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.test_summarise import ChatServer, Reply
-from vaultmem import heat, topics
+from vaultmem import heat, topicroute, topics
 from vaultmem.cli import app, main
 from vaultmem.embed import FakeEmbedder
 from vaultmem.heat import HeatSettings
@@ -242,8 +242,8 @@ def test_a_cold_topic_is_archived_and_revived_when_it_heats_up(vault: Vault) -> 
     later = heat.utcnow() + timedelta(days=60)  # seven half-lives: far below archive_below
     ctx = vault.work_context()
 
-    def route() -> topics.Routed:
-        return topics.route(
+    def route() -> topicroute.Routed:
+        return topicroute.route(
             vault.conn,
             vault.layout,
             "project:tidepool",

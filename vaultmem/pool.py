@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
-from vaultmem import db, digest, heat, topics, treeops
+from vaultmem import db, digest, heat, topicroute, topics, treeops
 from vaultmem.compact import (
     CompactSettings,
     Planner,
@@ -379,7 +379,7 @@ class Pool:
 
     def _topic_route(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         ctx = self.ctx
-        result = topics.route(
+        result = topicroute.route(
             conn,
             ctx.layout,
             str(job.payload["entity"]),

@@ -23,19 +23,17 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import entities, fsio, heat, index, treeops, vectors
-from vaultmem.embed import Embedder
-from vaultmem.errors import ConflictError, FrontmatterError
+from vaultmem import entities, fsio, index, vectors
+from vaultmem.errors import FrontmatterError
 from vaultmem.heat import HeatSettings
-from vaultmem.jobs import JobQueue, NewJob, topic_route_job
+from vaultmem.jobs import NewJob, topic_route_job
 from vaultmem.layout import SUMMARY_NAME, Layout, slug
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Status, parse_ts
@@ -553,142 +551,7 @@ class _Numbers:
         return f"{parent}/{self.last[parent]:02d}-{slug(title, words=5, max_len=40) or 'level'}"
 
 
-# -- archiving ----------------------------------------------------------------------------------------
-def archive_op(state: TopicState, *, archive: bool) -> TreeOp | None:
-    """Move a topic into ``topics/_archive/`` (or back), flagging its root ``archived``."""
-    if state.root is None or state.archived == archive:
-        return None
-    target = topic_dir(state.key, archived=archive)
-    node = replace(state.root.node, archived=archive)
-    keep = parse_summary(state.root.data.decode("utf-8"), node.path)[1]
-    write = FileWrite(node.path, render_summary(node, keep=keep), fsio.sha256_bytes(state.root.data))
-    verb = "archive" if archive else "revive"
-    return TreeOp(
-        "topic",
-        SOURCE,
-        f"memory: {verb} topic {display_name(state.key)}",
-        (write,),
-        ((state.dir, target),),
-    )
-
-
-# -- driving ------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Routed:
-    messages: tuple[str, ...]
-    state: str  # "live" | "archived" | "cold" (never made: not hot enough)
-    notes: tuple[str, ...] = ()
-
-
-def route(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    key: str,
-    settings: TopicSettings,
-    embedder: Embedder,
-    write_lock: Callable[[], AbstractContextManager[object]],
-    max_bytes: int,
-    now: datetime,
-    commit: Callable[[str], None] | None = None,
-) -> Routed:
-    """Make, update, archive or revive the topic tree of ``key`` as its heat says, step by step."""
-    hot = heat.heat_of(conn, key, now, settings.heat)
-    messages: list[str] = []
-    for _ in range(64):  # each step makes progress; the bound only guards against a bug looping
-        with write_lock():
-            state = TopicState.load(conn, layout, key, max_bytes)
-            exists = state.root is not None
-            if not exists and (
-                hot < settings.heat.create_at or len(state.members) < settings.heat.min_leaves
-            ):
-                return Routed(tuple(messages), "cold")
-            if not exists and (stray := _unindexed_root(layout, key, max_bytes)) is not None:
-                # A person moved the topic's folder and nothing has indexed it yet: never make a second.
-                note = f"{stray} holds topic {key} but is not indexed; `vaultmem check --fix` indexes it"
-                return Routed(tuple(messages), "live", (note,))
-            if exists and not state.archived and hot < settings.heat.archive_below:
-                op = archive_op(state, archive=True)
-            elif state.archived and hot >= settings.heat.create_at:
-                op = archive_op(state, archive=False)
-            elif state.archived:
-                return Routed(tuple(messages), "archived")
-            else:
-                op = TopicPlanner(conn, layout, settings, embedder.model_id).route(state)
-            if op is None:
-                return Routed(tuple(messages), "live")
-            try:
-                treeops.apply(conn, layout, op, embedder.model_id, embedder.dim)
-            except ConflictError as exc:  # a person is editing it; the next route retries
-                return Routed(tuple(messages), "live", (f"topic {key}: {exc}",))
-            if commit is not None:
-                commit(op.message)
-            messages.append(op.message)
-    return Routed(tuple(messages), "live")
-
-
-def candidates(
-    conn: sqlite3.Connection, layout: Layout, changed: Sequence[str], now: datetime, settings: TopicSettings
-) -> list[str]:
-    """Entities among ``changed`` that need routing: hot enough for a topic, or with one already."""
-    out = []
-    for key in changed:
-        if entities.parse_key(key)[0] not in settings.kinds:
-            continue
-        if (
-            layout.abs(topic_dir(key)).is_dir()
-            or layout.abs(topic_dir(key, archived=True)).is_dir()
-            or heat.heat_of(conn, key, now, settings.heat) >= settings.heat.create_at
-        ):
-            out.append(key)
-    return out
-
-
-def after_admit(
-    conn: sqlite3.Connection, layout: Layout, leaf_ids: Sequence[str], now: datetime, settings: TopicSettings
-) -> int:
-    """Record the admitted leaves' mentions in the heat table and queue routing where needed."""
-    if not settings.enabled or not leaf_ids:
-        return 0
-    changed = heat.admitted(conn, leaf_ids, now, settings.heat)
-    return JobQueue(conn).enqueue_many(route_job(k) for k in candidates(conn, layout, changed, now, settings))
-
-
-def sweep(conn: sqlite3.Connection, layout: Layout, now: datetime, settings: TopicSettings) -> int:
-    """Queue routing for every existing topic (archiving the cold) and every entity hot enough for
-    one; the daily schedule and ``vaultmem compact`` run it."""
-    if not settings.enabled:
-        return 0
-    keys = set(existing(conn))
-    keys.update(
-        k
-        for k, h in heat.current(conn, now, settings.heat).items()
-        if h >= settings.heat.create_at and entities.parse_key(k)[0] in settings.kinds
-    )
-    return JobQueue(conn).enqueue_many(route_job(k) for k in sorted(keys))
-
-
-def enqueue_out_of_date(conn: sqlite3.Connection) -> int:
-    """Queue routing for every topic whose root no longer counts its entity's leaves (one was deleted,
-    or its entities were edited by hand). Cheap: counts from the index, no file is read."""
-    jobs = []
-    for row in conn.execute(
-        "SELECT path, provenance FROM chunks WHERE kind = 'summary' AND path >= ? AND path < ?",
-        index.prefix_range(TOPICS + "/"),
-    ):
-        meta = json.loads(row["provenance"])
-        key = meta.get("entity")
-        if not key or not _is_root(row["path"]):
-            continue
-        count = conn.execute(
-            "SELECT count(*) FROM mentions m JOIN chunks c ON c.id = m.leaf WHERE m.entity = ? AND c.status <> ?",
-            (key, Status.PENDING.value),
-        ).fetchone()[0]
-        if int(count) != int(meta.get("descendants") or 0):
-            jobs.append(route_job(str(key)))
-    return JobQueue(conn).enqueue_many(jobs)
-
-
-def _is_root(rel: str) -> bool:
+def is_root(rel: str) -> bool:
     """``topics/<slug>/_summary.md`` or ``topics/_archive/<slug>/_summary.md``."""
     parts = PurePosixPath(rel).parts
     return len(parts) == 3 or (len(parts) == 4 and parts[1] == ARCHIVE)
@@ -712,28 +575,11 @@ def existing(conn: sqlite3.Connection) -> dict[str, str]:
         index.prefix_range(TOPICS + "/"),
     ):
         rel = row["path"]
-        if _is_root(rel):
+        if is_root(rel):
             key = _entity_of(row["provenance"])
             if key:
                 out[key] = rel
     return out
-
-
-def _unindexed_root(layout: Layout, key: str, max_bytes: int) -> str | None:
-    """A topic root for ``key`` on disk at another place than its slug (read only when a topic is about
-    to be made, which is rare: a few files one level under ``topics/``)."""
-    base = layout.abs(TOPICS)
-    if not base.is_dir():
-        return None
-    for path in [*base.glob(f"*/{SUMMARY_NAME}"), *base.glob(f"{ARCHIVE}/*/{SUMMARY_NAME}")]:
-        rel = layout.rel(path)
-        try:
-            node, _doc = parse_summary(fsio.read_text_guarded(path, max_bytes)[0], rel)
-        except (OSError, UnicodeDecodeError, FrontmatterError):
-            continue
-        if node.entity == key:
-            return rel
-    return None
 
 
 def _entity_of(provenance: str) -> str | None:

@@ -34,6 +34,7 @@ from vaultmem import (
     heat,
     index,
     timeparse,
+    topicroute,
     topics,
     tree,
     treectx,
@@ -677,7 +678,7 @@ class Vault:
             if report.deleted:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
             if report.deleted or report.changed:
-                topics.enqueue_out_of_date(self.conn)  # a hand edit may add or remove an entity
+                topicroute.enqueue_out_of_date(self.conn)  # a hand edit may add or remove an entity
             return report
 
     def remove_stray_temps(self) -> list[str]:
@@ -884,7 +885,7 @@ class Vault:
         ``compact`` and the daemon's midnight run it. Returns the jobs queued."""
         with self._locked():
             heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
-            return topics.sweep(self.conn, self.layout, heat.utcnow(), self.topic_settings)
+            return topicroute.sweep(self.conn, self.layout, heat.utcnow(), self.topic_settings)
 
     def topic(self, entity: str, n: int = 5, *, now: datetime | None = None) -> entityindex.TopicView:
         """What the vault knows about ``entity`` (a name, ``@handle`` or key): its topic summary (latest
@@ -1003,7 +1004,7 @@ class Vault:
             run(self.conn, self.layout, planned, model=model, dim=dim, max_bytes=self.config.max_file_bytes)
             if op.removes:
                 digest.enqueue_out_of_date(self.conn, time.time())  # a deleted leaf leaves its day
-                topics.enqueue_out_of_date(self.conn)  # and its topics
+                topicroute.enqueue_out_of_date(self.conn)  # and its topics
             self._commit(op.message)
             return planned.ids
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from vaultmem import digest, heat, topics
+from vaultmem import digest, heat, topicroute
 from vaultmem.embed import Embedder
 from vaultmem.errors import VaultError
 from vaultmem.extract import EntityFinder, ExtractReport, extract, find_entities
@@ -101,7 +101,7 @@ def run_extract(
             report.jobs_failed += 1
     report.jobs_done += len(done)
     if topic_settings is not None:
-        topics.after_admit(
+        topicroute.after_admit(
             conn, layout, [str(j.payload.get("id")) for j in done], heat.utcnow(), topic_settings
         )
     report.embedded += result.embedded
