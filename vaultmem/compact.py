@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem import cluster, fsio, index, sidecar, treeops, vectors
+from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.jobs import JobQueue, resummarize_job
@@ -745,7 +746,22 @@ def _children_pending(conn: sqlite3.Connection, stale: Sequence[tuple[str, int]]
     is queued now). A child whose job is parked does not hold its parent back forever."""
     if not stale:
         return False
-    JobQueue(conn).enqueue_many(resummarize_job(i, depth) for i, depth in stale)
+    # Read the flags again and queue in one write transaction: a child re-summarised since its row was
+    # read (its job completed and gone) must not be queued a second time. A child's job completes only
+    # after its row is current, so a child still stale inside this transaction still has its job (or
+    # never had one), and the dedupe key keeps this from adding another.
+    marks = ",".join("?" * len(stale))
+    with atomic(conn):
+        still = {
+            r[0]
+            for r in conn.execute(
+                f"SELECT id FROM chunks WHERE status = 'stale' AND id IN ({marks})", [i for i, _ in stale]
+            )
+        }
+        stale = [(i, depth) for i, depth in stale if i in still]
+        JobQueue(conn).enqueue_many(resummarize_job(i, depth) for i, depth in stale)
+    if not stale:
+        return False
     keys = [f"resummarize:{i}" for i, _ in stale]
     marks = ",".join("?" * len(keys))
     row = conn.execute(
