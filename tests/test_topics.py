@@ -524,3 +524,22 @@ def test_a_topic_folder_renamed_by_hand_stays_where_the_person_put_it(vault: Vau
     assert node.entity == "project:tidepool" and node.descendants == 8
     assert topics.existing(vault.conn)["project:tidepool"] == "topics/tidepool-notes/_summary.md"
     assert vault.check().ok
+
+
+def test_the_daemon_archives_a_topic_gone_cold_at_midnight(vault: Vault) -> None:
+    import time
+
+    from tests.test_watch import wait_for, watching
+
+    vault.ingest_messages(records(12), source="chat")
+    vault.compact()
+    root = vault.layout.root / "topics"
+    assert (root / "project-tidepool" / "_summary.md").exists()
+    long_ago = (heat.utcnow() - timedelta(days=70)).date().isoformat()  # ten half-lives without news
+    vault.conn.execute("UPDATE entity_heat SET day = ? WHERE entity = 'project:tidepool'", (long_ago,))
+    vault.conn.commit()
+    with watching(vault.layout.root) as daemon:
+        daemon._next_midnight = time.time()  # as if 00:00 UTC had just passed
+        wait_for(lambda: (root / "_archive" / "project-tidepool" / "_summary.md").exists(), what="archive")
+    assert not (root / "project-tidepool").exists() and (root / "person-caroline").exists()
+    assert vault.check().ok
