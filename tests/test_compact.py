@@ -348,10 +348,12 @@ def test_llm_summaries_replace_the_extractive_ones_and_cap_concurrency(
     tmp_path: Path, llm_server: ChatServer
 ) -> None:
     llm_server.replies = [Reply("TITLE: Topic notes\nMara keeps notes on this topic.", delay_s=0.05)]
-    with Vault.init(tmp_path / "v", _llm_config(llm_server.url), embedder=FakeEmbedder()) as vault:
+    # This test counts the calls for the source trees; topics' and digests' calls are tested in
+    # test_topics and test_digest.
+    config = _llm_config(llm_server.url) + "\n[topics]\nenabled = false\n"
+    with Vault.init(tmp_path / "v", config, embedder=FakeEmbedder()) as vault:
         vault.ingest_messages(topic_records(20))
         vault.flush()
-        # This test counts the calls for the source trees; the digests' calls are tested in test_digest.
         vault.conn.execute("DELETE FROM jobs WHERE kind = 'digest_daily'")
         report = vault.compact()
         rows = vault.conn.execute(

@@ -543,3 +543,22 @@ def test_the_daemon_archives_a_topic_gone_cold_at_midnight(vault: Vault) -> None
         wait_for(lambda: (root / "_archive" / "project-tidepool" / "_summary.md").exists(), what="archive")
     assert not (root / "project-tidepool").exists() and (root / "person-caroline").exists()
     assert vault.check().ok
+
+
+def test_with_an_llm_the_topic_summary_is_written_by_the_model_outside_the_lock(
+    tmp_path: Path, llm_server: ChatServer
+) -> None:
+    llm_server.replies = [Reply("TITLE: TidePool news\nThe TidePool release is planned step by step.")]
+    config = CONFIG + f'\n[llm]\nbase_url = "{llm_server.url}"\nmodel = "m"\n'
+    with Vault.init(tmp_path / "v", config, embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(records(30), source="chat")
+        report = vault.compact()
+        assert report.jobs_failed == 0
+        path = vault.layout.root / "topics" / "project-tidepool" / "_summary.md"
+        node, _ = parse_summary(path.read_text(), "topics/project-tidepool/_summary.md")
+        assert node.summariser == "llm:m" and node.text.startswith("Latest (2024-05-05, chat)")
+        assert "The TidePool release is planned step by step." in node.text
+        assert len([c for c in node.children if c.wiki]) == 4 and not node.stale
+        topic_prompts = [r for r in llm_server.requests if "TidePool" in r.body.decode()]
+        assert topic_prompts  # the model saw the topic's leaves
+        assert vault.check().ok

@@ -389,6 +389,7 @@ class Pool:
             ctx.max_bytes,
             heat.utcnow(),
             ctx.commit,
+            ctx.summariser,
         )
         for message in result.messages:
             self.report.add(topics=1)
@@ -407,7 +408,27 @@ class Pool:
             return self._settle(queue, job, result, committed=True, resummarized=1)
         entity = topics.entity_of_node(conn, node_id)
         if entity is not None:
-            # A topic node is rewritten by routing its topic (its children are links, not its folder).
+            row = conn.execute("SELECT path, status FROM chunks WHERE id = ?", (node_id,)).fetchone()
+            if (
+                ctx.summariser.name != "extractive"
+                and row["status"] != "stale"
+                and topics.is_root(row["path"])
+            ):
+                # The LLM pass a route asked for: the model writes the root's summary outside the lock.
+                embedder = ctx.embedder()
+                result = topicroute.llm_refresh(
+                    conn,
+                    ctx.layout,
+                    entity,
+                    ctx.topics,
+                    ctx.summariser,
+                    embedder.model_id,
+                    embedder.dim,
+                    ctx.lock,
+                    ctx.max_bytes,
+                )
+                return self._settle(queue, job, result, resummarized=1)
+            # A stale topic node is rewritten by routing its topic (its children are links, not its folder).
             return self._topic_route(conn, queue, replace(job, payload={"entity": entity}))
         try:
             result = resummarize(

@@ -15,13 +15,15 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from vaultmem import entities, fsio, heat, index, treeops
+from vaultmem import entities, fsio, heat, index, treeops, vectors
+from vaultmem.compact import Resummarized
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
-from vaultmem.jobs import JobQueue
+from vaultmem.jobs import JobQueue, resummarize_job
 from vaultmem.layout import SUMMARY_NAME, Layout
 from vaultmem.model import Status
-from vaultmem.summaryfile import parse_summary, render_summary
+from vaultmem.summarise import Summariser
+from vaultmem.summaryfile import parse_summary, render_summary, text_hash
 from vaultmem.topics import (
     ARCHIVE,
     SOURCE,
@@ -29,10 +31,12 @@ from vaultmem.topics import (
     TopicPlanner,
     TopicSettings,
     TopicState,
+    compose_latest,
     display_name,
     existing,
     is_root,
     route_job,
+    top_levels,
     topic_dir,
 )
 from vaultmem.treeops import FileWrite, TreeOp
@@ -75,8 +79,37 @@ def route(
     max_bytes: int,
     now: datetime,
     commit: Callable[[str], None] | None = None,
+    summariser: Summariser | None = None,
 ) -> Routed:
-    """Make, update, archive or revive the topic tree of ``key`` as its heat says, step by step."""
+    """Make, update, archive or revive the topic tree of ``key`` as its heat says, step by step. With an
+    LLM ``summariser``, a topic whose root was rewritten gets a re-summarise job: the model writes its
+    summary later, outside the write lock (``llm_refresh``)."""
+    routed = _route(conn, layout, key, settings, embedder, write_lock, max_bytes, now, commit)
+    if (
+        routed.messages
+        and routed.state == "live"
+        and summariser is not None
+        and summariser.name != "extractive"
+    ):
+        row = conn.execute(
+            "SELECT id, depth FROM chunks WHERE path = ?", (existing(conn).get(key, ""),)
+        ).fetchone()
+        if row is not None:
+            JobQueue(conn).enqueue_many([resummarize_job(row["id"], row["depth"])])
+    return routed
+
+
+def _route(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    key: str,
+    settings: TopicSettings,
+    embedder: Embedder,
+    write_lock: Callable[[], AbstractContextManager[object]],
+    max_bytes: int,
+    now: datetime,
+    commit: Callable[[str], None] | None,
+) -> Routed:
     hot = heat.heat_of(conn, key, now, settings.heat)
     messages: list[str] = []
     for _ in range(64):  # each step makes progress; the bound only guards against a bug looping
@@ -109,6 +142,60 @@ def route(
                 commit(op.message)
             messages.append(op.message)
     return Routed(tuple(messages), "live")
+
+
+def llm_refresh(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    key: str,
+    settings: TopicSettings,
+    summariser: Summariser,
+    model: str,
+    dim: int,
+    write_lock: Callable[[], AbstractContextManager[object]],
+    max_bytes: int,
+) -> Resummarized:
+    """Rewrite a topic root's summary with ``summariser`` (an LLM): its inputs are read under the write
+    lock, the model runs without it, and the write is guarded by the hash read (a route or a person
+    writing meanwhile makes it try again later). Links, vector and hand edits are kept."""
+    with write_lock():
+        state = TopicState.load(conn, layout, key, max_bytes)
+        if state.root is None or state.archived:
+            return Resummarized("gone")
+        planner = TopicPlanner(conn, layout, settings, model)
+        newest_first = [i for i in state.root.links if i in state.members]
+        top = top_levels(state)
+        children = planner._children(state, newest_first)
+        vec = vectors.by_ids(conn, model, [state.root.id]).get(state.root.id)
+    result = summariser.summarise(children, 2) if children else None
+    text = compose_latest(state, newest_first, top, result.text if result else "")
+    base = state.root.node
+    node = replace(
+        base,
+        text=text,
+        summariser=result.summariser if result else base.summariser,
+        content_hash=text_hash(text),
+        stale=False,
+    )
+    if base.hand_edited and base.text.strip():
+        node = replace(
+            node, pinned=f"{base.pinned}\n\n{base.text}".strip() if base.pinned else base.text.strip()
+        )
+    keep = parse_summary(state.root.data.decode("utf-8"), base.path)[1]
+    message = f"memory: re-summarise topic {display_name(key)}"
+    op = TreeOp(
+        "topic",
+        SOURCE,
+        message,
+        (FileWrite(base.path, render_summary(node, keep=keep), fsio.sha256_bytes(state.root.data)),),
+        vectors={node.id: vec} if vec is not None else {},
+    )
+    with write_lock():
+        try:
+            treeops.apply(conn, layout, op, model, dim)
+        except ConflictError:
+            return Resummarized("defer", notes=(f"{base.path} changed while it was summarised; retrying",))
+    return Resummarized("done", message, tuple(result.notes) if result else ())
 
 
 def candidates(

@@ -451,11 +451,7 @@ class TopicPlanner:
     def _root(self, state: TopicState, recent: list[str]) -> FileWrite:
         """The topic's own node: the latest state first, then its levels (newest first), then the
         newest leaves (newest first)."""
-        top = sorted(
-            (lv for lv in state.levels.values() if lv.parent_dir == state.dir),
-            key=lambda lv: (lv.latest or "", lv.dir),
-            reverse=True,
-        )
+        top = top_levels(state)
         newest_first = list(reversed(recent))
         text = self.latest_text(state, newest_first, top)
         stamps = [m.ts for m in state.members.values() if m.ts]
@@ -497,21 +493,38 @@ class TopicPlanner:
     def latest_text(self, state: TopicState, newest_first: list[str], top: list[_Node]) -> str:
         """ "What's the latest on X": the newest leaf verbatim (shortened), then a summary of the recent
         leaves, then what the newest level says."""
-        if not newest_first and not top:
-            return f"Nothing links to {display_name(state.key)} any more."
-        parts = []
-        if newest_first:
-            latest = state.members[newest_first[0]]
-            words = latest.text.split()
-            said = " ".join(words[:40]) + (" …" if len(words) > 40 else "")
-            who = f"{latest.speaker}: " if latest.speaker else ""
-            parts.append(f"Latest ({(latest.ts or 'undated')[:10]}, {latest.source}): {who}{said}")
-            result = self.extractive.summarise(self._children(state, newest_first), 2)
-            if result.text.strip():
-                parts.append(result.text.strip())
-        if top:
-            parts.append(f"Earlier ({top[0].title}): {top[0].text.strip()}")
-        return "\n\n".join(parts)
+        summary = (
+            self.extractive.summarise(self._children(state, newest_first), 2).text if newest_first else ""
+        )
+        return compose_latest(state, newest_first, top, summary)
+
+
+def top_levels(state: TopicState) -> list[_Node]:
+    """The levels directly under the topic, newest first."""
+    return sorted(
+        (lv for lv in state.levels.values() if lv.parent_dir == state.dir),
+        key=lambda lv: (lv.latest or "", lv.dir),
+        reverse=True,
+    )
+
+
+def compose_latest(state: TopicState, newest_first: list[str], top: list[_Node], summary: str) -> str:
+    """A topic root's text: the newest leaf (shortened), a summary of the newest leaves, what the newest
+    level says."""
+    if not newest_first and not top:
+        return f"Nothing links to {display_name(state.key)} any more."
+    parts = []
+    if newest_first:
+        latest = state.members[newest_first[0]]
+        words = latest.text.split()
+        said = " ".join(words[:40]) + (" …" if len(words) > 40 else "")
+        who = f"{latest.speaker}: " if latest.speaker else ""
+        parts.append(f"Latest ({(latest.ts or 'undated')[:10]}, {latest.source}): {who}{said}")
+        if summary.strip():
+            parts.append(summary.strip())
+    if top:
+        parts.append(f"Earlier ({top[0].title}): {top[0].text.strip()}")
+    return "\n\n".join(parts)
 
 
 def _link(member: _Member) -> ChildLink:
