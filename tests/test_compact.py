@@ -290,7 +290,9 @@ def test_hand_edited_summary_is_kept_as_pinned_text_and_said_so(tmp_path: Path) 
         vault.ingest_messages(topic_records(20))
         vault.flush()
         vault.compact()
-        row = vault.conn.execute("SELECT id, path FROM chunks WHERE kind = 'summary' LIMIT 1").fetchone()
+        row = vault.conn.execute(
+            "SELECT id, path FROM chunks WHERE kind = 'summary' AND path LIKE 'sources/%' LIMIT 1"
+        ).fetchone()
         path = vault.layout.root / row["path"]
         node, _ = parse_summary(path.read_text(), row["path"])
         human = "Mara's garden notes. The roses are her pride; ask before pruning."
@@ -323,7 +325,9 @@ def test_a_file_changed_between_plan_and_write_is_never_overwritten(tmp_path: Pa
         vault.ingest_messages(topic_records(20))
         vault.flush()
         vault.compact()
-        row = vault.conn.execute("SELECT path FROM chunks WHERE kind = 'summary' LIMIT 1").fetchone()
+        row = vault.conn.execute(
+            "SELECT path FROM chunks WHERE kind = 'summary' AND path LIKE 'sources/%' LIMIT 1"
+        ).fetchone()
         path = vault.layout.root / row["path"]
         data = path.read_bytes()
         op = treeops.TreeOp(
@@ -446,7 +450,9 @@ def test_check_reports_a_stale_level_whose_job_went_missing_and_fix_queues_it(tm
         vault.compact()
         from vaultmem.compact import mark_stale
 
-        node_id = vault.conn.execute("SELECT id FROM chunks WHERE kind = 'summary' LIMIT 1").fetchone()[0]
+        node_id = vault.conn.execute(
+            "SELECT id FROM chunks WHERE kind = 'summary' AND path LIKE 'sources/%' LIMIT 1"
+        ).fetchone()[0]
         mark_stale(vault.conn, vault.layout, [node_id], 1 << 20)
         assert vault.check().ok
         vault.conn.execute("DELETE FROM jobs")

@@ -429,7 +429,9 @@ class Pool:
                 )
                 return self._settle(queue, job, result, resummarized=1)
             # A stale topic node is rewritten by routing its topic (its children are links, not its folder).
-            return self._topic_route(conn, queue, replace(job, payload={"entity": entity}))
+            done = self._topic_route(conn, queue, replace(job, payload={"entity": entity}))
+            self.report.add(resummarized=1)
+            return done
         try:
             result = resummarize(
                 conn,
