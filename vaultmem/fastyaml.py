@@ -193,6 +193,31 @@ def _parse_items(inner: str) -> list[str]:
     return items
 
 
+def _split_pair(item: str) -> tuple[str, str]:
+    """``key: value`` of a flow mapping item; a quoted key may itself hold ": " (found by Hypothesis)."""
+    item = item.strip()
+    if item[:1] in ("'", '"'):
+        quote, i = item[0], 1
+        while i < len(item):
+            if quote == '"' and item[i] == "\\":
+                i += 2
+                continue
+            if item[i] == quote:
+                if quote == "'" and item[i + 1 : i + 2] == "'":
+                    i += 2
+                    continue
+                break
+            i += 1
+        key, rest = item[: i + 1], item[i + 1 :]
+        if not rest.startswith(": "):
+            raise _Unknown
+        return key, rest[2:]
+    key, sep, val = item.partition(": ")
+    if not sep:
+        raise _Unknown
+    return key, val
+
+
 def _parse_value(text: str) -> Any:
     if text.startswith("["):
         if not text.endswith("]"):
@@ -203,9 +228,7 @@ def _parse_value(text: str) -> Any:
             raise _Unknown
         out: dict[str, Any] = {}
         for item in _parse_items(text[1:-1]):
-            key, sep, val = item.partition(": ")
-            if not sep:
-                raise _Unknown
+            key, val = _split_pair(item)
             parsed_key = _parse_scalar(key.strip())
             if not isinstance(parsed_key, str) or parsed_key in out:
                 raise _Unknown
