@@ -80,31 +80,40 @@ def test_compaction_killed_at_many_moments_loses_nothing_and_finishes(tmp_path: 
     assert proc.returncode == 0, err
     assert out.startswith("done")
     moments = [duration * k / 14 for k in range(1, 14)]
+    # Moments between those, used only while no kill has landed inside a durable step yet (a step is a
+    # small part of the run: with topic routes and digests beside the seals, 13 kills can all miss).
+    extra = [duration * (k + 0.5) / 14 for k in range(1, 13)]
     killed_mid_step = 0
-    for n, delay in enumerate(moments):
-        path = tmp_path / f"kill{n}"
-        shutil.copytree(base, path)
-        proc = _start(path)
-        time.sleep(delay)  # the moment of the kill is the variable under test
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)  # reaps it and closes its pipes
-        if any((path / ".vaultmem" / "treeops").glob("*.json")):
-            killed_mid_step += 1
-        _assert_whole(path, ids)
-        with Vault.open(path, embedder=FakeEmbedder()) as vault:  # replays an interrupted step
-            report = vault.check()
-            assert report.ok, (delay, report.problems[:5])
-            _assert_whole(path, ids)
-            assert {leaf.id for leaf in vault.ls()} == ids
-            work = vault.compact()
-            assert work.jobs_failed == 0, work.notes
-            assert vault.check().ok
-            assert len(vault.ls(status="admitted")) == 8  # only the fresh tail is left unsealed
-            assert vault.conn.execute("SELECT count(*) FROM chunks WHERE status = 'stale'").fetchone()[0] == 0
-            assert vault.jobs.counts() == {"queued": 0, "running": 0, "parked": 0}
-        _assert_whole(path, ids)
-    # The kills are spread over the whole run, so several of them land inside a durable step.
+    for n, delay in enumerate(moments + extra):
+        if n >= len(moments) and killed_mid_step:
+            break
+        killed_mid_step += _kill_and_recover(base, tmp_path / f"kill{n}", delay, ids)
+    # The kills are spread over the whole run, so at least one of them lands inside a durable step.
     assert killed_mid_step >= 1
+
+
+def _kill_and_recover(base: Path, path: Path, delay: float, ids: set[str]) -> bool:
+    """Kill a compaction ``delay`` seconds in, reopen, finish it; True when the kill landed mid-step."""
+    shutil.copytree(base, path)
+    proc = _start(path)
+    time.sleep(delay)  # the moment of the kill is the variable under test
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)  # reaps it and closes its pipes
+    mid_step = any((path / ".vaultmem" / "treeops").glob("*.json"))
+    _assert_whole(path, ids)
+    with Vault.open(path, embedder=FakeEmbedder()) as vault:  # replays an interrupted step
+        report = vault.check()
+        assert report.ok, (delay, report.problems[:5])
+        _assert_whole(path, ids)
+        assert {leaf.id for leaf in vault.ls()} == ids
+        work = vault.compact()
+        assert work.jobs_failed == 0, work.notes
+        assert vault.check().ok
+        assert len(vault.ls(status="admitted")) == 8  # only the fresh tail is left unsealed
+        assert vault.conn.execute("SELECT count(*) FROM chunks WHERE status = 'stale'").fetchone()[0] == 0
+        assert vault.jobs.counts() == {"queued": 0, "running": 0, "parked": 0}
+    _assert_whole(path, ids)
+    return mid_step
 
 
 def test_two_processes_compacting_one_vault_do_not_corrupt_it(tmp_path: Path) -> None:
