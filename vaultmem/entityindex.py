@@ -66,28 +66,38 @@ def resolve(conn: sqlite3.Connection, name: str) -> str:
 
 
 def info(
-    conn: sqlite3.Connection, keys: list[str], now: datetime, settings: TopicSettings
+    conn: sqlite3.Connection,
+    keys: list[str],
+    now: datetime,
+    settings: TopicSettings,
+    heats: dict[str, float] | None = None,
 ) -> list[EntityInfo]:
+    """The facts of ``keys``, in that order (``heats``: their heat when already computed)."""
     topics = existing(conn)
+    counts: dict[str, sqlite3.Row] = {}
+    for part, marks in index.in_batches(keys):
+        for row in conn.execute(
+            "SELECT entity, count(*) AS n, count(DISTINCT source) AS s, min(ts) AS a, max(ts) AS b"
+            f" FROM mentions WHERE entity IN ({marks}) GROUP BY entity",
+            part,
+        ):
+            counts[row["entity"]] = row
     out = []
     for key in keys:
-        row = conn.execute(
-            "SELECT count(*) AS n, count(DISTINCT source) AS s, min(ts) AS a, max(ts) AS b"
-            " FROM mentions WHERE entity = ?",
-            (key,),
-        ).fetchone()
-        kind, _ = entities.parse_key(key)
+        row = counts.get(key)
         path = topics.get(key)
         out.append(
             EntityInfo(
                 key,
-                kind,
+                entities.parse_key(key)[0],
                 display_name(key),
-                heat.heat_of(conn, key, now, settings.heat),
-                int(row["n"]),
-                int(row["s"]),
-                row["a"],
-                row["b"],
+                heats[key]
+                if heats is not None and key in heats
+                else heat.heat_of(conn, key, now, settings.heat),
+                int(row["n"]) if row else 0,
+                int(row["s"]) if row else 0,
+                row["a"] if row else None,
+                row["b"] if row else None,
                 path,
                 bool(path and f"/{ARCHIVE}/" in path),
             )
@@ -98,7 +108,7 @@ def info(
 def hot(conn: sqlite3.Connection, n: int, now: datetime, settings: TopicSettings) -> list[EntityInfo]:
     """The ``n`` hottest entities as of ``now`` (ties: more leaves first, then the key)."""
     heats = heat.current(conn, now, settings.heat)
-    found = info(conn, list(heats), now, settings)
+    found = info(conn, list(heats), now, settings, heats)
     found.sort(key=lambda e: (-e.heat, -e.leaves, e.key))
     return [e for e in found if e.leaves][:n]
 

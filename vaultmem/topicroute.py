@@ -202,17 +202,13 @@ def candidates(
     conn: sqlite3.Connection, layout: Layout, changed: Sequence[str], now: datetime, settings: TopicSettings
 ) -> list[str]:
     """Entities among ``changed`` that need routing: hot enough for a topic, or with one already."""
-    out = []
-    for key in changed:
-        if entities.parse_key(key)[0] not in settings.kinds:
-            continue
-        if (
-            layout.abs(topic_dir(key)).is_dir()
-            or layout.abs(topic_dir(key, archived=True)).is_dir()
-            or heat.heat_of(conn, key, now, settings.heat) >= settings.heat.create_at
-        ):
-            out.append(key)
-    return out
+    known = existing(conn)  # by the roots' entity keys: a topic folder renamed by hand still counts
+    return [
+        key
+        for key in changed
+        if entities.parse_key(key)[0] in settings.kinds
+        and (key in known or heat.heat_of(conn, key, now, settings.heat) >= settings.heat.create_at)
+    ]
 
 
 def after_admit(

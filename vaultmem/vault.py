@@ -742,19 +742,23 @@ class Vault:
         entity = entityindex.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status, entity)
         self._note_query(query)
-        window = self._time_window(query, filters, now)
-        if window is None:
-            return self.searcher.search(query, k, filters)
-        rest = timeparse.strip_range(query, window) or query
-        within = replace(filters, since=window.start, until=window.end - timedelta(microseconds=1))
-        first = self.searcher.search(rest, k, within)
-        seen = {h.id for h in first}
-        return [*first, *(h for h in self.searcher.search(query, k, filters) if h.id not in seen)][:k]
+        return self._window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))[:k]
 
-    def _time_window(self, query: str, filters: Filters, now: datetime | None) -> timeparse.TimeRange | None:
-        if filters.since is not None or filters.until is not None or not isinstance(query, str):
-            return None
-        return timeparse.find_range(query, utc(now) if now is not None else heat.utcnow())
+    def _window_first(
+        self, query: str, filters: Filters, now: datetime | None, ranked: Callable[[str, Filters], list[Hit]]
+    ) -> list[Hit]:
+        """``ranked(query, filters)``, led by ``ranked`` over the time window the query names (searched
+        without the time words) when it names one and no explicit ``since``/``until`` is given."""
+        window = None
+        if filters.since is None and filters.until is None and isinstance(query, str):
+            window = timeparse.find_range(query, utc(now) if now is not None else heat.utcnow())
+        found = ranked(query, filters)
+        if window is None:
+            return found
+        within = replace(filters, since=window.start, until=window.end - timedelta(microseconds=1))
+        first = ranked(timeparse.strip_range(query, window) or query, within)
+        seen = {h.id for h in first}
+        return [*first, *(h for h in found if h.id not in seen)]
 
     def _note_query(self, query: str) -> None:
         """A query that names an entity makes it hotter (the heat formula's query term)."""
@@ -794,18 +798,14 @@ class Vault:
         # Enough candidates to fill the budget several times over with short turns.
         k = max(50, budget_tokens // 8)
         tree = treectx.Tree.load(self.conn) if mode != "flat" else None
-        found = treectx.candidates(
-            mode, self.searcher, self.conn, query, k, filters, lambda: self.embedder, tree
+        found = self._window_first(  # what was said in a time the query names comes first
+            query,
+            filters,
+            now,
+            lambda q, f: treectx.candidates(
+                mode, self.searcher, self.conn, q, k, f, lambda: self.embedder, tree
+            ),
         )
-        window = self._time_window(query, filters, now)
-        if window is not None:  # what was said in the named time comes first
-            within = replace(filters, since=window.start, until=window.end - timedelta(microseconds=1))
-            rest = timeparse.strip_range(query, window) or query
-            first = treectx.candidates(
-                mode, self.searcher, self.conn, rest, k, within, lambda: self.embedder, tree
-            )
-            seen = {h.id for h in first}
-            found = [*first, *(h for h in found if h.id not in seen)]
         overlap = treectx.ancestors_of(self.conn, tree, found) if tree is not None else None
         return assemble(query, found, budget_tokens, overlap)
 
