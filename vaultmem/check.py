@@ -29,13 +29,12 @@ from vaultmem import fsio, index
 from vaultmem.db import NAV, atomic
 from vaultmem.errors import VaultError
 from vaultmem.ingest import heal_intents
-from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job
+from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
 from vaultmem.layout import SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.reindex import read_vault
 from vaultmem.scan import scan
 from vaultmem.summaryfile import parse_summary
-from vaultmem.topics import route_job
 from vaultmem.treeops import pending_notes
 
 
@@ -187,7 +186,7 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
 def _repair_job(entity: str | None, rel: str) -> NewJob | None:
     """The job that rewrites a topic or digest node from the index (None for a week or a month)."""
     if entity:
-        return route_job(entity)
+        return topic_route_job(entity)
     try:
         return digest_job(date.fromisoformat(rel.split("/")[-2]))  # global/<month>/<week>/<day>/_summary.md
     except ValueError:

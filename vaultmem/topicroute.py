@@ -19,7 +19,7 @@ from vaultmem import entities, fsio, heat, index, treeops, vectors
 from vaultmem.compact import Resummarized
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
-from vaultmem.jobs import JobQueue, resummarize_job
+from vaultmem.jobs import JobQueue, resummarize_job, topic_route_job
 from vaultmem.layout import SUMMARY_NAME, Layout
 from vaultmem.model import Status
 from vaultmem.summarise import Summariser
@@ -35,7 +35,6 @@ from vaultmem.topics import (
     display_name,
     existing,
     is_root,
-    route_job,
     top_levels,
     topic_dir,
 )
@@ -218,7 +217,9 @@ def after_admit(
     if not settings.enabled or not leaf_ids:
         return 0
     changed = heat.admitted(conn, leaf_ids, now, settings.heat)
-    return JobQueue(conn).enqueue_many(route_job(k) for k in candidates(conn, layout, changed, now, settings))
+    return JobQueue(conn).enqueue_many(
+        topic_route_job(k) for k in candidates(conn, layout, changed, now, settings)
+    )
 
 
 def sweep(conn: sqlite3.Connection, layout: Layout, now: datetime, settings: TopicSettings) -> int:
@@ -232,7 +233,7 @@ def sweep(conn: sqlite3.Connection, layout: Layout, now: datetime, settings: Top
         for k, h in heat.current(conn, now, settings.heat).items()
         if h >= settings.heat.create_at and entities.parse_key(k)[0] in settings.kinds
     )
-    return JobQueue(conn).enqueue_many(route_job(k) for k in sorted(keys))
+    return JobQueue(conn).enqueue_many(topic_route_job(k) for k in sorted(keys))
 
 
 def enqueue_out_of_date(conn: sqlite3.Connection) -> int:
@@ -252,7 +253,7 @@ def enqueue_out_of_date(conn: sqlite3.Connection) -> int:
             (key, Status.PENDING.value),
         ).fetchone()[0]
         if int(count) != int(meta.get("descendants") or 0):
-            jobs.append(route_job(str(key)))
+            jobs.append(topic_route_job(str(key)))
     return JobQueue(conn).enqueue_many(jobs)
 
 

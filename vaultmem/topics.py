@@ -33,7 +33,6 @@ import numpy as np
 from vaultmem import entities, fsio, index, vectors
 from vaultmem.errors import FrontmatterError
 from vaultmem.heat import HeatSettings
-from vaultmem.jobs import NewJob, topic_route_job
 from vaultmem.layout import SUMMARY_NAME, Layout, slug
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Status, parse_ts
@@ -83,10 +82,6 @@ def settings_from(values: dict[str, object]) -> TopicSettings:
 def topic_dir(key: str, *, archived: bool = False) -> str:
     name = entities.slug_for(key)
     return f"{TOPICS}/{ARCHIVE}/{name}" if archived else f"{TOPICS}/{name}"
-
-
-def route_job(key: str) -> NewJob:
-    return topic_route_job(key)
 
 
 def display_name(key: str) -> str:
