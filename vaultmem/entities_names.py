@@ -101,8 +101,12 @@ class _Gazetteer:
     def __init__(self, files: Iterable[tuple[str, str]]) -> None:
         self.by_first: dict[str, list[tuple[tuple[str, ...], str, bool, bool]]] = {}
         self.single: dict[str, str] = {}  # one-word entries, lower case -> kind
+        self.excluded: list[str] = []
         for kind, name in files:
             for line in _entries(name):
+                if line.startswith("!"):  # a phrase holding a name that is not one: "Brussels sprouts"
+                    self.excluded.append(line[1:])
+                    continue
                 ambiguous = line.endswith(" ?")
                 entry = line.removesuffix(" ?").strip()
                 exact = entry != entry.lower()  # written with capitals: match only as written
@@ -115,6 +119,8 @@ class _Gazetteer:
                     self.single.setdefault(words[0], kind)
         for options in self.by_first.values():
             options.sort(key=lambda e: -len(e[0]))
+        words = sorted(self.excluded, key=len, reverse=True)
+        self.exclude_re = re.compile(r"\b(?:" + "|".join(map(re.escape, words)) + r")\b", re.I) if words else None
 
 
 _EN = _Gazetteer(
@@ -176,12 +182,15 @@ _AFTER_RE = re.compile(
     r"|loves|hates|likes|knows)\b|\s+and\s+I\b|,\s+who\b)"
 )
 _AND_ME_RE = re.compile(r"\b(?:me|I)\s+and\s+$")
+_OWN_LINE_RE = re.compile(r"(?:^|\n)[ \t]*$")  # a name alone on its line: a signature
+_LINE_END_RE = re.compile(r"[ \t]*(?:\n|$)")
+_PARAGRAPH_START_RE = re.compile(r"(?:^|\n[ \t]*\n)[ \t]*$")
 _SENTENCE_END = frozenset(".!?\n…:;。！？")
 _OPENERS = frozenset(" \t\"“'‘(*_>#-[|")
 _CAMEL_RE = re.compile(r"[a-z][A-Z]|[A-Za-z]\d|\d[A-Za-z]")
 _NAME_PREFIX_RE = re.compile(r"(?:Mc|Mac|O['’]|De|Di|Du|La|Le)[A-Z][a-z]+")
 _YEAR_RE = re.compile(r"(?:19|20)\d\d")
-_CON_RE = re.compile(r"[A-Z][a-z]+Con")
+_CON_RE = re.compile(r"[A-Z][A-Za-z]+Conf?")  # PyCon, KubeCon, RailsConf
 _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@#$/\\.:=~%{}")
 
 
@@ -215,6 +224,10 @@ def find_english(text: str) -> Iterator[Found]:
         return
     toks = [_Tok(m) for m in _CAND_RE.finditer(text)]
     claimed = [False] * len(toks)
+    if _EN.exclude_re is not None:
+        for m in _EN.exclude_re.finditer(text):
+            for k, tok in enumerate(toks):
+                claimed[k] = claimed[k] or m.start() <= tok.start < m.end()
     yield from _gazetteer_hits(text, toks, claimed)
     yield from _run_hits(text, toks, claimed)
 
@@ -232,7 +245,7 @@ def _gazetteer_hits(text: str, toks: list[_Tok], claimed: list[bool]) -> Iterato
     i = 0
     while i < len(toks):
         tok = toks[i]
-        options = _EN.by_first.get(tok.low) if tok.cap else None
+        options = _EN.by_first.get(tok.low) if tok.cap and not claimed[i] else None
         if options is None and tok.cap and _POSSESSIVE_RE.search(tok.low):
             options = _EN.by_first.get(_POSSESSIVE_RE.sub("", tok.low))
         hit = None
@@ -438,6 +451,8 @@ def _person_evidence(text: str, start: int, end: int) -> bool:
         or _VOCATIVE_RE.search(before) is not None
         or _AND_ME_RE.search(before) is not None
         or _AFTER_RE.match(text, end) is not None
+        or (_OWN_LINE_RE.search(before) is not None and _LINE_END_RE.match(text, end) is not None)
+        or (_PARAGRAPH_START_RE.search(before) is not None and text.startswith(",", end))  # "Jamal, here are"
     )
 
 
@@ -473,6 +488,7 @@ for _word in _words("zh_products.txt"):
     _ZH_KINDS.setdefault(_word, "product")
 _ZH_KINDS = {w.lstrip("!"): k for w, k in _ZH_KINDS.items()}
 _ZH_WORDS_RE = re.compile(_trie_regex(_ZH_KINDS))
+_ZH_ROAD_RE = re.compile("大道|大街|路|街|巷|广场")
 
 _SURNAMES = (
     "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜"
@@ -495,8 +511,9 @@ _NOT_NAMES = frozenset(
 _NOT_GIVEN = frozenset("他她它我你您们是在了也都就还不很有这那个么吗呢吧啊和跟给说的问与同告回对把被让向从到见去来又没")
 _TITLES = ("先生", "女士", "小姐", "老师", "总监", "经理", "教授", "医生", "博士", "主任", "律师", "同学", "师傅", "阿姨", "总")
 # The character before a name: punctuation, a non-Chinese character, or the last character of a cue
-# (和 跟 与 给 告诉 问 回复 找 叫 同 见 感谢 谢谢 联系 邀请 让 请 由 把 被 向 对 替 帮 陪 等 约 及 是 派 通知).
-_PRE_CUE_CHARS = frozenset("和跟与给诉问复找叫同见谢系请让由把被向对替帮陪等约及是派知")
+# (和 跟 与 给 告诉 问 回复 找 叫 同 见 感谢 谢谢 联系 邀请 让 请 由 把 被 向 对 替 帮 陪 等 约 及 是 派 通知)
+# or of a time (明天 上午 下午 晚上 之后).
+_PRE_CUE_CHARS = frozenset("和跟与给诉问复找叫同见谢系请让由把被向对替帮陪等约及是派知天午上后晚")
 _NUMERALS = frozenset("一二三四五六七八九十几两这那每个")
 _ZH_PERSON_RE = re.compile(
     "(?:" + "|".join(_COMPOUND_SURNAMES) + f"|[{_SURNAMES}])[{_HAN}]{{1,2}}|[小老][{_SURNAMES}]"
@@ -510,9 +527,12 @@ def find_chinese(text: str) -> Iterator[Found]:
     taken = bytearray(len(text))
     for m in _ZH_WORDS_RE.finditer(text):
         taken[m.start() : m.end()] = b"\x01" * (m.end() - m.start())
-        kind = _ZH_KINDS.get(m[0], "")
+        kind, end = _ZH_KINDS.get(m[0], ""), m.end()
+        if kind == "place" and (road := _ZH_ROAD_RE.match(text, end)) is not None:
+            end = road.end()  # 中山路 is a street, not 中山
+            taken[m.start() : end] = b"\x01" * (end - m.start())
         if kind:
-            yield m.start(), m.end(), kind, m[0]
+            yield m.start(), end, kind, text[m.start() : end]
     pos = 0
     while (m := _ZH_PERSON_RE.search(text, pos)) is not None:
         pos = m.start() + 1
