@@ -171,7 +171,7 @@ _RELATION_BEFORE_RE = re.compile(
 )
 _VOCATIVE_RE = re.compile(
     r"(?:^|[\n.!?]\s*)(?:hi|hey|hello|dear|thanks|thank\s+you|congrats|congratulations|bye|morning"
-    r"|good\s+morning|happy\s+birthday|sorry|love\s+you|miss\s+you|welcome)[,!]?\s+$",
+    r"|good\s+morning|happy\s+birthday|sorry|love\s+you|miss\s+you|welcome),?\s+$",
     re.IGNORECASE,
 )
 _AFTER_RE = re.compile(
@@ -184,7 +184,6 @@ _AFTER_RE = re.compile(
 _AND_ME_RE = re.compile(r"\b(?:me|I)\s+and\s+$")
 _OWN_LINE_RE = re.compile(r"(?:^|\n)[ \t]*$")  # a name alone on its line: a signature
 _LINE_END_RE = re.compile(r"[ \t]*(?:\n|$)")
-_PARAGRAPH_START_RE = re.compile(r"(?:^|\n[ \t]*\n)[ \t]*$")
 _SENTENCE_END = frozenset(".!?\n…:;。！？")
 _OPENERS = frozenset(" \t\"“'‘(*_>#-[|")
 _CAMEL_RE = re.compile(r"[a-z][A-Z]|[A-Za-z]\d|\d[A-Za-z]")
@@ -452,7 +451,6 @@ def _person_evidence(text: str, start: int, end: int) -> bool:
         or _AND_ME_RE.search(before) is not None
         or _AFTER_RE.match(text, end) is not None
         or (_OWN_LINE_RE.search(before) is not None and _LINE_END_RE.match(text, end) is not None)
-        or (_PARAGRAPH_START_RE.search(before) is not None and text.startswith(",", end))  # "Jamal, here are"
     )
 
 
