@@ -366,7 +366,8 @@ def topics(
     rescan: Annotated[
         bool,
         typer.Option(
-            "--rescan", help="First find entities in leaves that list none (older vaults), then compact."
+            "--rescan",
+            help="First find entities anew (every leaf when the rules changed, else leaves that list none), then compact.",
         ),
     ] = False,
     vault_path: VaultOpt = None,

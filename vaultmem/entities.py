@@ -8,25 +8,23 @@ text (a later rule never reuses characters an earlier one took):
 
 - e-mail addresses; URLs: a GitHub/GitLab/Bitbucket ``owner/name`` (with or without scheme) and
   ``repo owner/name`` are repos (a bare ``owner/name`` is taken as github.com); other URLs are urls.
-- tickers: ``$AAPL``, ``(NASDAQ: AAPL)``, ``AAPL stock``, ``shares of AAPL``; ``$`` + digit is money.
+- tickers: ``$AAPL``, ``(NASDAQ: AAPL)``, ``AAPL stock``, ``shares of AAPL``; ``$`` + digit is money;
+  a shell variable is not a ticker (``$HOME``, ``$PATH/bin``, ``MAILDIR=$HOME/Mail``, a line that
+  starts with ``export``/``echo``...).
 - dates: ISO (also ``/`` or ``.``), ``21 November 2026``, ``November 21, 2026``, ``Nov 21`` (year
   from ts), ``May 2023`` (a month key), d/m/y only when one part is over 12, ``2026年11月21日``,
   ``11月21日`` (year from ts); today/yesterday/last Tuesday/next Friday/昨天... only with a ts.
 - money: a currency symbol, code or word next to a number; k/m/b and 千/万/亿 expanded; ¥ and 元 are CNY.
 - versions: ``v1.2``, ``1.2.3`` (not an IP, not a date), ``version 2``/``release 2``/``版本2``, and
-  ``Name 3.11`` after a capitalised name or a known tool (where ``Postgres 16`` counts too); that
-  name is also a project. A bare ``1.5`` is not a version.
+  ``Name 3.11`` after a capitalised name or listed software (where ``Postgres 16`` counts too); that
+  name is also a product (listed) or a project. A bare ``1.5`` is not a version.
 - ``@handles`` (any script) are people; ``#hashtags`` and a name after ``project``/``repo`` or before
   ``project``/``项目`` are projects.
-- Chinese people: a common surname + 1-2 characters next to a cue (和/跟/给/告诉/问... before,
-  说/的/和/问/很... after), surname + title (王经理 is kept whole, 张伟老师 -> 张伟), 小/老 + surname
-  (小王); never a common word from ``_NOT_NAMES`` (高兴, 任何, 方法...) nor after a numeral (一张).
-- capitalised English words: CamelCase or letters+digits words (TidePool, iPhone, Python3) and known
-  tools (``_TECH``) are projects, as is a name right after using/via/install/library...; other runs
-  of 1-3 capitalised words not in ``_STOP`` (sentence starters, pronouns, greetings, days, months...)
-  are people. Possessives and honorifics are dropped; an all-caps word is an acronym; a sentence-
-  initial lone word ending in -ing/-ed is a verb; 4+ capitalised words are a Title Case heading. A
-  lower-case word is never a person unless it is a handle or the speaker.
+- names (``entities_names``): Chinese word lists and people (a surname and given-name characters),
+  then English word lists (places, organisations, products, events), shapes ("Acme Corp", "Lake
+  Tahoe", "PyCon", CamelCase projects) and people, who need evidence: a known given name, a title,
+  a verb of speech, a relation, a greeting. The speaker is a person (an organisation when a word list
+  says so: mail from "GitHub").
 """
 
 from __future__ import annotations
@@ -42,6 +40,10 @@ from decimal import Decimal
 
 from vaultmem.entities_names import HAN_RE, SOFTWARE_WORDS, STOP, find_chinese, find_english, listed_kind
 from vaultmem.model import utc
+
+# Raised whenever the rules change what they find: `vaultmem topics --rescan` then reads every leaf anew.
+# 1: the first rules; 2: organisations, products and events, names only with evidence (issue #12).
+RULES_VERSION = 2
 
 KINDS = (
     "person",
@@ -124,8 +126,9 @@ _SHELL_VARS = frozenset(
     DEBUG VERBOSE CI ENV PORT DIR FILE FILES SRC DEST OUT VAR NAME URL KEY TOKEN ARGS OPTS""".split()
 )
 _SHELL_LINE_RE = re.compile(
-    r"(?:^|[\s;|&(])(?:export|echo|printf|cd|set|unset|alias|source|if|then|for|do|eval|exec|sudo)\s"
-    r"|=\$|\$\(|\$\{|`\$|^\s*[|:*]"
+    r"^\s*(?:\$\s+)?(?:export|echo|printf|cd|set|unset|alias|source|eval|exec|sudo)\s|[;|&]\s*(?:export|echo)\s"
+    r"|=\$|\$\(|\$\{|`\$|^\s*[|:*]",
+    re.MULTILINE,
 )
 _TICKER_WORD_RE = re.compile(r"\b([A-Z]{2,5})\s+(?:stock|shares)\b|\bshares\s+of\s+([A-Z]{2,5})\b")
 _TAG = r"(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?"

@@ -167,7 +167,8 @@ _RELATION_BEFORE_RE = re.compile(
     r"|girlfriend|boyfriend|partner|fianc[ée]e?|cousin|aunt|uncle|niece|nephew|grandma|grandpa|grandson"
     r"|granddaughter|boss|manager|colleague|coworker|co-worker|teammate|roommate|neighbou?r|teacher|coach"
     r"|tutor|student|doctor|therapist|dentist|landlord|kid|baby|ex)|\b(?:named|called|name\s+is|name's))"
-    r",?\s+$"
+    r",?\s+$",
+    re.IGNORECASE,
 )
 _VOCATIVE_RE = re.compile(
     r"(?:^|[\n.!?]\s*)(?:hi|hey|hello|dear|thanks|thank\s+you|congrats|congratulations|bye|morning"
@@ -262,6 +263,8 @@ def _gazetteer_hits(text: str, toks: list[_Tok], claimed: list[bool]) -> Iterato
                 continue
             if kind == "place" and n == 1 and tok.low in _GIVEN and _person_evidence(text, tok.start, tok.end):
                 continue  # "my friend Sofia", "Jordan said"
+            if n == 1 and i and _fold(toks[i - 1].low) in _GIVEN and _joined(text, toks, i - 1, 2):
+                continue  # a surname: Ronald McDonald, George Washington
             if tok.start and text[tok.start - 1] in _WORD_CHARS:
                 continue
             hit = (n, kind)

@@ -207,7 +207,12 @@ class Vault:
             fsio.atomic_write(layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n")
         except PermissionError as exc:
             raise ReadOnlyVault(f"cannot create a vault at {layout.root}: {exc.strerror}") from exc
-        return cls.open(layout.root, embedder=embedder)
+        vault = cls.open(layout.root, embedder=embedder)
+        with db.atomic(vault.conn):  # every leaf of a new vault is read by these rules
+            vault.conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)", (str(entities.RULES_VERSION),)
+            )
+        return vault
 
     @classmethod
     def open(cls, path: str | Path, *, embedder: Embedder | None = None) -> Vault:
@@ -854,30 +859,43 @@ class Vault:
     def rescan_entities(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Find the entities of admitted leaves that list none (leaves admitted before entities were
         extracted, or whose entities a person cleared) and write them, in batches under the write lock.
-        Returns how many leaves gained entities; ``compact`` then routes the topics they make hot."""
+        When the rules changed since this vault's leaves were read (``entities.RULES_VERSION`` against
+        the index's ``meta``), every admitted leaf is read anew and its list replaced by what the rules
+        find now. Returns how many leaves changed; ``compact`` then routes the topics they make hot (and
+        archives those no leaf names any more)."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'entity_rules'").fetchone()
+        stale = row is None or int(row[0]) < entities.RULES_VERSION
         ids = [
             r[0]
             for r in self.conn.execute(
                 "SELECT id FROM chunks WHERE kind = 'leaf' AND status IN ('admitted', 'sealed')"
-                " AND entities = '[]' ORDER BY path"
+                + ("" if stale else " AND entities = '[]'")
+                + " ORDER BY path"
             )
         ]
-        found = 0
+        found = busy = 0
         for start in range(0, len(ids), 512):
             with self._locked():
                 leaves = index.leaves_by_ids(self.conn, ids[start : start + 512])
                 # A sealed leaf's file says "admitted" (sealed is where it lives): keep that line.
                 as_filed = [replace(x, status=Status.ADMITTED) for x in leaves]
-                keys = {x.id: self.entity_finder(x) for x in as_filed}
-                todo = [x for x in as_filed if keys[x.id]]
-                busy = set_status(self.conn, self.layout, todo, Status.ADMITTED, keys)
-                found += len(todo) - len(busy)
+                keys = {x.id: tuple(self.entity_finder(x)) for x in as_filed}
+                todo = [x for x in as_filed if keys[x.id] != x.entities]
+                skipped = set_status(self.conn, self.layout, todo, Status.ADMITTED, keys, replace_entities=True)
+                found += len(todo) - len(skipped)
+                busy += len(skipped)
             if progress is not None:
                 progress(min(start + 512, len(ids)), len(ids))
-        if found:
-            with self._locked():
+        with self._locked():
+            if found:
                 heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
-                self._commit(f"memory: entities found in {found} leaves")
+                self._commit(f"memory: entities found anew in {found} leaves")
+            if stale and not busy:  # a leaf changed on disk meanwhile: the next rescan reads all again
+                with db.atomic(self.conn):
+                    self.conn.execute(
+                        "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)",
+                        (str(entities.RULES_VERSION),),
+                    )
         return found
 
     def sweep_topics(self) -> int:
