@@ -28,6 +28,7 @@ kinds (links, dates, money...) have claimed their characters. In the order they 
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator
@@ -589,6 +590,7 @@ def _is_cue_start(text: str, at: int) -> bool:
     return text.startswith(tuple(_CUE_WORDS), at)
 
 
+@functools.lru_cache(maxsize=1024)  # asked for every leaf's speaker, and speakers repeat
 def listed_kind(name: str) -> str:
     """The kind a word list gives ``name`` as a whole ("GitHub" -> "org"), or ""."""
     words = _tokens(name.strip().lower())
