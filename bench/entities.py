@@ -30,12 +30,13 @@ from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import table
 from vaultmem import entities
 from vaultmem.model import parse_ts
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SCORED = ("person", "place", "org", "product", "event", "project", "ticker")
 Extractor = Callable[[str, str | None, datetime | None], list[tuple[str, str]]]  # -> [(kind, key)]
@@ -115,7 +116,9 @@ def library() -> Extractor | None:
 Counts = dict[tuple[str, ...], Counter[str]]
 
 
-def score(records: Iterable[dict[str, object]], extract: Extractor, errors: list[str] | None = None) -> Counts:
+def score(
+    records: Iterable[dict[str, object]], extract: Extractor, errors: list[str] | None = None
+) -> Counts:
     """tp/fp/fn counted under (kind, lang), (kind, source) and (kind,)."""
     counts: Counts = defaultdict(Counter)
     for rec in records:
@@ -193,7 +196,9 @@ def speed(corpus: Path, extractors: dict[str, Extractor], limit: int) -> str:
                 run(str(t["content"]), str(t.get("speaker") or ""), parse_ts(str(t["ts"])))
             best = min(best, time.perf_counter() - t0)
         rows.append([name, len(turns), f"{1000 * best / len(turns):.4f}"])
-    return "Speed on LoCoMo turns (best of 3 runs)\n\n" + table(["extractor", "turns", "ms/leaf"], rows) + "\n"
+    return (
+        "Speed on LoCoMo turns (best of 3 runs)\n\n" + table(["extractor", "turns", "ms/leaf"], rows) + "\n"
+    )
 
 
 def main() -> None:

@@ -120,10 +120,10 @@ _SCALE |= {"b": 10**9, "bn": 10**9, "billion": 10**9, "亿": 10**8}
 _TICKER_RE = re.compile(
     r"\$([A-Za-z]{1,5})(?!\w)|\((?:NASDAQ|NYSE|AMEX|NYSEARCA|LSE|TSX|HKEX|SSE|SZSE)\s*:\s*([A-Z][A-Z.]{0,5}|\d{4,6})\)"
 )
-_SHELL_VARS = frozenset(
+_SHELL_VARS = _words(
     """HOME PATH USER SHELL PWD OLDPWD TERM LANG EDITOR VISUAL PAGER MAIL MAILDIR LOGFILE LOGNAME TMPDIR TMP
     TEMP HOST HOSTNAME UID GID IFS PS1 DISPLAY ARGV REPLY RANDOM BASH ZSH GOPATH CC CXX PGDATA PGHOST PGUSER
-    DEBUG VERBOSE CI ENV PORT DIR FILE FILES SRC DEST OUT VAR NAME URL KEY TOKEN ARGS OPTS""".split()
+    DEBUG VERBOSE CI ENV PORT DIR FILE FILES SRC DEST OUT VAR NAME URL KEY TOKEN ARGS OPTS"""
 )
 _SHELL_LINE_RE = re.compile(
     r"^\s*(?:\$\s+)?(?:export|echo|printf|cd|set|unset|alias|source|eval|exec|sudo)\s|[;|&]\s*(?:export|echo)\s"

@@ -42,12 +42,16 @@ def _entries(name: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
-def _words(name: str) -> frozenset[str]:
+def _file_words(name: str) -> frozenset[str]:
     return frozenset(word for line in _entries(name) for word in line.split())
 
 
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 # Capitalised words that start sentences or are otherwise not names (pronouns, greetings, days, months...).
-STOP = frozenset(
+STOP = _words(
     """
 i i'm i'll i've i'd me my mine myself we we're we'll we've us our you you're you'll you've your he he's him
 his she she's her it it's its they they're them their this that these those who what when where why how
@@ -73,11 +77,11 @@ something everything anything whatever wait stop check sounds seems exactly abso
 alright agreed true false none null dinner lunch breakfast meet call email send tell ask remember try read
 join buy bring pick quick write room met saw called texted told asked visited invited thanked emailed
 messaged hugged helped watched
-""".split()
+"""
 )
-_PERSON_NOT = _words("not_person.txt")
-_GIVEN = _words("given_names.txt")
-_GIVEN_COMMON = _words("given_names_common.txt")
+_PERSON_NOT = _file_words("not_person.txt")
+_GIVEN = _file_words("given_names.txt")
+_GIVEN_COMMON = _file_words("given_names_common.txt")
 
 _L = "A-Za-z0-9\u00c0-\u024f"  # Latin letters and digits: Chinese text is for find_chinese
 _TOKEN_RE = re.compile(f"[{_L}](?:[{_L}'’&+.-]*[{_L}+])?|&")
@@ -120,8 +124,10 @@ class _Gazetteer:
                     self.single.setdefault(words[0], kind)
         for options in self.by_first.values():
             options.sort(key=lambda e: -len(e[0]))
-        words = sorted(self.excluded, key=len, reverse=True)
-        self.exclude_re = re.compile(r"\b(?:" + "|".join(map(re.escape, words)) + r")\b", re.I) if words else None
+        phrases = sorted(self.excluded, key=len, reverse=True)
+        self.exclude_re = (
+            re.compile(r"\b(?:" + "|".join(map(re.escape, phrases)) + r")\b", re.I) if phrases else None
+        )
 
 
 _EN = _Gazetteer(
@@ -137,30 +143,30 @@ PRODUCT_WORDS = frozenset(w for w, kind in _EN.single.items() if kind == "produc
 # Software whose name a version number may follow ("Postgres 16"): a device's number is its model.
 SOFTWARE_WORDS = frozenset(_Gazetteer([("product", "software.txt")]).single)
 
-_ORG_SUFFIX = frozenset(
+_ORG_SUFFIX = _words(
     """inc inc. ltd ltd. llc corp corp. corporation co co. company gmbh ag plc group bank airlines airways
     university college institute foundation association hospital clinic labs laboratories technologies
-    systems partners capital ventures studios agency ministry council committee society trust fc""".split()
+    systems partners capital ventures studios agency ministry council committee society trust fc"""
 )
-_ORG_PREFIX = frozenset("university bank institute college museum ministry department school".split())
-_EVENT_SUFFIX = frozenset(
+_ORG_PREFIX = _words("university bank institute college museum ministry department school")
+_EVENT_SUFFIX = _words(
     """festival fest conference summit marathon awards games championship championships expo gala parade
-    cup day week fair hackathon meetup convention olympics tournament""".split()
+    cup day week fair hackathon meetup convention olympics tournament"""
 )
-_PLACE_SUFFIX = frozenset(
+_PLACE_SUFFIX = _words(
     """street st avenue ave road rd boulevard blvd lane drive park beach island islands bay valley canyon
-    river mountains falls square station airport heights hills harbour harbor""".split()
+    river mountains falls square station airport heights hills harbour harbor"""
 )
-_PLACE_PREFIX = frozenset("lake mount mt fort port cape isle".split())
-_MODEL_WORDS = frozenset("pro max ultra mini plus air se lite".split())
-_CONNECTORS = frozenset("of de del da do du la le von van der &".split())
-_TOOL_CUES = frozenset("using uses used use via install installed library package framework app tool".split())
-_HONORIFICS = frozenset(
+_PLACE_PREFIX = _words("lake mount mt fort port cape isle")
+_MODEL_WORDS = _words("pro max ultra mini plus air se lite")
+_CONNECTORS = _words("of de del da do du la le von van der &")
+_TOOL_CUES = _words("using uses used use via install installed library package framework app tool")
+_HONORIFICS = _words(
     """dr mr mrs ms mx prof professor sir dame lord lady señora senora señor senor sra sr madame mme monsieur
-    coach officer captain capt judge rev pastor rabbi imam""".split()
+    coach officer captain capt judge rev pastor rabbi imam"""
 )
-_KIN = frozenset(
-    "aunt auntie aunty uncle grandma grandpa granny nana nonna nonno abuela abuelo tia tío tio cousin".split()
+_KIN = _words(
+    "aunt auntie aunty uncle grandma grandpa granny nana nonna nonno abuela abuelo tia tío tio cousin"
 )
 _RELATION_BEFORE_RE = re.compile(
     r"(?:\b(?:my|our|his|her|their|your)\s+(?:best\s+|old\s+|new\s+|little\s+|big\s+|older\s+|younger\s+)?"
@@ -211,13 +217,15 @@ def _sentence_start(text: str, start: int) -> bool:
 
 
 class _Tok:
-    __slots__ = ("start", "end", "text", "low", "cap")
+    __slots__ = ("cap", "end", "low", "start", "text")
 
     def __init__(self, m: re.Match[str]) -> None:
         self.start, self.end, self.text = m.start(), m.end(), m[0]
         self.low = self.text.lower()
         first = self.text[0]
-        self.cap = first.isupper() or (first.isalpha() and not self.text.islower() and not self.text.isupper())
+        self.cap = first.isupper() or (
+            first.isalpha() and not self.text.islower() and not self.text.isupper()
+        )
 
 
 def find_english(text: str) -> Iterator[Found]:
@@ -262,7 +270,12 @@ def _gazetteer_hits(text: str, toks: list[_Tok], claimed: list[bool]) -> Iterato
                 continue
             if ambiguous and (_sentence_start(text, tok.start) or _in_name_run(text, toks, i, n)):
                 continue
-            if kind == "place" and n == 1 and tok.low in _GIVEN and _person_evidence(text, tok.start, tok.end):
+            if (
+                kind == "place"
+                and n == 1
+                and tok.low in _GIVEN
+                and _person_evidence(text, tok.start, tok.end)
+            ):
                 continue  # "my friend Sofia", "Jordan said"
             if n == 1 and i and _fold(toks[i - 1].low) in _GIVEN and _joined(text, toks, i - 1, 2):
                 continue  # a surname: Ronald McDonald, George Washington
@@ -278,7 +291,9 @@ def _gazetteer_hits(text: str, toks: list[_Tok], claimed: list[bool]) -> Iterato
         if kind == "product":  # the model: iPhone 16 Pro, PlayStation 5
             while end_tok + 1 < len(toks) and _joined(text, toks, end_tok, 2):
                 nxt = toks[end_tok + 1]
-                if not (nxt.text.isdigit() or (nxt.low in _MODEL_WORDS and nxt.cap) or _CAMEL_RE.search(nxt.text)):
+                if not (
+                    nxt.text.isdigit() or (nxt.low in _MODEL_WORDS and nxt.cap) or _CAMEL_RE.search(nxt.text)
+                ):
                     break
                 if nxt.text.isdigit() and len(nxt.text) > 3:
                     break
@@ -384,7 +399,7 @@ def _run(text: str, toks: list[_Tok], i: int, j: int) -> Iterator[Found]:
             group = []
             yield tok.start, tok.start + len(base), shape, base
             continue
-        if low in STOP and low not in _HONORIFICS and low not in _KIN or tok.low in _CONNECTORS:
+        if (low in STOP and low not in _HONORIFICS and low not in _KIN) or tok.low in _CONNECTORS:
             yield from _person(text, group, heading)
             group = []
             continue
@@ -396,7 +411,7 @@ def _run(text: str, toks: list[_Tok], i: int, j: int) -> Iterator[Found]:
 
 
 def _shape_kind(text: str, tok: _Tok, base: str, low: str, *, first: bool) -> str:
-    """"project" / "product" / "event" for a word whose shape or cue says so, else ""."""
+    """ "project" / "product" / "event" for a word whose shape or cue says so, else ""."""
     if _CON_RE.fullmatch(base):
         return "event"
     if (_CAMEL_RE.search(base) and not _NAME_PREFIX_RE.fullmatch(base)) and not base.isupper():
@@ -419,7 +434,11 @@ def _person(text: str, group: list[_Tok], heading: bool) -> Iterator[Found]:
         return
     kin = group[0].low in _KIN and len(group) > 1
     words = group if not kin else group[1:]
-    if len(group) > 3 or any(t.text.isupper() and len(t.text) > 1 for t in words) or any(len(t.text) < 2 for t in words):
+    if (
+        len(group) > 3
+        or any(t.text.isupper() and len(t.text) > 1 for t in words)
+        or any(len(t.text) < 2 for t in words)
+    ):
         return
     lows = [_POSSESSIVE_RE.sub("", t.low) for t in words]
     if any(low in _PERSON_NOT or low in STOP for low in lows):
@@ -433,9 +452,9 @@ def _person(text: str, group: list[_Tok], heading: bool) -> Iterator[Found]:
         yield start, end, "person", surface
     elif heading:
         return
-    elif first in _GIVEN and not (initial and first in _GIVEN_COMMON):
-        yield start, end, "person", surface
-    elif first in _GIVEN_COMMON and not initial:
+    elif (first in _GIVEN and not (initial and first in _GIVEN_COMMON)) or (
+        first in _GIVEN_COMMON and not initial
+    ):
         yield start, end, "person", surface
 
 
@@ -484,9 +503,9 @@ def _trie_regex(words: Iterable[str]) -> str:
 
 _ZH_KINDS: dict[str, str] = {}
 for _kind, _file in (("event", "zh_events.txt"), ("place", "zh_places.txt"), ("org", "zh_orgs.txt")):
-    for _word in _words(_file):
+    for _word in _file_words(_file):
         _ZH_KINDS.setdefault(_word, _kind if not _word.startswith("!") else "")
-for _word in _words("zh_products.txt"):
+for _word in _file_words("zh_products.txt"):
     _ZH_KINDS.setdefault(_word, "product")
 _ZH_KINDS = {w.lstrip("!"): k for w, k in _ZH_KINDS.items()}
 _ZH_WORDS_RE = re.compile(_trie_regex(_ZH_KINDS))
@@ -499,7 +518,7 @@ _SURNAMES = (
 _COMPOUND_SURNAMES = ("欧阳", "司马", "上官", "诸葛")
 _ZH_GIVEN = frozenset("".join(_entries("zh_given.txt")).replace(" ", ""))
 # Everyday words and places that begin with a surname character: never a name, whatever the cue.
-_NOT_NAMES = frozenset(
+_NOT_NAMES = _words(
     """
 高兴 高级 高速 高度 高中 高手 高效 高温 高考 高铁 高新 任何 任务 任意 马上 马路 马虎 方法 方面 方便 方案 方式 方向 方才
 白天 白色 于是 万一 万元 万人 黄金 黄色 黄河 金额 金色 金钱 金融 金属 石头 石油 许多 许可 周末 周围 周年 程序 程度
@@ -508,10 +527,28 @@ _NOT_NAMES = frozenset(
 周三 周四 周五 周六 周日 周天 周期 周边 林业 高峰 高潮 高明 高兴 朱红 胡同 郭外 罗马 韩国 唐人 宋朝 唐朝 明朝 秦朝
 马克 杜绝 任性 曾几 白云 白银 白雪 万家 方圆 石家 金华 江南 龙华 罗湖 夏日 冯小 于今 温和 邓小 姚明 余下 严冬 贾宝
 谢谢 谢意 孙子 孟子 沈阳 毛衣 毛巾 白菜 黄瓜 田园 江山 史诗 陆军 潘多 雷锋 程度 范文 付清 韦伯 高原 高山 高楼 高层
-""".split()
+"""
 )
-_NOT_GIVEN = frozenset("他她它我你您们是在了也都就还不很有这那个么吗呢吧啊和跟给说的问与同告回对把被让向从到见去来又没")
-_TITLES = ("先生", "女士", "小姐", "老师", "总监", "经理", "教授", "医生", "博士", "主任", "律师", "同学", "师傅", "阿姨", "总")
+_NOT_GIVEN = frozenset(
+    "他她它我你您们是在了也都就还不很有这那个么吗呢吧啊和跟给说的问与同告回对把被让向从到见去来又没"
+)
+_TITLES = (
+    "先生",
+    "女士",
+    "小姐",
+    "老师",
+    "总监",
+    "经理",
+    "教授",
+    "医生",
+    "博士",
+    "主任",
+    "律师",
+    "同学",
+    "师傅",
+    "阿姨",
+    "总",
+)
 # The character before a name: punctuation, a non-Chinese character, or the last character of a cue
 # (和 跟 与 给 告诉 问 回复 找 叫 同 见 感谢 谢谢 联系 邀请 让 请 由 把 被 向 对 替 帮 陪 等 约 及 是 派 通知)
 # or of a time (明天 上午 下午 晚上 之后).
@@ -536,9 +573,9 @@ def find_chinese(text: str) -> Iterator[Found]:
         if kind:
             yield m.start(), end, kind, text[m.start() : end]
     pos = 0
-    while (m := _ZH_PERSON_RE.search(text, pos)) is not None:
-        pos = m.start() + 1
-        found = _zh_person(text, m.start(), taken)
+    while (hit := _ZH_PERSON_RE.search(text, pos)) is not None:
+        pos = hit.start() + 1
+        found = _zh_person(text, hit.start(), taken)
         if found is not None:
             start, end, name = found
             taken[start:end] = b"\x01" * (end - start)
@@ -579,11 +616,12 @@ def _zh_person(text: str, start: int, taken: bytearray) -> tuple[int, int, str] 
 
 
 # Words that start right after a name (李娜明天去, 王伟说): the name ends before them.
-_CUE_WORDS = (
-    "明天 今天 昨天 后天 前天 刚刚 刚才 已经 马上 正在 最近 下午 上午 晚上 早上 中午 一直 一起 一家 还是 也是 就是 "
-    "说 讲 问 的 和 跟 与 给 也 都 在 是 很 又 还 就 不 没 刚 让 请 要 会 把 被 对 去 来 到 从 向 买 卖 做 写 看 发 打"
-    " 开 送 帮 负责 汇报 整理 参加 确认 觉得 认为 表示 提到 回复 回答 告诉"
-).split()
+_CUE_WORDS = tuple(
+    """
+明天 今天 昨天 后天 前天 刚刚 刚才 已经 马上 正在 最近 下午 上午 晚上 早上 中午 一直 一起 一家 还是 也是 就是
+    说 讲 问 的 和 跟 与 给 也 都 在 是 很 又 还 就 不 没 刚 让 请 要 会 把 被 对 去 来 到 从 向 买 卖 做 写 看 发 打
+    开 送 帮 负责 汇报 整理 参加 确认 觉得 认为 表示 提到 回复 回答 告诉""".split()  # noqa: SIM905
+)
 
 
 def _is_cue_start(text: str, at: int) -> bool:

@@ -90,7 +90,7 @@ def topic_dir(key: str, *, archived: bool = False) -> str:
 
 def display_name(key: str) -> str:
     kind, value = entities.parse_key(key)
-    if kind in ("person", "place") and value.isascii():
+    if kind in ("person", "place", "org", "product", "event") and value.isascii():
         return value.replace("-", " ").title()
     return value.title() if kind == "project" and value.isascii() else value
 
@@ -164,7 +164,14 @@ class TopicState:
         ):
             stem = PurePosixPath(row["path"]).name[:-3]
             members[row["id"]] = _Member(
-                row["id"], stem, row["ts"], row["path"], row["text"], row["speaker"], row["source"], row["session"]
+                row["id"],
+                stem,
+                row["ts"],
+                row["path"],
+                row["text"],
+                row["speaker"],
+                row["source"],
+                row["session"],
             )
         return cls(key, base, archived, root, nodes, members)
 

@@ -210,7 +210,8 @@ class Vault:
         vault = cls.open(layout.root, embedder=embedder)
         with db.atomic(vault.conn):  # every leaf of a new vault is read by these rules
             vault.conn.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)", (str(entities.RULES_VERSION),)
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)",
+                (str(entities.RULES_VERSION),),
             )
         return vault
 
@@ -881,7 +882,9 @@ class Vault:
                 as_filed = [replace(x, status=Status.ADMITTED) for x in leaves]
                 keys = {x.id: tuple(self.entity_finder(x)) for x in as_filed}
                 todo = [x for x in as_filed if keys[x.id] != x.entities]
-                skipped = set_status(self.conn, self.layout, todo, Status.ADMITTED, keys, replace_entities=True)
+                skipped = set_status(
+                    self.conn, self.layout, todo, Status.ADMITTED, keys, replace_entities=True
+                )
                 found += len(todo) - len(skipped)
                 busy += len(skipped)
             if progress is not None:
