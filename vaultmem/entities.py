@@ -29,6 +29,7 @@ text (a later rule never reuses characters an earlier one took):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -375,10 +376,9 @@ def extract(text: str, *, speaker: str | None = None, ts: datetime | None = None
     ref = utc(ts).date() if ts is not None else None
     claimed = bytearray(len(text))
     hits: list[tuple[int, str, str, str]] = []
-    if speaker and speaker.strip().lower() not in _ROLES and _person_key(speaker):
-        kind = listed_kind(speaker) or "person"  # mail from "GitHub" or "Qantas" is not from a person
-        name = _person_display(speaker) if kind == "person" else speaker.strip()
-        hits.append((-1, kind, _name_key(kind, speaker), name))
+    said = _speaker(speaker) if speaker else None
+    if said is not None:
+        hits.append((-1, *said))
     for finder in _FINDERS:
         for start, end, kind, value, name in finder(text, ref):
             if claimed.find(1, start, end) == -1:
@@ -390,6 +390,16 @@ def extract(text: str, *, speaker: str | None = None, ts: datetime | None = None
     for _, kind, value, name in hits:
         seen.setdefault(f"{kind}:{value}", Mention(f"{kind}:{value}", kind, name))
     return tuple(seen.values())
+
+
+@functools.lru_cache(maxsize=1024)  # every leaf has one, and they repeat
+def _speaker(speaker: str) -> tuple[str, str, str] | None:
+    """(kind, value, display name) of a speaker's mention; None for a role ("user") or nothing."""
+    if speaker.strip().lower() in _ROLES or not _person_key(speaker):
+        return None
+    kind = listed_kind(speaker) or "person"  # mail from "GitHub" or "Qantas" is not from a person
+    name = _person_display(speaker) if kind == "person" else speaker.strip()
+    return kind, _name_key(kind, speaker), name
 
 
 def _person_display(name: str) -> str:

@@ -86,12 +86,14 @@ _GIVEN_COMMON = _file_words("given_names_common.txt")
 _L = "A-Za-z0-9\u00c0-\u024f"  # Latin letters and digits: Chinese text is for find_chinese
 _TOKEN_RE = re.compile(f"[{_L}](?:[{_L}'’&+.-]*[{_L}+])?|&")
 _POSSESSIVE_RE = re.compile(r"['’]s?$")
+_POSSESSIVE_ENDS = ("'", "’", "'s", "’s")
 
 
 # The words find_english looks at: those with a capital letter, numbers (a model, a year), and the small
 # words inside multi-word names (Turks and Caicos, Bank of America). Skipping the rest keeps it fast.
 _CAND_RE = re.compile(
-    f"(?<![{_L}'’&+.-])(?:[{_L}]*[A-Z\u00c0-\u00de](?:[{_L}'’&+.-]*[{_L}+])?"
+    f"(?<![{_L}'’&+.-])(?!I(?:['’](?:m|ve|ll|d))?(?![{_L}'’&+.-]))"  # not "I", "I'm": half of them in chat
+    f"(?:[{_L}]*[A-Z\u00c0-\u00de](?:[{_L}'’&+.-]*[{_L}+])?"
     f"|\\d{{1,4}}(?![{_L}])|(?:and|of|de|del|da|do|du|la|le|von|van|der|the)(?![{_L}'’])|&)"
 )
 
@@ -255,7 +257,7 @@ def _gazetteer_hits(text: str, toks: list[_Tok], claimed: list[bool]) -> Iterato
     while i < len(toks):
         tok = toks[i]
         options = _EN.by_first.get(tok.low) if tok.cap and not claimed[i] else None
-        if options is None and tok.cap and _POSSESSIVE_RE.search(tok.low):
+        if options is None and tok.cap and tok.low.endswith(_POSSESSIVE_ENDS):
             options = _EN.by_first.get(_POSSESSIVE_RE.sub("", tok.low))
         hit = None
         for words, kind, exact, ambiguous in options or ():
@@ -355,8 +357,12 @@ def _run_hits(text: str, toks: list[_Tok], claimed: list[bool]) -> Iterator[Foun
                 break
         while toks[j].low in _CONNECTORS and j > i:
             j -= 1
-        yield from _run(text, toks, i, j)
+        if i < j or toks[i].low not in _PLAIN_STOP:  # the common case, cheaply: "I", "The", "Thanks"
+            yield from _run(text, toks, i, j)
         i = j + 1
+
+
+_PLAIN_STOP = STOP - _HONORIFICS - _KIN
 
 
 def _run(text: str, toks: list[_Tok], i: int, j: int) -> Iterator[Found]:
@@ -447,14 +453,12 @@ def _person(text: str, group: list[_Tok], heading: bool) -> Iterator[Found]:
     surface = _POSSESSIVE_RE.sub("", text[start:end])
     first = _fold(lows[0])
     initial = _sentence_start(text, start)
-    evidence = title or kin or _person_evidence(text, start, end)
-    if evidence:
-        yield start, end, "person", surface
-    elif heading:
-        return
-    elif (first in _GIVEN and not (initial and first in _GIVEN_COMMON)) or (
+    # A given name is enough (a word that is also a name, such as Will, only mid-sentence), except in a
+    # Title Case heading, where only evidence counts; the evidence is read only when needed.
+    given = (first in _GIVEN and not (initial and first in _GIVEN_COMMON)) or (
         first in _GIVEN_COMMON and not initial
-    ):
+    )
+    if (given and not heading) or title or kin or _person_evidence(text, start, end):
         yield start, end, "person", surface
 
 
