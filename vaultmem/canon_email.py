@@ -1,7 +1,8 @@
 """Email adapter: ``.eml`` files and mbox mailboxes become one EMAIL ``Message`` per email.
 
-Owns charset handling, HTML-to-text, thread detection and the trimming of quoted replies and
-signatures. Uses only the stdlib ``email``/``mailbox`` packages; never writes to the mailbox.
+Owns charset handling, HTML-to-text and the thread headers; ``mailreply`` trims what the sender quoted
+and ``mailthread`` gives each email its thread. Uses only the stdlib ``email``/``mailbox`` packages;
+never writes to the mailbox.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from vaultmem.canon_chat import clean_text
 from vaultmem.errors import InvalidInput
+from vaultmem.mailreply import trim_reply
 from vaultmem.model import InputKind, Message, safe_name, utc
 
 # Labels mail clients use for charsets Python knows under a wider (superset) name.
@@ -38,10 +40,6 @@ _CHARSET_ALIASES = {
     "ks_c_5601-1987": "cp949",
 }
 _MSGID_RE = re.compile(r"<([^<>\s]+)>")
-_ATTRIBUTION_RE = re.compile(r"^\s*(On\s.*wrote:|.*(?:在|于).*写道[：:])\s*$")
-_ORIGINAL_RE = re.compile(r"^\s*-{2,}\s*(Original Message|原始邮件)\s*-{2,}\s*$", re.I)
-_OUTLOOK_RULE_RE = re.compile(r"^_{10,}\s*$")
-_SENT_FROM_RE = re.compile(r"^\s*(Sent from my [\w ]{1,30}|Get Outlook for \w+|发自我的\s*\w+)\s*$", re.I)
 
 
 def parse_eml(data: bytes, *, source: str) -> Message:
@@ -108,40 +106,6 @@ def _to_message(msg: EmailMessage, raw: bytes, source: str) -> Message:
         ts=_date(_header(msg, "date")),
         meta={k: v for k, v in meta.items() if v},
     )
-
-
-def trim_reply(text: str) -> str:
-    """Drop quoted replies, forwarded originals and signatures, keeping what the sender wrote."""
-    lines = clean_text(text).split("\n")
-    cut = len(lines)
-    for i, line in enumerate(lines):
-        if _ORIGINAL_RE.match(line) or (_OUTLOOK_RULE_RE.match(line) and _next_starts(lines, i, "From:")):
-            cut = i
-            break
-        if line.rstrip() == "--":
-            cut = i
-            break
-        if _ATTRIBUTION_RE.match(line) and _next_starts(lines, i, ">"):
-            cut = i
-            break
-        # Gmail wraps long attributions: "On Mon, ... John Doe <" / "john@example.com> wrote:"
-        if (
-            line.lstrip().startswith("On ")
-            and i + 1 < len(lines)
-            and lines[i + 1].rstrip().endswith("wrote:")
-            and _next_starts(lines, i + 1, ">")
-        ):
-            cut = i
-            break
-    kept = [ln for ln in lines[:cut] if not ln.lstrip().startswith(">") and not _SENT_FROM_RE.match(ln)]
-    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
-
-
-def _next_starts(lines: list[str], i: int, prefix: str) -> bool:
-    for line in lines[i + 1 :]:
-        if line.strip():
-            return line.lstrip().startswith(prefix)
-    return False
 
 
 def _body_text(msg: EmailMessage) -> str:

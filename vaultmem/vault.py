@@ -82,6 +82,7 @@ from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
+from vaultmem.mailthread import thread_messages
 from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name, slugify_name, utc
 from vaultmem.pool import Pool, PoolReport, WorkContext
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
@@ -332,6 +333,7 @@ class Vault:
         )
 
     def _ingest(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+        messages = thread_messages(messages, lambda source: index.known_emails(self.conn, source))
         report = IngestReport()
         total = len(messages)
         for start in range(0, total, BATCH_MESSAGES):
