@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import codecs
 import hashlib
-import mailbox
 import re
 from datetime import datetime
 from email import message_from_bytes
@@ -40,6 +39,7 @@ _CHARSET_ALIASES = {
     "ks_c_5601-1987": "cp949",
 }
 _MSGID_RE = re.compile(r"<([^<>\s]+)>")
+_FROM_LINE_RE = re.compile(rb"(?m)^From ")
 
 
 def parse_eml(data: bytes, *, source: str) -> Message:
@@ -50,27 +50,47 @@ def parse_eml(data: bytes, *, source: str) -> Message:
     return _to_message(message_from_bytes(data), data, source)
 
 
-def parse_mbox(path: Path, *, source: str) -> list[Message]:
-    """Parse every email of an mbox file, in file order. Emails without headers or text are skipped."""
+def parse_mbox(path: Path, *, source: str, data: bytes | None = None) -> list[Message]:
+    """Parse every email of an mbox file, in file order. Emails without headers or text are skipped.
+
+    ``data`` is the file's content when the caller has read it already (re-encoded, say)."""
     safe_name(source)
-    try:
-        box = mailbox.mbox(path, create=False)
-    except (mailbox.Error, OSError) as exc:
-        raise InvalidInput(f"{path}: cannot open mailbox: {exc}") from exc
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InvalidInput(f"{path}: cannot open mailbox: {exc.strerror or exc}") from exc
     messages = []
-    try:
-        for key in box.iterkeys():
-            # mbox escapes body lines starting with "From " as ">From "; undo one level (mboxrd).
-            raw = re.sub(rb"(?m)^>(>*From )", rb"\1", box.get_bytes(key))
-            try:
-                messages.append(_to_message(message_from_bytes(raw), raw, source))
-            except InvalidInput:
-                continue
-    except OSError as exc:
-        raise InvalidInput(f"{path}: cannot read mailbox: {exc}") from exc
-    finally:
-        box.close()
+    for raw in split_mbox(data):
+        # mbox escapes body lines starting with "From " as ">From "; undo one level (mboxrd).
+        raw = re.sub(rb"(?m)^>(>*From )", rb"\1", raw)
+        try:
+            messages.append(_to_message(message_from_bytes(raw), raw, source))
+        except InvalidInput:
+            continue
     return messages
+
+
+def split_mbox(data: bytes) -> list[bytes]:
+    """The emails of an mbox, as ``mailbox.mbox`` cuts them: each starts after a line beginning with
+    ``From `` and ends before the next one (and before the blank line above it); text before the
+    first such line belongs to no email."""
+    starts = [m.start() for m in _FROM_LINE_RE.finditer(data)]
+    emails = []
+    for n, start in enumerate(starts):
+        stop = starts[n + 1] if n + 1 < len(starts) else len(data)
+        body = data.find(b"\n", start, stop)
+        body = stop if body < 0 else body + 1
+        end = stop
+        # the separating blank line: the line before the next "From " (or before the end) is empty
+        if (
+            end - 1 >= body
+            and data[end - 1 : end] == b"\n"
+            and (end - 1 == body or data[end - 2 : end - 1] == b"\n")
+        ):
+            end -= 1
+        emails.append(data[body:end])
+    return emails
 
 
 def _to_message(msg: EmailMessage, raw: bytes, source: str) -> Message:
