@@ -25,14 +25,21 @@ def _sample_leaves() -> dict[str, tuple[str, str]]:
     return leaves
 
 
+EXAMPLES = ROOT / "docs" / "examples"
+EXAMPLES_CONFIG = (EXAMPLES / "config.toml").read_text()
+
+
+def ingest_examples(vault: Vault) -> None:
+    """What `just sample` ingests, with the same source names."""
+    vault.ingest_path(EXAMPLES / "assistant-chat.jsonl", source="assistant-chat")
+    vault.ingest_path(EXAMPLES / "team-slack.json")
+    vault.ingest_path(EXAMPLES / "notes", source="notes")
+    vault.ingest_path(EXAMPLES / "mail", source="mail")
+
+
 def test_ingesting_the_examples_again_gives_the_sample_vault_leaves(tmp_path: Path) -> None:
-    examples = ROOT / "docs" / "examples"
-    config = (examples / "config.toml").read_text()
-    with Vault.init(tmp_path / "v", config, embedder=FakeEmbedder()) as vault:
-        vault.ingest_path(examples / "assistant-chat.jsonl", source="assistant-chat")
-        vault.ingest_path(examples / "team-slack.json")
-        vault.ingest_path(examples / "notes", source="notes")
-        vault.ingest_path(examples / "mail", source="mail")
+    with Vault.init(tmp_path / "v", EXAMPLES_CONFIG, embedder=FakeEmbedder()) as vault:
+        ingest_examples(vault)
         rebuilt = {leaf.id: (leaf.source, leaf.session or "") for leaf in vault.ls()}
     expected = _sample_leaves()
     assert len(expected) > 100
