@@ -15,6 +15,7 @@ greedy rule that re-counts each unit (a test compares both on random text), so i
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import re
@@ -45,14 +46,17 @@ _SPACES = (
     0x205F,
     0x3000,
 )
-_SPACE_TABLE = np.zeros(0x3002, dtype=bool)
-_SPACE_TABLE[list(_SPACES)] = True
+# Every code point's classes in one table (code points above it are none of these).
+_LETTER, _DIGIT, _WHITE, _MARK, _FULL_STOP = 1, 2, 4, 8, 16
+_CLASSES = np.zeros(0xFF21, dtype=np.uint8)
+_CLASSES[ord("A") : ord("Z") + 1] = _LETTER
+_CLASSES[ord("a") : ord("z") + 1] = _LETTER
+_CLASSES[ord("0") : ord("9") + 1] = _DIGIT
+_CLASSES[list(_SPACES)] = _WHITE
 # A sentence ends after one of these marks and the spaces that follow it, and after 。！？ even when no
 # space follows: the rule of re.split(r"(?<=[.!?。！？；;])\s+|(?<=[。！？])", paragraph).
-_MARK, _FULL_STOP = 1, 2
-_MARK_TABLE = np.zeros(0xFF21, dtype=np.int8)
-_MARK_TABLE[[ord(c) for c in ".!?；;"]] = _MARK
-_MARK_TABLE[[ord(c) for c in "。！？"]] = _FULL_STOP
+_CLASSES[[ord(c) for c in ".!?；;"]] = _MARK
+_CLASSES[[ord(c) for c in "。！？"]] = _MARK | _FULL_STOP
 # What follows a unit when units are packed into a chunk: nothing (inside a word), a space, a blank line.
 _SEPARATORS = ("", " ", "\n\n")
 _GLUED, _SPACE, _PARAGRAPH = 0, 1, 2
@@ -99,13 +103,13 @@ def split_text(text: str, limit: int) -> list[tuple[str, int]]:
     units = _Units()
     tokens.paragraphs(units, limit)
     starts, ends, seps, counts = units.arrays()
-    bounds = np.concatenate(([0], np.cumsum(counts)))
+    bounds = np.concatenate(([0], np.cumsum(counts))).tolist()
     # Chunk k holds units cuts[k]..cuts[k+1]-1: the longest run, from where the last one ended, whose
     # tokens add up to at most the limit (every unit is within the limit, so each run has one at least).
     cuts = [0]
     while cuts[-1] < len(starts):
         at = cuts[-1]
-        cuts.append(max(at + 1, int(np.searchsorted(bounds, bounds[at] + limit, side="right")) - 1))
+        cuts.append(max(at + 1, bisect.bisect_right(bounds, bounds[at] + limit) - 1))
     out: list[tuple[str, int]] = []
     s_list, e_list, sep_list = starts.tolist(), ends.tolist(), seps.tolist()
     for first, stop in itertools.pairwise(cuts):
@@ -117,7 +121,7 @@ def split_text(text: str, limit: int) -> list[tuple[str, int]]:
         if _GLUED in sep_list[first:last]:  # a cut word's last piece runs into the next unit
             out.append((piece, count_tokens(piece)))
         else:
-            out.append((piece, int(bounds[stop] - bounds[first])))
+            out.append((piece, bounds[stop] - bounds[first]))
     return out
 
 
@@ -145,12 +149,12 @@ class _Tokens:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-        folded = self.codes | 0x20
-        letter = (folded >= 0x61) & (folded <= 0x7A)
-        digit = (self.codes >= 0x30) & (self.codes <= 0x39)
-        self.space = _SPACE_TABLE[np.minimum(self.codes, len(_SPACE_TABLE) - 1)]
-        begins = ~(letter | digit | self.space)
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+        self.classes = _CLASSES[np.minimum(codes, len(_CLASSES) - 1)]
+        self.space = (self.classes & _WHITE) > 0
+        letter = (self.classes & _LETTER) > 0
+        digit = (self.classes & _DIGIT) > 0
+        begins = (self.classes & (_LETTER | _DIGIT | _WHITE)) == 0  # any other character is a token
         begins[_run_pieces(letter, 4)] = True
         begins[_run_pieces(digit, 3)] = True
         self.starts: Ints = np.flatnonzero(begins)
@@ -199,9 +203,11 @@ class _Tokens:
         """Sentences of the stripped paragraph ``[start, end)``: a sentence ends after a mark followed
         by spaces (which belong to no sentence), or after 。！？ followed by anything."""
         if self._breaks is None:  # every sentence end of the text, found once
-            marks = _MARK_TABLE[np.minimum(self.codes[:-1], len(_MARK_TABLE) - 1)]
+            marks = self.classes[:-1]
             spaced = self.space[1:]
-            ends = np.flatnonzero(((marks > 0) & spaced) | ((marks == _FULL_STOP) & ~spaced)) + 1
+            mark = (marks & _MARK) > 0
+            full_stop = (marks & _FULL_STOP) > 0
+            ends = np.flatnonzero(mark & (spaced | full_stop)) + 1
             solid = np.flatnonzero(~self.space)
             # the next sentence starts at the first non-space (inside a paragraph there always is one)
             resume = solid[np.minimum(np.searchsorted(solid, ends), len(solid) - 1)]
@@ -215,9 +221,8 @@ class _Tokens:
 
     def _words(self, start: int, end: int) -> tuple[Ints, Ints]:
         """The runs of non-space characters in ``[start, end)`` (what ``\\S+`` matches)."""
-        solid = ~self.space[start:end]
-        edges = np.flatnonzero(np.diff(solid.astype(np.int8), prepend=0, append=0))
-        return edges[0::2] + start, edges[1::2] + start
+        begins, ends = _runs(~self.space[start:end])
+        return begins + start, ends + start
 
     def _cut_word(self, units: _Units, start: int, end: int, total: int, limit: int) -> None:
         """A word over the limit, cut before every ``limit``-th token: pieces of exactly ``limit``
@@ -232,8 +237,16 @@ class _Tokens:
 def _run_pieces(mask: npt.NDArray[np.bool_], width: int) -> Ints:
     """Where the regex starts a piece of at most ``width`` characters inside each run of ``mask``
     (pieces are counted from the start of the run: 10 letters are 4 + 4 + 2)."""
-    edges = np.flatnonzero(np.diff(mask.astype(np.int8), prepend=0, append=0))
-    begins, lengths = edges[0::2], edges[1::2] - edges[0::2]
+    begins, ends = _runs(mask)
+    lengths = ends - begins
     pieces = (lengths + width - 1) // width
     firsts = np.repeat(np.cumsum(pieces) - pieces, pieces)
     return np.asarray(np.repeat(begins, pieces) + width * (np.arange(int(pieces.sum())) - firsts))
+
+
+def _runs(mask: npt.NDArray[np.bool_]) -> tuple[Ints, Ints]:
+    """Where each run of True in ``mask`` begins and ends (exclusive)."""
+    padded = np.zeros(len(mask) + 2, dtype=bool)
+    padded[1:-1] = mask
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    return edges[0::2], edges[1::2]
