@@ -4,14 +4,18 @@ and Windows alike (no device names such as CON, no trailing dot, no two names th
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.test_cli import run
+from vaultmem.entities import slug_for
 from vaultmem.errors import InvalidInput, UnsafePath
 from vaultmem.ingest import check_new_sources
-from vaultmem.layout import Layout
+from vaultmem.layout import Layout, slug
 from vaultmem.model import default_source_name, portable_name
 
 
@@ -81,3 +85,16 @@ def test_source_names_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixt
     assert sorted(p.name for p in (vault / "sources").iterdir()) == ["Mail", "aux-source"]
     code, out, _ = run(["ingest", str(chat), "--source", "Mail", "--json", "--vault", str(vault)], capsys)
     assert code == 0 and json.loads(out)["duplicates"] == 1  # the existing source keeps working
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=80))
+def test_folders_the_engine_names_are_portable(text: str) -> None:
+    # levels (NN-<slug>) and topics (<kind>-<slug>): lower-case ASCII, never a device name or a dot end
+    level = f"01-{slug(text, words=4, max_len=40) or 'level'}"
+    assert re.fullmatch(r"[a-z0-9-]+", level) and portable_name(level) == level
+    key = f"person:{text.strip() or 'x'}"
+    if "\r" not in key and "\n" not in key and "\0" not in key:
+        topic = slug_for(key)
+        assert re.fullmatch(r"[a-z0-9-]+", topic) and portable_name(topic) == topic
+    assert portable_name(default_source_name(text)) == default_source_name(text)
