@@ -137,7 +137,7 @@ class _Threads:
     def session_of(self, message: Message, ancestors: list[str], subject: str) -> str | None:
         if ancestors:
             return next((self.by_id[a] for a in ancestors if a in self.by_id), ancestors[0])
-        if is_follow_up(subject):
+        if is_follow_up(subject) and message.session in (None, message.source_id):  # not one given
             found = self._nearest(normalise_subject(subject), message.ts)
             if found:
                 return found
