@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
+from vaultmem.redact import scrub
 from vaultmem.model import utc
 
 KINDS = ("person", "place", "project", "repo", "url", "version", "date", "money", "email", "ticker")
@@ -637,6 +638,7 @@ def slug_for(key: str) -> str:
     hash collision."""
     kind, value = parse_key(key)
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+    value = scrub(value)  # a folder name is public: never one made of a secret
     plain = unicodedata.normalize("NFKD", value).encode("ascii", "ignore").decode("ascii").lower()
     words = re.sub(r"[^a-z0-9]+", "-", plain).strip("-")
     if not words:

@@ -230,12 +230,33 @@ def _inside(spans: list[Span], start: int, end: int) -> bool:
     return any(a <= start and end <= b for a, b in spans)
 
 
+def _window_start(text: str, start: int) -> int:
+    """Where the words that can name the token at ``start`` begin: its own line (at most 64 characters
+    back), or the line before when the token's line holds nothing else (``password:\n  hunter2...``)."""
+    line = text.rfind("\n", 0, start) + 1
+    if line > 0 and not text[line:start].strip(" \t-*>:=\"'`"):
+        line = text.rfind("\n", 0, line - 1) + 1
+    return max(line, start - _KEYWORD_WINDOW)
+
+
+_SEPARATORS_RE = re.compile(r"[-_./+~=]+")
+# A segment made of words and numbers: "recital", "2024", "getUserName2", "HTTPServer".
+_PLAIN_RE = re.compile(r"(?:[A-Z]?[a-z]{2,}|[A-Z]+(?![a-z])|\d+)+")
+
+
+def _wordy(token: str) -> bool:
+    """True when most of ``token`` is words and numbers between separators: a file name, a slug, a path
+    or an identifier ("2024-05-01-mara-keys-chopin-...-ae35b13f.md"), however many letters it mixes."""
+    plain = sum(len(seg) for seg in _SEPARATORS_RE.split(token) if _PLAIN_RE.fullmatch(seg))
+    return plain >= 0.6 * len(token)
+
+
 def _looks_random(token: str, threshold: float, min_len: int) -> bool:
     if len(token) < min_len or _UUID_RE.fullmatch(token):
         return False
     if not any(c.isdigit() for c in token) or not any(c.isalpha() for c in token):
         return False
-    return randomness(token) >= threshold
+    return randomness(token) >= threshold and not _wordy(token)
 
 
 def _encodes_text(token: str) -> bool:
@@ -264,10 +285,10 @@ class _KeywordEntropy(_Base):
             start, end = _strip_token(text, a, b)
             if not _looks_random(text[start:end], KEYWORD_RANDOMNESS, KEYWORD_MIN_LEN):
                 continue
-            lo = max(0, start - _KEYWORD_WINDOW)
-            lo = max(lo, text.rfind("\n\n", lo, start) + 1)
-            if not _KEYWORD_RE.search(text, lo, start):
+            if not _KEYWORD_RE.search(text, _window_start(text, start), start):
                 continue
+            if _HEX_RE.fullmatch(text[start:end]) and _HASH_CONTEXT_RE.search(text, max(0, start - 24), start):
+                continue  # `content_hash: 9b0e...`, `sha256 of the key: ...`: a hash, named as one
             if urls is None:
                 urls = [m.span() for m in _URL_RE.finditer(text)] if "://" in text or "www." in text else []
             if not _inside(urls, start, end):

@@ -86,6 +86,7 @@ from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_
 from vaultmem.pool import Pool, PoolReport, WorkContext
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.reindex import ReindexReport, reindex
+from vaultmem.redact import scrub
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
 from vaultmem.sessions import SessionTree, session_tree
@@ -660,11 +661,17 @@ class Vault:
         if self._git is None:
             return
         try:
-            result = self._git.commit(message)
+            # The message names titles and entities, which come from memory: never a secret in history.
+            result = self._git.commit(scrub(message))
         except GitError as exc:
             self.warnings.append(f"git auto-commit failed: {exc}")
             return
         self.git_notes.extend(result.notes)
+        for path, kinds in result.held:
+            self.warnings.append(
+                f"git: {path} not committed: it holds a secret ({', '.join(kinds)}); "
+                "`vaultmem check` lists it, `vaultmem check --fix --redact` redacts it"
+            )
 
     # -- hand edits (the watch daemon) ---------------------------------------------------------------
     def reconcile_paths(self, rels: Iterable[str], seen: Mapping[str, Stamp] | None = None) -> PathsReport:
