@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from vaultmem import fsio
 from vaultmem.errors import GitError, UnsafePath
-from vaultmem.layout import STATE_DIR
+from vaultmem.layout import SIDECAR_NAME, STATE_DIR
 from vaultmem.redact import redact
 
 if TYPE_CHECKING:
@@ -53,7 +53,10 @@ class CommitResult:
 
 
 def secret_kinds(path: Path) -> tuple[str, ...]:
-    """The kinds of secret in the file at ``path`` (text files; () when none, binary or unreadable)."""
+    """The kinds of secret in the file at ``path`` (text files; () when none, binary or unreadable).
+    Embedding sidecars hold base64 vectors, which look random by design: they are the engine's."""
+    if path.name == SIDECAR_NAME:
+        return ()
     try:
         data = path.read_bytes()
     except OSError:

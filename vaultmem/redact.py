@@ -98,8 +98,10 @@ def randomness(token: str) -> float:
 
 
 # Measured by bench/redact.py on random keys (recall) and on LoCoMo, LongMemEval and look-alikes (false
-# positives): a random key of 16+ characters scores >= 0.88 (hex >= 0.85); words with digits score below.
-KEYWORD_RANDOMNESS = 0.85
+# positives): below 0.8, fewer than 3 in 1,000 random keys of 16 characters (hex, base36, base62 or base64);
+# a word with digits near a key word ("internationalization2024") scores 0.79. Bare tokens (32+ characters,
+# no key word) need 0.9.
+KEYWORD_RANDOMNESS = 0.8
 BARE_RANDOMNESS = 0.9
 KEYWORD_MIN_LEN = 16
 BARE_MIN_LEN = 32
@@ -239,16 +241,35 @@ def _window_start(text: str, start: int) -> int:
     return max(line, start - _KEYWORD_WINDOW)
 
 
-_SEPARATORS_RE = re.compile(r"[-_./+~=]+")
-# A segment made of words and numbers: "recital", "2024", "getUserName2", "HTTPServer".
-_PLAIN_RE = re.compile(r"(?:[A-Z]?[a-z]{2,}|[A-Z]+(?![a-z])|\d+)+")
+_CAMEL_HUMP_RE = re.compile(r"[A-Z](?=[a-z]{2})")
+_CAMEL_WORD_RE = re.compile(r"[A-Z]?[a-z]{2,}")
+_VOWEL_RE = re.compile(r"[AEIOUYaeiouy]")
+_FILE_RE = re.compile(r"[\w./+~-]*\.[A-Za-z][A-Za-z0-9]{0,4}")
+_SLUG_SEP_RE = re.compile(r"[-_.]+")
+_WORD_SEGMENT_RE = re.compile(r"[a-z]*[aeiouy][a-z]*")
 
 
-def _wordy(token: str) -> bool:
-    """True when most of ``token`` is words and numbers between separators: a file name, a slug, a path
-    or an identifier ("2024-05-01-mara-keys-chopin-...-ae35b13f.md"), however many letters it mixes."""
-    plain = sum(len(seg) for seg in _SEPARATORS_RE.split(token) if _PLAIN_RE.fullmatch(seg))
-    return plain >= 0.6 * len(token)
+def _named(token: str) -> bool:
+    """True when ``token`` reads as a name rather than a key, whatever its entropy: a file name
+    (``notes-2024.md``), a path without capitals, a slug of words (``release-2024-03-01-final``), or a
+    camelCase identifier (``Vaswani2017AttentionIsAllYouNeed``: every capital starts a word; in a random
+    key about one in six does)."""
+    if _FILE_RE.fullmatch(token):
+        return True
+    if not any(c.isupper() for c in token):
+        if "/" in token:
+            return True
+        segments = [seg for seg in _SLUG_SEP_RE.split(token) if seg]
+        if len(segments) >= 3:
+            letters = sum(1 for c in token if c.isalpha())
+            worded = sum(len(seg) for seg in segments if len(seg) >= 3 and _WORD_SEGMENT_RE.fullmatch(seg))
+            return worded >= 0.6 * letters
+        return False
+    uppers = sum(1 for c in token if c.isupper())
+    if uppers < 2 or len(_CAMEL_HUMP_RE.findall(token)) < 0.6 * uppers:
+        return False
+    letters = sum(1 for c in token if c.isalpha())
+    return sum(len(w) for w in _CAMEL_WORD_RE.findall(token) if _VOWEL_RE.search(w)) >= 0.8 * letters
 
 
 def _looks_random(token: str, threshold: float, min_len: int) -> bool:
@@ -256,7 +277,7 @@ def _looks_random(token: str, threshold: float, min_len: int) -> bool:
         return False
     if not any(c.isdigit() for c in token) or not any(c.isalpha() for c in token):
         return False
-    return randomness(token) >= threshold and not _wordy(token)
+    return randomness(token) >= threshold and not _named(token)
 
 
 def _encodes_text(token: str) -> bool:

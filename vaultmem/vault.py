@@ -1028,12 +1028,16 @@ class Vault:
                 requeued = self.jobs.enqueue_many(extract_job(i) for i in missing)
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
-    def check(self, *, fix: bool = False) -> CheckReport:
+    def check(self, *, fix: bool = False, redact: bool = False) -> CheckReport:
+        """Verify the index against the files (``fix``: repair the index side). ``redact`` (with
+        ``fix``) also rewrites Markdown files that hold a secret, with the secret replaced."""
+        if redact and not fix:
+            raise InvalidInput("--redact rewrites files, so it goes with --fix: `vaultmem check --fix --redact`")
         if fix:
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
             with self._locked():
-                return check(self.conn, self.layout, self.config.max_file_bytes, fix=True)
+                return check(self.conn, self.layout, self.config.max_file_bytes, fix=True, redact=redact)
         return check(self.conn, self.layout, self.config.max_file_bytes)
 
     @property
