@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vaultmem.redact import KINDS, Redaction, redact
+from tests.secret_shapes import LOOKALIKES, SHAPES, rand, secrets
+from vaultmem.redact import CATALOGUE_SIZE, OWN_KINDS, Redaction, has_secret, redact, scrub
 
 _ALNUM = string.ascii_letters + string.digits
 
@@ -93,6 +94,10 @@ SECRETS: list[tuple[str, str, str, str]] = [
     ("generic_secret", f"token: {GENERIC}", GENERIC, "token:"),
     ("generic_secret", f"SECRET={GENERIC}", GENERIC, "SECRET="),
     ("generic_secret", f'"client_secret": "{GENERIC}"', GENERIC, "client_secret"),
+    ("azure_key", f"AccountName=acme;AccountKey={AWS_SECRET}==;EndpointSuffix=x", AWS_SECRET, "AccountName=acme"),
+    ("keyword_secret", f"the api key for staging is {GENERIC} now", GENERIC, "for staging is"),
+    ("keyword_secret", f"secret:\n  {GENERIC}", GENERIC, "secret:"),
+    ("high_entropy", f"here you go: {fake(40, _ALNUM + '+/', seed=21)}", fake(40, _ALNUM + "+/", seed=21), "here"),
 ]
 
 PROSE = [
@@ -114,8 +119,55 @@ PROSE = [
 ]
 
 
-def test_every_kind_has_a_case() -> None:
-    assert {kind for kind, *_ in SECRETS} == set(KINDS)
+def test_every_own_kind_has_a_case() -> None:
+    assert {kind for kind, *_ in SECRETS} == {*OWN_KINDS, "keyword_secret", "high_entropy"}
+
+
+def test_the_gitleaks_catalogue_ships_with_its_licence() -> None:
+    from importlib import resources
+
+    data = resources.files("vaultmem").joinpath("data")
+    assert CATALOGUE_SIZE >= 200
+    assert "Zachary Rice" in data.joinpath("GITLEAKS_LICENSE").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("kind", sorted(SHAPES))
+def test_every_shape_of_the_corpus_is_redacted(kind: str, seed: int) -> None:
+    _, statement, secret = next(case for case in secrets(seed) if case[0] == kind)
+    result = redact(statement)
+    assert secret not in result.text and result.kinds
+    assert has_secret(statement) and not has_secret(result.text)
+
+
+@pytest.mark.parametrize("text", LOOKALIKES)
+def test_lookalikes_survive(text: str) -> None:
+    assert redact(text) == Redaction(text, ())
+
+
+def test_catalogue_kinds_name_the_service() -> None:
+    stripe = "sk" + "_live_" + fake(24, seed=30)
+    assert redact(f"stripe {stripe}, keep it safe").kinds == ("stripe_access_token",)
+    hf = "h" + "f_" + rand(random.Random(31), 34, string.ascii_letters)
+    assert redact(f"HF {hf} here").text == "HF [REDACTED:huggingface_access_token] here"
+
+
+def test_prose_punctuation_and_chinese_end_a_secret() -> None:
+    token = "gl" + "pat-" + fake(20, seed=32)
+    for text in (f"use {token}.", f"({token})", f"令牌是{token}，别外传", f"{token}, thanks"):
+        assert token not in scrub(text)
+
+
+def test_hex_named_as_a_hash_is_kept_but_not_when_named_as_a_key() -> None:
+    digest = fake(64, "0123456789abcdef", seed=33)
+    for text in (f"sha256: {digest}", f"content_hash: {digest[:16]}", f"commit {digest[:40]}"):
+        assert scrub(text) == text
+    assert digest not in scrub(f"api_key {digest}") and digest not in scrub(f"stored as {digest} yesterday")
+
+
+def test_long_unbroken_text_stays_linear() -> None:
+    blob = "A" * 200_000 + " api key " + "b7" * 50_000
+    assert redact(blob).text.startswith("A" * 1000)  # finishes (a quadratic rule would not, here)
 
 
 @pytest.mark.parametrize(("kind", "text", "secret", "kept"), SECRETS)

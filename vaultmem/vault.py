@@ -1037,7 +1037,11 @@ class Vault:
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
             with self._locked():
-                return check(self.conn, self.layout, self.config.max_file_bytes, fix=True, redact=redact)
+                report = check(self.conn, self.layout, self.config.max_file_bytes, fix=True, redact=redact)
+                rewritten = [p for p in report.fixed if p.code == "secret_in_file"]
+                if rewritten:
+                    self._commit(f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)")
+                return report
         return check(self.conn, self.layout, self.config.max_file_bytes)
 
     @property
