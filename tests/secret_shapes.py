@@ -88,7 +88,9 @@ SHAPES: dict[str, Shape] = {
         "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={};EndpointSuffix=core.windows.net",
     ),
     "jwt": _same(
-        lambda r: "ey" + "J" + rand(r, 30, B64URL) + ".ey" + "J" + rand(r, 40, B64URL) + "." + rand(r, 43, B64URL),
+        lambda r: (
+            "ey" + "J" + rand(r, 30, B64URL) + ".ey" + "J" + rand(r, 40, B64URL) + "." + rand(r, 43, B64URL)
+        ),
         "session {} end",
     ),
     "private_key": _pem,

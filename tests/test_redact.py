@@ -94,10 +94,20 @@ SECRETS: list[tuple[str, str, str, str]] = [
     ("generic_secret", f"token: {GENERIC}", GENERIC, "token:"),
     ("generic_secret", f"SECRET={GENERIC}", GENERIC, "SECRET="),
     ("generic_secret", f'"client_secret": "{GENERIC}"', GENERIC, "client_secret"),
-    ("azure_key", f"AccountName=acme;AccountKey={AWS_SECRET}==;EndpointSuffix=x", AWS_SECRET, "AccountName=acme"),
+    (
+        "azure_key",
+        f"AccountName=acme;AccountKey={AWS_SECRET}==;EndpointSuffix=x",
+        AWS_SECRET,
+        "AccountName=acme",
+    ),
     ("keyword_secret", f"the api key for staging is {GENERIC} now", GENERIC, "for staging is"),
     ("keyword_secret", f"secret:\n  {GENERIC}", GENERIC, "secret:"),
-    ("high_entropy", f"here you go: {fake(40, _ALNUM + '+/', seed=21)}", fake(40, _ALNUM + "+/", seed=21), "here"),
+    (
+        "high_entropy",
+        f"here you go: {fake(40, _ALNUM + '+/', seed=21)}",
+        fake(40, _ALNUM + "+/", seed=21),
+        "here",
+    ),
 ]
 
 PROSE = [
@@ -259,3 +269,42 @@ def test_redact_is_idempotent_on_secret_soup(text: str) -> None:
     once = redact(text)
     assert redact(once.text).text == once.text
     assert len(once.kinds) == len(set(once.kinds))
+
+
+def test_a_leaf_is_read_back_redacted_and_rewritten_with_its_own_bytes() -> None:
+    from vaultmem.leaffile import keep_body, parse_leaf
+    from vaultmem.summaryfile import parse_summary
+
+    text = (
+        "---\nid: 0123456789abcdef\nkind: leaf\nsource: chat\n"
+        f"speaker: {GH_PAT}\nsession: s1\nstatus: admitted\nentities: [project:{GH_PAT}, person:mia]\n"
+        f"provenance: {{title: 'keys {GOOGLE}'}}\ntags: [mine]\n---\nDeploy with {GH_PAT} today.\n"
+    )
+    leaf, doc = parse_leaf(text, "sources/chat/_fresh/x-0123456789abcdef.md")
+    assert GH_PAT not in leaf.text + (leaf.speaker or "") + str(leaf.meta) + str(leaf.entities)
+    assert leaf.text == "Deploy with [REDACTED:github_token] today." and leaf.entities == ("person:mia",)
+    assert leaf.redactions == ("github_token", "google_api_key")
+    assert keep_body(doc, leaf.text) == doc.body  # the person's bytes, not the redacted text
+    assert keep_body(doc, "new text") == "new text\n"
+    summary = (
+        f"---\nid: s0123456789abcde\nkind: summary\nsource: chat\ntitle: keys {GH_PAT}\n---\n"
+        f"## Pinned\n\nmine: {GH_PAT}\n\n## Summary\n\nall good\n\n## Children\n\n- [label {GH_PAT}](x.md)\n"
+    )
+    node, _ = parse_summary(summary, "sources/chat/01-x/_summary.md")
+    assert GH_PAT not in node.title + node.pinned + node.text + node.children[0].label
+
+
+def test_redact_document_keeps_clean_keys_byte_for_byte() -> None:
+    from vaultmem.mdfile import redact_document, split
+
+    text = (
+        f"---\nid: 0123456789abcdef\nkind: leaf\nspeaker: {GH_PAT}\ndate: 2024-05-01   # mine\n"
+        f"tags: [a, b]\n---\nkey {GH_PAT} and password=hunter22\n"
+    )
+    clean, kinds = redact_document(text)
+    assert GH_PAT not in clean and "hunter22" not in clean and set(kinds) == {"github_token", "password"}
+    assert "\ndate: 2024-05-01   # mine\ntags: [a, b]\n" in clean
+    meta = split(clean).meta
+    assert meta["speaker"] == "[REDACTED:github_token]" and meta["redactions"] == ["github_token", "password"]
+    assert redact_document(clean) == (clean, ())
+    assert redact_document("plain note, no frontmatter\n") == ("plain note, no frontmatter\n", ())

@@ -28,9 +28,7 @@ GIT_CONFIG = '\n[embed]\nmodel = "fake"\n\n[git]\nauto_commit = true\n'
 
 
 def _git(vault: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(vault), *args], capture_output=True, text=True, check=True
-    ).stdout
+    return subprocess.run(["git", "-C", str(vault), *args], capture_output=True, text=True, check=True).stdout
 
 
 def _everything(vault: Path) -> tuple[bytes, str]:
@@ -76,7 +74,9 @@ def test_ingest_redacts_every_field_before_files_index_and_git(
     npm = "np" + "m_" + rand(rng, 36)
     azure = rand(rng, 86, ALNUM + "+") + "=="
     sendgrid = "S" + "G." + rand(rng, 22, B64URL) + "." + rand(rng, 43, B64URL)
-    slack = "xo" + "xb-" + rand(rng, 12, "0123456789") + "-" + rand(rng, 13, "0123456789") + "-" + rand(rng, 24)
+    slack = (
+        "xo" + "xb-" + rand(rng, 12, "0123456789") + "-" + rand(rng, 13, "0123456789") + "-" + rand(rng, 24)
+    )
     bare = rand(rng, 44, ALNUM + "+")
     secrets = [stripe, gitlab, hf, npm, azure, sendgrid, slack, bare]
     commit = "3f2a1b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a"
@@ -91,9 +91,13 @@ def test_ingest_redacts_every_field_before_files_index_and_git(
         encoding="utf-8",
     )
     (inbox / "chat.jsonl").write_text(
-        json.dumps({"id": "c1", "speaker": sendgrid, "content": f"paste: {bare}", "ts": "2024-05-01T09:00:00Z"})
+        json.dumps(
+            {"id": "c1", "speaker": sendgrid, "content": f"paste: {bare}", "ts": "2024-05-01T09:00:00Z"}
+        )
         + "\n"
-        + json.dumps({"id": "c2", "speaker": "Mia", "content": "Booked the dentist.", "ts": "2024-05-01T09:05:00Z"})
+        + json.dumps(
+            {"id": "c2", "speaker": "Mia", "content": "Booked the dentist.", "ts": "2024-05-01T09:05:00Z"}
+        )
         + "\n",
         encoding="utf-8",
     )
@@ -107,10 +111,14 @@ def test_ingest_redacts_every_field_before_files_index_and_git(
     v = tmp_path / "v"
     assert run(["init", str(v)], capsys)[0] == 0
     (v / ".vaultmem" / "config.toml").write_text(GIT_CONFIG)
-    code, out, err = run(["ingest", str(inbox), "--source", "inbox", "--wait", "--vault", str(v), "--json"], capsys)
+    code, out, err = run(
+        ["ingest", str(inbox), "--source", "inbox", "--wait", "--vault", str(v), "--json"], capsys
+    )
     assert code == 0, err
     assert json.loads(out)["redacted"] >= 3
-    _, ctx, _ = run(["context", "deploy keys billing bot token", "--budget", "400", "--vault", str(v)], capsys)
+    _, ctx, _ = run(
+        ["context", "deploy keys billing bot token", "--budget", "400", "--vault", str(v)], capsys
+    )
     _, found, _ = run(["search", "deploy model billing", "--json", "--vault", str(v)], capsys)
     for secret in secrets:
         _assert_nowhere(v, secret, ctx, found, out)
@@ -199,7 +207,8 @@ def test_context_keeps_stored_frame_tags_inside_the_frame(
     inbox = tmp_path / "chat.jsonl"
     inbox.write_text(
         "".join(
-            json.dumps({"id": f"h{i}", "speaker": "Eve", "content": text, "ts": f"2024-05-01T09:0{i}:00Z"}) + "\n"
+            json.dumps({"id": f"h{i}", "speaker": "Eve", "content": text, "ts": f"2024-05-01T09:0{i}:00Z"})
+            + "\n"
             for i, text in enumerate(HOSTILE)
         ),
         encoding="utf-8",
@@ -208,7 +217,9 @@ def test_context_keeps_stored_frame_tags_inside_the_frame(
     run(["init", str(v)], capsys)
     (v / ".vaultmem" / "config.toml").write_text('[embed]\nmodel = "fake"\n')
     assert run(["ingest", str(inbox), "--source", "chat", "--wait", "--vault", str(v)], capsys)[0] == 0
-    code, out, _ = run(["context", "instructions memory French developer", "--budget", "800", "--vault", str(v)], capsys)
+    code, out, _ = run(
+        ["context", "instructions memory French developer", "--budget", "800", "--vault", str(v)], capsys
+    )
     assert code == 0
     lines = out.rstrip("\n").splitlines()
     assert lines[0].startswith("<memory note=") and lines[-1] == "</memory>"

@@ -127,7 +127,10 @@ def go_to_python(pattern: str) -> str:
     pattern = pattern.replace(r"\z", r"\Z")
     while True:
         # The first flag group that is not at the very start of the pattern.
-        m = next((m for m in _FLAG_RE.finditer(pattern) if m.start() > 0 and not _escaped(pattern, m.start())), None)
+        m = next(
+            (m for m in _FLAG_RE.finditer(pattern) if m.start() > 0 and not _escaped(pattern, m.start())),
+            None,
+        )
         if m is None:
             return pattern
         flags = m.group(1)
@@ -218,7 +221,9 @@ def main() -> None:
     args = parser.parse_args()
     data = convert(read_source(args.source))
     args.out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"{len(data['rules'])} rules written to {args.out}; left out: {', '.join(data['source']['left_out'])}")
+    print(
+        f"{len(data['rules'])} rules written to {args.out}; left out: {', '.join(data['source']['left_out'])}"
+    )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ from vaultmem.ingest import heal_intents
 from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
 from vaultmem.layout import SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
-from vaultmem.reindex import read_vault
 from vaultmem.mdfile import redact_document
+from vaultmem.reindex import read_vault
 from vaultmem.scan import ScanEntry, scan
 from vaultmem.summaryfile import parse_summary
 from vaultmem.treeops import pending_notes
@@ -182,7 +182,12 @@ def _secrets(
             except ConflictError:
                 pass  # changed since it was read: reported, rewritten next time
             else:
-                out.append((Problem("secret_in_file", entry.rel, f"secret ({what}) replaced in the file", True), True))
+                out.append(
+                    (
+                        Problem("secret_in_file", entry.rel, f"secret ({what}) replaced in the file", True),
+                        True,
+                    )
+                )
                 continue
         message = (
             f"holds a secret ({what}); it is redacted in the index and everything derived, and git leaves "

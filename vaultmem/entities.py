@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from vaultmem.redact import scrub
 from vaultmem.model import utc
+from vaultmem.redact import scrub
 
 KINDS = ("person", "place", "project", "repo", "url", "version", "date", "money", "email", "ticker")
 

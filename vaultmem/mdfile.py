@@ -161,7 +161,8 @@ def redact_document(text: str, *, where: str = "file") -> tuple[str, tuple[str, 
             raw = dump_mapping({key: _scrub_value(doc.meta.get(key))})
         blocks.append((key, raw if raw.endswith("\n") else raw + "\n"))
     if doc.meta.get("kind") == "leaf" and kinds:
-        listed = doc.meta.get("redactions") if isinstance(doc.meta.get("redactions"), list) else []
-        line = dump_mapping({"redactions": list(dict.fromkeys([*map(str, listed), *kinds]))})
+        listed = doc.meta.get("redactions")
+        earlier = [str(k) for k in listed] if isinstance(listed, list) else []
+        line = dump_mapping({"redactions": list(dict.fromkeys([*earlier, *kinds]))})
         blocks = [(k, r) for k, r in blocks if k != "redactions"] + [("redactions", line)]
     return "---\n" + "".join(r for _, r in blocks) + "---\n" + body.text, tuple(kinds)

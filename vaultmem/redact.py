@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import bisect
 import functools
 import json
 import math
@@ -82,7 +81,9 @@ def random_entropy(n: int, k: int) -> float:
     logp, logq = math.log(1 / k), math.log(1 - 1 / k)
     total = 0.0
     for c in range(2, n + 1):
-        log_prob = math.lgamma(n + 1) - math.lgamma(c + 1) - math.lgamma(n - c + 1) + c * logp + (n - c) * logq
+        log_prob = (
+            math.lgamma(n + 1) - math.lgamma(c + 1) - math.lgamma(n - c + 1) + c * logp + (n - c) * logq
+        )
         total += math.exp(log_prob) * c * math.log2(c)
     return math.log2(n) - k * total / n
 
@@ -174,10 +175,7 @@ class _CatalogueRule(_Base):
 
     def spans(self, text: str) -> Iterator[Span]:
         for m in self.pattern.finditer(text):
-            if self.secret_group:
-                group = self.secret_group
-            else:
-                group = next((i for i in range(1, (m.lastindex or 0) + 1) if m.group(i)), 0)
+            group = self.secret_group or next((i for i in range(1, (m.lastindex or 0) + 1) if m.group(i)), 0)
             start, end = m.span(group)
             secret = text[start:end]
             if not secret or (self.entropy and shannon(secret) < self.entropy):
@@ -201,7 +199,19 @@ _KEYWORD_RE = re.compile(
     r"(?:[_.-][A-Za-z0-9]+)*(?![A-Za-z0-9])",
     re.IGNORECASE,
 )
-_KEYWORD_TRIGGERS = ("api", "key", "secret", "token", "pass", "pwd", "cred", "auth", "bearer", "sig", "private")
+_KEYWORD_TRIGGERS = (
+    "api",
+    "key",
+    "secret",
+    "token",
+    "pass",
+    "pwd",
+    "cred",
+    "auth",
+    "bearer",
+    "sig",
+    "private",
+)
 _KEYWORD_WINDOW = 64
 # Hex near these words is a hash, a commit or an id, not a secret.
 _HASH_CONTEXT_RE = re.compile(
@@ -223,8 +233,13 @@ def _tokens(text: str) -> tuple[Span, ...]:
 
 
 def _strip_token(text: str, start: int, end: int) -> Span:
+    """The part of a candidate token that could be a key: without trailing punctuation and without a
+    file extension (``<key>.md`` in a file name is the key)."""
     while end > start and text[end - 1] in ".-~":
         end -= 1
+    ext = _EXTENSION_RE.search(text, start, end)
+    if ext is not None and ext.start() > start:
+        end = ext.start()
     return start, end
 
 
@@ -244,18 +259,16 @@ def _window_start(text: str, start: int) -> int:
 _CAMEL_HUMP_RE = re.compile(r"[A-Z](?=[a-z]{2})")
 _CAMEL_WORD_RE = re.compile(r"[A-Z]?[a-z]{2,}")
 _VOWEL_RE = re.compile(r"[AEIOUYaeiouy]")
-_FILE_RE = re.compile(r"[\w./+~-]*\.[A-Za-z][A-Za-z0-9]{0,4}")
+_EXTENSION_RE = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,4}$")
 _SLUG_SEP_RE = re.compile(r"[-_.]+")
 _WORD_SEGMENT_RE = re.compile(r"[a-z]*[aeiouy][a-z]*")
 
 
 def _named(token: str) -> bool:
-    """True when ``token`` reads as a name rather than a key, whatever its entropy: a file name
-    (``notes-2024.md``), a path without capitals, a slug of words (``release-2024-03-01-final``), or a
-    camelCase identifier (``Vaswani2017AttentionIsAllYouNeed``: every capital starts a word; in a random
-    key about one in six does)."""
-    if _FILE_RE.fullmatch(token):
-        return True
+    """True when ``token`` reads as a name rather than a key, whatever its entropy: a path without
+    capitals, a slug of words (``release-2024-03-01-final``), or a camelCase identifier
+    (``Vaswani2017AttentionIsAllYouNeed``: every capital starts a word of letters with a vowel; in a
+    random key about one capital in six is followed by two lower-case letters)."""
     if not any(c.isupper() for c in token):
         if "/" in token:
             return True
@@ -284,7 +297,9 @@ def _encodes_text(token: str) -> bool:
     """True when ``token`` is base64 of readable text (a person's words encoded, not a key)."""
     core = token.rstrip("=")
     try:
-        raw = base64.b64decode(core + "=" * (-len(core) % 4), altchars=b"-_" if "-" in core or "_" in core else None)
+        raw = base64.b64decode(
+            core + "=" * (-len(core) % 4), altchars=b"-_" if "-" in core or "_" in core else None
+        )
         decoded = raw.decode("utf-8")
     except (binascii.Error, ValueError):
         return False
@@ -308,7 +323,9 @@ class _KeywordEntropy(_Base):
                 continue
             if not _KEYWORD_RE.search(text, _window_start(text, start), start):
                 continue
-            if _HEX_RE.fullmatch(text[start:end]) and _HASH_CONTEXT_RE.search(text, max(0, start - 24), start):
+            if _HEX_RE.fullmatch(text[start:end]) and _HASH_CONTEXT_RE.search(
+                text, max(0, start - 24), start
+            ):
                 continue  # `content_hash: 9b0e...`, `sha256 of the key: ...`: a hash, named as one
             if urls is None:
                 urls = [m.span() for m in _URL_RE.finditer(text)] if "://" in text or "www." in text else []
@@ -332,7 +349,9 @@ class _BareEntropy(_Base):
             if not _looks_random(token, BARE_RANDOMNESS, BARE_MIN_LEN):
                 continue
             if skip is None:
-                skip = [s.span() for s in _URL_RE.finditer(text)] + [s.span() for s in _DATA_URI_RE.finditer(text)]
+                skip = [s.span() for s in _URL_RE.finditer(text)] + [
+                    s.span() for s in _DATA_URI_RE.finditer(text)
+                ]
             if _inside(skip, start, end):
                 continue
             if _DIGEST_RE.match(token):

@@ -236,7 +236,9 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
     title = clean_title(scrub(str(meta.get("title") or "")))
     aliases = meta.get("aliases")
     user_aliases = (
-        tuple(clean for a in aliases if (clean := scrub(str(a))) != title) if isinstance(aliases, list) else ()
+        tuple(clean for a in aliases if (clean := scrub(str(a))) != title)
+        if isinstance(aliases, list)
+        else ()
     )
     node = SummaryNode(
         id=node_id,

@@ -199,7 +199,9 @@ def expand_to_length(conn: sqlite3.Connection, node_id: str, budget_tokens: int)
         nxt: list[sqlite3.Row] = []
         for row in frontier:
             node = _node(row)
-            piece = neutralise(f"## {node.title}\n{node.text.strip()}") if node.kind == "summary" else node.line()
+            piece = (
+                neutralise(f"## {node.title}\n{node.text.strip()}") if node.kind == "summary" else node.line()
+            )
             cost = count_tokens(piece)
             if used + cost > budget_tokens:
                 complete = False

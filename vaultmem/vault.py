@@ -85,8 +85,8 @@ from vaultmem.lifecycle import set_status
 from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name, slugify_name, utc
 from vaultmem.pool import Pool, PoolReport, WorkContext
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
-from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.redact import scrub
+from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
 from vaultmem.sessions import SessionTree, session_tree
@@ -1032,7 +1032,9 @@ class Vault:
         """Verify the index against the files (``fix``: repair the index side). ``redact`` (with
         ``fix``) also rewrites Markdown files that hold a secret, with the secret replaced."""
         if redact and not fix:
-            raise InvalidInput("--redact rewrites files, so it goes with --fix: `vaultmem check --fix --redact`")
+            raise InvalidInput(
+                "--redact rewrites files, so it goes with --fix: `vaultmem check --fix --redact`"
+            )
         if fix:
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
