@@ -103,29 +103,31 @@ def _slug_pieces(secret: str) -> list[str]:
 def end_to_end(
     seed: int, base: Path
 ) -> tuple[Counter[str], Counter[str], Counter[str], Counter[str], list[str]]:
-    cases: list[tuple[str, str, str]] = []
+    cases: list[tuple[str, str, str]] = []  # (case id, position, text)
+
+    def place(prefix: str, text: str) -> list[tuple[str, str]]:
+        """Put ``text`` in every position it fits; return (case id, position) of each."""
+        placed = []
+        for position in POSITIONS:
+            fitted = _fits(position, text)
+            if fitted is not None:
+                case = f"{prefix}{len(cases):04d}"
+                cases.append((case, position, fitted))
+                placed.append((case, position))
+        return placed
+
     leaks_of: dict[str, tuple[str, str, str]] = {}  # case -> (position, kind, secret)
     for kind, statement, secret in secrets(seed):
-        for position in POSITIONS:
-            text = _fits(position, statement)
-            if text is None:
-                continue
-            case = f"s{len(cases):04d}"
-            cases.append((case, position, text))
+        for case, position in place("s", statement):
             leaks_of[case] = (
                 position,
                 kind,
-                secret if position != "file name" else secret.replace("\n", " "),
+                secret.replace("\n", " ") if position == "file name" else secret,
             )
     looks: dict[str, tuple[str, str]] = {}
     for text in LOOKALIKES:
-        for position in POSITIONS:
-            fitted = _fits(position, text)
-            if fitted is None:
-                continue
-            case = f"l{len(looks):04d}"
-            cases.append((case, position, fitted))
-            looks[case] = (position, fitted)
+        for case, position in place("l", text):
+            looks[case] = (position, _fits(position, text) or text)
     inbox = base / f"inbox-{seed}"
     inbox.mkdir()
     _write_inputs(inbox, cases)

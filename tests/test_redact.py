@@ -308,3 +308,21 @@ def test_redact_document_keeps_clean_keys_byte_for_byte() -> None:
     assert meta["speaker"] == "[REDACTED:github_token]" and meta["redactions"] == ["github_token", "password"]
     assert redact_document(clean) == (clean, ())
     assert redact_document("plain note, no frontmatter\n") == ("plain note, no frontmatter\n", ())
+
+
+def test_gitleaks_regexes_translate_to_python() -> None:
+    """tools/gitleaks_rules.py: RE2's mid-pattern flags become scoped groups, alternatives kept apart."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "tools" / "gitleaks_rules.py"
+    spec = importlib.util.spec_from_file_location("gitleaks_rules", path)
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.go_to_python(r"\b(p8e-(?i)[a-z0-9]{4})x") == r"\b(p8e-(?i:[a-z0-9]{4}))x"
+    assert tool.go_to_python(r"a(?i)b|c") == r"a(?i:b)|(?i:c)"
+    assert tool.go_to_python(r"(?i)x[[:alnum:]]\z") == r"(?i)x[a-zA-Z0-9]\Z"
+    assert re.fullmatch(tool.go_to_python(r"SG\.(?i)[a-z]{3}"), "SG.AbC")
+    assert not re.fullmatch(tool.go_to_python(r"SG\.(?i)[a-z]{3}"), "sg.abc")

@@ -36,6 +36,7 @@ import json
 import re
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,37 +62,10 @@ def read_source(path: Path) -> str:
     return data.decode("utf-8")
 
 
-def _group_ends(pattern: str) -> dict[int, int]:
-    """Map each '(' position to its matching ')' position (escapes and character classes skipped)."""
-    ends: dict[int, int] = {}
-    stack: list[int] = []
-    i = 0
-    in_class = False
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            if c == "]":
-                in_class = False
-        elif c == "[":
-            in_class = True
-            if pattern.startswith("[^]", i) or pattern.startswith("[]", i):
-                i += 3 if pattern[i + 1] == "^" else 2  # a leading ']' is a literal
-                continue
-        elif c == "(":
-            stack.append(i)
-        elif c == ")":
-            ends[stack.pop()] = i
-        i += 1
-    return ends
-
-
-def _top_level_bars(pattern: str, start: int, end: int) -> list[int]:
-    """Positions of '|' directly inside pattern[start:end] (not nested, not escaped, not in a class)."""
-    bars = []
-    depth = 0
+def _syntax(pattern: str, start: int = 0, end: int | None = None) -> Iterator[tuple[int, str]]:
+    """The positions of the characters of ``pattern[start:end]`` that are regex syntax: outside
+    escapes and character classes (a leading ']' in a class is a literal)."""
+    end = len(pattern) if end is None else end
     i = start
     in_class = False
     while i < end:
@@ -100,20 +74,40 @@ def _top_level_bars(pattern: str, start: int, end: int) -> list[int]:
             i += 2
             continue
         if in_class:
-            if c == "]":
-                in_class = False
+            in_class = c != "]"
         elif c == "[":
             in_class = True
             if pattern.startswith("[^]", i) or pattern.startswith("[]", i):
                 i += 3 if pattern[i + 1] == "^" else 2
                 continue
-        elif c == "(":
+        else:
+            yield i, c
+        i += 1
+
+
+def _group_ends(pattern: str) -> dict[int, int]:
+    """Map each '(' position to its matching ')' position."""
+    ends: dict[int, int] = {}
+    stack: list[int] = []
+    for i, c in _syntax(pattern):
+        if c == "(":
+            stack.append(i)
+        elif c == ")":
+            ends[stack.pop()] = i
+    return ends
+
+
+def _top_level_bars(pattern: str, start: int, end: int) -> list[int]:
+    """Positions of '|' directly inside pattern[start:end] (not nested)."""
+    bars = []
+    depth = 0
+    for i, c in _syntax(pattern, start, end):
+        if c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
         elif c == "|" and depth == 0:
             bars.append(i)
-        i += 1
     return bars
 
 
