@@ -261,7 +261,6 @@ _CAMEL_WORD_RE = re.compile(r"[A-Z]?[a-z]{2,}")
 _VOWEL_RE = re.compile(r"[AEIOUYaeiouy]")
 _EXTENSION_RE = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,4}$")
 _SLUG_SEP_RE = re.compile(r"[-_.]+")
-_WORD_SEGMENT_RE = re.compile(r"[a-z]*[aeiouy][a-z]*")
 
 
 def _named(token: str) -> bool:
@@ -273,11 +272,8 @@ def _named(token: str) -> bool:
         if "/" in token:
             return True
         segments = [seg for seg in _SLUG_SEP_RE.split(token) if seg]
-        if len(segments) >= 3:
-            letters = sum(1 for c in token if c.isalpha())
-            worded = sum(len(seg) for seg in segments if len(seg) >= 3 and _WORD_SEGMENT_RE.fullmatch(seg))
-            return worded >= 0.6 * letters
-        return False
+        plain = sum(1 for seg in segments if seg.isdigit() or (seg.isalpha() and seg.isascii()))
+        return len(segments) >= 3 and plain >= 0.6 * len(segments)
     uppers = sum(1 for c in token if c.isupper())
     if uppers < 2 or len(_CAMEL_HUMP_RE.findall(token)) < 0.6 * uppers:
         return False
