@@ -576,9 +576,12 @@ def _sweep(text: str) -> tuple[str, set[str]]:
     lowered = text.lower()
     # A match that touches an existing marker is not a secret, so a marker is never redacted again.
     markers = [m.span() for m in MARKER_RE.finditer(text)] if "[redacted:" in lowered else []
-    active = set(_ALWAYS)
+    # The rules without triggers look for a bare token of 32+ characters, which short text cannot hold.
+    active = set(_ALWAYS) if len(text) >= BARE_MIN_LEN else set()
     for _end, orders in _TRIGGERS.iter(lowered):
         active.update(orders)
+    if not active:
+        return text, set()
     found: list[tuple[int, int, int, str]] = []  # (start, -length, rule order, kind)
     for order in sorted(active):
         rule = _RULES[order]
