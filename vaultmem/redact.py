@@ -112,6 +112,7 @@ BARE_MIN_LEN = 32
 class _Base:
     kind: str
     triggers: tuple[str, ...]  # lowercase substrings; the rule runs only if one occurs (empty: always)
+    fallback = False  # an entropy guess: gives way to any rule that knows the shape it overlaps
 
     def spans(self, text: str) -> Iterator[Span]:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -310,6 +311,7 @@ class _KeywordEntropy(_Base):
 
     kind = "keyword_secret"
     triggers = _KEYWORD_TRIGGERS
+    fallback = True
 
     def spans(self, text: str) -> Iterator[Span]:
         urls: list[Span] | None = None
@@ -334,6 +336,7 @@ class _BareEntropy(_Base):
 
     kind = "high_entropy"
     triggers = ()
+    fallback = True
 
     def spans(self, text: str) -> Iterator[Span]:
         skip: list[Span] | None = None
@@ -583,11 +586,15 @@ def _sweep(text: str) -> tuple[str, set[str]]:
     if not active:
         return text, set()
     found: list[tuple[int, int, int, str]] = []  # (start, -length, rule order, kind)
+    guesses: list[tuple[int, int, int, str]] = []  # the same, from the entropy rules
     for order in sorted(active):
         rule = _RULES[order]
         for start, end in rule.spans(text):
             if not any(a < end and start < b for a, b in markers):
-                found.append((start, start - end, order, rule.kind))
+                (guesses if rule.fallback else found).append((start, start - end, order, rule.kind))
+    # A shape a rule knows wins over an entropy guess that overlaps it (`deploy-npm_...`: the npm
+    # token, not the whole word).
+    found += [g for g in guesses if not any(f[0] < g[0] - g[1] and g[0] < f[0] - f[1] for f in found)]
     if not found:
         return text, set()
     found.sort()
