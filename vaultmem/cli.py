@@ -696,12 +696,16 @@ def watch(
 @app.command("check")
 def check_cmd(
     fix: Annotated[bool, typer.Option("--fix", help="Repair what can be derived from the files.")] = False,
+    redact: Annotated[
+        bool,
+        typer.Option("--redact", help="With --fix: rewrite files that hold a secret, the secret replaced."),
+    ] = False,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Verify that the index and the files agree; exit 1 when anything is wrong."""
     with open_vault(vault_path) as vault:
-        report = vault.check(fix=fix)
+        report = vault.check(fix=fix, redact=redact)
     if as_json:
         emit_json(
             {

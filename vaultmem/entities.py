@@ -41,6 +41,7 @@ from decimal import Decimal
 
 from vaultmem.entities_names import HAN_RE, SOFTWARE_WORDS, STOP, find_chinese, find_english, listed_kind
 from vaultmem.model import utc
+from vaultmem.redact import scrub
 
 # Raised whenever the rules change what they find: `vaultmem topics --rescan` then reads every leaf anew.
 # 1: the first rules; 2: organisations, products and events, names only with evidence (issue #12).
@@ -519,6 +520,7 @@ def slug_for(key: str) -> str:
     hash collision."""
     kind, value = parse_key(key)
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+    value = scrub(value)  # a folder name is public: never one made of a secret
     plain = unicodedata.normalize("NFKD", value).encode("ascii", "ignore").decode("ascii").lower()
     words = re.sub(r"[^a-z0-9]+", "-", plain).strip("-")
     if not words:

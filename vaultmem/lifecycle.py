@@ -59,7 +59,7 @@ def set_status(
             new_data = _add_entities_line(new_data, status, merged)
         if new_data is None:
             doc = mdfile.split(data.decode("utf-8-sig"), where=leaf.path)
-            body = doc.body if doc.body.strip() == leaf.text.strip() else leaf.text + "\n"
+            body = leaffile.keep_body(doc, leaf.text)
             text = mdfile.render(leaffile.engine_meta(new_leaf), body, keep=doc, owned=leaffile.LEAF_KEYS)
             new_data = text.encode("utf-8")
         writes.append(fsio.PendingWrite(path, new_data, expected=digest))

@@ -95,6 +95,7 @@ from vaultmem.model import (
 )
 from vaultmem.pool import Pool, PoolReport, WorkContext
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
+from vaultmem.redact import scrub
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
@@ -678,11 +679,17 @@ class Vault:
         if self._git is None:
             return
         try:
-            result = self._git.commit(message)
+            # The message names titles and entities, which come from memory: never a secret in history.
+            result = self._git.commit(scrub(message))
         except GitError as exc:
             self.warnings.append(f"git auto-commit failed: {exc}")
             return
         self.git_notes.extend(result.notes)
+        for path, kinds in result.held:
+            self.warnings.append(
+                f"git: {path} not committed: it holds a secret ({', '.join(kinds)}); "
+                "`vaultmem check` lists it, `vaultmem check --fix --redact` redacts it"
+            )
 
     # -- hand edits (the watch daemon) ---------------------------------------------------------------
     def reconcile_paths(self, rels: Iterable[str], seen: Mapping[str, Stamp] | None = None) -> PathsReport:
@@ -1054,12 +1061,22 @@ class Vault:
                 requeued = self.jobs.enqueue_many(extract_job(i) for i in missing)
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
-    def check(self, *, fix: bool = False) -> CheckReport:
+    def check(self, *, fix: bool = False, redact: bool = False) -> CheckReport:
+        """Verify the index against the files (``fix``: repair the index side). ``redact`` (with
+        ``fix``) also rewrites Markdown files that hold a secret, with the secret replaced."""
+        if redact and not fix:
+            raise InvalidInput(
+                "--redact rewrites files, so it goes with --fix: `vaultmem check --fix --redact`"
+            )
         if fix:
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
             with self._locked():
-                return check(self.conn, self.layout, self.config.max_file_bytes, fix=True)
+                report = check(self.conn, self.layout, self.config.max_file_bytes, fix=True, redact=redact)
+                rewritten = [p for p in report.fixed if p.code == "secret_in_file"]
+                if rewritten:
+                    self._commit(f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)")
+                return report
         return check(self.conn, self.layout, self.config.max_file_bytes)
 
     @property
