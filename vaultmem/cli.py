@@ -137,6 +137,24 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
         yield update
 
 
+@contextmanager
+def interruptible(vault: Vault) -> Iterator[None]:
+    """Ctrl-C in long work: say what was written and what is still queued (the jobs this process held
+    are back in the queue by now), then exit 130."""
+    before = vault.tally()
+    try:
+        yield
+    except KeyboardInterrupt:
+        after = vault.tally()
+        typer.echo(
+            f"interrupted: {after['leaves'] - before['leaves']} new leaves written (kept),"
+            f" {max(0, after['vectors'] - before['vectors'])} embedded; {after['queued']} jobs queued"
+            " (`vaultmem jobs --run` or `vaultmem ingest --wait` finishes them)",
+            err=True,
+        )
+        raise typer.Exit(130) from None
+
+
 def _print_summary(node: SummaryNode, where: str, *, targets: bool) -> None:
     """A summary as text: title and path, its facts, its text, its child links."""
     typer.echo(f"# {node.title}  ({node.path})")
@@ -191,7 +209,7 @@ def ingest(
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest chats, documents and emails into the vault."""
-    with open_vault(vault_path) as vault:
+    with open_vault(vault_path) as vault, interruptible(vault):
         with progress_bar("ingesting") as progress:
             reports = [vault.ingest_path(p, source=source, progress=progress) for p in paths]
         work = None
@@ -458,7 +476,7 @@ def topics(
 
     People, places, projects, repos, tickers...: heat, kind, name, leaves, sources, last seen, topic.
     """
-    with open_vault(vault_path) as vault:
+    with open_vault(vault_path) as vault, interruptible(vault):
         if rescan:
             with progress_bar("finding entities") as bar:
                 gained = vault.rescan_entities(bar)
@@ -652,7 +670,7 @@ def jobs(
 
     Lists queued, running and parked jobs; --retry requeues parked ones; --run runs the queue to idle.
     """
-    with open_vault(vault_path) as vault:
+    with open_vault(vault_path) as vault, interruptible(vault):
         retried = vault.jobs.retry(job_id) if retry else 0
         work = None
         if run:
@@ -706,7 +724,7 @@ def compact(
 
     Runs the job queue until it is idle.
     """
-    with open_vault(vault_path) as vault:
+    with open_vault(vault_path) as vault, interruptible(vault):
         with progress_bar("compacting") as progress:
             report = vault.compact(dry_run=dry_run, progress=progress)
         warnings = list(vault.warnings)

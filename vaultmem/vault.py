@@ -498,6 +498,17 @@ class Vault:
             daemon=daemonstate.status(self.layout),
         )
 
+    def tally(self) -> dict[str, int]:
+        """Leaves, vectors and jobs still to run, read on a connection of its own: usable after an
+        interrupt left this vault's connection in any state (the CLI says what a Ctrl-C kept)."""
+        conn = db.connect(self.layout.db, readonly=True)
+        try:
+            leaves = conn.execute("SELECT count(*) FROM chunks WHERE kind = 'leaf'").fetchone()[0]
+            vectors = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+            return {"leaves": leaves, "vectors": vectors, "queued": JobQueue(conn).pending()}
+        finally:
+            conn.close()
+
     def source_tree(self) -> dict[str, dict[str, list[Leaf]]]:
         """Leaves grouped by source, then by directory under the source (``_fresh`` or a sealed level)."""
         tree: dict[str, dict[str, list[Leaf]]] = {}
