@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from typing import Annotated, Any
 import typer
 from typer._click import exceptions as click_exceptions
 
+from vaultmem import db
 from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
@@ -107,7 +109,17 @@ def locate_vault(explicit: Path | None) -> Path:
 
 
 def open_vault(explicit: Path | None) -> Vault:
-    return Vault.open(locate_vault(explicit))
+    """Open the vault and say on stderr what opening it had to do (an index rebuilt after damage)."""
+    vault = Vault.open(locate_vault(explicit))
+    say_warnings(vault)
+    return vault
+
+
+def say_warnings(vault: Vault) -> None:
+    """Print (on stderr) and forget what the vault had to do besides the command (an index rebuilt)."""
+    for warning in vault.warnings:
+        typer.echo(f"vaultmem: warning: {warning}", err=True)
+    vault.warnings.clear()
 
 
 def emit_json(data: Any) -> None:
@@ -755,6 +767,7 @@ def reindex_cmd(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
     """Rebuild chunks.db from the vault's files."""
     with open_vault(vault_path) as vault, progress_bar("reading files") as progress:
         report = vault.reindex(progress)
+        say_warnings(vault)
     if as_json:
         emit_json(
             {
@@ -846,6 +859,7 @@ def check_cmd(
     """Verify that the index and the files agree (exit 1 if not)."""
     with open_vault(vault_path) as vault:
         report = vault.check(fix=fix)
+        say_warnings(vault)
     if as_json:
         emit_json(
             {
@@ -906,6 +920,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+    except sqlite3.DatabaseError as exc:
+        if not db.is_damage(exc):
+            raise
+        typer.echo(
+            f"vaultmem: error: chunks.db is damaged ({exc}); run `vaultmem reindex`: it moves the damaged"
+            " file aside and rebuilds the index from the files",
+            err=True,
+        )
+        sys.exit(1)
     except click_exceptions.NoArgsIsHelpError as exc:
         # A bare `vaultmem` (or a group without its command): the help, as a usage error.
         typer.echo(exc.format_message(), err=True)

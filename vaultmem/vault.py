@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -42,7 +42,7 @@ from vaultmem import (
 )
 from vaultmem.canon import read_path
 from vaultmem.canon_chat import messages_from_records
-from vaultmem.check import CheckReport, check
+from vaultmem.check import CheckReport, Problem, check
 from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context, assemble
@@ -217,9 +217,29 @@ class Vault:
             raise VaultNotFound(f"no vault at {layout.root}; create one with `vaultmem init {layout.root}`")
         config = load_config(layout.config)
         new_index = not layout.db.exists()
-        conn = db.connect(layout.db)
+        damaged: tuple[str, Path, db.Salvage] | None = None
+        try:
+            conn = _open_index(layout)
+        except sqlite3.DatabaseError as exc:
+            if not db.is_damage(exc):
+                raise
+            # The index is derived: a damaged one is moved aside and rebuilt from the files. Under the
+            # write lock, and only if it is still damaged (another process may have just done it, or a
+            # writer was restarting the log while it was read).
+            with FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S):
+                try:
+                    conn = _open_index(layout)
+                except sqlite3.DatabaseError as again:
+                    if not db.is_damage(again):
+                        raise
+                    moved, salvage = _set_aside(layout, str(again))
+                    conn = db.connect(layout.db)
+                    damaged = (str(again), moved, salvage)
         vault = cls(layout, config, conn, embedder)
-        if new_index and any((layout.root / SOURCES).glob("*/")):
+        if damaged is not None:
+            with vault._locked():
+                vault._rebuilt(*damaged)
+        elif new_index and any((layout.root / SOURCES).glob("*/")):
             # A cloned or copied vault arrives without its index: rebuild it from the files.
             vault.reindex()
         if layout.intent.is_dir() and any(layout.intent.iterdir()):
@@ -1021,7 +1041,48 @@ class Vault:
 
     # -- maintenance -------------------------------------------------------------------------------
     def reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
-        """Rebuild the index from the files; vectors come back from the sidecars, never re-embedded."""
+        """Rebuild the index from the files; vectors come back from the sidecars, never re-embedded.
+
+        A damaged chunks.db (``PRAGMA quick_check``) is first moved aside and replaced by a new one."""
+        with self._locked():
+            problem = db.quick_check(self.layout.db)
+            if problem is not None:
+                return self._replace_damaged(problem, progress)
+            return self._reindex(progress)
+
+    def _replace_damaged(self, why: str, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
+        """Under the write lock: move the damaged index aside, open a new one, rebuild it."""
+        self.conn.close()
+        self._searcher = None
+        moved, salvage = _set_aside(self.layout, why)
+        self.conn = db.connect(self.layout.db)
+        return self._rebuilt(why, moved, salvage, progress)
+
+    def _rebuilt(
+        self,
+        why: str,
+        moved: Path,
+        salvage: db.Salvage,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ReindexReport:
+        """A new index after a damaged one: what could be read of the job queue and the heat first, then
+        everything from the files; one warning says what happened and what was lost."""
+        kept = db.restore(self.conn, salvage)
+        report = self._reindex(progress)
+        said = [
+            f"chunks.db was damaged ({why}): moved to {self.layout.rel(moved)} and rebuilt from the files"
+            f" ({report.leaves} leaves, {report.vectors} vectors)"
+        ]
+        if "jobs" in salvage.lost:
+            said.append(f"the job queue was lost ({report.requeued} jobs the files call for queued again)")
+        else:
+            said.append(f"{kept.get('jobs', 0)} queued jobs kept")
+        if "entity_heat" in salvage.lost:
+            said.append("entity heat was lost (seeded again from the mentions)")
+        self.warnings.append("; ".join(said))
+        return report
+
+    def _reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
         with self._locked():
             report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
             embedder = self.embedder
@@ -1033,16 +1094,57 @@ class Vault:
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
     def check(self, *, fix: bool = False) -> CheckReport:
+        problem = db.quick_check(self.layout.db)
+        if problem is not None:
+            damaged = Problem("damaged_index", self.layout.rel(self.layout.db), problem, True)
+            if not fix:
+                return CheckReport((damaged,))  # nothing else can be read reliably from it
+            with self._locked():
+                self._replace_damaged(problem)
+            report = self.check(fix=True)
+            return replace(report, fixed=(damaged, *report.fixed))
+        embedder = self.embedder  # its id and size only: no weights are loaded
+        model, dim = embedder.model_id, embedder.dim
         if fix:
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
             with self._locked():
-                return check(self.conn, self.layout, self.config.max_file_bytes, fix=True)
-        return check(self.conn, self.layout, self.config.max_file_bytes)
+                return check(
+                    self.conn, self.layout, self.config.max_file_bytes, fix=True, model=model, dim=dim
+                )
+        return check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
 
     @property
     def jobs(self) -> JobQueue:
         return JobQueue(self.conn, time.time)
+
+
+def _open_index(layout: Layout) -> sqlite3.Connection:
+    """chunks.db, checked as far as is cheap: its write-ahead log's headers, then the first row of every
+    table. Raises ``sqlite3.DatabaseError`` (``db.is_damage``) when it is damaged."""
+    why = db.wal_problem(layout.db)
+    if why is not None:
+        raise db.DamagedLog(why)
+    conn = db.connect(layout.db)
+    try:
+        db.probe(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _set_aside(layout: Layout, why: str) -> tuple[Path, db.Salvage]:
+    """Move a damaged chunks.db aside (the caller holds the write lock) and read back what no file holds."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    try:
+        moved = db.set_aside(layout.db, stamp)
+    except OSError as exc:
+        raise ReadOnlyVault(
+            f"chunks.db is damaged ({why}) and cannot be moved aside to rebuild it: {exc.strerror};"
+            " make .vaultmem/ writable, then run `vaultmem reindex`"
+        ) from exc
+    return moved, db.salvage(moved)
 
 
 def _when(value: datetime | str | None, name: str) -> datetime | None:
