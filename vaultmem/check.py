@@ -264,7 +264,10 @@ def _fts_problem(conn: sqlite3.Connection) -> Problem | None:
         for table in _FTS_TABLES:
             conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
     except sqlite3.DatabaseError as exc:
-        return Problem("fts_mismatch", ".vaultmem/chunks.db", f"FTS index corrupt: {exc}", True)
+        # FTS5 runs its integrity check as a write statement: an index opened read-only (a read-only
+        # vault) cannot run it, and is then checked by the row counts below only.
+        if "readonly" not in str(exc):
+            return Problem("fts_mismatch", ".vaultmem/chunks.db", f"FTS index corrupt: {exc}", True)
     nav = NAV.format(row="c")
     for table in _FTS_TABLES:
         # Topic and digest rows live in the fts_nav_* tables, every other row in the others.

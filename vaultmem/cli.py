@@ -921,6 +921,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except sqlite3.DatabaseError as exc:
+        if "readonly database" in str(exc):  # a write the library did not guard, on a read-only vault
+            typer.echo(f"vaultmem: error: the vault is read-only; this command writes ({exc})", err=True)
+            sys.exit(1)
         if not db.is_damage(exc):
             raise
         typer.echo(

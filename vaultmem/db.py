@@ -346,9 +346,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     """Open chunks.db with the settings every connection uses, applying pending migrations."""
     try:
         if readonly:
-            conn = sqlite3.connect(
-                f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-            )
+            conn = _connect_ro(path)
         else:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
@@ -366,6 +364,23 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         if "locked" in message:
             raise VaultLocked(f"{path} is locked by another process: {message}") from exc
         raise
+    return conn
+
+
+def _connect_ro(path: Path) -> sqlite3.Connection:
+    """A read-only connection. On read-only media SQLite cannot create the ``-shm`` file a WAL database
+    is read with; then the file is opened as immutable (no locks, no log: what a clean close left)."""
+    if not path.exists():
+        raise sqlite3.OperationalError(f"unable to open database file {path}: it does not exist")
+    uri = path.absolute().as_uri()  # percent-encoded: a '?' or '#' in a folder name stays a name
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:
+        conn.close()
+        conn = sqlite3.connect(
+            f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+        )
     return conn
 
 
@@ -459,7 +474,7 @@ def quick_check(path: Path) -> str | None:
     is wrong. Reads the whole file: run by ``reindex`` and ``check`` and when opening failed, not on
     every open (costs in docs/architecture.md)."""
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+        conn = _connect_ro(path)
         try:
             found = [str(r[0]) for r in conn.execute("PRAGMA quick_check").fetchall()]
         finally:
@@ -560,7 +575,7 @@ def salvage(path: Path) -> Salvage:
     checked, a table that cannot be read whole counts as lost)."""
     out = Salvage()
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None)
     except sqlite3.DatabaseError:
         out.lost = list(SALVAGED_TABLES)
         return out

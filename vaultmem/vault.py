@@ -186,6 +186,7 @@ class Vault:
         self._git = GitRecorder(layout.root) if config.git_auto_commit else None
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
         self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
+        self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -218,8 +219,19 @@ class Vault:
         config = load_config(layout.config)
         new_index = not layout.db.exists()
         damaged: tuple[str, Path, db.Salvage] | None = None
+        read_only: str | None = None
         try:
             conn = _open_index(layout)
+        except ReadOnlyVault as exc:
+            # Reading needs no write: open the index read-only (immutable on read-only media).
+            read_only = str(exc)
+            try:
+                conn = db.connect(layout.db, readonly=True)
+            except (sqlite3.DatabaseError, ReadOnlyVault) as ro_exc:
+                raise ReadOnlyVault(
+                    f"{layout.root} is read-only and its index cannot be read ({ro_exc}); open it once where"
+                    " it is writable (or copy it) to build chunks.db"
+                ) from ro_exc
         except sqlite3.DatabaseError as exc:
             if not db.is_damage(exc):
                 raise
@@ -236,6 +248,12 @@ class Vault:
                     conn = db.connect(layout.db)
                     damaged = (str(again), moved, salvage)
         vault = cls(layout, config, conn, embedder)
+        if read_only is not None:
+            vault.read_only = read_only
+            vault.warnings.append(
+                f"{layout.root} is read-only: reading and searching work, writes are off ({read_only})"
+            )
+            return vault  # nothing is healed or rebuilt: that is writing
         if damaged is not None:
             with vault._locked():
                 vault._rebuilt(*damaged)
@@ -276,6 +294,7 @@ class Vault:
     def _locked(self) -> Iterator[None]:
         """Hold the vault's write lock (re-entrant within a thread). Threads of this process take turns
         in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise."""
+        self._writable()
         self._turns.acquire()
         try:
             try:
@@ -295,6 +314,14 @@ class Vault:
                 self._lock.release()
         finally:
             self._turns.release()
+
+    def _writable(self) -> None:
+        """Raise ``ReadOnlyVault`` (one line saying what still works) when writes are off."""
+        if self.read_only is not None:
+            raise ReadOnlyVault(
+                f"{self.layout.root} is read-only, so this cannot run (it writes); reading, searching and"
+                " `check` work. Make the vault writable to ingest, compact or repair"
+            )
 
     def _begin_writing(self) -> None:
         """Mark that a writer holds the lock. A mark that is already there was left by a writer that died
@@ -442,6 +469,15 @@ class Vault:
             return [read_summary_file(self.layout, rel, max_bytes)[0] for rel in rels]
         when = digest.parse_day(day)
         rel = digest.node_path(when, period)
+        if self.read_only is not None:  # the digest as it was written, if it was
+            try:
+                return [read_summary_file(self.layout, rel, max_bytes)[0]]
+            except FileNotFoundError:
+                if not digest.day_leaves(self.conn, when):
+                    return []
+                raise ReadOnlyVault(
+                    f"the digest of {when} was never written and {self.layout.root} is read-only"
+                ) from None
         if treeops.pending_notes(self.layout):
             self.heal_compaction()
         result = digest.refresh(
@@ -632,6 +668,7 @@ class Vault:
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
+        self._writable()
         return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
 
     def compact(
@@ -793,7 +830,7 @@ class Vault:
 
     def _note_query(self, query: str) -> None:
         """A query that names an entity makes it hotter (the heat formula's query term)."""
-        if not self.topic_settings.enabled or not isinstance(query, str):
+        if not self.topic_settings.enabled or not isinstance(query, str) or self.read_only is not None:
             return
         keys = [m.key for m in entities.extract(query)]
         if keys:
@@ -931,7 +968,8 @@ class Vault:
         if n < 1:
             raise InvalidInput("ask for at least one topic")
         at = now or heat.utcnow()
-        heat.seed(self.conn, at, self.topic_settings.heat)  # an index rebuilt without its heat table
+        if self.read_only is None:
+            heat.seed(self.conn, at, self.topic_settings.heat)  # an index rebuilt without its heat table
         return entityindex.hot(self.conn, n, at, self.topic_settings)
 
     def graph(self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None) -> dict[str, Any]:
@@ -1094,6 +1132,9 @@ class Vault:
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
     def check(self, *, fix: bool = False) -> CheckReport:
+        if fix and self.read_only is not None:
+            with self._locked():  # says why it cannot
+                pass
         problem = db.quick_check(self.layout.db)
         if problem is not None:
             damaged = Problem("damaged_index", self.layout.rel(self.layout.db), problem, True)
