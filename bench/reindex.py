@@ -62,7 +62,12 @@ def main() -> None:
             db.wal_problem(path / ".vaultmem" / "chunks.db")
             db.probe(conn)
         rows.append(
-            ["  of which: WAL headers + first row of every table", "", "", (time.perf_counter() - t) / 100]
+            [
+                "  of which: WAL headers + first row of every table",
+                "",
+                "",
+                f"{(time.perf_counter() - t) / 100:.4f}",
+            ]
         )
         conn.close()
         t = time.perf_counter()

@@ -308,3 +308,24 @@ def test_context_takes_the_filters_search_has(fake_vault: Path, capsys: pytest.C
         ["context", "boiler service", *v, "--since", "2024-05-01", "--until", "2024-05-02"], capsys
     )
     assert [i["provenance"]["speaker"] for i in json.loads(out)["items"]][:1] == ["Mia"]
+
+
+def test_weak_matches_are_flagged_in_search_and_context(
+    fake_vault: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    v = ["--vault", str(fake_vault)]
+    code, out, _ = run(["search", "boiler service", "--json", *v], capsys)
+    hits = json.loads(out)
+    assert hits[0]["weak"] is False and hits[0]["evidence"]["words"] is True
+    code, out, _ = run(["search", "lattice chromodynamics", "--json", *v], capsys)
+    hits = json.loads(out)
+    assert code == 0 and hits and all(h["weak"] for h in hits)
+    assert all(h["evidence"]["words"] is False for h in hits)
+    code, out, _ = run(["search", "lattice chromodynamics", *v], capsys)
+    assert out.startswith("no good match: every hit is weak") and "(weak)" in out
+    code, out, err = run(["context", "lattice chromodynamics", *v], capsys)
+    assert code == 0 and "weak matches only" in err
+    code, out, _ = run(["context", "lattice chromodynamics", "--json", *v], capsys)
+    assert json.loads(out)["weak"] is True
+    code, out, err = run(["context", "boiler service", "--json", *v], capsys)
+    assert json.loads(out)["weak"] is False and err == ""

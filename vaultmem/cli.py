@@ -428,10 +428,13 @@ def search(
         return
     if not hits:
         typer.echo("no results")
+    elif all(hit.weak for hit in hits):
+        typer.echo("no good match: every hit is weak (no word of the query, little in meaning)")
     for n, hit in enumerate(hits, 1):
         who = hit.speaker or hit.role or "-"
         text = " ".join(hit.text.split())
-        typer.echo(f"{n:2}. {hit.score:.4f}  {hit.id}  {hit.ts or '-':20}  {who[:14]:14}  {hit.source}")
+        mark = "  (weak)" if hit.weak else ""
+        typer.echo(f"{n:2}. {hit.score:.4f}  {hit.id}  {hit.ts or '-':20}  {who[:14]:14}  {hit.source}{mark}")
         typer.echo(f"    {text[:200]}{'...' if len(text) > 200 else ''}")
 
 
@@ -468,6 +471,10 @@ def context(
             item["link"] = (root / item["path"]).as_uri()
         emit_json(data)
         return
+    if ctx.items and ctx.weak:
+        typer.echo(
+            "vaultmem: nothing closely related remembered; the context holds weak matches only", err=True
+        )
     typer.echo(ctx.text or "(nothing relevant remembered)")
 
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from vaultmem import index
 from vaultmem.embed import Embedder
@@ -30,6 +31,16 @@ RRF_K = 10
 NEIGHBOR_WEIGHT = 0.45
 NEIGHBOR_FULL_TOKENS = 64
 MAX_QUERY_TERMS = 64
+# A hit with no content word of the query is weak below this cosine, per embedding model. Measured on
+# LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
+WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.35}
+WEAK_BELOW_DEFAULT = 0.35
+
+
+def weak_below(model_id: str) -> float:
+    return WEAK_BELOW.get(model_id, WEAK_BELOW_DEFAULT)
+
+
 _WORD_RE = re.compile(r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 
@@ -96,6 +107,11 @@ class Hit:
     lexical_rank: int | None = None
     vector_rank: int | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False)
+    # The hit's own evidence (``Searcher.evidence``): its cosine to the query, whether a content word of
+    # the query is in it, and ``weak`` when neither says it is about the query (see WEAK_BELOW).
+    cosine: float | None = None
+    matched: bool | None = None
+    weak: bool = False
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -119,6 +135,11 @@ class Hit:
             "score": round(self.score, 6),
             "tokens": self.tokens,
             "status": self.status,
+            "weak": self.weak,
+            "evidence": {
+                "cosine": None if self.cosine is None else round(self.cosine, 4),
+                "words": self.matched,
+            },
             "provenance": self.provenance,
         }
 
@@ -214,6 +235,12 @@ def fts_terms(query: str) -> tuple[list[str], list[str]]:
     return words[:MAX_QUERY_TERMS], cjk[:MAX_QUERY_TERMS]
 
 
+def content_terms(query: str) -> tuple[list[str], list[str]]:
+    """The query's words that say what it is about (stopwords never count as evidence), and its CJK runs."""
+    words, cjk = fts_terms(query)
+    return [w for w in words if w not in STOPWORDS], cjk
+
+
 def _quoted(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
@@ -265,6 +292,7 @@ class Searcher:
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
         self.neighbor_weight = NEIGHBOR_WEIGHT
+        self._query_vectors: dict[tuple[str, str], npt.NDArray[np.float32]] = {}
 
     def vectors(self, embedder: Embedder) -> VectorCache:
         """The in-memory vectors of ``embedder``'s model, refreshed from the index."""
@@ -320,12 +348,23 @@ class Searcher:
             )
         ]
 
+    def query_vector(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
+        """The query's vector, remembered for the last few queries (search and its evidence share it)."""
+        key = (embedder.model_id, query)
+        vec = self._query_vectors.get(key)
+        if vec is None:
+            vec = embedder.embed([query])[0]
+            if len(self._query_vectors) >= 32:
+                self._query_vectors.pop(next(iter(self._query_vectors)))
+            self._query_vectors[key] = vec
+        return vec
+
     def semantic(self, query: str, filters: Filters, limit: int) -> list[str]:
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
         if not cache.ids:
             return []
-        q = embedder.embed([query])[0]
+        q = self.query_vector(embedder, query)
         rows = None
         if filters.kind is not None and replace(filters, kind=None).empty:
             rows = cache.kind_rows(filters.kind)  # the common "leaves only" case needs no SQL
@@ -397,7 +436,48 @@ class Searcher:
         if k < 1:
             raise InvalidInput("k must be at least 1")
         ranked = self.rank(query, filters or Filters(), max(pool, 2 * k))[:k]
-        return self.hits(ranked)
+        return self.evidence(query, self.hits(ranked))
+
+    def evidence(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
+        """``hits`` with their own evidence filled in: the cosine of each to the query, whether a content
+        word (or CJK run) of the query is in it, and ``weak`` when no word matched and the cosine is
+        under ``WEAK_BELOW`` (measured in docs/architecture.md, "Weak matches")."""
+        if not hits:
+            return []
+        words, cjk = content_terms(query)
+        rowids = {
+            r[0]: r[1]
+            for r in self.conn.execute(
+                f"SELECT id, rowid FROM chunks WHERE id IN ({','.join('?' * len(hits))})",
+                [h.id for h in hits],
+            )
+        }
+        matched: set[int] = set()
+        marks = ",".join(str(int(r)) for r in rowids.values())
+        if words and marks:
+            match = " OR ".join(_quoted(w) for w in words)
+            for table in ("fts_words", "fts_nav_words"):
+                matched.update(
+                    r[0]
+                    for r in self.conn.execute(
+                        f"SELECT rowid FROM {table} WHERE {table} MATCH ? AND rowid IN ({marks})", [match]
+                    )
+                )
+        for run in cjk:
+            for hit in hits:
+                if run in hit.text and hit.id in rowids:
+                    matched.add(rowids[hit.id])
+        embedder = self._embedder_factory()
+        cache = self._vectors(embedder)
+        q = self.query_vector(embedder, query) if cache.ids else None
+        out = []
+        for hit in hits:
+            pos = cache.pos.get(hit.id)
+            cosine = float(cache.matrix[pos] @ q) if pos is not None and q is not None else None
+            words_in = rowids.get(hit.id) in matched
+            weak = not words_in and (cosine is None or cosine < weak_below(embedder.model_id))
+            out.append(replace(hit, cosine=cosine, matched=words_in, weak=weak))
+        return out
 
     def hits(self, ranked: Sequence[tuple[str, float, int | None, int | None]]) -> list[Hit]:
         if not ranked:

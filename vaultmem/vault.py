@@ -875,7 +875,9 @@ class Vault:
             ),
         )
         overlap = treectx.ancestors_of(self.conn, tree, found) if tree is not None else None
-        return assemble(query, found, budget_tokens, overlap)
+        ctx = assemble(query, found, budget_tokens, overlap)
+        judged = {h.id: h for h in self.searcher.evidence(query, [item.hit for item in ctx.items])}
+        return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))
 
     # -- navigation ----------------------------------------------------------------------------------
     def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[tree.Node]:
