@@ -22,28 +22,28 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out.out, out.err
 
 
+# Two turns of a household chat, as a chat app exports them.
+INBOX_CHAT = [
+    {
+        "id": "1",
+        "speaker": "Mia",
+        "content": "Remember: the boiler service is booked for 12 May.",
+        "ts": "2024-05-01T09:00:00Z",
+    },
+    {
+        "id": "2",
+        "speaker": "Tom",
+        "content": "I prefer the mornings, before 10am if possible.",
+        "ts": "2024-05-01T09:01:00Z",
+    },
+]
+
+
 @pytest.fixture
 def inbox(tmp_path: Path) -> Path:
     d = tmp_path / "inbox"
     d.mkdir()
-    (d / "chat.json").write_text(
-        json.dumps(
-            [
-                {
-                    "id": "1",
-                    "speaker": "Mia",
-                    "content": "Remember: the boiler service is booked for 12 May.",
-                    "ts": "2024-05-01T09:00:00Z",
-                },
-                {
-                    "id": "2",
-                    "speaker": "Tom",
-                    "content": "I prefer the mornings, before 10am if possible.",
-                    "ts": "2024-05-01T09:01:00Z",
-                },
-            ]
-        )
-    )
+    (d / "chat.json").write_text(json.dumps(INBOX_CHAT))
     return d
 
 

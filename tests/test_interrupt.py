@@ -105,6 +105,16 @@ def _interrupt_mid_wait(
     return vault, db, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def _ingest_again(tmp_path: Path, vault: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        _cli("ingest", str(tmp_path / "trip.jsonl"), "--wait", "--vault", str(vault), "--json"),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=DEADLINE_S,
+    )
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_ingest_wait_reports_and_releases(tmp_path: Path) -> None:
     vault, db, first = _interrupt_mid_wait(tmp_path, signal.SIGINT)
@@ -114,13 +124,7 @@ def test_ctrl_c_during_ingest_wait_reports_and_releases(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("interrupted: 400 new leaves written (kept)"), lines
     assert "jobs queued" in lines[0]
     assert _jobs(db).get("running", 0) == 0  # this process's leases went back on the way out
-    again = subprocess.run(
-        _cli("ingest", str(tmp_path / "trip.jsonl"), "--wait", "--vault", str(vault), "--json"),
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=DEADLINE_S,
-    )
+    again = _ingest_again(tmp_path, vault)
     report = json.loads(again.stdout)
     assert again.returncode == 0 and report["added"] == 0
     assert report["embedded"] > 0 and _unembedded(db) == 0
@@ -132,13 +136,7 @@ def test_kill_9_during_ingest_wait_then_the_next_run_takes_the_jobs_back(tmp_pat
     vault, db, first = _interrupt_mid_wait(tmp_path, signal.SIGKILL)
     assert first.returncode == -signal.SIGKILL
     assert _jobs(db).get("running", 0) > 0  # leased by a process that is gone (lease not yet expired)
-    again = subprocess.run(
-        _cli("ingest", str(tmp_path / "trip.jsonl"), "--wait", "--vault", str(vault), "--json"),
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=DEADLINE_S,
-    )
+    again = _ingest_again(tmp_path, vault)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["embedded"] > 0
     assert _unembedded(db) == 0 and _jobs(db).get("running", 0) == 0

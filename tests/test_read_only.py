@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import read_only
-from tests.test_cli import run
+from tests.test_cli import INBOX_CHAT, run
 
 
 def _filled_vault(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
@@ -21,24 +21,7 @@ def _filled_vault(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     config.write_text(config.read_text().replace('model = "default"', 'model = "fake"'))
     chat = tmp_path / "inbox" / "chat.json"
     chat.parent.mkdir()
-    chat.write_text(
-        json.dumps(
-            [
-                {
-                    "id": "1",
-                    "speaker": "Mia",
-                    "content": "Remember: the boiler service is booked for 12 May.",
-                    "ts": "2024-05-01T09:00:00Z",
-                },
-                {
-                    "id": "2",
-                    "speaker": "Tom",
-                    "content": "I prefer the mornings, before 10am if possible.",
-                    "ts": "2024-05-01T09:01:00Z",
-                },
-            ]
-        )
-    )
+    chat.write_text(json.dumps(INBOX_CHAT))
     assert run(["ingest", str(chat.parent), "--wait", "--vault", str(v)], capsys)[0] == 0
     return v
 
