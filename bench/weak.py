@@ -133,6 +133,7 @@ def run_vault(
                             "z": None if h.cosine is None else (h.cosine - mean) / std,
                             "words": counts[h.id],
                             "terms": len(words),
+                            "coverage": h.coverage,
                         }
                     )
     return rows
@@ -169,6 +170,11 @@ def summarise(rows: list[dict[str, Any]], label: str) -> str:
             r["words"] == 0 and (r["cos"] is None or r["cos"] < t)
         )
     rules["no word"] = lambda r: r["words"] == 0
+    for c0 in (0.3, 0.5, 0.7):
+        for tau in (0.25, 0.3, 0.35):
+            rules[f"coverage < {c0} and cos < {tau}"] = lambda r, c=c0, t=tau: (
+                (r["coverage"] or 0) < c and (r["cos"] is None or r["cos"] < t)
+            )
     for z0 in (3.0, 4.0, 5.0):
         rules[f"no word and z < {z0}"] = lambda r, t=z0: r["words"] == 0 and (r["z"] is None or r["z"] < t)
     rules["search's weak flag (shipped)"] = lambda r: bool(r["weak"])

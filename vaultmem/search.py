@@ -8,6 +8,7 @@ incrementally from chunks.db. Read-only: never writes the index or the vault.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem import index
+from vaultmem.db import NAV
 from vaultmem.embed import Embedder
 from vaultmem.errors import InvalidInput
 from vaultmem.model import Status, format_ts
@@ -37,8 +39,17 @@ WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.35}
 WEAK_BELOW_DEFAULT = 0.35
 
 
+# ... unless it holds at least this share of what the query is about (idf-weighted content words).
+WEAK_COVERAGE = 0.5
+
+
 def weak_below(model_id: str) -> float:
     return WEAK_BELOW.get(model_id, WEAK_BELOW_DEFAULT)
+
+
+def _idf(df: int, n: int) -> float:
+    """BM25's idf: a word on every leaf weighs almost nothing, one on none weighs most."""
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
 _WORD_RE = re.compile(r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
@@ -111,6 +122,7 @@ class Hit:
     # the query is in it, and ``weak`` when neither says it is about the query (see WEAK_BELOW).
     cosine: float | None = None
     matched: bool | None = None
+    coverage: float | None = None
     weak: bool = False
 
     @property
@@ -139,6 +151,7 @@ class Hit:
             "evidence": {
                 "cosine": None if self.cosine is None else round(self.cosine, 4),
                 "words": self.matched,
+                "coverage": None if self.coverage is None else round(self.coverage, 3),
             },
             "provenance": self.provenance,
         }
@@ -293,6 +306,7 @@ class Searcher:
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
         self.neighbor_weight = NEIGHBOR_WEIGHT
         self._query_vectors: dict[tuple[str, str], npt.NDArray[np.float32]] = {}
+        self._count: tuple[int, int] | None = None
 
     def vectors(self, embedder: Embedder) -> VectorCache:
         """The in-memory vectors of ``embedder``'s model, refreshed from the index."""
@@ -439,9 +453,12 @@ class Searcher:
         return self.evidence(query, self.hits(ranked))
 
     def evidence(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
-        """``hits`` with their own evidence filled in: the cosine of each to the query, whether a content
-        word (or CJK run) of the query is in it, and ``weak`` when no word matched and the cosine is
-        under ``WEAK_BELOW`` (measured in docs/architecture.md, "Weak matches")."""
+        """``hits`` with their own evidence filled in: the cosine of each to the query, how much of what
+        the query is about is in it (``coverage``: the share of the query's content words it holds,
+        each weighted by its BM25 idf in this vault, so a common word or a name on every turn counts
+        little and a word no leaf has counts most), and ``weak`` when the coverage is under
+        ``WEAK_COVERAGE`` and the cosine under ``weak_below(model)`` (measured in docs/architecture.md,
+        "Weak matches")."""
         if not hits:
             return []
         words, cjk = content_terms(query)
@@ -452,32 +469,63 @@ class Searcher:
                 [h.id for h in hits],
             )
         }
-        matched: set[int] = set()
-        marks = ",".join(str(int(r)) for r in rowids.values())
-        if words and marks:
-            match = " OR ".join(_quoted(w) for w in words)
-            for table in ("fts_words", "fts_nav_words"):
-                matched.update(
-                    r[0]
-                    for r in self.conn.execute(
-                        f"SELECT rowid FROM {table} WHERE {table} MATCH ? AND rowid IN ({marks})", [match]
-                    )
-                )
-        for run in cjk:
-            for hit in hits:
-                if run in hit.text and hit.id in rowids:
-                    matched.add(rowids[hit.id])
+        weights, holders = self._term_evidence(words, list(rowids.values()))
+        top = max(weights.values(), default=_idf(0, self._leaf_count()))
+        for run in cjk:  # a CJK run is as telling as the rarest word
+            weights[run] = top
+            holders[run] = {rowids[h.id] for h in hits if run in h.text and h.id in rowids}
+        total = sum(weights.values())
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
         q = self.query_vector(embedder, query) if cache.ids else None
+        floor = weak_below(embedder.model_id)
         out = []
         for hit in hits:
             pos = cache.pos.get(hit.id)
             cosine = float(cache.matrix[pos] @ q) if pos is not None and q is not None else None
-            words_in = rowids.get(hit.id) in matched
-            weak = not words_in and (cosine is None or cosine < weak_below(embedder.model_id))
-            out.append(replace(hit, cosine=cosine, matched=words_in, weak=weak))
+            rowid = rowids.get(hit.id)
+            held = sum(w for term, w in weights.items() if rowid in holders[term])
+            coverage = held / total if total else 0.0
+            weak = coverage < WEAK_COVERAGE and (cosine is None or cosine < floor)
+            out.append(replace(hit, cosine=cosine, matched=held > 0, coverage=coverage, weak=weak))
         return out
+
+    def _leaf_count(self) -> int:
+        """Rows of the word index (the N of idf), counted again only when rows came or went."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
+        stamp = int(row[0]) if row else -1
+        if self._count is None or self._count[0] != stamp:
+            n = self.conn.execute("SELECT count(*) FROM chunks WHERE NOT " + NAV.format(row="chunks"))
+            self._count = (stamp, int(n.fetchone()[0]))
+        return self._count[1]
+
+    def _term_evidence(
+        self, words: list[str], rowids: list[int]
+    ) -> tuple[dict[str, float], dict[str, set[int]]]:
+        """Each content word's idf in the word index, and which of ``rowids`` hold it (word or nav index)."""
+        n = self._leaf_count()
+        marks = ",".join(str(int(r)) for r in rowids)
+        weights: dict[str, float] = {}
+        holders: dict[str, set[int]] = {}
+        for word in words:
+            quoted = _quoted(word)
+            df = int(
+                self.conn.execute(
+                    "SELECT count(*) FROM fts_words WHERE fts_words MATCH ?", [quoted]
+                ).fetchone()[0]
+            )
+            weights[word] = _idf(df, n)
+            holders[word] = set()
+            if marks:
+                for table in ("fts_words", "fts_nav_words"):
+                    holders[word].update(
+                        r[0]
+                        for r in self.conn.execute(
+                            f"SELECT rowid FROM {table} WHERE {table} MATCH ? AND rowid IN ({marks})",
+                            [quoted],
+                        )
+                    )
+        return weights, holders
 
     def hits(self, ranked: Sequence[tuple[str, float, int | None, int | None]]) -> list[Hit]:
         if not ranked:
