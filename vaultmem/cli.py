@@ -429,7 +429,7 @@ def search(
     if not hits:
         typer.echo("no results")
     elif all(hit.weak for hit in hits):
-        typer.echo("no good match: every hit is weak (no word of the query, little in meaning)")
+        typer.echo("no good match: every hit is weak (few of the query's words, little in meaning)")
     for n, hit in enumerate(hits, 1):
         who = hit.speaker or hit.role or "-"
         text = " ".join(hit.text.split())
