@@ -232,10 +232,11 @@ def main() -> None:
     parser.add_argument("locomo", type=Path)
     parser.add_argument("longmemeval", type=Path, nargs="?")
     parser.add_argument("--lme-limit", type=int, default=10)
+    parser.add_argument("--locomo-limit", type=int, default=None, help="only the first N conversations")
     parser.add_argument("--embed-cache", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="write the raw rows here (JSON)")
     args = parser.parse_args()
-    locomo = load_locomo(json.loads(args.locomo.read_text(encoding="utf-8")))
+    locomo = load_locomo(json.loads(args.locomo.read_text(encoding="utf-8")))[: args.locomo_limit]
     lme = (
         load_longmemeval(json.loads(args.longmemeval.read_text(encoding="utf-8")))[: args.lme_limit]
         if args.longmemeval
@@ -255,7 +256,8 @@ def main() -> None:
                 item, {"own": own, "off": off, "cross": lme_questions}, embedder, Path(tmp)
             )
             print(f"  locomo [{n}/{len(locomo)}] {item.key}", file=sys.stderr)
-        cross = [(q.text, []) for it in locomo[:1] for q in it.questions[:40]]
+        every = load_locomo(json.loads(args.locomo.read_text(encoding="utf-8")))
+        cross = [(q.text, []) for it in every[:1] for q in it.questions[:40]]
         for n, item in enumerate(lme, 1):
             own = [(q.text, q.evidence) for q in item.questions]
             results["longmemeval"] += run_vault(
