@@ -132,7 +132,7 @@ def test_two_processes_compacting_one_vault_do_not_corrupt_it(tmp_path: Path) ->
 
 
 def test_a_dead_workers_lease_is_taken_back_at_once(tmp_path: Path) -> None:
-    from vaultmem.pool import release_dead
+    from vaultmem.jobs import release_dead
 
     with make_vault(tmp_path / "v") as vault:
         vault.jobs.enqueue("seal", {"source": "chat"}, dedupe_key="seal:chat")

@@ -22,6 +22,10 @@ Invariants:
                        Names the file and the kinds, never the secret. Not fixed by ``--fix`` (the
                        file is the person's); ``--fix --redact`` rewrites it with the secrets replaced
                        (guarded by the hash read, keys without a secret kept byte for byte)
+- ``bad_sidecar``      an ``_embeddings.json`` that cannot be read          (fix: rewrite it from the index's
+                       vectors; leaves the index has no vector for are queued to be embedded)
+- ``damaged_index``    chunks.db fails ``PRAGMA quick_check`` (found by ``Vault.check``; fix: move it aside
+                       and rebuild it from the files)
 """
 
 from __future__ import annotations
@@ -29,13 +33,16 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 from datetime import date
+from pathlib import PurePosixPath
 
-from vaultmem import fsio, index
+import numpy as np
+
+from vaultmem import fsio, index, sidecar
 from vaultmem.db import NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
-from vaultmem.ingest import heal_intents
+from vaultmem.ingest import extract_job, heal_intents
 from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
-from vaultmem.layout import SOURCES, Layout
+from vaultmem.layout import RESERVED_TOP, SIDECAR_NAME, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.mdfile import redact_document
 from vaultmem.reindex import read_vault
@@ -64,8 +71,16 @@ class CheckReport:
 
 
 def check(
-    conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool = False, redact: bool = False
+    conn: sqlite3.Connection,
+    layout: Layout,
+    max_bytes: int,
+    *,
+    fix: bool = False,
+    redact: bool = False,
+    model: str | None = None,
+    dim: int = 0,
 ) -> CheckReport:
+    """Every invariant; ``model`` and ``dim`` (the configured embedder's) let the sidecars be checked."""
     problems: list[Problem] = []
     fixed: list[Problem] = []
 
@@ -154,6 +169,9 @@ def check(
         problems.extend(refresh_problems + orphan_problems + stale_problems)
         if fts_problem is not None:
             problems.append(fts_problem)
+    if model is not None:
+        for problem in _sidecar_problems(conn, layout, model, dim, fix=fix):
+            (fixed if fix else problems).append(problem)
     dangling = _dangling_links(conn, layout, max_bytes, fix=fix)
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
@@ -231,6 +249,41 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
     return out
 
 
+def _sidecar_problems(
+    conn: sqlite3.Connection, layout: Layout, model: str, dim: int, *, fix: bool
+) -> list[Problem]:
+    """Sidecars that cannot be read (another model's is not a problem: the vault re-embeds for its own).
+    ``fix`` rewrites one from the index's vectors and queues the leaves that have none to be embedded."""
+    out: list[Problem] = []
+    found = (p for top in RESERVED_TOP for p in (layout.root / top).glob(f"**/{SIDECAR_NAME}"))
+    for path in sorted(found):
+        rel_dir = layout.rel(path.parent)
+        current = sidecar.read(path.parent, model, dim)
+        if current.problem is None or not current.problem.startswith("corrupt"):
+            continue
+        out.append(
+            Problem("bad_sidecar", layout.rel(path), f"{current.problem}; its vectors are rebuilt", True)
+        )
+        if fix:
+            rows = conn.execute(
+                "SELECT c.id, c.path, v.content_hash, v.vec FROM chunks c"
+                " LEFT JOIN vectors v ON v.id = c.id AND v.model = ? AND v.content_hash = c.content_hash"
+                " WHERE c.path >= ? AND c.path < ?",
+                (model, *index.prefix_range(f"{rel_dir}/")),
+            ).fetchall()
+            mine = [r for r in rows if "/" not in r["path"][len(rel_dir) + 1 :]]
+            put = {
+                PurePosixPath(r["path"]).name: sidecar.Entry.of(
+                    r["content_hash"], np.frombuffer(r["vec"], dtype="<f4").astype(np.float32)
+                )
+                for r in mine
+                if r["vec"] is not None
+            }
+            sidecar.update(layout.state, path.parent, model, dim, put)
+            JobQueue(conn).enqueue_many(extract_job(r["id"]) for r in mine if r["vec"] is None)
+    return out
+
+
 def _repair_job(entity: str | None, rel: str) -> NewJob | None:
     """The job that rewrites a topic or digest node from the index (None for a week or a month)."""
     if entity:
@@ -258,7 +311,10 @@ def _fts_problem(conn: sqlite3.Connection) -> Problem | None:
         for table in _FTS_TABLES:
             conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
     except sqlite3.DatabaseError as exc:
-        return Problem("fts_mismatch", ".vaultmem/chunks.db", f"FTS index corrupt: {exc}", True)
+        # FTS5 runs its integrity check as a write statement: an index opened read-only (a read-only
+        # vault) cannot run it, and is then checked by the row counts below only.
+        if "readonly" not in str(exc):
+            return Problem("fts_mismatch", ".vaultmem/chunks.db", f"FTS index corrupt: {exc}", True)
     nav = NAV.format(row="c")
     for table in _FTS_TABLES:
         # Topic and digest rows live in the fts_nav_* tables, every other row in the others.

@@ -9,6 +9,8 @@ worker) makes the job claimable again. Never runs a job: workers do.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -237,6 +239,18 @@ class JobQueue:
             )
             return cur.rowcount
 
+    def release_process(self, prefix: str) -> int:
+        """Give back every job leased by the process ``prefix`` (``host:pid``) or its worker threads
+        (``host:pid:wN``): what an interrupted command does before it exits."""
+        with atomic(self.conn):
+            cur = self.conn.execute(
+                "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL,"
+                " attempts = max(attempts - 1, 0), updated_at = ?"
+                " WHERE state = 'running' AND (lease_owner = ? OR substr(lease_owner, 1, ?) = ?)",
+                (self.clock(), prefix, len(prefix) + 1, prefix + ":"),
+            )
+            return cur.rowcount
+
     def retry(self, job_id: int | None = None) -> int:
         """Requeue parked (or backing-off) jobs now with fresh attempts; all parked ones when no id."""
         now = self.clock()
@@ -271,3 +285,36 @@ class JobQueue:
         """Jobs that still have to run (queued or running; parked ones need a person)."""
         row = self.conn.execute("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')").fetchone()
         return int(row[0])
+
+
+def process_owner() -> str:
+    """The lease owner of this process: ``host:pid`` (worker threads add ``:wN``)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def release_dead(conn: sqlite3.Connection) -> int:
+    """Requeue jobs leased by a process of this host that no longer exists (killed, crashed)."""
+    host = socket.gethostname()
+    dead = []
+    for row in conn.execute("SELECT DISTINCT lease_owner FROM jobs WHERE state = 'running'"):
+        parts = str(row[0] or "").split(":")
+        if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
+            dead.append(row[0])
+    queue = JobQueue(conn)
+    return sum(queue.release_owner(owner) for owner in dead)
+
+
+def reclaim(conn: sqlite3.Connection) -> int:
+    """Before running jobs: take back those of dead processes of this host and those whose lease
+    expired (a worker on another host died), so no job waits out a dead worker's lease."""
+    return release_dead(conn) + JobQueue(conn).release_expired()

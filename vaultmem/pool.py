@@ -9,8 +9,6 @@ on one. LLM calls happen inside summarisers, capped by the semaphore they were b
 
 from __future__ import annotations
 
-import os
-import socket
 import sqlite3
 import threading
 import time
@@ -34,7 +32,7 @@ from vaultmem.compact import (
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError
 from vaultmem.extract import EntityFinder, find_entities
-from vaultmem.jobs import Job, JobKind, JobQueue, NewJob
+from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, process_owner, reclaim
 from vaultmem.layout import Layout
 from vaultmem.summarise import Summariser
 from vaultmem.topics import TopicSettings
@@ -95,32 +93,6 @@ class PoolReport:
             self.notes.extend(notes)
 
 
-def owner_prefix() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def release_dead(conn: sqlite3.Connection) -> int:
-    """Requeue jobs leased by a process of this host that no longer exists (killed, crashed)."""
-    host = socket.gethostname()
-    dead = []
-    for row in conn.execute("SELECT DISTINCT lease_owner FROM jobs WHERE state = 'running'"):
-        parts = str(row[0] or "").split(":")
-        if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
-            dead.append(row[0])
-    queue = JobQueue(conn)
-    return sum(queue.release_owner(owner) for owner in dead)
-
-
 class Pool:
     """``workers`` threads running jobs; ``run_until_idle`` returns when nothing is left to do."""
 
@@ -144,18 +116,29 @@ class Pool:
     def run_until_idle(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         conn = db.connect(self.ctx.layout.db)
         try:
-            release_dead(conn)
-            JobQueue(conn).release_expired()
+            reclaim(conn)
         finally:
             conn.close()
+        # Daemon threads: after an interrupt the process exits at once instead of waiting for a step.
         threads = [
-            threading.Thread(target=self._loop, args=(n, True, progress), name=f"vaultmem-worker-{n}")
+            threading.Thread(
+                target=self._loop, args=(n, True, progress), name=f"vaultmem-worker-{n}", daemon=True
+            )
             for n in range(self.workers)
         ]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        try:
+            for thread in threads:
+                thread.join()
+        except BaseException:  # Ctrl-C: no new claims, and this process's jobs go back to the queue now
+            self.stop()
+            conn = db.connect(self.ctx.layout.db)
+            try:
+                JobQueue(conn).release_process(process_owner())
+            finally:
+                conn.close()
+            raise
         return self.report
 
     def start(self) -> list[threading.Thread]:
@@ -173,7 +156,7 @@ class Pool:
     # -- the loop ------------------------------------------------------------------------------------
     def _loop(self, n: int, until_idle: bool, progress: Callable[[int, int], None] | None) -> None:
         conn = db.connect(self.ctx.layout.db)
-        owner = f"{owner_prefix()}:w{n}"
+        owner = f"{process_owner()}:w{n}"
         queue = JobQueue(conn)
         try:
             while not self._stop.is_set():
