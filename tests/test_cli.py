@@ -56,7 +56,8 @@ def test_full_flow(tmp_path: Path, inbox: Path, capsys: pytest.CaptureFixture[st
     assert code == 0
     report = json.loads(out)
     assert report["added"] == 2 and report["sources"] == ["home"]
-    code, out, _ = run(["ls", "--vault", v, "--json"], capsys)
+    code, out, err = run(["ls", "--vault", v, "--json"], capsys)
+    assert code == 0, err
     leaves = json.loads(out)
     assert [leaf["speaker"] for leaf in leaves] == ["Mia", "Tom"]
     code, out, _ = run(["show", leaves[0]["id"], "--vault", v], capsys)
@@ -65,13 +66,15 @@ def test_full_flow(tmp_path: Path, inbox: Path, capsys: pytest.CaptureFixture[st
     assert json.loads(out)["provenance"]["message_ids"] == ["1"]
     code, out, _ = run(["show", "--vault", v], capsys)
     assert "sources/home/" in out and "_fresh/" in out
-    code, out, _ = run(["stats", "--vault", v, "--json"], capsys)
+    code, out, err = run(["stats", "--vault", v, "--json"], capsys)
+    assert code == 0, err
     stats = json.loads(out)
     assert stats["chunks"] == 2 and stats["sources"] == ["home"]
     assert stats["first_memory"] == "2024-05-01T09:00:00Z"
     code, out, _ = run(["stats", "--vault", v], capsys)
     assert "latest memory:  2024-05-01T09:01:00Z" in out
-    code, out, _ = run(["reindex", "--vault", v, "--json"], capsys)
+    code, out, err = run(["reindex", "--vault", v, "--json"], capsys)
+    assert code == 0, err  # an error is one line on stderr and nothing on stdout: show it
     assert json.loads(out)["leaves"] == 2
     code, out, _ = run(["check", "--vault", v], capsys)
     assert code == 0 and out.startswith("ok")
