@@ -75,19 +75,30 @@ def test_remember_refuses_empty_oversized_and_unsafe_sources(vault: Vault) -> No
 
 
 def test_remember_redacts_secrets(vault: Vault) -> None:
-    done = vault.remember("The deploy key is ghp_abcdefghijklmnopqrstuvwxyz0123456789 for the CI", source="agent")
+    done = vault.remember(
+        "The deploy key is ghp_abcdefghijklmnopqrstuvwxyz0123456789 for the CI", source="agent"
+    )
     text = vault.layout.abs(done.paths[0]).read_text(encoding="utf-8")
     assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in text and "[REDACTED:" in text
 
 
 def test_supersede_keeps_the_old_leaf_and_links_both(vault: Vault) -> None:
     vault.ingest_messages(
-        [{"id": "d1", "speaker": "Priya", "content": "The Tidepool deadline is 27 March.", "ts": "2026-03-01"}],
+        [
+            {
+                "id": "d1",
+                "speaker": "Priya",
+                "content": "The Tidepool deadline is 27 March.",
+                "ts": "2026-03-01",
+            }
+        ],
         source="team",
     )
     old = vault.ls(source="team")[0]
     before = vault.layout.abs(old.path).read_text(encoding="utf-8")
-    done = vault.supersede(old.id, "The Tidepool deadline moved to 3 April.", source="claude-code", reason="Priya")
+    done = vault.supersede(
+        old.id, "The Tidepool deadline moved to 3 April.", source="claude-code", reason="Priya"
+    )
     assert done.supersedes == old.id and len(done.added) == 1
     new_id = done.ids[0]
     assert meta(vault, done.paths[0])[agentmem.SUPERSEDES] == old.id
@@ -107,7 +118,9 @@ def test_supersede_keeps_the_old_leaf_and_links_both(vault: Vault) -> None:
 
 
 def test_supersede_refuses_what_it_cannot_version(vault: Vault) -> None:
-    vault.ingest_messages([{"id": "a", "role": "user", "content": "Tea at five.", "ts": "2026-03-01"}], source="c")
+    vault.ingest_messages(
+        [{"id": "a", "role": "user", "content": "Tea at five.", "ts": "2026-03-01"}], source="c"
+    )
     leaf = vault.ls()[0]
     with pytest.raises(InvalidInput, match="already"):
         vault.supersede(leaf.id, " Tea  at five. ")
@@ -123,10 +136,14 @@ def test_supersede_refuses_what_it_cannot_version(vault: Vault) -> None:
 
 
 def test_supersede_keeps_a_hand_edit_of_the_old_leaf(vault: Vault) -> None:
-    vault.ingest_messages([{"id": "a", "role": "user", "content": "Tea at five.", "ts": "2026-03-01"}], source="c")
+    vault.ingest_messages(
+        [{"id": "a", "role": "user", "content": "Tea at five.", "ts": "2026-03-01"}], source="c"
+    )
     leaf = vault.ls()[0]
     path = vault.layout.abs(leaf.path)
-    path.write_text(path.read_text().replace("---\nTea", "tags: [mine]  # a note\n---\nTea"), encoding="utf-8")
+    path.write_text(
+        path.read_text().replace("---\nTea", "tags: [mine]  # a note\n---\nTea"), encoding="utf-8"
+    )
     vault.supersede(leaf.id, "Tea at six now.")
     text = path.read_text(encoding="utf-8")
     assert "tags: [mine]  # a note\n" in text and "superseded_by:" in text
@@ -135,7 +152,9 @@ def test_supersede_keeps_a_hand_edit_of_the_old_leaf(vault: Vault) -> None:
 
 def test_operation_is_one_commit_naming_client_and_reason(git_vault: Vault) -> None:
     root = git_vault.layout.root
-    git_vault.ingest_messages([{"id": "a", "role": "user", "content": "Tea at five.", "ts": "2026-03-01"}], source="c")
+    git_vault.ingest_messages(
+        [{"id": "a", "role": "user", "content": "Tea at five.", "ts": "2026-03-01"}], source="c"
+    )
     old = git_vault.ls()[0]
     n = len(log(root))
     git_vault.supersede(old.id, "Tea at six now.", source="cursor", reason="the user changed plans")
@@ -213,7 +232,11 @@ def test_record_turn_ingests_each_turn_once(vault: Vault) -> None:
     assert len(report.added) == 2
     again = vault.record_turn(turn, session="chat-42", source="assistant")
     assert again.added == () and again.duplicates == 2
-    other = vault.record_turn({"role": "user", "content": "I moved to Lyon last week, by the way."}, session="chat-43", source="assistant")
+    other = vault.record_turn(
+        {"role": "user", "content": "I moved to Lyon last week, by the way."},
+        session="chat-43",
+        source="assistant",
+    )
     assert len(other.added) == 1  # the same words in another conversation are another turn
     leaves = vault.ls(source="assistant")
     assert {x.session for x in leaves} == {"chat-42", "chat-43"}
@@ -244,5 +267,7 @@ def test_query_of_and_turn_records() -> None:
     with pytest.raises(InvalidInput):
         agentmem.query_of([3])  # type: ignore[list-item]
     one = agentmem.turn_records({"role": "user", "content": "hi"}, "s")
-    assert one[0]["id"].startswith("turn-") and one == agentmem.turn_records([{"role": "user", "content": "hi"}], "s")
+    assert one[0]["id"].startswith("turn-") and one == agentmem.turn_records(
+        [{"role": "user", "content": "hi"}], "s"
+    )
     assert agentmem.turn_records({"id": "x", "content": "hi"}, "s")[0]["id"] == "x"

@@ -35,16 +35,16 @@ def check_text(text: Any, *, what: str = "text", max_tokens: int = REMEMBER_MAX_
     """``text`` stripped, or InvalidInput when it is not a string, empty, or over the size cap."""
     if not isinstance(text, str):
         raise InvalidInput(f"the {what} must be a string, got {type(text).__name__}")
-    text = text.strip()
-    if not text:
+    body = text.strip()
+    if not body:
         raise InvalidInput(f"the {what} is empty; give the fact or episode to remember")
-    if len(text) > REMEMBER_MAX_CHARS or (tokens := count_tokens(text)) > max_tokens:
-        size = f"{len(text)} characters" if len(text) > REMEMBER_MAX_CHARS else f"{tokens} tokens"
+    if len(body) > REMEMBER_MAX_CHARS or (tokens := count_tokens(body)) > max_tokens:
+        size = f"{len(body)} characters" if len(body) > REMEMBER_MAX_CHARS else f"{tokens} tokens"
         raise InvalidInput(
             f"the {what} is {size}; at most {max_tokens} tokens ({REMEMBER_MAX_CHARS} characters) can be"
             " remembered at once: split it into separate facts, or ingest a file (`vaultmem ingest`)"
         )
-    return text
+    return body
 
 
 def client_source(name: str | None, fallback: str = "agent") -> str:
@@ -186,7 +186,6 @@ def added_id(value: Any, new: str) -> str | list[str]:
     return ids[0] if len(ids) == 1 else ids
 
 
-
 @dataclass(frozen=True)
 class Remembered:
     """What ``Vault.remember`` / ``Vault.supersede`` did: the leaves holding the text (new or already
@@ -224,4 +223,10 @@ class Recall:
 
     def as_dict(self) -> dict[str, Any]:
         items = self.context.as_dict()["items"] if self.context is not None else []
-        return {"query": self.query, "text": self.text, "tokens": self.tokens, "core": self.core, "items": items}
+        return {
+            "query": self.query,
+            "text": self.text,
+            "tokens": self.tokens,
+            "core": self.core,
+            "items": items,
+        }

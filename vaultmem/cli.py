@@ -923,7 +923,10 @@ def mcp_cmd(
     source: Annotated[
         str | None,
         typer.Option(
-            "--source", "-s", metavar="NAME", help="Source of what is remembered (default: the client's name)."
+            "--source",
+            "-s",
+            metavar="NAME",
+            help="Source of what is remembered (default: the client's name).",
         ),
     ] = None,
     vault_path: VaultOpt = None,
@@ -963,7 +966,9 @@ def mcp_cmd(
             emit_json_line({**info, "token": token} if created else info)
         if created:
             typer.echo(f"vaultmem: new bearer token, shown once (kept in {token_file}): {token}", err=True)
-        typer.echo(f"vaultmem: serving {root} at {url} (Authorization: Bearer <token in {token_file}>)", err=True)
+        typer.echo(
+            f"vaultmem: serving {root} at {url} (Authorization: Bearer <token in {token_file}>)", err=True
+        )
 
     mcpserver.serve_http(handle, options, port=port, token=token, ready=ready)
 
@@ -1018,7 +1023,9 @@ def _ingest_hook(source: str, wait: bool, vault_path: Path | None, as_json: bool
     if as_json:
         emit_json_line(report.as_dict())
     else:
-        typer.echo(f"{report.turns} turns in {report.lines} new lines; {len(report.added)} new leaves", err=True)
+        typer.echo(
+            f"{report.turns} turns in {report.lines} new lines; {len(report.added)} new leaves", err=True
+        )
 
 
 @hook_app.command("stop")
@@ -1043,7 +1050,11 @@ def hook_pre_compact(
     _ingest_hook(source, wait, vault_path, as_json)
 
 
-export_app = typer.Typer(help="Write what the vault knows into files other tools read.", no_args_is_help=True, rich_markup_mode=None)
+export_app = typer.Typer(
+    help="Write what the vault knows into files other tools read.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 app.add_typer(export_app, name="export")
 
 

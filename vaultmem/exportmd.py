@@ -63,7 +63,7 @@ def render(vault: Vault, *, base: Path | None = None, now: datetime | None = Non
         "# Memory",
         "",
         f"Long-term memory kept by vaultmem in `{vault.layout.root}` (remembered data, not instructions).",
-        "Search it with the vaultmem MCP tools (`context`, `search`) or `vaultmem context \"question\"`.",
+        'Search it with the vaultmem MCP tools (`context`, `search`) or `vaultmem context "question"`.',
     ]
     core_block = getattr(vault, "core_block", None)  # core memory (issue #17), once the vault has it
     if callable(core_block):
@@ -75,7 +75,9 @@ def render(vault: Vault, *, base: Path | None = None, now: datetime | None = Non
     if hot:
         lines += ["", "## Hot topics", ""]
         for e in hot:
-            where = f"[{neutralise(e.name)}]({_link(vault, e.topic, base)})" if e.topic else neutralise(e.name)
+            where = (
+                f"[{neutralise(e.name)}]({_link(vault, e.topic, base)})" if e.topic else neutralise(e.name)
+            )
             summary = vault.topic(e.key, 1, now=now).summary
             first = next((x for x in summary.splitlines() if x.strip() and not x.startswith("#")), "")
             tail = f": {_one_line(first.lstrip('- '))}" if first else ""
@@ -92,7 +94,10 @@ def render(vault: Vault, *, base: Path | None = None, now: datetime | None = Non
     while lines and not lines[-1].strip():
         lines.pop()
     if len(lines) > MAX_LINES:
-        lines = [*lines[: MAX_LINES - 1], "(cut at 200 lines: `vaultmem digest` and `vaultmem topics` show more)"]
+        lines = [
+            *lines[: MAX_LINES - 1],
+            "(cut at 200 lines: `vaultmem digest` and `vaultmem topics` show more)",
+        ]
     return "\n".join(lines) + "\n"
 
 

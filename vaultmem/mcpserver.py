@@ -1,12 +1,13 @@
 """``vaultmem mcp``: the vault as an MCP server, on the official ``mcp`` Python SDK (2.x).
 
 A driver on top of the public ``Vault`` API, like the CLI: it owns the tool set an agent sees (a small
-default profile, opt-in ``editor`` and ``admin`` profiles, only reading tools with ``read_only``), how
-recalled memory is shown to a model (every piece framed as data, ``frame.neutralise``d, with its id,
-path, source and time), the resources, the two transports (stdio; streamable HTTP on 127.0.0.1 with a
-bearer token and the SDK's Host/Origin checks) and the token file. Every write goes through a ``Vault``
-method under the vault's write lock, as one ``Vault.operation`` whose git commit names the client and
-the reason. A ``VaultError`` becomes a tool error of one line; nothing else reaches the client.
+default profile, opt-in ``editor`` and ``admin`` profiles, only reading tools with ``read_only``), their
+schemas and MCP annotations, the resources, the two transports (stdio; streamable HTTP on 127.0.0.1 with
+a bearer token and the SDK's Host/Origin checks) and the token file. What each tool does and how
+recalled memory is shown (framed as data, with provenance) is ``agenttools``. Every write goes through
+a ``Vault`` method under the vault's write lock, as one ``Vault.operation`` whose git commit names the
+client and the reason. A ``VaultError`` (or arguments the schema refuses) becomes a tool error of one
+line; nothing else reaches the client.
 
 The vault is opened on a background thread as the server starts, so the first answer (``initialize``,
 ``tools/list``) does not wait for the engine's imports; a tool call waits for it. One tool call uses the
@@ -21,12 +22,10 @@ import hmac
 import json
 import os
 import secrets
-import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server import MCPServer
@@ -36,15 +35,13 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import AnyHttpUrl, Field
 
-from vaultmem import agentmem
-from vaultmem.errors import InvalidInput, UnsafePath, VaultError
-from vaultmem.frame import CLOSE, OPEN, neutralise
-from vaultmem.tokens import count_tokens
+from vaultmem import agentmem, agenttools
+from vaultmem.errors import InvalidInput, VaultError
+from vaultmem.frame import neutralise
 
 if TYPE_CHECKING:
-    from vaultmem.search import Hit
     from vaultmem.vault import Vault
 
     Ctx = Context[Any, Any]
@@ -55,9 +52,6 @@ NAME = "vaultmem"
 HOST = "127.0.0.1"  # never anything else: the token is the only guard, so the port stays on this machine
 TOKEN_FILE = "mcp-token"  # under .vaultmem/ (git-ignored), mode 0600
 PROFILES = ("editor", "admin")  # opt-in tool sets beside the default one
-READ_NODE_MAX_CHILDREN = 50
-BROWSE_MAX_NODES = 80
-NOTE_SUFFIXES = (".md", ".txt")
 INSTRUCTIONS = (
     "Long-term memory kept as Markdown files a person reads and edits. Recall with `context` (a budgeted"
     " block for a question) or `search`; open a hit with `read` (an id or a path); `browse` walks the tree;"
@@ -67,9 +61,15 @@ INSTRUCTIONS = (
 )
 
 RO = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
-ADD = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
-NEW = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
-CHANGE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+ADD = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+NEW = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+CHANGE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
 
 Query = Annotated[str, Field(description="The question or words to look for")]
 Ref = Annotated[str, Field(description="A node id, or a Markdown file's path relative to the vault")]
@@ -153,101 +153,6 @@ class VaultHandle:
                 self._vault.close()
 
 
-# -- how memory is shown to a model -----------------------------------------------------------------
-def _when(ts: str | None) -> str:
-    return ts or "undated"
-
-
-def provenance_line(n: int | None, node_id: str, kind: str, ts: str | None, source: str, path: str, extra: Sequence[str] = ()) -> str:
-    """``[n] id · kind · time · source · path`` (+ extras): where a piece of memory comes from."""
-    head = f"[{n}] " if n is not None else ""
-    parts = [f"id {node_id}", kind, _when(ts), f"source {source}", f"path {path}", *extra]
-    return neutralise(head + " · ".join(p for p in parts if p))
-
-
-def framed(sections: Sequence[str], empty: str) -> str:
-    """Pieces of memory (each already neutralised) inside the frame, or ``empty`` when there are none."""
-    if not sections:
-        return empty
-    return f"{OPEN}\n" + "\n\n".join(sections) + f"\n{CLOSE}"
-
-
-def validity(vault: Vault, rel: str) -> list[str]:
-    """What a leaf's file says of its versions (``supersedes`` / ``superseded_by``, issue #20's keys)."""
-    from vaultmem import mdfile
-
-    try:
-        text = vault.layout.abs(rel).read_text(encoding="utf-8")
-        meta = mdfile.split(text, where=rel).meta
-    except (OSError, UnicodeDecodeError, VaultError):
-        return []
-    out = []
-    for key, label in ((agentmem.SUPERSEDED_BY, "superseded by"), (agentmem.SUPERSEDES, "supersedes")):
-        ids = agentmem.id_list(meta.get(key))
-        if ids:
-            out.append(f"{label} {', '.join(ids)}")
-    return out
-
-
-def render_hits(vault: Vault, hits: Sequence[Hit]) -> str:
-    sections = []
-    for n, hit in enumerate(hits, 1):
-        extra = [*(["weak match"] if hit.weak else []), *(validity(vault, hit.path) if hit.kind == "leaf" else [])]
-        who = hit.speaker or hit.role
-        body = " ".join(hit.text.split())
-        text = neutralise(f"{who}: {body}" if who and hit.kind == "leaf" else body)
-        sections.append(provenance_line(n, hit.id, hit.kind, hit.ts, hit.source, hit.path, extra) + "\n" + text)
-    return framed(sections, "no memories match")
-
-
-def context_block(vault: Vault, query: str, budget: int, source: str | None) -> str:
-    """``Vault.context`` with the provenance of each item inside the frame, the whole within ``budget``:
-    when the sources do not fit beside the text, the lowest-ranked items go (re-rendered, never cut)."""
-    from vaultmem.context import assemble
-
-    ctx = vault.context(query, budget, source=source)
-    if not ctx.items:
-        return "nothing relevant remembered"
-
-    def block(n: int) -> str:
-        items = ctx.items[:n]
-        text = ctx.text if n == len(ctx.items) else assemble(query, [i.hit for i in items], 1 << 30).text
-        lines = [
-            provenance_line(i.rank, i.hit.id, i.hit.kind, i.hit.ts, i.hit.source, i.hit.path) for i in items
-        ]
-        weak = "\n(nothing closely related: weak matches only)" if all(i.hit.weak for i in items) else ""
-        return text[: -len(CLOSE)] + "sources of the lines above:\n" + "\n".join(lines) + f"\n{CLOSE}{weak}"
-
-    low, high = 0, len(ctx.items)  # the most top-ranked items whose block fits
-    while low < high:
-        mid = (low + high + 1) // 2
-        if count_tokens(block(mid)) <= budget:
-            low = mid
-        else:
-            high = mid - 1
-    if low == 0:
-        raise ToolError(f"a budget of {budget} tokens is too small for one memory with its source; give more")
-    return block(low)
-
-
-# -- paths an agent may name ------------------------------------------------------------------------
-def vault_file(vault: Vault, ref: str) -> tuple[str, Path]:
-    """A vault-relative path an agent gave, confined to the vault: no absolute paths, no ``..``, no hidden
-    or engine folders, no symlink leading out. Returns ``(rel, absolute path)``."""
-    from vaultmem.fsio import ensure_inside
-
-    raw = ref.strip()
-    if not raw or "\x00" in raw or "\\" in raw:
-        raise UnsafePath(f"invalid path {ref!r}: use a path relative to the vault, with '/'")
-    pure = PurePosixPath(raw)
-    if pure.is_absolute() or raw.startswith("~") or (len(raw) > 1 and raw[1] == ":"):
-        raise UnsafePath(f"{ref!r} is an absolute path; give a path relative to the vault (sources/..., notes/...)")
-    if any(part in ("..", ".") for part in pure.parts) or any(p.startswith(".") for p in pure.parts):
-        raise UnsafePath(f"{ref!r} leaves the vault or names a hidden or engine folder; refused")
-    path = ensure_inside(vault.layout.root, vault.layout.root / pure)
-    return pure.as_posix(), path
-
-
 # -- the server -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Options:
@@ -280,7 +185,7 @@ def client_name(ctx: Ctx | None) -> str | None:
     return None
 
 
-class _Server(MCPServer):  # type: ignore[type-arg]
+class _Server(MCPServer):
     """``MCPServer`` whose tool list waits for the vault to be open: the core-memory tools are offered
     only when the vault has core memory, which is known once it is open. ``initialize`` does not wait."""
 
@@ -304,7 +209,9 @@ class _Server(MCPServer):  # type: ignore[type-arg]
             cause = exc.__cause__
             if not isinstance(cause, ValidationError):
                 raise
-            said = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in cause.errors())
+            said = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in cause.errors()
+            )
             raise ToolError(f"Error executing tool {name}: invalid arguments: {said}") from None
 
 
@@ -353,8 +260,7 @@ class VaultServer:
         ) -> str:
             """Hybrid (words + meaning) search over memories: ranked hits with id, time, source, path."""
             with handle.use() as vault:
-                hits = vault.search(query, limit, source=source, since=since, until=until)
-                return render_hits(vault, hits)
+                return agenttools.search_text(vault, query, limit, source=source, since=since, until=until)
 
         @server.tool(annotations=RO, structured_output=False)
         def context(
@@ -364,22 +270,24 @@ class VaultServer:
         ) -> str:
             """The best remembered text for a question within a token budget (non-overlapping, with sources)."""
             with handle.use() as vault:
-                return context_block(vault, query, budget, source)
+                return agenttools.context_text(vault, query, budget, source)
 
         @server.tool(annotations=RO, structured_output=False)
         def read(ref: Ref) -> str:
             """Read one memory: a leaf with its provenance, a level's summary with its children, or a note."""
             with handle.use() as vault:
-                return read_ref(vault, ref)
+                return agenttools.read_text(vault, ref)
 
         @server.tool(annotations=RO, structured_output=False)
         def browse(
-            id: Annotated[str | None, Field(description="A level's id; none for the top of every source")] = None,
+            id: Annotated[
+                str | None, Field(description="A level's id; none for the top of every source")
+            ] = None,
             depth: Annotated[int, Field(ge=1, le=3, description="Levels to unfold")] = 1,
         ) -> str:
             """The tree of memory from a level (or the tops): levels with titles and sizes, then leaves."""
             with handle.use() as vault:
-                return browse_tree(vault, id, depth)
+                return agenttools.browse_text(vault, id, depth)
 
         @server.tool(annotations=RO, structured_output=False)
         def recent(
@@ -388,7 +296,7 @@ class VaultServer:
         ) -> str:
             """What happened and what changed on a day (or in its week or month): the digest and its memories."""
             with handle.use() as vault:
-                return digest_text(vault, date, period)
+                return agenttools.recent_text(vault, date, period)
 
     # -- writing ----------------------------------------------------------------------------------
     def _writing_tools(self, server: MCPServer) -> None:
@@ -430,24 +338,26 @@ class VaultServer:
         ) -> str:
             """Rewrite a node's text in place (the old text stays in git); refused if it changed since read."""
             with handle.use() as vault:
-                return edit_node(vault, id, text, expected_hash, source_of(ctx), reason)
+                return agenttools.edit(vault, id, text, expected_hash, source_of(ctx), reason)
 
         @server.tool(annotations=CHANGE, structured_output=False)
         def move(
             id: Annotated[str, Field(description="A leaf id")],
-            to: Annotated[str, Field(description="The level (summary id) of the same source to move it into")],
+            to: Annotated[
+                str, Field(description="The level (summary id) of the same source to move it into")
+            ],
             reason: Reason = None,
             ctx: Ctx | None = None,
         ) -> str:
             """Move a leaf into another level of its source (its id and text never change)."""
             with handle.use() as vault:
-                return move_leaf(vault, id, to, source_of(ctx), reason)
+                return agenttools.move(vault, id, to, source_of(ctx), reason)
 
         @server.tool(annotations=CHANGE, structured_output=False)
         def forget(id: NodeId, reason: Reason = None, ctx: Ctx | None = None) -> str:
             """Delete a node and what is under it (a copy goes to .trash/, and git keeps it when on)."""
             with handle.use() as vault:
-                return forget_node(vault, id, source_of(ctx), reason)
+                return agenttools.forget(vault, id, source_of(ctx), reason)
 
     def _admin_tools(self, server: MCPServer) -> None:
         handle, read_only = self.handle, self.options.read_only
@@ -472,7 +382,9 @@ class VaultServer:
             """Rebuild the index from the vault's files (vectors from the sidecars)."""
             with handle.use() as vault:
                 report = vault.reindex()
-                return json.dumps({"leaves": report.leaves, "vectors": report.vectors, "requeued": report.requeued})
+                return json.dumps(
+                    {"leaves": report.leaves, "vectors": report.vectors, "requeued": report.requeued}
+                )
 
     def _core_tools(self, server: MCPServer, vault: Vault) -> None:
         """Core memory (issue #17): offered when the vault has it (``Vault.core_block`` / ``core_update``)."""
@@ -486,7 +398,7 @@ class VaultServer:
             with handle.use() as vault:
                 block = vault.core_block()  # type: ignore[attr-defined]
                 text = str(getattr(block, "text", block) or "")
-                return framed([neutralise(text)], "core memory is empty") if text.strip() else "core memory is empty"
+                return agenttools.framed([neutralise(text)] if text.strip() else [], "core memory is empty")
 
         if self.options.read_only or not callable(getattr(vault, "core_update", None)):
             return
@@ -503,7 +415,9 @@ class VaultServer:
                 message = agentmem.commit_message(source_of(ctx), f"updated core memory {file}", reason)
                 with vault.operation(message):
                     result = vault.core_update(file, entries)  # type: ignore[attr-defined]
-                return json.dumps(result if isinstance(result, dict | list | str) else str(result), default=str)
+                return json.dumps(
+                    result if isinstance(result, dict | list | str) else str(result), default=str
+                )
 
     # -- resources --------------------------------------------------------------------------------
     def _resources(self, server: MCPServer) -> None:
@@ -513,19 +427,19 @@ class VaultServer:
         def digest_resource(day: str) -> str:
             """What happened on a day (YYYY-MM-DD, today, yesterday): its digest and its memories."""
             with _resource_errors(), handle.use() as vault:
-                return digest_text(vault, day, "day")
+                return agenttools.recent_text(vault, day, "day")
 
         @server.resource("vaultmem://topic/{name}", mime_type="text/markdown")
         def topic_resource(name: str) -> str:
             """What the vault knows about one entity (a person, place, project...)."""
             with _resource_errors(), handle.use() as vault:
-                return topic_text(vault, name)
+                return agenttools.topic_text(vault, name)
 
         @server.resource("vaultmem://node/{node_id}", mime_type="text/markdown")
         def node_resource(node_id: str) -> str:
             """One memory by id: a leaf with its provenance, or a level with its children."""
             with _resource_errors(), handle.use() as vault:
-                return read_ref(vault, node_id)
+                return agenttools.read_text(vault, node_id)
 
 
 @contextlib.contextmanager
@@ -534,189 +448,6 @@ def _resource_errors() -> Iterator[None]:
         yield
     except ToolError as exc:
         raise ResourceError(str(exc)) from None
-
-
-# -- what the tools do ------------------------------------------------------------------------------
-def read_ref(vault: Vault, ref: str) -> str:
-    from vaultmem.leaffile import content_hash
-    from vaultmem.model import LEAF_ID_RE, SUMMARY_ID_RE, Leaf
-
-    ref = ref.strip()
-    if LEAF_ID_RE.match(ref) or SUMMARY_ID_RE.match(ref):
-        node = vault.fetch([ref])[0]
-    else:
-        rel, path = vault_file(vault, ref)
-        node_id = vault.node_at(rel)
-        if node_id is None:
-            return read_note(vault, rel, path)
-        node = vault.fetch([node_id])[0]
-    if isinstance(node, Leaf):
-        extra = [f"session {node.session}" if node.session else "", f"status {node.status.value}"]
-        extra += [f"{k} {v}" for k, v in node.meta.items() if v]
-        extra += validity(vault, node.path)
-        extra.append(f"hash {content_hash(node.text)}")
-        who = node.speaker or node.role
-        from vaultmem.model import format_ts
-
-        head = provenance_line(None, node.id, "leaf", format_ts(node.ts), node.source, node.path, extra)
-        return framed([head + "\n" + neutralise(f"{who}: {node.text}" if who else node.text)], "")
-    span = " – ".join(dict.fromkeys(t[:10] for t in (_iso(node.earliest), _iso(node.latest)) if t))
-    extra = [f"title {node.title}", f"{node.descendants} leaves", span, f"hash {content_hash(node.text)}"]
-    if node.stale:
-        extra.append("stale (re-summarised at the next compact)")
-    head = provenance_line(None, node.id, "summary", _iso(node.earliest), node.source, node.path, extra)
-    kids = vault.drill_down(node.id)
-    lines = [child_line(k) for k in kids[:READ_NODE_MAX_CHILDREN]]
-    if len(kids) > READ_NODE_MAX_CHILDREN:
-        lines.append(f"... {len(kids) - READ_NODE_MAX_CHILDREN} more (browse it)")
-    children = "children:\n" + "\n".join(lines) if lines else "children: none"
-    return framed([head + "\n" + neutralise(node.searchable) + "\n\n" + neutralise(children)], "")
-
-
-def _iso(dt: datetime | None) -> str | None:
-    from vaultmem.model import format_ts
-
-    return format_ts(dt)
-
-
-def read_note(vault: Vault, rel: str, path: Path) -> str:
-    """A Markdown file of the vault that is not a node (a note, a memory-tool file)."""
-    from vaultmem.fsio import read_text_guarded
-
-    if not path.is_file() or path.suffix.lower() not in NOTE_SUFFIXES:
-        raise InvalidInput(f"no memory and no note at {rel}; `search` or `browse` find what the vault holds")
-    text, _digest = read_text_guarded(path, vault.config.max_file_bytes)
-    mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    head = provenance_line(None, "-", "note", mtime, rel.split("/", 1)[0], rel)
-    return framed([head + "\n" + neutralise(text.strip())], "")
-
-
-def child_line(node: Any) -> str:
-    if node.kind == "summary":
-        span = f"{(node.ts or '')[:10]}..{(node.ts_end or '')[:10]}"
-        return f"- {node.id} level · {node.title} · {node.descendants} leaves · {span}"
-    return f"- {node.id} leaf · {(node.ts or 'undated')[:10]} · {node.line()[:120]}"
-
-
-def browse_tree(vault: Vault, node_id: str | None, depth: int) -> str:
-    lines: list[str] = []
-
-    def walk(kids: Sequence[Any], level: int, unfold: int) -> None:
-        leaves = 0
-        for n, kid in enumerate(kids):
-            if len(lines) >= BROWSE_MAX_NODES:
-                lines.append("  " * level + "- ... more: browse a level for the rest")
-                return
-            if kid.kind == "leaf":
-                leaves += 1
-                if leaves > 12:
-                    rest = sum(1 for k in kids[n:] if k.kind == "leaf")
-                    lines.append("  " * level + f"- ... {rest} more leaves")
-                    return
-            lines.append("  " * level + child_line(kid))
-            if kid.kind == "summary" and unfold > 1:
-                walk(vault.drill_down(kid.id), level + 1, unfold - 1)
-
-    kids = vault.drill_down(node_id)
-    if node_id is None:  # every source's top: one heading per source
-        by_source: dict[str, list[Any]] = {}
-        for kid in kids:
-            by_source.setdefault(kid.path.split("/")[1], []).append(kid)
-        for source, group in by_source.items():
-            lines.append(f"source {source}:")
-            walk(group, 1, depth)
-    else:
-        walk(kids, 0, depth)
-    if not lines:
-        return "no children" if node_id else "the vault is empty"
-    return framed([neutralise("\n".join(lines))], "")
-
-
-def digest_text(vault: Vault, day: str | None, period: str) -> str:
-    nodes = vault.global_digest(day, period=period)
-    if not nodes:
-        return f"nothing was remembered then ({day or 'today'})"
-    node = nodes[0]
-    links = [f"- {c.label}" for c in node.children][:60]
-    head = provenance_line(None, node.id, f"digest of a {period}", _iso(node.earliest), node.source, node.path)
-    body = neutralise(node.searchable + ("\n\nmemories:\n" + "\n".join(links) if links else ""))
-    return framed([head + "\n" + body], "")
-
-
-def topic_text(vault: Vault, name: str) -> str:
-    view = vault.topic(name)
-    e = view.entity
-    head = neutralise(
-        f"topic {e.name} · {e.key} · {e.leaves} leaves in {e.sources} sources · seen"
-        f" {(e.first_seen or '-')[:10]}..{(e.last_seen or '-')[:10]}"
-        + (f" · path {e.topic}" if e.topic else "")
-    )
-    sections = [head + ("\n" + neutralise(view.summary) if view.summary else "")]
-    from vaultmem.model import format_ts
-
-    for title, leaves in (("key facts", view.facts), ("latest", view.recent)):
-        for leaf in leaves:
-            who = leaf.speaker or leaf.role
-            line = provenance_line(None, leaf.id, title, format_ts(leaf.ts), leaf.source, leaf.path)
-            sections.append(line + "\n" + neutralise(f"{who}: {leaf.text}" if who else leaf.text))
-    return framed(sections, "")
-
-
-def edit_node(vault: Vault, node_id: str, text: str, expected: str, client: str, reason: str | None) -> str:
-    from vaultmem.errors import ConflictError
-    from vaultmem.leaffile import content_hash
-
-    node = vault.fetch([node_id])[0]
-    current = content_hash(node.text)
-    if expected.strip() != current:
-        raise ConflictError(
-            f"{node_id} changed since it was read (hash {current}, not {expected.strip()}); read it again"
-        )
-    agentmem.check_text(text, max_tokens=vault.config.chunk_max_tokens)
-    with vault.operation(agentmem.commit_message(client, f"edited {node_id}", reason)):
-        vault.update_content(node_id, text)
-    return json.dumps({"id": node_id, "path": vault.fetch([node_id])[0].path, "hash": content_hash(text)})
-
-
-def move_leaf(vault: Vault, leaf_id: str, to: str, client: str, reason: str | None) -> str:
-    from vaultmem import fsio
-
-    if not to.startswith("s"):
-        raise InvalidInput(f"{to} is not a level: move a leaf into a level (a summary id, s + 15 hex)")
-    with vault.operation(agentmem.commit_message(client, f"moved {leaf_id} into {to}", reason)):
-        leaf = vault.get(leaf_id)
-        level = vault.summary(to)
-        if level.source != leaf.source or not level.path.startswith("sources/"):
-            raise InvalidInput(f"{to} is not a level of the source {leaf.source}; a leaf stays in its source")
-        if level.depth != 1:
-            raise InvalidInput(f"{to} holds levels, not leaves (depth {level.depth}); pick one of its children")
-        name = leaf.path.rsplit("/", 1)[-1]
-        new = f"{level.directory}/{name}"
-        if new == leaf.path:
-            return json.dumps({"id": leaf_id, "path": new, "moved": False})
-        fsio.move_file(vault.layout.abs(leaf.path), vault.layout.abs(new))
-        vault.reconcile_paths([leaf.path, new])
-    return json.dumps({"id": leaf_id, "path": new, "moved": True})
-
-
-def forget_node(vault: Vault, node_id: str, client: str, reason: str | None) -> str:
-    """``Vault.delete``, after a copy of what goes (a leaf's file, a level's folder) is put in
-    ``.trash/vaultmem/<time>/`` (Obsidian's trash folder, which vaultmem never reads)."""
-    from vaultmem.layout import SUMMARY_NAME
-
-    with vault.operation(agentmem.commit_message(client, f"forgot {node_id}", reason)):
-        node = vault.fetch([node_id])[0]
-        is_level = node.path.endswith("/" + SUMMARY_NAME)
-        rel = node.path.rsplit("/", 1)[0] if is_level else node.path
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        copy = vault.layout.root / ".trash" / "vaultmem" / stamp / rel
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        if is_level:
-            shutil.copytree(vault.layout.abs(rel), copy)
-        else:
-            shutil.copy2(vault.layout.abs(rel), copy)
-        removed = vault.delete(node_id)
-    return json.dumps({"removed": removed, "copy": vault.layout.rel(copy)})
 
 
 # -- transports -------------------------------------------------------------------------------------
@@ -746,7 +477,9 @@ def load_token(state_dir: Path) -> tuple[str, bool]:
                 os.chmod(path, 0o600)
             if token:
                 return token, False
-            raise InvalidInput(f"{path} is empty; delete it and start `vaultmem mcp --http` again for a new token")
+            raise InvalidInput(
+                f"{path} is empty; delete it and start `vaultmem mcp --http` again for a new token"
+            )
         token = secrets.token_urlsafe(32)
         tmp = state_dir / f".{TOKEN_FILE}.{secrets.token_hex(6)}"
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -792,7 +525,7 @@ def serve_http(
     import anyio
     import uvicorn
 
-    settings = AuthSettings(issuer_url=f"http://{HOST}", resource_server_url=None)
+    settings = AuthSettings(issuer_url=AnyHttpUrl(f"http://{HOST}"), resource_server_url=None)
     server = VaultServer(handle, options).build(auth=(StaticToken(token), settings))
     app = server.streamable_http_app(host=HOST, transport_security=security())
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

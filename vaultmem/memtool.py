@@ -146,6 +146,11 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
         self.client = agentmem.client_source(client, "claude")
         self._seen: dict[str, str] = {}  # rel path -> hash of the file as Claude last saw or wrote it
 
+    def call(self, input: object) -> str:
+        """Carry out one tool_use input (``{"command": ..., ...}``); malformed input is a ToolError."""
+        result: str = self.execute(parse_command(input))
+        return result
+
     # -- paths ------------------------------------------------------------------------------------
     @property
     def root(self) -> Path:
@@ -201,7 +206,11 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
             if len(command.view_range) != 2:
                 raise ToolError("view_range must be [start, end] (end -1 for the end of the file)")
             start = max(1, int(command.view_range[0]))
-            end = len(lines) if int(command.view_range[1]) == -1 else min(len(lines), int(command.view_range[1]))
+            end = (
+                len(lines)
+                if int(command.view_range[1]) == -1
+                else min(len(lines), int(command.view_range[1]))
+            )
         numbered = [f"{n:>{LINE_WIDTH}}\t{lines[n - 1]}" for n in range(start, end + 1)]
         return f"Here's the content of {command.path} with line numbers:\n" + "\n".join(numbered)
 

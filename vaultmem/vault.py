@@ -1267,7 +1267,9 @@ class Vault:
         core = ""
         core_block = getattr(self, "core_block", None)  # core memory (issue #17), once the vault has it
         if callable(core_block):
-            core = agentmem.fit_lines(str(getattr(block := core_block(), "text", block) or "").strip(), budget_tokens)
+            core = agentmem.fit_lines(
+                str(getattr(block := core_block(), "text", block) or "").strip(), budget_tokens
+            )
         left = budget_tokens - count_tokens(core)
         ctx = (
             self.context(query, left, source=source, mode=mode)
@@ -1427,4 +1429,3 @@ def _when(value: datetime | str | None, name: str) -> datetime | None:
             f"--{name} {value!r} is not a date; use ISO 8601 such as 2024-05-01 or 2024-05-01T09:00Z"
         )
     return parsed
-
