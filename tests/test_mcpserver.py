@@ -157,7 +157,7 @@ def test_reading_tools_frame_memory_with_provenance(vault: Vault) -> None:
                 await client.call_tool("context", {"query": "what about the train?", "budget": 200})
             )
             assert block.startswith(OPEN) and block.count(CLOSE) == 1 and count_tokens(block) <= 200
-            assert "sources of the lines above:" in block and ids_in(block)
+            assert "sources (id, time, folder" in block and re.search(r"^- [0-9a-f]{16} 2026-03-0\dT[0-9:]+Z sources/assistant-chat/_fresh/$", block, re.M)
             tight = text_of(await client.call_tool("context", {"query": "Kyoto", "budget": 64}))
             assert count_tokens(tight) <= 64
             leaf = text_of(await client.call_tool("read", {"ref": first}))

@@ -60,8 +60,10 @@ def validity(vault: Vault, rel: str) -> list[str]:
     from vaultmem import mdfile
 
     try:
-        text = vault.layout.abs(rel).read_text(encoding="utf-8")
-        meta = mdfile.split(text, where=rel).meta
+        data = vault.layout.abs(rel).read_bytes()
+        if b"supersede" not in data:  # most leaves: no YAML to parse
+            return []
+        meta = mdfile.split(data.decode("utf-8"), where=rel).meta
     except (OSError, UnicodeDecodeError, VaultError):
         return []
     out = []
@@ -113,11 +115,18 @@ def context_text(vault: Vault, query: str, budget: int = 1024, source: str | Non
     def block(n: int) -> str:
         items = ctx.items[:n]
         text = ctx.text if n == len(ctx.items) else assemble(query, [i.hit for i in items], 1 << 30).text
+        # Compact, in the order the lines read (time): id, time, folder (the file in it ends in -<id>.md).
         lines = [
-            provenance_line(i.rank, i.hit.id, i.hit.kind, i.hit.ts, i.hit.source, i.hit.path) for i in items
+            neutralise(f"- {i.hit.id} {_when(i.hit.ts)} {i.hit.path.rsplit('/', 1)[0]}/")
+            for i in sorted(items, key=lambda i: (i.hit.ts or "", i.hit.path))
         ]
         weak = "\n(nothing closely related: weak matches only)" if all(i.hit.weak for i in items) else ""
-        return text[: -len(CLOSE)] + "sources of the lines above:\n" + "\n".join(lines) + f"\n{CLOSE}{weak}"
+        return (
+            text[: -len(CLOSE)]
+            + "sources (id, time, folder; `read` an id for the whole memory):\n"
+            + "\n".join(lines)
+            + f"\n{CLOSE}{weak}"
+        )
 
     low, high = 0, len(ctx.items)  # the most top-ranked items whose block fits
     while low < high:

@@ -116,9 +116,7 @@ class VaultHandle:
 
             assert self.root is not None
             vault = Vault.open(self.root)
-            with contextlib.suppress(VaultError):  # a missing model is reported by the search that needs it
-                vault.searcher.vectors(vault.embedder)  # load the vectors and the model now, not on the
-                vault.embedder.embed(["warm up"])  # first search
+            self.warm(vault)
             for callback in self._callbacks:
                 callback(vault)
             self._vault = vault
@@ -126,6 +124,14 @@ class VaultHandle:
             self._error = exc
         finally:
             self._opened.set()
+
+    @staticmethod
+    def warm(vault: Vault) -> None:
+        """Load the vectors and the model now, not on the first search (a missing model is reported
+        by the search that needs it)."""
+        with contextlib.suppress(VaultError):
+            vault.searcher.vectors(vault.embedder)
+            vault.embedder.embed(["warm up"])
 
     def wait(self) -> Vault:
         self._opened.wait()
