@@ -157,7 +157,9 @@ def test_reading_tools_frame_memory_with_provenance(vault: Vault) -> None:
                 await client.call_tool("context", {"query": "what about the train?", "budget": 200})
             )
             assert block.startswith(OPEN) and block.count(CLOSE) == 1 and count_tokens(block) <= 200
-            assert "sources (id, time, folder" in block and re.search(r"^- [0-9a-f]{16} 2026-03-0\dT[0-9:]+Z sources/assistant-chat/_fresh/$", block, re.M)
+            assert "sources (id, time, folder" in block and re.search(
+                r"^- [0-9a-f]{16} 2026-03-0\dT[0-9:]+Z sources/assistant-chat/_fresh/$", block, re.M
+            )
             tight = text_of(await client.call_tool("context", {"query": "Kyoto", "budget": 64}))
             assert count_tokens(tight) <= 64
             leaf = text_of(await client.call_tool("read", {"ref": first}))
@@ -705,3 +707,36 @@ def test_writes_while_the_daemon_runs(disk_vault: Vault) -> None:
     assert len([x for x in disk_vault.ls() if "watched" in x.text]) == 4
     checked = cli("check", "--vault", str(root))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_writes_commit_naming_the_client_and_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "gitconfig"
+    config.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    with Vault.init(tmp_path / "gv", CONFIG + "\n[git]\nauto_commit = true\n") as vault:
+        fill(vault)
+        old = vault.ls()[0]
+
+        async def main() -> None:
+            info = Implementation(name="Claude Desktop", version="1.0")
+            async with Client(server_for(vault), client_info=info) as client:
+                await client.call_tool(
+                    "remember", {"text": "Mara is vegetarian.", "reason": "said at dinner"}
+                )
+                await client.call_tool(
+                    "update", {"id": old.id, "text": "The ryokan moved to 15-17 April.", "reason": "rebooked"}
+                )
+
+        run(main)
+        log = subprocess.run(
+            ["git", "log", "--format=%s"], cwd=vault.layout.root, capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        assert log[:2] == [
+            f"memory: claude-desktop updated {old.id} (rebooked)",
+            "memory: claude-desktop remembered (said at dinner)",
+        ]
+        status = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=vault.layout.root, capture_output=True, text=True
+        )
+        assert status.stdout.strip() == ""

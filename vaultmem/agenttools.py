@@ -19,9 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from vaultmem import agentmem
+from vaultmem import agentmem, fsio
 from vaultmem.errors import InvalidInput, UnsafePath, VaultError
 from vaultmem.frame import CLOSE, OPEN, neutralise
+from vaultmem.model import LEAF_ID_RE, SUMMARY_ID_RE, Leaf, format_ts
 from vaultmem.tokens import count_tokens
 
 if TYPE_CHECKING:
@@ -146,8 +147,6 @@ def context_text(vault: Vault, query: str, budget: int = 1024, source: str | Non
 def vault_file(vault: Vault, ref: str) -> tuple[str, Path]:
     """A vault-relative path an agent gave, confined to the vault: no absolute paths, no ``..``, no hidden
     or engine folders, no symlink leading out. Returns ``(rel, absolute path)``."""
-    from vaultmem.fsio import ensure_inside
-
     raw = ref.strip()
     if not raw or "\x00" in raw or "\\" in raw:
         raise UnsafePath(f"invalid path {ref!r}: use a path relative to the vault, with '/'")
@@ -158,7 +157,7 @@ def vault_file(vault: Vault, ref: str) -> tuple[str, Path]:
         )
     if any(part in ("..", ".") for part in pure.parts) or any(p.startswith(".") for p in pure.parts):
         raise UnsafePath(f"{ref!r} leaves the vault or names a hidden or engine folder; refused")
-    path = ensure_inside(vault.layout.root, vault.layout.root / pure)
+    path = fsio.ensure_inside(vault.layout.root, vault.layout.root / pure)
     return pure.as_posix(), path
 
 
@@ -166,7 +165,6 @@ def vault_file(vault: Vault, ref: str) -> tuple[str, Path]:
 def read_text(vault: Vault, ref: str) -> str:
     """A node by id or path (a leaf with its provenance, a level with its children), or a note."""
     from vaultmem.leaffile import content_hash
-    from vaultmem.model import LEAF_ID_RE, SUMMARY_ID_RE, Leaf
 
     ref = ref.strip()
     if LEAF_ID_RE.match(ref) or SUMMARY_ID_RE.match(ref):
@@ -183,8 +181,6 @@ def read_text(vault: Vault, ref: str) -> str:
         extra += validity(vault, node.path)
         extra.append(f"hash {content_hash(node.text)}")
         who = node.speaker or node.role
-        from vaultmem.model import format_ts
-
         head = provenance_line(None, node.id, "leaf", format_ts(node.ts), node.source, node.path, extra)
         return framed([head + "\n" + neutralise(f"{who}: {node.text}" if who else node.text)], "")
     span = " – ".join(dict.fromkeys(t[:10] for t in (_iso(node.earliest), _iso(node.latest)) if t))
@@ -201,18 +197,14 @@ def read_text(vault: Vault, ref: str) -> str:
 
 
 def _iso(dt: datetime | None) -> str | None:
-    from vaultmem.model import format_ts
-
     return format_ts(dt)
 
 
 def read_note(vault: Vault, rel: str, path: Path) -> str:
     """A Markdown file of the vault that is not a node (a note, a memory-tool file)."""
-    from vaultmem.fsio import read_text_guarded
-
     if not path.is_file() or path.suffix.lower() not in NOTE_SUFFIXES:
         raise InvalidInput(f"no memory and no note at {rel}; `search` or `browse` find what the vault holds")
-    text, _digest = read_text_guarded(path, vault.config.max_file_bytes)
+    text, _digest = fsio.read_text_guarded(path, vault.config.max_file_bytes)
     mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     head = provenance_line(None, "-", "note", mtime, rel.split("/", 1)[0], rel)
     return framed([head + "\n" + neutralise(text.strip())], "")
@@ -275,6 +267,7 @@ def recent_text(vault: Vault, day: str | None = None, period: str = "day") -> st
 
 
 def topic_text(vault: Vault, name: str) -> str:
+    """What the vault knows about one entity: its topic summary, key facts and latest leaves."""
     view = vault.topic(name)
     e = view.entity
     head = neutralise(
@@ -283,8 +276,6 @@ def topic_text(vault: Vault, name: str) -> str:
         + (f" · path {e.topic}" if e.topic else "")
     )
     sections = [head + ("\n" + neutralise(view.summary) if view.summary else "")]
-    from vaultmem.model import format_ts
-
     for title, leaves in (("key facts", view.facts), ("latest", view.recent)):
         for leaf in leaves:
             who = leaf.speaker or leaf.role
@@ -294,24 +285,26 @@ def topic_text(vault: Vault, name: str) -> str:
 
 
 def edit(vault: Vault, node_id: str, text: str, expected: str, client: str, reason: str | None) -> str:
+    """``Vault.update_content``, only while the node's text still has the hash ``expected`` (what
+    ``read`` showed): an agent never overwrites a change it has not seen."""
     from vaultmem.errors import ConflictError
     from vaultmem.leaffile import content_hash
 
-    node = vault.fetch([node_id])[0]
-    current = content_hash(node.text)
-    if expected.strip() != current:
-        raise ConflictError(
-            f"{node_id} changed since it was read (hash {current}, not {expected.strip()}); read it again"
-        )
     agentmem.check_text(text, max_tokens=vault.config.chunk_max_tokens)
     with vault.operation(agentmem.commit_message(client, f"edited {node_id}", reason)):
+        current = content_hash(vault.fetch([node_id])[0].text)
+        if expected.strip() != current:
+            raise ConflictError(
+                f"{node_id} changed since it was read (hash {current}, not {expected.strip()}); read it again"
+            )
         vault.update_content(node_id, text)
-    return json.dumps({"id": node_id, "path": vault.fetch([node_id])[0].path, "hash": content_hash(text)})
+        path = vault.fetch([node_id])[0].path
+    return json.dumps({"id": node_id, "path": path, "hash": content_hash(text)})
 
 
 def move(vault: Vault, leaf_id: str, to: str, client: str, reason: str | None) -> str:
-    from vaultmem import fsio
-
+    """Move a leaf into another level of its source, as a person would in a file manager (the file
+    moves, its bytes and id stay), then the index follows (``reconcile_paths``: both levels go stale)."""
     if not to.startswith("s"):
         raise InvalidInput(f"{to} is not a level: move a leaf into a level (a summary id, s + 15 hex)")
     with vault.operation(agentmem.commit_message(client, f"moved {leaf_id} into {to}", reason)):

@@ -191,6 +191,25 @@ def client_name(ctx: Ctx | None) -> str | None:
     return None
 
 
+def slim_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """An input schema without what costs a model tokens and tells it nothing: pydantic's ``title`` of
+    each argument (its name again) and of the whole, and ``null`` as an alternative of an optional
+    argument (leaving it out is how a client says none; the server still accepts null)."""
+    out = {k: v for k, v in schema.items() if k != "title"}
+    props = {}
+    for name, prop in schema.get("properties", {}).items():
+        prop = {k: v for k, v in prop.items() if k != "title"}
+        options = prop.get("anyOf")
+        if isinstance(options, list) and {"type": "null"} in options and prop.get("default", 0) is None:
+            rest = [o for o in options if o != {"type": "null"}]
+            prop = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
+            prop.update(rest[0] if len(rest) == 1 else {"anyOf": rest})
+        props[name] = prop
+    if "properties" in schema:
+        out["properties"] = props
+    return out
+
+
 class _Server(MCPServer):
     """``MCPServer`` whose tool list waits for the vault to be open: the core-memory tools are offered
     only when the vault has core memory, which is known once it is open. ``initialize`` does not wait."""
@@ -203,7 +222,8 @@ class _Server(MCPServer):
         import anyio
 
         await anyio.to_thread.run_sync(self._opened)
-        return await super().list_tools()
+        tools = await super().list_tools()
+        return [t.model_copy(update={"input_schema": slim_schema(t.input_schema)}) for t in tools]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         """Arguments the schema refuses are said in one line (pydantic's report spans several)."""
@@ -547,11 +567,20 @@ def serve_http(
     handle.start()
 
     async def main() -> None:
+        stopped = anyio.Event()
+
+        async def serve() -> None:
+            try:
+                await uv.serve([sock])
+            finally:
+                stopped.set()
+
         async with anyio.create_task_group() as group:
-            group.start_soon(uv.serve, [sock])
-            while not uv.started:
+            group.start_soon(serve)
+            while not uv.started and not stopped.is_set():  # uvicorn has no event for "listening"
                 await anyio.sleep(0.01)
-            ready(url)
+            if uv.started:
+                ready(url)
 
     try:
         anyio.run(main)

@@ -208,7 +208,7 @@ class Vault:
         cls, path: str | Path, config_text: str | None = None, *, embedder: Embedder | None = None
     ) -> Vault:
         """Create a new vault at ``path`` (the directory may exist and hold other files)."""
-        layout = Layout(Path(path).absolute())
+        layout = Layout(Path(path).expanduser().absolute())
         if layout.is_vault():
             raise VaultExists(f"{layout.root} is already a vault; open it instead")
         if layout.root.exists() and not layout.root.is_dir():
@@ -233,7 +233,7 @@ class Vault:
     @classmethod
     def open(cls, path: str | Path, *, embedder: Embedder | None = None) -> Vault:
         """Open a vault. ``embedder`` overrides the configured model (tests pass a fake one)."""
-        layout = Layout(Path(path).absolute())
+        layout = Layout(Path(path).expanduser().absolute())
         if not layout.is_vault():
             raise VaultNotFound(f"no vault at {layout.root}; create one with `vaultmem init {layout.root}`")
         config = load_config(layout.config)
