@@ -67,3 +67,18 @@ def read_only(*paths: Path) -> Iterator[None]:
                 subprocess.run(["chattr", "-i", str(path)], check=True)
             else:
                 path.chmod(0o755)
+
+
+@pytest.fixture
+def git_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Vault]:
+    """A vault with git auto-commit on (the fake embedder named in its config), the machine's git
+    config and identity kept out."""
+    config = tmp_path / "gitconfig"
+    config.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    v = Vault.init(
+        tmp_path / "gv", '[embed]\nmodel = "fake"\n\n[git]\nauto_commit = true\n', embedder=FakeEmbedder()
+    )
+    yield v
+    v.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +12,6 @@ from vaultmem import agentmem, mdfile
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput, NodeNotFound, UnsafePath
 from vaultmem.vault import Vault
-
-GIT = '[embed]\nmodel = "fake"\n\n[git]\nauto_commit = true\n'
-
-
-@pytest.fixture
-def git_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Vault]:
-    config = tmp_path / "gitconfig"
-    config.write_text("")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    v = Vault.init(tmp_path / "gv", GIT, embedder=FakeEmbedder())
-    yield v
-    v.close()
 
 
 def log(root: Path) -> list[str]:

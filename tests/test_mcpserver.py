@@ -709,34 +709,28 @@ def test_writes_while_the_daemon_runs(disk_vault: Vault) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_writes_commit_naming_the_client_and_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = tmp_path / "gitconfig"
-    config.write_text("")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    with Vault.init(tmp_path / "gv", CONFIG + "\n[git]\nauto_commit = true\n") as vault:
-        fill(vault)
-        old = vault.ls()[0]
+def test_writes_commit_naming_the_client_and_reason(git_vault: Vault) -> None:
+    vault = git_vault
+    fill(vault)
+    old = vault.ls()[0]
 
-        async def main() -> None:
-            info = Implementation(name="Claude Desktop", version="1.0")
-            async with Client(server_for(vault), client_info=info) as client:
-                await client.call_tool(
-                    "remember", {"text": "Mara is vegetarian.", "reason": "said at dinner"}
-                )
-                await client.call_tool(
-                    "update", {"id": old.id, "text": "The ryokan moved to 15-17 April.", "reason": "rebooked"}
-                )
+    async def main() -> None:
+        info = Implementation(name="Claude Desktop", version="1.0")
+        async with Client(server_for(vault), client_info=info) as client:
+            await client.call_tool("remember", {"text": "Mara is vegetarian.", "reason": "said at dinner"})
+            await client.call_tool(
+                "update", {"id": old.id, "text": "The ryokan moved to 15-17 April.", "reason": "rebooked"}
+            )
 
-        run(main)
-        log = subprocess.run(
-            ["git", "log", "--format=%s"], cwd=vault.layout.root, capture_output=True, text=True, check=True
-        ).stdout.splitlines()
-        assert log[:2] == [
-            f"memory: claude-desktop updated {old.id} (rebooked)",
-            "memory: claude-desktop remembered (said at dinner)",
-        ]
-        status = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=vault.layout.root, capture_output=True, text=True
-        )
-        assert status.stdout.strip() == ""
+    run(main)
+    log = subprocess.run(
+        ["git", "log", "--format=%s"], cwd=vault.layout.root, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert log[:2] == [
+        f"memory: claude-desktop updated {old.id} (rebooked)",
+        "memory: claude-desktop remembered (said at dinner)",
+    ]
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=vault.layout.root, capture_output=True, text=True
+    )
+    assert status.stdout.strip() == ""

@@ -6,34 +6,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from vaultmem.embed import FakeEmbedder
 from vaultmem.memtool import MAX_FILE_BYTES, ToolError, VaultMemoryTool, parse_command
 from vaultmem.vault import Vault
 
 REPO = Path(__file__).parent.parent
-GIT = '[embed]\nmodel = "fake"\n\n[git]\nauto_commit = true\n'
 PREFS = "# Preferences\n- trains over flights\n- tea, not coffee\n"
 
 
 @pytest.fixture
 def tool(vault: Vault) -> VaultMemoryTool:
     return VaultMemoryTool(vault, client="claude-test")
-
-
-@pytest.fixture
-def git_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Vault]:
-    config = tmp_path / "gitconfig"
-    config.write_text("")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    v = Vault.init(tmp_path / "gv", GIT, embedder=FakeEmbedder())
-    yield v
-    v.close()
 
 
 def error(tool: VaultMemoryTool, command: dict[str, object]) -> str:

@@ -1028,26 +1028,29 @@ def _ingest_hook(source: str, wait: bool, vault_path: Path | None, as_json: bool
         )
 
 
-@hook_app.command("stop")
-def hook_stop(
-    source: HookSourceOpt = "claude-code",
-    wait: WaitOpt = False,
-    vault_path: VaultOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Stop: ingest the turns of the session transcript not ingested yet."""
-    _ingest_hook(source, wait, vault_path, as_json)
+def _transcript_hook(summary: str) -> Callable[..., None]:
+    """A hook command that ingests the session transcript (Stop and PreCompact take the same options)."""
+
+    def command(
+        source: HookSourceOpt = "claude-code",
+        wait: WaitOpt = False,
+        vault_path: VaultOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        _ingest_hook(source, wait, vault_path, as_json)
+
+    command.__doc__ = summary
+    return command
 
 
-@hook_app.command("pre-compact")
-def hook_pre_compact(
-    source: HookSourceOpt = "claude-code",
-    wait: WaitOpt = False,
-    vault_path: VaultOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """PreCompact: ingest the transcript before Claude Code compacts it (only turns not yet ingested)."""
-    _ingest_hook(source, wait, vault_path, as_json)
+hook_app.command("stop")(
+    _transcript_hook("Stop: ingest the turns of the session transcript not ingested yet.")
+)
+hook_app.command("pre-compact")(
+    _transcript_hook(
+        "PreCompact: ingest the transcript before Claude Code compacts it (only turns not yet ingested)."
+    )
+)
 
 
 export_app = typer.Typer(
