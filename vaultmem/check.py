@@ -79,7 +79,7 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
             continue
         problem = Problem("stray_temp", layout.rel(tmp), "temp file left by an interrupted write", True)
         if fix:
-            tmp.unlink(missing_ok=True)
+            fsio.remove_file(layout.root, tmp)
             fixed.append(problem)
         else:
             problems.append(problem)

@@ -33,7 +33,8 @@ class DaemonLock:
 
 def acquire(layout: Layout) -> DaemonLock:
     """Take the daemon lock without waiting; VaultLocked names the holder when another daemon runs."""
-    layout.state.mkdir(parents=True, exist_ok=True)
+    fsio.make_dirs(layout.root, layout.state)
+    fsio.ensure_inside(layout.root, layout.daemon_lock)
     fd = os.open(layout.daemon_lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -64,7 +65,8 @@ def is_running(layout: Layout) -> bool:
 
 
 def write_status(layout: Layout, status: dict[str, Any]) -> None:
-    fsio.atomic_write(layout.daemon_status, json.dumps(status, sort_keys=True, indent=1).encode("utf-8"))
+    data = json.dumps(status, sort_keys=True, indent=1).encode("utf-8")
+    fsio.atomic_write(layout.daemon_status, data, root=layout.root)
 
 
 def read_status(layout: Layout) -> dict[str, Any] | None:

@@ -59,6 +59,7 @@ from vaultmem.embed import Embedder, load_embedder
 from vaultmem.entities_llm import LLMEntityExtractor
 from vaultmem.errors import (
     ConflictError,
+    DiskFull,
     GitError,
     InvalidInput,
     NodeNotFound,
@@ -199,12 +200,16 @@ class Vault:
         if layout.root.exists() and not layout.root.is_dir():
             raise InvalidInput(f"{layout.root} exists and is not a directory")
         try:
-            layout.state.mkdir(parents=True, exist_ok=True)
+            layout.root.mkdir(parents=True, exist_ok=True)
+            fsio.make_dirs(layout.root, layout.state)
             for name in RESERVED_TOP:
-                (layout.root / name).mkdir(exist_ok=True)
-            fsio.atomic_write(layout.config, (config_text or DEFAULT_TEXT).encode("utf-8"), expected=None)
+                fsio.make_dirs(layout.root, layout.root / name)
+            config = (config_text or DEFAULT_TEXT).encode("utf-8")
+            fsio.atomic_write(layout.config, config, root=layout.root, expected=None)
             # Only the config is worth versioning; the index is rebuilt from the files.
-            fsio.atomic_write(layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n")
+            fsio.atomic_write(
+                layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n", root=layout.root
+            )
         except PermissionError as exc:
             raise ReadOnlyVault(f"cannot create a vault at {layout.root}: {exc.strerror}") from exc
         return cls.open(layout.root, embedder=embedder)
@@ -216,6 +221,7 @@ class Vault:
         if not layout.is_vault():
             raise VaultNotFound(f"no vault at {layout.root}; create one with `vaultmem init {layout.root}`")
         config = load_config(layout.config)
+        fsio.ensure_inside(layout.root, layout.db)  # SQLite writes there (and beside it): never elsewhere
         new_index = not layout.db.exists()
         conn = db.connect(layout.db)
         vault = cls(layout, config, conn, embedder)
@@ -258,6 +264,8 @@ class Vault:
         in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise."""
         self._turns.acquire()
         try:
+            if self._turns.depth == 1:
+                fsio.ensure_inside(self.layout.root, self.layout.lock)  # never a lock file elsewhere
             try:
                 self._lock.acquire()
             except Timeout as exc:
@@ -271,7 +279,7 @@ class Vault:
                 yield
             finally:
                 if outermost:
-                    self.layout.writing.unlink(missing_ok=True)
+                    fsio.remove_file(self.layout.root, self.layout.writing)
                 self._lock.release()
         finally:
             self._turns.release()
@@ -283,9 +291,11 @@ class Vault:
         if marker.exists():
             for tmp in fsio.stray_temp_files(self.layout.root):
                 if ".git" not in tmp.relative_to(self.layout.root).parts:
-                    tmp.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # a read-only vault: the write that follows reports it
-            marker.touch()
+                    fsio.remove_file(self.layout.root, tmp)
+        with contextlib.suppress(
+            OSError, DiskFull
+        ):  # a read-only or full disk: the write that follows says so
+            fsio.touch(self.layout.root, marker)
 
     # -- ingest ------------------------------------------------------------------------------------
     def ingest_messages(
@@ -689,7 +699,7 @@ class Vault:
             for tmp in fsio.stray_temp_files(self.layout.root):
                 rel = self.layout.rel(tmp)
                 if ".git" not in rel.split("/"):
-                    tmp.unlink(missing_ok=True)
+                    fsio.remove_file(self.layout.root, tmp)
                     removed.append(rel)
         return removed
 
