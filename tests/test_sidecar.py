@@ -147,8 +147,12 @@ def test_leaf_edited_during_extraction_is_not_overwritten(tmp_path: Path) -> Non
         edited = path.read_text().replace("garden", "orchard")
         path.write_text(edited)  # a person edits before the index knows
         report = vault.flush()
-        assert path.read_text() == edited
-        assert report.jobs_failed == 1  # retried later, after the watcher or check --fix reconciles it
+        # The edit is read first, then admitted: the person's text stays, only the status line changes.
+        text = path.read_text()
+        assert "orchard" in text and "garden" not in text and "status: admitted" in text
+        assert report.jobs_failed == 0 and vault.get(leaf.id).status.value == "admitted"
+        assert "orchard" in vault.get(leaf.id).text
+        assert vault.check().ok
 
 
 def test_untouched_entries_are_carried_over_verbatim(tmp_path: Path) -> None:

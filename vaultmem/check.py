@@ -17,6 +17,13 @@ Invariants:
 - ``stale_unqueued``   a stale summary without its re-summarise job        (fix: queue it)
 - ``dangling_link``    a topic or digest links a leaf that is gone         (fix: queue its re-route or
                        re-digest; ``vaultmem compact`` or the daemon runs it)
+
+Stuck work (the queue is in chunks.db, so these are index-side too):
+- ``parked_job``       a job gave up after its attempts; nothing retries it  (fix: requeue it with fresh
+                       attempts, as ``vaultmem jobs --retry`` does)
+- ``pending_unqueued`` a leaf waits for extraction but no job will do it     (fix: queue its extract job)
+- ``dead_lease``       a job is leased by a process that is gone, or its lease expired (fix: put it back
+                       in the queue; opening the vault does this for killed processes of this host)
 """
 
 from __future__ import annotations
@@ -28,9 +35,9 @@ from datetime import date
 from vaultmem import fsio, index
 from vaultmem.db import NAV, atomic
 from vaultmem.errors import VaultError
-from vaultmem.ingest import heal_intents
-from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
-from vaultmem.layout import SOURCES, Layout
+from vaultmem.ingest import extract_job, heal_intents
+from vaultmem.jobs import Job, JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
+from vaultmem.layout import DB_NAME, SOURCES, STATE_DIR, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.reindex import read_vault
 from vaultmem.scan import scan
@@ -146,7 +153,74 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
     dangling = _dangling_links(conn, layout, max_bytes, fix=fix)
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
+    (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
     return CheckReport(tuple(problems), tuple(fixed), leaves)
+
+
+def _stuck_work(conn: sqlite3.Connection, *, fix: bool) -> list[Problem]:
+    """Work that will never finish by itself: parked jobs, pending leaves without an extract job, and
+    jobs leased by nobody alive. ``fix`` requeues them."""
+    queue = JobQueue(conn)
+    out: list[Problem] = []
+    parked = queue.list("parked", limit=1 << 30)
+    for job in parked:
+        error = (job.last_error or "no error recorded").splitlines()[0][:200]
+        out.append(
+            Problem(
+                "parked_job",
+                _job_path(conn, job),
+                f"job {job.id} ({job.kind} {_payload(job)}) gave up after {job.attempts} attempts: {error}",
+                True,
+            )
+        )
+    unqueued = conn.execute(
+        "SELECT id, path FROM chunks WHERE kind = 'leaf' AND status = 'pending_extraction'"
+        " AND 'extract:' || id NOT IN (SELECT dedupe_key FROM jobs WHERE dedupe_key IS NOT NULL)"
+    ).fetchall()
+    for row in unqueued:
+        out.append(
+            Problem(
+                "pending_unqueued",
+                row["path"],
+                f"leaf {row['id']} waits for extraction but no job is queued",
+                True,
+            )
+        )
+    dead = queue.dead_leases()
+    for job in dead:
+        out.append(
+            Problem(
+                "dead_lease",
+                _job_path(conn, job),
+                f"job {job.id} ({job.kind} {_payload(job)}) is leased by {job.lease_owner}, which is gone",
+                True,
+            )
+        )
+    if fix:
+        with atomic(conn):
+            for job in parked:
+                queue.retry(job.id)
+            queue.enqueue_many(extract_job(row["id"]) for row in unqueued)
+            for owner in sorted({str(job.lease_owner) for job in dead}):
+                queue.release_owner(owner)
+    return out
+
+
+def _payload(job: Job) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(job.payload.items()))
+
+
+def _job_path(conn: sqlite3.Connection, job: Job) -> str:
+    """Where a job's work is: its node's file when it names one, else the queue itself."""
+    node_id = job.payload.get("id")
+    if isinstance(node_id, str):
+        row = conn.execute("SELECT path FROM chunks WHERE id = ?", (node_id,)).fetchone()
+        if row is not None:
+            return str(row["path"])
+    source = job.payload.get("source")
+    if isinstance(source, str):
+        return f"{SOURCES}/{source}"
+    return f"{STATE_DIR}/{DB_NAME} (jobs)"
 
 
 def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool) -> list[Problem]:

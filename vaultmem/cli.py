@@ -17,7 +17,9 @@ from typing import Annotated, Any
 
 import typer
 
+from vaultmem.db import is_disk_full as db_is_disk_full
 from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
+from vaultmem.fsio import is_disk_full
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
 from vaultmem.model import Leaf, format_ts
@@ -742,6 +744,13 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(exc, click.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
+        if is_disk_full(exc) or db_is_disk_full(exc):  # a full disk is never a bug, wherever it shows
+            typer.echo(
+                f"vaultmem: error: the disk is full ({exc}); what finished was kept and a step cut short"
+                " finishes on the next open; free space, then run the command again",
+                err=True,
+            )
+            sys.exit(1)
         raise
     if isinstance(result, int) and result:
         sys.exit(result)

@@ -8,13 +8,14 @@ vault's files (``reindex``). This module knows nothing about files.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vaultmem.errors import ReadOnlyVault, VaultLocked
+from vaultmem.errors import DiskFull, ReadOnlyVault, VaultLocked
 
 Migration = Callable[[sqlite3.Connection], None]
 
@@ -358,6 +359,8 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             raise ReadOnlyVault(f"cannot open {path} for writing: {message}") from exc
         if "locked" in message:
             raise VaultLocked(f"{path} is locked by another process: {message}") from exc
+        if is_disk_full(exc):
+            raise _full(exc) from exc
         raise
     return conn
 
@@ -380,24 +383,44 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     return applied
 
 
+def is_disk_full(exc: BaseException) -> bool:
+    """True for SQLite's "database or disk is full" (SQLITE_FULL)."""
+    return isinstance(exc, sqlite3.OperationalError) and (
+        getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc)
+    )
+
+
+def _full(exc: BaseException) -> DiskFull:
+    return DiskFull(f"the disk holding the index is full ({exc})")
+
+
 @contextmanager
 def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on any exception; nests as savepoints."""
+    """One write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on any exception (a failed COMMIT
+    included); nests as savepoints. A full disk is raised as ``DiskFull``, the transaction undone."""
     if conn.in_transaction:
         name = f"sp{id(conn)}_{time.monotonic_ns()}"
         conn.execute(f"SAVEPOINT {name}")
         try:
             yield conn
-        except BaseException:
-            conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
+        except BaseException as exc:
+            # SQLite may already have rolled the whole transaction back (it may on a full disk).
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute(f"ROLLBACK TO {name}")
+                conn.execute(f"RELEASE {name}")
+            if is_disk_full(exc):
+                raise _full(exc) from exc
             raise
         conn.execute(f"RELEASE {name}")
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        if is_disk_full(exc):
+            raise _full(exc) from exc
         raise
-    conn.execute("COMMIT")

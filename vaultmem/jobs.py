@@ -9,6 +9,8 @@ worker) makes the job claimable again. Never runs a job: workers do.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -52,6 +54,7 @@ class Job:
     run_after: float
     lease_until: float | None
     last_error: str | None
+    lease_owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,21 @@ def digest_job(day: date) -> NewJob:
     return NewJob(JobKind.DIGEST_DAILY.value, {"day": day.isoformat()}, dedupe_key=f"digest_daily:{day}")
 
 
+def owner_alive(owner: str | None) -> bool | None:
+    """Whether a lease owner (``host:pid[:worker]``) still runs: known only for processes of this host
+    (None for another host's)."""
+    parts = str(owner or "").split(":")
+    if len(parts) < 2 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return None
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _row(row: sqlite3.Row) -> Job:
     return Job(
         id=row["id"],
@@ -96,6 +114,7 @@ def _row(row: sqlite3.Row) -> Job:
         run_after=row["run_after"],
         lease_until=row["lease_until"],
         last_error=row["last_error"],
+        lease_owner=row["lease_owner"],
     )
 
 
@@ -226,6 +245,17 @@ class JobQueue:
                 (now, now),
             )
             return cur.rowcount
+
+    def dead_leases(self) -> list[Job]:
+        """Running jobs nobody works on: leased by a process of this host that is gone (killed), or by
+        another host's process whose lease expired (a live process of this host is never doubted)."""
+        now = self.clock()
+        dead = []
+        for row in self.conn.execute("SELECT * FROM jobs WHERE state = 'running' ORDER BY id").fetchall():
+            alive = owner_alive(row["lease_owner"])
+            if alive is False or (alive is None and (row["lease_until"] or 0) < now):
+                dead.append(_row(row))
+        return dead
 
     def release_owner(self, owner: str) -> int:
         """Give back every job leased by ``owner`` (a clean shutdown), without counting an attempt."""

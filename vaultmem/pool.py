@@ -9,6 +9,7 @@ on one. LLM calls happen inside summarisers, capped by the semaphore they were b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sqlite3
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
-from vaultmem import db, digest, heat, topicroute, topics, treeops
+from vaultmem import db, digest, fsio, heat, topicroute, topics, treeops
 from vaultmem.compact import (
     CompactSettings,
     Planner,
@@ -32,9 +33,9 @@ from vaultmem.compact import (
     summary_vectors,
 )
 from vaultmem.embed import Embedder
-from vaultmem.errors import ConflictError
+from vaultmem.errors import ConflictError, DiskFull
 from vaultmem.extract import EntityFinder, find_entities
-from vaultmem.jobs import Job, JobKind, JobQueue, NewJob
+from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, owner_alive
 from vaultmem.layout import Layout
 from vaultmem.summarise import Summariser
 from vaultmem.topics import TopicSettings
@@ -43,6 +44,8 @@ from vaultmem.worker import EXTRACT_BATCH, WorkReport, run_extract
 POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
+DISK_FULL_WAIT_S = 30.0  # the daemon's workers wait this long after a full disk
+REPLAN_TRIES = 3  # a seal pass whose step met a file changed that instant is planned again this often
 # Kinds queued ahead of their handler (none at present): left queued, never claimed, so they are
 # neither failed nor parked, and they never keep "until idle" runs going.
 WAITING_KINDS: tuple[str, ...] = ()
@@ -99,26 +102,11 @@ def owner_prefix() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def release_dead(conn: sqlite3.Connection) -> int:
     """Requeue jobs leased by a process of this host that no longer exists (killed, crashed)."""
-    host = socket.gethostname()
-    dead = []
-    for row in conn.execute("SELECT DISTINCT lease_owner FROM jobs WHERE state = 'running'"):
-        parts = str(row[0] or "").split(":")
-        if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
-            dead.append(row[0])
     queue = JobQueue(conn)
-    return sum(queue.release_owner(owner) for owner in dead)
+    dead = {str(job.lease_owner) for job in queue.dead_leases() if owner_alive(job.lease_owner) is False}
+    return sum(queue.release_owner(owner) for owner in sorted(dead))
 
 
 class Pool:
@@ -133,6 +121,7 @@ class Pool:
         self._active = 0
         self._state = threading.Lock()
         self._source_locks: dict[str, threading.Lock] = {}  # one seal pass per source at a time
+        self._disk_full: DiskFull | None = None  # the first full-disk error: an until-idle run stops
 
     def wake(self) -> None:
         self._wake.set()
@@ -142,6 +131,8 @@ class Pool:
         self._wake.set()
 
     def run_until_idle(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
+        """Run until no job is ready. A full disk stops every worker (each gives its jobs back to the
+        queue) and is raised as ``DiskFull`` saying how many steps finished and were kept."""
         conn = db.connect(self.ctx.layout.db)
         try:
             release_dead(conn)
@@ -156,6 +147,11 @@ class Pool:
             thread.start()
         for thread in threads:
             thread.join()
+        if self._disk_full is not None:
+            steps = len(self.report.operations)
+            raise DiskFull(
+                f"{self._disk_full} after {steps} finished step{'s' if steps != 1 else ''}"
+            ) from self._disk_full
         return self.report
 
     def start(self) -> list[threading.Thread]:
@@ -177,12 +173,16 @@ class Pool:
         queue = JobQueue(conn)
         try:
             while not self._stop.is_set():
-                with self._state:
-                    jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
-                    if not jobs:
-                        jobs = queue.claim(owner, kinds=CLAIMABLE_KINDS, limit=1)
-                    if jobs:
-                        self._active += 1
+                try:
+                    with self._state:
+                        jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
+                        if not jobs:
+                            jobs = queue.claim(owner, kinds=CLAIMABLE_KINDS, limit=1)
+                        if jobs:
+                            self._active += 1
+                except DiskFull as exc:
+                    self._out_of_space(exc, until_idle)
+                    continue
                 if not jobs:
                     if until_idle and self._idle(conn):
                         self._stop.set()
@@ -193,6 +193,9 @@ class Pool:
                     continue
                 try:
                     self._run(conn, queue, jobs)
+                except DiskFull as exc:
+                    _give_back(queue, owner)
+                    self._out_of_space(exc, until_idle)
                 finally:
                     with self._state:
                         self._active -= 1
@@ -201,8 +204,20 @@ class Pool:
                     done = self.report.jobs_done + self.report.jobs_failed
                     progress(done, done + queue.pending())
         finally:
-            queue.release_owner(owner)
+            _give_back(queue, owner)
             conn.close()
+
+    def _out_of_space(self, exc: DiskFull, until_idle: bool) -> None:
+        """A full disk is nobody's job's fault: an until-idle run stops (the caller says what was kept);
+        the daemon's pool waits before it claims work again."""
+        with self._state:
+            if self._disk_full is None:
+                self._disk_full = exc
+        if until_idle:
+            self.stop()
+            return
+        self.report.say(notes=[f"{exc}; waiting {DISK_FULL_WAIT_S:.0f}s before trying again"])
+        self._stop.wait(DISK_FULL_WAIT_S)
 
     def _idle(self, conn: sqlite3.Connection) -> bool:
         with self._state:
@@ -240,7 +255,11 @@ class Pool:
             if handler(conn, queue, job):
                 queue.complete([job.id])
                 self.report.add(jobs_done=1)
+        except DiskFull:
+            raise  # not the job's fault: the loop gives it back and stops
         except Exception as exc:  # a job's failure must never stop the pool
+            if fsio.is_disk_full(exc) or db.is_disk_full(exc):
+                raise DiskFull(f"the disk is full ({exc})") from exc
             for job in jobs:
                 queue.fail(job, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
             self.report.add(jobs_failed=len(jobs))
@@ -333,30 +352,57 @@ class Pool:
         heartbeat: Callable[[], None] | None = None,
     ) -> None:
         """Seal, merge and condense one source tree. ``heartbeat`` renews the job's lease after each
-        step, so a long compaction is never taken for a dead one and run twice."""
+        step, so a long compaction is never taken for a dead one and run twice. A leaf edited by hand
+        meanwhile stays in ``_fresh/``; a step refused because a file changed as it was about to run
+        (nothing was changed) is planned again without it."""
         ctx = self.ctx
         with self._source_lock(source):
             embedder = ctx.embedder()
-            state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
-            planner = Planner(conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive")
             moved = False
-            # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
-            # between steps; each step's writes are guarded by the hashes it read.
-            for steps in (planner.seal(state, force=force), planner.condense(state)):
-                while True:
-                    with ctx.lock():
-                        op = next(steps, None)
-                        if op is None:
-                            break
-                        self._apply(conn, op, embedder)
-                    moved = True
-                    if heartbeat is not None:
-                        heartbeat()
+            for attempt in range(1, REPLAN_TRIES + 1):
+                state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
+                planner = Planner(
+                    conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive"
+                )
+                try:
+                    moved = self._seal_steps(planner, state, embedder, force, heartbeat) or moved
+                except ConflictError as exc:
+                    if attempt == REPLAN_TRIES:
+                        raise
+                    self.report.say(notes=[f"{source}: {exc}"])
+                    continue
+                finally:
+                    self.report.say(notes=planner.skipped)
+                break
             if moved:
                 with ctx.lock():
                     pruned = prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
                     if pruned and ctx.commit is not None:
                         ctx.commit(f"memory: drop embeddings of moved leaves from old folders ({source})")
+
+    def _seal_steps(
+        self,
+        planner: Planner,
+        state: SourceState,
+        embedder: Embedder,
+        force: bool,
+        heartbeat: Callable[[], None] | None,
+    ) -> bool:
+        """Apply the seal steps, then the condensation steps, of one plan. True when any step ran."""
+        moved = False
+        # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
+        # between steps; each step's writes are guarded by the hashes it read.
+        for steps in (planner.seal(state, force=force), planner.condense(state)):
+            while True:
+                with self.ctx.lock():
+                    op = next(steps, None)
+                    if op is None:
+                        break
+                    self._apply(conn=planner.conn, op=op, embedder=embedder)
+                moved = True
+                if heartbeat is not None:
+                    heartbeat()
+        return moved
 
     def _source_lock(self, source: str) -> threading.Lock:
         with self._state:
@@ -475,6 +521,13 @@ class Pool:
                 with ctx.lock():
                     ctx.commit(result.message)
         return True
+
+
+def _give_back(queue: JobQueue, owner: str) -> None:
+    """Return ``owner``'s leases to the queue, without using an attempt. On a full disk even this may
+    fail: then the next open gives them back (their process is gone by then)."""
+    with contextlib.suppress(DiskFull, sqlite3.Error):
+        queue.release_owner(owner)
 
 
 def _sources_of(conn: sqlite3.Connection, ids: Sequence[str]) -> list[str]:

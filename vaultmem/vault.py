@@ -84,7 +84,7 @@ from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
 from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name, slugify_name, utc
-from vaultmem.pool import Pool, PoolReport, WorkContext
+from vaultmem.pool import Pool, PoolReport, WorkContext, release_dead
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
@@ -228,15 +228,25 @@ class Vault:
         if new_index and any((layout.root / SOURCES).glob("*/")):
             # A cloned or copied vault arrives without its index: rebuild it from the files.
             vault.reindex()
-        if layout.intent.is_dir() and any(layout.intent.iterdir()):
-            with vault._locked():
-                heal_intents(conn, layout, config.max_file_bytes)
-        if treeops.pending_notes(layout):
-            vault.heal_compaction()
-        if layout.writing.exists():
-            with vault._locked():
-                pass  # a writer died holding the lock: taking it tidies what it left
+        try:
+            vault._heal()
+        except DiskFull as exc:  # reading still works; `check` lists what waits to be finished
+            vault.warnings.append(f"could not finish interrupted work: {exc}; free space")
         return vault
+
+    def _heal(self) -> None:
+        """Finish what a crash interrupted: ingest batches and status rewrites, compaction steps, the
+        temp files of a writer that died, and jobs leased by a process that is gone."""
+        layout = self.layout
+        if layout.intent.is_dir() and any(layout.intent.iterdir()):
+            with self._locked():
+                heal_intents(self.conn, layout, self.config.max_file_bytes)
+        if treeops.pending_notes(layout):
+            self.heal_compaction()
+        if layout.writing.exists():
+            with self._locked():
+                pass  # a writer died holding the lock: taking it tidies what it left
+        release_dead(self.conn)
 
     def heal_compaction(self) -> list[str]:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
@@ -348,7 +358,16 @@ class Vault:
             batch = messages[start : start + BATCH_MESSAGES]
             leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens)
             with self._locked():
-                added = write_leaves(self.conn, self.layout, leaves)
+                try:
+                    added = write_leaves(self.conn, self.layout, leaves)
+                except DiskFull as exc:
+                    kept = len(report.added)
+                    raise DiskFull(
+                        f"disk full during ingest: {exc}; {kept} new leaves from the messages before it were"
+                        f" kept, these {len(batch)} messages were not added (a file of theirs already"
+                        " written is indexed on the next open); free space, then run the same ingest"
+                        " again (what is already in is skipped)"
+                    ) from exc
                 if added:
                     names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
                     self._commit(f"memory: add {len(added)} leaves from {', '.join(names)}")
@@ -535,7 +554,10 @@ class Vault:
         Leaves without a vector of the configured model (new ones, or all of them after the model was
         changed) are queued first, so switching models re-embeds the vault instead of leaving search
         without meaning-based hits."""
-        with self._locked():
+        with (
+            self._locked(),
+            _on_full_disk("embedding", "the leaves admitted before it were kept", "the command"),
+        ):
             model = self.embedder.model_id
             missing = [
                 r[0]
@@ -622,6 +644,10 @@ class Vault:
         runs the queue to idle. ``dry_run`` plans the same steps and changes nothing."""
         if dry_run:
             return self._plan()
+        with _on_full_disk("compaction", "every finished step was kept", "`vaultmem compact`"):
+            return self._compact(progress)
+
+    def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
         with self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
@@ -1042,6 +1068,20 @@ class Vault:
     @property
     def jobs(self) -> JobQueue:
         return JobQueue(self.conn, time.time)
+
+
+@contextmanager
+def _on_full_disk(what: str, kept: str, again: str) -> Iterator[None]:
+    """Say, on a full disk, what was kept and what to do (the error itself names the file)."""
+    try:
+        yield
+    except DiskFull as exc:
+        if str(exc).startswith("disk full during"):
+            raise
+        raise DiskFull(
+            f"disk full during {what}: {exc}; {kept}, queued work stays queued and a step cut short"
+            f" finishes on the next open; free space, then run {again} again"
+        ) from exc
 
 
 def _when(value: datetime | str | None, name: str) -> datetime | None:
