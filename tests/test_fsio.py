@@ -31,8 +31,8 @@ def test_atomic_write_refuses_when_file_changed_since_read(tmp_path: Path) -> No
 
 def test_batch_durable_writes_all_and_leaves_no_temp(tmp_path: Path) -> None:
     writes = [fsio.PendingWrite(tmp_path / "d" / f"{i}.md", f"text {i}".encode()) for i in range(50)]
-    hashes = fsio.write_batch_durable(tmp_path, writes)
-    assert len(hashes) == 50
+    written = fsio.write_batch_durable(tmp_path, writes)
+    assert [w.hash for w in written] == [fsio.sha256_bytes(w.data) for w in writes]
     assert all(w.path.read_bytes() == w.data for w in writes)
     assert fsio.stray_temp_files(tmp_path) == []
 

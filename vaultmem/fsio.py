@@ -183,6 +183,16 @@ def _tmp_path(target: Path) -> Path:
     return target.with_name(f"{TMP_PREFIX}{secrets.token_hex(6)}-{target.name}")
 
 
+@dataclass(frozen=True)
+class Written:
+    """A file as written: its hash, and the size and mtime the index stamps it with (taken from the
+    written file itself, so a file moved or deleted right after the write cannot break the batch)."""
+
+    hash: str
+    size: int
+    mtime_ns: int
+
+
 def _write_tmp(target: Path, data: bytes, *, fsync: bool) -> Path:
     tmp = _tmp_path(target)
     try:
@@ -244,13 +254,13 @@ class PendingWrite:
     expected: str | None = None
 
 
-def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[str]:
+def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[Written]:
     """Write many files so that all of them are durable when this returns.
 
     Temp files are written without per-file fsync, the whole filesystem is synced once, then every temp
     file is renamed into place and each touched directory is fsynced once. Each item's guard is checked
     first (a new file must not exist; a replaced file must still have the hash that was read), and a
-    failed guard is a ConflictError before anything is written. Returns the hashes in order.
+    failed guard is a ConflictError before anything is written. Returns what was written, in order.
     """
     items = list(writes)
     if not items:
@@ -266,11 +276,13 @@ def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[str]
         if item.expected is not None and current != item.expected:
             raise ConflictError(f"{item.path} changed on disk since it was read; refusing to overwrite it")
     tmps: list[tuple[Path, Path]] = []
+    stats: list[os.stat_result] = []
     with _space(items[0].path.parent):
         try:
             for item in items:
                 item.path.parent.mkdir(parents=True, exist_ok=True)
                 tmps.append((_write_tmp(item.path, item.data, fsync=False), item.path))
+                stats.append(os.stat(tmps[-1][0]))  # the same inode as the file once renamed
             _syncfs(root)
             for tmp, target in tmps:
                 os.replace(tmp, target)
@@ -281,7 +293,10 @@ def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[str]
             raise
         for parent in sorted({target.parent for _, target in tmps}):
             fsync_dir(parent)
-    return [sha256_bytes(item.data) for item in items]
+    return [
+        Written(sha256_bytes(item.data), st.st_size, st.st_mtime_ns)
+        for item, st in zip(items, stats, strict=True)
+    ]
 
 
 def move_files(root: Path, moves: Iterable[tuple[Path, Path]]) -> None:

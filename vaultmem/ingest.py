@@ -11,7 +11,6 @@ and no embedding happen here: those are queued work.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
@@ -118,14 +117,13 @@ def write_leaves(conn: sqlite3.Connection, layout: Layout, leaves: list[Leaf]) -
     datas = [leaffile.render_leaf(leaf).encode("utf-8") for leaf in new]
     writes = [fsio.PendingWrite(layout.abs(leaf.path), data) for leaf, data in zip(new, datas, strict=True)]
     try:
-        hashes = fsio.write_batch_durable(layout.root, writes)
+        written = fsio.write_batch_durable(layout.root, writes)
     except (UnsafePath, ConflictError):
         fsio.remove_file(layout.root, intent)  # refused before any file was written
         raise
     rows = []
-    for leaf, data, digest, write in zip(new, datas, hashes, writes, strict=True):
-        stamp = index.FileStamp(digest, len(data), os.stat(write.path).st_mtime_ns)
-        rows.append(index.leaf_row(leaf, stamp))
+    for leaf, done in zip(new, written, strict=True):
+        rows.append(index.leaf_row(leaf, index.FileStamp(done.hash, done.size, done.mtime_ns)))
     with atomic(conn):
         index.insert_rows(conn, rows)
         JobQueue(conn).enqueue_many(extract_job(leaf.id) for leaf in new)

@@ -71,14 +71,13 @@ def set_status(
         return skipped
     note = write_intent(layout, rewrites=[(layout.rel(w.path), fsio.sha256_bytes(w.data)) for w in writes])
     try:
-        hashes = fsio.write_batch_durable(layout.root, writes)
+        written = fsio.write_batch_durable(layout.root, writes)
     except (UnsafePath, ConflictError):
         done_intent(layout, note)  # refused before any file was replaced
         raise
     rows = []
-    for leaf, write, digest in zip(changed, writes, hashes, strict=True):
-        st = write.path.stat()
-        stamp = index.FileStamp(digest, st.st_size, st.st_mtime_ns)
+    for leaf, done in zip(changed, written, strict=True):
+        stamp = index.FileStamp(done.hash, done.size, done.mtime_ns)
         rows.append(index.leaf_row(leaf, stamp, parents.get(leaf.id)))
     with atomic(conn):
         index.upsert_rows(conn, rows)
