@@ -9,6 +9,7 @@ vault's files (``reindex``). This module knows nothing about files.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -359,7 +360,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             raise ReadOnlyVault(f"cannot open {path} for writing: {message}") from exc
         if "locked" in message:
             raise VaultLocked(f"{path} is locked by another process: {message}") from exc
-        if is_disk_full(exc):
+        if is_disk_full(exc, path):
             raise _full(exc) from exc
         raise
     return conn
@@ -383,15 +384,36 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     return applied
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    """True for SQLite's "database or disk is full" (SQLITE_FULL)."""
-    return isinstance(exc, sqlite3.OperationalError) and (
-        getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc)
-    )
+LOW_SPACE_BYTES = 1 << 20  # an I/O error with less than this free is taken for a full disk
+
+
+def is_disk_full(exc: BaseException, path: Path | None = None) -> bool:
+    """True for SQLite's "database or disk is full" (SQLITE_FULL), and for an I/O error while the disk
+    holding ``path`` has (almost) no space left: growing the shared-memory file of the WAL on a full
+    disk fails as SQLITE_IOERR, not SQLITE_FULL."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
+        return True
+    if path is None or "disk I/O error" not in str(exc):
+        return False
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < LOW_SPACE_BYTES
 
 
 def _full(exc: BaseException) -> DiskFull:
     return DiskFull(f"the disk holding the index is full ({exc})")
+
+
+def _db_path(conn: sqlite3.Connection) -> Path | None:
+    try:
+        row = conn.execute("PRAGMA database_list").fetchone()
+    except sqlite3.Error:
+        return None
+    return Path(row[2]) if row is not None and row[2] else None
 
 
 @contextmanager
@@ -408,7 +430,7 @@ def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute(f"ROLLBACK TO {name}")
                 conn.execute(f"RELEASE {name}")
-            if is_disk_full(exc):
+            if is_disk_full(exc, _db_path(conn)):
                 raise _full(exc) from exc
             raise
         conn.execute(f"RELEASE {name}")
@@ -421,6 +443,6 @@ def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         if conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-        if is_disk_full(exc):
+        if is_disk_full(exc, _db_path(conn)):
             raise _full(exc) from exc
         raise

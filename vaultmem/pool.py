@@ -150,8 +150,8 @@ class Pool:
         if self._disk_full is not None:
             steps = len(self.report.operations)
             raise DiskFull(
-                f"{self._disk_full} after {steps} finished step{'s' if steps != 1 else ''}"
-            ) from self._disk_full
+                f"{self._disk_full}, after {steps} finished step{'s' if steps != 1 else ''}"
+            ) from (self._disk_full)
         return self.report
 
     def start(self) -> list[threading.Thread]:
@@ -524,9 +524,16 @@ class Pool:
 
 
 def _give_back(queue: JobQueue, owner: str) -> None:
-    """Return ``owner``'s leases to the queue, without using an attempt. On a full disk even this may
-    fail: then the next open gives them back (their process is gone by then)."""
+    """Return ``owner``'s leases to the queue, without using an attempt. On a full disk the write-ahead
+    log is emptied into the index first when the plain write fails (that frees its blocks); if even
+    that fails, the next open gives the jobs back (their process is gone by then)."""
+    try:
+        queue.release_owner(owner)
+        return
+    except (DiskFull, sqlite3.Error):
+        pass
     with contextlib.suppress(DiskFull, sqlite3.Error):
+        queue.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         queue.release_owner(owner)
 
 

@@ -223,7 +223,12 @@ class Vault:
         config = load_config(layout.config)
         fsio.ensure_inside(layout.root, layout.db)  # SQLite writes there (and beside it): never elsewhere
         new_index = not layout.db.exists()
-        conn = db.connect(layout.db)
+        try:
+            conn = db.connect(layout.db)
+        except DiskFull as exc:
+            raise DiskFull(
+                f"{exc}: the index cannot be opened; nothing was changed; free space, then run the command again"
+            ) from exc
         vault = cls(layout, config, conn, embedder)
         if new_index and any((layout.root / SOURCES).glob("*/")):
             # A cloned or copied vault arrives without its index: rebuild it from the files.
@@ -361,12 +366,15 @@ class Vault:
                 try:
                     added = write_leaves(self.conn, self.layout, leaves)
                 except DiskFull as exc:
-                    kept = len(report.added)
+                    kept = (
+                        f"the {len(report.added)} new leaves of the {start} messages before were kept"
+                        if start
+                        else "nothing was added"
+                    )
                     raise DiskFull(
-                        f"disk full during ingest: {exc}; {kept} new leaves from the messages before it were"
-                        f" kept, these {len(batch)} messages were not added (a file of theirs already"
-                        " written is indexed on the next open); free space, then run the same ingest"
-                        " again (what is already in is skipped)"
+                        f"disk full during ingest: {exc}; {kept}, messages {start + 1}-{total}"
+                        " were not (a file of theirs already written is indexed on the next open); free"
+                        " space, then run the same ingest again (what is already in is skipped)"
                     ) from exc
                 if added:
                     names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
@@ -644,7 +652,7 @@ class Vault:
         runs the queue to idle. ``dry_run`` plans the same steps and changes nothing."""
         if dry_run:
             return self._plan()
-        with _on_full_disk("compaction", "every finished step was kept", "`vaultmem compact`"):
+        with _on_full_disk("compaction", "they were kept", "`vaultmem compact`"):
             return self._compact(progress)
 
     def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
