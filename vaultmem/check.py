@@ -32,7 +32,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from datetime import date
 
-from vaultmem import fsio, index
+from vaultmem import daemonstate, fsio, index
 from vaultmem.db import NAV, atomic
 from vaultmem.errors import VaultError
 from vaultmem.ingest import extract_job, heal_intents
@@ -81,9 +81,12 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
         fixed.extend(p for p in problems if p.code == "pending_intent")
         problems = [p for p in problems if p.code != "pending_intent"]
 
+    daemon_running = daemonstate.is_running(layout)
     for tmp in fsio.stray_temp_files(layout.root):
         if ".git" in tmp.relative_to(layout.root).parts:
             continue
+        if daemon_running and daemonstate.owns_temp(layout, tmp):
+            continue  # the running daemon's status write in flight
         problem = Problem("stray_temp", layout.rel(tmp), "temp file left by an interrupted write", True)
         if fix:
             fsio.remove_file(layout.root, tmp)

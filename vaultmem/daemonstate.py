@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from vaultmem import fsio
@@ -62,6 +63,23 @@ def is_running(layout: Layout) -> bool:
     finally:
         os.close(fd)  # closing drops a lock we may have taken
     return False
+
+
+def owns_temp(layout: Layout, tmp: Path) -> bool:
+    """True for the temp file of a file only the daemon writes, outside the vault's write lock (its
+    status, the notes it read): left behind when a daemon was killed mid-write."""
+    return tmp.parent == layout.state and tmp.name.endswith(
+        (f"-{layout.daemon_status.name}", f"-{layout.watch_seen.name}")
+    )
+
+
+def remove_stale_temps(layout: Layout) -> None:
+    """Remove what a killed daemon's last status write left (only while no daemon runs)."""
+    if is_running(layout):
+        return
+    for tmp in layout.state.glob(f"{fsio.TMP_PREFIX}*"):
+        if owns_temp(layout, tmp):
+            fsio.remove_file(layout.root, tmp)
 
 
 def write_status(layout: Layout, status: dict[str, Any]) -> None:

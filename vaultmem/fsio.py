@@ -141,6 +141,41 @@ def remove_empty_dir(root: Path, path: Path) -> bool:
     return True
 
 
+def reserve_space(root: Path, path: Path, size: int) -> bool:
+    """Set ``size`` bytes of disk aside in the engine's file ``path`` (allocated, not just sized), so
+    that on a full disk ``free_reserve`` can give back enough room to tidy up (jobs returned to the
+    queue). False when there is no room for it now (nothing is kept then)."""
+    ensure_inside(root, path)
+    try:
+        if path.stat().st_size >= size:
+            return True
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return False
+    os.close(fd)
+    return True
+
+
+def free_reserve(root: Path, path: Path) -> bool:
+    """Give the space ``reserve_space`` set aside back to the disk; True when there was some."""
+    ensure_inside(root, path.parent)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def file_lock(root: Path, path: Path, timeout: float) -> FileLock:
     """A ``filelock`` whose lock file is inside the vault (a lock file symlinked elsewhere would be
     created or truncated there)."""

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from vaultmem.db import atomic
+from vaultmem.errors import DiskFull
 
 
 class JobKind(StrEnum):
@@ -257,15 +258,32 @@ class JobQueue:
                 dead.append(_row(row))
         return dead
 
-    def release_owner(self, owner: str) -> int:
-        """Give back every job leased by ``owner`` (a clean shutdown), without counting an attempt."""
+    def release_owner(self, owner: str, *, workers: bool = False) -> int:
+        """Give back every job leased by ``owner`` (a clean shutdown), without counting an attempt; with
+        ``workers``, also those of its worker threads (``owner:w0``, ``owner:w1``...)."""
         with atomic(self.conn):
             cur = self.conn.execute(
                 "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL,"
-                " attempts = max(attempts - 1, 0), updated_at = ? WHERE state = 'running' AND lease_owner = ?",
-                (self.clock(), owner),
+                " attempts = max(attempts - 1, 0), updated_at = ? WHERE state = 'running'"
+                " AND (lease_owner = ? OR (? AND substr(lease_owner, 1, ?) = ?))",
+                (self.clock(), owner, workers, len(owner) + 1, owner + ":"),
             )
             return cur.rowcount
+
+    def give_back(self, owner: str, *, workers: bool = False) -> bool:
+        """``release_owner`` on a disk that may be full: when the plain write fails, the write-ahead log
+        is emptied into the index first (that frees its blocks; it works once no other connection
+        reads), then tried again. False when even that failed: the next open gives the jobs back, their
+        process being gone by then."""
+        for attempt in range(2):
+            try:
+                if attempt:
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self.release_owner(owner, workers=workers)
+                return True
+            except (DiskFull, sqlite3.Error):
+                continue
+        return False
 
     def retry(self, job_id: int | None = None) -> int:
         """Requeue parked (or backing-off) jobs now with fresh attempts; all parked ones when no id."""

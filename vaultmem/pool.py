@@ -39,7 +39,7 @@ from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, owner_alive
 from vaultmem.layout import Layout
 from vaultmem.summarise import Summariser
 from vaultmem.topics import TopicSettings
-from vaultmem.worker import EXTRACT_BATCH, WorkReport, run_extract
+from vaultmem.worker import EXTRACT_BATCH, RESERVE_BYTES, WorkReport, run_extract
 
 POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
@@ -139,6 +139,7 @@ class Pool:
             JobQueue(conn).release_expired()
         finally:
             conn.close()
+        fsio.reserve_space(self.ctx.layout.root, self.ctx.layout.reserve, RESERVE_BYTES)
         threads = [
             threading.Thread(target=self._loop, args=(n, True, progress), name=f"vaultmem-worker-{n}")
             for n in range(self.workers)
@@ -148,6 +149,14 @@ class Pool:
         for thread in threads:
             thread.join()
         if self._disk_full is not None:
+            # Every worker's connection is closed now, so the log can be emptied if that is what it
+            # takes to give back a lease a worker could not.
+            with contextlib.suppress(DiskFull, sqlite3.Error):
+                conn = db.connect(self.ctx.layout.db)
+                try:
+                    JobQueue(conn).give_back(owner_prefix(), workers=True)
+                finally:
+                    conn.close()
             steps = len(self.report.operations)
             raise DiskFull(
                 f"{self._disk_full}, after {steps} finished step{'s' if steps != 1 else ''}"
@@ -156,6 +165,7 @@ class Pool:
 
     def start(self) -> list[threading.Thread]:
         """Run until ``stop()`` (the daemon's mode); returns the started threads."""
+        fsio.reserve_space(self.ctx.layout.root, self.ctx.layout.reserve, RESERVE_BYTES)
         threads = [
             threading.Thread(
                 target=self._loop, args=(n, False, None), name=f"vaultmem-worker-{n}", daemon=True
@@ -194,7 +204,9 @@ class Pool:
                 try:
                     self._run(conn, queue, jobs)
                 except DiskFull as exc:
-                    _give_back(queue, owner)
+                    # The space set aside is what lets the jobs go back to the queue on a full disk.
+                    fsio.free_reserve(self.ctx.layout.root, self.ctx.layout.reserve)
+                    queue.give_back(owner)
                     self._out_of_space(exc, until_idle)
                 finally:
                     with self._state:
@@ -204,7 +216,7 @@ class Pool:
                     done = self.report.jobs_done + self.report.jobs_failed
                     progress(done, done + queue.pending())
         finally:
-            _give_back(queue, owner)
+            queue.give_back(owner)
             conn.close()
 
     def _out_of_space(self, exc: DiskFull, until_idle: bool) -> None:
@@ -521,20 +533,6 @@ class Pool:
                 with ctx.lock():
                     ctx.commit(result.message)
         return True
-
-
-def _give_back(queue: JobQueue, owner: str) -> None:
-    """Return ``owner``'s leases to the queue, without using an attempt. On a full disk the write-ahead
-    log is emptied into the index first when the plain write fails (that frees its blocks); if even
-    that fails, the next open gives the jobs back (their process is gone by then)."""
-    try:
-        queue.release_owner(owner)
-        return
-    except (DiskFull, sqlite3.Error):
-        pass
-    with contextlib.suppress(DiskFull, sqlite3.Error):
-        queue.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        queue.release_owner(owner)
 
 
 def _sources_of(conn: sqlite3.Connection, ids: Sequence[str]) -> list[str]:

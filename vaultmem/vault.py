@@ -251,6 +251,7 @@ class Vault:
         if layout.writing.exists():
             with self._locked():
                 pass  # a writer died holding the lock: taking it tidies what it left
+        daemonstate.remove_stale_temps(layout)  # a daemon killed while it wrote its status
         release_dead(self.conn)
 
     def heal_compaction(self) -> list[str]:

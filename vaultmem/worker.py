@@ -7,7 +7,6 @@ its jobs failed (backoff, then parked); the loop itself never dies on a job's er
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import sqlite3
@@ -15,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from vaultmem import digest, heat, topicroute
+from vaultmem import digest, fsio, heat, topicroute
 from vaultmem.embed import Embedder
 from vaultmem.errors import DiskFull, VaultError
 from vaultmem.extract import EntityFinder, ExtractReport, extract, find_entities, reread_pending
@@ -24,6 +23,7 @@ from vaultmem.layout import Layout
 from vaultmem.topics import TopicSettings
 
 EXTRACT_BATCH = 2048  # one model call sorts more texts by length: less padding, fewer sidecar rewrites
+RESERVE_BYTES = 1 << 20  # disk set aside while jobs run, freed on a full disk to give them back
 BUSY_RETRY_S = 5.0  # a leaf whose file is being saved is looked at again this soon (not an attempt)
 
 
@@ -56,6 +56,7 @@ def drain(
     queue = JobQueue(conn)
     owner = owner_id()
     report = WorkReport()
+    fsio.reserve_space(layout.root, layout.reserve, RESERVE_BYTES)
     total = queue.pending()
     rounds = 0
     while max_rounds is None or rounds < max_rounds:
@@ -68,10 +69,8 @@ def drain(
                 conn, layout, embedder_factory, queue, jobs, report, topic_settings, finder, digest_days
             )
         except DiskFull:
-            # Not the jobs' fault: give them back (on a full disk even that may fail; then the next
-            # open does it, this process being gone).
-            with contextlib.suppress(DiskFull, sqlite3.Error):
-                queue.release_owner(owner)
+            fsio.free_reserve(layout.root, layout.reserve)  # room to give the jobs back (not their fault)
+            queue.give_back(owner)
             raise
         if progress is not None:
             progress(report.jobs_done + report.jobs_failed, max(total, report.jobs_done + report.jobs_failed))
