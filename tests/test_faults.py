@@ -347,7 +347,9 @@ def small_disk(path: Path, size: str) -> Iterator[Path]:
     path.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
     try:
@@ -388,7 +390,10 @@ def used(disk: Path) -> int:
 
 @pytest.mark.parametrize("first_batch_fits", [False, True])
 def test_disk_full_during_ingest_is_one_line_and_heals(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, first_batch_fits: bool
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    first_batch_fits: bool,
 ) -> None:
     monkeypatch.setattr("vaultmem.vault.BATCH_MESSAGES", BATCH)  # several batches from a small export
     with small_disk(tmp_path / "disk", "16m") as disk:

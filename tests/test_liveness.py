@@ -180,7 +180,9 @@ def test_jobs_of_a_killed_process_go_back_to_the_queue_on_open(
     v = cli_vault(tmp_path, capsys)
     export = write_json(tmp_path / "slack.json", slack_export(5))
     assert run(["ingest", str(export), "--vault", str(v)], capsys)[0] == 0
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     with Vault.open(v, embedder=FakeEmbedder()) as vault:
         assert len(vault.jobs.claim(f"{socket.gethostname()}:{int(gone.stdout)}:w0", limit=100)) == 5
         # And one leased on another machine whose lease ran out long ago.

@@ -430,7 +430,7 @@ def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute(f"ROLLBACK TO {name}")
                 conn.execute(f"RELEASE {name}")
-            if is_disk_full(exc, _db_path(conn)):
+            if isinstance(exc, sqlite3.OperationalError) and is_disk_full(exc, _db_path(conn)):
                 raise _full(exc) from exc
             raise
         conn.execute(f"RELEASE {name}")
@@ -443,6 +443,6 @@ def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         if conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-        if is_disk_full(exc, _db_path(conn)):
+        if isinstance(exc, sqlite3.OperationalError) and is_disk_full(exc, _db_path(conn)):
             raise _full(exc) from exc
         raise

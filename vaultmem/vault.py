@@ -505,7 +505,7 @@ class Vault:
         storage = 0
         index_bytes = 0
         for p in self.layout.root.rglob("*"):
-            if p.is_file() and not p.is_symlink():
+            if p.is_file() and not p.is_symlink() and p != self.layout.reserve:
                 size = p.stat().st_size
                 if self.layout.state in p.parents:
                     index_bytes += size
