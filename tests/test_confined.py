@@ -56,38 +56,27 @@ def _one_line_refusal(code: int, err: str) -> None:
     assert lines[0].startswith("vaultmem: error: refusing to write") and "outside the vault" in lines[0]
 
 
-def test_ingest_into_a_symlinked_source_folder_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("linked", ["sources/chat", "sources/chat/_fresh"])
+def test_ingest_into_a_symlinked_folder_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], linked: str
 ) -> None:
     v = _vault(tmp_path, capsys)
-    outside = tmp_path / "dropbox-chat"
-    outside.mkdir()
-    (v / "sources" / "chat").symlink_to(outside)
-    code, _out, err = run(["ingest", str(_export(tmp_path)), "--source", "chat", "--vault", str(v)], capsys)
-    _one_line_refusal(code, err)
-    assert _tree(outside) == {} and not any(outside.iterdir())  # not even the _fresh/ folder
-    code, out, _ = run(["ls", "--vault", str(v), "--json"], capsys)
-    assert json.loads(out) == []  # nothing indexed either
-    code, out, _ = run(["check", "--vault", str(v), "--json"], capsys)
-    assert [p["code"] for p in json.loads(out)["problems"]] == ["outside_link"]
-
-
-def test_ingest_into_a_symlinked_fresh_folder_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    v = _vault(tmp_path, capsys)
-    outside = tmp_path / "elsewhere"
+    outside = tmp_path / "dropbox"
     outside.mkdir()
     (outside / "keep.md").write_text("# mine\n", encoding="utf-8")
-    (v / "sources" / "chat").mkdir()
-    (v / "sources" / "chat" / "_fresh").symlink_to(outside)
+    (v / linked).parent.mkdir(parents=True, exist_ok=True)
+    (v / linked).symlink_to(outside)
     before = _tree(outside)
     code, _out, err = run(
         ["ingest", str(_export(tmp_path)), "--source", "chat", "--wait", "--vault", str(v)], capsys
     )
     _one_line_refusal(code, err)
-    assert _tree(outside) == before
+    assert _tree(outside) == before and sorted(p.name for p in outside.iterdir()) == ["keep.md"]
+    code, out, _ = run(["ls", "--vault", str(v), "--json"], capsys)
+    assert json.loads(out) == []  # nothing indexed either
     assert not list((v / ".vaultmem" / "intent").glob("*.json"))  # no half batch left to heal
+    code, out, _ = run(["check", "--vault", str(v), "--json"], capsys)
+    assert [p["code"] for p in json.loads(out)["problems"]] == ["outside_link"]
 
 
 def test_a_symlinked_lock_file_is_never_created_or_truncated(
