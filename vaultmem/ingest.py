@@ -23,8 +23,8 @@ from vaultmem.chunker import chunk_message
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
 from vaultmem.jobs import JobKind, JobQueue, NewJob
-from vaultmem.layout import Layout
-from vaultmem.model import Leaf, Message, Status, format_ts, safe_name
+from vaultmem.layout import SOURCES, Layout
+from vaultmem.model import Leaf, Message, Status, format_ts, portable_name, safe_name
 from vaultmem.redact import redact
 from vaultmem.scoring import FastScorer
 from vaultmem.summaryfile import SummaryNode, parse_summary
@@ -94,6 +94,30 @@ def build_leaves(
                 )
             )
     return leaves
+
+
+def check_new_sources(layout: Layout, sources: Iterable[str]) -> None:
+    """Refuse source names that would not be one folder of their own on every file system.
+
+    A source whose folder exists is taken as it is. A new one must be a ``portable_name`` and must not
+    differ only in case from an existing source or another new one (``Mail`` next to ``mail`` would be
+    one folder on macOS and Windows). Raises InvalidInput naming the name to use instead."""
+    root = layout.root / SOURCES
+    try:
+        folders = [p.name for p in root.iterdir() if p.is_dir()]
+    except FileNotFoundError:
+        folders = []
+    taken = {name.casefold(): name for name in folders}
+    for name in sorted(set(sources)):
+        if name in folders:
+            continue
+        portable_name(name)
+        other = taken.setdefault(name.casefold(), name)
+        if other != name:
+            raise InvalidInput(
+                f"source name {name!r} differs from the source {other!r} only in case; on macOS and "
+                f"Windows both would be one folder: use {other!r}"
+            )
 
 
 def extract_job(leaf_id: str) -> NewJob:

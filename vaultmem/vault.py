@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -74,6 +73,7 @@ from vaultmem.ingest import (
     IngestReport,
     Progress,
     build_leaves,
+    check_new_sources,
     extract_job,
     heal_intents,
     read_summary_file,
@@ -83,7 +83,17 @@ from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
-from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name, slugify_name, utc
+from vaultmem.mailthread import thread_messages
+from vaultmem.model import (
+    Leaf,
+    Message,
+    Status,
+    check_node_id,
+    default_source_name,
+    parse_ts,
+    safe_name,
+    utc,
+)
 from vaultmem.pool import Pool, PoolReport, WorkContext, release_dead
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.reindex import ReindexReport, reindex
@@ -358,6 +368,8 @@ class Vault:
         )
 
     def _ingest(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+        check_new_sources(self.layout, {m.source for m in messages})
+        messages = thread_messages(messages, lambda source: index.known_emails(self.conn, source))
         report = IngestReport()
         total = len(messages)
         for start in range(0, total, BATCH_MESSAGES):
@@ -749,7 +761,7 @@ class Vault:
         messages: list[Message] = []
         for rel in rels:
             top = rel.split("/", 1)[0] if "/" in rel else "notes"
-            source = safe_name(re.sub(r"\.{2,}", ".", slugify_name(top, fallback="notes")))
+            source = default_source_name(top, fallback="notes")
             try:
                 result = read_path(self.layout.abs(rel), source=source, max_bytes=self.config.max_file_bytes)
             except InvalidInput as exc:
