@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -204,17 +205,37 @@ def test_jobs_of_a_killed_process_go_back_to_the_queue_on_open(
 def test_kill_between_status_files_and_rows_heals_on_reopen(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    v = cli_vault(tmp_path, capsys)
+    base = cli_vault(tmp_path, capsys, name="base")
     export = write_json(tmp_path / "slack.json", slack_export(1200))
-    assert run(["ingest", str(export), "--vault", str(v)], capsys)[0] == 0
+    assert run(["ingest", str(export), "--vault", str(base)], capsys)[0] == 0
+    for attempt in range(3):  # the lock is taken once the vectors commit: rarely after the rows too
+        v = tmp_path / f"v{attempt}"
+        shutil.copytree(base, v)
+        if _kill_between_files_and_rows(v):
+            break
+    else:
+        pytest.fail("three times the rows committed before the write lock could be taken")
+    code, out, _ = run(["check", "--vault", str(v)], capsys)  # no --fix: opening heals it
+    assert code == 0, out
+    code, out, _ = run(["ls", "--vault", str(v), "--status", "admitted", "--json"], capsys)
+    assert len(json.loads(out)) == len(leaf_files(v))
+    code, out, err = run(["compact", "--vault", str(v)], capsys)
+    assert code == 0, err
+    assert "changed by hand" not in out  # the engine's own write is not taken for a person's
+    assert run(["check", "--vault", str(v)], capsys)[0] == 0
+
+
+def _kill_between_files_and_rows(v: Path) -> bool:
+    """Run the queue, hold it between the leaves' rewritten files and their rows, kill it there. True
+    when it was held there (files admitted, rows still pending)."""
     files = leaf_files(v)
-    db = sqlite3.connect(v / ".vaultmem" / "chunks.db", timeout=0.2, isolation_level=None)
+    db = sqlite3.connect(v / ".vaultmem" / "chunks.db", timeout=0, isolation_level=None)
     proc = cli_process("jobs", "--run", "--vault", str(v))
     try:
-        # The vectors commit just before the leaves' files are rewritten; taking the write lock then
-        # holds the worker between its files and its rows, where the kill lands.
+        # The vectors commit just before the leaves' files are rewritten; holding the write lock from
+        # then on stops the worker between its files and its rows, where the kill lands.
         wait_for(lambda: db.execute("SELECT count(*) FROM vectors").fetchone()[0] > 0, "the vectors")
-        db.execute("BEGIN IMMEDIATE")
+        wait_for(lambda: _begin(db), "the write lock")
         wait_for(lambda: all(says(f, "admitted") for f in files), "every leaf file to say admitted")
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
@@ -225,40 +246,33 @@ def test_kill_between_status_files_and_rows_heals_on_reopen(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert pending == len(files)  # the kill landed after the files, before the rows
-    code, out, _ = run(["check", "--vault", str(v)], capsys)  # no --fix: opening heals it
-    assert code == 0, out
-    code, out, _ = run(["ls", "--vault", str(v), "--status", "admitted", "--json"], capsys)
-    assert len(json.loads(out)) == len(files)
-    code, out, err = run(["compact", "--vault", str(v)], capsys)
-    assert code == 0, err
-    assert "changed by hand" not in out  # the engine's own write is not taken for a person's
-    assert run(["check", "--vault", str(v)], capsys)[0] == 0
+    return bool(pending == len(files))
+
+
+def _begin(db: sqlite3.Connection) -> bool:
+    try:
+        db.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError:  # a worker holds it for a moment (a claim, a commit)
+        return False
+    return True
 
 
 @pytest.mark.slow
 def test_an_editor_saving_a_leaf_while_sealing_leaves_only_that_leaf_out(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    v = cli_vault(tmp_path, capsys)
+    base = cli_vault(tmp_path, capsys, name="base")
     export = write_json(tmp_path / "chat.json", topic_records(25))
-    assert run(["ingest", str(export), "--vault", str(v), "--source", "chat"], capsys)[0] == 0
-    oldest = min(leaf_files(v), key=lambda p: p.name)
-    backup = oldest.with_name(oldest.name + "~")
-    proc = cli_process("compact", "--vault", str(v))
-    try:
-        # Vim-style save (rename to a backup, write anew) of the oldest leaf, begun once it is admitted:
-        # the compaction that follows seals a buffer this leaf is part of.
-        wait_for(lambda: says(oldest, "admitted"), "the oldest leaf to be admitted")
-        os.rename(oldest, backup)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    oldest.write_text(backup.read_text(encoding="utf-8").replace(" again.", " again!"), encoding="utf-8")
-    backup.unlink()
-    assert proc.returncode == 0, err
+    assert run(["ingest", str(export), "--vault", str(base), "--source", "chat"], capsys)[0] == 0
+    for attempt in range(3):  # the save begins once the leaf is admitted: rarely after the seal too
+        v = tmp_path / f"v{attempt}"
+        shutil.copytree(base, v)
+        saved = _save_while_compacting(v)
+        if saved is not None:
+            break
+    else:
+        pytest.fail("three times the seal ran before the editor's save began")
+    oldest, out = saved
     assert "jobs failed" not in out, out
     assert f"sealed {100 - 8 - 1} leaves" in out, out  # all but the fresh tail and the one being saved
     assert oldest.name in out  # the note says which leaf was left out
@@ -268,3 +282,27 @@ def test_an_editor_saving_a_leaf_while_sealing_leaves_only_that_leaf_out(
     assert run(["check", "--vault", str(v)], capsys)[0] == 0
     code, out, _ = run(["ls", "--vault", str(v), "--json"], capsys)
     assert len(json.loads(out)) == 100
+
+
+def _save_while_compacting(v: Path) -> tuple[Path, str] | None:
+    """Compact while an editor saves the oldest leaf the way vim does (rename it to a backup, write it
+    anew), begun once the leaf is admitted. Returns the leaf and compact's output; None when the seal
+    had already moved the leaf."""
+    oldest = min(leaf_files(v), key=lambda p: p.name)
+    backup = oldest.with_name(oldest.name + "~")
+    proc = cli_process("compact", "--vault", str(v))
+    try:
+        wait_for(lambda: says(oldest, "admitted"), "the oldest leaf to be admitted")
+        try:
+            os.rename(oldest, backup)
+        except FileNotFoundError:
+            return None
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    oldest.write_text(backup.read_text(encoding="utf-8").replace(" again.", " again!"), encoding="utf-8")
+    backup.unlink()
+    assert proc.returncode == 0, err
+    return oldest, out

@@ -370,14 +370,14 @@ class Pool:
         ctx = self.ctx
         with self._source_lock(source):
             embedder = ctx.embedder()
-            moved = False
+            applied: list[str] = []  # the steps of every attempt (one refused midway counts too)
             for attempt in range(1, REPLAN_TRIES + 1):
                 state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
                 planner = Planner(
                     conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive"
                 )
                 try:
-                    moved = self._seal_steps(planner, state, embedder, force, heartbeat) or moved
+                    self._seal_steps(planner, state, embedder, force, heartbeat, applied)
                 except ConflictError as exc:
                     if attempt == REPLAN_TRIES:
                         raise
@@ -386,7 +386,7 @@ class Pool:
                 finally:
                     self.report.say(notes=planner.skipped)
                 break
-            if moved:
+            if applied:
                 with ctx.lock():
                     pruned = prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
                     if pruned and ctx.commit is not None:
@@ -399,9 +399,10 @@ class Pool:
         embedder: Embedder,
         force: bool,
         heartbeat: Callable[[], None] | None,
-    ) -> bool:
-        """Apply the seal steps, then the condensation steps, of one plan. True when any step ran."""
-        moved = False
+        applied: list[str],
+    ) -> None:
+        """Apply the seal steps, then the condensation steps, of one plan (each one's message is added
+        to ``applied`` as it is made durable)."""
         # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
         # between steps; each step's writes are guarded by the hashes it read.
         for steps in (planner.seal(state, force=force), planner.condense(state)):
@@ -410,11 +411,10 @@ class Pool:
                     op = next(steps, None)
                     if op is None:
                         break
-                    self._apply(conn=planner.conn, op=op, embedder=embedder)
-                moved = True
+                    self._apply(planner.conn, op, embedder)
+                applied.append(op.message)
                 if heartbeat is not None:
                     heartbeat()
-        return moved
 
     def _source_lock(self, source: str) -> threading.Lock:
         with self._state:
