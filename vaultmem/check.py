@@ -17,6 +17,15 @@ Invariants:
 - ``stale_unqueued``   a stale summary without its re-summarise job        (fix: queue it)
 - ``dangling_link``    a topic or digest links a leaf that is gone         (fix: queue its re-route or
                        re-digest; ``vaultmem compact`` or the daemon runs it)
+- ``secret_in_file``   a Markdown file holds a secret (typed by hand: the engine never writes one); the
+                       index and everything derived have it redacted and git leaves the file out.
+                       Names the file and the kinds, never the secret. Not fixed by ``--fix`` (the
+                       file is the person's); ``--fix --redact`` rewrites it with the secrets replaced
+                       (guarded by the hash read, keys without a secret kept byte for byte)
+- ``bad_sidecar``      an ``_embeddings.json`` that cannot be read          (fix: rewrite it from the index's
+                       vectors; leaves the index has no vector for are queued to be embedded)
+- ``damaged_index``    chunks.db fails ``PRAGMA quick_check`` (found by ``Vault.check``; fix: move it aside
+                       and rebuild it from the files)
 
 Stuck work (the queue is in chunks.db, so these are index-side too):
 - ``parked_job``       a job gave up after its attempts; nothing retries it  (fix: requeue it with fresh
@@ -31,16 +40,20 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 from datetime import date
+from pathlib import PurePosixPath
 
-from vaultmem import daemonstate, fsio, index
+import numpy as np
+
+from vaultmem import daemonstate, fsio, index, sidecar
 from vaultmem.db import NAV, atomic
-from vaultmem.errors import VaultError
+from vaultmem.errors import ConflictError, VaultError
 from vaultmem.ingest import extract_job, heal_intents
 from vaultmem.jobs import Job, JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
-from vaultmem.layout import DB_NAME, SOURCES, STATE_DIR, Layout
+from vaultmem.layout import DB_NAME, RESERVED_TOP, SIDECAR_NAME, SOURCES, STATE_DIR, Layout
 from vaultmem.leaffile import id_from_filename
+from vaultmem.mdfile import redact_document
 from vaultmem.reindex import read_vault
-from vaultmem.scan import scan
+from vaultmem.scan import ScanEntry, scan
 from vaultmem.summaryfile import parse_summary
 from vaultmem.treeops import pending_notes
 
@@ -64,7 +77,17 @@ class CheckReport:
         return not self.problems
 
 
-def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool = False) -> CheckReport:
+def check(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    max_bytes: int,
+    *,
+    fix: bool = False,
+    redact: bool = False,
+    model: str | None = None,
+    dim: int = 0,
+) -> CheckReport:
+    """Every invariant; ``model`` and ``dim`` (the configured embedder's) let the sidecars be checked."""
     problems: list[Problem] = []
     fixed: list[Problem] = []
 
@@ -95,6 +118,9 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
             problems.append(problem)
 
     result = scan(layout)
+    # First, so that files rewritten redacted are read back below as they now are.
+    for problem, rewritten in _secrets(layout, result.entries, max_bytes, rewrite=fix and redact):
+        (fixed if rewritten else problems).append(problem)
     for rel in result.outside_links:
         problems.append(Problem("outside_link", rel, "symlink points outside the vault; remove it", False))
 
@@ -153,6 +179,9 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
         problems.extend(refresh_problems + orphan_problems + stale_problems)
         if fts_problem is not None:
             problems.append(fts_problem)
+    if model is not None:
+        for problem in _sidecar_problems(conn, layout, model, dim, fix=fix):
+            (fixed if fix else problems).append(problem)
     dangling = _dangling_links(conn, layout, max_bytes, fix=fix)
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
@@ -226,6 +255,43 @@ def _job_path(conn: sqlite3.Connection, job: Job) -> str:
     return f"{STATE_DIR}/{DB_NAME} (jobs)"
 
 
+def _secrets(
+    layout: Layout, entries: tuple[ScanEntry, ...], max_bytes: int, *, rewrite: bool
+) -> list[tuple[Problem, bool]]:
+    """A ``secret_in_file`` problem for every Markdown file holding a secret, and whether it was
+    rewritten redacted (``rewrite``: only when the file is still what was read)."""
+    out: list[tuple[Problem, bool]] = []
+    for entry in entries:
+        path = layout.abs(entry.rel)
+        try:
+            text, digest = fsio.read_text_guarded(path, max_bytes)
+            clean, kinds = redact_document(text, where=entry.rel)
+        except (OSError, VaultError):
+            continue  # unreadable or invalid files are reported as such below
+        if not kinds:
+            continue
+        what = ", ".join(kinds)
+        if rewrite:
+            try:
+                fsio.atomic_write(path, clean.encode("utf-8"), root=layout.root, expected=digest)
+            except ConflictError:
+                pass  # changed since it was read: reported, rewritten next time
+            else:
+                out.append(
+                    (
+                        Problem("secret_in_file", entry.rel, f"secret ({what}) replaced in the file", True),
+                        True,
+                    )
+                )
+                continue
+        message = (
+            f"holds a secret ({what}); it is redacted in the index and everything derived, and git leaves "
+            "the file uncommitted; `vaultmem check --fix --redact` rewrites it with the secret replaced"
+        )
+        out.append((Problem("secret_in_file", entry.rel, message, False), False))
+    return out
+
+
 def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool) -> list[Problem]:
     """Wikilinks of topic and digest nodes name leaves by file name; each must still be a leaf. A node
     whose rewrite is already queued is not a problem; ``fix`` queues the rewrite."""
@@ -260,6 +326,41 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
     return out
 
 
+def _sidecar_problems(
+    conn: sqlite3.Connection, layout: Layout, model: str, dim: int, *, fix: bool
+) -> list[Problem]:
+    """Sidecars that cannot be read (another model's is not a problem: the vault re-embeds for its own).
+    ``fix`` rewrites one from the index's vectors and queues the leaves that have none to be embedded."""
+    out: list[Problem] = []
+    found = (p for top in RESERVED_TOP for p in (layout.root / top).glob(f"**/{SIDECAR_NAME}"))
+    for path in sorted(found):
+        rel_dir = layout.rel(path.parent)
+        current = sidecar.read(path.parent, model, dim)
+        if current.problem is None or not current.problem.startswith("corrupt"):
+            continue
+        out.append(
+            Problem("bad_sidecar", layout.rel(path), f"{current.problem}; its vectors are rebuilt", True)
+        )
+        if fix:
+            rows = conn.execute(
+                "SELECT c.id, c.path, v.content_hash, v.vec FROM chunks c"
+                " LEFT JOIN vectors v ON v.id = c.id AND v.model = ? AND v.content_hash = c.content_hash"
+                " WHERE c.path >= ? AND c.path < ?",
+                (model, *index.prefix_range(f"{rel_dir}/")),
+            ).fetchall()
+            mine = [r for r in rows if "/" not in r["path"][len(rel_dir) + 1 :]]
+            put = {
+                PurePosixPath(r["path"]).name: sidecar.Entry.of(
+                    r["content_hash"], np.frombuffer(r["vec"], dtype="<f4").astype(np.float32)
+                )
+                for r in mine
+                if r["vec"] is not None
+            }
+            sidecar.update(layout.state, path.parent, model, dim, put)
+            JobQueue(conn).enqueue_many(extract_job(r["id"]) for r in mine if r["vec"] is None)
+    return out
+
+
 def _repair_job(entity: str | None, rel: str) -> NewJob | None:
     """The job that rewrites a topic or digest node from the index (None for a week or a month)."""
     if entity:
@@ -287,7 +388,10 @@ def _fts_problem(conn: sqlite3.Connection) -> Problem | None:
         for table in _FTS_TABLES:
             conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
     except sqlite3.DatabaseError as exc:
-        return Problem("fts_mismatch", ".vaultmem/chunks.db", f"FTS index corrupt: {exc}", True)
+        # FTS5 runs its integrity check as a write statement: an index opened read-only (a read-only
+        # vault) cannot run it, and is then checked by the row counts below only.
+        if "readonly" not in str(exc):
+            return Problem("fts_mismatch", ".vaultmem/chunks.db", f"FTS index corrupt: {exc}", True)
     nav = NAV.format(row="c")
     for table in _FTS_TABLES:
         # Topic and digest rows live in the fts_nav_* tables, every other row in the others.

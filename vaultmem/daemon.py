@@ -22,9 +22,9 @@ from typing import Any
 from vaultmem import daemonstate, fsio
 from vaultmem.db import connect
 from vaultmem.index import prefix_range
-from vaultmem.jobs import JobKind, JobQueue, NewJob
+from vaultmem.jobs import JobKind, NewJob, reclaim
 from vaultmem.model import format_ts
-from vaultmem.pool import Pool, release_dead
+from vaultmem.pool import Pool
 from vaultmem.reconcile import PathsReport, Stamp
 from vaultmem.vault import Vault
 from vaultmem.watch import QUIET_S, Debouncer, Watcher, expand
@@ -199,8 +199,7 @@ class Daemon:
             self._warn(*self.watcher.warnings)
             conn = connect(self.layout.db)
             try:
-                release_dead(conn)  # jobs of a daemon killed by -9 go back to the queue
-                JobQueue(conn).release_expired()
+                reclaim(conn)  # jobs of a daemon killed by -9 go back to the queue
             finally:
                 conn.close()
             self.vault.remove_stray_temps()  # a daemon killed mid-write leaves them

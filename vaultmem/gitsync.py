@@ -9,6 +9,12 @@ It never writes to the vault's files (git only touches ``.git/``; this module on
 writes git config (identity and hook settings go on the command line), never runs the user's hooks,
 never commits ignored files, and never resets, checks out, pushes or pulls. A failed commit raises
 ``GitError`` and leaves the vault exactly as it was.
+
+It never commits a secret: every file about to be committed with content git has not seen in this
+commit's own deletions (a moved file is not read again) is screened (``secret_kinds``); one that holds
+a secret (a person typed it into a leaf or a note) is unstaged and left out of the commit, and
+``CommitResult.held`` names it. That is the only way a file is kept out; the index of the repository
+changes no other way.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from typing import TYPE_CHECKING
 
 from vaultmem import fsio
 from vaultmem.errors import GitError, UnsafePath
-from vaultmem.layout import STATE_DIR
+from vaultmem.layout import SIDECAR_NAME, STATE_DIR
+from vaultmem.redact import redact
 
 if TYPE_CHECKING:
     from git import Repo
@@ -42,15 +49,38 @@ class CommitResult:
     message: str
     files: int  # paths changed in the commit (a move counts its old and its new path)
     notes: tuple[str, ...] = ()
+    held: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (path, secret kinds) left uncommitted
+
+
+def secret_kinds(path: Path) -> tuple[str, ...]:
+    """The kinds of secret in the file at ``path`` (text files; () when none, binary or unreadable).
+    Embedding sidecars hold base64 vectors, which look random by design: they are the engine's."""
+    if path.name == SIDECAR_NAME:
+        return ()
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ()
+    if b"\x00" in data[:8192]:
+        return ()
+    return redact(data.decode("utf-8", errors="replace")).kinds
 
 
 class GitRecorder:
     """Records vault operations as commits in the vault's own git repository."""
 
-    def __init__(self, root: Path, *, stale_lock_s: float = 10.0, lock_wait_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        stale_lock_s: float = 10.0,
+        lock_wait_s: float = 2.0,
+        screen: Callable[[Path], tuple[str, ...]] = secret_kinds,
+    ) -> None:
         self.root = Path(root).absolute()
         self.stale_lock_s = stale_lock_s
         self.lock_wait_s = lock_wait_s
+        self.screen = screen  # the secret kinds in a file about to be committed
 
     # -- public ------------------------------------------------------------------------------------
     def ensure_repo(self) -> list[str]:
@@ -92,10 +122,15 @@ class GitRecorder:
                 spec = ["--", *add_specs] if wanted is not None else []
                 self._with_index_lock(repo, notes, lambda: repo.git.add("-A", *spec))
             spec = ["--", *commit_specs] if wanted is not None else []
+            held = self._hold_back_secrets(repo, notes, spec)
             staged = repo.git.diff("--cached", "--name-only", "--no-renames", "-z", *spec)
-            changed = [p for p in staged.split("\0") if p]
+            changed = [p for p in staged.split("\0") if p and p not in held]
+            if held and wanted is not None:
+                # `git commit -- <paths>` takes the work tree's content of those paths: name only the
+                # files that may go in, so a held file under a named folder stays out.
+                spec = ["--", *changed]
             if not changed:
-                return CommitResult(None, message, 0, tuple(notes))
+                return CommitResult(None, message, 0, tuple(notes), tuple(held.items()))
             options = [f"core.hooksPath={os.devnull}", *self._missing_identity(repo)]
             self._with_index_lock(
                 repo,
@@ -104,7 +139,7 @@ class GitRecorder:
                     "-q", "--no-verify", "--no-gpg-sign", "--cleanup=whitespace", "-m", message, *spec
                 ),
             )
-            return CommitResult(_head(repo), message, len(changed), tuple(notes))
+            return CommitResult(_head(repo), message, len(changed), tuple(notes), tuple(held.items()))
 
     def head(self) -> str | None:
         """The current commit, or None when there is no repository or no commit yet."""
@@ -218,6 +253,29 @@ class GitRecorder:
                 )
         add = [p for p in wanted if p not in missing or p in in_index]
         return add, [p for p in wanted if p not in missing or p in in_index or p in in_head]
+
+    def _hold_back_secrets(self, repo: Repo, notes: list[str], spec: list[str]) -> dict[str, tuple[str, ...]]:
+        """Unstage every staged file that holds a secret; return them with the kinds found.
+
+        Only content new to this commit is read: a file whose blob is also one this commit deletes
+        was moved (compaction moves leaves without changing a byte) and was screened when it came in."""
+        raw = repo.git.diff("--cached", "--raw", "--no-renames", "--no-abbrev", "-z", *spec)
+        fields = raw.split("\0")
+        entries = []
+        for header, path in zip(fields[0::2], fields[1::2], strict=False):
+            parts = header.split()
+            if len(parts) >= 5 and path:
+                entries.append((parts[3], parts[4][:1], parts[2], path))
+        gone = {old for _new, status, old, _ in entries if status == "D"}
+        held: dict[str, tuple[str, ...]] = {}
+        for new, status, _old, path in entries:
+            if status in "AMT" and new not in gone:
+                kinds = self.screen(self.root / path)
+                if kinds:
+                    held[path] = kinds
+        if held:
+            self._with_index_lock(repo, notes, lambda: repo.git.reset("-q", "--", *held))
+        return held
 
     # -- index.lock --------------------------------------------------------------------------------
     def _with_index_lock(self, repo: Repo, notes: list[str], run: Callable[[], object]) -> None:

@@ -258,28 +258,39 @@ class JobQueue:
                 dead.append(_row(row))
         return dead
 
-    def release_owner(self, owner: str, *, workers: bool = False) -> int:
-        """Give back every job leased by ``owner`` (a clean shutdown), without counting an attempt; with
-        ``workers``, also those of its worker threads (``owner:w0``, ``owner:w1``...)."""
+    def release_owner(self, owner: str) -> int:
+        """Give back every job leased by ``owner`` (a clean shutdown), without counting an attempt."""
         with atomic(self.conn):
             cur = self.conn.execute(
                 "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL,"
-                " attempts = max(attempts - 1, 0), updated_at = ? WHERE state = 'running'"
-                " AND (lease_owner = ? OR (? AND substr(lease_owner, 1, ?) = ?))",
-                (self.clock(), owner, workers, len(owner) + 1, owner + ":"),
+                " attempts = max(attempts - 1, 0), updated_at = ? WHERE state = 'running' AND lease_owner = ?",
+                (self.clock(), owner),
             )
             return cur.rowcount
 
-    def give_back(self, owner: str, *, workers: bool = False) -> bool:
-        """``release_owner`` on a disk that may be full: when the plain write fails, the write-ahead log
-        is emptied into the index first (that frees its blocks; it works once no other connection
-        reads), then tried again. False when even that failed: the next open gives the jobs back, their
-        process being gone by then."""
+    def release_process(self, prefix: str) -> int:
+        """Give back every job leased by the process ``prefix`` (``host:pid``) or its worker threads
+        (``host:pid:wN``): what an interrupted command does before it exits."""
+        with atomic(self.conn):
+            cur = self.conn.execute(
+                "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL,"
+                " attempts = max(attempts - 1, 0), updated_at = ?"
+                " WHERE state = 'running' AND (lease_owner = ? OR substr(lease_owner, 1, ?) = ?)",
+                (self.clock(), prefix, len(prefix) + 1, prefix + ":"),
+            )
+            return cur.rowcount
+
+    def give_back(self, owner: str, *, process: bool = False) -> bool:
+        """``release_owner`` (``release_process`` with ``process``) on a disk that may be full: when the
+        plain write fails, the write-ahead log is emptied into the index first (that frees its blocks
+        once no other connection reads), then it is tried again. False when even that failed: the next
+        open gives the jobs back, their process being gone by then."""
+        release = self.release_process if process else self.release_owner
         for attempt in range(2):
             try:
                 if attempt:
                     self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                self.release_owner(owner, workers=workers)
+                release(owner)
                 return True
             except (DiskFull, sqlite3.Error):
                 continue
@@ -319,3 +330,21 @@ class JobQueue:
         """Jobs that still have to run (queued or running; parked ones need a person)."""
         row = self.conn.execute("SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')").fetchone()
         return int(row[0])
+
+
+def process_owner() -> str:
+    """The lease owner of this process: ``host:pid`` (worker threads add ``:wN``)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def release_dead(conn: sqlite3.Connection) -> int:
+    """Requeue jobs leased by a process of this host that no longer exists (killed, crashed)."""
+    queue = JobQueue(conn)
+    dead = {str(job.lease_owner) for job in queue.dead_leases() if owner_alive(job.lease_owner) is False}
+    return sum(queue.release_owner(owner) for owner in sorted(dead))
+
+
+def reclaim(conn: sqlite3.Connection) -> int:
+    """Before running jobs: take back those of dead processes of this host and those whose lease
+    expired (a worker on another host died), so no job waits out a dead worker's lease."""
+    return release_dead(conn) + JobQueue(conn).release_expired()

@@ -10,8 +10,6 @@ on one. LLM calls happen inside summarisers, capped by the semaphore they were b
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import sqlite3
 import threading
 import time
@@ -35,7 +33,7 @@ from vaultmem.compact import (
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, DiskFull
 from vaultmem.extract import EntityFinder, find_entities
-from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, owner_alive
+from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, process_owner, reclaim
 from vaultmem.layout import Layout
 from vaultmem.summarise import Summariser
 from vaultmem.topics import TopicSettings
@@ -98,17 +96,6 @@ class PoolReport:
             self.notes.extend(notes)
 
 
-def owner_prefix() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def release_dead(conn: sqlite3.Connection) -> int:
-    """Requeue jobs leased by a process of this host that no longer exists (killed, crashed)."""
-    queue = JobQueue(conn)
-    dead = {str(job.lease_owner) for job in queue.dead_leases() if owner_alive(job.lease_owner) is False}
-    return sum(queue.release_owner(owner) for owner in sorted(dead))
-
-
 class Pool:
     """``workers`` threads running jobs; ``run_until_idle`` returns when nothing is left to do."""
 
@@ -135,26 +122,37 @@ class Pool:
         queue) and is raised as ``DiskFull`` saying how many steps finished and were kept."""
         conn = db.connect(self.ctx.layout.db)
         try:
-            release_dead(conn)
-            JobQueue(conn).release_expired()
+            reclaim(conn)
         finally:
             conn.close()
         fsio.reserve_space(self.ctx.layout.root, self.ctx.layout.reserve, RESERVE_BYTES)
+        # Daemon threads: after an interrupt the process exits at once instead of waiting for a step.
         threads = [
-            threading.Thread(target=self._loop, args=(n, True, progress), name=f"vaultmem-worker-{n}")
+            threading.Thread(
+                target=self._loop, args=(n, True, progress), name=f"vaultmem-worker-{n}", daemon=True
+            )
             for n in range(self.workers)
         ]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        try:
+            for thread in threads:
+                thread.join()
+        except BaseException:  # Ctrl-C: no new claims, and this process's jobs go back to the queue now
+            self.stop()
+            conn = db.connect(self.ctx.layout.db)
+            try:
+                JobQueue(conn).release_process(process_owner())
+            finally:
+                conn.close()
+            raise
         if self._disk_full is not None:
             # Every worker's connection is closed now, so the log can be emptied if that is what it
             # takes to give back a lease a worker could not.
             with contextlib.suppress(DiskFull, sqlite3.Error):
                 conn = db.connect(self.ctx.layout.db)
                 try:
-                    JobQueue(conn).give_back(owner_prefix(), workers=True)
+                    JobQueue(conn).give_back(process_owner(), process=True)
                 finally:
                     conn.close()
             steps = len(self.report.operations)
@@ -179,7 +177,7 @@ class Pool:
     # -- the loop ------------------------------------------------------------------------------------
     def _loop(self, n: int, until_idle: bool, progress: Callable[[int, int], None] | None) -> None:
         conn = db.connect(self.ctx.layout.db)
-        owner = f"{owner_prefix()}:w{n}"
+        owner = f"{process_owner()}:w{n}"
         queue = JobQueue(conn)
         try:
             while not self._stop.is_set():

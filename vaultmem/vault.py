@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -41,7 +41,7 @@ from vaultmem import (
 )
 from vaultmem.canon import read_path
 from vaultmem.canon_chat import messages_from_records
-from vaultmem.check import CheckReport, check
+from vaultmem.check import CheckReport, Problem, check
 from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context, assemble
@@ -79,7 +79,7 @@ from vaultmem.ingest import (
     read_summary_file,
     write_leaves,
 )
-from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
+from vaultmem.jobs import JobKind, JobQueue, NewJob, release_dead, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
@@ -94,8 +94,9 @@ from vaultmem.model import (
     safe_name,
     utc,
 )
-from vaultmem.pool import Pool, PoolReport, WorkContext, release_dead
+from vaultmem.pool import Pool, PoolReport, WorkContext
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
+from vaultmem.redact import scrub
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
@@ -197,6 +198,7 @@ class Vault:
         self._git = GitRecorder(layout.root) if config.git_auto_commit else None
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
         self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
+        self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -222,7 +224,13 @@ class Vault:
             )
         except PermissionError as exc:
             raise ReadOnlyVault(f"cannot create a vault at {layout.root}: {exc.strerror}") from exc
-        return cls.open(layout.root, embedder=embedder)
+        vault = cls.open(layout.root, embedder=embedder)
+        with db.atomic(vault.conn):  # every leaf of a new vault is read by these rules
+            vault.conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)",
+                (str(entities.RULES_VERSION),),
+            )
+        return vault
 
     @classmethod
     def open(cls, path: str | Path, *, embedder: Embedder | None = None) -> Vault:
@@ -233,14 +241,51 @@ class Vault:
         config = load_config(layout.config)
         fsio.ensure_inside(layout.root, layout.db)  # SQLite writes there (and beside it): never elsewhere
         new_index = not layout.db.exists()
+        damaged: tuple[str, Path, db.Salvage] | None = None
+        read_only: str | None = None
         try:
-            conn = db.connect(layout.db)
+            conn = _open_index(layout)
+        except ReadOnlyVault as exc:
+            # Reading needs no write: open the index read-only (immutable on read-only media).
+            read_only = str(exc)
+            try:
+                conn = db.connect(layout.db, readonly=True)
+            except (sqlite3.DatabaseError, ReadOnlyVault) as ro_exc:
+                raise ReadOnlyVault(
+                    f"{layout.root} is read-only and its index cannot be read ({ro_exc}); open it once where"
+                    " it is writable (or copy it) to build chunks.db"
+                ) from ro_exc
         except DiskFull as exc:
             raise DiskFull(
                 f"{exc}: the index cannot be opened; nothing was changed; free space, then run the command again"
             ) from exc
+        except sqlite3.DatabaseError as exc:
+            if not db.is_damage(exc):
+                raise
+            # The index is derived: a damaged one is moved aside and rebuilt from the files. Under the
+            # write lock, and only if it is still damaged (another process may have just done it, or a
+            # writer was restarting the log while it was read).
+            fsio.ensure_inside(layout.root, layout.lock)
+            with FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S):
+                try:
+                    conn = _open_index(layout)
+                except sqlite3.DatabaseError as again:
+                    if not db.is_damage(again):
+                        raise
+                    moved, salvage = _set_aside(layout, str(again))
+                    conn = db.connect(layout.db)
+                    damaged = (str(again), moved, salvage)
         vault = cls(layout, config, conn, embedder)
-        if new_index and any((layout.root / SOURCES).glob("*/")):
+        if read_only is not None:
+            vault.read_only = read_only
+            vault.warnings.append(
+                f"{layout.root} is read-only: reading and searching work, writes are off ({read_only})"
+            )
+            return vault  # nothing is healed or rebuilt: that is writing
+        if damaged is not None:
+            with vault._locked():
+                vault._rebuilt(*damaged)
+        elif new_index and any((layout.root / SOURCES).glob("*/")):
             # A cloned or copied vault arrives without its index: rebuild it from the files.
             vault.reindex()
         try:
@@ -288,6 +333,7 @@ class Vault:
     def _locked(self) -> Iterator[None]:
         """Hold the vault's write lock (re-entrant within a thread). Threads of this process take turns
         in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise."""
+        self._writable()
         self._turns.acquire()
         try:
             if self._turns.depth == 1:
@@ -309,6 +355,14 @@ class Vault:
                 self._lock.release()
         finally:
             self._turns.release()
+
+    def _writable(self) -> None:
+        """Raise ``ReadOnlyVault`` (one line saying what still works) when writes are off."""
+        if self.read_only is not None:
+            raise ReadOnlyVault(
+                f"{self.layout.root} is read-only, so this cannot run (it writes); reading, searching and"
+                " `check` work. Make the vault writable to ingest, compact or repair"
+            )
 
     def _begin_writing(self) -> None:
         """Mark that a writer holds the lock. A mark that is already there was left by a writer that died
@@ -472,6 +526,15 @@ class Vault:
             return [read_summary_file(self.layout, rel, max_bytes)[0] for rel in rels]
         when = digest.parse_day(day)
         rel = digest.node_path(when, period)
+        if self.read_only is not None:  # the digest as it was written, if it was
+            try:
+                return [read_summary_file(self.layout, rel, max_bytes)[0]]
+            except FileNotFoundError:
+                if not digest.day_leaves(self.conn, when):
+                    return []
+                raise ReadOnlyVault(
+                    f"the digest of {when} was never written and {self.layout.root} is read-only"
+                ) from None
         if treeops.pending_notes(self.layout):
             self.heal_compaction()
         result = digest.refresh(
@@ -547,6 +610,17 @@ class Vault:
             jobs=JobQueue(self.conn).counts(),
             daemon=daemonstate.status(self.layout),
         )
+
+    def tally(self) -> dict[str, int]:
+        """Leaves, vectors and jobs still to run, read on a connection of its own: usable after an
+        interrupt left this vault's connection in any state (the CLI says what a Ctrl-C kept)."""
+        conn = db.connect(self.layout.db, readonly=True)
+        try:
+            leaves = conn.execute("SELECT count(*) FROM chunks WHERE kind = 'leaf'").fetchone()[0]
+            vectors = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+            return {"leaves": leaves, "vectors": vectors, "queued": JobQueue(conn).pending()}
+        finally:
+            conn.close()
 
     def source_tree(self) -> dict[str, dict[str, list[Leaf]]]:
         """Leaves grouped by source, then by directory under the source (``_fresh`` or a sealed level)."""
@@ -654,6 +728,7 @@ class Vault:
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
+        self._writable()
         return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
 
     def compact(
@@ -717,11 +792,17 @@ class Vault:
         if self._git is None:
             return
         try:
-            result = self._git.commit(message)
+            # The message names titles and entities, which come from memory: never a secret in history.
+            result = self._git.commit(scrub(message))
         except GitError as exc:
             self.warnings.append(f"git auto-commit failed: {exc}")
             return
         self.git_notes.extend(result.notes)
+        for path, kinds in result.held:
+            self.warnings.append(
+                f"git: {path} not committed: it holds a secret ({', '.join(kinds)}); "
+                "`vaultmem check` lists it, `vaultmem check --fix --redact` redacts it"
+            )
 
     # -- hand edits (the watch daemon) ---------------------------------------------------------------
     def reconcile_paths(self, rels: Iterable[str], seen: Mapping[str, Stamp] | None = None) -> PathsReport:
@@ -819,7 +900,7 @@ class Vault:
 
     def _note_query(self, query: str) -> None:
         """A query that names an entity makes it hotter (the heat formula's query term)."""
-        if not self.topic_settings.enabled or not isinstance(query, str):
+        if not self.topic_settings.enabled or not isinstance(query, str) or self.read_only is not None:
             return
         keys = [m.key for m in entities.extract(query)]
         if keys:
@@ -864,7 +945,9 @@ class Vault:
             ),
         )
         overlap = treectx.ancestors_of(self.conn, tree, found) if tree is not None else None
-        return assemble(query, found, budget_tokens, overlap)
+        ctx = assemble(query, found, budget_tokens, overlap)
+        judged = {h.id: h for h in self.searcher.evidence(query, [item.hit for item in ctx.items])}
+        return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))
 
     # -- navigation ----------------------------------------------------------------------------------
     def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[tree.Node]:
@@ -911,30 +994,45 @@ class Vault:
     def rescan_entities(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Find the entities of admitted leaves that list none (leaves admitted before entities were
         extracted, or whose entities a person cleared) and write them, in batches under the write lock.
-        Returns how many leaves gained entities; ``compact`` then routes the topics they make hot."""
+        When the rules changed since this vault's leaves were read (``entities.RULES_VERSION`` against
+        the index's ``meta``), every admitted leaf is read anew and its list replaced by what the rules
+        find now. Returns how many leaves changed; ``compact`` then routes the topics they make hot (and
+        archives those no leaf names any more)."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'entity_rules'").fetchone()
+        stale = row is None or int(row[0]) < entities.RULES_VERSION
         ids = [
             r[0]
             for r in self.conn.execute(
                 "SELECT id FROM chunks WHERE kind = 'leaf' AND status IN ('admitted', 'sealed')"
-                " AND entities = '[]' ORDER BY path"
+                + ("" if stale else " AND entities = '[]'")
+                + " ORDER BY path"
             )
         ]
-        found = 0
+        found = busy = 0
         for start in range(0, len(ids), 512):
             with self._locked():
                 leaves = index.leaves_by_ids(self.conn, ids[start : start + 512])
                 # A sealed leaf's file says "admitted" (sealed is where it lives): keep that line.
                 as_filed = [replace(x, status=Status.ADMITTED) for x in leaves]
-                keys = {x.id: self.entity_finder(x) for x in as_filed}
-                todo = [x for x in as_filed if keys[x.id]]
-                busy = set_status(self.conn, self.layout, todo, Status.ADMITTED, keys)
-                found += len(todo) - len(busy)
+                keys = {x.id: tuple(self.entity_finder(x)) for x in as_filed}
+                todo = [x for x in as_filed if keys[x.id] != x.entities]
+                skipped = set_status(
+                    self.conn, self.layout, todo, Status.ADMITTED, keys, replace_entities=True
+                )
+                found += len(todo) - len(skipped)
+                busy += len(skipped)
             if progress is not None:
                 progress(min(start + 512, len(ids)), len(ids))
-        if found:
-            with self._locked():
+        with self._locked():
+            if found:
                 heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
-                self._commit(f"memory: entities found in {found} leaves")
+                self._commit(f"memory: entities found anew in {found} leaves")
+            if stale and not busy:  # a leaf changed on disk meanwhile: the next rescan reads all again
+                with db.atomic(self.conn):
+                    self.conn.execute(
+                        "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)",
+                        (str(entities.RULES_VERSION),),
+                    )
         return found
 
     def sweep_topics(self) -> int:
@@ -957,7 +1055,8 @@ class Vault:
         if n < 1:
             raise InvalidInput("ask for at least one topic")
         at = now or heat.utcnow()
-        heat.seed(self.conn, at, self.topic_settings.heat)  # an index rebuilt without its heat table
+        if self.read_only is None:
+            heat.seed(self.conn, at, self.topic_settings.heat)  # an index rebuilt without its heat table
         return entityindex.hot(self.conn, n, at, self.topic_settings)
 
     def graph(self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None) -> dict[str, Any]:
@@ -1067,7 +1166,48 @@ class Vault:
 
     # -- maintenance -------------------------------------------------------------------------------
     def reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
-        """Rebuild the index from the files; vectors come back from the sidecars, never re-embedded."""
+        """Rebuild the index from the files; vectors come back from the sidecars, never re-embedded.
+
+        A damaged chunks.db (``PRAGMA quick_check``) is first moved aside and replaced by a new one."""
+        with self._locked():
+            problem = db.quick_check(self.layout.db)
+            if problem is not None:
+                return self._replace_damaged(problem, progress)
+            return self._reindex(progress)
+
+    def _replace_damaged(self, why: str, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
+        """Under the write lock: move the damaged index aside, open a new one, rebuild it."""
+        self.conn.close()
+        self._searcher = None
+        moved, salvage = _set_aside(self.layout, why)
+        self.conn = db.connect(self.layout.db)
+        return self._rebuilt(why, moved, salvage, progress)
+
+    def _rebuilt(
+        self,
+        why: str,
+        moved: Path,
+        salvage: db.Salvage,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ReindexReport:
+        """A new index after a damaged one: what could be read of the job queue and the heat first, then
+        everything from the files; one warning says what happened and what was lost."""
+        kept = db.restore(self.conn, salvage)
+        report = self._reindex(progress)
+        said = [
+            f"chunks.db was damaged ({why}): moved to {self.layout.rel(moved)} and rebuilt from the files"
+            f" ({report.leaves} leaves, {report.vectors} vectors)"
+        ]
+        if "jobs" in salvage.lost:
+            said.append(f"the job queue was lost ({report.requeued} jobs the files call for queued again)")
+        else:
+            said.append(f"{kept.get('jobs', 0)} queued jobs kept")
+        if "entity_heat" in salvage.lost:
+            said.append("entity heat was lost (seeded again from the mentions)")
+        self.warnings.append("; ".join(said))
+        return report
+
+    def _reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
         with self._locked():
             report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
             embedder = self.embedder
@@ -1078,13 +1218,45 @@ class Vault:
                 requeued = self.jobs.enqueue_many(extract_job(i) for i in missing)
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
-    def check(self, *, fix: bool = False) -> CheckReport:
+    def check(self, *, fix: bool = False, redact: bool = False) -> CheckReport:
+        """Verify the index against the files (``fix``: repair the index side). ``redact`` (with
+        ``fix``) also rewrites Markdown files that hold a secret, with the secret replaced."""
+        if redact and not fix:
+            raise InvalidInput(
+                "--redact rewrites files, so it goes with --fix: `vaultmem check --fix --redact`"
+            )
+        if fix and self.read_only is not None:
+            with self._locked():  # says why it cannot
+                pass
+        problem = db.quick_check(self.layout.db)
+        if problem is not None:
+            damaged = Problem("damaged_index", self.layout.rel(self.layout.db), problem, True)
+            if not fix:
+                return CheckReport((damaged,))  # nothing else can be read reliably from it
+            with self._locked():
+                self._replace_damaged(problem)
+            report = self.check(fix=True, redact=redact)
+            return replace(report, fixed=(damaged, *report.fixed))
+        embedder = self.embedder  # its id and size only: no weights are loaded
+        model, dim = embedder.model_id, embedder.dim
         if fix:
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
             with self._locked():
-                return check(self.conn, self.layout, self.config.max_file_bytes, fix=True)
-        return check(self.conn, self.layout, self.config.max_file_bytes)
+                report = check(
+                    self.conn,
+                    self.layout,
+                    self.config.max_file_bytes,
+                    fix=True,
+                    redact=redact,
+                    model=model,
+                    dim=dim,
+                )
+                rewritten = [p for p in report.fixed if p.code == "secret_in_file"]
+                if rewritten:
+                    self._commit(f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)")
+                return report
+        return check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
 
     @property
     def jobs(self) -> JobQueue:
@@ -1103,6 +1275,34 @@ def _on_full_disk(what: str, kept: str, again: str) -> Iterator[None]:
             f"disk full during {what}: {exc}; {kept}, queued work stays queued and a step cut short"
             f" finishes on the next open; free space, then run {again} again"
         ) from exc
+
+
+def _open_index(layout: Layout) -> sqlite3.Connection:
+    """chunks.db, checked as far as is cheap: its write-ahead log's headers, then the first row of every
+    table. Raises ``sqlite3.DatabaseError`` (``db.is_damage``) when it is damaged."""
+    why = db.wal_problem(layout.db)
+    if why is not None:
+        raise db.DamagedLog(why)
+    conn = db.connect(layout.db)
+    try:
+        db.probe(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _set_aside(layout: Layout, why: str) -> tuple[Path, db.Salvage]:
+    """Move a damaged chunks.db aside (the caller holds the write lock) and read back what no file holds."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    try:
+        moved = db.set_aside(layout.db, stamp)
+    except OSError as exc:
+        raise ReadOnlyVault(
+            f"chunks.db is damaged ({why}) and cannot be moved aside to rebuild it: {exc.strerror};"
+            " make .vaultmem/ writable, then run `vaultmem reindex`"
+        ) from exc
+    return moved, db.salvage(moved)
 
 
 def _when(value: datetime | str | None, name: str) -> datetime | None:

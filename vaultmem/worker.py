@@ -7,8 +7,6 @@ its jobs failed (backoff, then parked); the loop itself never dies on a job's er
 
 from __future__ import annotations
 
-import os
-import socket
 import sqlite3
 import time
 from collections.abc import Callable
@@ -18,7 +16,7 @@ from vaultmem import digest, fsio, heat, topicroute
 from vaultmem.embed import Embedder
 from vaultmem.errors import DiskFull, VaultError
 from vaultmem.extract import EntityFinder, ExtractReport, extract, find_entities, reread_pending
-from vaultmem.jobs import Job, JobKind, JobQueue
+from vaultmem.jobs import Job, JobKind, JobQueue, process_owner, reclaim
 from vaultmem.layout import Layout
 from vaultmem.topics import TopicSettings
 
@@ -37,10 +35,6 @@ class WorkReport:
     notes: list[str] = field(default_factory=list)
 
 
-def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def drain(
     conn: sqlite3.Connection,
     layout: Layout,
@@ -52,28 +46,36 @@ def drain(
     finder: EntityFinder | None = find_entities,
     digest_days: bool = True,
 ) -> WorkReport:
-    """Run ready jobs until none is left (jobs waiting on backoff are left for later)."""
+    """Run ready jobs until none is left (jobs waiting on backoff are left for later).
+
+    Jobs leased by dead processes are taken back first; on an interrupt (Ctrl-C) the jobs this call
+    holds go back to the queue before the exception goes on."""
     queue = JobQueue(conn)
-    owner = owner_id()
+    owner = process_owner()
     report = WorkReport()
+    reclaim(conn)
     fsio.reserve_space(layout.root, layout.reserve, RESERVE_BYTES)
     total = queue.pending()
     rounds = 0
-    while max_rounds is None or rounds < max_rounds:
-        rounds += 1
-        jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
-        if not jobs:
-            break
-        try:
+    try:
+        while max_rounds is None or rounds < max_rounds:
+            rounds += 1
+            jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
+            if not jobs:
+                break
             run_extract(
                 conn, layout, embedder_factory, queue, jobs, report, topic_settings, finder, digest_days
             )
-        except DiskFull:
-            fsio.free_reserve(layout.root, layout.reserve)  # room to give the jobs back (not their fault)
-            queue.give_back(owner)
-            raise
-        if progress is not None:
-            progress(report.jobs_done + report.jobs_failed, max(total, report.jobs_done + report.jobs_failed))
+            if progress is not None:
+                done = report.jobs_done + report.jobs_failed
+                progress(done, max(total, done))
+    except DiskFull:
+        fsio.free_reserve(layout.root, layout.reserve)  # room to give the jobs back (not their fault)
+        queue.give_back(owner)
+        raise
+    except BaseException:
+        queue.release_owner(owner)
+        raise
     return report
 
 
