@@ -356,7 +356,7 @@ def _sidecar_problems(
                 for r in mine
                 if r["vec"] is not None
             }
-            sidecar.update(layout.state, path.parent, model, dim, put)
+            sidecar.update(layout, path.parent, model, dim, put)
             JobQueue(conn).enqueue_many(extract_job(r["id"]) for r in mine if r["vec"] is None)
     return out
 

@@ -634,7 +634,7 @@ def prune_sidecars(conn: sqlite3.Connection, layout: Layout, source: str, model:
             continue
         gone = frozenset(name for name in current.entries if not (path.parent / name).exists())
         if gone:
-            sidecar.update(layout.root, path.parent, model, dim, {}, remove=gone)
+            sidecar.update(layout, path.parent, model, dim, {}, remove=gone)
             removed += len(gone)
     return removed
 

@@ -118,7 +118,7 @@ def extract(
     for rel_dir in by_dir:
         if fresh.get(rel_dir) or any(r.startswith(f"{rel_dir}/_embeddings.json") for r in rebuilt):
             put = {**ready[rel_dir], **fresh[rel_dir]}
-            sidecar.update(layout.root, layout.abs(rel_dir), model, dim, put)
+            sidecar.update(layout, layout.abs(rel_dir), model, dim, put)
     rows = []
     for rel_dir, members in by_dir.items():
         entries = {**ready[rel_dir], **fresh[rel_dir]}

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from filelock import FileLock
 
 from vaultmem import fsio
-from vaultmem.layout import SIDECAR_NAME, STATE_DIR
+from vaultmem.layout import SIDECAR_NAME, Layout
 
 FORMAT = "vaultmem-embeddings/1"
 ENCODING = "base64-float32-le"
@@ -114,22 +114,23 @@ def render(sidecar: Sidecar) -> bytes:
     return (json.dumps(body, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def lock_for(root: Path, directory: Path) -> FileLock:
+def lock_for(layout: Layout, directory: Path) -> FileLock:
     name = hashlib.sha1(str(directory.resolve()).encode("utf-8")).hexdigest()[:16]
-    return fsio.file_lock(root, root / STATE_DIR / "locks" / f"{name}.lock", timeout=60)
+    return fsio.file_lock(layout.root, layout.state / "locks" / f"{name}.lock", timeout=60)
 
 
 def update(
-    root: Path,
+    layout: Layout,
     directory: Path,
     model: str,
     dim: int,
     put: Mapping[str, Entry],
     remove: frozenset[str] = frozenset(),
 ) -> None:
-    """Add or replace ``put`` entries and drop ``remove`` names, keeping every other entry (``root``: the
-    vault, whose ``.vaultmem/locks/`` holds the lock files)."""
-    with lock_for(root, directory):
+    """Add or replace ``put`` entries and drop ``remove`` names, keeping every other entry (the lock
+    files are in the vault's ``.vaultmem/locks/``)."""
+    root = layout.root
+    with lock_for(layout, directory):
         current = read(directory, model, dim)
         if current.problem is not None:
             # The caller rebuilt every entry from the texts; anything unreadable is replaced whole.

@@ -252,7 +252,7 @@ def _carry_vectors(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: 
                 leaf.content_hash, leaf_vec
             )
     for rel_dir, entries in put.items():
-        sidecar.update(layout.root, layout.abs(rel_dir), model, dim, entries)
+        sidecar.update(layout, layout.abs(rel_dir), model, dim, entries)
     gone: dict[str, set[str]] = defaultdict(set)
     for rel, _expected in op.removes:
         name = PurePosixPath(rel).name
@@ -262,7 +262,7 @@ def _carry_vectors(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: 
         directory = layout.abs(rel_dir)
         if not directory.is_dir() or sidecar.read(directory, model, dim).problem is not None:
             continue  # removed whole, or another model's sidecar: never rewrite what cannot be read
-        sidecar.update(layout.root, directory, model, dim, {}, remove=frozenset(names))
+        sidecar.update(layout, directory, model, dim, {}, remove=frozenset(names))
 
 
 def _after_moves(rel_dir: str, moves: tuple[tuple[str, str], ...]) -> str:
