@@ -340,14 +340,21 @@ def move_files(root: Path, moves: Iterable[tuple[Path, Path]]) -> None:
     pairs = list(moves)
     check_inside(root, [p for pair in pairs for p in pair])
     for src, dst in pairs:
-        if dst.exists():
-            raise ConflictError(f"{dst} already exists; refusing to move {src.name} over it")
-        with _space(dst):
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(src, dst)
-            fsync_dir(dst.parent)
-            if src.parent != dst.parent:
-                fsync_dir(src.parent)
+        move_file(root, src, dst, checked=True)
+
+
+def move_file(root: Path, src: Path, dst: Path, *, checked: bool = False) -> None:
+    """Move one file or directory (``checked``: ``move_files`` has already checked both ends)."""
+    if not checked:
+        check_inside(root, [src, dst])
+    if dst.exists():
+        raise ConflictError(f"{dst} already exists; refusing to move {src.name} over it")
+    with _space(dst):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(src, dst)
+        fsync_dir(dst.parent)
+        if src.parent != dst.parent:
+            fsync_dir(src.parent)
 
 
 def stray_temp_files(root: Path) -> list[Path]:
