@@ -4,8 +4,10 @@ The kill loop drives one vault through a seeded random run of rounds (ingest a c
 embed, compact, watch while notes arrive), each a real `vaultmem` process forked from a preloaded
 server, killed with SIGKILL after a random number of file events in the vault (a moment picked by the
 vault's own state, never by a timer). After every kill `vaultmem check`, with no --fix, must pass on
-reopen, and every leaf an ingest acknowledged must be on disk exactly once. A failure names the seed:
-re-run with ``VAULTMEM_FAULT_SEED=<seed>`` to replay the same rounds and the same kill points.
+reopen, and every leaf an ingest acknowledged must be on disk exactly once. A failure names the seed and
+lists the rounds: re-run with ``VAULTMEM_FAULT_SEED=<seed>`` to replay the same rounds, each killed at
+the same share of its run (the number of events that share means is learnt from the rounds as they go,
+so a replay lands at about, not exactly, the same event).
 
 The disk-full tests mount a small tmpfs (skipped where that is not allowed), fill it, and require one
 line of error that says what was kept, jobs given back, and a clean `check` once space returns.
@@ -14,6 +16,7 @@ line of error that says what was kept, jobs given back, and a clean `check` once
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
 import random
@@ -222,7 +225,8 @@ def _round(run: Run, counter: EventCounter, n: int, capsys: pytest.CaptureFixtur
     # finishes it all.)
     if action.startswith("ingest"):
         run.exports += 1
-    kill_at = run.rng.randint(1, max(2, int(run.expected[action])))
+    share = run.rng.random()  # how far into its run it dies, as a share of the events a run makes
+    kill_at = max(1, math.ceil(share * run.expected[action]))
     finish = run.exports % 3 == 2 if action.startswith("ingest") else run.rng.random() < FINISH_SHARE
     if action != "compact" and finish:
         kill_at = 1 << 30
@@ -259,7 +263,7 @@ def _round(run: Run, counter: EventCounter, n: int, capsys: pytest.CaptureFixtur
         assert code == 0 or action == "watch", run.fail(f"{action} failed: {child.stderr()[-2000:]}")
         run.expected[action] = 0.5 * run.expected[action] + 0.5 * max(events, 2)
     run.log.append(
-        f"round {n}: {action} kill_at={kill_at if kill_at < 1 << 30 else '-'} events={events}"
+        f"round {n}: {action} kill_at={f'{kill_at} ({share:.2f})' if kill_at < 1 << 30 else '-'} events={events}"
         f" {'KILLED' if killed else f'exit {code}'} after {ran:.1f}s"
     )
     _verify(run, capsys)
@@ -317,7 +321,8 @@ def test_kill_9_at_random_moments_then_check_passes_on_reopen(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seed = int(os.environ.get("VAULTMEM_FAULT_SEED") or random.SystemRandom().randrange(1 << 31))
-    print(f"kill loop seed {seed} (replay: VAULTMEM_FAULT_SEED={seed})")
+    with capsys.disabled():  # shown with -s (a failure's message names it too)
+        print(f"\nkill loop seed {seed} (replay: VAULTMEM_FAULT_SEED={seed})")
     root = tmp_path / "vault"
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -338,7 +343,11 @@ def test_kill_9_at_random_moments_then_check_passes_on_reopen(
     code, out, _ = run_cli(["jobs", "--vault", str(root), "--json"], capsys)
     assert json.loads(out)["counts"]["parked"] == 0 and json.loads(out)["counts"]["running"] == 0
     assert len(state.acked) >= 60, state.fail("too few ingests finished to prove anything")
-    print("\n".join(state.log))
+    with capsys.disabled():
+        print(
+            "\n".join(state.log)
+            + f"\n{state.kills} kills in {len(state.log)} rounds, {len(state.acked)} leaves acknowledged"
+        )
 
 
 # -- a disk that fills up -------------------------------------------------------------------------------------
