@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from vaultmem.errors import (
     ConflictError,
+    DiskFull,
     FrontmatterError,
     GitError,
     InvalidInput,
@@ -44,6 +45,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ConflictError",
+    "DiskFull",
     "FrontmatterError",
     "GitError",
     "InputKind",

@@ -165,6 +165,7 @@ def with_keys(text: str, keys: Mapping[str, Any], *, where: str = "file") -> str
     """A Markdown file's text with top-level frontmatter ``keys`` set (replaced where present, else added
     after the others); every other key keeps its YAML text byte for byte, and the body is unchanged."""
     from vaultmem import mdfile  # YAML: loaded by the writes that need it, not by `vaultmem mcp` at start
+
     doc = mdfile.split(text, where=where)
     blocks = [raw if raw.endswith("\n") else raw + "\n" for key, raw in doc.raw_blocks if key not in keys]
     return "---\n" + "".join(blocks) + mdfile.dump_mapping(dict(keys)) + "---\n" + doc.body

@@ -320,7 +320,7 @@ def move(vault: Vault, leaf_id: str, to: str, client: str, reason: str | None) -
         new = f"{level.directory}/{name}"
         if new == leaf.path:
             return json.dumps({"id": leaf_id, "path": new, "moved": False})
-        fsio.move_file(vault.layout.abs(leaf.path), vault.layout.abs(new))
+        fsio.move_file(vault.layout.root, vault.layout.abs(leaf.path), vault.layout.abs(new))
         vault.reconcile_paths([leaf.path, new])
     return json.dumps({"id": leaf_id, "path": new, "moved": True})
 
@@ -336,7 +336,7 @@ def forget(vault: Vault, node_id: str, client: str, reason: str | None) -> str:
         rel = node.path.rsplit("/", 1)[0] if is_level else node.path
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         copy = vault.layout.root / ".trash" / "vaultmem" / stamp / rel
-        copy.parent.mkdir(parents=True, exist_ok=True)
+        fsio.make_dirs(vault.layout.root, copy.parent)  # refused if .trash/ leads out of the vault
         if is_level:
             shutil.copytree(vault.layout.abs(rel), copy)
         else:

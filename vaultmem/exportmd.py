@@ -121,5 +121,7 @@ def write(vault: Vault, path: Path) -> str:
                 " it (move it, or give another PATH)"
             )
     text = render(vault, base=target.parent)
-    fsio.atomic_write(target, text.encode("utf-8"), expected=expected)
+    fsio.atomic_write(
+        target, text.encode("utf-8"), root=target.parent, expected=expected
+    )  # outside the vault
     return str(target)

@@ -30,6 +30,7 @@ from vaultmem.model import InputKind, Message, parse_ts, slugify_name
 from vaultmem.tokens import count_tokens
 
 if TYPE_CHECKING:
+    from vaultmem.layout import Layout
     from vaultmem.vault import Vault
 
 SOURCE = "claude-code"
@@ -134,8 +135,9 @@ class Cursors:
     """``.vaultmem/transcripts.json``: per transcript, the offset after the last line ingested and the
     hash of its first line. Engine state (git-ignored, not the truth): losing it costs a re-read."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.path = state_dir / CURSORS
+    def __init__(self, layout: Layout) -> None:
+        self.root = layout.root
+        self.path = layout.state / CURSORS
 
     def load(self) -> dict[str, dict[str, Any]]:
         try:
@@ -160,7 +162,9 @@ class Cursors:
     def save(self, transcript: Path, offset: int, session: str) -> None:
         data = self.load()
         data[str(transcript)] = {"offset": offset, "head": _head(transcript), "session": session}
-        fsio.atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
+        fsio.atomic_write(
+            self.path, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"), root=self.root
+        )
 
 
 def ingest_transcript(
@@ -171,7 +175,7 @@ def ingest_transcript(
     if not path.is_file():
         raise InvalidInput(f"no transcript at {path}")
     session = slugify_name(session or path.stem, "claude-code-session")
-    cursors = Cursors(vault.layout.state)
+    cursors = Cursors(vault.layout)
     start = cursors.start(path)
     messages: list[Message] = []
     offset, lines = start, 0

@@ -492,7 +492,10 @@ class StaticToken:
 def load_token(state_dir: Path) -> tuple[str, bool]:
     """The bearer token of this vault's HTTP server, made on first use (mode 0600, created exclusively so
     two servers starting at once agree). Returns ``(token, created)``."""
+    from vaultmem.fsio import ensure_inside
+
     path = state_dir / TOKEN_FILE
+    ensure_inside(state_dir.parent, path)  # a .vaultmem/ that is a link out of the vault is refused
     for _ in range(3):
         try:
             token = path.read_text(encoding="utf-8").strip()

@@ -195,7 +195,7 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
         rel = self._rel(command.path)
         target = self._abs(rel)
         if rel == self.folder and not target.exists():
-            target.mkdir(parents=True, exist_ok=True)
+            fsio.make_dirs(self.vault.layout.root, target)
         if target.is_dir():
             return self._listing(command.path.rstrip("/") or ROOT, target)
         text, digest = self._read(rel, command.path)
@@ -292,9 +292,8 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
         with self._writing(message):
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
             keep = self.vault.layout.root / ".trash" / stamp / rel
-            keep.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(target, keep)  # kept whole in Obsidian's trash folder (vaultmem never reads it)
-            fsio.fsync_dir(target.parent)
+            # Kept whole in Obsidian's trash folder (vaultmem never reads it).
+            fsio.move_file(self.vault.layout.root, target, keep)
             index_memory_files(self.vault, gone)
         for old in gone:
             self._seen.pop(old, None)
@@ -314,9 +313,7 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
             self.client, f"memory tool renamed {command.old_path} to {command.new_path}", None
         )
         with self._writing(message):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(source, target)
-            fsio.fsync_dir(target.parent)
+            fsio.move_file(self.vault.layout.root, source, target)
             after = [self.vault.layout.rel(p) for p in _files(target)]
             index_memory_files(self.vault, [*before, *after])
         for rel in before:
@@ -349,7 +346,9 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
         message = agentmem.commit_message(self.client, f"memory tool {action}", None)
         with self._writing(message):
             try:
-                digest = fsio.atomic_write(self._abs(rel), data, expected=expected)
+                digest = fsio.atomic_write(
+                    self._abs(rel), data, root=self.vault.layout.root, expected=expected
+                )
             except ConflictError as exc:
                 raise ToolError(
                     f"{self._shown(rel, self.folder)} changed on disk while it was being edited; view it again"
