@@ -734,3 +734,26 @@ def test_writes_commit_naming_the_client_and_reason(git_vault: Vault) -> None:
         ["git", "status", "--porcelain"], cwd=vault.layout.root, capture_output=True, text=True
     )
     assert status.stdout.strip() == ""
+
+
+def test_a_vault_that_cannot_be_opened_is_a_tool_error_until_it_can(tmp_path: Path) -> None:
+    root = tmp_path / "broken"
+    Vault.init(root, CONFIG).close()
+    config = root / ".vaultmem" / "config.toml"
+    config.write_text(CONFIG + "\n[embed2]\nmodel = 1\n", encoding="utf-8")  # a typo: refused on open
+    handle = VaultHandle(root)
+    server = VaultServer(handle, Options()).build()
+    handle.start()
+
+    async def main() -> None:
+        async with Client(server) as client:
+            assert_tool_error(await client.call_tool("search", {"query": "x"}), "embed2")
+            config.write_text(CONFIG, encoding="utf-8")  # fixed: the next call opens it
+            assert not (await client.call_tool("remember", {"text": "Opened at last."})).is_error
+
+    try:
+        run(main)
+    finally:
+        handle.close()
+    with Vault.open(root) as vault:
+        assert [x.text for x in vault.ls()] == ["Opened at last."]

@@ -112,6 +112,12 @@ class VaultHandle:
 
     def _open(self) -> None:
         try:
+            self._try_open()
+        finally:
+            self._opened.set()
+
+    def _try_open(self) -> None:
+        try:
             from vaultmem.vault import Vault
 
             assert self.root is not None
@@ -119,11 +125,9 @@ class VaultHandle:
             self.warm(vault)
             for callback in self._callbacks:
                 callback(vault)
-            self._vault = vault
-        except BaseException as exc:  # reported to every tool call, one line
+            self._vault, self._error = vault, None
+        except BaseException as exc:  # reported to the tool call, one line
             self._error = exc
-        finally:
-            self._opened.set()
 
     @staticmethod
     def warm(vault: Vault) -> None:
@@ -135,6 +139,10 @@ class VaultHandle:
 
     def wait(self) -> Vault:
         self._opened.wait()
+        if self._vault is None:
+            with self._lock:  # the cause may have passed (another writer held the lock): try again
+                if self._vault is None:
+                    self._try_open()
         if self._vault is None:
             error = self._error
             if isinstance(error, VaultError):
