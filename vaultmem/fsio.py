@@ -6,7 +6,10 @@ Owns every byte vaultmem writes into a vault. Rules it enforces:
 - a file is only overwritten when its current hash matches the hash the caller read (``expected``);
 - a batch of new files is made durable with one filesystem sync instead of one fsync per file.
 
-It never deletes anything but its own temp files, and never follows a path outside the vault.
+It never deletes anything but its own temp files, and never follows a path outside the vault. Observers
+(``observe``) are told which files under a root were written, moved or removed (git auto-commit records
+them, so an engine commit stages only the engine's own paths); modules that remove node files report
+the removal with ``changed``.
 """
 
 from __future__ import annotations
@@ -16,15 +19,49 @@ import ctypes
 import ctypes.util
 import errno
 import hashlib
+import itertools
 import os
 import secrets
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from vaultmem.errors import ConflictError, InvalidInput, ReadOnlyVault, UnsafePath
 
 TMP_PREFIX = ".vm-tmp-"
+
+WriteObserver = Callable[[list[Path]], None]
+_observers: dict[int, tuple[Path, WriteObserver]] = {}
+_observers_lock = threading.Lock()
+_tokens = itertools.count(1)
+
+
+def observe(root: Path, observer: WriteObserver) -> int:
+    """Call ``observer`` with the paths under ``root`` that are written, moved (both ends) or removed
+    from now on, right after each change. Returns a token for ``unobserve``."""
+    with _observers_lock:
+        token = next(_tokens)
+        _observers[token] = (Path(root).absolute(), observer)
+    return token
+
+
+def unobserve(token: int) -> None:
+    with _observers_lock:
+        _observers.pop(token, None)
+
+
+def changed(paths: Iterable[Path]) -> None:
+    """Tell the observers that these files were just written, moved or removed."""
+    if not _observers:
+        return
+    items = [Path(p) for p in paths]
+    with _observers_lock:
+        observers = list(_observers.values())
+    for root, observer in observers:
+        inside = [p for p in items if p.is_relative_to(root)]
+        if inside:
+            observer(inside)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -143,6 +180,7 @@ def atomic_write(path: Path, data: bytes, *, expected: str | bool | None = False
     tmp = _write_tmp(path, data, fsync=True)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+    changed([path])
     return sha256_bytes(data)
 
 
@@ -187,6 +225,7 @@ def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[str]
         raise
     for parent in sorted({target.parent for _, target in tmps}):
         fsync_dir(parent)
+    changed(target for _, target in tmps)
     return [sha256_bytes(item.data) for item in items]
 
 
@@ -199,6 +238,11 @@ def move_file(src: Path, dst: Path) -> None:
     fsync_dir(dst.parent)
     if src.parent != dst.parent:
         fsync_dir(src.parent)
+    if dst.is_dir():  # a level directory: every file under it moved
+        moved = [p for p in dst.rglob("*") if not p.is_dir()]
+        changed([*moved, *(src / p.relative_to(dst) for p in moved)])
+    else:
+        changed([src, dst])
 
 
 def stray_temp_files(root: Path) -> list[Path]:

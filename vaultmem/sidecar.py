@@ -142,5 +142,6 @@ def update(
         if not current.entries:
             if current.file_hash is not None:
                 path.unlink(missing_ok=True)
+                fsio.changed([path])
             return
         fsio.atomic_write(path, render(current), expected=current.file_hash)

@@ -31,6 +31,7 @@ from vaultmem import (
     entities,
     entityindex,
     fsio,
+    gitsync,
     heat,
     index,
     timeparse,
@@ -59,16 +60,18 @@ from vaultmem.embed import Embedder, load_embedder
 from vaultmem.entities_llm import LLMEntityExtractor
 from vaultmem.errors import (
     ConflictError,
+    GitBusy,
     GitError,
     InvalidInput,
     NodeNotFound,
     ReadOnlyVault,
+    VaultError,
     VaultExists,
     VaultLocked,
     VaultNotFound,
 )
 from vaultmem.extract import EntityFinder, find_entities, vectors_from_sidecars
-from vaultmem.gitsync import GitRecorder
+from vaultmem.gitsync import GitOperation, GitRecorder
 from vaultmem.ingest import (
     IngestReport,
     Progress,
@@ -184,8 +187,16 @@ class Vault:
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
         self._git = GitRecorder(layout.root) if config.git_auto_commit else None
+        # Engine changes awaiting their commit; fsio reports every file the engine writes, moves or removes.
+        self._journal = gitsync.Journal(layout.root) if self._git is not None else None
+        self._observer = (
+            fsio.observe(layout.root, self._journal.record_paths) if self._journal is not None else None
+        )
+        self._batches = 0  # open commit batches: commits wait for the outermost to end
+        self._batches_lock = threading.Lock()
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
         self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
+        self.commits = 0  # git commits this vault made (engine batches and hand edits)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -219,17 +230,21 @@ class Vault:
         new_index = not layout.db.exists()
         conn = db.connect(layout.db)
         vault = cls(layout, config, conn, embedder)
-        if new_index and any((layout.root / SOURCES).glob("*/")):
-            # A cloned or copied vault arrives without its index: rebuild it from the files.
-            vault.reindex()
-        if layout.intent.is_dir() and any(layout.intent.iterdir()):
-            with vault._locked():
-                heal_intents(conn, layout, config.max_file_bytes)
-        if treeops.pending_notes(layout):
-            vault.heal_compaction()
-        if layout.writing.exists():
-            with vault._locked():
-                pass  # a writer died holding the lock: taking it tidies what it left
+        try:
+            if new_index and any((layout.root / SOURCES).glob("*/")):
+                # A cloned or copied vault arrives without its index: rebuild it from the files.
+                vault.reindex()
+            if layout.intent.is_dir() and any(layout.intent.iterdir()):
+                with vault._locked():
+                    heal_intents(conn, layout, config.max_file_bytes)
+            if treeops.pending_notes(layout):
+                vault.heal_compaction()
+            if layout.writing.exists():
+                with vault._locked():
+                    pass  # a writer died holding the lock: taking it tidies what it left
+        except GitBusy as exc:
+            # Reading goes on during a git operation; the healing waits for the next write after it.
+            vault.warnings.append(f"repairs put off: {exc}")
         return vault
 
     def heal_compaction(self) -> list[str]:
@@ -242,6 +257,9 @@ class Vault:
             return [step.message for step in done]
 
     def close(self) -> None:
+        if self._observer is not None:
+            fsio.unobserve(self._observer)
+            self._observer = None
         self.conn.close()
 
     def __enter__(self) -> Vault:
@@ -253,9 +271,12 @@ class Vault:
         self.close()
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, *, git_guard: bool = True) -> Iterator[None]:
         """Hold the vault's write lock (re-entrant within a thread). Threads of this process take turns
-        in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise."""
+        in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise.
+
+        While a git operation is under way in the vault's repository (see ``gitsync``) the outermost
+        acquisition raises ``GitBusy``: nothing writes into a half-restored tree."""
         self._turns.acquire()
         try:
             try:
@@ -266,6 +287,14 @@ class Vault:
                 ) from exc
             outermost = self._turns.depth == 1
             try:
+                if outermost and git_guard:
+                    operation = self.git_operation()
+                    if operation is not None:
+                        raise operation.error(self.layout.root)
+            except BaseException:
+                self._lock.release()
+                raise
+            try:
                 if outermost:
                     self._begin_writing()
                 yield
@@ -275,6 +304,17 @@ class Vault:
                 self._lock.release()
         finally:
             self._turns.release()
+
+    def repo_stamp(self) -> tuple[object, ...] | None:
+        """Changes whenever a git command moves HEAD or rewrites the index of the vault's repository."""
+        return gitsync.repo_stamp(self.layout.root)
+
+    def git_operation(self) -> GitOperation | None:
+        """The git operation under way in the repository holding the vault (a revert or merge stopped on a
+        conflict, a rebase, a cherry-pick, a bisect, a detached HEAD, a live ``index.lock``), or None.
+        Every write pauses while there is one, whether or not git auto-commit is on: the tree is half
+        restored, and engine writes would make ``--continue``/``--abort`` fail."""
+        return gitsync.operation_in_progress(self.layout.root)
 
     def _begin_writing(self) -> None:
         """Mark that a writer holds the lock. A mark that is already there was left by a writer that died
@@ -332,6 +372,10 @@ class Vault:
         )
 
     def _ingest(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+        with self.commit_batch():
+            return self._ingest_batches(messages, progress)
+
+    def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
         report = IngestReport()
         total = len(messages)
         for start in range(0, total, BATCH_MESSAGES):
@@ -422,19 +466,26 @@ class Vault:
             return [read_summary_file(self.layout, rel, max_bytes)[0] for rel in rels]
         when = digest.parse_day(day)
         rel = digest.node_path(when, period)
-        if treeops.pending_notes(self.layout):
-            self.heal_compaction()
-        result = digest.refresh(
-            self.conn,
-            self.layout,
-            when,
-            period,
-            self.summariser,
-            lambda: self.embedder,
-            self._locked,
-            max_bytes,
-            self._commit,
-        )
+        try:
+            with self.commit_batch():
+                if treeops.pending_notes(self.layout):
+                    self.heal_compaction()
+                result = digest.refresh(
+                    self.conn,
+                    self.layout,
+                    when,
+                    period,
+                    self.summariser,
+                    lambda: self.embedder,
+                    self._locked,
+                    max_bytes,
+                    self._commit,
+                )
+        except GitBusy:
+            # Reading goes on during a git operation: the digest as it is on disk, if there is one.
+            if not self.layout.abs(rel).exists():
+                raise
+            result = None
         if result is not None and result.outcome != "done":
             raise ConflictError(f"the digest of {when} could not be written: {'; '.join(result.notes)}")
         try:
@@ -525,7 +576,7 @@ class Vault:
         Leaves without a vector of the configured model (new ones, or all of them after the model was
         changed) are queued first, so switching models re-embeds the vault instead of leaving search
         without meaning-based hits."""
-        with self._locked():
+        with self.commit_batch(), self._locked():
             model = self.embedder.model_id
             missing = [
                 r[0]
@@ -601,7 +652,8 @@ class Vault:
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
-        return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
+        with self.commit_batch():
+            return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
@@ -612,10 +664,18 @@ class Vault:
         runs the queue to idle. ``dry_run`` plans the same steps and changes nothing."""
         if dry_run:
             return self._plan()
+        with self.commit_batch("memory: compact"):
+            return self._compact(progress)
+
+    def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
         with self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
-            caught = catch_up(self.conn, self.layout, self.config.max_file_bytes)
+            caught = catch_up(
+                self.conn, self.layout, self.config.max_file_bytes, on_hand_edits=self._commit_by_hand
+            )
+            if caught.stale:
+                self._commit(f"memory: mark {len(caught.stale)} summaries stale (what is below them changed)")
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
         # them in the buffer (the worker pool runs both kinds of job at once).
         flushed = self.flush()
@@ -656,29 +716,118 @@ class Vault:
                     report.planned.append(f"{directory}/ ({count} moved in)")
         return report
 
+    # -- git auto-commit --------------------------------------------------------------------------------
     def _commit(self, message: str) -> None:
-        if self._git is None:
+        """Record one logical operation for git auto-commit: committed at once, or with the rest of the
+        batch when one is open (``commit_batch``)."""
+        if self._journal is None:
+            return
+        self._journal.record_message(message)
+        with self._batches_lock:
+            batched = self._batches > 0
+        if not batched:
+            self.commit_pending()
+
+    @contextmanager
+    def commit_batch(self, subject: str | None = None) -> Iterator[None]:
+        """Everything the engine changes inside (in any thread of this vault) becomes one git commit at
+        the end of the outermost batch; its subject is ``subject`` when several operations ran."""
+        with self._batches_lock:
+            self._batches += 1
+        try:
+            yield
+        finally:
+            with self._batches_lock:
+                self._batches -= 1
+                last = self._batches == 0
+            if last and self._journal is not None and self._journal.pending():
+                try:
+                    self.commit_pending(subject)
+                except VaultError as exc:  # never hide the error of the work itself
+                    self.warnings.append(f"git auto-commit failed: {exc}")
+
+    def has_uncommitted(self) -> bool:
+        """True when git auto-commit is on and engine changes wait for their commit."""
+        return self._journal is not None and self._journal.pending()
+
+    def commit_pending(self, subject: str | None = None) -> str | None:
+        """Commit what the engine changed and has not committed yet (only its own paths). During a git
+        operation nothing is committed and the changes stay recorded for the next commit. Returns the
+        new commit, or None."""
+        if self._journal is None or self._git is None:
+            return None
+        with self._locked(git_guard=False):
+            paths, messages, size = self._journal.read()
+            if not size:
+                return None
+            try:
+                if self._git.head() is None:
+                    # A new history starts with the whole vault as it is (ignored files excepted).
+                    result = self._git.commit(gitsync.commit_message(messages, subject), None)
+                else:
+                    result = self._git.commit(gitsync.commit_message(messages, subject), paths)
+            except GitBusy as exc:
+                note = f"not committed yet: {exc}"
+                if note not in self.warnings:
+                    self.warnings.append(note)
+                return None
+            except GitError as exc:
+                self.warnings.append(f"git auto-commit failed: {exc}")
+                return None
+            self._journal.consume(size)
+            self.git_notes.extend(result.notes)
+            self.commits += result.sha is not None
+            return result.sha
+
+    def _commit_by_hand(self, paths: list[str]) -> None:
+        """Commit a person's edits the engine just read as their own commit ("edit by hand: ..."), before
+        anything the engine derives from them, so they never hide inside an engine commit."""
+        if self._git is None or not paths:
             return
         try:
-            result = self._git.commit(message)
-        except GitError as exc:
-            self.warnings.append(f"git auto-commit failed: {exc}")
+            if self._git.head() is None:
+                return  # the first engine commit snapshots the whole vault, these edits included
+            result = self._git.commit(gitsync.hand_message(paths), paths)
+        except GitError as exc:  # GitBusy included: the edits stay uncommitted, as the person left them
+            self.warnings.append(f"git commit of hand edits failed: {exc}")
             return
         self.git_notes.extend(result.notes)
+        self.commits += result.sha is not None
 
     # -- hand edits (the watch daemon) ---------------------------------------------------------------
-    def reconcile_paths(self, rels: Iterable[str], seen: Mapping[str, Stamp] | None = None) -> PathsReport:
+    def reconcile_paths(
+        self,
+        rels: Iterable[str],
+        seen: Mapping[str, Stamp] | None = None,
+        *,
+        repo_stamp: tuple[object, ...] | None = None,
+    ) -> PathsReport:
         """Bring the index in step with files created, edited, moved or deleted outside the engine
         (one batch, under the write lock). Notes outside ``sources/`` are ingested as documents, unless
-        ``seen`` already has them with the same size and mtime."""
+        ``seen`` already has them with the same size and mtime. With ``repo_stamp`` (what
+        ``repo_stamp()`` said when the paths were gathered), a git command that ran since makes it
+        raise ``GitBusy`` and change nothing: the paths may describe a tree git was still writing."""
         with self._locked():
+            if repo_stamp is not None and self.repo_stamp() != repo_stamp:
+                raise GitBusy(
+                    f"git changed the repository of {self.layout.root} while these paths were gathered;"
+                    " gather them again once it is quiet"
+                )
             report = reconcile_paths(
-                self.conn, self.layout, rels, self.config.max_file_bytes, read_note=self.read_notes, seen=seen
+                self.conn,
+                self.layout,
+                rels,
+                self.config.max_file_bytes,
+                read_note=self.read_notes,
+                seen=seen,
+                on_hand_edits=self._commit_by_hand,
             )
             if report.deleted:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
             if report.deleted or report.changed:
                 topicroute.enqueue_out_of_date(self.conn)  # a hand edit may add or remove an entity
+            if report.stale:
+                self._commit(f"memory: mark {len(report.stale)} summaries stale (what is below them changed)")
             return report
 
     def remove_stray_temps(self) -> list[str]:
@@ -993,7 +1142,7 @@ class Vault:
         return session_tree(self.conn, session, source=source).messages()
 
     def _docmem(self, plan: Callable[[], Plan]) -> tuple[str, ...]:
-        with self._locked():
+        with self.commit_batch(), self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
             planned = plan()
@@ -1023,10 +1172,14 @@ class Vault:
 
     def check(self, *, fix: bool = False) -> CheckReport:
         if fix:
-            if treeops.pending_notes(self.layout):
-                self.heal_compaction()
-            with self._locked():
-                return check(self.conn, self.layout, self.config.max_file_bytes, fix=True)
+            with self.commit_batch("memory: check --fix"):
+                if treeops.pending_notes(self.layout):
+                    self.heal_compaction()
+                with self._locked():
+                    report = check(self.conn, self.layout, self.config.max_file_bytes, fix=True)
+                    if any(p.code == "duplicate_id" for p in report.fixed):
+                        self._commit("memory: check --fix: settle duplicate ids")
+                    return report
         return check(self.conn, self.layout, self.config.max_file_bytes)
 
     @property
