@@ -268,7 +268,9 @@ def test_stale_flags_survive_a_restart_and_run_deepest_first(tmp_path: Path) -> 
             assert "\nstale: true\n" in text
             # Summaries written before `children_hash` existed: nothing says they still match their
             # children, so each is re-summarised (one that records a match only has its flag cleared).
-            (path / rel).write_text("".join(x for x in text.splitlines(True) if not x.startswith("children_hash:")))
+            (path / rel).write_text(
+                "".join(x for x in text.splitlines(True) if not x.startswith("children_hash:"))
+            )
     (path / ".vaultmem" / "chunks.db").unlink()  # lose the index and its queue: the files still say stale
     for extra in (path / ".vaultmem").glob("chunks.db-*"):
         extra.unlink()
@@ -410,7 +412,6 @@ def test_git_auto_commit_records_one_commit_per_run_and_a_revert_reindexes_clean
     with Vault.init(path, config, embedder=FakeEmbedder()) as vault:
         vault.ingest_messages(topic_records(20))
         vault.flush()
-        before_compaction = _git(path, "rev-parse", "HEAD").strip()
         files_before = set(_git(path, "ls-files").split())
         report = vault.compact()
         assert report.sealed > 0 and not vault.warnings

@@ -153,6 +153,9 @@ class Daemon:
     # -- one pass -------------------------------------------------------------------------------------
     def once(self) -> WatchReport:
         """Catch up with everything that changed while no daemon ran, then return (``watch --once``)."""
+        operation = self.vault.git_operation()
+        if operation is not None:  # one pass cannot wait for a person to end it: say so, as writes do
+            raise operation.error(self.layout.root)
         lock = daemonstate.acquire(self.layout)
         try:
             with self.vault.commit_batch():
@@ -192,6 +195,19 @@ class Daemon:
     @property
     def pending_deletes(self) -> int:
         return len(self._doomed)
+
+    def settled(self) -> bool:
+        """Nothing in flight in the daemon itself: no event, deletion or held path waiting, git not
+        settling or paused, no job running (jobs still queued are the pool's; ask the queue)."""
+        return (
+            len(self.debouncer) == 0
+            and not self._doomed
+            and not self._held
+            and self._git_since is None
+            and not self._git_done
+            and self.paused is None
+            and (self.pool is None or self.pool.active == 0)
+        )
 
     def _due_deletes(self) -> list[str]:
         """Vanished paths whose grace ran out. While other events still settle in the debouncer (a

@@ -150,6 +150,7 @@ class Stats:
     latest_memory: str | None
     jobs: dict[str, int]
     daemon: dict[str, Any] = field(default_factory=dict)  # the watch daemon: running, pid, last event...
+    git: dict[str, Any] | None = None  # a git operation under way (writes pause): what, marker, advice
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -165,6 +166,7 @@ class Stats:
             "latest_memory": self.latest_memory,
             "jobs": self.jobs,
             "daemon": self.daemon,
+            "git": self.git,
         }
 
 
@@ -547,6 +549,7 @@ class Vault:
             latest_memory=latest,
             jobs=JobQueue(self.conn).counts(),
             daemon=daemonstate.status(self.layout),
+            git=_git_line(gitsync.operation_in_progress(self.layout.root, lock_wait_s=0.0), self.layout.root),
         )
 
     def source_tree(self) -> dict[str, dict[str, list[Leaf]]]:
@@ -1185,6 +1188,12 @@ class Vault:
     @property
     def jobs(self) -> JobQueue:
         return JobQueue(self.conn, time.time)
+
+
+def _git_line(operation: GitOperation | None, root: Path) -> dict[str, Any] | None:
+    if operation is None:
+        return None
+    return {**operation.as_dict(), "why": operation.describe(), "error": str(operation.error(root))}
 
 
 def _when(value: datetime | str | None, name: str) -> datetime | None:
