@@ -288,6 +288,8 @@ def commit_message(messages: Sequence[str], subject: str | None = None) -> str:
     """One commit for a run of operations: the single operation's own line, or a subject line (``subject``
     and how many operations, else the first line and how many more) over a body listing each once."""
     unique = list(dict.fromkeys(m.strip() for m in messages if m.strip()))
+    # Bookkeeping ("mark 3 summaries stale") never names a commit that did more than that.
+    unique.sort(key=lambda m: m.startswith("memory: mark ") and " stale" in m)
     if not unique:
         return subject or "memory: record engine changes an interrupted run left uncommitted"
     if len(unique) == 1:
