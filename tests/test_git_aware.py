@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import chat
+from tests.test_cli import run
 from tests.test_compact import CONFIG, topic_records
 from tests.test_watch import wait_for, watching
 from vaultmem import gitsync
-from vaultmem.cli import main
 from vaultmem.daemon import Daemon
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import GitBusy
+from vaultmem.model import Leaf
 from vaultmem.vault import Vault
 
 DEADLINE_S = 60.0
@@ -52,16 +53,6 @@ def head(root: Path) -> str:
 
 def commits(root: Path) -> int:
     return int(git(root, "rev-list", "--count", "HEAD").stdout)
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def chat_file(path: Path, n: int, prefix: str) -> Path:
@@ -354,18 +345,26 @@ def test_reverting_a_compaction_re_summarises_nothing_git_restored(tmp_path: Pat
     vault.close()
 
 
+def sealed_leaf(vault: Vault) -> Leaf:
+    """A leaf two levels down (so its edit concerns a level and the parent above it)."""
+    return next(x for x in vault.ls(status="sealed") if x.path.count("/") >= 4)
+
+
+def edit_by_hand(vault: Vault, leaf: Leaf) -> None:
+    """What a person does in Obsidian: one more sentence in the leaf's text, saved in place."""
+    path = vault.layout.root / leaf.path
+    path.write_text(path.read_text().replace(leaf.text, leaf.text + " Mara says the hedge needs trimming."))
+
+
 def test_hand_edit_is_committed_on_its_own_never_inside_an_engine_commit(tmp_path: Path) -> None:
     vault = make_git_vault(tmp_path)
     root = vault.layout.root
     two_runs(vault)
-    leaf = next(x for x in vault.ls(status="sealed") if x.path.count("/") >= 4)
-    path = root / leaf.path
+    leaf = sealed_leaf(vault)
     with watching(root) as daemon:
         quiet(daemon, vault)
         before = head(root)
-        path.write_text(
-            path.read_text().replace(leaf.text, leaf.text + " Mara says the hedge needs trimming.")
-        )
+        edit_by_hand(vault, leaf)
         wait_for(lambda: daemon.report.changed >= 1, DEADLINE_S, "the edit to be reconciled")
         quiet(daemon, vault)
     log = git(root, "log", "--format=%H %s", f"{before}..HEAD").stdout.splitlines()[::-1]
@@ -389,9 +388,8 @@ def test_compact_commits_hand_edits_first_and_leaves_other_files_alone(tmp_path:
     vault = make_git_vault(tmp_path)
     root = vault.layout.root
     two_runs(vault)
-    leaf = next(x for x in vault.ls(status="sealed") if x.path.count("/") >= 4)
-    path = root / leaf.path
-    path.write_text(path.read_text().replace(leaf.text, leaf.text + " Mara says the hedge needs trimming."))
+    leaf = sealed_leaf(vault)
+    edit_by_hand(vault, leaf)
     (root / "scratch.txt").write_text("a person's file vaultmem never reads\n")
     before = head(root)
     vault.compact()
