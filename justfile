@@ -19,13 +19,13 @@ test-fast: setup
     {{py}} -m pytest -q -m "not slow"
 
 lint: setup
-    {{venv}}/bin/ruff check vaultmem tests bench
-    {{venv}}/bin/ruff format --check vaultmem tests bench
+    {{venv}}/bin/ruff check vaultmem tests bench tools
+    {{venv}}/bin/ruff format --check vaultmem tests bench tools
     {{venv}}/bin/mypy
 
 fix: setup
-    {{venv}}/bin/ruff check --fix vaultmem tests bench
-    {{venv}}/bin/ruff format vaultmem tests bench
+    {{venv}}/bin/ruff check --fix vaultmem tests bench tools
+    {{venv}}/bin/ruff format vaultmem tests bench tools
 
 # Demo on a copy of sample_vault/: rebuild the index from the files, ingest new input, compact, show the tree,
 # search, context, topics, a daily digest, stats.

@@ -69,6 +69,20 @@ def embedding_comparison(base: Path, n: int) -> list[list[object]]:
     ]
 
 
+def cpu_part(base: Path, messages: list[dict[str, object]]) -> list[object]:
+    """The CPU part of the hot path alone (redact every field, chunk, score, name the files): no disk."""
+    from vaultmem.canon_chat import messages_from_records
+    from vaultmem.ingest import build_leaves
+    from vaultmem.layout import Layout
+    from vaultmem.scoring import FastScorer
+
+    canonical = messages_from_records(messages, source="bench", session=None)
+    t = time.perf_counter()
+    leaves = build_leaves(canonical, Layout(base / "cpu"), FastScorer(), 256)
+    dt = time.perf_counter() - t
+    return ["build_leaves (redact, chunk, score, file names)", len(leaves), dt, 1e6 * dt / len(canonical)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=10_000)
@@ -93,6 +107,7 @@ def main() -> None:
                 [[len(messages), len(report.added), files, dt, len(messages) / dt]],
             )
         )
+        print(table(["CPU part", "leaves", "seconds", "us/message"], [cpu_part(base, messages)]))
         print("\nMaking new files durable")
         print(table(["strategy", "files", "seconds", "files/s"], durability_comparison(base)))
         if args.embed:

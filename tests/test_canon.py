@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import mailbox
 import os
@@ -9,8 +10,12 @@ from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from tests.test_cli import run
 from vaultmem.canon import CanonResult, Skipped, read_path
+from vaultmem.canon_email import split_mbox
 from vaultmem.errors import InvalidInput, UnsafePath
 from vaultmem.model import InputKind
 
@@ -190,4 +195,110 @@ def test_fifo_is_refused_not_read(tmp_path: Path) -> None:
         read_path(fifo)
     assert [(Path(s.path).name, s.reason) for s in read_path(tmp_path / "d").skipped] == [
         ("pipe.md", "not a regular file")
+    ]
+
+
+# -- UTF-16 and UTF-32 input -------------------------------------------------------------------------
+
+STANDUP = (
+    "# Stand-up 3 March\r\n\r\nAndré: the export format is behind a flag.\r\n王伟：杭州的构建机已修好。\r\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("notepad.md", codecs.BOM_UTF16_LE + STANDUP.encode("utf-16-le")),  # Notepad "Unicode"
+        ("big-endian.md", codecs.BOM_UTF16_BE + STANDUP.encode("utf-16-be")),
+        ("utf32.md", STANDUP.encode("utf-32")),  # with its byte-order mark
+        ("no-bom.md", STANDUP.encode("utf-16-le")),  # ASCII-heavy UTF-16 without a mark
+        ("no-bom-be.md", STANDUP.encode("utf-16-be")),
+    ],
+)
+def test_utf16_and_utf32_text_is_decoded(tmp_path: Path, name: str, data: bytes) -> None:
+    (message,) = read_path(_write(tmp_path / name, data)).messages
+    assert (
+        message.text
+        == "# Stand-up 3 March\n\nAndré: the export format is behind a flag.\n王伟：杭州的构建机已修好。"
+    )
+
+
+def test_utf16_chat_export_and_mailbox_are_decoded(tmp_path: Path) -> None:
+    chat = json.dumps([{"speaker": "Mara", "content": "Café at 10? 好的"}], ensure_ascii=False)
+    assert [m.text for m in read_path(_write(tmp_path / "chat.json", chat.encode("utf-16"))).messages] == [
+        "Café at 10? 好的"
+    ]
+    box = mailbox.mbox(tmp_path / "plain.mbox")
+    box.add(_eml("Kickoff", "Monday at nine.", "<k1@x>"))
+    box.close()
+    wide = _write(tmp_path / "Inbox", (tmp_path / "plain.mbox").read_bytes().decode().encode("utf-16"))
+    assert [m.text for m in read_path(wide).messages] == ["Subject: Kickoff\n\nMonday at nine."]
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        (
+            codecs.BOM_UTF16_LE + "ok".encode("utf-16-le") + b"\x00\xd8",
+            "UTF-16 byte-order mark but is not valid",
+        ),
+        ("plain text here".encode("utf-16-le")[:-1], "looks like UTF-16 without a byte-order mark"),
+        (b"\x01\x00\x02\x00\x03\x00\x04\x00\x05\x00", "looks like UTF-16 without a byte-order mark"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00", "binary"),
+    ],
+)
+def test_bad_wide_text_is_refused_clearly(tmp_path: Path, data: bytes, pattern: str) -> None:
+    with pytest.raises(InvalidInput, match=pattern):
+        read_path(_write(tmp_path / "note.txt", data))
+
+
+_MBOX_LINES = st.sampled_from(
+    [
+        "From ana@x Tue Mar  3 08:55:00 2026\n",
+        "From: Ana <a@x>\n",
+        "Subject: s\n",
+        "\n",
+        "\r\n",
+        "body\n",
+        ">From me\n",
+        "tail",
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(_MBOX_LINES, max_size=30))
+def test_split_mbox_cuts_as_the_mailbox_module_does(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[str]
+) -> None:
+    data = "".join(lines).encode()
+    path = tmp_path_factory.mktemp("mbox") / "box"
+    path.write_bytes(data)
+    box = mailbox.mbox(path, create=False)
+    try:
+        expected = [box.get_bytes(key) for key in box.iterkeys()]
+    finally:
+        box.close()
+    assert split_mbox(data) == expected
+
+
+def test_windows_utf16_exports_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What Windows tools write: Notepad's "Unicode" (UTF-16 LE with a mark, CRLF), a PowerShell
+    redirect of a chat export, a UTF-16 text file with no mark at all."""
+    exports = tmp_path / "exports"
+    _write(exports / "standup.md", codecs.BOM_UTF16_LE + STANDUP.encode("utf-16-le"))
+    chat = json.dumps([{"speaker": "Mara", "content": "Book the 06:40 train to Porto."}], ensure_ascii=False)
+    _write(exports / "chat.json", chat.encode("utf-16"))
+    _write(exports / "todo.txt", "Renew the passport before April.\r\n".encode("utf-16-le"))
+    vault = tmp_path / "vault"
+    assert run(["init", str(vault)], capsys)[0] == 0
+    code, out, err = run(["ingest", str(exports), "--json", "--vault", str(vault)], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["skipped"] == [] and report["added"] == 3, err
+    _, out, _ = run(["ls", "--json", "--vault", str(vault)], capsys)
+    texts = sorted(leaf["text"] for leaf in json.loads(out))
+    assert texts == [
+        "# Stand-up 3 March\n\nAndré: the export format is behind a flag.\n王伟：杭州的构建机已修好。",
+        "Book the 06:40 train to Porto.",
+        "Renew the passport before April.",
     ]

@@ -492,3 +492,49 @@ def test_journal_keeps_engine_paths_until_a_commit_consumes_them(tmp_path: Path)
         "memory: compact: 2 operations\n\n- a\n- b"
     )
     assert commit_message(["memory: a"], "memory: compact") == "memory: a"
+
+
+def test_a_file_holding_a_secret_is_never_committed_and_a_moved_one_is_not_read_again(tmp_path: Path) -> None:
+    import random
+
+    from tests.secret_shapes import rand
+
+    root = make_vault(tmp_path / "v")
+    secret = "gh" + "p_" + rand(random.Random(3), 36)
+    note = root / "notes" / "todo.md"
+    note.parent.mkdir()
+    note.write_text(f"rotate {secret} on Friday\n")
+    seen: list[str] = []
+
+    def screen(path: Path) -> tuple[str, ...]:
+        seen.append(path.name)
+        return ("github_token",) if secret in path.read_text() else ()
+
+    recorder = GitRecorder(root, screen=screen)
+    result = recorder.commit("memory: add")
+    assert result.held == (("notes/todo.md", ("github_token",)),)
+    assert "notes/todo.md" not in tree(root) and "sources/chat/_fresh/a.md" in tree(root)
+    assert "?? notes/todo.md" in git(root, "status", "--porcelain", "--untracked-files=all")
+    # Named by a folder in a path-limited commit, the file still stays out.
+    (root / "notes" / "ok.md").write_text("nothing secret here\n")
+    result = recorder.commit("memory: notes", ["notes"])
+    assert result.sha is not None and "notes/ok.md" in tree(root) and "notes/todo.md" not in tree(root)
+    # A committed leaf moved without a change of content is not read again.
+    seen.clear()
+    fresh = root / "sources" / "chat" / "_fresh" / "a.md"
+    level = root / "sources" / "chat" / "01-level"
+    level.mkdir()
+    fresh.rename(level / fresh.name)
+    recorder.commit("memory: seal")
+    assert fresh.name not in seen and "todo.md" in seen
+    # The default screen reads the file, and embedding sidecars (random-looking base64) are the engine's.
+    from vaultmem.gitsync import secret_kinds
+
+    assert secret_kinds(note) == ("github_token",)
+    sidecar = level / "_embeddings.json"
+    sidecar.write_text(
+        '{"vector": "'
+        + rand(random.Random(4), 512, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+        + '"}'
+    )
+    assert secret_kinds(sidecar) == ()

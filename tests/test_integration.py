@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_sample_vault import EXAMPLES_CONFIG, ingest_examples
 from vaultmem import Vault
 from vaultmem.embed import load_embedder
 
@@ -88,13 +89,8 @@ def test_cli_search_end_to_end(tmp_path: Path) -> None:
 
 def test_topics_digest_and_time_questions_on_the_sample_inputs_with_the_real_model(tmp_path: Path) -> None:
     """The sample vault's inputs, built from scratch with the real model: topics and digests follow."""
-    examples = Path(__file__).resolve().parent.parent / "docs" / "examples"
-    config = (examples / "config.toml").read_text()
-    with Vault.init(tmp_path / "v", config, embedder=load_embedder()) as vault:
-        vault.ingest_path(examples / "assistant-chat.jsonl", source="assistant-chat")
-        vault.ingest_path(examples / "team-slack.json")
-        vault.ingest_path(examples / "notes", source="notes")
-        vault.ingest_path(examples / "mail", source="mail")
+    with Vault.init(tmp_path / "v", EXAMPLES_CONFIG, embedder=load_embedder()) as vault:
+        ingest_examples(vault)
         report = vault.compact()
         assert report.jobs_failed == 0 and report.topics > 0
         kyoto = vault.topic("Kyoto", 3)

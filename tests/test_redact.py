@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vaultmem.redact import KINDS, Redaction, redact
+from tests.secret_shapes import LOOKALIKES, SHAPES, rand, secrets
+from vaultmem.redact import CATALOGUE_SIZE, OWN_KINDS, Redaction, has_secret, redact, scrub
 
 _ALNUM = string.ascii_letters + string.digits
 
@@ -93,6 +94,20 @@ SECRETS: list[tuple[str, str, str, str]] = [
     ("generic_secret", f"token: {GENERIC}", GENERIC, "token:"),
     ("generic_secret", f"SECRET={GENERIC}", GENERIC, "SECRET="),
     ("generic_secret", f'"client_secret": "{GENERIC}"', GENERIC, "client_secret"),
+    (
+        "azure_key",
+        f"AccountName=acme;AccountKey={AWS_SECRET}==;EndpointSuffix=x",
+        AWS_SECRET,
+        "AccountName=acme",
+    ),
+    ("keyword_secret", f"the api key for staging is {GENERIC} now", GENERIC, "for staging is"),
+    ("keyword_secret", f"secret:\n  {GENERIC}", GENERIC, "secret:"),
+    (
+        "high_entropy",
+        f"here you go: {fake(40, _ALNUM + '+/', seed=21)}",
+        fake(40, _ALNUM + "+/", seed=21),
+        "here",
+    ),
 ]
 
 PROSE = [
@@ -114,8 +129,55 @@ PROSE = [
 ]
 
 
-def test_every_kind_has_a_case() -> None:
-    assert {kind for kind, *_ in SECRETS} == set(KINDS)
+def test_every_own_kind_has_a_case() -> None:
+    assert {kind for kind, *_ in SECRETS} == {*OWN_KINDS, "keyword_secret", "high_entropy"}
+
+
+def test_the_gitleaks_catalogue_ships_with_its_licence() -> None:
+    from importlib import resources
+
+    data = resources.files("vaultmem").joinpath("data")
+    assert CATALOGUE_SIZE >= 200
+    assert "Zachary Rice" in data.joinpath("GITLEAKS_LICENSE").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("kind", sorted(SHAPES))
+def test_every_shape_of_the_corpus_is_redacted(kind: str, seed: int) -> None:
+    _, statement, secret = next(case for case in secrets(seed) if case[0] == kind)
+    result = redact(statement)
+    assert secret not in result.text and result.kinds
+    assert has_secret(statement) and not has_secret(result.text)
+
+
+@pytest.mark.parametrize("text", LOOKALIKES)
+def test_lookalikes_survive(text: str) -> None:
+    assert redact(text) == Redaction(text, ())
+
+
+def test_catalogue_kinds_name_the_service() -> None:
+    stripe = "sk" + "_live_" + fake(24, seed=30)
+    assert redact(f"stripe {stripe}, keep it safe").kinds == ("stripe_access_token",)
+    hf = "h" + "f_" + rand(random.Random(31), 34, string.ascii_letters)
+    assert redact(f"HF {hf} here").text == "HF [REDACTED:huggingface_access_token] here"
+
+
+def test_prose_punctuation_and_chinese_end_a_secret() -> None:
+    token = "gl" + "pat-" + fake(20, seed=32)
+    for text in (f"use {token}.", f"({token})", f"令牌是{token}，别外传", f"{token}, thanks"):
+        assert token not in scrub(text)
+
+
+def test_hex_named_as_a_hash_is_kept_but_not_when_named_as_a_key() -> None:
+    digest = fake(64, "0123456789abcdef", seed=33)
+    for text in (f"sha256: {digest}", f"content_hash: {digest[:16]}", f"commit {digest[:40]}"):
+        assert scrub(text) == text
+    assert digest not in scrub(f"api_key {digest}") and digest not in scrub(f"stored as {digest} yesterday")
+
+
+def test_long_unbroken_text_stays_linear() -> None:
+    blob = "A" * 200_000 + " api key " + "b7" * 50_000
+    assert redact(blob).text.startswith("A" * 1000)  # finishes (a quadratic rule would not, here)
 
 
 @pytest.mark.parametrize(("kind", "text", "secret", "kept"), SECRETS)
@@ -207,3 +269,71 @@ def test_redact_is_idempotent_on_secret_soup(text: str) -> None:
     once = redact(text)
     assert redact(once.text).text == once.text
     assert len(once.kinds) == len(set(once.kinds))
+
+
+def test_a_leaf_is_read_back_redacted_and_rewritten_with_its_own_bytes() -> None:
+    from vaultmem.leaffile import keep_body, parse_leaf
+    from vaultmem.summaryfile import parse_summary
+
+    text = (
+        "---\nid: 0123456789abcdef\nkind: leaf\nsource: chat\n"
+        f"speaker: {GH_PAT}\nsession: s1\nstatus: admitted\nentities: [project:{GH_PAT}, person:mia]\n"
+        f"provenance: {{title: 'keys {GOOGLE}'}}\ntags: [mine]\n---\nDeploy with {GH_PAT} today.\n"
+    )
+    leaf, doc = parse_leaf(text, "sources/chat/_fresh/x-0123456789abcdef.md")
+    assert GH_PAT not in leaf.text + (leaf.speaker or "") + str(leaf.meta) + str(leaf.entities)
+    assert leaf.text == "Deploy with [REDACTED:github_token] today." and leaf.entities == ("person:mia",)
+    assert leaf.redactions == ("github_token", "google_api_key")
+    assert keep_body(doc, leaf.text) == doc.body  # the person's bytes, not the redacted text
+    assert keep_body(doc, "new text") == "new text\n"
+    summary = (
+        f"---\nid: s0123456789abcde\nkind: summary\nsource: chat\ntitle: keys {GH_PAT}\n---\n"
+        f"## Pinned\n\nmine: {GH_PAT}\n\n## Summary\n\nall good\n\n## Children\n\n- [label {GH_PAT}](x.md)\n"
+    )
+    node, _ = parse_summary(summary, "sources/chat/01-x/_summary.md")
+    assert GH_PAT not in node.title + node.pinned + node.text + node.children[0].label
+
+
+def test_redact_document_keeps_clean_keys_byte_for_byte() -> None:
+    from vaultmem.mdfile import redact_document, split
+
+    text = (
+        f"---\nid: 0123456789abcdef\nkind: leaf\nspeaker: {GH_PAT}\ndate: 2024-05-01   # mine\n"
+        f"tags: [a, b]\n---\nkey {GH_PAT} and password=hunter22\n"
+    )
+    clean, kinds = redact_document(text)
+    assert GH_PAT not in clean and "hunter22" not in clean and set(kinds) == {"github_token", "password"}
+    assert "\ndate: 2024-05-01   # mine\ntags: [a, b]\n" in clean
+    meta = split(clean).meta
+    assert meta["speaker"] == "[REDACTED:github_token]" and meta["redactions"] == ["github_token", "password"]
+    assert redact_document(clean) == (clean, ())
+    assert redact_document("plain note, no frontmatter\n") == ("plain note, no frontmatter\n", ())
+
+
+def test_gitleaks_regexes_translate_to_python() -> None:
+    """tools/gitleaks_rules.py: RE2's mid-pattern flags become scoped groups, alternatives kept apart."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "tools" / "gitleaks_rules.py"
+    spec = importlib.util.spec_from_file_location("gitleaks_rules", path)
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.go_to_python(r"\b(p8e-(?i)[a-z0-9]{4})x") == r"\b(p8e-(?i:[a-z0-9]{4}))x"
+    assert tool.go_to_python(r"a(?i)b|c") == r"a(?i:b)|(?i:c)"
+    assert tool.go_to_python(r"(?i)x[[:alnum:]]\z") == r"(?i)x[a-zA-Z0-9]\Z"
+    assert re.fullmatch(tool.go_to_python(r"SG\.(?i)[a-z]{3}"), "SG.AbC")
+    assert not re.fullmatch(tool.go_to_python(r"SG\.(?i)[a-z]{3}"), "sg.abc")
+
+
+def test_no_file_the_engine_wrote_in_the_sample_vault_looks_like_a_secret() -> None:
+    """Leaf and summary files (ids, hashes, file-name links, frontmatter) are not secrets to `check`."""
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent / "sample_vault"
+    files = sorted(root.rglob("*.md"))
+    assert len(files) > 50
+    flagged = [p.relative_to(root).as_posix() for p in files if has_secret(p.read_text(encoding="utf-8"))]
+    assert flagged == []

@@ -562,3 +562,89 @@ def test_with_an_llm_the_topic_summary_is_written_by_the_model_outside_the_lock(
         topic_prompts = [r for r in llm_server.requests if "TidePool" in r.body.decode()]
         assert topic_prompts  # the model saw the topic's leaves
         assert vault.check().ok
+
+
+BAR = """
+[compact]
+fresh_keep_leaves = 50
+workers = 2
+
+[topics]
+create_at = 4.0
+min_leaves = 3
+min_sessions = 2
+person_min_leaves = 7
+"""
+
+
+def said(i: int, session: str, text: str, speaker: str = "Mara") -> dict[str, object]:
+    return {
+        "id": f"b{i}",
+        "role": "user",
+        "speaker": speaker,
+        "content": f"{text} We settled the plan for step {i} and wrote down what comes next.",
+        "ts": f"2024-06-{1 + i:02d}T09:00:00Z",
+        "session": session,
+    }
+
+
+def test_a_topic_needs_two_sessions_and_a_person_nobody_hears_needs_more_leaves(tmp_path: Path) -> None:
+    with Vault.init(tmp_path / "v", BAR, embedder=FakeEmbedder()) as vault:
+        first = [said(i, "s1", "Aunt Linda called about the Qantas refund.") for i in range(4)]
+        vault.ingest_messages(first, source="chat")
+        vault.compact()
+        assert topics.existing(vault.conn) == {}  # hot, but all from one conversation
+        more = [said(i, "s2", "Aunt Linda called about the Qantas refund.") for i in range(4, 6)]
+        more.append(said(6, "s2", "Diego booked the ferry.", speaker="Diego"))
+        more.append(said(7, "s3", "Sure, sounds good.", speaker="Diego"))
+        more.append(said(8, "s3", "Sure, that works.", speaker="Diego"))
+        vault.ingest_messages(more, source="chat")
+        vault.compact()
+        made = topics.existing(vault.conn)
+        assert "org:qantas" in made  # 6 leaves from 2 conversations
+        assert "person:diego" in made  # 3 leaves, but he speaks in them
+        assert "person:aunt-linda" not in made  # 6 leaves, only mentioned: needs person_min_leaves (7)
+        vault.ingest_messages([said(9, "s3", "Aunt Linda called again.")], source="chat")
+        vault.compact()
+        assert "person:aunt-linda" in topics.existing(vault.conn)
+
+
+def test_topic_kinds_and_the_bar_are_read_from_config(tmp_path: Path) -> None:
+    from vaultmem.config import parse_config
+    from vaultmem.errors import InvalidInput
+
+    config = parse_config('[topics]\nkinds = ["person", "org"]\nmin_sessions = 1\nperson_min_leaves = 3\n')
+    settings = topics.settings_from(config.topic_values())
+    assert (settings.kinds, settings.min_sessions, settings.person_min_leaves) == (("person", "org"), 1, 3)
+    assert "event" not in topics.TopicSettings().kinds  # holidays come back every year: no tree by default
+    for bad in ('kinds = ["people"]', 'kinds = "person"', "min_sessions = -1"):
+        with pytest.raises(InvalidInput):
+            parse_config(f"[topics]\n{bad}\n")
+
+
+def test_rescan_after_a_rules_change_replaces_the_engines_entities_and_archives_what_no_leaf_names(
+    vault: Vault, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As the first rules read a documentation vault: every leaf named a "person" Ctrl.
+    vault._finder = lambda leaf: ("person:ctrl",)
+    text = "Press Ctrl+P to open Settings, then fly Qantas to Lisbon with Diego."
+    vault.ingest_messages([said(i, f"s{i % 3}", text) for i in range(12)], source="docs")
+    vault.compact()
+    assert "person:ctrl" in topics.existing(vault.conn)
+    leaf = vault.ls()[0]
+    path = vault.layout.root / leaf.path
+    path.write_text(path.read_text().replace("\nkind: leaf\n", "\nkind: leaf\ntags: [travel]\n", 1))
+    vault.check(fix=True)
+    with vault._locked(), vault.conn:
+        vault.conn.execute("UPDATE meta SET value = '1' WHERE key = 'entity_rules'")
+    vault._finder = None
+    main(["topics", "--rescan", "-V", str(vault.layout.root)])
+    assert "entities found in 12 leaves" in capsys.readouterr().out
+    for x in vault.ls():
+        assert "person:ctrl" not in x.entities
+        assert {"org:qantas", "place:lisbon", "person:diego"} <= set(x.entities)
+    assert "tags: [travel]" in path.read_text()  # the person's own keys stay
+    made = topics.existing(vault.conn)
+    assert made["person:ctrl"].startswith("topics/_archive/")  # kept whole, no longer routed
+    assert not made["org:qantas"].startswith("topics/_archive/")
+    assert vault.rescan_entities() == 0 and vault.check().ok

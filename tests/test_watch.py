@@ -219,7 +219,11 @@ def test_rescan_catches_what_the_os_dropped(seeded: Vault) -> None:
         daemon.watcher.stop()  # from here on every event is lost, as on a queue overflow
         (root / "dropped.md").write_text("The axolotl tank needs a new filter.\n", encoding="utf-8")
         leaf_path(seeded, seeded.ls()[0].id).unlink()
-        wait_for(lambda: hits(seeded, "axolotl") and len(seeded.ls()) == 4, what="the rescan")
+        # The daemon counts a batch after its rows commit: wait for the count too, not only the index.
+        wait_for(
+            lambda: hits(seeded, "axolotl") and len(seeded.ls()) == 4 and daemon.report.deleted == 1,
+            what="the rescan",
+        )
         assert daemon.report.rescans >= 2 and daemon.report.deleted == 1
 
 

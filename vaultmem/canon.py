@@ -1,12 +1,14 @@
 """Dispatcher: read a file or a directory tree and hand each file to the right source adapter.
 
-Owns the file-level checks (size, binary, UTF-8, symlinks leaving the root, hidden files) and the
-choice of adapter by suffix. A file passed directly raises on a problem; inside a directory walk the
-same problem becomes a ``Skipped`` entry. Never writes anything and never follows symlinked folders.
+Owns the file-level checks (size, binary, UTF-8, UTF-16/32 re-encoded as UTF-8, symlinks leaving the
+root, hidden files) and the choice of adapter by suffix. A file passed directly raises on a problem;
+inside a directory walk the same problem becomes a ``Skipped`` entry. Never writes anything and never
+follows symlinked folders.
 """
 
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,7 +17,7 @@ from vaultmem.canon_chat import parse_chat_bytes
 from vaultmem.canon_docs import parse_document
 from vaultmem.canon_email import parse_eml, parse_mbox
 from vaultmem.errors import InvalidInput, UnsafePath
-from vaultmem.model import Message, safe_name, slugify_name
+from vaultmem.model import Message, default_source_name, safe_name
 
 CHAT_SUFFIXES = frozenset({".json", ".jsonl"})
 DOC_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
@@ -24,6 +26,15 @@ MBOX_SUFFIXES = frozenset({".mbox"})
 _SNIFF_BYTES = 8192
 # mbox files often have no suffix (Thunderbird's "Inbox"); they start with a "From sender date" line.
 _MBOX_START_RE = re.compile(rb"From \S+ +\S[^\n]*\n")
+# UTF-32 first: its little-endian mark starts with UTF-16's.
+_WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# Control characters text never holds (tabs, newlines and form feeds aside): a sign of binary data.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f]")
 
 
 @dataclass(frozen=True)
@@ -59,7 +70,7 @@ def read_path(
     if path.is_dir():
         bound = _resolve(root if root is not None else path)
         _check_inside(path, bound)
-        name = source or _default_source(path.resolve().name)
+        name = source or default_source_name(path.resolve().name)
         messages: list[Message] = []
         skipped: list[Skipped] = []
         for file, rel in _walk(path, path, bound, skipped):
@@ -71,7 +82,7 @@ def read_path(
     _check_inside(path, _resolve(root if root is not None else path.absolute().parent))
     if not path.is_file():  # a FIFO or device would block or never end
         raise InvalidInput(f"{path}: not a regular file")
-    return CanonResult(_read_file(path, path.name, source or _default_source(path.stem), max_bytes), [])
+    return CanonResult(_read_file(path, path.name, source or default_source_name(path.stem), max_bytes), [])
 
 
 def _walk(directory: Path, top: Path, bound: Path, skipped: list[Skipped]) -> list[tuple[Path, str]]:
@@ -114,6 +125,7 @@ def _read_file(path: Path, name: str, source: str, max_bytes: int) -> list[Messa
         raise InvalidInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if len(data) > max_bytes:  # the file grew after stat
         raise InvalidInput(f"{path}: over the {max_bytes}-byte limit")
+    data = _as_utf8(data, path)
     if not data.strip():
         raise InvalidInput(f"{path}: empty file, nothing to ingest")
     if b"\x00" in data[:_SNIFF_BYTES]:
@@ -126,13 +138,54 @@ def _read_file(path: Path, name: str, source: str, max_bytes: int) -> list[Messa
     elif suffix in EMAIL_SUFFIXES:
         messages = [parse_eml(data, source=source)]
     elif suffix in MBOX_SUFFIXES or _MBOX_START_RE.match(data):
-        messages = parse_mbox(path, source=source)
+        messages = parse_mbox(path, source=source, data=data)
     else:
         raise InvalidInput(f"{path}: unsupported file type {suffix or '(no suffix)'!r}")
     if not messages:
         raise InvalidInput(f"{path}: no text found, nothing to ingest")
     # Every message records the file it came from, relative to the folder that was walked.
     return [m if "file" in m.meta else replace(m, meta={"file": name, **m.meta}) for m in messages]
+
+
+def _as_utf8(data: bytes, path: Path) -> bytes:
+    """UTF-32 or UTF-16 text (with a byte-order mark, or UTF-16 without one whose every other byte is
+    zero, as Windows tools write it) re-encoded as UTF-8; anything else as it is."""
+    for bom, codec in _WIDE_BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(codec).encode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidInput(
+                    f"{path}: starts with a {codec.upper()} byte-order mark but is not valid {codec.upper()} "
+                    f"(byte {exc.start}); re-save it as UTF-8"
+                ) from exc
+    guess = _utf16_without_bom(data[:_SNIFF_BYTES])
+    if guess is None:
+        return data
+    try:
+        text = data.decode(guess)
+    except UnicodeDecodeError:
+        text = "\x00"
+    if _CONTROL_RE.search(text):
+        raise InvalidInput(
+            f"{path}: looks like UTF-16 without a byte-order mark (every other byte is zero) but does "
+            "not decode as UTF-16 text; re-save it as UTF-8"
+        )
+    return text.encode("utf-8")
+
+
+def _utf16_without_bom(sample: bytes) -> str | None:
+    """``utf-16-le``/``-be`` when zero bytes sit only at odd (even) offsets and are frequent, as in
+    UTF-16 text that is mostly ASCII; None otherwise (UTF-8 text has no zero bytes at all)."""
+    if len(sample) < 8 or b"\x00" not in sample:
+        return None
+    even, odd = sample[0::2].count(0), sample[1::2].count(0)
+    enough = max(4, len(sample) // 2 * 3 // 10)
+    if even == 0 and odd >= enough:
+        return "utf-16-le"
+    if odd == 0 and even >= enough:
+        return "utf-16-be"
+    return None
 
 
 def _utf8(data: bytes, path: Path) -> str:
@@ -153,8 +206,3 @@ def _resolve(path: Path) -> Path:
         return path.resolve()
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
         raise InvalidInput(f"{path}: cannot resolve path: {exc}") from exc
-
-
-def _default_source(name: str) -> str:
-    # slugify keeps "..", which safe_name refuses as path syntax.
-    return safe_name(re.sub(r"\.{2,}", ".", slugify_name(name)))

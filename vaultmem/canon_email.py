@@ -1,14 +1,14 @@
 """Email adapter: ``.eml`` files and mbox mailboxes become one EMAIL ``Message`` per email.
 
-Owns charset handling, HTML-to-text, thread detection and the trimming of quoted replies and
-signatures. Uses only the stdlib ``email``/``mailbox`` packages; never writes to the mailbox.
+Owns charset handling, HTML-to-text and the thread headers; ``mailreply`` trims what the sender quoted
+and ``mailthread`` gives each email its thread. Uses only the stdlib ``email``/``mailbox`` packages;
+never writes to the mailbox.
 """
 
 from __future__ import annotations
 
 import codecs
 import hashlib
-import mailbox
 import re
 from datetime import datetime
 from email import message_from_bytes
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from vaultmem.canon_chat import clean_text
 from vaultmem.errors import InvalidInput
+from vaultmem.mailreply import trim_reply
 from vaultmem.model import InputKind, Message, safe_name, utc
 
 # Labels mail clients use for charsets Python knows under a wider (superset) name.
@@ -38,10 +39,7 @@ _CHARSET_ALIASES = {
     "ks_c_5601-1987": "cp949",
 }
 _MSGID_RE = re.compile(r"<([^<>\s]+)>")
-_ATTRIBUTION_RE = re.compile(r"^\s*(On\s.*wrote:|.*(?:在|于).*写道[：:])\s*$")
-_ORIGINAL_RE = re.compile(r"^\s*-{2,}\s*(Original Message|原始邮件)\s*-{2,}\s*$", re.I)
-_OUTLOOK_RULE_RE = re.compile(r"^_{10,}\s*$")
-_SENT_FROM_RE = re.compile(r"^\s*(Sent from my [\w ]{1,30}|Get Outlook for \w+|发自我的\s*\w+)\s*$", re.I)
+_FROM_LINE_RE = re.compile(rb"(?m)^From ")
 
 
 def parse_eml(data: bytes, *, source: str) -> Message:
@@ -52,27 +50,47 @@ def parse_eml(data: bytes, *, source: str) -> Message:
     return _to_message(message_from_bytes(data), data, source)
 
 
-def parse_mbox(path: Path, *, source: str) -> list[Message]:
-    """Parse every email of an mbox file, in file order. Emails without headers or text are skipped."""
+def parse_mbox(path: Path, *, source: str, data: bytes | None = None) -> list[Message]:
+    """Parse every email of an mbox file, in file order. Emails without headers or text are skipped.
+
+    ``data`` is the file's content when the caller has read it already (re-encoded, say)."""
     safe_name(source)
-    try:
-        box = mailbox.mbox(path, create=False)
-    except (mailbox.Error, OSError) as exc:
-        raise InvalidInput(f"{path}: cannot open mailbox: {exc}") from exc
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InvalidInput(f"{path}: cannot open mailbox: {exc.strerror or exc}") from exc
     messages = []
-    try:
-        for key in box.iterkeys():
-            # mbox escapes body lines starting with "From " as ">From "; undo one level (mboxrd).
-            raw = re.sub(rb"(?m)^>(>*From )", rb"\1", box.get_bytes(key))
-            try:
-                messages.append(_to_message(message_from_bytes(raw), raw, source))
-            except InvalidInput:
-                continue
-    except OSError as exc:
-        raise InvalidInput(f"{path}: cannot read mailbox: {exc}") from exc
-    finally:
-        box.close()
+    for raw in split_mbox(data):
+        # mbox escapes body lines starting with "From " as ">From "; undo one level (mboxrd).
+        raw = re.sub(rb"(?m)^>(>*From )", rb"\1", raw)
+        try:
+            messages.append(_to_message(message_from_bytes(raw), raw, source))
+        except InvalidInput:
+            continue
     return messages
+
+
+def split_mbox(data: bytes) -> list[bytes]:
+    """The emails of an mbox, as ``mailbox.mbox`` cuts them: each starts after a line beginning with
+    ``From `` and ends before the next one (and before the blank line above it); text before the
+    first such line belongs to no email."""
+    starts = [m.start() for m in _FROM_LINE_RE.finditer(data)]
+    emails = []
+    for n, start in enumerate(starts):
+        stop = starts[n + 1] if n + 1 < len(starts) else len(data)
+        body = data.find(b"\n", start, stop)
+        body = stop if body < 0 else body + 1
+        end = stop
+        # the separating blank line: the line before the next "From " (or before the end) is empty
+        if (
+            end - 1 >= body
+            and data[end - 1 : end] == b"\n"
+            and (end - 1 == body or data[end - 2 : end - 1] == b"\n")
+        ):
+            end -= 1
+        emails.append(data[body:end])
+    return emails
 
 
 def _to_message(msg: EmailMessage, raw: bytes, source: str) -> Message:
@@ -108,40 +126,6 @@ def _to_message(msg: EmailMessage, raw: bytes, source: str) -> Message:
         ts=_date(_header(msg, "date")),
         meta={k: v for k, v in meta.items() if v},
     )
-
-
-def trim_reply(text: str) -> str:
-    """Drop quoted replies, forwarded originals and signatures, keeping what the sender wrote."""
-    lines = clean_text(text).split("\n")
-    cut = len(lines)
-    for i, line in enumerate(lines):
-        if _ORIGINAL_RE.match(line) or (_OUTLOOK_RULE_RE.match(line) and _next_starts(lines, i, "From:")):
-            cut = i
-            break
-        if line.rstrip() == "--":
-            cut = i
-            break
-        if _ATTRIBUTION_RE.match(line) and _next_starts(lines, i, ">"):
-            cut = i
-            break
-        # Gmail wraps long attributions: "On Mon, ... John Doe <" / "john@example.com> wrote:"
-        if (
-            line.lstrip().startswith("On ")
-            and i + 1 < len(lines)
-            and lines[i + 1].rstrip().endswith("wrote:")
-            and _next_starts(lines, i + 1, ">")
-        ):
-            cut = i
-            break
-    kept = [ln for ln in lines[:cut] if not ln.lstrip().startswith(">") and not _SENT_FROM_RE.match(ln)]
-    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
-
-
-def _next_starts(lines: list[str], i: int, prefix: str) -> bool:
-    for line in lines[i + 1 :]:
-        if line.strip():
-            return line.lstrip().startswith(prefix)
-    return False
 
 
 def _body_text(msg: EmailMessage) -> str:

@@ -22,6 +22,11 @@ Invariants:
 - ``stale_unqueued``   a stale summary without its re-summarise job        (fix: queue it)
 - ``dangling_link``    a topic or digest links a leaf that is gone         (fix: queue its re-route or
                        re-digest; ``vaultmem compact`` or the daemon runs it)
+- ``secret_in_file``   a Markdown file holds a secret (typed by hand: the engine never writes one); the
+                       index and everything derived have it redacted and git leaves the file out.
+                       Names the file and the kinds, never the secret. Not fixed by ``--fix`` (the
+                       file is the person's); ``--fix --redact`` rewrites it with the secrets replaced
+                       (guarded by the hash read, keys without a secret kept byte for byte)
 """
 
 from __future__ import annotations
@@ -35,13 +40,14 @@ from pathlib import PurePosixPath
 
 from vaultmem import fsio, index
 from vaultmem.db import NAV, atomic
-from vaultmem.errors import VaultError
+from vaultmem.errors import ConflictError, VaultError
 from vaultmem.ingest import extract_job, heal_intents
 from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
 from vaultmem.layout import SOURCES, SUMMARY_NAME, Layout
 from vaultmem.leaffile import LEAF_KEYS, id_from_filename, parse_leaf, render_leaf
+from vaultmem.mdfile import redact_document
 from vaultmem.reindex import VaultFiles, read_vault
-from vaultmem.scan import scan
+from vaultmem.scan import ScanEntry, scan
 from vaultmem.summaryfile import SUMMARY_KEYS, parse_summary, render_summary, summary_id
 from vaultmem.treeops import pending_notes
 
@@ -65,7 +71,9 @@ class CheckReport:
         return not self.problems
 
 
-def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool = False) -> CheckReport:
+def check(
+    conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool = False, redact: bool = False
+) -> CheckReport:
     problems: list[Problem] = []
     fixed: list[Problem] = []
 
@@ -93,6 +101,9 @@ def check(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool
             problems.append(problem)
 
     result = scan(layout)
+    # First, so that files rewritten redacted are read back below as they now are.
+    for problem, rewritten in _secrets(layout, result.entries, max_bytes, rewrite=fix and redact):
+        (fixed if rewritten else problems).append(problem)
     for rel in result.outside_links:
         problems.append(Problem("outside_link", rel, "symlink points outside the vault; remove it", False))
 
@@ -239,6 +250,43 @@ def _make_own_node(layout: Layout, rel: str, max_bytes: int) -> tuple[str, str]:
         path.unlink()
         fsio.changed([path])
     return new_id, new_rel
+
+
+def _secrets(
+    layout: Layout, entries: tuple[ScanEntry, ...], max_bytes: int, *, rewrite: bool
+) -> list[tuple[Problem, bool]]:
+    """A ``secret_in_file`` problem for every Markdown file holding a secret, and whether it was
+    rewritten redacted (``rewrite``: only when the file is still what was read)."""
+    out: list[tuple[Problem, bool]] = []
+    for entry in entries:
+        path = layout.abs(entry.rel)
+        try:
+            text, digest = fsio.read_text_guarded(path, max_bytes)
+            clean, kinds = redact_document(text, where=entry.rel)
+        except (OSError, VaultError):
+            continue  # unreadable or invalid files are reported as such below
+        if not kinds:
+            continue
+        what = ", ".join(kinds)
+        if rewrite:
+            try:
+                fsio.atomic_write(path, clean.encode("utf-8"), expected=digest)
+            except ConflictError:
+                pass  # changed since it was read: reported, rewritten next time
+            else:
+                out.append(
+                    (
+                        Problem("secret_in_file", entry.rel, f"secret ({what}) replaced in the file", True),
+                        True,
+                    )
+                )
+                continue
+        message = (
+            f"holds a secret ({what}); it is redacted in the index and everything derived, and git leaves "
+            "the file uncommitted; `vaultmem check --fix --redact` rewrites it with the secret replaced"
+        )
+        out.append((Problem("secret_in_file", entry.rel, message, False), False))
+    return out
 
 
 def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool) -> list[Problem]:

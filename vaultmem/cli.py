@@ -372,7 +372,8 @@ def topics(
     rescan: Annotated[
         bool,
         typer.Option(
-            "--rescan", help="First find entities in leaves that list none (older vaults), then compact."
+            "--rescan",
+            help="First find entities anew (every leaf when the rules changed, else leaves that list none), then compact.",
         ),
     ] = False,
     vault_path: VaultOpt = None,
@@ -706,12 +707,16 @@ def watch(
 @app.command("check")
 def check_cmd(
     fix: Annotated[bool, typer.Option("--fix", help="Repair what can be derived from the files.")] = False,
+    redact: Annotated[
+        bool,
+        typer.Option("--redact", help="With --fix: rewrite files that hold a secret, the secret replaced."),
+    ] = False,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Verify that the index and the files agree; exit 1 when anything is wrong."""
     with open_vault(vault_path) as vault:
-        report = vault.check(fix=fix)
+        report = vault.check(fix=fix, redact=redact)
     if as_json:
         emit_json(
             {

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from vaultmem.entities import KINDS
 from vaultmem.errors import InvalidInput
 from vaultmem.scoring import DEFAULT_THRESHOLD
 
@@ -54,7 +55,10 @@ mention_weight = 1.0        # heat per new leaf mentioning the entity
 source_weight = 2.0         # heat when the entity shows up in a source for the first time
 query_weight = 3.0          # heat per query that names it
 create_at = 12.0            # a topic tree is made for an entity this hot ...
-min_leaves = 5              # ... that at least this many leaves mention
+min_leaves = 5              # ... that at least this many leaves mention ...
+min_sessions = 2            # ... from at least this many sessions (conversations, threads, documents) ...
+person_min_leaves = 8       # ... and a person who is never a leaf's speaker needs this many leaves
+kinds = ["person", "place", "org", "product", "project", "repo", "ticker"]   # kinds that get topic trees
 archive_below = 1.0         # a topic colder than this moves to topics/_archive/ (kept, not routed)
 keep_recent = 12            # the newest linked leaves listed at a topic's root
 seal_min = 12               # sealed into levels once this many more wait beyond them
@@ -97,6 +101,9 @@ _TOPIC_KEYS = (
     "query_weight",
     "create_at",
     "min_leaves",
+    "min_sessions",
+    "person_min_leaves",
+    "kinds",
     "archive_below",
     "keep_recent",
     "seal_min",
@@ -160,6 +167,9 @@ class Config:
     topics_query_weight: float = 3.0
     topics_create_at: float = 12.0
     topics_min_leaves: int = 5
+    topics_min_sessions: int = 2
+    topics_person_min_leaves: int = 8
+    topics_kinds: tuple[str, ...] = ("person", "place", "org", "product", "project", "repo", "ticker")
     topics_archive_below: float = 1.0
     topics_keep_recent: int = 12
     topics_seal_min: int = 12
@@ -192,6 +202,8 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
             if attr is None:
                 raise InvalidInput(f"{where}: unknown key {section}.{key}")
             expected = type(getattr(defaults, attr))
+            if expected is tuple:
+                value = _kinds(value, f"{where}: {section}.{key}")
             if expected is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
@@ -208,13 +220,23 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
     if config.compact_condense_fanout < 2:
         raise InvalidInput(f"{where}: compact.condense_fanout must be at least 2")
     for key in _TOPIC_KEYS:
-        if key not in ("enabled", "llm_entities") and getattr(config, f"topics_{key}") < 0:
+        if key not in ("enabled", "llm_entities", "kinds") and getattr(config, f"topics_{key}") < 0:
             raise InvalidInput(f"{where}: topics.{key} must not be negative")
     if config.topics_half_life_days <= 0 or min(config.topics_keep_recent, config.topics_level_leaves) < 1:
         raise InvalidInput(f"{where}: topics.half_life_days, keep_recent and level_leaves must be positive")
     if config.llm_max_concurrent < 1:
         raise InvalidInput(f"{where}: llm.max_concurrent must be at least 1")
     return config
+
+
+def _kinds(value: object, where: str) -> tuple[str, ...]:
+    """A list of entity kinds (``[topics] kinds``), each one ``entities.KINDS`` knows."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidInput(f"{where} must be a list of entity kinds, got {value!r}")
+    unknown = [v for v in value if v not in KINDS]
+    if unknown:
+        raise InvalidInput(f"{where}: unknown kind {unknown[0]!r}; known: {', '.join(KINDS)}")
+    return tuple(value)
 
 
 def load_config(path: Path) -> Config:

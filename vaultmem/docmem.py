@@ -235,7 +235,7 @@ def _leaf_write(layout: Layout, rel: str, max_bytes: int, **changes: Any) -> Fil
     leaf, doc, digest = _read_leaf(layout, rel, max_bytes)
     new = replace(leaf, **changes)
     # Keep the body's exact bytes when the text is unchanged (as a status change does).
-    body = doc.body if doc.body.strip() == new.text.strip() else new.text.strip() + "\n"
+    body = leaffile.keep_body(doc, new.text)
     data = mdfile.render(leaffile.engine_meta(new), body, keep=doc, owned=leaffile.LEAF_KEYS)
     return FileWrite(rel, data, digest)
 

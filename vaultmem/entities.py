@@ -8,29 +8,28 @@ text (a later rule never reuses characters an earlier one took):
 
 - e-mail addresses; URLs: a GitHub/GitLab/Bitbucket ``owner/name`` (with or without scheme) and
   ``repo owner/name`` are repos (a bare ``owner/name`` is taken as github.com); other URLs are urls.
-- tickers: ``$AAPL``, ``(NASDAQ: AAPL)``, ``AAPL stock``, ``shares of AAPL``; ``$`` + digit is money.
+- tickers: ``$AAPL``, ``(NASDAQ: AAPL)``, ``AAPL stock``, ``shares of AAPL``; ``$`` + digit is money;
+  a shell variable is not a ticker (``$HOME``, ``$PATH/bin``, ``MAILDIR=$HOME/Mail``, a line that
+  starts with ``export``/``echo``...).
 - dates: ISO (also ``/`` or ``.``), ``21 November 2026``, ``November 21, 2026``, ``Nov 21`` (year
   from ts), ``May 2023`` (a month key), d/m/y only when one part is over 12, ``2026年11月21日``,
   ``11月21日`` (year from ts); today/yesterday/last Tuesday/next Friday/昨天... only with a ts.
 - money: a currency symbol, code or word next to a number; k/m/b and 千/万/亿 expanded; ¥ and 元 are CNY.
 - versions: ``v1.2``, ``1.2.3`` (not an IP, not a date), ``version 2``/``release 2``/``版本2``, and
-  ``Name 3.11`` after a capitalised name or a known tool (where ``Postgres 16`` counts too); that
-  name is also a project. A bare ``1.5`` is not a version.
+  ``Name 3.11`` after a capitalised name or listed software (where ``Postgres 16`` counts too); that
+  name is also a product (listed) or a project. A bare ``1.5`` is not a version.
 - ``@handles`` (any script) are people; ``#hashtags`` and a name after ``project``/``repo`` or before
   ``project``/``项目`` are projects.
-- Chinese people: a common surname + 1-2 characters next to a cue (和/跟/给/告诉/问... before,
-  说/的/和/问/很... after), surname + title (王经理 is kept whole, 张伟老师 -> 张伟), 小/老 + surname
-  (小王); never a common word from ``_NOT_NAMES`` (高兴, 任何, 方法...) nor after a numeral (一张).
-- capitalised English words: CamelCase or letters+digits words (TidePool, iPhone, Python3) and known
-  tools (``_TECH``) are projects, as is a name right after using/via/install/library...; other runs
-  of 1-3 capitalised words not in ``_STOP`` (sentence starters, pronouns, greetings, days, months...)
-  are people. Possessives and honorifics are dropped; an all-caps word is an acronym; a sentence-
-  initial lone word ending in -ing/-ed is a verb; 4+ capitalised words are a Title Case heading. A
-  lower-case word is never a person unless it is a handle or the speaker.
+- names (``entities_names``): Chinese word lists and people (a surname and given-name characters),
+  then English word lists (places, organisations, products, events), shapes ("Acme Corp", "Lake
+  Tahoe", "PyCon", CamelCase projects) and people, who need evidence: a known given name, a title,
+  a verb of speech, a relation, a greeting. The speaker is a person (an organisation when a word list
+  says so: mail from "GitHub").
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -40,9 +39,29 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
+from vaultmem.entities_names import HAN_RE, SOFTWARE_WORDS, STOP, find_chinese, find_english, listed_kind
 from vaultmem.model import utc
+from vaultmem.redact import scrub
 
-KINDS = ("person", "place", "project", "repo", "url", "version", "date", "money", "email", "ticker")
+# Raised whenever the rules change what they find: `vaultmem topics --rescan` then reads every leaf anew.
+# 1: the first rules; 2: organisations, products and events, names only with evidence (issue #12).
+RULES_VERSION = 2
+
+KINDS = (
+    "person",
+    "place",
+    "org",
+    "product",
+    "event",
+    "project",
+    "repo",
+    "url",
+    "version",
+    "date",
+    "money",
+    "email",
+    "ticker",
+)
 
 
 @dataclass(frozen=True)
@@ -56,96 +75,10 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-# Countries and the most talked-about cities: a capitalised name in this list is a place, not a person.
-_PLACES = frozenset(
-    p.strip()
-    for p in """
-afghanistan, albania, algeria, argentina, armenia, australia, austria, bangladesh, belgium, bolivia,
-brazil, bulgaria, cambodia, cameroon, canada, chile, china, colombia, croatia, cuba, cyprus, czechia,
-denmark, ecuador, egypt, england, estonia, ethiopia, finland, france, georgia, germany, ghana, greece,
-guatemala, hungary, iceland, india, indonesia, iran, iraq, ireland, israel, italy, jamaica, japan,
-jordan, kazakhstan, kenya, korea, kuwait, laos, latvia, lebanon, libya, lithuania, luxembourg,
-madagascar, malaysia, mali, malta, mexico, mongolia, morocco, mozambique, myanmar, nepal, netherlands,
-new zealand, nicaragua, nigeria, norway, pakistan, panama, paraguay, peru, philippines, poland,
-portugal, qatar, romania, russia, rwanda, scotland, senegal, serbia, singapore, slovakia, slovenia,
-somalia, south africa, spain, sri lanka, sudan, sweden, switzerland, syria, taiwan, tanzania, thailand,
-tunisia, turkey, uganda, ukraine, united kingdom, united states, uruguay, uzbekistan, venezuela,
-vietnam, wales, yemen, zambia, zimbabwe, europe, asia, africa, antarctica, america, north america,
-south america, amsterdam, athens, atlanta, austin, bangkok, barcelona, beijing, berlin, bogota,
-boston, brussels, budapest, buenos aires, cairo, cape town, chicago, copenhagen, dallas, delhi,
-denver, dubai, dublin, edinburgh, florence, frankfurt, geneva, hamburg, hanoi, havana, helsinki,
-hong kong, honolulu, houston, istanbul, jakarta, jerusalem, johannesburg, kyoto, lagos, las vegas,
-lima, lisbon, london, los angeles, madrid, manchester, manila, melbourne, mexico city, miami, milan,
-montreal, moscow, mumbai, munich, nairobi, naples, nashville, new orleans, new york, oakland, osaka,
-oslo, ottawa, paris, philadelphia, phoenix, portland, porto, prague, reykjavik, rio de janeiro, rome,
-san diego, san francisco, santiago, seattle, seoul, shanghai, shenzhen, singapore, stockholm, sydney,
-taipei, tel aviv, tokyo, toronto, vancouver, venice, vienna, warsaw, washington, zurich, sintra, hawaii,
-california, texas, florida, alaska, bali, sicily, tuscany, provence, bavaria, yosemite, grand canyon
-""".replace("\n", " ").split(",")
-)
-
-
-# Capitalised words that start sentences or are otherwise not names.
-_STOP = _words("""
-i i'm i'll i've i'd me my mine myself we we're we'll we've us our you you're you'll you've your he he's him
-his she she's her it it's its they they're them their this that these those who what when where why how
-which whose a an the and but or nor so if then than because as at by for from in into of off on onto to with
-without about above after before during since until over under again not no yes yeah yep nope ok okay all
-any some every each both many much more most few also just only even still here there now today tonight
-tomorrow yesterday well sure maybe perhaps please thanks thank sorry hi hello hey dear oh wow ah aha haha lol
-omg hmm um uh ugh yay nah bye goodbye welcome great good nice cool awesome glad congrats congratulations happy
-merry best regards cheers love let let's lets can could would should will shall may might must do does did
-don't doesn't didn't is isn't are aren't was wasn't were be been being have has had get got go going gonna
-went make made take see look know think feel felt really actually honestly basically definitely totally
-probably hopefully unfortunately luckily finally anyway anyways however though although yet meanwhile
-otherwise instead already always never sometimes often usually recently soon later last next first second
-third once one two three four five new old big small other another such same very too quite pretty morning
-afternoon evening night week weekend month year day days monday tuesday wednesday thursday friday saturday
-sunday mon tue tues wed thu thur thurs fri sat sun january february march april june july august september
-october november december jan feb mar apr jun jul aug sep sept oct nov dec note notes update re fwd fw
-subject sent cc bcc attachment summary title step chapter section figure table page part item example
-question answer edit done todo agenda action meeting project repo repository version release manager team
-lead plan status board english chinese american british european internet mom dad mum grandma grandpa sir
-madam mr mrs ms mx dr prof miss aunt uncle god everyone everybody someone somebody anyone nobody nothing
-something everything anything whatever wait stop check sounds seems exactly absolutely indeed right fine
-alright agreed true false none null dinner lunch breakfast meet call email send tell ask remember try read
-join buy bring pick quick write room
-""")
-# Tools and platforms: a capitalised one is a project, and "Postgres 16" is a version without a dot.
-_TECH = _words("""
-python java javascript typescript rust golang kotlin php scala haskell elixir postgres postgresql mysql sqlite
-mongodb redis kafka docker kubernetes linux ubuntu debian windows macos ios android react vue angular django
-flask fastapi nodejs npm git github gitlab bitbucket aws azure gcp terraform nginx pytorch tensorflow numpy
-pandas excel notion slack jira figma openai chatgpt ollama
-""")
-_TOOL_CUES = _words("using uses used use via install installed library package framework app tool")
 _ROLES = _words("user assistant system bot tool human ai me you unknown")
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff"
-_SURNAMES = (
-    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈姚卢姜"
-    "崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤"
-)
-# Everyday words and places that begin with a surname character: never a name, whatever the cue.
-_NOT_NAMES = _words("""
-高兴 高级 高速 高度 高中 高手 高效 高温 高考 高铁 任何 任务 任意 马上 马路 马虎 方法 方面 方便 方案 方式 方向 方才
-白天 白色 于是 万一 万元 万人 黄金 黄色 黄河 金额 金色 金钱 金融 金属 石头 石油 许多 许可 周末 周围 周年 程序 程度
-江湖 江苏 江西 夏天 夏季 何时 何况 何必 严重 严格 严肃 曾经 余额 叶子 付款 付费 付出 钟头 范围 武器 武汉 熊猫 顾客
-顾问 段落 陈述 张开 雷达 董事 龙头 向上 向下 向前 向后 毛病 钱包 史上 陆续 宋体 黎明 孔子 田地 小于 小白
-周一 周二 周三 周四 周五 周六 周日 周天
-""")
-_NOT_GIVEN = "他她它我你您们是在了也都就还不很有这那个么吗呢吧啊和跟给说的问与同告回对把被让向从到见去来又没"
-_TITLES = "先生|女士|小姐|老师|总监|经理|总|教授|医生|博士|主任|律师|同学|师傅|阿姨"
-_POST_CUES = "说|讲|告诉|问|回复|回答|表示|认为|提到|觉得|的|和|跟|与|给|也|都|在|是|很|又|还|就|不|没|刚|已经|让|请|要|会|见|去|来"
-_PRE_CUES = tuple("和 跟 与 给 告诉 问 回复 找 叫 同 见 感谢 谢谢 联系 邀请 让 请".split())  # noqa: SIM905
-_SURNAME = f"(?:欧阳|司马|上官|诸葛|[{_SURNAMES}])"
-_GIVEN = f"(?:(?![{_NOT_GIVEN}])[{_HAN}])"
-_ZH_PERSON_RE = re.compile(
-    rf"(?<![一二三四五六七八九十几两这那每个])(?:(?P<t>{_SURNAME}{_GIVEN}{{0,2}}?)(?P<title>{_TITLES})"
-    rf"|(?P<n>{_SURNAME}{_GIVEN}{{1,2}}?)(?=(?P<post>{_POST_CUES})|[^{_HAN}]|$))"
-    rf"|(?P<x>[小老][{_SURNAMES}])(?=[^{_HAN}]|$|{_POST_CUES})"
-)
-_HAN_RE = re.compile(f"[{_HAN}]")
+_HAN_RE = HAN_RE
 
 # Most patterns start with a literal or a character class (not a lookbehind, not a group or a repeat
 # such as \d{4}) so that the regex engine can skip ahead to candidates; the character before a match
@@ -189,6 +122,16 @@ _SCALE |= {"b": 10**9, "bn": 10**9, "billion": 10**9, "亿": 10**8}
 _TICKER_RE = re.compile(
     r"\$([A-Za-z]{1,5})(?!\w)|\((?:NASDAQ|NYSE|AMEX|NYSEARCA|LSE|TSX|HKEX|SSE|SZSE)\s*:\s*([A-Z][A-Z.]{0,5}|\d{4,6})\)"
 )
+_SHELL_VARS = _words(
+    """HOME PATH USER SHELL PWD OLDPWD TERM LANG EDITOR VISUAL PAGER MAIL MAILDIR LOGFILE LOGNAME TMPDIR TMP
+    TEMP HOST HOSTNAME UID GID IFS PS1 DISPLAY ARGV REPLY RANDOM BASH ZSH GOPATH CC CXX PGDATA PGHOST PGUSER
+    DEBUG VERBOSE CI ENV PORT DIR FILE FILES SRC DEST OUT VAR NAME URL KEY TOKEN ARGS OPTS"""
+)
+_SHELL_LINE_RE = re.compile(
+    r"^\s*(?:\$\s+)?(?:export|echo|printf|cd|set|unset|alias|source|eval|exec|sudo)\s|[;|&]\s*(?:export|echo)\s"
+    r"|=\$|\$\(|\$\{|`\$|^\s*[|:*]",
+    re.MULTILINE,
+)
 _TICKER_WORD_RE = re.compile(r"\b([A-Z]{2,5})\s+(?:stock|shares)\b|\bshares\s+of\s+([A-Z]{2,5})\b")
 _TAG = r"(?:-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*)?"
 _V_VERSION_RE = re.compile(rf"[vV](\d+(?:\.\d+){{0,3}}{_TAG})(?!\w|\.\d)")
@@ -221,19 +164,16 @@ _ZH_PROJECT_RE = re.compile(
     r"([A-Za-z][A-Za-z0-9_.-]*[A-Za-z0-9])\s*项目|项目\s*([A-Za-z][A-Za-z0-9_.-]*)|[“「《\"]([^”」》\"\n]{1,20})[”」》\"]\s*项目"
 )
 _PROJECT_WORD_RE = re.compile(r"(?i)^(?:project|projekt|repo)\s+|\s*(?:项目|project)$")
-_TOK = r"[A-Z][A-Za-z0-9]*(?:-[A-Z][A-Za-z0-9]*)?(?:['’][A-Za-z]+)?['’]?"
-_CAPS_RE = re.compile(rf"{_TOK}(?: {_TOK})*")
-_TOKEN_RE = re.compile(_TOK)
-_CAMEL_HINT_RE = re.compile(r"[a-z][A-Z]")
-_WORD_END_RE = re.compile(r"[A-Za-z0-9]*")
-_CAMEL_RE = re.compile(r"[a-z][A-Z]|\d")
-_NAME_PREFIX_RE = re.compile(r"(?:Mc|O['’]|De|Di|Du|La|Le)[A-Z][a-z]+")
 _POSSESSIVE_RE = re.compile(r"['’]s?$")
-_HONORIFIC_RE = re.compile(r"^(?:(?:dr|mr|mrs|ms|mx|prof|miss|sir)\.?\s+)+", re.IGNORECASE)
+_HONORIFIC_RE = re.compile(
+    r"^(?:(?:dr|mr|mrs|ms|mx|prof|professor|miss|sir|dame|se[ñn]ora|se[ñn]or|sra|sr|madame|mme|monsieur"
+    r"|coach|officer|captain|capt|judge|rev)\.?\s+)+",
+    re.IGNORECASE,
+)
+_LEGAL_FORM_RE = re.compile(r",?\s+(?:inc|ltd|llc|corp|corporation|co|gmbh|ag|plc|s\.?a)\.?$", re.IGNORECASE)
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _SLUG_TAIL_RE = re.compile(r"-(?:[0-9a-f]{6}|[0-9a-f]{8})$")
 _WORD_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
-_CAPS_BEFORE = frozenset(_WORD_CHARS + "@#$/.'’-")
 
 _Hit = tuple[int, int, str, str, str]  # start, end, kind, canonical value ("" = not one), display name
 
@@ -329,13 +269,22 @@ def _find_money(text: str, ref: date | None = None) -> Iterator[_Hit]:
 def _find_tickers(text: str, ref: date | None) -> Iterator[_Hit]:
     if "$" in text or "(" in text:
         for m in _TICKER_RE.finditer(text):
-            if m[2] or _after(text, m.start(), "$_0123456789"):
+            if m[2] or (_after(text, m.start(), "$_0123456789{") and not _shell_variable(text, m)):
                 start, end = m.span(2) if m[2] else m.span()
                 yield start, end, "ticker", (m[1] or m[2]).upper(), (m[1] or m[2]).upper()
     if "stock" in text or "shares" in text:
         for m in _TICKER_WORD_RE.finditer(text):
             group = 1 if m[1] else 2
             yield m.start(group), m.end(group), "ticker", m[group], m[group]
+
+
+def _shell_variable(text: str, m: re.Match[str]) -> bool:
+    """Whether ``$NAME`` is a shell variable ($HOME, $PATH/bin, MAILDIR=$HOME/Mail), not a ticker."""
+    if m[1].upper() in _SHELL_VARS or text[m.end() : m.end() + 1] in ("/", "=", ":", "}", ")", "\\"):
+        return True
+    line_start = text.rfind("\n", 0, m.start()) + 1
+    line_end = text.find("\n", m.end())
+    return _SHELL_LINE_RE.search(text, line_start, len(text) if line_end < 0 else line_end) is not None
 
 
 def _find_versions(text: str, ref: date | None) -> Iterator[_Hit]:
@@ -346,10 +295,10 @@ def _find_versions(text: str, ref: date | None) -> Iterator[_Hit]:
         name = head.rsplit(None, 1)[-1].lstrip("(\"'“[") if head and not head[-1].isspace() else ""
         low = name.lower()
         if _VERSIONED_NAME_RE.fullmatch(name) and (
-            low in _TECH or (name[0].isupper() and "." in m[1] and low not in _STOP)
+            low in SOFTWARE_WORDS or (name[0].isupper() and "." in m[1] and low not in STOP)
         ):
             start = m.start() - len(name)
-            yield start, m.start(), "project", low, name
+            yield start, m.start(), "product" if low in SOFTWARE_WORDS else "project", low, name
             yield m.start(1), m.end(), "version", f"{low} {m[1]}", text[start : m.end()]
     for m in _V_VERSION_RE.finditer(text):
         if _after(text, m.start(), _WORD_CHARS + "."):
@@ -399,119 +348,27 @@ def _find_tags(text: str, ref: date | None) -> Iterator[_Hit]:
         for m in found:
             group = next(g for g in (1, 2, 3) if m[g])
             name = m[group].strip()
-            if name and name.split()[0].lower() not in _STOP and _after(text, m.start(), _WORD_CHARS + ".-"):
+            if name and name.split()[0].lower() not in STOP and _after(text, m.start(), _WORD_CHARS + ".-"):
                 yield m.start(group), m.end(group), "project", _project_key(name), name
 
 
+def _named(found: Iterator[tuple[int, int, str, str]]) -> Iterator[_Hit]:
+    for start, end, kind, surface in found:
+        value = _project_key(surface) if kind == "project" else _name_key(kind, surface)
+        yield start, end, kind, value, surface
+
+
 def _find_chinese(text: str, ref: date | None) -> Iterator[_Hit]:
-    if not _HAN_RE.search(text):
-        return
-    for m in _ZH_PERSON_RE.finditer(text):
-        name, (start, end) = m["t"] or m["x"] or m["n"], m.span()
-        if name[:2] in _NOT_NAMES or name in _NOT_NAMES:
-            continue
-        if m["t"] and len(m["t"]) >= 2:  # "张伟老师" -> 张伟, but a surname alone is no name: 王经理 stays
-            end = m.end("t")
-        elif m["t"]:
-            name += m["title"]
-        elif m["n"] and not m["post"] and not text[max(0, start - 2) : start].endswith(_PRE_CUES):
-            continue
-        yield start, end, "person", _person_key(name), name
+    return _named(find_chinese(text))
 
 
-# Words after which a sentence-opening capitalised word is a name: "Melanie said", "Jon and I".
-_NAME_NEXT_RE = re.compile(
-    r" (?:said|says|told|tells|asked|asks|wrote|writes|replied|mentioned|thinks|thought|wants|wanted"
-    r"|is|was|has|had|will|would|and|called|texted|emailed|sent|went|came|got|made|took|left|moved|loves|likes)\b"
-)
-
-
-def _name_hit(text: str, group: list[tuple[int, int, str]], run_start: int) -> Iterator[_Hit]:
-    if not group:
-        return
-    start, end, first = group[0][0], group[-1][1], group[0][0] == run_start
-    words = " ".join(word for _, _, word in group)
-    if first and len(group) == 1:
-        j = start - 1
-        while j >= 0 and text[j] in " \t\"“'‘(*_>#-":
-            j -= 1
-        # One capitalised word opening a sentence is usually just a word ("Appreciate it!", "Family
-        # means a lot"): it names a person only if the text also writes it capitalised mid-sentence,
-        # or as a possessive or a vocative ("Caroline's", "Mel, look").
-        if (j < 0 or text[j] in ".!?\n…:。！？") and not (
-            text.startswith(("'", "’"), end)
-            or _NAME_NEXT_RE.match(text, end)
-            or re.search(rf"[a-z,;] {re.escape(words)}\b", text)
-        ):
-            return
-    before = text[max(0, start - 12) : start].split()[-1:] if first else []
-    if before and before[0].lower() in _TOOL_CUES:
-        yield start, end, "project", _project_key(words), words
-    else:
-        low = words.lower()
-        kind = "place" if low in _PLACES else "person"
-        yield start, end, kind, low.replace(" ", "-"), words
-
-
-def _find_caps(text: str, ref: date | None) -> Iterator[_Hit]:
-    for m in _CAMEL_HINT_RE.finditer(text):  # lower camel case: iPhone, eBay, macOS
-        start = m.start()
-        while start and text[start - 1].isascii() and text[start - 1].isalpha():
-            start -= 1
-        end = _WORD_END_RE.match(text, m.end()).end()  # type: ignore[union-attr]  # "*" always matches
-        if text[start].islower() and _after(text, start, "0123456789_@#$/.-"):
-            yield start, end, "project", text[start:end].lower(), text[start:end]
-    for run in _CAPS_RE.finditer(text):
-        chunk, run_start = run[0], run.start()
-        if " " in chunk:
-            tokens = [(run_start + t.start(), t[0]) for t in _TOKEN_RE.finditer(chunk)]
-            heading = len(tokens) > 3  # 4+ capitalised words are a Title Case heading, not names
-        elif len(chunk) > 1 and chunk.lower() not in _STOP:
-            tokens, heading = [(run_start, chunk)], False
-        else:
-            continue  # the common case, cheaply: "I", "The", "Thanks"
-        if run_start and text[run_start - 1] in _CAPS_BEFORE:
-            continue
-        group: list[tuple[int, int, str]] = []
-        for start, word in tokens:
-            base = _POSSESSIVE_RE.sub("", word) if "'" in word or "’" in word else word
-            low = base.lower()
-            if len(base) < 2 or base.isupper() or low in _STOP or word.lower() in _STOP:
-                kind = ""
-            elif low in _TECH or (_CAMEL_RE.search(base) and not _NAME_PREFIX_RE.fullmatch(base)):
-                kind = "project"
-            elif heading:
-                kind = ""
-            else:
-                kind = "person"
-                group.append((start, start + len(base), base))
-            if group and (kind != "person" or base != word):  # a stopword, project or possessive ends a name
-                yield from _name_hit(text, group, run_start)
-                group = []
-            if kind == "project":
-                yield start, start + len(base), "project", low, base
-        yield from _name_hit(text, group, run_start)
-
-
-_MULTI_PLACE_RE = re.compile(
-    r"\b(?:"
-    + "|".join(sorted((re.escape(p.title()) for p in _PLACES if " " in p), key=len, reverse=True))
-    + r")\b"
-)
-
-
-def _find_places(text: str, ref: date | None) -> Iterator[_Hit]:
-    """Places of several words ("New York", "Buenos Aires"), before the capitalised-names rule would
-    split them at a word it takes for a sentence starter ("New")."""
-    if " " not in text:
-        return
-    for m in _MULTI_PLACE_RE.finditer(text):
-        yield m.start(), m.end(), "place", m[0].lower().replace(" ", "-"), m[0]
+def _find_english(text: str, ref: date | None) -> Iterator[_Hit]:
+    return _named(find_english(text))
 
 
 _Finder = Callable[[str, date | None], Iterator[_Hit]]
 _FINDERS: tuple[_Finder, ...] = (_find_links, _find_tickers, _find_dates, _find_money, _find_versions)
-_FINDERS += (_find_tags, _find_chinese, _find_places, _find_caps)
+_FINDERS += (_find_tags, _find_chinese, _find_english)
 
 
 def extract(text: str, *, speaker: str | None = None, ts: datetime | None = None) -> tuple[Mention, ...]:
@@ -520,8 +377,9 @@ def extract(text: str, *, speaker: str | None = None, ts: datetime | None = None
     ref = utc(ts).date() if ts is not None else None
     claimed = bytearray(len(text))
     hits: list[tuple[int, str, str, str]] = []
-    if speaker and speaker.strip().lower() not in _ROLES and _person_key(speaker):
-        hits.append((-1, "person", _person_key(speaker), _person_display(speaker)))
+    said = _speaker(speaker) if speaker else None
+    if said is not None:
+        hits.append((-1, *said))
     for finder in _FINDERS:
         for start, end, kind, value, name in finder(text, ref):
             if claimed.find(1, start, end) == -1:
@@ -535,6 +393,16 @@ def extract(text: str, *, speaker: str | None = None, ts: datetime | None = None
     return tuple(seen.values())
 
 
+@functools.lru_cache(maxsize=1024)  # every leaf has one, and they repeat
+def _speaker(speaker: str) -> tuple[str, str, str] | None:
+    """(kind, value, display name) of a speaker's mention; None for a role ("user") or nothing."""
+    if speaker.strip().lower() in _ROLES or not _person_key(speaker):
+        return None
+    kind = listed_kind(speaker) or "person"  # mail from "GitHub" or "Qantas" is not from a person
+    name = _person_display(speaker) if kind == "person" else speaker.strip()
+    return kind, _name_key(kind, speaker), name
+
+
 def _person_display(name: str) -> str:
     text = " ".join(_CONTROL_RE.sub("", unicodedata.normalize("NFKC", name)).split())
     text = _HONORIFIC_RE.sub("", text.lstrip("@"))
@@ -546,6 +414,21 @@ def _person_display(name: str) -> str:
 
 def _person_key(name: str) -> str:
     return "-".join(_person_display(name).lower().split())
+
+
+def _name_key(kind: str, name: str) -> str:
+    """The value of a person, place, organisation, product or event key: lower-case words joined by "-";
+    an organisation without its legal form ("Acme Corp." and "Acme" are one)."""
+    if kind == "org":
+        name = _LEGAL_FORM_RE.sub("", name) or name
+    if kind == "person":
+        return _person_key(name)
+    words = _tidy(name).lower().split()
+    return "-".join(words[1:] if len(words) > 1 and words[0] == "the" else words)  # "The Olympics"
+
+
+def _tidy(name: str) -> str:
+    return _POSSESSIVE_RE.sub("", " ".join(_CONTROL_RE.sub("", unicodedata.normalize("NFKC", name)).split()))
 
 
 def _project_key(name: str) -> str:
@@ -586,8 +469,8 @@ def canonical(kind: str, name: str) -> str:
     amount, a date without a year, a URL without a host)."""
     text = unicodedata.normalize("NFKC", name).strip()
     value = ""
-    if kind in ("person", "place"):
-        value = _person_key(text)
+    if kind in ("person", "place", "org", "product", "event"):
+        value = _name_key(kind, text)
     elif kind == "project":
         value = _project_key(text)
     elif kind in ("repo", "url"):
@@ -637,6 +520,7 @@ def slug_for(key: str) -> str:
     hash collision."""
     kind, value = parse_key(key)
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+    value = scrub(value)  # a folder name is public: never one made of a secret
     plain = unicodedata.normalize("NFKD", value).encode("ascii", "ignore").decode("ascii").lower()
     words = re.sub(r"[^a-z0-9]+", "-", plain).strip("-")
     if not words:

@@ -16,6 +16,11 @@ vault's files (git only touches ``.git/``; this module only the ignore files), n
 (identity and hook settings go on the command line), never runs the user's hooks, never commits ignored
 files, and never resets, checks out, pushes or pulls. A failed commit raises ``GitError`` and leaves the
 vault exactly as it was; during a git operation it raises ``GitBusy`` and commits nothing.
+
+It never commits a secret: every file about to be committed with content git has not seen in this
+commit's own deletions (a moved file is not read again) is screened (``secret_kinds``); one that holds
+a secret (a person typed it into a leaf or a note) is left out of the commit (it keeps its committed
+version), and ``CommitResult.held`` names it.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from vaultmem import fsio
 from vaultmem.errors import GitBusy, GitError, UnsafePath
-from vaultmem.layout import STATE_DIR
+from vaultmem.layout import SIDECAR_NAME, STATE_DIR
+from vaultmem.redact import redact
 
 if TYPE_CHECKING:
     from git import Repo
@@ -52,6 +58,7 @@ MAX_BODY_LINES = 200
 # Under .vaultmem/ only these are versioned (STATE_GITIGNORE); everything else there is engine state.
 _VERSIONED_STATE = frozenset({f"{STATE_DIR}/.gitignore", f"{STATE_DIR}/config.toml"})
 _HEX = frozenset("0123456789abcdef")
+_EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # what `git diff` compares a first commit with
 
 
 # -- git operations in progress --------------------------------------------------------------------------
@@ -319,15 +326,38 @@ class CommitResult:
     message: str
     files: int  # paths changed in the commit (a move counts its old and its new path)
     notes: tuple[str, ...] = ()
+    held: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (path, secret kinds) left uncommitted
+
+
+def secret_kinds(path: Path) -> tuple[str, ...]:
+    """The kinds of secret in the file at ``path`` (text files; () when none, binary or unreadable).
+    Embedding sidecars hold base64 vectors, which look random by design: they are the engine's."""
+    if path.name == SIDECAR_NAME:
+        return ()
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ()
+    if b"\x00" in data[:8192]:
+        return ()
+    return redact(data.decode("utf-8", errors="replace")).kinds
 
 
 class GitRecorder:
     """Records vault operations as commits in the vault's own git repository."""
 
-    def __init__(self, root: Path, *, stale_lock_s: float = 10.0, lock_wait_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        stale_lock_s: float = 10.0,
+        lock_wait_s: float = 2.0,
+        screen: Callable[[Path], tuple[str, ...]] = secret_kinds,
+    ) -> None:
         self.root = Path(root).absolute()
         self.stale_lock_s = stale_lock_s
         self.lock_wait_s = lock_wait_s
+        self.screen = screen  # the secret kinds in a file about to be committed
 
     # -- public ------------------------------------------------------------------------------------
     def ensure_repo(self) -> list[str]:
@@ -368,6 +398,18 @@ class GitRecorder:
                 return self._commit_all(repo, message, notes)
             return self._commit_paths(repo, message, wanted, notes)
 
+    def _files_at(self, rel: str) -> list[str]:
+        """A path as git tracks it: a file (present or gone) is itself; a folder, the files under it."""
+        path = self.root / rel
+        if not path.is_dir() or path.is_symlink():
+            return [rel]
+        out: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(path):
+            dirnames[:] = [d for d in dirnames if d != ".git"]
+            base = Path(dirpath).relative_to(self.root).as_posix()
+            out.extend(f"{base}/{name}" for name in filenames)
+        return out
+
     def refuse_during_operation(self, git_dir: Path | None = None) -> None:
         """Raise ``GitBusy`` while a git operation is under way in the vault's repository."""
         operation = operation_in_progress(
@@ -378,10 +420,13 @@ class GitRecorder:
 
     def _commit_all(self, repo: Repo, message: str, notes: list[str]) -> CommitResult:
         self._with_index_lock(repo, notes, lambda: repo.git.add("-A"))
+        held = self._secrets_staged(repo)
+        if held:
+            self._with_index_lock(repo, notes, lambda: repo.git.reset("-q", "--", *held))
         staged = repo.git.diff("--cached", "--name-only", "--no-renames", "-z")
-        changed = [p for p in staged.split("\0") if p]
+        changed = [p for p in staged.split("\0") if p and p not in held]
         if not changed:
-            return CommitResult(None, message, 0, tuple(notes))
+            return CommitResult(None, message, 0, tuple(notes), tuple(held.items()))
         options = [f"core.hooksPath={os.devnull}", *self._missing_identity(repo)]
         self._with_index_lock(
             repo,
@@ -390,14 +435,14 @@ class GitRecorder:
                 "-q", "--no-verify", "--no-gpg-sign", "--cleanup=whitespace", "-m", message
             ),
         )
-        return CommitResult(_head(repo), message, len(changed), tuple(notes))
+        return CommitResult(_head(repo), message, len(changed), tuple(notes), tuple(held.items()))
 
     def _commit_paths(self, repo: Repo, message: str, wanted: list[str], notes: list[str]) -> CommitResult:
         """Build the commit in a temporary index (HEAD plus exactly these paths, as they are on disk), so
         other changes in the work tree or the person's staged ones never join it; then move the branch
         with a compare-and-swap and bring the real index in line for these paths."""
         head = _head(repo)
-        wanted = [p for p in wanted if not (self.root / p).is_dir()]
+        wanted = list(dict.fromkeys(f for p in wanted for f in self._files_at(p)))
         # check-ignore reads names, not pathspecs, and refuses the literal-pathspec setting.
         listing = _feed(
             repo,
@@ -413,16 +458,24 @@ class GitRecorder:
         git_dir = Path(repo.git_dir)
         scratch = git_dir / f"vaultmem-index-{os.getpid()}-{secrets.token_hex(4)}"
         env = {"GIT_INDEX_FILE": str(scratch)}
+        base = [head] if head else ["--empty"]
         try:
-            repo.git.read_tree(*([head] if head else ["--empty"]), env=env)
+            repo.git.read_tree(*base, env=env)
             _feed(repo, ["update-index", "--add", "--remove", "-z", "--stdin"], wanted, env=env)
+            # A file holding a secret (a person typed it into a leaf or a note) never goes in: it keeps
+            # its committed version, and the caller is told.
+            held = self._secrets_staged(repo, env, head or _EMPTY_TREE)
+            if held:
+                wanted = [p for p in wanted if p not in held]
+                repo.git.read_tree(*base, env=env)
+                _feed(repo, ["update-index", "--add", "--remove", "-z", "--stdin"], wanted, env=env)
             tree = repo.git.write_tree(env=env).strip()
         finally:
             scratch.unlink(missing_ok=True)
             scratch.with_name(scratch.name + ".lock").unlink(missing_ok=True)
         before = repo.git.rev_parse(f"{head}^{{tree}}").strip() if head else None
         if tree == before:
-            return CommitResult(None, message, 0, tuple(notes))
+            return CommitResult(None, message, 0, tuple(notes), tuple(held.items()))
         if before is None:
             listing = repo.git.ls_tree("-r", "-z", "--name-only", tree)
         else:
@@ -437,7 +490,7 @@ class GitRecorder:
         self._with_index_lock(
             repo, notes, lambda: _feed(repo, ["update-index", "--add", "--remove", "-z", "--stdin"], wanted)
         )
-        return CommitResult(sha, message, len(changed), tuple(notes))
+        return CommitResult(sha, message, len(changed), tuple(notes), tuple(held.items()))
 
     def head(self) -> str | None:
         """The current commit, or None when there is no repository or no commit yet."""
@@ -527,6 +580,30 @@ class GitRecorder:
             for key, value in zip(("user.name", "user.email"), GIT_AUTHOR, strict=True)
             if key not in found
         ]
+
+    def _secrets_staged(
+        self, repo: Repo, env: dict[str, str] | None = None, against: str | None = None
+    ) -> dict[str, tuple[str, ...]]:
+        """The staged files (in the index ``env`` names) that hold a secret, with the kinds found.
+
+        Only content new to this commit is read: a file whose blob is also one this commit deletes
+        was moved (compaction moves leaves without changing a byte) and was screened when it came in."""
+        base = [against] if against else []
+        raw = repo.git.diff("--cached", "--raw", "--no-renames", "--no-abbrev", "-z", *base, env=env)
+        fields = raw.split("\0")
+        entries = []
+        for header, path in zip(fields[0::2], fields[1::2], strict=False):
+            parts = header.split()
+            if len(parts) >= 5 and path:
+                entries.append((parts[3], parts[4][:1], parts[2], path))
+        gone = {old for _new, status, old, _ in entries if status == "D"}
+        held: dict[str, tuple[str, ...]] = {}
+        for new, status, _old, path in entries:
+            if status in "AMT" and new not in gone:
+                kinds = self.screen(self.root / path)
+                if kinds:
+                    held[path] = kinds
+        return held
 
     # -- index.lock --------------------------------------------------------------------------------
     def _with_index_lock(self, repo: Repo, notes: list[str], run: Callable[[], object]) -> None:

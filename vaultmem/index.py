@@ -14,6 +14,7 @@ from typing import Any
 
 from vaultmem.errors import NodeNotFound
 from vaultmem.layout import in_sealed_level
+from vaultmem.mailthread import KnownEmail
 from vaultmem.model import InputKind, Leaf, Status, check_node_id, format_ts, parse_ts
 from vaultmem.summaryfile import SummaryNode, text_hash
 
@@ -248,3 +249,17 @@ def all_rows(conn: sqlite3.Connection) -> dict[str, dict[str, Any]]:
     """Every row keyed by id, over ROW_COLUMNS only (for equality checks)."""
     cols = ", ".join(ROW_COLUMNS)
     return {row["id"]: dict(row) for row in conn.execute(f"SELECT {cols} FROM chunks")}
+
+
+def known_emails(conn: sqlite3.Connection, source: str) -> list[KnownEmail]:
+    """The emails indexed for a source (one per message: its first chunk), for threading new ones."""
+    rows = conn.execute(
+        "SELECT source_id, session, json_extract(provenance, '$.subject') AS subject, ts FROM chunks "
+        "WHERE source = ? AND kind = 'leaf' AND input = ? AND seq = 0 AND source_id IS NOT NULL "
+        "AND session IS NOT NULL",
+        (source, InputKind.EMAIL.value),
+    )
+    return [
+        KnownEmail(row["source_id"], row["session"], str(row["subject"] or ""), parse_ts(row["ts"]))
+        for row in rows
+    ]

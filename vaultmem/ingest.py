@@ -22,9 +22,9 @@ from vaultmem.chunker import chunk_message
 from vaultmem.db import atomic
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.jobs import JobKind, JobQueue, NewJob
-from vaultmem.layout import Layout
-from vaultmem.model import Leaf, Message, Status, format_ts, safe_name
-from vaultmem.redact import redact
+from vaultmem.layout import SOURCES, Layout
+from vaultmem.model import Leaf, Message, Status, format_ts, portable_name, safe_name, slugify_name
+from vaultmem.redact import has_secret, redact
 from vaultmem.scoring import FastScorer
 from vaultmem.summaryfile import SummaryNode, parse_summary
 
@@ -60,11 +60,7 @@ def build_leaves(
     leaves: list[Leaf] = []
     for message in messages:
         safe_name(message.source)
-        clean = redact(message.text)
-        if clean.kinds:
-            message = replace(
-                message, text=clean.text, meta={k: redact(v).text for k, v in message.meta.items()}
-            )
+        message, kinds = redact_message(message)
         for chunk in chunk_message(message, max_tokens):
             score = scorer.score(chunk.text)
             text = chunk.text.strip()
@@ -88,11 +84,67 @@ def build_leaves(
                     reasons=score.reasons,
                     tokens=chunk.tokens,
                     content_hash=leaffile.content_hash(text),
-                    redactions=clean.kinds,
+                    redactions=kinds,
                     meta=dict(message.meta),
                 )
             )
     return leaves
+
+
+def check_new_sources(layout: Layout, sources: Iterable[str]) -> None:
+    """Refuse source names that would not be one folder of their own on every file system.
+
+    A source whose folder exists is taken as it is. A new one must be a ``portable_name`` and must not
+    differ only in case from an existing source or another new one (``Mail`` next to ``mail`` would be
+    one folder on macOS and Windows). Raises InvalidInput naming the name to use instead."""
+    root = layout.root / SOURCES
+    try:
+        folders = [p.name for p in root.iterdir() if p.is_dir()]
+    except FileNotFoundError:
+        folders = []
+    taken = {name.casefold(): name for name in folders}
+    for name in sorted(set(sources)):
+        if name in folders:
+            continue
+        portable_name(name)
+        other = taken.setdefault(name.casefold(), name)
+        if other != name:
+            raise InvalidInput(
+                f"source name {name!r} differs from the source {other!r} only in case; on macOS and "
+                f"Windows both would be one folder: use {other!r}"
+            )
+
+
+def redact_message(message: Message) -> tuple[Message, tuple[str, ...]]:
+    """``message`` with a secret in any field replaced: the text, the speaker, the session, the source's
+    id for it and every provenance value (subject, title, heading path, file name, ...). A source name
+    holding a secret becomes ``redacted-<kind>`` (source names are folder names). Returns the kinds found
+    (each once, the text's first)."""
+    kinds: dict[str, None] = {}
+
+    def clean(value: str) -> str:
+        result = redact(value)
+        kinds.update(dict.fromkeys(result.kinds))
+        return result.text
+
+    def opt(value: str | None) -> str | None:
+        return None if value is None else clean(value)
+
+    text = clean(message.text)
+    source = message.source
+    if has_secret(source):
+        source = safe_name(slugify_name(clean(source)))
+    cleaned = replace(
+        message,
+        text=text,
+        source=source,
+        source_id=opt(message.source_id),
+        session=opt(message.session),
+        role=opt(message.role),
+        speaker=opt(message.speaker),
+        meta={k: clean(v) for k, v in message.meta.items()},
+    )
+    return cleaned, tuple(kinds)
 
 
 def extract_job(leaf_id: str) -> NewJob:

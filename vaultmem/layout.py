@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from vaultmem.model import safe_name
+from vaultmem.redact import scrub
 
 STATE_DIR = ".vaultmem"
 DB_NAME = "chunks.db"
@@ -120,6 +121,11 @@ def is_ignored(rel: str) -> bool:
 
 
 def slug(text: str, words: int = 6, max_len: int = 48) -> str:
-    """A short lowercase ASCII slug for a readable file name (may be empty)."""
-    tokens = [t for t in _SLUG_RE.split(text.lower()) if t][:words]
+    """A short lowercase ASCII slug for a readable file name (may be empty).
+
+    A file or folder name is as public as a commit message, so the words it is made of are redacted
+    first: a secret becomes ``redacted-<kind>``. Only the leading whitespace-separated words are looked
+    at (whole words, so a secret is never cut in two and missed)."""
+    head = " ".join(text.split(maxsplit=words * 2 + 4)[: words * 2 + 4])
+    tokens = [t for t in _SLUG_RE.split(scrub(head).lower()) if t][:words]
     return "-".join(tokens)[:max_len].strip("-")

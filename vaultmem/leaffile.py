@@ -3,12 +3,18 @@
 Owns the mapping between a ``Leaf`` value and its file text, and the leaf file name. The file name
 embeds the leaf id, so names never collide and a leaf is never renamed. The engine owns the keys in
 ``LEAF_KEYS``; any other key is the user's and survives every rewrite verbatim. Pure: no I/O.
+
+Reading is where a person's secret stops: ``parse_leaf`` returns the leaf as the engine may use it
+(body, speaker, session, ids and provenance redacted), so a secret typed into a leaf by hand never
+reaches the index or anything derived from it, while the file itself stays as the person wrote it
+(``keep_body`` gives an engine rewrite of the frontmatter the file's own body back).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from typing import Any
 
 from vaultmem import mdfile
@@ -16,6 +22,7 @@ from vaultmem.entities import KINDS, canonical
 from vaultmem.errors import FrontmatterError
 from vaultmem.layout import slug
 from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Status, format_ts, parse_order, parse_ts, safe_name
+from vaultmem.redact import Redaction, has_secret, redact
 from vaultmem.tokens import count_tokens
 
 LEAF_KEYS = frozenset(
@@ -95,6 +102,31 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+class _Cleaner:
+    """Redacts the fields of one file and remembers the kinds it found."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, None] = {}
+
+    def text(self, value: str) -> str:
+        result: Redaction = redact(value)
+        self.kinds.update(dict.fromkeys(result.kinds))
+        return result.text
+
+    def opt(self, value: Any) -> str | None:
+        return None if value is None else self.text(str(value))
+
+
+def keep_body(doc: mdfile.MdDoc, text: str) -> str:
+    """The body to write when the engine re-renders a leaf whose text is ``text``: the file's own body
+    (its exact bytes, a secret typed by hand included: the file is the person's) when ``text`` is what
+    the engine read from it, else ``text``."""
+    body = doc.body.strip()
+    if body == text.strip() or redact(body).text.strip() == text.strip():
+        return doc.body
+    return text.strip() + "\n"
+
+
 def _str_list(value: Any, key: str, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -124,7 +156,8 @@ def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, mdfile.MdDoc]:
     provenance = meta.get("provenance") or {}
     if not isinstance(provenance, dict):
         raise FrontmatterError(f"{rel_path}: 'provenance' must be a mapping")
-    body = doc.body.strip()
+    clean = _Cleaner()
+    body = clean.text(doc.body.strip())
     leaf = Leaf(
         id=leaf_id,
         source=source,
@@ -132,22 +165,25 @@ def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, mdfile.MdDoc]:
         path=rel_path,
         kind=kind,
         seq=seq,
-        source_id=_str_or_none(meta.get("source_id")),
-        session=_str_or_none(meta.get("session")),
-        role=_str_or_none(meta.get("role")),
-        speaker=_str_or_none(meta.get("speaker")),
+        source_id=clean.opt(meta.get("source_id")),
+        session=clean.opt(meta.get("session")),
+        role=clean.opt(meta.get("role")),
+        speaker=clean.opt(meta.get("speaker")),
         ts=parse_ts(meta.get("ts")),
-        message_ids=_str_list(meta.get("message_ids"), "message_ids", rel_path),
+        message_ids=tuple(clean.text(m) for m in _str_list(meta.get("message_ids"), "message_ids", rel_path)),
         status=status,
         score=score,
         reasons=_str_list(meta.get("reasons"), "reasons", rel_path),
         tokens=count_tokens(body),
         content_hash=content_hash(body),
-        redactions=_str_list(meta.get("redactions"), "redactions", rel_path),
+        redactions=(),
         order=order,
         entities=entity_keys(_str_list(meta.get("entities"), "entities", rel_path)),
-        meta={str(k): str(v) for k, v in provenance.items()},
+        meta={str(k): clean.text(str(v)) for k, v in provenance.items()},
     )
+    # The kinds the file lists, then any a hand edit added (the index knows the text was redacted).
+    listed = _str_list(meta.get("redactions"), "redactions", rel_path)
+    leaf = replace(leaf, redactions=tuple(dict.fromkeys([*listed, *clean.kinds])))
     return leaf, doc
 
 
@@ -158,6 +194,8 @@ def entity_keys(values: tuple[str, ...]) -> tuple[str, ...]:
         return ()
     out: dict[str, None] = {}
     for value in values:
+        if has_secret(value):
+            continue  # a key is a topic's folder name: a secret typed here must not become one
         kind, _, name = value.partition(":")
         try:
             key = (

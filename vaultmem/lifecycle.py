@@ -23,9 +23,11 @@ def set_status(
     leaves: Sequence[Leaf],
     status: Status,
     entities: Mapping[str, tuple[str, ...]] | None = None,
+    *,
+    replace_entities: bool = False,
 ) -> list[str]:
     """Move ``leaves`` to ``status`` in files and rows, writing their ``entities`` too when given (leaf id
-    -> canonical keys). Returns the ids left unchanged because their file changed on disk since it was
+    -> canonical keys): added to the leaf's own, or instead of them with ``replace_entities``. Returns the ids left unchanged because their file changed on disk since it was
     indexed (the watcher or ``check --fix`` reconciles those first)."""
     if not leaves:
         return []
@@ -50,14 +52,14 @@ def set_status(
             skipped.append(leaf.id)
             continue
         found = (entities or {}).get(leaf.id, ())
-        merged = tuple(dict.fromkeys([*leaf.entities, *found]))
+        merged = tuple(dict.fromkeys([*(() if replace_entities else leaf.entities), *found]))
         new_leaf = replace(leaf, status=status, entities=merged)
         new_data = _edit_status_line(data, leaf.status, status)
         if new_data is not None and merged != leaf.entities:
             new_data = _add_entities_line(new_data, status, merged)
         if new_data is None:
             doc = mdfile.split(data.decode("utf-8-sig"), where=leaf.path)
-            body = doc.body if doc.body.strip() == leaf.text.strip() else leaf.text + "\n"
+            body = leaffile.keep_body(doc, leaf.text)
             text = mdfile.render(leaffile.engine_meta(new_leaf), body, keep=doc, owned=leaffile.LEAF_KEYS)
             new_data = text.encode("utf-8")
         writes.append(fsio.PendingWrite(path, new_data, expected=digest))

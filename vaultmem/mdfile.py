@@ -17,6 +17,7 @@ import yaml
 
 from vaultmem import fastyaml
 from vaultmem.errors import FrontmatterError
+from vaultmem.redact import redact, scrub
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -128,3 +129,40 @@ def render(engine: Mapping[str, Any], body: str, *, keep: MdDoc | None = None, o
 
 def user_keys(doc: MdDoc, owned: frozenset[str]) -> dict[str, Any]:
     return {k: v for k, v in doc.meta.items() if k not in owned}
+
+
+def _scrub_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [_scrub_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub_value(v) for k, v in value.items()}
+    return value
+
+
+def redact_document(text: str, *, where: str = "file") -> tuple[str, tuple[str, ...]]:
+    """``text`` (a Markdown file) with every secret replaced, and the kinds found.
+
+    The body is redacted in place. A frontmatter key whose YAML text holds no secret is kept byte for
+    byte; one that does is written again from its value with the secrets replaced (rewriting the raw
+    text could turn ``key: ghp_...`` into a YAML list). A leaf's ``redactions`` list gains the kinds.
+    Raises FrontmatterError for a file whose frontmatter does not parse (nothing can be rewritten)."""
+    doc = split(text, where=where)
+    body = redact(doc.body)
+    kinds: dict[str, None] = dict.fromkeys(body.kinds)
+    if not doc.raw_blocks:
+        return body.text, tuple(kinds)
+    blocks = []
+    for key, raw in doc.raw_blocks:
+        found = redact(raw).kinds
+        if found:
+            kinds.update(dict.fromkeys(found))
+            raw = dump_mapping({key: _scrub_value(doc.meta.get(key))})
+        blocks.append((key, raw if raw.endswith("\n") else raw + "\n"))
+    if doc.meta.get("kind") == "leaf" and kinds:
+        listed = doc.meta.get("redactions")
+        earlier = [str(k) for k in listed] if isinstance(listed, list) else []
+        line = dump_mapping({"redactions": list(dict.fromkeys([*earlier, *kinds]))})
+        blocks = [(k, r) for k, r in blocks if k != "redactions"] + [("redactions", line)]
+    return "---\n" + "".join(r for _, r in blocks) + "---\n" + body.text, tuple(kinds)

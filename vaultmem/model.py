@@ -13,12 +13,14 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any
 
-from vaultmem.errors import FrontmatterError, UnsafePath
+from vaultmem.errors import FrontmatterError, InvalidInput, UnsafePath
 
 LEAF_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 SUMMARY_ID_RE = re.compile(r"^s[0-9a-f]{15}$")
 # Source and session names become directory names, so they are kept to a safe, portable alphabet.
 SAFE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+# Names Windows keeps for devices, in any case and with any extension ("CON", "nul.txt", "Com1").
+_RESERVED_RE = re.compile(r"^(?:con|prn|aux|nul|com[0-9]|lpt[0-9])(?:\..*)?$", re.I)
 # A reading position: a plain decimal number (no NaN, no infinity, no "1_000"), bounded so that exact
 # arithmetic on it stays cheap. 200 inserts into one gap need about 140 digits.
 ORDER_RE = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?$")
@@ -53,10 +55,33 @@ def safe_name(name: str, what: str = "source name") -> str:
     return name
 
 
+def portable_name(name: str, what: str = "source name") -> str:
+    """``safe_name``, and a folder name that every file system takes as it is: not a Windows device
+    name (CON, PRN, AUX, NUL, COM1-9, LPT1-9, with or without an extension) and not ending in a dot
+    (Windows drops it). New source names are checked; folders that exist are read as they are."""
+    safe_name(name, what)
+    if _RESERVED_RE.match(name):
+        raise InvalidInput(f"invalid {what} {name!r}: Windows reserves it for a device; choose another name")
+    if name.endswith("."):
+        raise InvalidInput(f"invalid {what} {name!r}: a name may not end in '.' (Windows drops it)")
+    return name
+
+
 def slugify_name(text: str, fallback: str = "source") -> str:
     """Turn free text (a file stem, a channel title) into a safe source name."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", text.strip()).strip("-._")[:80].lower()
     return slug or fallback
+
+
+def default_source_name(text: str, fallback: str = "source") -> str:
+    """The source name made from a file or folder name when none is given: its slug (lower case, no
+    ``..``), with ``-<fallback>`` after a Windows device name (``aux/`` -> ``aux-notes``, ``con.d`` ->
+    ``con-notes.d``)."""
+    slug = re.sub(r"\.{2,}", ".", slugify_name(text, fallback))
+    if _RESERVED_RE.match(slug):
+        base, dot, rest = slug.partition(".")
+        slug = f"{base}-{fallback}{dot}{rest}"[:80].rstrip("-._")
+    return portable_name(slug)
 
 
 def check_node_id(node_id: str) -> str:

@@ -9,6 +9,10 @@ Owns the mapping between a ``SummaryNode`` and its file text. The body has up to
 A generated part whose hash no longer matches ``content_hash`` was edited by a person; the next
 re-summarisation keeps that text under ``## Pinned`` instead of overwriting it. Keys outside
 ``SUMMARY_KEYS`` are the user's and survive every rewrite verbatim. Pure: no I/O.
+
+A summary is the engine's own file, so ``parse_summary`` returns it redacted (title, aliases, pinned and
+generated text, link labels): a secret a person types into one is never indexed or passed on, and is
+written redacted the next time the engine rewrites that file (the engine never writes a secret).
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from vaultmem import mdfile
 from vaultmem.errors import FrontmatterError
 from vaultmem.model import SUMMARY_ID_RE, format_ts, parse_order, parse_ts, safe_name
+from vaultmem.redact import scrub
 from vaultmem.tokens import count_tokens
 
 SUMMARY_KEYS = frozenset(
@@ -238,9 +243,15 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
         raise FrontmatterError(f"{rel_path}: 'depth' must be 1 or more")
     order = parse_order(meta.get("order"), rel_path)
     pinned, body_text, children = split_body(doc.body)
-    title = clean_title(str(meta.get("title") or ""))
+    pinned, body_text = scrub(pinned), scrub(body_text)
+    children = tuple(replace(c, label=scrub(c.label)) for c in children)
+    title = clean_title(scrub(str(meta.get("title") or "")))
     aliases = meta.get("aliases")
-    user_aliases = tuple(str(a) for a in aliases if str(a) != title) if isinstance(aliases, list) else ()
+    user_aliases = (
+        tuple(clean for a in aliases if (clean := scrub(str(a))) != title)
+        if isinstance(aliases, list)
+        else ()
+    )
     node = SummaryNode(
         id=node_id,
         source=source,
@@ -258,7 +269,7 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
         content_hash=str(meta.get("content_hash") or ""),
         children_hash=str(meta.get("children_hash") or ""),
         order=order,
-        entity=str(meta["entity"]) if meta.get("entity") else None,
+        entity=scrub(str(meta["entity"])) if meta.get("entity") else None,
         archived=meta.get("archived") is True,
         period=str(meta["period"]) if meta.get("period") else None,
         user_aliases=user_aliases,

@@ -37,6 +37,7 @@ from vaultmem.topics import (
     is_root,
     top_levels,
     topic_dir,
+    worth_a_tree,
 )
 from vaultmem.treeops import FileWrite, TreeOp
 
@@ -115,17 +116,17 @@ def _route(
         with write_lock():
             state = TopicState.load(conn, layout, key, max_bytes)
             exists = state.root is not None
-            if not exists and (
-                hot < settings.heat.create_at or len(state.members) < settings.heat.min_leaves
-            ):
+            if not exists and (hot < settings.heat.create_at or not worth_a_tree(state, settings)):
                 return Routed(tuple(messages), "cold")
             if not exists and (stray := _unindexed_root(layout, key, max_bytes)) is not None:
                 # A person moved the topic's folder and nothing has indexed it yet: never make a second.
                 note = f"{stray} holds topic {key} but is not indexed; `vaultmem check --fix` indexes it"
                 return Routed(tuple(messages), "live", (note,))
-            if exists and not state.archived and hot < settings.heat.archive_below:
+            if exists and not state.archived and (hot < settings.heat.archive_below or not state.members):
+                # Cold, or no leaf names it any more (its entities were corrected, or found anew by
+                # `vaultmem topics --rescan`): kept whole in the archive, no longer routed.
                 op = archive_op(state, archive=True)
-            elif state.archived and hot >= settings.heat.create_at:
+            elif state.archived and hot >= settings.heat.create_at and worth_a_tree(state, settings):
                 op = archive_op(state, archive=False)
             elif state.archived:
                 return Routed(tuple(messages), "archived")

@@ -68,8 +68,12 @@ class TopicSettings:
     condense_target: int = 4
     route_batch: int = 2000  # new links routed per step (bounds a step's time)
     # Kinds that get topic trees: "the latest on this person or project". Dates, amounts, versions,
-    # URLs and addresses are indexed and searchable, but a tree of "$1,200" would be noise.
-    kinds: tuple[str, ...] = ("person", "place", "project", "repo", "ticker")
+    # URLs and addresses are indexed and searchable, but a tree of "$1,200" would be noise; events
+    # (holidays, conferences) come back every year and mix them, so they are left out by default.
+    kinds: tuple[str, ...] = ("person", "place", "org", "product", "project", "repo", "ticker")
+    # The bar a new topic must pass besides heat and ``min_leaves`` (see ``worth_a_tree``).
+    min_sessions: int = 2
+    person_min_leaves: int = 8
 
 
 def settings_from(values: dict[str, object]) -> TopicSettings:
@@ -87,7 +91,7 @@ def topic_dir(key: str, *, archived: bool = False) -> str:
 
 def display_name(key: str) -> str:
     kind, value = entities.parse_key(key)
-    if kind in ("person", "place") and value.isascii():
+    if kind in ("person", "place", "org", "product", "event") and value.isascii():
         return value.replace("-", " ").title()
     return value.title() if kind == "project" and value.isascii() else value
 
@@ -102,6 +106,7 @@ class _Member:
     text: str
     speaker: str | None
     source: str
+    session: str | None = None
 
 
 @dataclass
@@ -153,13 +158,21 @@ class TopicState:
         root = nodes.pop(base, None)
         members: dict[str, _Member] = {}
         for row in conn.execute(
-            "SELECT c.id, c.path, c.ts, c.text, c.speaker, c.source FROM mentions m JOIN chunks c ON c.id = m.leaf"
+            "SELECT c.id, c.path, c.ts, c.text, c.speaker, c.source, c.session"
+            " FROM mentions m JOIN chunks c ON c.id = m.leaf"
             " WHERE m.entity = ? AND c.kind = 'leaf' AND c.status <> ? ORDER BY coalesce(c.ts, ''), c.path",
             (key, Status.PENDING.value),
         ):
             stem = PurePosixPath(row["path"]).name[:-3]
             members[row["id"]] = _Member(
-                row["id"], stem, row["ts"], row["path"], row["text"], row["speaker"], row["source"]
+                row["id"],
+                stem,
+                row["ts"],
+                row["path"],
+                row["text"],
+                row["speaker"],
+                row["source"],
+                row["session"],
             )
         return cls(key, base, archived, root, nodes, members)
 
@@ -168,6 +181,29 @@ class TopicState:
         for node in [*self.levels.values(), *([self.root] if self.root else [])]:
             out.update(node.links)
         return out
+
+
+def worth_a_tree(state: TopicState, settings: TopicSettings) -> bool:
+    """Whether an entity without a topic tree has earned one (its heat is checked by the caller): at least
+    ``min_leaves`` leaves mention it, from at least ``min_sessions`` sessions (conversations, threads,
+    documents: a name that one conversation repeats is not yet a topic), and a person who never speaks in
+    the vault (is never a leaf's speaker) needs ``person_min_leaves``: names found in text are where the
+    rules err, speakers are given."""
+    members = state.members.values()
+    if len(members) < settings.heat.min_leaves:
+        return False
+    if len({(m.source, m.session) for m in members}) < settings.min_sessions:
+        return False
+    if entities.parse_key(state.key)[0] != "person" or len(members) >= settings.person_min_leaves:
+        return True
+    return any(m.speaker and _speaker_key(m.speaker) == state.key for m in members)
+
+
+def _speaker_key(speaker: str) -> str:
+    try:
+        return entities.canonical("person", speaker)
+    except ValueError:
+        return ""
 
 
 def _read_node(layout: Layout, rel: str, max_bytes: int) -> _Node | None:

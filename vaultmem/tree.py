@@ -8,7 +8,8 @@ Owns read-only walks over levels and leaves, in reading order (``order.sibling_o
 - ``expand_to_length(node, budget)``: breadth-first, the node's summary, then its children's, and so on
   until the next level would not fit.
 
-Never writes anything.
+Never writes anything. What it renders as text is for a model to read, so every piece of memory text
+goes through ``frame.neutralise`` (a stored ``</memory>`` cannot close the frame it is pasted into).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from vaultmem import index
 from vaultmem.embed import Embedder
 from vaultmem.errors import NodeNotFound
+from vaultmem.frame import neutralise
 from vaultmem.layout import FRESH, SOURCES, SUMMARY_NAME
 from vaultmem.model import check_node_id
 from vaultmem.order import sibling_order
@@ -54,8 +56,8 @@ class Node:
         """One line of reading: ``speaker: text`` for a leaf, ``title`` for a level."""
         if self.kind == "leaf":
             body = " ".join(self.text.split())
-            return f"{self.speaker}: {body}" if self.speaker else body
-        return self.title
+            return neutralise(f"{self.speaker}: {body}" if self.speaker else body)
+        return neutralise(self.title)
 
 
 def _node(row: sqlite3.Row, children: int = 0) -> Node:
@@ -169,7 +171,8 @@ def _serialize(conn: sqlite3.Connection, row: sqlite3.Row, level: int, lines: li
         lines.append(node.line())
         return
     span = f" ({(node.ts or '')[:10]} – {(node.ts_end or '')[:10]})" if node.ts else ""
-    lines.extend(["", f"{'#' * min(level, 6)} {node.title or 'level'}{span}", "", node.text.strip(), ""])
+    heading = neutralise(f"{'#' * min(level, 6)} {node.title or 'level'}{span}")
+    lines.extend(["", heading, "", neutralise(node.text.strip()), ""])
     for child in child_rows(conn, node.id):
         _serialize(conn, child, level + 1, lines)
 
@@ -196,7 +199,9 @@ def expand_to_length(conn: sqlite3.Connection, node_id: str, budget_tokens: int)
         nxt: list[sqlite3.Row] = []
         for row in frontier:
             node = _node(row)
-            piece = f"## {node.title}\n{node.text.strip()}" if node.kind == "summary" else node.line()
+            piece = (
+                neutralise(f"## {node.title}\n{node.text.strip()}") if node.kind == "summary" else node.line()
+            )
             cost = count_tokens(piece)
             if used + cost > budget_tokens:
                 complete = False

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -76,6 +75,7 @@ from vaultmem.ingest import (
     IngestReport,
     Progress,
     build_leaves,
+    check_new_sources,
     extract_job,
     heal_intents,
     read_summary_file,
@@ -85,9 +85,20 @@ from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
-from vaultmem.model import Leaf, Message, Status, check_node_id, parse_ts, safe_name, slugify_name, utc
+from vaultmem.mailthread import thread_messages
+from vaultmem.model import (
+    Leaf,
+    Message,
+    Status,
+    check_node_id,
+    default_source_name,
+    parse_ts,
+    safe_name,
+    utc,
+)
 from vaultmem.pool import Pool, PoolReport, WorkContext
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
+from vaultmem.redact import scrub
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
@@ -220,7 +231,13 @@ class Vault:
             fsio.atomic_write(layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n")
         except PermissionError as exc:
             raise ReadOnlyVault(f"cannot create a vault at {layout.root}: {exc.strerror}") from exc
-        return cls.open(layout.root, embedder=embedder)
+        vault = cls.open(layout.root, embedder=embedder)
+        with db.atomic(vault.conn):  # every leaf of a new vault is read by these rules
+            vault.conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)",
+                (str(entities.RULES_VERSION),),
+            )
+        return vault
 
     @classmethod
     def open(cls, path: str | Path, *, embedder: Embedder | None = None) -> Vault:
@@ -378,6 +395,8 @@ class Vault:
             return self._ingest_batches(messages, progress)
 
     def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+        check_new_sources(self.layout, {m.source for m in messages})
+        messages = thread_messages(messages, lambda source: index.known_emails(self.conn, source))
         report = IngestReport()
         total = len(messages)
         for start in range(0, total, BATCH_MESSAGES):
@@ -725,7 +744,8 @@ class Vault:
         batch when one is open (``commit_batch``)."""
         if self._journal is None:
             return
-        self._journal.record_message(message)
+        # The message names titles and entities, which come from memory: never a secret in history.
+        self._journal.record_message(scrub(message))
         with self._batches_lock:
             batched = self._batches > 0
         if not batched:
@@ -778,9 +798,17 @@ class Vault:
                 self.warnings.append(f"git auto-commit failed: {exc}")
                 return None
             self._journal.consume(size)
-            self.git_notes.extend(result.notes)
-            self.commits += result.sha is not None
+            self._after_commit(result)
             return result.sha
+
+    def _after_commit(self, result: gitsync.CommitResult) -> None:
+        self.git_notes.extend(result.notes)
+        self.commits += result.sha is not None
+        for path, kinds in result.held:
+            self.warnings.append(
+                f"git: {path} not committed: it holds a secret ({', '.join(kinds)}); "
+                "`vaultmem check` lists it, `vaultmem check --fix --redact` redacts it"
+            )
 
     def _commit_by_hand(self, paths: list[str]) -> None:
         """Commit a person's edits the engine just read as their own commit ("edit by hand: ..."), before
@@ -790,12 +818,11 @@ class Vault:
         try:
             if self._git.head() is None:
                 return  # the first engine commit snapshots the whole vault, these edits included
-            result = self._git.commit(gitsync.hand_message(paths), paths)
+            result = self._git.commit(scrub(gitsync.hand_message(paths)), paths)
         except GitError as exc:  # GitBusy included: the edits stay uncommitted, as the person left them
             self.warnings.append(f"git commit of hand edits failed: {exc}")
             return
-        self.git_notes.extend(result.notes)
-        self.commits += result.sha is not None
+        self._after_commit(result)
 
     # -- hand edits (the watch daemon) ---------------------------------------------------------------
     def reconcile_paths(
@@ -856,7 +883,7 @@ class Vault:
         messages: list[Message] = []
         for rel in rels:
             top = rel.split("/", 1)[0] if "/" in rel else "notes"
-            source = safe_name(re.sub(r"\.{2,}", ".", slugify_name(top, fallback="notes")))
+            source = default_source_name(top, fallback="notes")
             try:
                 result = read_path(self.layout.abs(rel), source=source, max_bytes=self.config.max_file_bytes)
             except InvalidInput as exc:
@@ -1006,30 +1033,45 @@ class Vault:
     def rescan_entities(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Find the entities of admitted leaves that list none (leaves admitted before entities were
         extracted, or whose entities a person cleared) and write them, in batches under the write lock.
-        Returns how many leaves gained entities; ``compact`` then routes the topics they make hot."""
+        When the rules changed since this vault's leaves were read (``entities.RULES_VERSION`` against
+        the index's ``meta``), every admitted leaf is read anew and its list replaced by what the rules
+        find now. Returns how many leaves changed; ``compact`` then routes the topics they make hot (and
+        archives those no leaf names any more)."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'entity_rules'").fetchone()
+        stale = row is None or int(row[0]) < entities.RULES_VERSION
         ids = [
             r[0]
             for r in self.conn.execute(
                 "SELECT id FROM chunks WHERE kind = 'leaf' AND status IN ('admitted', 'sealed')"
-                " AND entities = '[]' ORDER BY path"
+                + ("" if stale else " AND entities = '[]'")
+                + " ORDER BY path"
             )
         ]
-        found = 0
+        found = busy = 0
         for start in range(0, len(ids), 512):
             with self._locked():
                 leaves = index.leaves_by_ids(self.conn, ids[start : start + 512])
                 # A sealed leaf's file says "admitted" (sealed is where it lives): keep that line.
                 as_filed = [replace(x, status=Status.ADMITTED) for x in leaves]
-                keys = {x.id: self.entity_finder(x) for x in as_filed}
-                todo = [x for x in as_filed if keys[x.id]]
-                busy = set_status(self.conn, self.layout, todo, Status.ADMITTED, keys)
-                found += len(todo) - len(busy)
+                keys = {x.id: tuple(self.entity_finder(x)) for x in as_filed}
+                todo = [x for x in as_filed if keys[x.id] != x.entities]
+                skipped = set_status(
+                    self.conn, self.layout, todo, Status.ADMITTED, keys, replace_entities=True
+                )
+                found += len(todo) - len(skipped)
+                busy += len(skipped)
             if progress is not None:
                 progress(min(start + 512, len(ids)), len(ids))
-        if found:
-            with self._locked():
+        with self._locked():
+            if found:
                 heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
-                self._commit(f"memory: entities found in {found} leaves")
+                self._commit(f"memory: entities found anew in {found} leaves")
+            if stale and not busy:  # a leaf changed on disk meanwhile: the next rescan reads all again
+                with db.atomic(self.conn):
+                    self.conn.execute(
+                        "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)",
+                        (str(entities.RULES_VERSION),),
+                    )
         return found
 
     def sweep_topics(self) -> int:
@@ -1173,15 +1215,28 @@ class Vault:
                 requeued = self.jobs.enqueue_many(extract_job(i) for i in missing)
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
-    def check(self, *, fix: bool = False) -> CheckReport:
+    def check(self, *, fix: bool = False, redact: bool = False) -> CheckReport:
+        """Verify the index against the files (``fix``: repair the index side). ``redact`` (with
+        ``fix``) also rewrites Markdown files that hold a secret, with the secret replaced."""
+        if redact and not fix:
+            raise InvalidInput(
+                "--redact rewrites files, so it goes with --fix: `vaultmem check --fix --redact`"
+            )
         if fix:
             with self.commit_batch("memory: check --fix"):
                 if treeops.pending_notes(self.layout):
                     self.heal_compaction()
                 with self._locked():
-                    report = check(self.conn, self.layout, self.config.max_file_bytes, fix=True)
+                    report = check(
+                        self.conn, self.layout, self.config.max_file_bytes, fix=True, redact=redact
+                    )
                     if any(p.code == "duplicate_id" for p in report.fixed):
                         self._commit("memory: check --fix: settle duplicate ids")
+                    rewritten = [p for p in report.fixed if p.code == "secret_in_file"]
+                    if rewritten:
+                        self._commit(
+                            f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)"
+                        )
                     return report
         return check(self.conn, self.layout, self.config.max_file_bytes)
 
