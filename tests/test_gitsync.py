@@ -538,3 +538,19 @@ def test_a_file_holding_a_secret_is_never_committed_and_a_moved_one_is_not_read_
         + '"}'
     )
     assert secret_kinds(sidecar) == ()
+
+
+def test_journal_squashed_after_a_failed_commit_keeps_everything_once(tmp_path: Path) -> None:
+    root = tmp_path / "vault"
+    (root / ".vaultmem").mkdir(parents=True)
+    journal = Journal(root)
+    for _ in range(50):  # a commit failing again and again: the same paths and messages each time
+        journal.record_paths([root / "sources/x/_fresh/a.md", root / "sources/x/_fresh/b.md"])
+        journal.record_message("memory: add 2 leaves from x")
+    before = journal.path.stat().st_size
+    journal.squash()
+    assert journal.read()[:2] == (
+        ["sources/x/_fresh/a.md", "sources/x/_fresh/b.md"],
+        ["memory: add 2 leaves from x"],
+    )
+    assert journal.path.stat().st_size < before / 20

@@ -277,6 +277,22 @@ class Journal:
         except FileNotFoundError:
             return False
 
+    def squash(self) -> None:
+        """Rewrite the journal as one record of what it holds (each path and message once), so a commit
+        that keeps failing (git missing, a broken repository) never lets it grow without bound."""
+        paths, messages, size = self.read()
+        if not size:
+            return
+        lines: list[dict[str, object]] = [{"paths": paths}] if paths else []
+        lines += [{"message": m} for m in messages[-MAX_BODY_LINES:]]
+        with self._lock:
+            try:
+                rest = self.path.read_bytes()[size:]
+            except FileNotFoundError:
+                return
+            data = b"".join((json.dumps(x, ensure_ascii=False) + "\n").encode("utf-8") for x in lines)
+            fsio.atomic_write(self.path, data + rest)
+
     def consume(self, size: int) -> None:
         """Drop the first ``size`` bytes (what a commit read); lines appended since then stay."""
         with self._lock:

@@ -796,6 +796,7 @@ class Vault:
                 return None
             except GitError as exc:
                 self.warnings.append(f"git auto-commit failed: {exc}")
+                self._journal.squash()  # kept for the next commit, without growing on every attempt
                 return None
             self._journal.consume(size)
             self._after_commit(result)
