@@ -767,6 +767,10 @@ def resummarize(
         vectors={new.id: np.asarray(vec, dtype=np.float32)},
     )
     with write_lock():
+        if current_fingerprint(conn, node.directory) != fingerprint:
+            # A child was written (re-summarised, moved in or out) after its row was read: this text
+            # would summarise what is gone, and nothing would mark it stale again.
+            return Resummarized("defer", notes=(f"the children of {rel} changed meanwhile; retrying",))
         try:
             treeops.apply(conn, layout, op, model, embedder.dim)
         except ConflictError:
@@ -802,6 +806,8 @@ def _unstale(
         new = render_summary(replace(node, stale=False), keep=doc).encode("utf-8")
     op = TreeOp("stale", node.source, "", (FileWrite(node.path, new.decode("utf-8"), digest),))
     with write_lock():
+        if current_fingerprint(conn, node.directory) != node.children_hash:
+            return Resummarized("defer", notes=(f"the children of {node.path} changed meanwhile; retrying",))
         try:
             treeops.apply(conn, layout, op, "", 0)
         except ConflictError:

@@ -270,7 +270,12 @@ class Daemon:
                 if self._git_paused():
                     pool.pause()
                 else:
-                    self._catch_up()
+                    try:
+                        self._catch_up()
+                    except GitBusy as exc:  # git began while the catch-up read the vault
+                        self._pause(self.vault.git_operation(), str(exc))
+                        if self.paused is not None:
+                            pool.pause()
                 threads = pool.start()
                 while not stop.is_set():
                     self.loops += 1
@@ -413,9 +418,11 @@ class Daemon:
         self.paused_since = None
         try:
             self._catch_up()
-        except GitBusy as exc:  # another operation began meanwhile
-            self._pause(self.vault.git_operation(), str(exc))
-            return
+        except GitBusy as exc:  # git ran again meanwhile: paused again, or its changes settle first
+            again = self.vault.git_operation()
+            self._pause(again, str(exc))
+            if again is not None:
+                return
         self.resumed += 1
         if self.pool is not None:
             self.pool.resume()
