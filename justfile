@@ -27,6 +27,10 @@ fix: setup
     {{venv}}/bin/ruff check --fix vaultmem tests bench tools
     {{venv}}/bin/ruff format vaultmem tests bench tools
 
+# Regenerate the --help blocks of docs/cli.md from the code (tests/test_cli_docs.py checks them).
+docs: setup
+    {{venv}}/bin/cog -r docs/cli.md
+
 # Demo on a copy of sample_vault/: rebuild the index from the files, ingest new input, compact, show the tree,
 # search, context, topics, a daily digest, stats.
 demo: setup
@@ -37,13 +41,13 @@ demo: setup
     {{venv}}/bin/vaultmem compact --vault demo_vault
     {{venv}}/bin/vaultmem show --vault demo_vault
     {{venv}}/bin/vaultmem tree --query "Kyoto trip budget" --vault demo_vault
-    {{venv}}/bin/vaultmem search "when is the Tidepool patch due" --k 3 --vault demo_vault
-    {{venv}}/bin/vaultmem search "雾凇拼音" --k 2 --vault demo_vault
+    {{venv}}/bin/vaultmem search "when is the Tidepool patch due" --limit 3 --vault demo_vault
+    {{venv}}/bin/vaultmem search "雾凇拼音" --limit 2 --vault demo_vault
     {{venv}}/bin/vaultmem context "what should I know before the Kyoto trip?" --budget 300 --vault demo_vault
-    {{venv}}/bin/vaultmem topics --n 8 --vault demo_vault
-    {{venv}}/bin/vaultmem topic Kyoto --n 3 --vault demo_vault
+    {{venv}}/bin/vaultmem topics --limit 8 --vault demo_vault
+    {{venv}}/bin/vaultmem topic Kyoto --limit 3 --vault demo_vault
     {{venv}}/bin/vaultmem digest 2026-03-09 --vault demo_vault
-    {{venv}}/bin/vaultmem search "what did Diego say on 17 March 2026?" --k 3 --vault demo_vault
+    {{venv}}/bin/vaultmem search "what did Diego say on 17 March 2026?" --limit 3 --vault demo_vault
     {{venv}}/bin/vaultmem stats --vault demo_vault
     {{venv}}/bin/vaultmem check --vault demo_vault
 

@@ -22,28 +22,28 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out.out, out.err
 
 
+# Two turns of a household chat, as a chat app exports them.
+INBOX_CHAT = [
+    {
+        "id": "1",
+        "speaker": "Mia",
+        "content": "Remember: the boiler service is booked for 12 May.",
+        "ts": "2024-05-01T09:00:00Z",
+    },
+    {
+        "id": "2",
+        "speaker": "Tom",
+        "content": "I prefer the mornings, before 10am if possible.",
+        "ts": "2024-05-01T09:01:00Z",
+    },
+]
+
+
 @pytest.fixture
 def inbox(tmp_path: Path) -> Path:
     d = tmp_path / "inbox"
     d.mkdir()
-    (d / "chat.json").write_text(
-        json.dumps(
-            [
-                {
-                    "id": "1",
-                    "speaker": "Mia",
-                    "content": "Remember: the boiler service is booked for 12 May.",
-                    "ts": "2024-05-01T09:00:00Z",
-                },
-                {
-                    "id": "2",
-                    "speaker": "Tom",
-                    "content": "I prefer the mornings, before 10am if possible.",
-                    "ts": "2024-05-01T09:01:00Z",
-                },
-            ]
-        )
-    )
+    (d / "chat.json").write_text(json.dumps(INBOX_CHAT))
     return d
 
 
@@ -56,7 +56,8 @@ def test_full_flow(tmp_path: Path, inbox: Path, capsys: pytest.CaptureFixture[st
     assert code == 0
     report = json.loads(out)
     assert report["added"] == 2 and report["sources"] == ["home"]
-    code, out, _ = run(["ls", "--vault", v, "--json"], capsys)
+    code, out, err = run(["ls", "--vault", v, "--json"], capsys)
+    assert code == 0, err
     leaves = json.loads(out)
     assert [leaf["speaker"] for leaf in leaves] == ["Mia", "Tom"]
     code, out, _ = run(["show", leaves[0]["id"], "--vault", v], capsys)
@@ -65,13 +66,15 @@ def test_full_flow(tmp_path: Path, inbox: Path, capsys: pytest.CaptureFixture[st
     assert json.loads(out)["provenance"]["message_ids"] == ["1"]
     code, out, _ = run(["show", "--vault", v], capsys)
     assert "sources/home/" in out and "_fresh/" in out
-    code, out, _ = run(["stats", "--vault", v, "--json"], capsys)
+    code, out, err = run(["stats", "--vault", v, "--json"], capsys)
+    assert code == 0, err
     stats = json.loads(out)
     assert stats["chunks"] == 2 and stats["sources"] == ["home"]
     assert stats["first_memory"] == "2024-05-01T09:00:00Z"
     code, out, _ = run(["stats", "--vault", v], capsys)
     assert "latest memory:  2024-05-01T09:01:00Z" in out
-    code, out, _ = run(["reindex", "--vault", v, "--json"], capsys)
+    code, out, err = run(["reindex", "--vault", v, "--json"], capsys)
+    assert code == 0, err  # an error is one line on stderr and nothing on stdout: show it
     assert json.loads(out)["leaves"] == 2
     code, out, _ = run(["check", "--vault", v], capsys)
     assert code == 0 and out.startswith("ok")
@@ -240,3 +243,92 @@ def test_compact_tree_read_and_context_modes(tmp_path: Path, capsys: pytest.Capt
         assert all(item["link"].startswith("file://") for item in data["items"])
     code, _, err = run(["context", "x", "--mode", "sideways", "--vault", str(v)], capsys)
     assert code == 1 and "unknown context mode" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["foo"], "No such command 'foo'"),
+        (["serch", "x"], "Did you mean 'search'?"),
+        (["search"], "Missing argument 'QUERY'"),
+        (["context", "x", "--budget", "abc"], "Invalid value for '--budget'"),
+        (["search", "x", "--jsn"], "Possible options: --json"),
+        (["ls", "--limit", "0"], "--limit"),
+        (["topics", "--n"], "--n"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
+) -> None:
+    code, out, err = run(argv, capsys)
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and out == ""
+
+
+def test_usage_errors_through_the_console_script() -> None:
+    """What a person meets in a shell: no traceback, one line, status 2; a bare `vaultmem` prints help."""
+    for argv, first in ((["bogus"], "vaultmem: error: No such command"), ([], "Usage: vaultmem")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "vaultmem.cli", *argv], capture_output=True, text=True, check=False
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(first) and "Traceback" not in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "vaultmem.cli", "--version"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("vaultmem 0.")
+
+
+def test_one_name_for_how_many_and_old_spellings_still_work(
+    fake_vault: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    v = ["--vault", str(fake_vault), "--json"]
+    for argv in (
+        ["search", "boiler", "-n", "1"],
+        ["search", "boiler", "--limit", "1"],
+        ["search", "boiler", "--k", "1"],
+    ):
+        code, out, _ = run([*argv, *v], capsys)
+        assert code == 0 and len(json.loads(out)) == 1, argv
+    code, out, _ = run(["ls", "-n", "1", *v], capsys)
+    assert code == 0 and len(json.loads(out)) == 1
+    for argv in (["topics", "--limit", "1"], ["topics", "--n", "1"], ["graph", "-n", "1"]):
+        assert run([*argv, *v], capsys)[0] == 0, argv
+    code, out, _ = run(["search", "--help"], capsys)
+    assert "--limit" in out and "--k " not in out and "-k," not in out
+
+
+def test_context_takes_the_filters_search_has(fake_vault: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    v = ["--vault", str(fake_vault), "--json", "--budget", "200"]
+    code, out, _ = run(["context", "boiler service", *v], capsys)
+    assert code == 0 and json.loads(out)["items"]
+    for extra in (["--since", "2024-06-01"], ["--until", "2024-04-30"], ["--session", "nope"]):
+        code, out, _ = run(["context", "boiler service", *v, *extra], capsys)
+        assert code == 0 and json.loads(out)["items"] == [], extra
+    code, out, _ = run(
+        ["context", "boiler service", *v, "--since", "2024-05-01", "--until", "2024-05-02"], capsys
+    )
+    assert [i["provenance"]["speaker"] for i in json.loads(out)["items"]][:1] == ["Mia"]
+
+
+def test_weak_matches_are_flagged_in_search_and_context(
+    fake_vault: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    v = ["--vault", str(fake_vault)]
+    code, out, _ = run(["search", "boiler service", "--json", *v], capsys)
+    hits = json.loads(out)
+    assert hits[0]["weak"] is False and hits[0]["evidence"]["words"] is True
+    code, out, _ = run(["search", "lattice chromodynamics", "--json", *v], capsys)
+    hits = json.loads(out)
+    assert code == 0 and hits and all(h["weak"] for h in hits)
+    assert all(h["evidence"]["words"] is False for h in hits)
+    code, out, _ = run(["search", "lattice chromodynamics", *v], capsys)
+    assert out.startswith("no good match: every hit is weak") and "(weak)" in out
+    code, out, err = run(["context", "lattice chromodynamics", *v], capsys)
+    assert code == 0 and "weak matches only" in err
+    code, out, _ = run(["context", "lattice chromodynamics", "--json", *v], capsys)
+    assert json.loads(out)["weak"] is True
+    code, out, err = run(["context", "boiler service", "--json", *v], capsys)
+    assert json.loads(out)["weak"] is False and err == ""

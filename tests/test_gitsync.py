@@ -276,13 +276,13 @@ def test_fresh_index_lock_is_an_error_and_nothing_is_committed(tmp_path: Path) -
 
 def test_index_lock_released_during_the_wait_lets_the_commit_through(tmp_path: Path) -> None:
     root = make_vault(tmp_path / "vault")
-    recorder = GitRecorder(root, stale_lock_s=3600.0, lock_wait_s=5.0)
+    recorder = GitRecorder(root, stale_lock_s=3600.0, lock_wait_s=120.0)  # the wait ends with the lock
     recorder.ensure_repo()
     lock = index_lock(root, age_s=0)
     go = threading.Event()
 
     def live_git_finishes() -> None:
-        if go.wait(timeout=5):
+        if go.wait(timeout=60):
             threading.Event().wait(0.2)  # the "other git" works for a moment, then releases its lock
             lock.unlink()
 
@@ -290,7 +290,7 @@ def test_index_lock_released_during_the_wait_lets_the_commit_through(tmp_path: P
     releaser.start()
     go.set()
     result = recorder.commit("memory: add")
-    releaser.join(timeout=5)
+    releaser.join(timeout=60)
 
     assert not releaser.is_alive()
     assert result.sha is not None
@@ -355,14 +355,14 @@ def test_sigkilled_git_add_leaves_a_lock_that_commit_recovers_from(tmp_path: Pat
     )
     lock = root / ".git" / "index.lock"
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # bounds a hang only
         while not (started.exists() and lock.exists()):
             assert proc.poll() is None, "git add ended before it could be killed"
             assert time.monotonic() < deadline, "git add never reached the clean filter"
             threading.Event().wait(0.01)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
+        proc.wait(timeout=60)
     attributes.unlink()
     assert lock.exists()
     blocked = subprocess.run(["git", "add", "-A"], cwd=root, capture_output=True, text=True)

@@ -39,6 +39,9 @@ min_leaves = 3
 keep_recent = 4
 seal_min = 4
 level_leaves = 4
+
+[embed]
+model = "fake"  # the CLI, opening the vault from its config, uses the same fake model the fixture passes
 """
 
 WIKI = re.compile(r"\[\[([^\]|]+)\|")

@@ -29,10 +29,13 @@ from vaultmem.errors import VaultLocked
 from vaultmem.jobs import JobKind
 from vaultmem.layout import Layout
 from vaultmem.pool import Pool
+from vaultmem.reconcile import PathsReport
 from vaultmem.vault import Vault
 from vaultmem.watch import Debouncer, Watcher
 
-DEADLINE_S = 15.0
+# Deadlines only bound a hang: every wait below ends as soon as its condition holds, on any machine.
+DEADLINE_S = 60.0
+BULK_S = 240.0  # for a thousand notes on a loaded machine
 
 
 def wait_for(cond: Callable[[], object], timeout: float = DEADLINE_S, what: str = "condition") -> None:
@@ -43,11 +46,30 @@ def wait_for(cond: Callable[[], object], timeout: float = DEADLINE_S, what: str 
         time.sleep(0.02)
 
 
+class ObservedDaemon(Daemon):
+    """The daemon under test, unchanged, that also tells the test what it has done: the paths of each
+    batch it reconciled, and how many turns of its loop it finished (its status is written once a turn)."""
+
+    def __init__(self, vault: Vault, **kw: object) -> None:
+        super().__init__(vault, **kw)  # type: ignore[arg-type]
+        self.reconciled: list[str] = []
+        self.turns = 0
+
+    def process(self, rels: list[str], *, final: bool = False) -> PathsReport:
+        report = super().process(rels, final=final)
+        self.reconciled.extend(rels)
+        return report
+
+    def write_status(self, *, force: bool = False, running: bool = True) -> None:
+        super().write_status(force=force, running=running)
+        self.turns += 1
+
+
 @contextmanager
-def watching(root: Path, **kw: object) -> Iterator[Daemon]:
+def watching(root: Path, **kw: object) -> Iterator[ObservedDaemon]:
     """A daemon on its own thread and connection (the test uses another Vault, like another process)."""
     v = Vault.open(root, embedder=FakeEmbedder())
-    daemon = Daemon(v, quiet_s=0.1, delete_grace_s=0.5, status_s=0.2, **kw)  # type: ignore[arg-type]
+    daemon = ObservedDaemon(v, quiet_s=0.1, delete_grace_s=0.5, status_s=0.2, **kw)
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -65,23 +87,36 @@ def watching(root: Path, **kw: object) -> Iterator[Daemon]:
         yield daemon
     finally:
         stop.set()
-        thread.join(timeout=60)
+        thread.join(timeout=BULK_S)
         v.close()
     assert not thread.is_alive()
     assert not errors, errors
     assert not [t for t in threading.enumerate() if t.name.startswith("vaultmem-worker")]
 
 
-def settle(daemon: Daemon) -> None:
-    """Wait until every event so far has been reconciled (the debouncer is empty twice in a row)."""
-    batches = -1
+def settle(daemon: ObservedDaemon) -> None:
+    """Wait until every file event so far has been reconciled, however slowly events arrive.
+
+    A fence: an empty folder made now. Its event comes after every earlier event (one inotify queue, in
+    order), and the debouncer hands out a path only once it went quiet, with every path that went quiet
+    before it; so when a batch holding the fence has been reconciled, so has every earlier event. Then
+    deletions held for their grace period are waited out, and one whole turn of the loop after that (a
+    due deletion may be in the middle of being reconciled)."""
+    fence = daemon.layout.root / f"settle-fence-{len(daemon.reconciled)}-{time.monotonic_ns()}"
+    fence.mkdir()
+    try:
+        wait_for(lambda: fence.name in daemon.reconciled, what="the daemon to reach the fence")
+    finally:
+        fence.rmdir()  # its removal is one more event, reconciled to nothing
     end = time.monotonic() + DEADLINE_S
-    while time.monotonic() < end:
-        if len(daemon.debouncer) == 0 and not daemon.pending_deletes and daemon.report.batches == batches:
+    while True:
+        wait_for(lambda: not daemon.pending_deletes and len(daemon.debouncer) == 0, what="the held deletions")
+        wait_for(
+            lambda since=daemon.turns: daemon.turns >= since + 2, what="a whole turn of the daemon's loop"
+        )
+        if not daemon.pending_deletes and len(daemon.debouncer) == 0:
             return
-        batches = daemon.report.batches
-        time.sleep(0.3)
-    raise AssertionError("the daemon never settled")
+        assert time.monotonic() < end, "the daemon never settled: events keep coming"
 
 
 def row(vault: Vault, leaf_id: str) -> dict[str, object] | None:
@@ -219,9 +254,14 @@ def test_rescan_catches_what_the_os_dropped(seeded: Vault) -> None:
         daemon.watcher.stop()  # from here on every event is lost, as on a queue overflow
         (root / "dropped.md").write_text("The axolotl tank needs a new filter.\n", encoding="utf-8")
         leaf_path(seeded, seeded.ls()[0].id).unlink()
-        # The daemon counts a batch after its rows commit: wait for the count too, not only the index.
+        # The rows change before the daemon counts what it did: wait for both.
         wait_for(
-            lambda: hits(seeded, "axolotl") and len(seeded.ls()) == 4 and daemon.report.deleted == 1,
+            lambda: (
+                hits(seeded, "axolotl")
+                and len(seeded.ls()) == 4
+                and daemon.report.notes
+                and daemon.report.deleted
+            ),
             what="the rescan",
         )
         assert daemon.report.rescans >= 2 and daemon.report.deleted == 1
@@ -245,8 +285,11 @@ def test_own_writes_never_trigger_work(tmp_path: Path) -> None:
     with watching(vault.layout.root) as daemon:
         settle(daemon)
         start = daemon.report.as_dict()
-        report = vault.compact()
-        assert report.sealed > 0
+        vault.compact()
+        # The daemon's pool claims from the same queue and may run the seal this call queued; either
+        # way, once the queue is empty everything beyond the fresh tail is sealed.
+        wait_for(lambda: not vault.jobs.pending(), what="the compaction's jobs")
+        assert len(vault.ls(status="admitted")) == 8 and len(vault.ls()) == 40
         settle(daemon)
         end = daemon.report.as_dict()
         assert end["unchanged"] > start["unchanged"]  # it saw the compaction's files...
@@ -425,7 +468,7 @@ def notes_indexed(vault: Vault) -> int:
 def test_burst_of_1000_new_files(vault: Vault) -> None:
     with watching(vault.layout.root) as daemon:
         write_notes(vault.layout.root, 1000)
-        wait_for(lambda: notes_indexed(vault) == 1000, timeout=60, what="1,000 notes")
+        wait_for(lambda: notes_indexed(vault) == 1000, timeout=BULK_S, what="1,000 notes")
         settle(daemon)
         assert daemon.report.notes == 1000
     assert vault.conn.execute("SELECT count(*) FROM chunks WHERE kind = 'leaf'").fetchone()[0] == 1000
@@ -469,12 +512,16 @@ def test_kill_9_during_a_burst_then_restart(vault: Vault) -> None:
     root = vault.layout.root
     proc = spawn(root)
     done = threading.Event()
+    killed = threading.Event()
 
     def burst() -> None:
-        # Written in chunks so the burst is still going when the daemon is killed, on any machine.
+        # Written in chunks; the second half only once the daemon was killed, so the kill lands in the
+        # middle of the burst however fast or slow the machine is.
         for chunk in range(20):
+            if chunk == 10 and not killed.wait(BULK_S):
+                return
             write_notes(root, 50, start=chunk * 50)
-            time.sleep(0.05)
+            time.sleep(0.05)  # paced like a sync tool, not a timing guess
         done.set()
 
     writer = threading.Thread(target=burst)
@@ -485,17 +532,19 @@ def test_kill_9_during_a_burst_then_restart(vault: Vault) -> None:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         killed_mid_burst = not done.is_set()
+        killed.set()
         writer.join()
     assert killed_mid_burst and notes_indexed(vault) < 1000
+    assert done.is_set()  # the whole burst was written, its second half while no daemon ran
     assert not daemonstate.is_running(vault.layout)  # the kernel dropped the lock
     write_notes(root, 100, start=1000)  # written while no daemon runs
     proc = spawn(root)
     try:
-        wait_for(lambda: notes_indexed(vault) == 1100, timeout=60, what="every note")
-        wait_for(lambda: not embedding_left(vault), timeout=60, what="the embeddings")
+        wait_for(lambda: notes_indexed(vault) == 1100, timeout=BULK_S, what="every note")
+        wait_for(lambda: not embedding_left(vault), timeout=BULK_S, what="the embeddings")
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=BULK_S) == 0  # it finishes the job in hand first
     assert (
         vault.conn.execute("SELECT count(*) FROM chunks WHERE kind = 'leaf'").fetchone()[0] == 1100
     )  # each once
@@ -518,6 +567,6 @@ def test_cli_watch_stops_cleanly_on_sigint(vault: Vault) -> None:
         assert vault.stats().daemon["pid"] == proc.pid
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = proc.communicate(timeout=DEADLINE_S)
     assert proc.returncode == 0, err
     assert b"batches" in out and vault.stats().daemon["running"] is False

@@ -27,6 +27,17 @@ Invariants:
                        Names the file and the kinds, never the secret. Not fixed by ``--fix`` (the
                        file is the person's); ``--fix --redact`` rewrites it with the secrets replaced
                        (guarded by the hash read, keys without a secret kept byte for byte)
+- ``bad_sidecar``      an ``_embeddings.json`` that cannot be read          (fix: rewrite it from the index's
+                       vectors; leaves the index has no vector for are queued to be embedded)
+- ``damaged_index``    chunks.db fails ``PRAGMA quick_check`` (found by ``Vault.check``; fix: move it aside
+                       and rebuild it from the files)
+
+Stuck work (the queue is in chunks.db, so these are index-side too):
+- ``parked_job``       a job gave up after its attempts; nothing retries it  (fix: requeue it with fresh
+                       attempts, as ``vaultmem jobs --retry`` does)
+- ``pending_unqueued`` a leaf waits for extraction but no job will do it     (fix: queue its extract job)
+- ``dead_lease``       a job is leased by a process that is gone, or its lease expired (fix: put it back
+                       in the queue; opening the vault does this for killed processes of this host)
 """
 
 from __future__ import annotations
@@ -38,12 +49,14 @@ from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import PurePosixPath
 
-from vaultmem import fsio, index
+import numpy as np
+
+from vaultmem import daemonstate, fsio, index, sidecar
 from vaultmem.db import NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.ingest import extract_job, heal_intents
-from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
-from vaultmem.layout import SOURCES, SUMMARY_NAME, Layout
+from vaultmem.jobs import Job, JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
+from vaultmem.layout import DB_NAME, RESERVED_TOP, SIDECAR_NAME, SOURCES, STATE_DIR, SUMMARY_NAME, Layout
 from vaultmem.leaffile import LEAF_KEYS, id_from_filename, parse_leaf, render_leaf
 from vaultmem.mdfile import redact_document
 from vaultmem.reindex import VaultFiles, read_vault
@@ -72,8 +85,16 @@ class CheckReport:
 
 
 def check(
-    conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool = False, redact: bool = False
+    conn: sqlite3.Connection,
+    layout: Layout,
+    max_bytes: int,
+    *,
+    fix: bool = False,
+    redact: bool = False,
+    model: str | None = None,
+    dim: int = 0,
 ) -> CheckReport:
+    """Every invariant; ``model`` and ``dim`` (the configured embedder's) let the sidecars be checked."""
     problems: list[Problem] = []
     fixed: list[Problem] = []
 
@@ -90,12 +111,15 @@ def check(
         fixed.extend(p for p in problems if p.code == "pending_intent")
         problems = [p for p in problems if p.code != "pending_intent"]
 
+    daemon_running = daemonstate.is_running(layout)
     for tmp in fsio.stray_temp_files(layout.root):
         if ".git" in tmp.relative_to(layout.root).parts:
             continue
+        if daemon_running and daemonstate.owns_temp(layout, tmp):
+            continue  # the running daemon's status write in flight
         problem = Problem("stray_temp", layout.rel(tmp), "temp file left by an interrupted write", True)
         if fix:
-            tmp.unlink(missing_ok=True)
+            fsio.remove_file(layout.root, tmp)
             fixed.append(problem)
         else:
             problems.append(problem)
@@ -168,9 +192,13 @@ def check(
         problems.extend(refresh_problems + orphan_problems + stale_problems)
         if fts_problem is not None:
             problems.append(fts_problem)
+    if model is not None:
+        for problem in _sidecar_problems(conn, layout, model, dim, fix=fix):
+            (fixed if fix else problems).append(problem)
     dangling = _dangling_links(conn, layout, max_bytes, fix=fix)
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
+    (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
     return CheckReport(tuple(problems), tuple(fixed), leaves)
 
 
@@ -201,7 +229,7 @@ def settle_duplicates(
                 continue
             if copy == kept:
                 target = aside / rel
-                fsio.move_file(layout.abs(rel), target)
+                fsio.move_file(layout.root, layout.abs(rel), target)
                 why = f"an identical copy of {keeper} (id {node_id}); moved to {layout.rel(target)}"
             else:
                 new_id, new_rel = _make_own_node(layout, rel, max_bytes)
@@ -236,20 +264,84 @@ def _make_own_node(layout: Layout, rel: str, max_bytes: int) -> tuple[str, str]:
     if rel.endswith(SUMMARY_NAME):
         node, doc = parse_summary(text, rel)
         new_id = summary_id(node.source, f"copy:{rel}:{node.id}:{seed}")
-        fsio.atomic_write(
-            path, render_summary(replace(node, id=new_id), keep=doc).encode("utf-8"), expected=digest
-        )
+        data = render_summary(replace(node, id=new_id), keep=doc).encode("utf-8")
+        fsio.atomic_write(path, data, root=layout.root, expected=digest)
         return new_id, rel
     leaf, doc = parse_leaf(text, rel)
     new_id = seed[:16]
     name = PurePosixPath(rel).name
     new_rel = str(PurePosixPath(rel).parent / f"{name[: -len(leaf.id) - 3]}{new_id}.md")
     data = render_leaf(replace(leaf, id=new_id), keep=doc).encode("utf-8")
-    fsio.atomic_write(layout.abs(new_rel), data, expected=None)
+    fsio.atomic_write(layout.abs(new_rel), data, root=layout.root, expected=None)
     if fsio.file_hash(path) == digest:  # never remove what changed since it was read
-        path.unlink()
-        fsio.changed([path])
+        fsio.remove_file(layout.root, path)
     return new_id, new_rel
+
+
+def _stuck_work(conn: sqlite3.Connection, *, fix: bool) -> list[Problem]:
+    """Work that will never finish by itself: parked jobs, pending leaves without an extract job, and
+    jobs leased by nobody alive. ``fix`` requeues them."""
+    queue = JobQueue(conn)
+    out: list[Problem] = []
+    parked = queue.list("parked", limit=1 << 30)
+    for job in parked:
+        error = (job.last_error or "no error recorded").splitlines()[0][:200]
+        out.append(
+            Problem(
+                "parked_job",
+                _job_path(conn, job),
+                f"job {job.id} ({job.kind} {_payload(job)}) gave up after {job.attempts} attempts: {error}",
+                True,
+            )
+        )
+    unqueued = conn.execute(
+        "SELECT id, path FROM chunks WHERE kind = 'leaf' AND status = 'pending_extraction'"
+        " AND 'extract:' || id NOT IN (SELECT dedupe_key FROM jobs WHERE dedupe_key IS NOT NULL)"
+    ).fetchall()
+    for row in unqueued:
+        out.append(
+            Problem(
+                "pending_unqueued",
+                row["path"],
+                f"leaf {row['id']} waits for extraction but no job is queued",
+                True,
+            )
+        )
+    dead = queue.dead_leases()
+    for job in dead:
+        out.append(
+            Problem(
+                "dead_lease",
+                _job_path(conn, job),
+                f"job {job.id} ({job.kind} {_payload(job)}) is leased by {job.lease_owner}, which is gone",
+                True,
+            )
+        )
+    if fix:
+        with atomic(conn):
+            for job in parked:
+                queue.retry(job.id)
+            queue.enqueue_many(extract_job(row["id"]) for row in unqueued)
+            for owner in sorted({str(job.lease_owner) for job in dead}):
+                queue.release_owner(owner)
+    return out
+
+
+def _payload(job: Job) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(job.payload.items()))
+
+
+def _job_path(conn: sqlite3.Connection, job: Job) -> str:
+    """Where a job's work is: its node's file when it names one, else the queue itself."""
+    node_id = job.payload.get("id")
+    if isinstance(node_id, str):
+        row = conn.execute("SELECT path FROM chunks WHERE id = ?", (node_id,)).fetchone()
+        if row is not None:
+            return str(row["path"])
+    source = job.payload.get("source")
+    if isinstance(source, str):
+        return f"{SOURCES}/{source}"
+    return f"{STATE_DIR}/{DB_NAME} (jobs)"
 
 
 def _secrets(
@@ -270,7 +362,7 @@ def _secrets(
         what = ", ".join(kinds)
         if rewrite:
             try:
-                fsio.atomic_write(path, clean.encode("utf-8"), expected=digest)
+                fsio.atomic_write(path, clean.encode("utf-8"), root=layout.root, expected=digest)
             except ConflictError:
                 pass  # changed since it was read: reported, rewritten next time
             else:
@@ -323,6 +415,41 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
     return out
 
 
+def _sidecar_problems(
+    conn: sqlite3.Connection, layout: Layout, model: str, dim: int, *, fix: bool
+) -> list[Problem]:
+    """Sidecars that cannot be read (another model's is not a problem: the vault re-embeds for its own).
+    ``fix`` rewrites one from the index's vectors and queues the leaves that have none to be embedded."""
+    out: list[Problem] = []
+    found = (p for top in RESERVED_TOP for p in (layout.root / top).glob(f"**/{SIDECAR_NAME}"))
+    for path in sorted(found):
+        rel_dir = layout.rel(path.parent)
+        current = sidecar.read(path.parent, model, dim)
+        if current.problem is None or not current.problem.startswith("corrupt"):
+            continue
+        out.append(
+            Problem("bad_sidecar", layout.rel(path), f"{current.problem}; its vectors are rebuilt", True)
+        )
+        if fix:
+            rows = conn.execute(
+                "SELECT c.id, c.path, v.content_hash, v.vec FROM chunks c"
+                " LEFT JOIN vectors v ON v.id = c.id AND v.model = ? AND v.content_hash = c.content_hash"
+                " WHERE c.path >= ? AND c.path < ?",
+                (model, *index.prefix_range(f"{rel_dir}/")),
+            ).fetchall()
+            mine = [r for r in rows if "/" not in r["path"][len(rel_dir) + 1 :]]
+            put = {
+                PurePosixPath(r["path"]).name: sidecar.Entry.of(
+                    r["content_hash"], np.frombuffer(r["vec"], dtype="<f4").astype(np.float32)
+                )
+                for r in mine
+                if r["vec"] is not None
+            }
+            sidecar.update(layout, path.parent, model, dim, put)
+            JobQueue(conn).enqueue_many(extract_job(r["id"]) for r in mine if r["vec"] is None)
+    return out
+
+
 def _repair_job(entity: str | None, rel: str) -> NewJob | None:
     """The job that rewrites a topic or digest node from the index (None for a week or a month)."""
     if entity:
@@ -350,7 +477,10 @@ def _fts_problem(conn: sqlite3.Connection) -> Problem | None:
         for table in _FTS_TABLES:
             conn.execute(f"INSERT INTO {table}({table}) VALUES('integrity-check')")
     except sqlite3.DatabaseError as exc:
-        return Problem("fts_mismatch", ".vaultmem/chunks.db", f"FTS index corrupt: {exc}", True)
+        # FTS5 runs its integrity check as a write statement: an index opened read-only (a read-only
+        # vault) cannot run it, and is then checked by the row counts below only.
+        if "readonly" not in str(exc):
+            return Problem("fts_mismatch", ".vaultmem/chunks.db", f"FTS index corrupt: {exc}", True)
     nav = NAV.format(row="c")
     for table in _FTS_TABLES:
         # Topic and digest rows live in the fts_nav_* tables, every other row in the others.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,8 +17,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer._click import exceptions as click_exceptions
 
+from vaultmem import db
 from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
+from vaultmem.fsio import is_disk_full
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
 from vaultmem.model import Leaf, format_ts
@@ -27,17 +31,67 @@ from vaultmem.vault import Vault
 
 app = typer.Typer(
     name="vaultmem",
-    help="Long-term memory for AI agents, kept as plain Markdown you can read, edit and git-diff.",
+    help="Long-term memory for AI agents, kept as plain Markdown you can read, edit and diff.\n\n"
+    "Exit status: 0 done, 1 an error in the vault or the input (one line on stderr), 2 a usage error,"
+    " 130 interrupted (Ctrl-C).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Plain help: the same text on a terminal, in a pipe and in docs/cli.md (generated from it).
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 100},
 )
 
 VaultOpt = Annotated[
     Path | None,
-    typer.Option("--vault", "-V", help="Vault directory (default: $VAULTMEM_VAULT, then the cwd)."),
+    typer.Option(
+        "--vault", "-V", metavar="DIR", help="Vault directory (default: $VAULTMEM_VAULT, then the cwd)."
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+SourceFilter = Annotated[
+    str | None,
+    typer.Option(
+        "--source", "-s", metavar="NAME", help="Only memories of this source (a folder under sources/)."
+    ),
+]
+SessionFilter = Annotated[
+    str | None, typer.Option("--session", metavar="ID", help="Only memories of this session.")
+]
+TopicFilter = Annotated[
+    str | None,
+    typer.Option(
+        "--topic", "-t", metavar="ENTITY", help="Only leaves mentioning this entity (a name or key)."
+    ),
+]
+
+
+def _limit_opt(help_text: str) -> Any:
+    """``--limit`` / ``-n``: the one name for "how many" across commands."""
+    return typer.Option("--limit", "-n", min=1, metavar="N", help=help_text)
+
+
+def _alias(*names: str) -> Any:
+    """An old spelling of ``--limit`` (``--k``, ``--n``), still accepted, no longer shown."""
+    return typer.Option(*names, hidden=True, min=1)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"vaultmem {version('vaultmem')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _version_flag: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    pass
 
 
 def locate_vault(explicit: Path | None) -> Path:
@@ -56,7 +110,17 @@ def locate_vault(explicit: Path | None) -> Path:
 
 
 def open_vault(explicit: Path | None) -> Vault:
-    return Vault.open(locate_vault(explicit))
+    """Open the vault and say on stderr what opening it had to do (an index rebuilt after damage)."""
+    vault = Vault.open(locate_vault(explicit))
+    say_warnings(vault)
+    return vault
+
+
+def say_warnings(vault: Vault) -> None:
+    """Print (on stderr) and forget what the vault had to do besides the command (an index rebuilt)."""
+    for warning in vault.warnings:
+        typer.echo(f"vaultmem: warning: {warning}", err=True)
+    vault.warnings.clear()
 
 
 def emit_json(data: Any) -> None:
@@ -86,6 +150,24 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
         yield update
 
 
+@contextmanager
+def interruptible(vault: Vault) -> Iterator[None]:
+    """Ctrl-C in long work: say what was written and what is still queued (the jobs this process held
+    are back in the queue by now), then exit 130."""
+    before = vault.tally()
+    try:
+        yield
+    except KeyboardInterrupt:
+        after = vault.tally()
+        typer.echo(
+            f"interrupted: {after['leaves'] - before['leaves']} new leaves written (kept),"
+            f" {max(0, after['vectors'] - before['vectors'])} embedded; {after['queued']} jobs queued"
+            " (`vaultmem jobs --run` or `vaultmem ingest --wait` finishes them)",
+            err=True,
+        )
+        raise typer.Exit(130) from None
+
+
 def _print_summary(node: SummaryNode, where: str, *, targets: bool) -> None:
     """A summary as text: title and path, its facts, its text, its child links."""
     typer.echo(f"# {node.title}  ({node.path})")
@@ -110,19 +192,28 @@ def _leaf_line(leaf: Leaf) -> str:
 
 
 @app.command()
-def init(path: Annotated[Path, typer.Argument(help="Directory for the new vault.")] = Path(".")) -> None:
+def init(
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="Directory for the new vault.")] = Path("."),
+    as_json: JsonOpt = False,
+) -> None:
     """Create a vault in PATH."""
     with Vault.init(path) as vault:
-        typer.echo(f"created vault at {vault.layout.root}")
+        root = vault.layout.root
+    if as_json:
+        emit_json({"path": str(root)})
+        return
+    typer.echo(f"created vault at {root}")
 
 
 @app.command()
 def ingest(
     paths: Annotated[
-        list[Path], typer.Argument(help="Files or directories: chat .json/.jsonl, .md/.txt, .eml, mbox.")
+        list[Path],
+        typer.Argument(metavar="PATH", help="Files or directories: chat .json/.jsonl, .md/.txt, .eml, mbox."),
     ],
     source: Annotated[
-        str | None, typer.Option("--source", "-s", help="Source name (default: from the file name).")
+        str | None,
+        typer.Option("--source", "-s", metavar="NAME", help="Source name (default: from the file name)."),
     ] = None,
     wait: Annotated[
         bool, typer.Option("--wait", help="Also embed now: run queued work until the queue is idle.")
@@ -131,7 +222,7 @@ def ingest(
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest chats, documents and emails into the vault."""
-    with open_vault(vault_path) as vault, vault.commit_batch("memory: ingest"):  # one git commit
+    with open_vault(vault_path) as vault, interruptible(vault), vault.commit_batch("memory: ingest"):
         with progress_bar("ingesting") as progress:
             reports = [vault.ingest_path(p, source=source, progress=progress) for p in paths]
         work = None
@@ -173,12 +264,12 @@ def ingest(
 @app.command()
 def show(
     node_id: Annotated[
-        str | None, typer.Argument(help="A leaf or summary id; without one, the vault's tree.")
+        str | None, typer.Argument(metavar="ID", help="A leaf or summary id; without one, the vault's tree.")
     ] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show one leaf with its provenance, or the tree of sources and levels."""
+    """Show a leaf or a level; without an id, the tree of sources."""
     with open_vault(vault_path) as vault:
         if node_id is not None and node_id.startswith("s"):
             node = vault.summary(node_id)
@@ -234,12 +325,13 @@ def show(
 
 @app.command("ls")
 def ls_cmd(
-    source: Annotated[str | None, typer.Option("--source", "-s")] = None,
-    session: Annotated[str | None, typer.Option("--session")] = None,
+    source: SourceFilter = None,
+    session: SessionFilter = None,
     status: Annotated[
-        str | None, typer.Option("--status", help="pending_extraction|admitted|sealed|dropped")
+        str | None,
+        typer.Option("--status", metavar="STATUS", help="pending_extraction|admitted|sealed|dropped"),
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", "-n")] = None,
+    limit: Annotated[int | None, _limit_opt("At most this many leaves (default: all).")] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -255,7 +347,11 @@ def ls_cmd(
 
 @app.command()
 def stats(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
-    """Storage size, sources, chunks, topics, first and latest memory, queue depth."""
+    """Sizes, sources, counts, time span, job queue and daemon.
+
+    Storage size, sources, chunks, topics, first and latest memory, leaves by status, queue depth, and
+    the watch daemon's state.
+    """
     with open_vault(vault_path) as vault:
         data = vault.stats().as_dict()
     if as_json:
@@ -293,24 +389,31 @@ def stats(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
 
 
 def _when_opt(help_text: str) -> Any:
-    return typer.Option(help=help_text + " (ISO 8601: 2024-05-01 or 2024-05-01T09:00Z)")
+    return typer.Option(metavar="WHEN", help=help_text + " (ISO 8601: 2024-05-01 or 2024-05-01T09:00Z)")
+
+
+SinceOpt = Annotated[str | None, _when_opt("Only memories at or after this time")]
+UntilOpt = Annotated[str | None, _when_opt("Only memories at or before this time")]
 
 
 @app.command()
 def search(
     query: Annotated[
-        str, typer.Argument(help="What to look for (words, a phrase, Chinese or Japanese text).")
+        str,
+        typer.Argument(metavar="QUERY", help="What to look for (words, a phrase, Chinese or Japanese text)."),
     ],
-    k: Annotated[int, typer.Option("--k", "-k", help="Number of hits.")] = 10,
-    source: Annotated[str | None, typer.Option("--source", "-s")] = None,
-    session: Annotated[str | None, typer.Option("--session")] = None,
-    since: Annotated[str | None, _when_opt("Only memories at or after this time")] = None,
-    until: Annotated[str | None, _when_opt("Only memories at or before this time")] = None,
-    kind: Annotated[str | None, typer.Option("--kind", help="leaf or summary")] = None,
-    status: Annotated[str | None, typer.Option("--status")] = None,
-    topic: Annotated[
-        str | None, typer.Option("--topic", "-t", help="Only leaves mentioning this entity.")
+    limit: Annotated[int, _limit_opt("Number of hits.")] = 10,
+    source: SourceFilter = None,
+    session: SessionFilter = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    kind: Annotated[str | None, typer.Option("--kind", metavar="KIND", help="leaf or summary")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option("--status", metavar="STATUS", help="pending_extraction|admitted|sealed|dropped|stale"),
     ] = None,
+    topic: TopicFilter = None,
+    k: Annotated[int | None, _alias("--k", "-k")] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -318,7 +421,7 @@ def search(
     with open_vault(vault_path) as vault:
         hits = vault.search(
             query,
-            k,
+            k or limit,
             source=source,
             session=session,
             since=since,
@@ -332,30 +435,42 @@ def search(
         return
     if not hits:
         typer.echo("no results")
+    elif all(hit.weak for hit in hits):
+        typer.echo("no good match: every hit is weak (few of the query's words, little in meaning)")
     for n, hit in enumerate(hits, 1):
         who = hit.speaker or hit.role or "-"
         text = " ".join(hit.text.split())
-        typer.echo(f"{n:2}. {hit.score:.4f}  {hit.id}  {hit.ts or '-':20}  {who[:14]:14}  {hit.source}")
+        mark = "  (weak)" if hit.weak else ""
+        typer.echo(f"{n:2}. {hit.score:.4f}  {hit.id}  {hit.ts or '-':20}  {who[:14]:14}  {hit.source}{mark}")
         typer.echo(f"    {text[:200]}{'...' if len(text) > 200 else ''}")
 
 
 @app.command()
 def context(
-    query: Annotated[str, typer.Argument(help="The question the context is for.")],
-    budget: Annotated[int, typer.Option("--budget", "-b", help="Token budget for the whole block.")] = 1024,
-    source: Annotated[str | None, typer.Option("--source", "-s")] = None,
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="The question the context is for.")],
+    budget: Annotated[
+        int, typer.Option("--budget", "-b", metavar="TOKENS", help="Token budget for the whole block.")
+    ] = 1024,
+    source: SourceFilter = None,
+    session: SessionFilter = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
     mode: Annotated[
-        str | None, typer.Option("--mode", help="flat | collapsed | walk (default: the measured best)")
+        str | None,
+        typer.Option("--mode", metavar="MODE", help="flat | collapsed | walk (default: the measured best)"),
     ] = None,
-    topic: Annotated[
-        str | None, typer.Option("--topic", "-t", help="Only leaves mentioning this entity.")
-    ] = None,
+    topic: TopicFilter = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Print remembered text for QUERY within a token budget, ready to paste into a prompt."""
+    """Remembered text for QUERY within a token budget.
+
+    Ready to paste into a prompt: a <memory> block marked as data, grouped by conversation and day.
+    """
     with open_vault(vault_path) as vault:
-        ctx = vault.context(query, budget, source=source, mode=mode, topic=topic)
+        ctx = vault.context(
+            query, budget, source=source, session=session, since=since, until=until, mode=mode, topic=topic
+        )
         root = vault.layout.root
     if as_json:
         data = ctx.as_dict()
@@ -363,12 +478,16 @@ def context(
             item["link"] = (root / item["path"]).as_uri()
         emit_json(data)
         return
+    if ctx.items and ctx.weak:
+        typer.echo(
+            "vaultmem: nothing closely related remembered; the context holds weak matches only", err=True
+        )
     typer.echo(ctx.text or "(nothing relevant remembered)")
 
 
 @app.command()
 def topics(
-    n: Annotated[int, typer.Option("--n", "-n", help="How many entities.")] = 20,
+    limit: Annotated[int, _limit_opt("How many entities.")] = 20,
     rescan: Annotated[
         bool,
         typer.Option(
@@ -376,11 +495,15 @@ def topics(
             help="First find entities anew (every leaf when the rules changed, else leaves that list none), then compact.",
         ),
     ] = False,
+    n: Annotated[int | None, _alias("--n")] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The hottest entities (people, projects, repos, ...) and their topic trees."""
-    with open_vault(vault_path) as vault:
+    """The hottest entities and their topic trees.
+
+    People, places, projects, repos, tickers...: heat, kind, name, leaves, sources, last seen, topic.
+    """
+    with open_vault(vault_path) as vault, interruptible(vault):
         if rescan:
             with progress_bar("finding entities") as bar:
                 gained = vault.rescan_entities(bar)
@@ -388,7 +511,7 @@ def topics(
                 vault.compact()
             if not as_json:
                 typer.echo(f"entities found in {gained} leaves")
-        found = vault.hot_topics(n)
+        found = vault.hot_topics(n or limit)
     if as_json:
         emit_json([e.as_dict() for e in found])
         return
@@ -405,14 +528,20 @@ def topics(
 
 @app.command()
 def topic(
-    name: Annotated[str, typer.Argument(help="An entity: Caroline, @caroline, person:caroline, a repo...")],
-    n: Annotated[int, typer.Option("--n", "-n", help="Facts and recent leaves to show.")] = 5,
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="An entity: Caroline, @caroline, person:caroline, a repo...")
+    ],
+    limit: Annotated[int, _limit_opt("Facts and recent leaves to show (each).")] = 5,
+    n: Annotated[int | None, _alias("--n")] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """What the vault knows about one entity: its topic summary, key facts, latest leaves."""
+    """What the vault knows about one entity.
+
+    Its topic summary (latest state first), its key facts and its latest leaves.
+    """
     with open_vault(vault_path) as vault:
-        view = vault.topic(name, n)
+        view = vault.topic(name, n or limit)
     if as_json:
         emit_json(view.as_dict())
         return
@@ -431,12 +560,17 @@ def topic(
 
 @app.command()
 def graph(
-    limit: Annotated[int, typer.Option("--limit", help="The most mentioned entities to include.")] = 200,
-    min_weight: Annotated[int, typer.Option("--min-weight", help="Leaves two entities share, at least.")] = 1,
+    limit: Annotated[int, _limit_opt("The most mentioned entities to include.")] = 200,
+    min_weight: Annotated[
+        int, typer.Option("--min-weight", metavar="W", help="Leaves two entities share, at least.")
+    ] = 1,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The entity graph: entities and co-occurrence edges (--json for a force-directed view)."""
+    """The entity graph: entities and co-occurrence edges.
+
+    --json gives the nodes and edges a force-directed view draws.
+    """
     with open_vault(vault_path) as vault:
         data = vault.graph(limit=limit, min_weight=min_weight)
     if as_json:
@@ -450,15 +584,20 @@ def graph(
 @app.command("tree")
 def tree_cmd(
     node_id: Annotated[
-        str | None, typer.Argument(help="A level (summary id); without one, every source's top.")
+        str | None,
+        typer.Argument(metavar="ID", help="A level (summary id); without one, every source's top."),
     ] = None,
     query: Annotated[
-        str | None, typer.Option("--query", "-q", help="Rank the children by this question.")
+        str | None,
+        typer.Option("--query", "-q", metavar="QUESTION", help="Rank the children by this question."),
     ] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Drill down: the children of a level (levels and leaves) in reading order, or ranked by --query."""
+    """Drill down: the children of a level, or every source's top.
+
+    Levels and leaves in reading order, or ranked by --query.
+    """
     with open_vault(vault_path) as vault:
         nodes = vault.drill_down(node_id, query=query)
     if as_json:
@@ -477,14 +616,20 @@ def tree_cmd(
 
 @app.command("read")
 def read_cmd(
-    node_id: Annotated[str, typer.Argument(help="A level (summary id) or a leaf id.")],
+    node_id: Annotated[str, typer.Argument(metavar="ID", help="A level (summary id) or a leaf id.")],
     budget: Annotated[
-        int | None, typer.Option("--budget", "-b", help="Expand breadth first within this many tokens.")
+        int | None,
+        typer.Option(
+            "--budget", "-b", metavar="TOKENS", help="Expand breadth first within this many tokens."
+        ),
     ] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Read a node: the whole subtree as one document, or (--budget) expanded breadth first to fit."""
+    """Read a node as one document, or expanded to a budget.
+
+    The whole subtree depth first in reading order, or (--budget) expanded breadth first to fit.
+    """
     with open_vault(vault_path) as vault:
         if budget is not None:
             expansion = vault.expand_to_length(node_id, budget)
@@ -500,18 +645,26 @@ def read_cmd(
 @app.command()
 def digest(
     day: Annotated[
-        str | None, typer.Argument(help="YYYY-MM-DD, 'today' or 'yesterday' (UTC; default: today).")
+        str | None,
+        typer.Argument(metavar="DATE", help="YYYY-MM-DD, 'today' or 'yesterday' (UTC; default: today)."),
     ] = None,
     week: Annotated[
         bool, typer.Option("--week", help="The week holding DATE (its part in DATE's month).")
     ] = False,
     month: Annotated[bool, typer.Option("--month", help="The month holding DATE.")] = False,
-    start: Annotated[str | None, typer.Option("--from", help="A range: its first day (YYYY-MM-DD).")] = None,
-    end: Annotated[str | None, typer.Option("--to", help="A range: its last day (YYYY-MM-DD).")] = None,
+    start: Annotated[
+        str | None, typer.Option("--from", metavar="DAY", help="A range: its first day (YYYY-MM-DD).")
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option("--to", metavar="DAY", help="A range: its last day (YYYY-MM-DD).")
+    ] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """What happened on a day, in a week or a month: the global tree's digest (written if missing)."""
+    """What happened on a day, in a week or a month.
+
+    The global tree's digest, written on the spot when it is missing or behind its leaves.
+    """
     if week and month:
         raise InvalidInput("--week and --month exclude each other; give one of them")
     ranged = start is not None or end is not None
@@ -535,13 +688,16 @@ def jobs(
     retry: Annotated[
         bool, typer.Option("--retry", help="Requeue parked jobs (or --id) with fresh attempts.")
     ] = False,
-    job_id: Annotated[int | None, typer.Option("--id", help="Only this job.")] = None,
+    job_id: Annotated[int | None, typer.Option("--id", metavar="N", help="Only this job.")] = None,
     run: Annotated[bool, typer.Option("--run", help="Run queued work now until the queue is idle.")] = False,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List queued, running and parked jobs; retry parked ones; or run the queue."""
-    with open_vault(vault_path) as vault:
+    """List, retry or run the job queue.
+
+    Lists queued, running and parked jobs; --retry requeues parked ones; --run runs the queue to idle.
+    """
+    with open_vault(vault_path) as vault, interruptible(vault):
         retried = vault.jobs.retry(job_id) if retry else 0
         work = None
         if run:
@@ -591,8 +747,11 @@ def compact(
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Seal buffered leaves into levels, condense, re-summarise stale levels: run the queue to idle."""
-    with open_vault(vault_path) as vault:
+    """Seal buffered leaves into levels, condense, re-summarise.
+
+    Runs the job queue until it is idle.
+    """
+    with open_vault(vault_path) as vault, interruptible(vault):
         with progress_bar("compacting") as progress:
             report = vault.compact(dry_run=dry_run, progress=progress)
         warnings = list(vault.warnings)
@@ -623,6 +782,7 @@ def reindex_cmd(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
     """Rebuild chunks.db from the vault's files."""
     with open_vault(vault_path) as vault, progress_bar("reading files") as progress:
         report = vault.reindex(progress)
+        say_warnings(vault)
     if as_json:
         emit_json(
             {
@@ -649,12 +809,18 @@ def watch(
         bool, typer.Option("--once", help="Catch up with what changed while no daemon ran, then exit.")
     ] = False,
     rescan: Annotated[
-        float, typer.Option("--rescan", help="Seconds between rescans for events the OS dropped.")
+        float,
+        typer.Option(
+            "--rescan", metavar="SECONDS", help="Seconds between rescans for events the OS dropped."
+        ),
     ] = 60.0,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Keep the index and the trees in step with hand edits (a daemon; SIGINT/SIGTERM stop it)."""
+    """Keep the index and the trees in step with hand edits (a daemon).
+
+    SIGINT or SIGTERM stops it cleanly.
+    """
     import signal
     import threading
     from datetime import UTC, datetime
@@ -714,9 +880,10 @@ def check_cmd(
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify that the index and the files agree; exit 1 when anything is wrong."""
+    """Verify that the index and the files agree (exit 1 if not)."""
     with open_vault(vault_path) as vault:
         report = vault.check(fix=fix, redact=redact)
+        say_warnings(vault)
     if as_json:
         emit_json(
             {
@@ -739,9 +906,34 @@ def check_cmd(
         raise typer.Exit(1)
 
 
+def help_text(command: str | None = None, width: int = 88) -> str:
+    """What ``vaultmem [COMMAND] --help`` prints on a terminal ``width`` columns wide (docs/cli.md is
+    generated from it, so the reference cannot drift from the code)."""
+    group = typer.main.get_command(app)
+    ctx = group.make_context("vaultmem", [], resilient_parsing=True, terminal_width=width)
+    if command is None:
+        return group.get_help(ctx)
+    sub = group.get_command(ctx, command)  # type: ignore[attr-defined]
+    if sub is None:
+        raise InvalidInput(f"no command {command!r}")
+    with sub.make_context(command, [], parent=ctx, resilient_parsing=True) as sub_ctx:
+        return str(sub.get_help(sub_ctx))
+
+
+def usage_line(exc: click_exceptions.ClickException) -> str:
+    """A usage error as one line: what is wrong, click's "did you mean", and where help is."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "vaultmem"
+    return f"{where}: error: {message} (see `{where} --help`)"
+
+
 def main(argv: list[str] | None = None) -> None:
+    """The console script. Exit status: 0 ok, 1 a vault error (one line), 2 a usage error (one line),
+    130 interrupted. ``standalone_mode=False`` so that errors come here and are printed as one line
+    (click's own printing is a usage block or, with rich, a box)."""
     try:
-        result = app(args=argv, standalone_mode=False)
+        result = app(args=argv, prog_name="vaultmem", standalone_mode=False)
     except VaultError as exc:
         typer.echo(f"vaultmem: error: {exc}", err=True)
         sys.exit(1)
@@ -752,15 +944,43 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
+    except sqlite3.DatabaseError as exc:
+        if db.is_disk_full(exc):
+            _disk_full(exc)
+        if "readonly database" in str(exc):  # a write the library did not guard, on a read-only vault
+            typer.echo(f"vaultmem: error: the vault is read-only; this command writes ({exc})", err=True)
+            sys.exit(1)
+        if not db.is_damage(exc):
+            raise
+        typer.echo(
+            f"vaultmem: error: chunks.db is damaged ({exc}); run `vaultmem reindex`: it moves the damaged"
+            " file aside and rebuilds the index from the files",
+            err=True,
+        )
+        sys.exit(1)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        _disk_full(exc)
+    except click_exceptions.NoArgsIsHelpError as exc:
+        # A bare `vaultmem` (or a group without its command): the help, as a usage error.
+        typer.echo(exc.format_message(), err=True)
+        sys.exit(exc.exit_code)
+    except click_exceptions.ClickException as exc:
+        typer.echo(usage_line(exc), err=True)
+        sys.exit(exc.exit_code)
     if isinstance(result, int) and result:
         sys.exit(result)
+
+
+def _disk_full(exc: BaseException) -> None:
+    """A full disk the library did not turn into DiskFull is still no bug: one line, exit 1."""
+    typer.echo(
+        f"vaultmem: error: the disk is full ({exc}); what finished was kept and a step cut short finishes"
+        " on the next open; free space, then run the command again",
+        err=True,
+    )
+    sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -46,11 +46,17 @@ class Context:
     text: str
     tokens: int
 
+    @property
+    def weak(self) -> bool:
+        """Nothing in it is a good match for the query (every item weak, or no item at all)."""
+        return all(item.hit.weak for item in self.items)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "query": self.query,
             "budget_tokens": self.budget_tokens,
             "tokens": self.tokens,
+            "weak": self.weak,
             "text": self.text,
             "items": [{**item.hit.as_dict(), "rank": item.rank} for item in self.items],
         }

@@ -31,9 +31,9 @@ from vaultmem.db import connect
 from vaultmem.errors import GitBusy
 from vaultmem.gitsync import GitOperation
 from vaultmem.index import prefix_range
-from vaultmem.jobs import JobKind, JobQueue, NewJob
+from vaultmem.jobs import JobKind, NewJob, reclaim
 from vaultmem.model import format_ts
-from vaultmem.pool import Pool, release_dead
+from vaultmem.pool import Pool
 from vaultmem.reconcile import PathsReport, Stamp
 from vaultmem.vault import Vault
 from vaultmem.watch import QUIET_S, Debouncer, Watcher, expand
@@ -261,8 +261,7 @@ class Daemon:
             self._warn(*self.watcher.warnings)
             conn = connect(self.layout.db)
             try:
-                release_dead(conn)  # jobs of a daemon killed by -9 go back to the queue
-                JobQueue(conn).release_expired()
+                reclaim(conn)  # jobs of a daemon killed by -9 go back to the queue
             finally:
                 conn.close()
             pool = self.pool = Pool(self.vault.work_context(), self.workers)
@@ -540,7 +539,11 @@ class Daemon:
                 del self.seen[rel]
                 changed = True
         if changed:
-            fsio.atomic_write(self.layout.watch_seen, json.dumps(self.seen, sort_keys=True).encode("utf-8"))
+            fsio.atomic_write(
+                self.layout.watch_seen,
+                json.dumps(self.seen, sort_keys=True).encode("utf-8"),
+                root=self.layout.root,
+            )
 
 
 def _iso(t: float) -> str:

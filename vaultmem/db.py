@@ -3,18 +3,26 @@
 Owns the connection settings and the schema. Migrations are an ordered list of small named functions,
 applied on open and recorded in ``migrations``; a migration is never edited once released, only
 appended. The index is derived data: everything in it except the job queue can be rebuilt from the
-vault's files (``reindex``). This module knows nothing about files.
+vault's files (``reindex``). This module knows nothing about the vault's files; it does know its own: a damaged chunks.db is detected
+(``is_damage``, ``quick_check``), moved aside whole (``set_aside``) and what no file can give back (the
+job queue, entity heat) is salvaged from it when it can still be read (``salvage``, ``restore``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import sqlite3
+import struct
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from vaultmem.errors import ReadOnlyVault, VaultLocked
+from vaultmem.errors import DiskFull, ReadOnlyVault, VaultLocked
 
 Migration = Callable[[sqlite3.Connection], None]
 
@@ -339,9 +347,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     """Open chunks.db with the settings every connection uses, applying pending migrations."""
     try:
         if readonly:
-            conn = sqlite3.connect(
-                f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
-            )
+            conn = _connect_ro(path)
         else:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
@@ -358,7 +364,26 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             raise ReadOnlyVault(f"cannot open {path} for writing: {message}") from exc
         if "locked" in message:
             raise VaultLocked(f"{path} is locked by another process: {message}") from exc
+        if is_disk_full(exc, path):
+            raise _full(exc) from exc
         raise
+    return conn
+
+
+def _connect_ro(path: Path) -> sqlite3.Connection:
+    """A read-only connection. On read-only media SQLite cannot create the ``-shm`` file a WAL database
+    is read with; then the file is opened as immutable (no locks, no log: what a clean close left)."""
+    if not path.exists():
+        raise sqlite3.OperationalError(f"unable to open database file {path}: it does not exist")
+    uri = path.absolute().as_uri()  # percent-encoded: a '?' or '#' in a folder name stays a name
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError:
+        conn.close()
+        conn = sqlite3.connect(
+            f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+        )
     return conn
 
 
@@ -380,24 +405,251 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     return applied
 
 
+LOW_SPACE_BYTES = 1 << 20  # an I/O error with less than this free is taken for a full disk
+
+
+def is_disk_full(exc: BaseException, path: Path | None = None) -> bool:
+    """True for SQLite's "database or disk is full" (SQLITE_FULL), and for an I/O error while the disk
+    holding ``path`` has (almost) no space left: growing the shared-memory file of the WAL on a full
+    disk fails as SQLITE_IOERR, not SQLITE_FULL."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
+        return True
+    if path is None or "disk I/O error" not in str(exc):
+        return False
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < LOW_SPACE_BYTES
+
+
+def _full(exc: BaseException) -> DiskFull:
+    return DiskFull(f"the disk holding the index is full ({exc})")
+
+
+def _db_path(conn: sqlite3.Connection) -> Path | None:
+    try:
+        row = conn.execute("PRAGMA database_list").fetchone()
+    except sqlite3.Error:
+        return None
+    return Path(row[2]) if row is not None and row[2] else None
+
+
 @contextmanager
 def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on any exception; nests as savepoints."""
+    """One write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on any exception (a failed COMMIT
+    included); nests as savepoints. A full disk is raised as ``DiskFull``, the transaction undone."""
     if conn.in_transaction:
         name = f"sp{id(conn)}_{time.monotonic_ns()}"
         conn.execute(f"SAVEPOINT {name}")
         try:
             yield conn
-        except BaseException:
-            conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
+        except BaseException as exc:
+            # SQLite may already have rolled the whole transaction back (it may on a full disk).
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute(f"ROLLBACK TO {name}")
+                conn.execute(f"RELEASE {name}")
+            if isinstance(exc, sqlite3.OperationalError) and is_disk_full(exc, _db_path(conn)):
+                raise _full(exc) from exc
             raise
         conn.execute(f"RELEASE {name}")
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError) and is_disk_full(exc, _db_path(conn)):
+            raise _full(exc) from exc
         raise
-    conn.execute("COMMIT")
+
+
+# -- a damaged index ----------------------------------------------------------------------------------
+
+_CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+_CORRUPT_WORDS = ("malformed", "not a database", "vtable constructor failed", "corrupt")
+
+
+class DamagedLog(sqlite3.DatabaseError):
+    """The write-ahead log is damaged (``wal_problem``): SQLite itself would drop part of it silently."""
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether an SQLite error says the database file itself is damaged (not locked, read-only or full)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    if isinstance(exc, DamagedLog):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _CORRUPT_CODES:
+        return True
+    return any(word in str(exc) for word in _CORRUPT_WORDS)
+
+
+PROBED_TABLES = (
+    "chunks",
+    "vectors",
+    "jobs",
+    "meta",
+    "mentions",
+    "entity_heat",
+    "fts_words",
+    "fts_trigram",
+    "fts_nav_words",
+    "fts_nav_trigram",
+)
+
+
+def probe(conn: sqlite3.Connection) -> None:
+    """Read the first row of every table (each root page, and each FTS table's structure record): a cheap
+    check on open that catches a damaged header or schema at once. Damage deeper in a table shows when
+    it is read; ``quick_check`` finds it all."""
+    for table in PROBED_TABLES:
+        conn.execute(f"SELECT * FROM {table} LIMIT 1").fetchall()
+
+
+def quick_check(path: Path) -> str | None:
+    """None when ``path`` passes ``PRAGMA quick_check`` (every page and index of the b-trees); else what
+    is wrong. Reads the whole file: run by ``reindex`` and ``check`` and when opening failed, not on
+    every open (costs in docs/architecture.md)."""
+    try:
+        conn = _connect_ro(path)
+        try:
+            found = [str(r[0]) for r in conn.execute("PRAGMA quick_check").fetchall()]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        if not is_damage(exc):
+            raise
+        return str(exc)
+    return None if found == ["ok"] else "; ".join(found[:3])
+
+
+_WAL_MAGIC = (0x377F0682, 0x377F0683)
+
+
+def _wal_checksum(data: bytes, big_endian: bool) -> tuple[int, int]:
+    s0 = s1 = 0
+    fmt = ">" if big_endian else "<"
+    for x0, x1 in struct.iter_unpack(fmt + "II", data):
+        s0 = (s0 + x0 + s1) & 0xFFFFFFFF
+        s1 = (s1 + x1 + s0) & 0xFFFFFFFF
+    return s0, s1
+
+
+def wal_problem(path: Path) -> str | None:
+    """What is wrong with the write-ahead log beside ``path``, by its headers alone (cheap enough for
+    every open). SQLite reads a WAL up to its first bad frame and silently drops the rest, so a damaged
+    WAL would leave the index behind the files. Healthy: no WAL, an empty one, or a valid header followed
+    by the frames of the current generation (its salt) and then, after a checkpoint restarted the log,
+    older frames. Damaged: an invalid header, or a frame of the current generation after one that is
+    not (the log is only ever appended to). A frame whose header survived but whose page did not is not
+    seen here; ``check`` then reports the rows it lost."""
+    wal = Path(f"{path}-wal")
+    try:
+        with wal.open("rb") as f:
+            header = f.read(32)
+            if not header:
+                return None
+            if len(header) < 32:
+                return "the write-ahead log is shorter than its header"
+            magic, _version, page_size, _seq, salt1, salt2, c1, c2 = struct.unpack(">8I", header)
+            if magic not in _WAL_MAGIC or _wal_checksum(header[:24], magic & 1 == 1) != (c1, c2):
+                return "the write-ahead log's header is damaged"
+            if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
+                return "the write-ahead log's header names an impossible page size"
+            current, gap = True, False
+            while True:
+                frame = f.read(24)
+                if len(frame) < 24:
+                    return None
+                same = struct.unpack(">II", frame[8:16]) == (salt1, salt2)
+                if same and not current:
+                    gap = True
+                    break
+                current = current and same
+                f.seek(page_size, os.SEEK_CUR)
+    except FileNotFoundError:
+        return None
+    return "a frame of the write-ahead log is damaged" if gap else None
+
+
+def set_aside(path: Path, stamp: str) -> Path:
+    """Move a damaged database and its ``-wal`` / ``-shm`` aside as ``<name>.damaged-<stamp>`` (kept for
+    a person to look at, never deleted); returns the new path of the main file."""
+    target = path.with_name(f"{path.name}.damaged-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        source = Path(f"{path}{suffix}")
+        if source.exists():
+            os.replace(source, Path(f"{target}{suffix}"))
+    return target
+
+
+@dataclass
+class Salvage:
+    """Rows read back from a damaged index: the tables no file can rebuild."""
+
+    rows: dict[str, tuple[list[str], list[tuple[Any, ...]]]] = field(default_factory=dict)
+    lost: list[str] = field(default_factory=list)  # tables that could not be read
+
+
+SALVAGED_TABLES = ("jobs", "entity_heat")
+
+
+def _valid(table: str, row: dict[str, Any]) -> bool:
+    try:
+        if table == "jobs":
+            return isinstance(json.loads(row["payload"]), dict) and row["state"] in {
+                "queued",
+                "running",
+                "parked",
+            }
+        return isinstance(row["heat"], float | int) and isinstance(row["day"], str)
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def salvage(path: Path) -> Salvage:
+    """The job queue and entity heat of a damaged index, where they can still be read (row by row
+    checked, a table that cannot be read whole counts as lost)."""
+    out = Salvage()
+    try:
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None)
+    except sqlite3.DatabaseError:
+        out.lost = list(SALVAGED_TABLES)
+        return out
+    try:
+        for table in SALVAGED_TABLES:
+            try:
+                cursor = conn.execute(f"SELECT * FROM {table}")
+                columns = [d[0] for d in cursor.description]
+                rows = [r for r in cursor.fetchall() if _valid(table, dict(zip(columns, r, strict=True)))]
+            except sqlite3.DatabaseError:
+                out.lost.append(table)
+                continue
+            out.rows[table] = (columns, rows)
+    finally:
+        conn.close()
+    return out
+
+
+def restore(conn: sqlite3.Connection, salvaged: Salvage) -> dict[str, int]:
+    """Put salvaged rows into a fresh index (rows that clash with ones already there are skipped)."""
+    counts: dict[str, int] = {}
+    with atomic(conn):
+        for table, (columns, rows) in salvaged.rows.items():
+            present = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+            keep = [c for c in columns if c in present]
+            at = [columns.index(c) for c in keep]
+            before = conn.total_changes
+            conn.executemany(
+                f"INSERT OR IGNORE INTO {table}({', '.join(keep)}) VALUES ({', '.join('?' * len(keep))})",
+                [tuple(row[i] for i in at) for row in rows],
+            )
+            counts[table] = conn.total_changes - before
+    return counts

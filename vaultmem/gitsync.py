@@ -291,7 +291,7 @@ class Journal:
             except FileNotFoundError:
                 return
             data = b"".join((json.dumps(x, ensure_ascii=False) + "\n").encode("utf-8") for x in lines)
-            fsio.atomic_write(self.path, data + rest)
+            fsio.atomic_write(self.path, data + rest, root=self.root)
 
     def consume(self, size: int) -> None:
         """Drop the first ``size`` bytes (what a commit read); lines appended since then stay."""
@@ -302,7 +302,7 @@ class Journal:
                 return
             rest = data[size:]
             if rest:
-                fsio.atomic_write(self.path, rest)
+                fsio.atomic_write(self.path, rest, root=self.root)
             else:
                 self.path.unlink(missing_ok=True)
 
@@ -660,7 +660,7 @@ class GitRecorder:
         notes: list[str] = []
         state_ignore = self.root / STATE_DIR / ".gitignore"
         if not state_ignore.exists():
-            fsio.atomic_write(state_ignore, STATE_GITIGNORE, expected=None)
+            fsio.atomic_write(state_ignore, STATE_GITIGNORE, root=self.root, expected=None)
             notes.append(
                 f"created {STATE_DIR}/.gitignore (only config.toml of the engine state is versioned)"
             )
@@ -678,7 +678,9 @@ class GitRecorder:
         separator = newline if text and not text.endswith(("\n", "\r")) else ""
         updated = text + separator + newline.join(missing) + newline
         expected = None if data is None else fsio.sha256_bytes(data)
-        fsio.atomic_write(root_ignore, updated.encode("utf-8", errors="surrogateescape"), expected=expected)
+        fsio.atomic_write(
+            root_ignore, updated.encode("utf-8", errors="surrogateescape"), root=self.root, expected=expected
+        )
         notes.append(f"{'added' if data is not None else 'created .gitignore with'} {', '.join(missing)}")
         return notes
 

@@ -11,8 +11,7 @@ an "until idle" run stops and raises it, a daemon's pool pauses until ``resume()
 
 from __future__ import annotations
 
-import os
-import socket
+import contextlib
 import sqlite3
 import threading
 import time
@@ -21,7 +20,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
-from vaultmem import db, digest, heat, topicroute, topics, treeops
+from vaultmem import db, digest, fsio, heat, topicroute, topics, treeops
 from vaultmem.compact import (
     CompactSettings,
     Planner,
@@ -34,17 +33,19 @@ from vaultmem.compact import (
     summary_vectors,
 )
 from vaultmem.embed import Embedder
-from vaultmem.errors import ConflictError, GitBusy
+from vaultmem.errors import ConflictError, DiskFull, GitBusy
 from vaultmem.extract import EntityFinder, find_entities
-from vaultmem.jobs import Job, JobKind, JobQueue, NewJob
+from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, process_owner, reclaim
 from vaultmem.layout import Layout
 from vaultmem.summarise import Summariser
 from vaultmem.topics import TopicSettings
-from vaultmem.worker import EXTRACT_BATCH, WorkReport, run_extract
+from vaultmem.worker import EXTRACT_BATCH, RESERVE_BYTES, WorkReport, run_extract
 
 POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
+DISK_FULL_WAIT_S = 30.0  # the daemon's workers wait this long after a full disk
+REPLAN_TRIES = 3  # a seal pass whose step met a file changed that instant is planned again this often
 # Kinds queued ahead of their handler (none at present): left queued, never claimed, so they are
 # neither failed nor parked, and they never keep "until idle" runs going.
 WAITING_KINDS: tuple[str, ...] = ()
@@ -97,32 +98,6 @@ class PoolReport:
             self.notes.extend(notes)
 
 
-def owner_prefix() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def release_dead(conn: sqlite3.Connection) -> int:
-    """Requeue jobs leased by a process of this host that no longer exists (killed, crashed)."""
-    host = socket.gethostname()
-    dead = []
-    for row in conn.execute("SELECT DISTINCT lease_owner FROM jobs WHERE state = 'running'"):
-        parts = str(row[0] or "").split(":")
-        if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
-            dead.append(row[0])
-    queue = JobQueue(conn)
-    return sum(queue.release_owner(owner) for owner in dead)
-
-
 class Pool:
     """``workers`` threads running jobs; ``run_until_idle`` returns when nothing is left to do."""
 
@@ -140,6 +115,7 @@ class Pool:
         self._state = threading.Lock()
         self._source_locks: dict[str, threading.Lock] = {}  # one seal pass per source at a time
         self._until_idle = False
+        self._disk_full: DiskFull | None = None  # the first full-disk error: an until-idle run stops
 
     def wake(self) -> None:
         self._wake.set()
@@ -179,27 +155,55 @@ class Pool:
             return self._active
 
     def run_until_idle(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
+        """Run until no job is ready. A full disk stops every worker (each gives its jobs back to the
+        queue) and is raised as ``DiskFull`` saying how many steps finished and were kept."""
         self._until_idle = True
         conn = db.connect(self.ctx.layout.db)
         try:
-            release_dead(conn)
-            JobQueue(conn).release_expired()
+            reclaim(conn)
         finally:
             conn.close()
+        fsio.reserve_space(self.ctx.layout.root, self.ctx.layout.reserve, RESERVE_BYTES)
+        # Daemon threads: after an interrupt the process exits at once instead of waiting for a step.
         threads = [
-            threading.Thread(target=self._loop, args=(n, True, progress), name=f"vaultmem-worker-{n}")
+            threading.Thread(
+                target=self._loop, args=(n, True, progress), name=f"vaultmem-worker-{n}", daemon=True
+            )
             for n in range(self.workers)
         ]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        try:
+            for thread in threads:
+                thread.join()
+        except BaseException:  # Ctrl-C: no new claims, and this process's jobs go back to the queue now
+            self.stop()
+            conn = db.connect(self.ctx.layout.db)
+            try:
+                JobQueue(conn).release_process(process_owner())
+            finally:
+                conn.close()
+            raise
+        if self._disk_full is not None:
+            # Every worker's connection is closed now, so the log can be emptied if that is what it
+            # takes to give back a lease a worker could not.
+            with contextlib.suppress(DiskFull, sqlite3.Error):
+                conn = db.connect(self.ctx.layout.db)
+                try:
+                    JobQueue(conn).give_back(process_owner(), process=True)
+                finally:
+                    conn.close()
+            steps = len(self.report.operations)
+            raise DiskFull(
+                f"{self._disk_full}, after {steps} finished step{'s' if steps != 1 else ''}"
+            ) from (self._disk_full)
         if self.git_busy is not None:
             raise self.git_busy  # what ran before it is done and kept; the rest stays queued
         return self.report
 
     def start(self) -> list[threading.Thread]:
         """Run until ``stop()`` (the daemon's mode); returns the started threads."""
+        fsio.reserve_space(self.ctx.layout.root, self.ctx.layout.reserve, RESERVE_BYTES)
         threads = [
             threading.Thread(
                 target=self._loop, args=(n, False, None), name=f"vaultmem-worker-{n}", daemon=True
@@ -213,7 +217,7 @@ class Pool:
     # -- the loop ------------------------------------------------------------------------------------
     def _loop(self, n: int, until_idle: bool, progress: Callable[[int, int], None] | None) -> None:
         conn = db.connect(self.ctx.layout.db)
-        owner = f"{owner_prefix()}:w{n}"
+        owner = f"{process_owner()}:w{n}"
         queue = JobQueue(conn)
         try:
             while not self._stop.is_set():
@@ -224,12 +228,16 @@ class Pool:
                     self._wake.wait(POLL_S)
                     self._wake.clear()
                     continue
-                with self._state:
-                    jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
-                    if not jobs:
-                        jobs = queue.claim(owner, kinds=CLAIMABLE_KINDS, limit=1)
-                    if jobs:
-                        self._active += 1
+                try:
+                    with self._state:
+                        jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
+                        if not jobs:
+                            jobs = queue.claim(owner, kinds=CLAIMABLE_KINDS, limit=1)
+                        if jobs:
+                            self._active += 1
+                except DiskFull as exc:
+                    self._out_of_space(exc, until_idle)
+                    continue
                 if not jobs:
                     if until_idle and self._idle(conn):
                         self._stop.set()
@@ -240,6 +248,11 @@ class Pool:
                     continue
                 try:
                     self._run(conn, queue, jobs)
+                except DiskFull as exc:
+                    # The space set aside is what lets the jobs go back to the queue on a full disk.
+                    fsio.free_reserve(self.ctx.layout.root, self.ctx.layout.reserve)
+                    queue.give_back(owner)
+                    self._out_of_space(exc, until_idle)
                 finally:
                     with self._state:
                         self._active -= 1
@@ -248,12 +261,24 @@ class Pool:
                     done = self.report.jobs_done + self.report.jobs_failed
                     progress(done, done + queue.pending())
         finally:
-            queue.release_owner(owner)
+            queue.give_back(owner)
             conn.close()
 
     def idle(self, conn: sqlite3.Connection) -> bool:
         """No job running, and none due within ``SOON_S`` (read through ``conn``)."""
         return self._idle(conn)
+
+    def _out_of_space(self, exc: DiskFull, until_idle: bool) -> None:
+        """A full disk is nobody's job's fault: an until-idle run stops (the caller says what was kept);
+        the daemon's pool waits before it claims work again."""
+        with self._state:
+            if self._disk_full is None:
+                self._disk_full = exc
+        if until_idle:
+            self.stop()
+            return
+        self.report.say(notes=[f"{exc}; waiting {DISK_FULL_WAIT_S:.0f}s before trying again"])
+        self._stop.wait(DISK_FULL_WAIT_S)
 
     def _idle(self, conn: sqlite3.Connection) -> bool:
         with self._state:
@@ -299,7 +324,11 @@ class Pool:
             if self._until_idle:
                 self._stop.set()
                 self._wake.set()
+        except DiskFull:
+            raise  # not the job's fault: the loop gives it back and stops
         except Exception as exc:  # a job's failure must never stop the pool
+            if fsio.is_disk_full(exc) or db.is_disk_full(exc):
+                raise DiskFull(f"the disk is full ({exc})") from exc
             for job in jobs:
                 queue.fail(job, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
             self.report.add(jobs_failed=len(jobs))
@@ -392,30 +421,57 @@ class Pool:
         heartbeat: Callable[[], None] | None = None,
     ) -> None:
         """Seal, merge and condense one source tree. ``heartbeat`` renews the job's lease after each
-        step, so a long compaction is never taken for a dead one and run twice."""
+        step, so a long compaction is never taken for a dead one and run twice. A leaf edited by hand
+        meanwhile stays in ``_fresh/``; a step refused because a file changed as it was about to run
+        (nothing was changed) is planned again without it."""
         ctx = self.ctx
         with self._source_lock(source):
             embedder = ctx.embedder()
-            state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
-            planner = Planner(conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive")
-            moved = False
-            # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
-            # between steps; each step's writes are guarded by the hashes it read.
-            for steps in (planner.seal(state, force=force), planner.condense(state)):
-                while True:
-                    with ctx.lock():
-                        op = next(steps, None)
-                        if op is None:
-                            break
-                        self._apply(conn, op, embedder)
-                    moved = True
-                    if heartbeat is not None:
-                        heartbeat()
-            if moved:
+            applied: list[str] = []  # the steps of every attempt (one refused midway counts too)
+            for attempt in range(1, REPLAN_TRIES + 1):
+                state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
+                planner = Planner(
+                    conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive"
+                )
+                try:
+                    self._seal_steps(planner, state, embedder, force, heartbeat, applied)
+                except ConflictError as exc:
+                    if attempt == REPLAN_TRIES:
+                        raise
+                    self.report.say(notes=[f"{source}: {exc}"])
+                    continue
+                finally:
+                    self.report.say(notes=planner.skipped)
+                break
+            if applied:
                 with ctx.lock():
                     pruned = prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
                     if pruned and ctx.commit is not None:
                         ctx.commit(f"memory: drop embeddings of moved leaves from old folders ({source})")
+
+    def _seal_steps(
+        self,
+        planner: Planner,
+        state: SourceState,
+        embedder: Embedder,
+        force: bool,
+        heartbeat: Callable[[], None] | None,
+        applied: list[str],
+    ) -> None:
+        """Apply the seal steps, then the condensation steps, of one plan (each one's message is added
+        to ``applied`` as it is made durable)."""
+        # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
+        # between steps; each step's writes are guarded by the hashes it read.
+        for steps in (planner.seal(state, force=force), planner.condense(state)):
+            while True:
+                with self.ctx.lock():
+                    op = next(steps, None)
+                    if op is None:
+                        break
+                    self._apply(planner.conn, op, embedder)
+                applied.append(op.message)
+                if heartbeat is not None:
+                    heartbeat()
 
     def _source_lock(self, source: str) -> threading.Lock:
         with self._state:

@@ -8,6 +8,7 @@ incrementally from chunks.db. Read-only: never writes the index or the vault.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -16,8 +17,10 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from vaultmem import index
+from vaultmem.db import NAV
 from vaultmem.embed import Embedder
 from vaultmem.errors import InvalidInput
 from vaultmem.model import Status, format_ts
@@ -30,6 +33,25 @@ RRF_K = 10
 NEIGHBOR_WEIGHT = 0.45
 NEIGHBOR_FULL_TOKENS = 64
 MAX_QUERY_TERMS = 64
+# A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
+# LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
+WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
+WEAK_BELOW_DEFAULT = 0.30  # other models: the same until measured (bench/weak.py)
+
+
+# ... unless it holds at least this share of what the query is about (idf-weighted content words).
+WEAK_COVERAGE = 0.5
+
+
+def weak_below(model_id: str) -> float:
+    return WEAK_BELOW.get(model_id, WEAK_BELOW_DEFAULT)
+
+
+def _idf(df: int, n: int) -> float:
+    """BM25's idf: a word on every leaf weighs almost nothing, one on none weighs most."""
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
 _WORD_RE = re.compile(r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 
@@ -96,6 +118,13 @@ class Hit:
     lexical_rank: int | None = None
     vector_rank: int | None = None
     extra: dict[str, str] = field(default_factory=dict, compare=False)
+    # The hit's own evidence (``Searcher.evidence``): its cosine to the query, whether a content word of
+    # the query is in it, the idf-weighted share of them it holds, and ``weak`` when neither the words
+    # nor the meaning say it is about the query (see WEAK_BELOW, WEAK_COVERAGE).
+    cosine: float | None = None
+    matched: bool | None = None
+    coverage: float | None = None
+    weak: bool = False
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -119,6 +148,12 @@ class Hit:
             "score": round(self.score, 6),
             "tokens": self.tokens,
             "status": self.status,
+            "weak": self.weak,
+            "evidence": {
+                "cosine": None if self.cosine is None else round(self.cosine, 4),
+                "words": self.matched,
+                "coverage": None if self.coverage is None else round(self.coverage, 3),
+            },
             "provenance": self.provenance,
         }
 
@@ -214,6 +249,12 @@ def fts_terms(query: str) -> tuple[list[str], list[str]]:
     return words[:MAX_QUERY_TERMS], cjk[:MAX_QUERY_TERMS]
 
 
+def content_terms(query: str) -> tuple[list[str], list[str]]:
+    """The query's words that say what it is about (stopwords never count as evidence), and its CJK runs."""
+    words, cjk = fts_terms(query)
+    return [w for w in words if w not in STOPWORDS], cjk
+
+
 def _quoted(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
@@ -265,6 +306,8 @@ class Searcher:
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
         self.neighbor_weight = NEIGHBOR_WEIGHT
+        self._query_vectors: dict[tuple[str, str], npt.NDArray[np.float32]] = {}
+        self._count: tuple[int, int] | None = None
 
     def vectors(self, embedder: Embedder) -> VectorCache:
         """The in-memory vectors of ``embedder``'s model, refreshed from the index."""
@@ -320,12 +363,23 @@ class Searcher:
             )
         ]
 
+    def query_vector(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
+        """The query's vector, remembered for the last few queries (search and its evidence share it)."""
+        key = (embedder.model_id, query)
+        vec = self._query_vectors.get(key)
+        if vec is None:
+            vec = embedder.embed([query])[0]
+            if len(self._query_vectors) >= 32:
+                self._query_vectors.pop(next(iter(self._query_vectors)))
+            self._query_vectors[key] = vec
+        return vec
+
     def semantic(self, query: str, filters: Filters, limit: int) -> list[str]:
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
         if not cache.ids:
             return []
-        q = embedder.embed([query])[0]
+        q = self.query_vector(embedder, query)
         rows = None
         if filters.kind is not None and replace(filters, kind=None).empty:
             rows = cache.kind_rows(filters.kind)  # the common "leaves only" case needs no SQL
@@ -397,7 +451,82 @@ class Searcher:
         if k < 1:
             raise InvalidInput("k must be at least 1")
         ranked = self.rank(query, filters or Filters(), max(pool, 2 * k))[:k]
-        return self.hits(ranked)
+        return self.evidence(query, self.hits(ranked))
+
+    def evidence(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
+        """``hits`` with their own evidence filled in: the cosine of each to the query, how much of what
+        the query is about is in it (``coverage``: the share of the query's content words it holds,
+        each weighted by its BM25 idf in this vault, so a common word or a name on every turn counts
+        little and a word no leaf has counts most), and ``weak`` when the coverage is under
+        ``WEAK_COVERAGE`` and the cosine under ``weak_below(model)`` (measured in docs/architecture.md,
+        "Weak matches")."""
+        if not hits:
+            return []
+        words, cjk = content_terms(query)
+        rowids = {
+            r[0]: r[1]
+            for r in self.conn.execute(
+                f"SELECT id, rowid FROM chunks WHERE id IN ({','.join('?' * len(hits))})",
+                [h.id for h in hits],
+            )
+        }
+        weights, holders = self._term_evidence(words, list(rowids.values()))
+        top = max(weights.values(), default=_idf(0, self._leaf_count()))
+        for run in cjk:  # a CJK run is as telling as the rarest word
+            weights[run] = top
+            holders[run] = {rowids[h.id] for h in hits if run in h.text and h.id in rowids}
+        total = sum(weights.values())
+        embedder = self._embedder_factory()
+        cache = self._vectors(embedder)
+        q = self.query_vector(embedder, query) if cache.ids else None
+        floor = weak_below(embedder.model_id)
+        out = []
+        for hit in hits:
+            pos = cache.pos.get(hit.id)
+            cosine = float(cache.matrix[pos] @ q) if pos is not None and q is not None else None
+            rowid = rowids.get(hit.id)
+            held = sum(w for term, w in weights.items() if rowid in holders[term])
+            coverage = held / total if total else 0.0
+            weak = coverage < WEAK_COVERAGE and (cosine is None or cosine < floor)
+            out.append(replace(hit, cosine=cosine, matched=held > 0, coverage=coverage, weak=weak))
+        return out
+
+    def _leaf_count(self) -> int:
+        """Rows of the word index (the N of idf), counted again only when rows came or went."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
+        stamp = int(row[0]) if row else -1
+        if self._count is None or self._count[0] != stamp:
+            n = self.conn.execute("SELECT count(*) FROM chunks WHERE NOT " + NAV.format(row="chunks"))
+            self._count = (stamp, int(n.fetchone()[0]))
+        return self._count[1]
+
+    def _term_evidence(
+        self, words: list[str], rowids: list[int]
+    ) -> tuple[dict[str, float], dict[str, set[int]]]:
+        """Each content word's idf in the word index, and which of ``rowids`` hold it (word or nav index)."""
+        n = self._leaf_count()
+        marks = ",".join(str(int(r)) for r in rowids)
+        weights: dict[str, float] = {}
+        holders: dict[str, set[int]] = {}
+        for word in words:
+            quoted = _quoted(word)
+            df = int(
+                self.conn.execute(
+                    "SELECT count(*) FROM fts_words WHERE fts_words MATCH ?", [quoted]
+                ).fetchone()[0]
+            )
+            weights[word] = _idf(df, n)
+            holders[word] = set()
+            if marks:
+                for table in ("fts_words", "fts_nav_words"):
+                    holders[word].update(
+                        r[0]
+                        for r in self.conn.execute(
+                            f"SELECT rowid FROM {table} WHERE {table} MATCH ? AND rowid IN ({marks})",
+                            [quoted],
+                        )
+                    )
+        return weights, holders
 
     def hits(self, ranked: Sequence[tuple[str, float, int | None, int | None]]) -> list[Hit]:
         if not ranked:

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -42,7 +42,7 @@ from vaultmem import (
 )
 from vaultmem.canon import read_path
 from vaultmem.canon_chat import messages_from_records
-from vaultmem.check import CheckReport, check
+from vaultmem.check import CheckReport, Problem, check
 from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context, assemble
@@ -59,6 +59,7 @@ from vaultmem.embed import Embedder, load_embedder
 from vaultmem.entities_llm import LLMEntityExtractor
 from vaultmem.errors import (
     ConflictError,
+    DiskFull,
     GitBusy,
     GitError,
     InvalidInput,
@@ -81,7 +82,7 @@ from vaultmem.ingest import (
     read_summary_file,
     write_leaves,
 )
-from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
+from vaultmem.jobs import JobKind, JobQueue, NewJob, release_dead, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
@@ -210,6 +211,7 @@ class Vault:
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
         self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
         self.commits = 0  # git commits this vault made (engine batches and hand edits)
+        self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -223,12 +225,16 @@ class Vault:
         if layout.root.exists() and not layout.root.is_dir():
             raise InvalidInput(f"{layout.root} exists and is not a directory")
         try:
-            layout.state.mkdir(parents=True, exist_ok=True)
+            layout.root.mkdir(parents=True, exist_ok=True)
+            fsio.make_dirs(layout.root, layout.state)
             for name in RESERVED_TOP:
-                (layout.root / name).mkdir(exist_ok=True)
-            fsio.atomic_write(layout.config, (config_text or DEFAULT_TEXT).encode("utf-8"), expected=None)
+                fsio.make_dirs(layout.root, layout.root / name)
+            config = (config_text or DEFAULT_TEXT).encode("utf-8")
+            fsio.atomic_write(layout.config, config, root=layout.root, expected=None)
             # Only the config is worth versioning; the index is rebuilt from the files.
-            fsio.atomic_write(layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n")
+            fsio.atomic_write(
+                layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n", root=layout.root
+            )
         except PermissionError as exc:
             raise ReadOnlyVault(f"cannot create a vault at {layout.root}: {exc.strerror}") from exc
         vault = cls.open(layout.root, embedder=embedder)
@@ -246,25 +252,80 @@ class Vault:
         if not layout.is_vault():
             raise VaultNotFound(f"no vault at {layout.root}; create one with `vaultmem init {layout.root}`")
         config = load_config(layout.config)
+        fsio.ensure_inside(layout.root, layout.db)  # SQLite writes there (and beside it): never elsewhere
         new_index = not layout.db.exists()
-        conn = db.connect(layout.db)
-        vault = cls(layout, config, conn, embedder)
+        damaged: tuple[str, Path, db.Salvage] | None = None
+        read_only: str | None = None
         try:
-            if new_index and any((layout.root / SOURCES).glob("*/")):
-                # A cloned or copied vault arrives without its index: rebuild it from the files.
-                vault.reindex()
-            if layout.intent.is_dir() and any(layout.intent.iterdir()):
-                with vault._locked():
-                    heal_intents(conn, layout, config.max_file_bytes)
-            if treeops.pending_notes(layout):
-                vault.heal_compaction()
-            if layout.writing.exists():
-                with vault._locked():
-                    pass  # a writer died holding the lock: taking it tidies what it left
-        except GitBusy as exc:
-            # Reading goes on during a git operation; the healing waits for the next write after it.
+            conn = _open_index(layout)
+        except ReadOnlyVault as exc:
+            # Reading needs no write: open the index read-only (immutable on read-only media).
+            read_only = str(exc)
+            try:
+                conn = db.connect(layout.db, readonly=True)
+            except (sqlite3.DatabaseError, ReadOnlyVault) as ro_exc:
+                raise ReadOnlyVault(
+                    f"{layout.root} is read-only and its index cannot be read ({ro_exc}); open it once where"
+                    " it is writable (or copy it) to build chunks.db"
+                ) from ro_exc
+        except DiskFull as exc:
+            raise DiskFull(
+                f"{exc}: the index cannot be opened; nothing was changed; free space, then run the command again"
+            ) from exc
+        except sqlite3.DatabaseError as exc:
+            if not db.is_damage(exc):
+                raise
+            # The index is derived: a damaged one is moved aside and rebuilt from the files. Under the
+            # write lock, and only if it is still damaged (another process may have just done it, or a
+            # writer was restarting the log while it was read).
+            fsio.ensure_inside(layout.root, layout.lock)
+            with FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S):
+                try:
+                    conn = _open_index(layout)
+                except sqlite3.DatabaseError as again:
+                    if not db.is_damage(again):
+                        raise
+                    moved, salvage = _set_aside(layout, str(again))
+                    conn = db.connect(layout.db)
+                    damaged = (str(again), moved, salvage)
+        vault = cls(layout, config, conn, embedder)
+        if read_only is not None:
+            vault.read_only = read_only
+            vault.warnings.append(
+                f"{layout.root} is read-only: reading and searching work, writes are off ({read_only})"
+            )
+            return vault  # nothing is healed or rebuilt: that is writing
+        # Rebuilding the index writes nothing but the index, and reading needs it: even during a git
+        # operation (the daemon, or the next `compact`, catches up once it is over).
+        if damaged is not None:
+            with vault._locked(git_guard=False):
+                vault._rebuilt(*damaged)
+        elif new_index and any((layout.root / SOURCES).glob("*/")):
+            # A cloned or copied vault arrives without its index: rebuild it from the files.
+            with vault._locked(git_guard=False):
+                vault._reindex()
+        try:
+            vault._heal()
+        except DiskFull as exc:  # reading still works; `check` lists what waits to be finished
+            vault.warnings.append(f"could not finish interrupted work: {exc}; free space")
+        except GitBusy as exc:  # reading goes on; the repairs wait for the next write after it
             vault.warnings.append(f"repairs put off: {exc}")
         return vault
+
+    def _heal(self) -> None:
+        """Finish what a crash interrupted: ingest batches and status rewrites, compaction steps, the
+        temp files of a writer that died, and jobs leased by a process that is gone."""
+        layout = self.layout
+        if layout.intent.is_dir() and any(layout.intent.iterdir()):
+            with self._locked():
+                heal_intents(self.conn, layout, self.config.max_file_bytes)
+        if treeops.pending_notes(layout):
+            self.heal_compaction()
+        if layout.writing.exists():
+            with self._locked():
+                pass  # a writer died holding the lock: taking it tidies what it left
+        daemonstate.remove_stale_temps(layout)  # a daemon killed while it wrote its status
+        release_dead(self.conn)
 
     def heal_compaction(self) -> list[str]:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
@@ -296,8 +357,11 @@ class Vault:
 
         While a git operation is under way in the vault's repository (see ``gitsync``) the outermost
         acquisition raises ``GitBusy``: nothing writes into a half-restored tree."""
+        self._writable()
         self._turns.acquire()
         try:
+            if self._turns.depth == 1:
+                fsio.ensure_inside(self.layout.root, self.layout.lock)  # never a lock file elsewhere
             try:
                 self._lock.acquire()
             except Timeout as exc:
@@ -319,7 +383,7 @@ class Vault:
                 yield
             finally:
                 if outermost:
-                    self.layout.writing.unlink(missing_ok=True)
+                    fsio.remove_file(self.layout.root, self.layout.writing)
                 self._lock.release()
         finally:
             self._turns.release()
@@ -335,6 +399,14 @@ class Vault:
         restored, and engine writes would make ``--continue``/``--abort`` fail."""
         return gitsync.operation_in_progress(self.layout.root)
 
+    def _writable(self) -> None:
+        """Raise ``ReadOnlyVault`` (one line saying what still works) when writes are off."""
+        if self.read_only is not None:
+            raise ReadOnlyVault(
+                f"{self.layout.root} is read-only, so this cannot run (it writes); reading, searching and"
+                " `check` work. Make the vault writable to ingest, compact or repair"
+            )
+
     def _begin_writing(self) -> None:
         """Mark that a writer holds the lock. A mark that is already there was left by a writer that died
         holding it: its temp files (never real files) are removed first, so ``check`` stays clean."""
@@ -342,9 +414,11 @@ class Vault:
         if marker.exists():
             for tmp in fsio.stray_temp_files(self.layout.root):
                 if ".git" not in tmp.relative_to(self.layout.root).parts:
-                    tmp.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # a read-only vault: the write that follows reports it
-            marker.touch()
+                    fsio.remove_file(self.layout.root, tmp)
+        with contextlib.suppress(
+            OSError, DiskFull
+        ):  # a read-only or full disk: the write that follows says so
+            fsio.touch(self.layout.root, marker)
 
     # -- ingest ------------------------------------------------------------------------------------
     def ingest_messages(
@@ -403,7 +477,19 @@ class Vault:
             batch = messages[start : start + BATCH_MESSAGES]
             leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens)
             with self._locked():
-                added = write_leaves(self.conn, self.layout, leaves)
+                try:
+                    added = write_leaves(self.conn, self.layout, leaves)
+                except DiskFull as exc:
+                    kept = (
+                        f"the {len(report.added)} new leaves of the {start} messages before were kept"
+                        if start
+                        else "nothing was added"
+                    )
+                    raise DiskFull(
+                        f"disk full during ingest: {exc}; {kept}, messages {start + 1}-{total}"
+                        " were not (a file of theirs already written is indexed on the next open); free"
+                        " space, then run the same ingest again (what is already in is skipped)"
+                    ) from exc
                 if added:
                     names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
                     self._commit(f"memory: add {len(added)} leaves from {', '.join(names)}")
@@ -487,6 +573,15 @@ class Vault:
             return [read_summary_file(self.layout, rel, max_bytes)[0] for rel in rels]
         when = digest.parse_day(day)
         rel = digest.node_path(when, period)
+        if self.read_only is not None:  # the digest as it was written, if it was
+            try:
+                return [read_summary_file(self.layout, rel, max_bytes)[0]]
+            except FileNotFoundError:
+                if not digest.day_leaves(self.conn, when):
+                    return []
+                raise ReadOnlyVault(
+                    f"the digest of {when} was never written and {self.layout.root} is read-only"
+                ) from None
         try:
             with self.commit_batch():
                 if treeops.pending_notes(self.layout):
@@ -539,7 +634,7 @@ class Vault:
         storage = 0
         index_bytes = 0
         for p in self.layout.root.rglob("*"):
-            if p.is_file() and not p.is_symlink():
+            if p.is_file() and not p.is_symlink() and p != self.layout.reserve:
                 size = p.stat().st_size
                 if self.layout.state in p.parents:
                     index_bytes += size
@@ -571,6 +666,17 @@ class Vault:
             git=_git_line(gitsync.operation_in_progress(self.layout.root, lock_wait_s=0.0), self.layout.root),
         )
 
+    def tally(self) -> dict[str, int]:
+        """Leaves, vectors and jobs still to run, read on a connection of its own: usable after an
+        interrupt left this vault's connection in any state (the CLI says what a Ctrl-C kept)."""
+        conn = db.connect(self.layout.db, readonly=True)
+        try:
+            leaves = conn.execute("SELECT count(*) FROM chunks WHERE kind = 'leaf'").fetchone()[0]
+            vectors = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+            return {"leaves": leaves, "vectors": vectors, "queued": JobQueue(conn).pending()}
+        finally:
+            conn.close()
+
     def source_tree(self) -> dict[str, dict[str, list[Leaf]]]:
         """Leaves grouped by source, then by directory under the source (``_fresh`` or a sealed level)."""
         tree: dict[str, dict[str, list[Leaf]]] = {}
@@ -598,7 +704,11 @@ class Vault:
         Leaves without a vector of the configured model (new ones, or all of them after the model was
         changed) are queued first, so switching models re-embeds the vault instead of leaving search
         without meaning-based hits."""
-        with self.commit_batch(), self._locked():
+        with (
+            self.commit_batch(),
+            self._locked(),
+            _on_full_disk("embedding", "the leaves admitted before it were kept", "the command"),
+        ):
             model = self.embedder.model_id
             missing = [
                 r[0]
@@ -674,6 +784,7 @@ class Vault:
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
+        self._writable()
         with self.commit_batch():
             return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
 
@@ -686,7 +797,10 @@ class Vault:
         runs the queue to idle. ``dry_run`` plans the same steps and changes nothing."""
         if dry_run:
             return self._plan()
-        with self.commit_batch("memory: compact"):
+        with (
+            self.commit_batch("memory: compact"),
+            _on_full_disk("compaction", "they were kept", "`vaultmem compact`"),
+        ):
             return self._compact(progress)
 
     def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
@@ -869,7 +983,7 @@ class Vault:
             for tmp in fsio.stray_temp_files(self.layout.root):
                 rel = self.layout.rel(tmp)
                 if ".git" not in rel.split("/"):
-                    tmp.unlink(missing_ok=True)
+                    fsio.remove_file(self.layout.root, tmp)
                     removed.append(rel)
         return removed
 
@@ -942,7 +1056,7 @@ class Vault:
 
     def _note_query(self, query: str) -> None:
         """A query that names an entity makes it hotter (the heat formula's query term)."""
-        if not self.topic_settings.enabled or not isinstance(query, str):
+        if not self.topic_settings.enabled or not isinstance(query, str) or self.read_only is not None:
             return
         keys = [m.key for m in entities.extract(query)]
         if keys:
@@ -987,7 +1101,9 @@ class Vault:
             ),
         )
         overlap = treectx.ancestors_of(self.conn, tree, found) if tree is not None else None
-        return assemble(query, found, budget_tokens, overlap)
+        ctx = assemble(query, found, budget_tokens, overlap)
+        judged = {h.id: h for h in self.searcher.evidence(query, [item.hit for item in ctx.items])}
+        return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))
 
     # -- navigation ----------------------------------------------------------------------------------
     def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[tree.Node]:
@@ -1095,7 +1211,8 @@ class Vault:
         if n < 1:
             raise InvalidInput("ask for at least one topic")
         at = now or heat.utcnow()
-        heat.seed(self.conn, at, self.topic_settings.heat)  # an index rebuilt without its heat table
+        if self.read_only is None:
+            heat.seed(self.conn, at, self.topic_settings.heat)  # an index rebuilt without its heat table
         return entityindex.hot(self.conn, n, at, self.topic_settings)
 
     def graph(self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None) -> dict[str, Any]:
@@ -1205,7 +1322,48 @@ class Vault:
 
     # -- maintenance -------------------------------------------------------------------------------
     def reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
-        """Rebuild the index from the files; vectors come back from the sidecars, never re-embedded."""
+        """Rebuild the index from the files; vectors come back from the sidecars, never re-embedded.
+
+        A damaged chunks.db (``PRAGMA quick_check``) is first moved aside and replaced by a new one."""
+        with self._locked():
+            problem = db.quick_check(self.layout.db)
+            if problem is not None:
+                return self._replace_damaged(problem, progress)
+            return self._reindex(progress)
+
+    def _replace_damaged(self, why: str, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
+        """Under the write lock: move the damaged index aside, open a new one, rebuild it."""
+        self.conn.close()
+        self._searcher = None
+        moved, salvage = _set_aside(self.layout, why)
+        self.conn = db.connect(self.layout.db)
+        return self._rebuilt(why, moved, salvage, progress)
+
+    def _rebuilt(
+        self,
+        why: str,
+        moved: Path,
+        salvage: db.Salvage,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ReindexReport:
+        """A new index after a damaged one: what could be read of the job queue and the heat first, then
+        everything from the files; one warning says what happened and what was lost."""
+        kept = db.restore(self.conn, salvage)
+        report = self._reindex(progress)
+        said = [
+            f"chunks.db was damaged ({why}): moved to {self.layout.rel(moved)} and rebuilt from the files"
+            f" ({report.leaves} leaves, {report.vectors} vectors)"
+        ]
+        if "jobs" in salvage.lost:
+            said.append(f"the job queue was lost ({report.requeued} jobs the files call for queued again)")
+        else:
+            said.append(f"{kept.get('jobs', 0)} queued jobs kept")
+        if "entity_heat" in salvage.lost:
+            said.append("entity heat was lost (seeded again from the mentions)")
+        self.warnings.append("; ".join(said))
+        return report
+
+    def _reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
         with self._locked():
             report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
             embedder = self.embedder
@@ -1223,13 +1381,33 @@ class Vault:
             raise InvalidInput(
                 "--redact rewrites files, so it goes with --fix: `vaultmem check --fix --redact`"
             )
+        if fix and self.read_only is not None:
+            with self._locked():  # says why it cannot
+                pass
+        problem = db.quick_check(self.layout.db)
+        if problem is not None:
+            damaged = Problem("damaged_index", self.layout.rel(self.layout.db), problem, True)
+            if not fix:
+                return CheckReport((damaged,))  # nothing else can be read reliably from it
+            with self._locked():
+                self._replace_damaged(problem)
+            report = self.check(fix=True, redact=redact)
+            return replace(report, fixed=(damaged, *report.fixed))
+        embedder = self.embedder  # its id and size only: no weights are loaded
+        model, dim = embedder.model_id, embedder.dim
         if fix:
             with self.commit_batch("memory: check --fix"):
                 if treeops.pending_notes(self.layout):
                     self.heal_compaction()
                 with self._locked():
                     report = check(
-                        self.conn, self.layout, self.config.max_file_bytes, fix=True, redact=redact
+                        self.conn,
+                        self.layout,
+                        self.config.max_file_bytes,
+                        fix=True,
+                        redact=redact,
+                        model=model,
+                        dim=dim,
                     )
                     if any(p.code == "duplicate_id" for p in report.fixed):
                         self._commit("memory: check --fix: settle duplicate ids")
@@ -1239,7 +1417,7 @@ class Vault:
                             f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)"
                         )
                     return report
-        return check(self.conn, self.layout, self.config.max_file_bytes)
+        return check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
 
     @property
     def jobs(self) -> JobQueue:
@@ -1250,6 +1428,48 @@ def _git_line(operation: GitOperation | None, root: Path) -> dict[str, Any] | No
     if operation is None:
         return None
     return {**operation.as_dict(), "why": operation.describe(), "error": str(operation.error(root))}
+
+
+@contextmanager
+def _on_full_disk(what: str, kept: str, again: str) -> Iterator[None]:
+    """Say, on a full disk, what was kept and what to do (the error itself names the file)."""
+    try:
+        yield
+    except DiskFull as exc:
+        if str(exc).startswith("disk full during"):
+            raise
+        raise DiskFull(
+            f"disk full during {what}: {exc}; {kept}, queued work stays queued and a step cut short"
+            f" finishes on the next open; free space, then run {again} again"
+        ) from exc
+
+
+def _open_index(layout: Layout) -> sqlite3.Connection:
+    """chunks.db, checked as far as is cheap: its write-ahead log's headers, then the first row of every
+    table. Raises ``sqlite3.DatabaseError`` (``db.is_damage``) when it is damaged."""
+    why = db.wal_problem(layout.db)
+    if why is not None:
+        raise db.DamagedLog(why)
+    conn = db.connect(layout.db)
+    try:
+        db.probe(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _set_aside(layout: Layout, why: str) -> tuple[Path, db.Salvage]:
+    """Move a damaged chunks.db aside (the caller holds the write lock) and read back what no file holds."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    try:
+        moved = db.set_aside(layout.db, stamp)
+    except OSError as exc:
+        raise ReadOnlyVault(
+            f"chunks.db is damaged ({why}) and cannot be moved aside to rebuild it: {exc.strerror};"
+            " make .vaultmem/ writable, then run `vaultmem reindex`"
+        ) from exc
+    return moved, db.salvage(moved)
 
 
 def _when(value: datetime | str | None, name: str) -> datetime | None:
