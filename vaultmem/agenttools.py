@@ -321,7 +321,7 @@ def move(vault: Vault, leaf_id: str, to: str, client: str, reason: str | None) -
         if new == leaf.path:
             return json.dumps({"id": leaf_id, "path": new, "moved": False})
         fsio.move_file(vault.layout.root, vault.layout.abs(leaf.path), vault.layout.abs(new))
-        vault.reconcile_paths([leaf.path, new])
+        vault.reconcile_paths([leaf.path, new], by_hand=False)
     return json.dumps({"id": leaf_id, "path": new, "moved": True})
 
 

@@ -59,7 +59,7 @@ def index_memory_files(vault: Vault, rels: Sequence[str]) -> None:
     Today a note outside ``sources/`` is read as a document into leaves of the source named after its
     folder (what the watch daemon does with any note); when notes are indexed in place (issue #15),
     this one call changes."""
-    vault.reconcile_paths(list(rels))
+    vault.reconcile_paths(list(rels), by_hand=False)
 
 
 @dataclass(frozen=True)
