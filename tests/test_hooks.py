@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import run_cli
 from vaultmem import hooks
 from vaultmem.errors import ConflictError, InvalidInput
 from vaultmem.exportmd import MARKER, MAX_LINES, render, write
@@ -96,14 +96,7 @@ def payload(event: str, path: Path, **extra: Any) -> dict[str, Any]:
 
 
 def cli(args: list[str], stdin: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "vaultmem.cli", *args],
-        input=stdin,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(*args, stdin=stdin)
 
 
 def texts(vault: Vault) -> list[str]:

@@ -22,7 +22,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
-from vaultmem import agentmem, daemonstate, mdfile
+from tests.conftest import run_cli
+from vaultmem import agentio, daemonstate, mdfile
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
 from vaultmem.frame import CLOSE, OPEN
@@ -264,7 +265,7 @@ def test_remember_and_update_name_the_client(vault: Vault) -> None:
             )
             assert new["supersedes"] == deadline.id
             old_meta = mdfile.split(vault.layout.abs(deadline.path).read_text(encoding="utf-8")).meta
-            assert old_meta[agentmem.SUPERSEDED_BY] == new["ids"][0]
+            assert old_meta[agentio.SUPERSEDED_BY] == new["ids"][0]
             found = text_of(await client.call_tool("search", {"query": "Tidepool patch due"}))
             assert f"superseded by {new['ids'][0]}" in found and f"supersedes {deadline.id}" in found
         async with Client(server_for(vault, source="my-agent")) as client:
@@ -432,13 +433,7 @@ def stdio(root: Path, *args: str) -> StdioServerParameters:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "vaultmem.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE_S,
-    )
+    return run_cli(*args, timeout=DEADLINE_S)
 
 
 @pytest.fixture

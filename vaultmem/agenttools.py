@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from vaultmem import agentmem, fsio
+from vaultmem import agentio, fsio
 from vaultmem.errors import InvalidInput, UnsafePath, VaultError
 from vaultmem.frame import CLOSE, OPEN, neutralise
 from vaultmem.model import LEAF_ID_RE, SUMMARY_ID_RE, Leaf, format_ts
@@ -68,8 +68,8 @@ def validity(vault: Vault, rel: str) -> list[str]:
     except (OSError, UnicodeDecodeError, VaultError):
         return []
     out = []
-    for key, label in ((agentmem.SUPERSEDED_BY, "superseded by"), (agentmem.SUPERSEDES, "supersedes")):
-        ids = agentmem.id_list(meta.get(key))
+    for key, label in ((agentio.SUPERSEDED_BY, "superseded by"), (agentio.SUPERSEDES, "supersedes")):
+        ids = agentio.id_list(meta.get(key))
         if ids:
             out.append(f"{label} {', '.join(ids)}")
     return out
@@ -290,8 +290,8 @@ def edit(vault: Vault, node_id: str, text: str, expected: str, client: str, reas
     from vaultmem.errors import ConflictError
     from vaultmem.leaffile import content_hash
 
-    agentmem.check_text(text, max_tokens=vault.config.chunk_max_tokens)
-    with vault.operation(agentmem.commit_message(client, f"edited {node_id}", reason)):
+    agentio.check_text(text, max_tokens=vault.config.chunk_max_tokens)
+    with vault.operation(agentio.commit_message(client, f"edited {node_id}", reason)):
         current = content_hash(vault.fetch([node_id])[0].text)
         if expected.strip() != current:
             raise ConflictError(
@@ -307,7 +307,7 @@ def move(vault: Vault, leaf_id: str, to: str, client: str, reason: str | None) -
     moves, its bytes and id stay), then the index follows (``reconcile_paths``: both levels go stale)."""
     if not to.startswith("s"):
         raise InvalidInput(f"{to} is not a level: move a leaf into a level (a summary id, s + 15 hex)")
-    with vault.operation(agentmem.commit_message(client, f"moved {leaf_id} into {to}", reason)):
+    with vault.operation(agentio.commit_message(client, f"moved {leaf_id} into {to}", reason)):
         leaf = vault.get(leaf_id)
         level = vault.summary(to)
         if level.source != leaf.source or not level.path.startswith("sources/"):
@@ -330,7 +330,7 @@ def forget(vault: Vault, node_id: str, client: str, reason: str | None) -> str:
     ``.trash/vaultmem/<time>/`` (Obsidian's trash folder, which vaultmem never reads)."""
     from vaultmem.layout import SUMMARY_NAME
 
-    with vault.operation(agentmem.commit_message(client, f"forgot {node_id}", reason)):
+    with vault.operation(agentio.commit_message(client, f"forgot {node_id}", reason)):
         node = vault.fetch([node_id])[0]
         is_level = node.path.endswith("/" + SUMMARY_NAME)
         rel = node.path.rsplit("/", 1)[0] if is_level else node.path

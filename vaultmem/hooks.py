@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vaultmem import agentmem, fsio
+from vaultmem import agentio, fsio
 from vaultmem.errors import InvalidInput
 from vaultmem.frame import CLOSE, OPEN, neutralise
 from vaultmem.model import InputKind, Message, parse_ts, slugify_name
@@ -92,7 +92,7 @@ def turn_of(line: Mapping[str, Any], session: str, source: str) -> Message | Non
     parts = [content] if isinstance(content, str) else content if isinstance(content, list) else []
     texts = []
     for part in parts:
-        text = agentmem.message_text([part]) if not isinstance(part, str) else part.strip()
+        text = agentio.message_text([part]) if not isinstance(part, str) else part.strip()
         if text and not text.lstrip().startswith(SKIP_PREFIXES):
             texts.append(text)
     if not texts:
@@ -103,7 +103,7 @@ def turn_of(line: Mapping[str, Any], session: str, source: str) -> Message | Non
         source=source,
         text="\n\n".join(texts),
         kind=InputKind.CHAT,
-        source_id=str(uid) if uid else f"{session}#{agentmem.text_digest(*texts)}",
+        source_id=str(uid) if uid else f"{session}#{agentio.text_digest(*texts)}",
         session=session,
         role=role if role in ("user", "assistant") else str(kind),
         speaker=None,

@@ -37,7 +37,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import AnyHttpUrl, Field
 
-from vaultmem import agentmem, agenttools
+from vaultmem import agentio, agenttools
 from vaultmem.errors import InvalidInput, VaultError
 from vaultmem.frame import neutralise
 
@@ -257,7 +257,7 @@ class VaultServer:
         self.options = options
 
     def source(self, ctx: Ctx | None) -> str:
-        return self.options.source or agentmem.client_source(client_name(ctx), "mcp")
+        return self.options.source or agentio.client_source(client_name(ctx), "mcp")
 
     def build(self, *, auth: tuple[Any, AuthSettings] | None = None) -> MCPServer:
         verifier, settings = auth if auth is not None else (None, None)
@@ -446,12 +446,11 @@ class VaultServer:
         ) -> str:
             """Add or change core-memory entries (the file's budget is kept; nothing dropped is lost)."""
             with handle.use() as vault:
-                message = agentmem.commit_message(source_of(ctx), f"updated core memory {file}", reason)
+                message = agentio.commit_message(source_of(ctx), f"updated core memory {file}", reason)
                 with vault.operation(message):
                     result = vault.core_update(file, entries)  # type: ignore[attr-defined]
-                return json.dumps(
-                    result if isinstance(result, dict | list | str) else str(result), default=str
-                )
+                as_dict = getattr(result, "as_dict", None)  # #17's CoreUpdate
+                return json.dumps(as_dict() if callable(as_dict) else result, default=str)
 
     # -- resources --------------------------------------------------------------------------------
     def _resources(self, server: MCPServer) -> None:

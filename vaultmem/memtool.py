@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from vaultmem import agentmem, fsio
+from vaultmem import agentio, fsio
 from vaultmem.errors import ConflictError, InvalidInput, VaultError
 from vaultmem.redact import redact
 
@@ -143,7 +143,7 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
         super().__init__(cache_control=cache_control)
         self.vault = vault
         self.folder = PurePosixPath(folder).as_posix().strip("/")
-        self.client = agentmem.client_source(client, "claude")
+        self.client = agentio.client_source(client, "claude")
         self._seen: dict[str, str] = {}  # rel path -> hash of the file as Claude last saw or wrote it
 
     def call(self, input: object) -> str:
@@ -288,7 +288,7 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
         if not target.exists():
             raise ToolError(f"The path {command.path} does not exist")
         gone = [self.vault.layout.rel(p) for p in _files(target)]
-        message = agentmem.commit_message(self.client, f"memory tool deleted {command.path}", None)
+        message = agentio.commit_message(self.client, f"memory tool deleted {command.path}", None)
         with self._writing(message):
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
             keep = self.vault.layout.root / ".trash" / stamp / rel
@@ -309,7 +309,7 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
         if target.exists():
             raise ToolError(f"The destination {command.new_path} already exists")
         before = [self.vault.layout.rel(p) for p in _files(source)]
-        message = agentmem.commit_message(
+        message = agentio.commit_message(
             self.client, f"memory tool renamed {command.old_path} to {command.new_path}", None
         )
         with self._writing(message):
@@ -343,7 +343,7 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
                 f"{self._shown(rel, self.folder)} would be {len(data)} bytes; a memory file holds at most"
                 f" {MAX_FILE_BYTES}: split it into several files"
             )
-        message = agentmem.commit_message(self.client, f"memory tool {action}", None)
+        message = agentio.commit_message(self.client, f"memory tool {action}", None)
         with self._writing(message):
             try:
                 digest = fsio.atomic_write(

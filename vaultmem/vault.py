@@ -24,7 +24,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from vaultmem import (
-    agentmem,
+    agentio,
     daemonstate,
     db,
     digest,
@@ -1366,12 +1366,12 @@ class Vault:
         speaker: str | None = None,
         ts: datetime | str | None = None,
         via: str = "api",
-    ) -> agentmem.Remembered:
+    ) -> agentio.Remembered:
         """Remember ``text`` (a fact or an episode an agent chose to keep) as a new leaf of ``source`` (the
         client's name), never dropped as chatter. Text the vault already holds is not stored again
-        (``duplicates`` names the leaf that holds it). At most ``agentmem.REMEMBER_MAX_TOKENS`` tokens;
+        (``duplicates`` names the leaf that holds it). At most ``agentio.REMEMBER_MAX_TOKENS`` tokens;
         committed as one operation naming the client and ``reason``."""
-        message = agentmem.remembered(
+        message = agentio.remembered(
             text,
             source=source,
             session=session,
@@ -1381,7 +1381,7 @@ class Vault:
             reason=reason,
             via=via,
         )
-        with self.operation(agentmem.commit_message(source, "remembered", reason)):
+        with self.operation(agentio.commit_message(source, "remembered", reason)):
             return self._remember(message)
 
     def supersede(
@@ -1392,7 +1392,7 @@ class Vault:
         source: str = "agent",
         reason: str | None = None,
         via: str = "api",
-    ) -> agentmem.Remembered:
+    ) -> agentio.Remembered:
         """A new version of the leaf ``old_id``: a new leaf with ``text`` whose frontmatter says
         ``supersedes: <old_id>``, and the old leaf, kept as it was, gains ``superseded_by: <new id>``.
         ``text`` is one leaf at most (``ingest.chunk_max_tokens``)."""
@@ -1403,21 +1403,21 @@ class Vault:
                 " rewritten by compaction, or edited in place with update_content)"
             )
         old = self.get(old_id)
-        body = agentmem.check_text(text, max_tokens=self.config.chunk_max_tokens)
+        body = agentio.check_text(text, max_tokens=self.config.chunk_max_tokens)
         if " ".join(body.split()) == " ".join(old.text.split()):
             raise InvalidInput(f"the new text is the text of {old_id} already; nothing to update")
-        message = agentmem.remembered(body, source=source, reason=reason, via=via)
-        with self.operation(agentmem.commit_message(source, f"updated {old_id}", reason)):
+        message = agentio.remembered(body, source=source, reason=reason, via=via)
+        with self.operation(agentio.commit_message(source, f"updated {old_id}", reason)):
             done = self._remember(message)
             new_id, new_path = done.ids[0], done.paths[0]
             if new_id == old_id:
                 raise InvalidInput(f"the new text is the text of {old_id} already; nothing to update")
-            self._add_keys(new_path, agentmem.SUPERSEDES, old_id)
-            self._add_keys(old.path, agentmem.SUPERSEDED_BY, new_id)
+            self._add_keys(new_path, agentio.SUPERSEDES, old_id)
+            self._add_keys(old.path, agentio.SUPERSEDED_BY, new_id)
             self.reconcile_paths([new_path, old.path], by_hand=False)  # the rows follow the files
         return replace(done, supersedes=old_id)
 
-    def _remember(self, message: Message) -> agentmem.Remembered:
+    def _remember(self, message: Message) -> agentio.Remembered:
         check_new_sources(self.layout, {message.source})
         ids: list[str] = []
         paths: list[str] = []
@@ -1439,7 +1439,7 @@ class Vault:
             ids.append(leaf.id)
             paths.append(leaf.path)
         write_leaves(self.conn, self.layout, new)
-        return agentmem.Remembered(tuple(ids), tuple(paths), tuple(duplicates))
+        return agentio.Remembered(tuple(ids), tuple(paths), tuple(duplicates))
 
     def _add_keys(self, rel: str, key: str, value: str) -> None:
         """Add ``value`` to the top-level frontmatter ``key`` of the node file ``rel`` (guarded by the
@@ -1447,7 +1447,7 @@ class Vault:
         path = self.layout.abs(rel)
         text, digest = fsio.read_text_guarded(path, self.config.max_file_bytes)
         current = mdfile.split(text, where=rel).meta.get(key)
-        new = agentmem.with_keys(text, {key: agentmem.added_id(current, value)}, where=rel)
+        new = agentio.with_keys(text, {key: agentio.added_id(current, value)}, where=rel)
         fsio.atomic_write(path, new.encode("utf-8"), root=self.layout.root, expected=digest)
 
     def node_at(self, rel: str) -> str | None:
@@ -1462,27 +1462,27 @@ class Vault:
         *,
         source: str | None = None,
         mode: str | None = None,
-    ) -> agentmem.Recall:
+    ) -> agentio.Recall:
         """The block an agent puts in its system prompt for a query (or the last turns of a message list):
         core memory first when the vault has it, then the best remembered text in what is left of
         ``budget_tokens`` (``context``). Never more than ``budget_tokens``."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
-        query = agentmem.query_of(query_or_messages)
+        query = agentio.query_of(query_or_messages)
         core = ""
         core_block = getattr(self, "core_block", None)  # core memory (issue #17), once the vault has it
         if callable(core_block):
-            core = agentmem.fit_lines(
+            core = agentio.fit_lines(
                 str(getattr(block := core_block(), "text", block) or "").strip(), budget_tokens
             )
         left = budget_tokens - count_tokens(core)
         ctx = (
             self.context(query, left, source=source, mode=mode)
-            if query and left >= agentmem.RECALL_MIN_CONTEXT
+            if query and left >= agentio.RECALL_MIN_CONTEXT
             else None
         )
         text = "\n\n".join(part for part in (core, ctx.text if ctx is not None else "") if part)
-        return agentmem.Recall(query, text, count_tokens(text), core, ctx)
+        return agentio.Recall(query, text, count_tokens(text), core, ctx)
 
     def record_turn(
         self,
@@ -1496,7 +1496,7 @@ class Vault:
         its text, so recording the same turn again adds nothing. Embedding is left to the queue."""
         if not isinstance(session, str) or not session.strip():
             raise InvalidInput("record_turn needs the conversation's session id")
-        return self.ingest_messages(agentmem.turn_records(messages, session), source=source, session=session)
+        return self.ingest_messages(agentio.turn_records(messages, session), source=source, session=session)
 
     # -- maintenance -------------------------------------------------------------------------------
     def reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vaultmem import agentmem, mdfile
+from vaultmem import agentio, mdfile
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput, NodeNotFound, UnsafePath
 from vaultmem.vault import Vault
@@ -87,20 +87,20 @@ def test_supersede_keeps_the_old_leaf_and_links_both(vault: Vault) -> None:
     )
     assert done.supersedes == old.id and len(done.added) == 1
     new_id = done.ids[0]
-    assert meta(vault, done.paths[0])[agentmem.SUPERSEDES] == old.id
-    assert meta(vault, old.path)[agentmem.SUPERSEDED_BY] == new_id
+    assert meta(vault, done.paths[0])[agentio.SUPERSEDES] == old.id
+    assert meta(vault, old.path)[agentio.SUPERSEDED_BY] == new_id
     after = vault.layout.abs(old.path).read_text(encoding="utf-8")
     # The old file is kept byte for byte, the one new key line added before the closing fence.
     assert after.replace(f"superseded_by: {new_id}\n", "") == before
     assert vault.get(old.id).text == "The Tidepool deadline is 27 March."
     assert vault.check().ok
     vault.flush()  # admitting rewrites the status line: the validity keys stay
-    assert meta(vault, old.path)[agentmem.SUPERSEDED_BY] == new_id
-    assert meta(vault, done.paths[0])[agentmem.SUPERSEDES] == old.id
+    assert meta(vault, old.path)[agentio.SUPERSEDED_BY] == new_id
+    assert meta(vault, done.paths[0])[agentio.SUPERSEDES] == old.id
     assert vault.check().ok
     # A second update of the same old leaf makes the key a list.
     again = vault.supersede(old.id, "The Tidepool deadline moved again, to 10 April.", source="claude-code")
-    assert meta(vault, old.path)[agentmem.SUPERSEDED_BY] == [new_id, again.ids[0]]
+    assert meta(vault, old.path)[agentio.SUPERSEDED_BY] == [new_id, again.ids[0]]
 
 
 def test_supersede_refuses_what_it_cannot_version(vault: Vault) -> None:
@@ -239,21 +239,21 @@ def test_node_at(vault: Vault) -> None:
 
 def test_with_keys_keeps_every_other_byte() -> None:
     text = "---\nid: 0123456789abcdef\ntags: [a, b]   # mine\naliases:\n  - x\n---\nBody line\n\nmore\n"
-    out = agentmem.with_keys(text, {"supersedes": "1234567890123456"})
+    out = agentio.with_keys(text, {"supersedes": "1234567890123456"})
     assert out == text.replace("---\nBody", 'supersedes: "1234567890123456"\n---\nBody')
     assert mdfile.split(out).meta["supersedes"] == "1234567890123456"  # an all-digit id stays a string
-    replaced = agentmem.with_keys(out, {"supersedes": ["1234567890123456", "abcdefabcdefabcd"]})
+    replaced = agentio.with_keys(out, {"supersedes": ["1234567890123456", "abcdefabcdefabcd"]})
     assert mdfile.split(replaced).meta["supersedes"] == ["1234567890123456", "abcdefabcdefabcd"]
     assert replaced.count("supersedes") == 1
 
 
 def test_query_of_and_turn_records() -> None:
-    assert agentmem.query_of("  where?  ") == "where?"
-    assert agentmem.query_of([{"role": "assistant", "content": "only me"}]) == "only me"
+    assert agentio.query_of("  where?  ") == "where?"
+    assert agentio.query_of([{"role": "assistant", "content": "only me"}]) == "only me"
     with pytest.raises(InvalidInput):
-        agentmem.query_of([3])  # type: ignore[list-item]
-    one = agentmem.turn_records({"role": "user", "content": "hi"}, "s")
-    assert one[0]["id"].startswith("turn-") and one == agentmem.turn_records(
+        agentio.query_of([3])  # type: ignore[list-item]
+    one = agentio.turn_records({"role": "user", "content": "hi"}, "s")
+    assert one[0]["id"].startswith("turn-") and one == agentio.turn_records(
         [{"role": "user", "content": "hi"}], "s"
     )
-    assert agentmem.turn_records({"id": "x", "content": "hi"}, "s")[0]["id"] == "x"
+    assert agentio.turn_records({"id": "x", "content": "hi"}, "s")[0]["id"] == "x"
