@@ -10,8 +10,8 @@ hidden names, no symlink on the way, no absolute path elsewhere); every write is
 the vault's write lock and one git commit naming the client; a file is only overwritten with the hash
 it was read with, and a file a person edited since Claude last viewed it is never overwritten blindly
 (``create`` over it and ``insert`` by line number are refused; ``str_replace`` applies to the file as it
-is now, so the person's edit stays); a deleted file or folder is kept in ``.trash/memories/`` and in git.
-Files are indexed and searchable like any note (``index_memory_files``). Messages follow the reference
+is now, so the person's edit stays); a deleted file or folder is kept in ``.trash/vaultmem/<time>/``
+and in git. Files are indexed and searchable like any note (``index_memory_files``). Messages follow the reference
 implementation's wording, which Claude is used to.
 """
 
@@ -291,7 +291,7 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
         message = agentio.commit_message(self.client, f"memory tool deleted {command.path}", None)
         with self._writing(message):
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-            keep = self.vault.layout.root / ".trash" / stamp / rel
+            keep = self.vault.layout.root / ".trash" / "vaultmem" / stamp / rel
             # Kept whole in Obsidian's trash folder (vaultmem never reads it).
             fsio.move_file(self.vault.layout.root, target, keep)
             index_memory_files(self.vault, gone)
