@@ -206,6 +206,8 @@ def test_errors_are_one_clear_line(vault: Vault) -> None:
     (vault.layout.root / "notes" / "ideas.md").write_text(
         "# Ideas\nA note written by hand.\n", encoding="utf-8"
     )
+    keys = vault.layout.root / "notes" / "keys.md"  # check flags it: removed before check runs
+    keys.write_text("Deploy key: ghp_abcdefghijklmnopqrstuvwxyz0123456789\n", encoding="utf-8")
 
     async def main() -> None:
         async with Client(server_for(vault)) as client:
@@ -221,6 +223,9 @@ def test_errors_are_one_clear_line(vault: Vault) -> None:
             assert_tool_error(await call("read", {"ref": "notes/none.md"}), "no memory and no note")
             note = text_of(await call("read", {"ref": "notes/ideas.md"}))
             assert "A note written by hand." in note and "path notes/ideas.md" in note
+            secret = text_of(await call("read", {"ref": "notes/keys.md"}))
+            assert "ghp_abcdef" not in secret and "[REDACTED:" in secret  # typed by hand, it stays home
+            keys.unlink()
             assert_tool_error(await call("remember", {"text": "word " * 3000}), "at most 1024 tokens")
             assert_tool_error(await call("remember", {"text": "  "}), "empty")
             assert_tool_error(await call("update", {"id": "0123456789abcdef", "text": "x y"}), "no leaf")

@@ -220,6 +220,10 @@ def test_writes_are_redacted_capped_and_searchable(tool: VaultMemoryTool, vault:
     assert hits and hits[0].extra.get("file") == "memories/infra.md"
     vault.flush()
     assert vault.check().ok
+    path = vault.layout.root / "memories" / "infra.md"  # a person adds a secret by hand
+    path.write_text(path.read_text() + "AWS key AKIAQ7N3XK2PLM4RT5VW typed by hand\n")
+    shown = tool.call({"command": "view", "path": "/memories/infra.md"})
+    assert "AKIAQ7N3XK2PLM4RT5VW" not in shown and "     3\tAWS key [REDACTED:" in shown  # line numbers kept
 
 
 def test_git_records_every_change_and_keeps_what_was_deleted(git_vault: Vault) -> None:

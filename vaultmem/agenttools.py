@@ -23,6 +23,7 @@ from vaultmem import agentio, fsio
 from vaultmem.errors import InvalidInput, UnsafePath, VaultError
 from vaultmem.frame import CLOSE, OPEN, neutralise
 from vaultmem.model import LEAF_ID_RE, SUMMARY_ID_RE, Leaf, format_ts
+from vaultmem.redact import scrub
 from vaultmem.tokens import count_tokens
 
 if TYPE_CHECKING:
@@ -207,7 +208,8 @@ def read_note(vault: Vault, rel: str, path: Path) -> str:
     text, _digest = fsio.read_text_guarded(path, vault.config.max_file_bytes)
     mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     head = provenance_line(None, "-", "note", mtime, rel.split("/", 1)[0], rel)
-    return framed([head + "\n" + neutralise(text.strip())], "")
+    # A note is a person's file: a secret they typed in it is not handed to a model.
+    return framed([head + "\n" + neutralise(scrub(text.strip()))], "")
 
 
 def child_line(node: Any) -> str:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from vaultmem import agentio, fsio
 from vaultmem.errors import ConflictError, InvalidInput, VaultError
-from vaultmem.redact import redact
+from vaultmem.redact import redact, scrub
 
 if TYPE_CHECKING:
     from vaultmem.vault import Vault
@@ -200,7 +200,9 @@ class VaultMemoryTool(_Base if _Base is not None else _Dispatch):  # type: ignor
             return self._listing(command.path.rstrip("/") or ROOT, target)
         text, digest = self._read(rel, command.path)
         self._seen[rel] = digest
-        lines = text.split("\n")
+        # Writes are redacted; a secret a person typed into the file is not shown to Claude either (line by
+        # line, so the line numbers ``insert`` uses stay those of the file).
+        lines = [scrub(line) for line in text.split("\n")]
         start, end = 1, len(lines)
         if command.view_range:
             if len(command.view_range) != 2:
