@@ -954,9 +954,10 @@ class Vault:
         by_hand: bool = True,
     ) -> PathsReport:
         """Bring the index in step with files created, edited, moved or deleted outside the engine
-        (one batch, under the write lock). ``by_hand=False``: the files are the caller's own writes
-        through fsio inside an ``operation`` (an agent tool), committed with it, not as a person's edit. Notes outside ``sources/`` are ingested as documents, unless
-        ``seen`` already has them with the same size and mtime. With ``repo_stamp`` (what
+        (one batch, under the write lock). Notes outside ``sources/`` are ingested as documents, unless
+        ``seen`` already has them with the same size and mtime. ``by_hand=False``: the files are the
+        caller's own writes through fsio inside an ``operation`` (an agent tool), committed with it,
+        not as a person's edit. With ``repo_stamp`` (what
         ``repo_stamp()`` said when the paths were gathered), a git command that ran since makes it
         raise ``GitBusy`` and change nothing: the paths may describe a tree git was still writing."""
         with self._locked():
