@@ -37,7 +37,7 @@ from vaultmem.errors import ConflictError, DiskFull, GitBusy
 from vaultmem.extract import EntityFinder, find_entities
 from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, process_owner, reclaim
 from vaultmem.layout import Layout
-from vaultmem.summarise import Summariser
+from vaultmem.summarise import ExtractiveSummariser, Summariser
 from vaultmem.topics.plan import TopicSettings
 from vaultmem.worker import EXTRACT_BATCH, RESERVE_BYTES, WorkReport, run_extract
 
@@ -431,7 +431,11 @@ class Pool:
             for attempt in range(1, REPLAN_TRIES + 1):
                 state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
                 planner = Planner(
-                    conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive"
+                    conn,
+                    ctx.layout,
+                    ctx.settings,
+                    ExtractiveSummariser(embedder.embed),
+                    llm_later=ctx.summariser.name != "extractive",
                 )
                 try:
                     self._seal_steps(planner, state, embedder, force, heartbeat, applied)

@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem.errors import SummariserError
+from vaultmem.scoring import FastScorer
 from vaultmem.tokens import count_tokens
 
 Vectors = npt.NDArray[np.float32]
@@ -222,6 +223,102 @@ def clean_title(raw: str) -> str:
     return title.strip(" .,;-–—'")
 
 
+# --- what a sentence carries -----------------------------------------------------------------------
+
+# Greetings, thanks and reactions: a line that opens with one says nothing more when little follows.
+_GREETING_RE = re.compile(
+    r"^\W*(?:hi|hey|hello|hiya|howdy|yo|good (?:morning|afternoon|evening|night|day)|morning|evening|"
+    r"thanks|thank you|thx|ty|cheers|bye|goodbye|see (?:you|ya)|take care|talk (?:soon|later)|"
+    r"you'?re welcome|no problem|no worries|congrats|congratulations|wow|whoa|haha\w*|lol|omg|aw+|"
+    r"ok|okay|sure|cool|great|awesome|nice|amazing|yay|sounds (?:good|great)|glad (?:to hear|you|that)|"
+    r"that'?s (?:so |really |very )?(?:great|awesome|amazing|cool|nice|wonderful|fantastic|sweet|"
+    r"good|fair|true|interesting)|(?:i'?m|i am) (?:so |really )?(?:happy|glad) (?:for|to hear)|"
+    r"please remember(?: this| that)?|long time no see|how are you|how'?s it going|what'?s up)\b"
+    r"|^\W*(?:你好|您好|早上好|早安|晚上好|晚安|谢谢|多谢|感谢|好的|好吧|哈哈|嗯|收到|没问题|再见|拜拜)",
+    re.IGNORECASE,
+)
+# Words of courtesy and reaction, which never count as what a line is about.
+_FILLER_WORDS = frozenset(
+    [
+        "hi",
+        "hey",
+        "hello",
+        "hiya",
+        "thanks",
+        "thank",
+        "thx",
+        "cheers",
+        "bye",
+        "goodbye",
+        "wow",
+        "haha",
+        "lol",
+        "omg",
+        "yay",
+        "great",
+        "awesome",
+        "cool",
+        "nice",
+        "amazing",
+        "glad",
+        "happy",
+        "morning",
+        "evening",
+        "afternoon",
+        "night",
+        "good",
+        "wonderful",
+        "fantastic",
+        "sweet",
+        "love",
+        "lovely",
+        "totally",
+        "definitely",
+        "absolutely",
+        "exactly",
+        "agree",
+        "sounds",
+        "hear",
+        "appreciate",
+        "congrats",
+        "congratulations",
+    ]
+)
+_FILLER_CONTENT = 2  # a line needs this many words that say something (or a number) not to be filler
+_SPEAKER_PREFIX_RE = re.compile(r"^[^\W\d_][\w .'-]{0,39}:\s+")  # "Caroline: " (lines of a child summary)
+
+
+def greets(sentence: str) -> bool:
+    """The sentence opens with a greeting, thanks or a reaction ("Hey Caroline, that trip was...")."""
+    return bool(_GREETING_RE.match(_SPEAKER_PREFIX_RE.sub("", sentence, count=1)))
+
+
+def _thin(sentence: str, words: int) -> bool:
+    """Fewer than ``words`` words that say something, and no number."""
+    features, _size = _feature_list(_SPEAKER_PREFIX_RE.sub("", sentence, count=1))
+    content = [f for f in features if f not in _FILLER_WORDS]
+    return len(content) < words and not any(ch.isdigit() for ch in sentence)
+
+
+def is_filler(sentence: str) -> bool:
+    """A greeting, thanks, a reaction or a line too thin to say anything ("Please remember that.").
+
+    A greeting followed by a real statement ("Thanks, the invoice of $300 is paid.") is not filler.
+    """
+    sentence = _SPEAKER_PREFIX_RE.sub("", sentence, count=1)
+    features, _size = _feature_list(sentence)
+    content = [f for f in features if f not in _FILLER_WORDS]
+    if any(ch.isdigit() for ch in sentence):
+        return bool(_GREETING_RE.match(sentence)) and len(content) < 2
+    return len(content) < (_FILLER_CONTENT + 1 if _GREETING_RE.match(sentence) else _FILLER_CONTENT)
+
+
+def information(sentence: str) -> float:
+    """How much a sentence looks like it carries a fact, in [0, 1]: the fast score's reasons (dates,
+    amounts, decisions, preferences, names, versions) and its length, judged on the sentence alone."""
+    return FastScorer().score(sentence).value
+
+
 # --- extractive ------------------------------------------------------------------------------------
 
 _MMR_LAMBDA = 0.7
@@ -239,6 +336,7 @@ class _Candidate(NamedTuple):  # not a frozen dataclass: built per sentence, and
     cost: int  # tokens of the display line, bullet mark included
     features: frozenset[str]
     fragment: bool  # under 3 words ("ok", "(~20 min)."): too short to say anything on its own
+    filler: bool = False  # a greeting, thanks, a reaction, a line with nothing in it
 
 
 def _with_speaker(sentence: str, name: str) -> str:
@@ -271,6 +369,7 @@ def _candidates(children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[
                     count_tokens(display) + 1,
                     frozenset(features),
                     size < _MIN_SENTENCE_WORDS,
+                    is_filler(sentence),
                 )
             )
         child_words.append(words)
@@ -298,12 +397,21 @@ class ExtractiveSummariser:
 
     name = "extractive"
 
-    def __init__(self, embed: EmbedFn | None = None) -> None:
+    def __init__(self, embed: EmbedFn | None = None, *, ranking: str = "informative") -> None:
+        """``ranking="informative"`` (the default) weighs what a sentence carries beside how central it
+        is and leaves out greetings, thanks and filler; ``"central"`` is the ranking before issue #18
+        (centrality and MMR only), kept as the baseline ``bench/summaries.py`` measures against."""
+        if ranking not in ("informative", "central"):
+            raise ValueError(f"unknown ranking {ranking!r}: 'informative' or 'central'")
         self.embed = embed
+        self.ranking = ranking
 
     def summarise(self, children: Sequence[Child], depth: int) -> Summary:
         bound = token_bound(depth)
         candidates, child_words = _candidates(children)
+        if self.ranking == "informative":
+            # Filler never makes a summary, nor opens one, unless the children hold nothing else.
+            candidates = [c for c in candidates if not c.filler] or candidates
         if not candidates:
             titled = [Child(c.title, None) for c in children if c.title and c.title.strip()]
             if not titled:
@@ -312,7 +420,11 @@ class ExtractiveSummariser:
         weights = _child_weights(children)
         lexical = _lexical_centrality(candidates, child_words, weights)
         relevance, vectors, rows, distinct = self._relevance(children, candidates, weights, lexical)
+        if self.ranking == "informative":
+            relevance = _informative(candidates, relevance)
         picked = _mmr(candidates, relevance, vectors, rows, distinct, bound)
+        if self.ranking == "informative":
+            picked = _no_greeting_first(candidates, relevance, vectors, rows, distinct, bound, picked)
         if picked:
             lines = [candidates[i].display for i in sorted(picked)]
         else:  # every sentence is longer than the bound: cut the most central one
@@ -362,6 +474,45 @@ class ExtractiveSummariser:
         # A child without a vector is neither central nor peripheral: it gets the average.
         scores = np.where(rows >= 0, row_scores[np.maximum(rows, 0)], float(row_scores.mean()))
         return scores + _LEXICAL_WEIGHT * lexical, child_matrix, rows, False
+
+
+def _no_greeting_first(
+    candidates: list[_Candidate],
+    relevance: npt.NDArray[np.float64],
+    vectors: Vectors | None,
+    rows: npt.NDArray[np.intp],
+    distinct: bool,
+    bound: int,
+    picked: list[int],
+) -> list[int]:
+    """Pick again without the first line while it opens with a greeting ("Hey Mara, ...") or says
+    little ("Kyoto planning time."), a few times: a summary is read from its first line."""
+    relevance = relevance.copy()
+    for _ in range(8):
+        first = candidates[min(picked)].sentence if picked else ""
+        if not picked or not (greets(first) or _thin(first, _FILLER_CONTENT + 1)):
+            return picked
+        relevance[min(picked)] = -np.inf
+        again = [
+            i for i in _mmr(candidates, relevance, vectors, rows, distinct, bound) if relevance[i] > -np.inf
+        ]
+        if not again:
+            return picked
+        picked = again
+    return picked
+
+
+_INFO_WEIGHT = 1.0  # the fast score (0..1) beside a cosine
+_QUESTION_PENALTY = 0.8  # a question asks; the answer (its own sentence) carries the fact
+
+
+def _informative(candidates: list[_Candidate], central: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Centrality (a cosine) plus what each sentence carries, less questions. Centrality is not
+    rescaled: within a node of near-identical vectors a min-max scale would blow noise up to 0..1."""
+    scaled = central
+    info = np.array([information(c.sentence) for c in candidates])
+    asks = np.array([c.sentence.rstrip().endswith(("?", "？")) for c in candidates], dtype=np.float64)
+    return scaled + _INFO_WEIGHT * info - _QUESTION_PENALTY * asks
 
 
 def _lexical_centrality(

@@ -738,7 +738,8 @@ class Vault:
     def summariser(self) -> Summariser:
         """The configured summariser: extractive, or an OpenAI-compatible endpoint falling back to it."""
         if self._summariser is None:
-            extractive = ExtractiveSummariser()
+            # Sentence vectors for centrality and titles; the model loads only when a summary is written.
+            extractive = ExtractiveSummariser(lambda texts: self.embedder.embed(texts))
             if self.config.llm_base_url and self.config.llm_model:
                 self._summariser = OpenAICompatSummariser(
                     self.config.llm_base_url,
@@ -843,7 +844,7 @@ class Vault:
     def _plan(self) -> PoolReport:
         report = PoolReport()
         embedder = self.embedder
-        planner = Planner(self.conn, self.layout, self.compact_settings)
+        planner = Planner(self.conn, self.layout, self.compact_settings, ExtractiveSummariser(embedder.embed))
         for source in self.sources():
             state = SourceState.load(self.conn, source, embedder.model_id, embedder.dim)
             for op in [*planner.seal(state), *planner.condense(state)]:
