@@ -27,7 +27,7 @@ from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.jobs import JobQueue, resummarize_job
-from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, slug
+from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, folder_slug
 from vaultmem.model import Status, parse_ts
 from vaultmem.order import sibling_order
 from vaultmem.summarise import Child, ExtractiveSummariser, Summariser
@@ -435,7 +435,7 @@ class Planner:
             numbers = [int(m.group(1)) for m in (_NUMBERED.match(n) for n in taken) if m]
             self._numbers[parent_dir] = max(numbers, default=0)
         self._numbers[parent_dir] += 1
-        return f"{parent_dir}/{self._numbers[parent_dir]:02d}-{slug(title, words=4, max_len=40) or 'level'}"
+        return f"{parent_dir}/{self._numbers[parent_dir]:02d}-{folder_slug(title) or 'level'}"
 
     def _stale_writes(self, levels: Iterable[_Level]) -> list[FileWrite]:
         out = []

@@ -126,6 +126,33 @@ def is_ignored(rel: str) -> bool:
     )
 
 
+_FOLDER_WORD_RE = re.compile(r"[^\W_]+")
+_FOLDER_CJK_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def folder_slug(title: str, words: int = 5, max_len: int = 40) -> str:
+    """A level folder's name from its title: lower-case whole words joined by ``-`` (may be empty).
+
+    Words are runs of letters and digits in any script, so 京都旅行 or café stay readable (Obsidian and
+    every current file system take Unicode names); a word that would pass ``max_len`` characters is left
+    out, never cut, except a first word longer than the limit (a CJK run has no spaces), which is cut
+    at a character. Redacted first, like every name."""
+    head = " ".join(title.split(maxsplit=words * 2 + 4)[: words * 2 + 4])
+    kept: list[str] = []
+    size = 0
+    for word in _FOLDER_WORD_RE.findall(scrub(head).lower()):
+        if len(kept) == words:
+            break
+        cost = len(word) + (1 if kept else 0)
+        if size + cost > max_len:
+            if not kept and _FOLDER_CJK_RE.match(word):
+                kept.append(word[:max_len])
+            break
+        kept.append(word)
+        size += cost
+    return "-".join(kept)
+
+
 def slug(text: str, words: int = 6, max_len: int = 48) -> str:
     """A short lowercase ASCII slug for a readable file name (may be empty).
 

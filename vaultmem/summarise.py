@@ -36,6 +36,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from vaultmem import keyphrase
 from vaultmem.errors import SummariserError
 from vaultmem.scoring import FastScorer
 from vaultmem.tokens import count_tokens
@@ -284,6 +285,11 @@ _FILLER_WORDS = frozenset(
         "congratulations",
     ]
 )
+# Words of praise and feeling that fill a chat but never name a level's subject (titles only).
+_TITLE_NOISE = frozenset(
+    "inspiring inspired proud grateful truly kind words another best part super incredible beautiful "  # noqa: SIM905
+    "cute special stuff lots feel feeling felt thinking hope".split()
+)
 _FILLER_CONTENT = 2  # a line needs this many words that say something (or a number) not to be filler
 _SPEAKER_PREFIX_RE = re.compile(r"^[^\W\d_][\w .'-]{0,39}:\s+")  # "Caroline: " (lines of a child summary)
 
@@ -432,7 +438,34 @@ class ExtractiveSummariser:
             lines = [_truncate(candidates[picked[0]].display, bound - 1)]
         text = "\n".join(f"- {line}" for line in lines)
         title = _title(candidates, child_words, picked, weights)
+        if self.ranking == "informative" and vectors is not None and self.embed is not None:
+            title = self._key_phrase_title(children, candidates, vectors, relevance) or title
         return Summary(title, text, self.name)
+
+    def _key_phrase_title(
+        self,
+        children: Sequence[Child],
+        candidates: list[_Candidate],
+        vectors: Vectors,
+        relevance: npt.NDArray[np.float64],
+    ) -> str | None:
+        """Key phrases closest to the level's centre (the children's sentences), speakers left out:
+        they are in every line and name no subject. Mostly CJK text keeps the word-based title."""
+        assert self.embed is not None
+        prefixes = [_SPEAKER_PREFIX_RE.match(c.sentence) for c in candidates]
+        texts = [
+            c.sentence[m.end() :] if m else c.sentence for c, m in zip(candidates, prefixes, strict=True)
+        ]
+        texts += [c.title for c in children if c.title]
+        if sum(len(_CJK_RUN_RE.findall(t)) for t in texts) > sum(len(t.split()) for t in texts) // 2:
+            return None
+        names = [c.speaker for c in children if c.speaker] + [m.group() for m in prefixes if m]
+        speakers = frozenset(w.casefold() for name in names for w in _WORD_RE.findall(name))
+        centre = _unit(vectors.mean(axis=0))
+        found = keyphrase.title(
+            texts, centre, self.embed, STOPWORDS | _FILLER_WORDS | _TITLE_NOISE | speakers
+        )
+        return clean_title(found) if found else None
 
     def _relevance(
         self,
@@ -595,6 +628,23 @@ def _mmr(
         np.maximum(redundancy, similarity, out=redundancy)
 
 
+def _cjk_head(sentence: str) -> str:
+    """The start of a mostly CJK sentence: CJK runs cut at a character (each is a word), other words
+    kept whole and apart, about ``_TITLE_CJK_CHARS`` characters in all."""
+    parts: list[str] = []
+    size = 0
+    for run in re.findall(rf"[{_CJK}]+|[^\W_{_CJK}]+", sentence):
+        if _CJK_RE.match(run):
+            run = run[: max(0, _TITLE_CJK_CHARS - size)]
+        elif size + len(run) > _TITLE_CJK_CHARS and parts:
+            break
+        if not run:
+            break
+        parts.append(run)
+        size += len(run)
+    return " ".join(parts)
+
+
 def _title(
     candidates: list[_Candidate], child_words: list[dict[str, None]], picked: list[int], weights: list[float]
 ) -> str:
@@ -619,7 +669,7 @@ def _title(
                 first.setdefault(word, len(first))
     if cjk > 2 * len(first):
         top = candidates[picked[0]].sentence if picked else candidates[0].sentence
-        title = clean_title("".join(re.findall(r"\w+", top))[:_TITLE_CJK_CHARS])
+        title = clean_title(_cjk_head(top))
     else:
         ranked = sorted(spread, key=lambda w: (w not in in_summary, -spread[w], -uses[w], first[w]))
         title = clean_title(" ".join(ranked[:_TITLE_WORDS]))

@@ -1,0 +1,81 @@
+"""Titles and folder names (issue #18): whole words only, CJK readable, never a placeholder folder."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vaultmem.embed import FakeEmbedder
+from vaultmem.layout import folder_slug
+from vaultmem.summarise import FALLBACK_TITLE, Child, ExtractiveSummariser
+
+FAKE = FakeEmbedder()
+WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyzKLMNOP京都旅行租金", min_size=1, max_size=14)
+SENTENCE = st.lists(WORD, min_size=1, max_size=14).map(lambda ws: " ".join(ws) + ".")
+
+
+def _words(text: str) -> set[str]:
+    """Words, with a change of script (KKK京) as a word boundary."""
+    return {w.casefold() for w in re.findall(r"[^\W_\u4e00-\u9fff]+|[\u4e00-\u9fff]+", text)}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(SENTENCE, min_size=1, max_size=6))
+def test_titles_and_folder_names_never_cut_a_word(texts: list[str]) -> None:
+    children = [Child(t, FAKE.embed([t])[0], speaker="Mara") for t in texts]
+    summary = ExtractiveSummariser(FAKE.embed).summarise(children, 1)
+    source = _words(" ".join(texts))
+    if summary.title == FALLBACK_TITLE:  # nothing to name ("K."): the fallback, never a cut word
+        return
+    title_words = _words(summary.title)
+    # CJK titles are runs of the text's own characters; Latin words must be whole words of the text.
+    assert all(w in source or not w.isascii() for w in title_words), (summary.title, texts)
+    assert 1 <= len(summary.title.split()) <= 6
+    slug = folder_slug(summary.title)
+    assert all(_words(part) <= title_words or not part.isascii() for part in slug.split("-") if part)
+    assert slug == "" or re.fullmatch(r"[^\W_]+(?:-[^\W_]+)*", slug)
+
+
+@given(st.text(max_size=200))
+def test_folder_slug_keeps_whole_words_within_the_limit(title: str) -> None:
+    slug = folder_slug(title)
+    assert len(slug) <= 40
+    words = [w.lower() for w in re.findall(r"[^\W_]+", title)]
+    for part in slug.split("-") if slug else []:
+        assert part in words or any(w.startswith(part) and not w.isascii() for w in words)
+
+
+def test_folder_names_of_real_titles() -> None:
+    assert folder_slug("Dentist appointment, Dr Alvarez in March") == "dentist-appointment-dr-alvarez-in"
+    assert folder_slug("Kyoto ryokan booking") == "kyoto-ryokan-booking"
+    assert folder_slug("京都旅行 预算") == "京都旅行-预算"
+    assert folder_slug("Café crème à Paris") == "café-crème-à-paris"
+    # Never a word cut at the length limit: the word that does not fit is left out.
+    assert (
+        folder_slug("internationalisation localisation considerations") == "internationalisation-localisation"
+    )
+
+
+def test_chinese_levels_get_a_readable_title_and_folder() -> None:
+    texts = ["下周三去京都旅行，预算三万日元。", "京都的旅馆已经订好了，两晚。", "记得带护照和现金。"]
+    children = [Child(t, FAKE.embed([t])[0], speaker="李娜") for t in texts]
+    summary = ExtractiveSummariser(FAKE.embed).summarise(children, 1)
+    assert re.search("[\u4e00-\u9fff]", summary.title)
+    assert re.search("[\u4e00-\u9fff]", folder_slug(summary.title))
+    assert folder_slug(summary.title) != "level"
+
+
+def test_a_title_names_the_subject_in_its_own_casing() -> None:
+    embed = FAKE.embed
+    texts = [
+        "Booked the Kyoto ryokan for two nights in April.",
+        "The Kyoto ryokan asks for the deposit of $200 by Friday.",
+        "Our Kyoto ryokan is near Gion, a short walk from the station.",
+    ]
+    children = [Child(t, embed([t])[0], speaker="Mara") for t in texts]
+    title = ExtractiveSummariser(embed).summarise(children, 1).title
+    assert "Mara" not in title  # a speaker is in every line and names no subject
+    assert all(w in _words(" ".join(texts)) for w in _words(title))
+    assert "kyoto" not in title  # entity casing kept: "Kyoto", never lower-cased

@@ -1,0 +1,108 @@
+"""Titles that name a level's subject: key phrases scored against the level's centroid (KeyBERT-style).
+
+Owns: the candidate phrases of a set of texts (runs of 1-3 content words between stopwords and
+punctuation, in their most frequent original casing, so "Kyoto", "LGBTQ" and "Dr Alvarez" stay as
+written), their scores (cosine of each phrase's vector with the level's centroid, with maximal marginal
+relevance so two phrases of a title say different things) and the title made of them: 2-6 whole words.
+
+Must never: cut a word (a title is made of whole candidate words), return a placeholder (it returns
+``None`` and the caller keeps its own title), or embed more than ``MAX_CANDIDATES`` phrases per title.
+Mostly CJK text has no spaces to find phrases by; the caller titles it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+EmbedFn = Callable[[list[str]], npt.NDArray[np.float32]]
+
+MAX_CANDIDATES = 48  # phrases embedded per title: bounds the cost of a title
+MAX_WORDS = 6
+_MMR_LAMBDA = 0.6
+_WORD_RE = re.compile(r"[^\W\d_](?:[\w'’.&+-]*[^\W_])?|\d+(?:[.,]\d+)*")
+_BREAK_RE = re.compile(r"[.,;:!?()\[\]{}\"“”«»|/\\<>=*#`~—–]+|\s-\s")
+
+
+def _runs(text: str, stop: frozenset[str]) -> Iterable[list[str]]:
+    """Runs of content words: a stopword, a filler word or punctuation ends a run."""
+    for piece in _BREAK_RE.split(text):
+        run: list[str] = []
+        for word in _WORD_RE.findall(piece):
+            if word.casefold() in stop or len(word) < 2 or word.isdigit():
+                if run:
+                    yield run
+                run = []
+            else:
+                run.append(word)
+        if run:
+            yield run
+
+
+def candidates(texts: Sequence[str], stop: frozenset[str], limit: int = MAX_CANDIDATES) -> list[str]:
+    """Phrases of 1-3 words found in ``texts``, most used first (by how many texts use them, then
+    length); each in the casing it is most often written in."""
+    uses: Counter[str] = Counter()
+    forms: dict[str, Counter[str]] = {}
+    first: dict[str, int] = {}
+    for text in texts:
+        seen: set[str] = set()
+        for run in _runs(text, stop):
+            for size in (1, 2, 3):
+                for i in range(len(run) - size + 1):
+                    phrase = " ".join(run[i : i + size])
+                    key = phrase.casefold()
+                    forms.setdefault(key, Counter())[phrase] += 1
+                    first.setdefault(key, len(first))
+                    if key not in seen:
+                        seen.add(key)
+                        uses[key] += 1
+    ranked = sorted(uses, key=lambda k: (-uses[k], -len(k.split()), first[k]))
+    return [forms[k].most_common(1)[0][0] for k in ranked[:limit]]
+
+
+def title(
+    texts: Sequence[str], centroid: npt.NDArray[np.float32], embed: EmbedFn, stop: frozenset[str]
+) -> str | None:
+    """A title of 2-6 whole words naming what ``texts`` are about, or ``None`` when none is found.
+
+    The best phrase (closest to ``centroid``) comes first; a second, different phrase is added while the
+    title has fewer than 2 words, or when both fit in 4 words (so "Kyoto ryokan, rent reminder" can say
+    that a level holds two things)."""
+    phrases = candidates(texts, stop)
+    if not phrases:
+        return None
+    vectors = np.asarray(embed(phrases), dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = vectors / np.maximum(norms, 1e-12)
+    center = np.asarray(centroid, dtype=np.float32)
+    center = center / max(float(np.linalg.norm(center)), 1e-12)
+    relevance = vectors @ center
+    # Longer phrases say more: a small bonus per word, so "pottery class" beats "pottery" when close.
+    relevance = relevance + 0.03 * np.array([len(p.split()) - 1 for p in phrases])
+    best = int(np.argmax(relevance))
+    chosen = [best]
+    words = len(phrases[best].split())
+    redundancy = vectors @ vectors[best]
+    scores = _MMR_LAMBDA * relevance - (1 - _MMR_LAMBDA) * redundancy
+    used = {w.casefold() for w in phrases[best].split()}
+    for index in np.argsort(-scores, kind="stable"):
+        i = int(index)
+        if i == best:
+            continue
+        extra = phrases[i].split()
+        if {w.casefold() for w in extra} & used:
+            continue
+        if words < 2 or words + len(extra) <= 4:
+            chosen.append(i)
+            words += len(extra)
+            used |= {w.casefold() for w in extra}
+        break
+    if words < 2 and len(chosen) == 1:
+        return phrases[best] if len(phrases[best]) > 2 else None
+    text = ", ".join(phrases[i] for i in chosen)
+    return " ".join(text.split()[:MAX_WORDS]).rstrip(",")
