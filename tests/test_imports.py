@@ -231,7 +231,10 @@ def test_codex_session_turns_tools_and_injected_context() -> None:
     assert answer[2].startswith("→ apply_patch: *** Begin Patch *** Update File: Makefile")
     assert answer[3] == "← Success. Updated the following files: (2 lines)"
     assert answer[4].startswith("The Makefile pinned `GOARCH ?= amd64`")
-    assert messages[3].text.split("\n")[:2] == ["→ shell: cat Dockerfile", "← cat: Dockerfile: No such file or directory"]
+    assert messages[3].text.split("\n")[:2] == [
+        "→ shell: cat Dockerfile",
+        "← cat: Dockerfile: No such file or directory",
+    ]
     joined = "\n".join(texts(messages))
     assert "environment_context" not in joined and "Inspecting the Makefile" not in joined
     assert joined.count("Why does `make release` fail") == 1  # event_msg repeats are not read
@@ -244,9 +247,22 @@ def test_codex_older_layout_without_envelope() -> None:
     lines = [
         {"id": "0f1e2d3c", "timestamp": "2025-05-02T08:00:00Z", "instructions": "be brief", "git": None},
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "rename foo to bar"}]},
-        {"type": "function_call", "name": "shell", "arguments": '{"command": ["rg", "foo"]}', "call_id": "c1"},
-        {"type": "function_call_output", "call_id": "c1", "output": '{"output": "", "metadata": {"exit_code": 1}}'},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "No foo found."}]},
+        {
+            "type": "function_call",
+            "name": "shell",
+            "arguments": '{"command": ["rg", "foo"]}',
+            "call_id": "c1",
+        },
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": '{"output": "", "metadata": {"exit_code": 1}}',
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "No foo found."}],
+        },
     ]
     data = "\n".join(json.dumps(x) for x in lines).encode()
     assert codex.sniff("old.jsonl", head_text(data))
@@ -320,7 +336,7 @@ def test_whatsapp_line_shapes(line: str, when: datetime | None) -> None:
 
 
 def test_whatsapp_identical_messages_get_distinct_stable_ids() -> None:
-    data = "12/03/2026, 14:05 - A: ok\n12/03/2026, 14:05 - A: ok\n".encode()
+    data = b"12/03/2026, 14:05 - A: ok\n12/03/2026, 14:05 - A: ok\n"
     first = whatsapp.parse(ExportFile("c.txt", data), ImportOptions())
     again = whatsapp.parse(ExportFile("c.txt", data), ImportOptions())
     assert len({m.source_id for m in first}) == 2
@@ -333,7 +349,13 @@ def test_whatsapp_identical_messages_get_distinct_stable_ids() -> None:
 def test_telegram_rich_text_service_messages_and_media() -> None:
     messages = read_path(DATA / "telegram" / "result.json").messages
     by_id = {m.source_id: m for m in messages}
-    assert set(by_id) == {"tg-4815162342-101", "tg-4815162342-102", "tg-4815162342-104", "tg-4815162342-105", "tg-4815162342-106"}
+    assert set(by_id) == {
+        "tg-4815162342-101",
+        "tg-4815162342-102",
+        "tg-4815162342-104",
+        "tg-4815162342-105",
+        "tg-4815162342-106",
+    }
     assert by_id["tg-4815162342-102"].text == (
         "Yes! Meet at Cais do Sodré at 10:00. Route: [this map](https://maps.example.org/r/harbour), "
         "bring `sunscreen` @diego_r"
@@ -370,7 +392,9 @@ def test_slack_export_folder_channels_threads_dms_and_markup() -> None:
     assert reply.meta["thread"] == "1772438460.000200" and reply.speaker == "Priya Nair"
     joined = "\n".join(texts(result.messages))
     assert "has joined the channel" not in joined and "set the channel topic" not in joined
-    assert "Attachments: arm64-build.log" in joined and "构建日志显示 GOARCH 还是 amd64 <- 这就是原因" in joined
+    assert (
+        "Attachments: arm64-build.log" in joined and "构建日志显示 GOARCH 还是 amd64 <- 这就是原因" in joined
+    )
     assert any(m.speaker == "deploybot" for m in result.messages)
 
 

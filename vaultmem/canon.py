@@ -154,7 +154,9 @@ def _walk(directory: Path, top: Path, bound: Path, skipped: list[Skipped]) -> li
     return files
 
 
-def _tree_export(files: list[tuple[Path, str]], reader: _Reader, skipped: list[Skipped]) -> list[Message] | None:
+def _tree_export(
+    files: list[tuple[Path, str]], reader: _Reader, skipped: list[Skipped]
+) -> list[Message] | None:
     """The messages of a folder that is one export (Slack), or None when it is not one."""
     forced = export_format(reader.forced) if reader.forced else None
     fmt = forced if forced is not None and forced.parse_tree is not None else None

@@ -86,7 +86,9 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, bu
             while chunk := member.read(_CHUNK):
                 size += len(chunk)
                 if size > budget:
-                    raise InvalidInput(f"{where}: the archive expands past the byte limit; refusing to read on")
+                    raise InvalidInput(
+                        f"{where}: the archive expands past the byte limit; refusing to read on"
+                    )
                 if size > _RATIO_FLOOR and size > MAX_RATIO * max(info.compress_size, 1):
                     raise InvalidInput(
                         f"{where}: expands over {MAX_RATIO} times its compressed size (a zip bomb?); refusing it"

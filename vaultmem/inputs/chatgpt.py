@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from vaultmem.errors import InvalidInput
-from vaultmem.inputs.exports import ExportFile, ExportFormat, ImportOptions, load_json, timestamp, turn
+from vaultmem.inputs.exports import ExportFile, ExportFormat, ImportOptions, load_json, obj, timestamp, turn
 from vaultmem.model import Message
 
 NAME = "chatgpt"
@@ -28,8 +28,10 @@ _ROLES = frozenset({"user", "assistant"})
 
 def sniff(name: str, head: str) -> bool:
     start = head.lstrip()[:1]
-    return start in ("[", "{") and bool(_MAPPING_RE.search(head)) and (
-        '"current_node"' in head or '"author"' in head
+    return (
+        start in ("[", "{")
+        and bool(_MAPPING_RE.search(head))
+        and ('"current_node"' in head or '"author"' in head)
     )
 
 
@@ -66,8 +68,10 @@ def _conversation(conv: Mapping[str, Any], source: str, options: ImportOptions) 
         if text is None:
             continue
         role = str((message.get("author") or {}).get("role") or "")
-        metadata = message.get("metadata") if isinstance(message.get("metadata"), Mapping) else {}
-        model = metadata.get("model_slug") or (conv.get("default_model_slug") if role == "assistant" else None)
+        metadata = obj(message.get("metadata"))
+        model = metadata.get("model_slug") or (
+            conv.get("default_model_slug") if role == "assistant" else None
+        )
         built = turn(
             source=source,
             text=text,
@@ -89,7 +93,7 @@ def _conversation(conv: Mapping[str, Any], source: str, options: ImportOptions) 
 def _visible_text(message: Mapping[str, Any]) -> str | None:
     """The text a reader of the conversation sees for ``message``, or None when it is not shown."""
     role = str((message.get("author") or {}).get("role") or "")
-    metadata = message.get("metadata") if isinstance(message.get("metadata"), Mapping) else {}
+    metadata = obj(message.get("metadata"))
     if role not in _ROLES or metadata.get("is_visually_hidden_from_conversation"):
         return None
     content = message.get("content")
@@ -110,7 +114,11 @@ def _visible_text(message: Mapping[str, Any]) -> str | None:
                 texts.append(part["text"])
             elif part.get("content_type") == "image_asset_pointer" and not metadata.get("attachments"):
                 texts.append("[image]")
-    names = [str(a.get("name")) for a in metadata.get("attachments") or () if isinstance(a, Mapping) and a.get("name")]
+    names = [
+        str(a.get("name"))
+        for a in metadata.get("attachments") or ()
+        if isinstance(a, Mapping) and a.get("name")
+    ]
     if names:
         texts.append("Attachments: " + ", ".join(names))
     return "\n\n".join(t for t in texts if t.strip())

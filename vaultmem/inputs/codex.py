@@ -22,6 +22,7 @@ from vaultmem.inputs.exports import (
     ImportOptions,
     first_json_lines,
     jsonl_objects,
+    obj,
     timestamp,
     tool_call_line,
     tool_result_line,
@@ -54,19 +55,21 @@ def parse(file: ExportFile, options: ImportOptions) -> list[Message]:
     items: list[tuple[int, Any, Mapping[str, Any]]] = []  # (line, timestamp, response item)
     meta: Mapping[str, Any] = {}
     model: str | None = None
-    for lineno, obj in jsonl_objects(file):
-        kind, payload = obj.get("type"), obj.get("payload")
+    for lineno, event in jsonl_objects(file):
+        kind, payload = event.get("type"), event.get("payload")
         if kind in _ENVELOPE_TYPES and isinstance(payload, Mapping):
             if kind == "session_meta":
                 meta = payload
             elif kind == "turn_context" and payload.get("model"):
                 model = str(payload["model"])
             elif kind == "response_item":
-                items.append((lineno, obj.get("timestamp"), {**payload, "_model": model}))
-        elif not meta and "instructions" in obj and "id" in obj:
-            meta = obj
+                items.append((lineno, event.get("timestamp"), {**payload, "_model": model}))
+        elif not meta and "instructions" in event and "id" in event:
+            meta = event
         elif isinstance(kind, str):
-            items.append((lineno, obj.get("timestamp") or meta.get("timestamp"), {**obj, "_model": model}))
+            items.append(
+                (lineno, event.get("timestamp") or meta.get("timestamp"), {**event, "_model": model})
+            )
     session = str(meta.get("id") or PurePosixPath(file.name).stem)
     cwd = str(meta.get("cwd") or "")
     source = options.source or (slugify_name(PurePosixPath(cwd).name, NAME) if cwd else NAME)
@@ -84,12 +87,16 @@ def parse(file: ExportFile, options: ImportOptions) -> list[Message]:
             elif item.get("role") == "assistant":
                 turns.agent(text, source_id, ts, item_model)
         elif kind in ("function_call", "custom_tool_call"):
-            turns.agent(tool_call_line(str(item.get("name") or "tool"), item.get("arguments", item.get("input"))), source_id, ts)
+            turns.agent(
+                tool_call_line(str(item.get("name") or "tool"), item.get("arguments", item.get("input"))),
+                source_id,
+                ts,
+            )
         elif kind == "local_shell_call":
-            action = item.get("action") if isinstance(item.get("action"), Mapping) else {}
+            action = obj(item.get("action"))
             turns.agent(tool_call_line("shell", action), source_id, ts)
         elif kind == "web_search_call":
-            action = item.get("action") if isinstance(item.get("action"), Mapping) else {}
+            action = obj(item.get("action"))
             turns.agent(tool_call_line("web_search", action), source_id, ts)
         elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
             turns.agent(_output_line(item.get("output")), source_id, ts)
@@ -112,7 +119,7 @@ def _output_line(output: Any) -> str:
         except (json.JSONDecodeError, RecursionError):
             decoded = None
         if isinstance(decoded, Mapping) and "output" in decoded:
-            metadata = decoded.get("metadata") if isinstance(decoded.get("metadata"), Mapping) else {}
+            metadata = obj(decoded.get("metadata"))
             error = metadata.get("exit_code") not in (None, 0)
             output = decoded["output"]
     return tool_result_line(output, error=error)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vaultmem.errors import InvalidInput
-from vaultmem.inputs.exports import ExportFile, ExportFormat, ImportOptions, load_json, timestamp, turn
+from vaultmem.inputs.exports import ExportFile, ExportFormat, ImportOptions, load_json, obj, timestamp, turn
 from vaultmem.model import Message
 
 NAME = "discord"
@@ -29,8 +29,8 @@ def parse(file: ExportFile, options: ImportOptions) -> list[Message]:
     doc = load_json(file)
     if not isinstance(doc, Mapping) or not isinstance(doc.get("messages"), list):
         raise InvalidInput(f"{file.name}: a DiscordChatExporter file is an object with a 'messages' list")
-    guild = doc.get("guild") if isinstance(doc.get("guild"), Mapping) else {}
-    channel = doc.get("channel") if isinstance(doc.get("channel"), Mapping) else {}
+    guild = obj(doc.get("guild"))
+    channel = obj(doc.get("channel"))
     channel_id = str(channel.get("id") or "")
     session = f"{guild.get('name') or 'Discord'} #{channel.get('name') or channel_id or '?'}"
     source = options.source or NAME
@@ -40,7 +40,7 @@ def parse(file: ExportFile, options: ImportOptions) -> list[Message]:
             raise InvalidInput(f"{file.name}: message {i} is not an object")
         if str(msg.get("type", "Default")) not in _SPOKEN:
             continue
-        author = msg.get("author") if isinstance(msg.get("author"), Mapping) else {}
+        author = obj(msg.get("author"))
         built = turn(
             source=source,
             text=_text(msg),
@@ -49,7 +49,11 @@ def parse(file: ExportFile, options: ImportOptions) -> list[Message]:
             role=None,
             speaker=str(author.get("nickname") or author.get("name") or "") or None,
             ts=timestamp(msg.get("timestamp")),
-            meta={"format": NAME, "server": str(guild.get("name") or ""), "channel": str(channel.get("name") or "")},
+            meta={
+                "format": NAME,
+                "server": str(guild.get("name") or ""),
+                "channel": str(channel.get("name") or ""),
+            },
         )
         if built is not None:
             messages.append(built)
@@ -67,7 +71,11 @@ def _text(msg: Mapping[str, Any]) -> str:
     for embed in msg.get("embeds") or ():
         if isinstance(embed, Mapping) and (embed.get("title") or embed.get("description")):
             parts.append(" — ".join(str(embed[k]) for k in ("title", "description") if embed.get(k)))
-    files = [str(a.get("fileName")) for a in msg.get("attachments") or () if isinstance(a, Mapping) and a.get("fileName")]
+    files = [
+        str(a.get("fileName"))
+        for a in msg.get("attachments") or ()
+        if isinstance(a, Mapping) and a.get("fileName")
+    ]
     if files:
         parts.append("Attachments: " + ", ".join(files))
     return "\n\n".join(p for p in parts if p.strip())

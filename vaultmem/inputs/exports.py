@@ -61,6 +61,11 @@ class ExportFormat:
     parse_tree: Callable[[Sequence[ExportFile], ImportOptions], list[Message]] | None = None
 
 
+def obj(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else an empty one: exports leave out keys or write null."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def head_text(data: bytes) -> str:
     """The start of ``data`` as text for sniffing (a BOM dropped, undecodable bytes ignored)."""
     return data[: SNIFF_CHARS * 4].decode("utf-8", "ignore").lstrip("\ufeff")[:SNIFF_CHARS]
@@ -195,7 +200,7 @@ def _main_argument(arguments: Any) -> str:
         try:
             arguments = json.loads(arguments)
         except (json.JSONDecodeError, RecursionError):
-            return arguments
+            return str(arguments)
     if isinstance(arguments, Mapping):
         for key in _ARGUMENT_KEYS:
             value = arguments.get(key)

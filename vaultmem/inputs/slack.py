@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from vaultmem.errors import InvalidInput
-from vaultmem.inputs.exports import ExportFile, ExportFormat, ImportOptions, load_json, timestamp, turn
+from vaultmem.inputs.exports import ExportFile, ExportFormat, ImportOptions, load_json, obj, timestamp, turn
 from vaultmem.model import Message
 
 NAME = "slack"
@@ -25,7 +25,9 @@ _DAY_RE = re.compile(r"^(?:(?P<root>.+)/)?(?P<channel>[^/]+)/\d{4}-\d{2}-\d{2}\.
 _INDEX_FILES = ("channels.json", "users.json", "groups.json", "dms.json", "mpims.json")
 _DAY_SNIFF_RE = re.compile(r'"type"\s*:\s*"message"')
 _TS_SNIFF_RE = re.compile(r'"ts"\s*:\s*"\d{9,10}\.\d+"')
-_KEPT_SUBTYPES = frozenset({None, "bot_message", "thread_broadcast", "file_share", "me_message", "file_comment"})
+_KEPT_SUBTYPES = frozenset(
+    {None, "bot_message", "thread_broadcast", "file_share", "me_message", "file_comment"}
+)
 _MARKUP_RE = re.compile(r"<([^<>]+)>")
 
 
@@ -79,7 +81,7 @@ def _day(file: ExportFile, channel: str, users: Mapping[str, str], source: str) 
             continue
         if msg.get("subtype") not in _KEPT_SUBTYPES or not msg.get("ts"):
             continue
-        profile = msg.get("user_profile") if isinstance(msg.get("user_profile"), Mapping) else {}
+        profile = obj(msg.get("user_profile"))
         user = str(msg.get("user") or "")
         speaker = users.get(user) or profile.get("real_name") or msg.get("username") or user or None
         thread = msg.get("thread_ts")
@@ -129,13 +131,20 @@ def _users(file: ExportFile | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for user in doc if isinstance(doc, list) else ():
         if isinstance(user, Mapping) and user.get("id"):
-            profile = user.get("profile") if isinstance(user.get("profile"), Mapping) else {}
-            name = user.get("real_name") or profile.get("real_name") or profile.get("display_name") or user.get("name")
+            profile = obj(user.get("profile"))
+            name = (
+                user.get("real_name")
+                or profile.get("real_name")
+                or profile.get("display_name")
+                or user.get("name")
+            )
             out[str(user["id"])] = str(name or user["id"])
     return out
 
 
-def _channel_names(by_name: Mapping[str, ExportFile], prefix: str, users: Mapping[str, str]) -> dict[str, str]:
+def _channel_names(
+    by_name: Mapping[str, ExportFile], prefix: str, users: Mapping[str, str]
+) -> dict[str, str]:
     """Folder -> channel name. Channels' folders are their names; a direct message's folder is its id,
     named here after its members."""
     out: dict[str, str] = {}

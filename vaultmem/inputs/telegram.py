@@ -44,7 +44,9 @@ def parse(file: ExportFile, options: ImportOptions) -> list[Message]:
         if not isinstance(chat, Mapping) or not isinstance(chat.get("messages"), list):
             raise InvalidInput(f"{file.name}: chat {i} has no 'messages' list")
         chat_id = str(chat.get("id") or i)
-        name = str(chat.get("name") or ("Saved Messages" if chat.get("type") == "saved_messages" else chat_id))
+        name = str(
+            chat.get("name") or ("Saved Messages" if chat.get("type") == "saved_messages" else chat_id)
+        )
         for msg in chat["messages"]:
             if not isinstance(msg, Mapping) or msg.get("type", "message") != "message":
                 continue
