@@ -14,9 +14,8 @@ import pytest
 
 from tests.secret_shapes import secrets
 from tests.test_cli import run
-from vaultmem.canon import read_path
 from vaultmem.errors import InvalidInput, UnknownFormat, UnsafePath
-from vaultmem.inputs import archive
+from vaultmem.inputs import archive, read_path
 from vaultmem.inputs.sniff import FORMAT_NAMES
 from vaultmem.vault import Vault
 

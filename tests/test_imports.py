@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from vaultmem.canon import read_path
 from vaultmem.errors import InvalidInput
-from vaultmem.inputs import chatgpt, claudecode, codex, whatsapp
+from vaultmem.inputs import chatgpt, claudecode, codex, read_path, whatsapp
 from vaultmem.inputs.exports import ExportFile, ImportOptions, head_text
 from vaultmem.inputs.sniff import EXPORTS, detect, tree_format
 from vaultmem.model import Message

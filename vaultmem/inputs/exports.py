@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from vaultmem.canon_chat import clean_text
 from vaultmem.errors import InvalidInput
+from vaultmem.inputs.chat import clean_text
 from vaultmem.model import InputKind, Message, parse_ts
 
 # What a sniffer sees of a file: its first bytes, decoded leniently. Enough for the keys every export

@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vaultmem.canon_chat import parse_chat_bytes
-from vaultmem.canon_docs import parse_document
-from vaultmem.canon_email import parse_eml, parse_mbox
 from vaultmem.errors import InvalidInput, UnknownFormat, UnsafePath
 from vaultmem.inputs import archive as zip_archive
+from vaultmem.inputs.chat import parse_chat_bytes
+from vaultmem.inputs.docs import parse_document
+from vaultmem.inputs.email import parse_eml, parse_mbox
 from vaultmem.inputs.exports import SNIFF_CHARS, ExportFile, ExportFormat, ImportOptions, head_text
 from vaultmem.inputs.sniff import check_format, detect, export_format, tree_format, unrecognised
 from vaultmem.model import Message, default_source_name, safe_name
