@@ -15,7 +15,17 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from vaultmem.errors import InvalidInput
-from vaultmem.inputs.exports import ExportFile, ExportFormat, ImportOptions, load_json, obj, timestamp, turn
+from vaultmem.inputs.exports import (
+    ExportFile,
+    ExportFormat,
+    ImportOptions,
+    attachments_line,
+    load_json,
+    obj,
+    paragraphs,
+    timestamp,
+    turn,
+)
 from vaultmem.model import Message
 
 NAME = "chatgpt"
@@ -114,14 +124,8 @@ def _visible_text(message: Mapping[str, Any]) -> str | None:
                 texts.append(part["text"])
             elif part.get("content_type") == "image_asset_pointer" and not metadata.get("attachments"):
                 texts.append("[image]")
-    names = [
-        str(a.get("name"))
-        for a in metadata.get("attachments") or ()
-        if isinstance(a, Mapping) and a.get("name")
-    ]
-    if names:
-        texts.append("Attachments: " + ", ".join(names))
-    return "\n\n".join(t for t in texts if t.strip())
+    texts.append(attachments_line(metadata.get("attachments"), "name"))
+    return paragraphs(texts)
 
 
 def _shown_branch(mapping: Mapping[str, Any], current: Any) -> list[str]:

@@ -16,7 +16,9 @@ from vaultmem.inputs.exports import (
     ExportFile,
     ExportFormat,
     ImportOptions,
+    attachments_line,
     load_json,
+    paragraphs,
     timestamp,
     tool_call_line,
     tool_result_line,
@@ -80,15 +82,9 @@ def _text(msg: Mapping[str, Any]) -> str:
                 parts.append(tool_result_line(block.get("content"), error=bool(block.get("is_error"))))
     elif isinstance(msg.get("text"), str):
         parts.append(msg["text"])
-    names = [
-        str(a.get("file_name"))
-        for key in ("attachments", "files")
-        for a in msg.get(key) or ()
-        if isinstance(a, Mapping) and a.get("file_name")
-    ]
-    if names:
-        parts.append("Attachments: " + ", ".join(dict.fromkeys(names)))
-    return "\n\n".join(p for p in parts if p.strip())
+    files = [*(msg.get("attachments") or ()), *(msg.get("files") or ())]
+    parts.append(attachments_line(files, "file_name"))
+    return paragraphs(parts)
 
 
 FORMAT = ExportFormat(NAME, "Claude export (conversations.json)", sniff, parse)

@@ -13,7 +13,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from vaultmem.errors import InvalidInput
-from vaultmem.inputs.exports import ExportFile, ExportFormat, ImportOptions, load_json, obj, timestamp, turn
+from vaultmem.inputs.exports import (
+    ExportFile,
+    ExportFormat,
+    ImportOptions,
+    attachments_line,
+    load_json,
+    obj,
+    paragraphs,
+    timestamp,
+    turn,
+)
 from vaultmem.model import Message
 
 NAME = "discord"
@@ -71,14 +81,8 @@ def _text(msg: Mapping[str, Any]) -> str:
     for embed in msg.get("embeds") or ():
         if isinstance(embed, Mapping) and (embed.get("title") or embed.get("description")):
             parts.append(" — ".join(str(embed[k]) for k in ("title", "description") if embed.get(k)))
-    files = [
-        str(a.get("fileName"))
-        for a in msg.get("attachments") or ()
-        if isinstance(a, Mapping) and a.get("fileName")
-    ]
-    if files:
-        parts.append("Attachments: " + ", ".join(files))
-    return "\n\n".join(p for p in parts if p.strip())
+    parts.append(attachments_line(msg.get("attachments"), "fileName"))
+    return paragraphs(parts)
 
 
 FORMAT = ExportFormat(NAME, "Discord (DiscordChatExporter JSON)", sniff, parse)

@@ -9,7 +9,7 @@ and return messages. Never guesses at a record it cannot read: that raises ``Inv
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -146,6 +146,22 @@ def flatten(value: Any) -> str:
     if isinstance(value, Mapping) and isinstance(value.get("text"), str):
         return str(value["text"])
     return json.dumps(value, ensure_ascii=False)
+
+
+def attachments_line(items: Any, *keys: str) -> str:
+    """``Attachments: a.pdf, b.png``: the names (the first of ``keys`` each item has) of the files a
+    message carried, each once; ``""`` when it carried none."""
+    names: dict[str, None] = {}
+    for item in items if isinstance(items, list) else ():
+        name = next((item[k] for k in keys if isinstance(item, Mapping) and item.get(k)), None)
+        if name is not None:
+            names[str(name)] = None
+    return "Attachments: " + ", ".join(names) if names else ""
+
+
+def paragraphs(parts: Iterable[str]) -> str:
+    """The non-blank ``parts`` as paragraphs."""
+    return "\n\n".join(p for p in parts if p.strip())
 
 
 def timestamp(value: Any) -> datetime | None:

@@ -17,7 +17,17 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from vaultmem.errors import InvalidInput
-from vaultmem.inputs.exports import ExportFile, ExportFormat, ImportOptions, load_json, obj, timestamp, turn
+from vaultmem.inputs.exports import (
+    ExportFile,
+    ExportFormat,
+    ImportOptions,
+    attachments_line,
+    load_json,
+    obj,
+    paragraphs,
+    timestamp,
+    turn,
+)
 from vaultmem.model import Message
 
 NAME = "slack"
@@ -118,10 +128,7 @@ def _text(msg: Mapping[str, Any], users: Mapping[str, str]) -> str:
 
     text = _MARKUP_RE.sub(markup, str(msg.get("text") or ""))
     text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    files = [str(f.get("name") or f.get("title")) for f in msg.get("files") or () if isinstance(f, Mapping)]
-    if files:
-        text += "\n\nAttachments: " + ", ".join(files)
-    return text
+    return paragraphs([text, attachments_line(msg.get("files"), "name", "title")])
 
 
 def _users(file: ExportFile | None) -> dict[str, str]:

@@ -14,7 +14,15 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from vaultmem.errors import InvalidInput
-from vaultmem.inputs.exports import ExportFile, ExportFormat, ImportOptions, load_json, timestamp, turn
+from vaultmem.inputs.exports import (
+    ExportFile,
+    ExportFormat,
+    ImportOptions,
+    load_json,
+    paragraphs,
+    timestamp,
+    turn,
+)
 from vaultmem.model import Message
 
 NAME = "telegram"
@@ -84,7 +92,7 @@ def _chats(doc: Mapping[str, Any]) -> Iterator[Any]:
 def _text(msg: Mapping[str, Any]) -> str:
     parts = [_rich(msg.get("text"))]
     if msg.get("media_type") == "sticker":
-        return "\n\n".join([*parts, str(msg.get("sticker_emoji") or "")]).strip()
+        return paragraphs([*parts, str(msg.get("sticker_emoji") or "")])
     for key in ("photo", "file"):
         value = msg.get(key)
         if isinstance(value, str) and value and not value.startswith("(File not included"):
@@ -93,7 +101,7 @@ def _text(msg: Mapping[str, Any]) -> str:
     if isinstance(poll, Mapping) and poll.get("question"):
         answers = [str(a.get("text")) for a in poll.get("answers") or () if isinstance(a, Mapping)]
         parts.append(f"Poll: {poll['question']} ({' / '.join(answers)})")
-    return "\n\n".join(p for p in parts if p.strip())
+    return paragraphs(parts)
 
 
 def _rich(text: Any) -> str:
