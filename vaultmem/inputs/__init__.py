@@ -1,9 +1,11 @@
-"""Dispatcher: read a file or a directory tree and hand each file to the right source adapter.
+"""Dispatcher: read a file, a directory tree or a ZIP archive and hand each file to the right adapter.
 
 Owns the file-level checks (size, binary, UTF-8, UTF-16/32 re-encoded as UTF-8, symlinks leaving the
-root, hidden files) and the choice of adapter by suffix. A file passed directly raises on a problem;
-inside a directory walk the same problem becomes a ``Skipped`` entry. Never writes anything and never
-follows symlinked folders.
+root, hidden files) and the choice of adapter: an export adapter when one recognises the content
+(``sniff``; a folder or archive that is one export, like Slack's, as a whole), else vaultmem's own
+readers by suffix; ``fmt`` forces either. A file passed directly raises on a problem; inside a
+directory walk or an archive the same problem becomes a ``Skipped`` entry. Never writes anything,
+never extracts an archive to disk and never follows symlinked folders.
 """
 
 from __future__ import annotations
