@@ -79,3 +79,11 @@ def test_a_title_names_the_subject_in_its_own_casing() -> None:
     assert "Mara" not in title  # a speaker is in every line and names no subject
     assert all(w in _words(" ".join(texts)) for w in _words(title))
     assert "kyoto" not in title  # entity casing kept: "Kyoto", never lower-cased
+
+
+def test_key_phrases_keep_versions_and_dotted_words_whole() -> None:
+    from vaultmem.keyphrase import candidates
+
+    found = candidates(["Diego is cutting v0.9.3 today. Then v0.9.4 ships."], frozenset({"is", "then"}))
+    assert "v0.9.3" in found and "v0.9.4 ships" in found
+    assert "v0" not in found

@@ -25,7 +25,8 @@ MAX_CANDIDATES = 48  # phrases embedded per title: bounds the cost of a title
 MAX_WORDS = 6
 _MMR_LAMBDA = 0.6
 _WORD_RE = re.compile(r"[^\W\d_](?:[\w'’.&+-]*[^\W_])?|\d+(?:[.,]\d+)*")
-_BREAK_RE = re.compile(r"[.,;:!?()\[\]{}\"“”«»|/\\<>=*#`~—–]+|\s-\s")
+# A full stop ends a run only before a space or the end, so "v0.9.3" and "e.g" stay whole words.
+_BREAK_RE = re.compile(r"[,;:!?()\[\]{}\"“”«»|/\\<>=*#`~—–]+|\.+(?=\s|$)|\s-\s")
 
 
 def _runs(text: str, stop: frozenset[str]) -> Iterable[list[str]]:
