@@ -30,7 +30,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import entities, fsio, index, vectors
+from vaultmem import entities, fsio, heat, index, vectors
 from vaultmem.errors import FrontmatterError
 from vaultmem.heat import HeatSettings
 from vaultmem.layout import SUMMARY_NAME, Layout, slug
@@ -79,9 +79,8 @@ class TopicSettings:
 def settings_from(values: dict[str, object]) -> TopicSettings:
     """``TopicSettings`` from the ``[topics]`` keys (``Config.topic_values()``)."""
     heat_keys = {f.name for f in fields(HeatSettings)}
-    heat_part = {k: v for k, v in values.items() if k in heat_keys}
     rest = {k: v for k, v in values.items() if k not in heat_keys and k != "llm_entities"}
-    return TopicSettings(heat=HeatSettings(**heat_part), **rest)  # type: ignore[arg-type]
+    return TopicSettings(heat=heat.settings_from(values), **rest)  # type: ignore[arg-type]
 
 
 def topic_dir(key: str, *, archived: bool = False) -> str:

@@ -7,6 +7,7 @@ interrupted batches, and hands explicit values to the modules that do the work. 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -19,44 +20,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
-from vaultmem import (
-    daemonstate,
-    db,
-    digest,
-    entities,
-    entityindex,
-    fsio,
-    gitsync,
-    heat,
-    index,
-    timeparse,
-    topicroute,
-    topics,
-    tree,
-    treectx,
-    treeops,
-)
-from vaultmem.canon import read_path
-from vaultmem.canon_chat import messages_from_records
-from vaultmem.check import CheckReport, Problem, check
-from vaultmem.compact import CompactSettings, Planner, SourceState
+# Only what opening a vault and searching it need is imported here: `vaultmem search` from a cold shell
+# must not pay for ingest, compaction, topics or git (bench/startup.py). The rest is imported where used.
+from vaultmem import db, entities, fsio, heat, index, timeparse
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
-from vaultmem.context import Context, assemble
-from vaultmem.docmem import (
-    Plan,
-    plan_add_summary,
-    plan_append_child,
-    plan_delete,
-    plan_insert_between,
-    plan_update_content,
-    run,
-)
+from vaultmem.context import Context
 from vaultmem.embed import Embedder, load_embedder
-from vaultmem.entities_llm import LLMEntityExtractor
 from vaultmem.errors import (
     ConflictError,
     DiskFull,
@@ -70,23 +43,9 @@ from vaultmem.errors import (
     VaultLocked,
     VaultNotFound,
 )
-from vaultmem.extract import EntityFinder, find_entities, vectors_from_sidecars
-from vaultmem.gitsync import GitOperation, GitRecorder
-from vaultmem.ingest import (
-    IngestReport,
-    Progress,
-    build_leaves,
-    check_new_sources,
-    extract_job,
-    heal_intents,
-    read_summary_file,
-    write_leaves,
-)
 from vaultmem.jobs import JobKind, JobQueue, NewJob, release_dead, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
-from vaultmem.lifecycle import set_status
-from vaultmem.mailthread import thread_messages
 from vaultmem.model import (
     Leaf,
     Message,
@@ -97,16 +56,25 @@ from vaultmem.model import (
     safe_name,
     utc,
 )
-from vaultmem.pool import Pool, PoolReport, WorkContext
-from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.redact import scrub
-from vaultmem.reindex import ReindexReport, reindex
-from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
-from vaultmem.sessions import SessionTree, session_tree
-from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser, Summariser
 from vaultmem.summaryfile import SummaryNode
-from vaultmem.worker import WorkReport, drain
+
+if TYPE_CHECKING:
+    from vaultmem import entityindex, gitsync, topics, tree
+    from vaultmem.check import CheckReport
+    from vaultmem.compact import CompactSettings
+    from vaultmem.docmem import Plan
+    from vaultmem.extract import EntityFinder
+    from vaultmem.gitsync import GitOperation, GitRecorder
+    from vaultmem.ingest import IngestReport, Progress
+    from vaultmem.pool import PoolReport, WorkContext
+    from vaultmem.reconcile import PathsReport, Stamp
+    from vaultmem.reindex import ReindexReport
+    from vaultmem.scoring import FastScorer
+    from vaultmem.sessions import SessionTree
+    from vaultmem.summarise import Summariser
+    from vaultmem.worker import WorkReport
 
 BATCH_MESSAGES = 2000
 DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
@@ -193,25 +161,47 @@ class Vault:
         self.conn = conn
         self._embedder = embedder
         self._searcher: Searcher | None = None
-        self.scorer = FastScorer(threshold=config.score_threshold)
         self._lock = FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S)
         self._turns = FairRLock()
-        self.compact_settings = CompactSettings(**config.compact_values())
-        self.topic_settings = topics.settings_from(config.topic_values())
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
-        self._git = GitRecorder(layout.root) if config.git_auto_commit else None
-        # Engine changes awaiting their commit; fsio reports every file the engine writes, moves or removes.
-        self._journal = gitsync.Journal(layout.root) if self._git is not None else None
-        self._observer = (
-            fsio.observe(layout.root, self._journal.record_paths) if self._journal is not None else None
-        )
+        self._git: GitRecorder | None = None
+        self._journal: gitsync.Journal | None = None
+        self._observer: int | None = None
+        if config.git_auto_commit:
+            from vaultmem import gitsync
+
+            self._git = gitsync.GitRecorder(layout.root)
+            # Engine changes awaiting their commit; fsio reports every file the engine writes, moves or
+            # removes.
+            self._journal = gitsync.Journal(layout.root)
+            self._observer = fsio.observe(layout.root, self._journal.record_paths)
         self._batches = 0  # open commit batches: commits wait for the outermost to end
         self._batches_lock = threading.Lock()
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
         self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
         self.commits = 0  # git commits this vault made (engine batches and hand edits)
         self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
+
+    # Settings and helpers of work a search never does: built on first use, so that opening a vault to
+    # read it imports neither the scorer, the compactor nor the topic planner (each may be replaced).
+    @functools.cached_property
+    def scorer(self) -> FastScorer:
+        from vaultmem.scoring import FastScorer
+
+        return FastScorer(threshold=self.config.score_threshold)
+
+    @functools.cached_property
+    def compact_settings(self) -> CompactSettings:
+        from vaultmem.compact import CompactSettings
+
+        return CompactSettings(**self.config.compact_values())
+
+    @functools.cached_property
+    def topic_settings(self) -> topics.TopicSettings:
+        from vaultmem import topics
+
+        return topics.settings_from(self.config.topic_values())
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -315,12 +305,21 @@ class Vault:
     def _heal(self) -> None:
         """Finish what a crash interrupted: ingest batches and status rewrites, compaction steps, the
         temp files of a writer that died, and jobs leased by a process that is gone."""
+        from vaultmem import daemonstate
+
         layout = self.layout
+        # The healers are imported only when there is something to heal: opening a vault to search it
+        # must not import ingest and compaction (bench/startup.py).
         if layout.intent.is_dir() and any(layout.intent.iterdir()):
+            from vaultmem.ingest import heal_intents
+
             with self._locked():
                 heal_intents(self.conn, layout, self.config.max_file_bytes)
-        if treeops.pending_notes(layout):
-            self.heal_compaction()
+        if layout.treeops.is_dir() and any(layout.treeops.iterdir()):
+            from vaultmem import treeops
+
+            if treeops.pending_notes(layout):
+                self.heal_compaction()
         if layout.writing.exists():
             with self._locked():
                 pass  # a writer died holding the lock: taking it tidies what it left
@@ -329,6 +328,8 @@ class Vault:
 
     def heal_compaction(self) -> list[str]:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
+        from vaultmem import treeops
+
         with self._locked():
             embedder = self.embedder
             done = treeops.heal(self.conn, self.layout, embedder.model_id, embedder.dim)
@@ -390,6 +391,8 @@ class Vault:
 
     def repo_stamp(self) -> tuple[object, ...] | None:
         """Changes whenever a git command moves HEAD or rewrites the index of the vault's repository."""
+        from vaultmem import gitsync
+
         return gitsync.repo_stamp(self.layout.root)
 
     def git_operation(self) -> GitOperation | None:
@@ -397,6 +400,8 @@ class Vault:
         conflict, a rebase, a cherry-pick, a bisect, a detached HEAD, a live ``index.lock``), or None.
         Every write pauses while there is one, whether or not git auto-commit is on: the tree is half
         restored, and engine writes would make ``--continue``/``--abort`` fail."""
+        from vaultmem import gitsync
+
         return gitsync.operation_in_progress(self.layout.root)
 
     def _writable(self) -> None:
@@ -434,6 +439,8 @@ class Vault:
         Mappings need a ``source`` (argument or per record). Returns what was added, deduplicated,
         dropped and redacted.
         """
+        from vaultmem.canon_chat import messages_from_records
+
         items = list(messages)
         canonical: list[Message] = []
         records: list[Mapping[str, Any]] = []
@@ -450,6 +457,9 @@ class Vault:
         self, path: str | Path, *, source: str | None = None, progress: Progress | None = None
     ) -> IngestReport:
         """Ingest a file or a directory (chat JSON/JSONL, Markdown/text, .eml, mbox)."""
+        from vaultmem.canon import read_path
+        from vaultmem.ingest import IngestReport
+
         if source is not None:
             safe_name(source)
         result = read_path(Path(path), source=source, max_bytes=self.config.max_file_bytes)
@@ -469,6 +479,9 @@ class Vault:
             return self._ingest_batches(messages, progress)
 
     def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+        from vaultmem.ingest import IngestReport, build_leaves, check_new_sources, write_leaves
+        from vaultmem.mailthread import thread_messages
+
         check_new_sources(self.layout, {m.source for m in messages})
         messages = thread_messages(messages, lambda source: index.known_emails(self.conn, source))
         report = IngestReport()
@@ -544,6 +557,8 @@ class Vault:
 
     def summary(self, node_id: str) -> SummaryNode:
         """The summary (level) with this id, read from its ``_summary.md``."""
+        from vaultmem.ingest import read_summary_file
+
         check_node_id(node_id)
         row = self.conn.execute(
             "SELECT path FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
@@ -564,6 +579,9 @@ class Vault:
         its digest, or (``period`` ``week`` / ``month``) the week part or month holding it, written now if
         it is missing or behind its leaves; [] for a day nothing was remembered. With ``start`` and/or
         ``end`` instead: the existing digests of ``period`` that cover a day in that range, in time order."""
+        from vaultmem import digest, treeops
+        from vaultmem.ingest import read_summary_file
+
         max_bytes = self.config.max_file_bytes
         if start is not None or end is not None:
             if day is not None:
@@ -631,6 +649,8 @@ class Vault:
         ]
 
     def stats(self) -> Stats:
+        from vaultmem import daemonstate, gitsync, topics
+
         storage = 0
         index_bytes = 0
         for p in self.layout.root.rglob("*"):
@@ -695,6 +715,7 @@ class Vault:
                 self.config.embed_model,
                 backend=self.config.embed_backend,
                 batch_size=self.config.embed_batch_size,
+                cache_dir=model_cache_dir(),
             )
         return self._embedder
 
@@ -704,6 +725,9 @@ class Vault:
         Leaves without a vector of the configured model (new ones, or all of them after the model was
         changed) are queued first, so switching models re-embeds the vault instead of leaving search
         without meaning-based hits."""
+        from vaultmem.ingest import extract_job
+        from vaultmem.worker import drain
+
         with (
             self.commit_batch(),
             self._locked(),
@@ -735,6 +759,8 @@ class Vault:
     @property
     def summariser(self) -> Summariser:
         """The configured summariser: extractive, or an OpenAI-compatible endpoint falling back to it."""
+        from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser
+
         if self._summariser is None:
             extractive = ExtractiveSummariser()
             if self.config.llm_base_url and self.config.llm_model:
@@ -753,6 +779,9 @@ class Vault:
     @property
     def entity_finder(self) -> EntityFinder:
         """Rule-based entities, plus the [llm] endpoint's when ``topics.llm_entities`` is on."""
+        from vaultmem.entities_llm import LLMEntityExtractor
+        from vaultmem.extract import find_entities
+
         if self._finder is None:
             self._finder = find_entities
             if self.config.topics_llm_entities and self.config.llm_base_url and self.config.llm_model:
@@ -769,6 +798,8 @@ class Vault:
         return self._finder
 
     def work_context(self) -> WorkContext:
+        from vaultmem.pool import WorkContext
+
         return WorkContext(
             layout=self.layout,
             settings=self.compact_settings,
@@ -784,6 +815,8 @@ class Vault:
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
+        from vaultmem.pool import Pool
+
         self._writable()
         with self.commit_batch():
             return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
@@ -804,6 +837,9 @@ class Vault:
             return self._compact(progress)
 
     def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
+        from vaultmem import digest, treeops
+        from vaultmem.reconcile import catch_up
+
         with self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
@@ -839,6 +875,9 @@ class Vault:
         return report
 
     def _plan(self) -> PoolReport:
+        from vaultmem.compact import Planner, SourceState
+        from vaultmem.pool import PoolReport
+
         report = PoolReport()
         embedder = self.embedder
         planner = Planner(self.conn, self.layout, self.compact_settings)
@@ -891,6 +930,8 @@ class Vault:
         """Commit what the engine changed and has not committed yet (only its own paths). During a git
         operation nothing is committed and the changes stay recorded for the next commit. Returns the
         new commit, or None."""
+        from vaultmem import gitsync
+
         if self._journal is None or self._git is None:
             return None
         with self._locked(git_guard=False):
@@ -917,6 +958,7 @@ class Vault:
             return result.sha
 
     def _after_commit(self, result: gitsync.CommitResult) -> None:
+
         self.git_notes.extend(result.notes)
         self.commits += result.sha is not None
         for path, kinds in result.held:
@@ -928,6 +970,8 @@ class Vault:
     def _commit_by_hand(self, paths: list[str]) -> None:
         """Commit a person's edits the engine just read as their own commit ("edit by hand: ..."), before
         anything the engine derives from them, so they never hide inside an engine commit."""
+        from vaultmem import gitsync
+
         if self._git is None or not paths:
             return
         try:
@@ -952,6 +996,9 @@ class Vault:
         ``seen`` already has them with the same size and mtime. With ``repo_stamp`` (what
         ``repo_stamp()`` said when the paths were gathered), a git command that ran since makes it
         raise ``GitBusy`` and change nothing: the paths may describe a tree git was still writing."""
+        from vaultmem import digest, topicroute
+        from vaultmem.reconcile import reconcile_paths
+
         with self._locked():
             if repo_stamp is not None and self.repo_stamp() != repo_stamp:
                 raise GitBusy(
@@ -989,12 +1036,16 @@ class Vault:
 
     def changed_paths(self, seen: Mapping[str, Stamp]) -> list[str]:
         """Paths that differ from the index (or from ``seen``, the notes already read), by ``stat``."""
+        from vaultmem.reconcile import changed_paths
+
         return changed_paths(self.conn, self.layout, seen)
 
     def read_notes(self, rels: Iterable[str]) -> list[str]:
         """Ingest Markdown notes of the vault (not vaultmem nodes) as documents; the files stay as they
         are. The source is the note's top folder (``notes/a.md`` -> ``notes``; a note at the top: ``notes``).
         Returns the leaf ids added (re-reading unchanged text adds nothing)."""
+        from vaultmem.canon import read_path
+
         messages: list[Message] = []
         for rel in rels:
             top = rel.split("/", 1)[0] if "/" in rel else "notes"
@@ -1033,10 +1084,18 @@ class Vault:
         ``topic`` (an entity name or key) keeps the leaves that mention it. A query that names a time
         ("last Tuesday", "in May 2023", "上周三") ranks what was said then first; ``now`` is the
         reference for relative times (default: the current time)."""
-        entity = entityindex.resolve(self.conn, topic) if topic is not None else None
+        entity = self._topic_key(topic)
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status, entity)
         self._note_query(query)
         return self._window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))[:k]
+
+    def _topic_key(self, topic: str | None) -> str | None:
+        """The entity key a ``topic`` filter names (the entity index is read only when there is one)."""
+        if topic is None:
+            return None
+        from vaultmem import entityindex
+
+        return entityindex.resolve(self.conn, topic)
 
     def _window_first(
         self, query: str, filters: Filters, now: datetime | None, ranked: Callable[[str, Filters], list[Hit]]
@@ -1056,11 +1115,23 @@ class Vault:
 
     def _note_query(self, query: str) -> None:
         """A query that names an entity makes it hotter (the heat formula's query term)."""
-        if not self.topic_settings.enabled or not isinstance(query, str) or self.read_only is not None:
+        if not isinstance(query, str) or self.read_only is not None:
+            return
+        # The topic settings once built (or set) are the truth; before that the config says the same
+        # without importing the topic planner on the search path.
+        built = self.__dict__.get("topic_settings")
+        if built is not None:
+            enabled, heat_settings = built.enabled, built.heat
+        else:
+            enabled, heat_settings = (
+                self.config.topics_enabled,
+                heat.settings_from(self.config.topic_values()),
+            )
+        if not enabled:
             return
         keys = [m.key for m in entities.extract(query)]
         if keys:
-            heat.queried(self.conn, keys, heat.utcnow(), self.topic_settings.heat)
+            heat.queried(self.conn, keys, heat.utcnow(), heat_settings)
 
     def context(
         self,
@@ -1079,6 +1150,9 @@ class Vault:
 
         ``mode``: ``flat`` (leaves only), ``collapsed`` (leaves and summaries ranked together) or
         ``walk`` (top-down through the best branches); see ``treectx``. Chosen nodes never overlap."""
+        from vaultmem import treectx
+        from vaultmem.context import assemble
+
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         mode = mode or DEFAULT_CONTEXT_MODE
@@ -1086,7 +1160,7 @@ class Vault:
             raise InvalidInput(f"unknown context mode {mode!r}; one of {', '.join(treectx.MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("the query is empty; type a few words to search for")
-        entity = entityindex.resolve(self.conn, topic) if topic is not None else None
+        entity = self._topic_key(topic)
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), entity=entity)
         self._note_query(query)
         # Enough candidates to fill the budget several times over with short turns.
@@ -1109,6 +1183,8 @@ class Vault:
     def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[tree.Node]:
         """Children of a level (every source's top for ``None``), in reading order or ranked by ``query``.
         A topic or digest node's children are its sub-levels, then the leaves it links."""
+        from vaultmem import tree
+
         linked: list[str] = []
         if node_id is not None and node_id.startswith("s"):
             node = self.summary(node_id)
@@ -1138,10 +1214,14 @@ class Vault:
 
     def serialize(self, node_id: str) -> str:
         """A level and everything under it read as one Markdown document (depth first, reading order)."""
+        from vaultmem import tree
+
         return tree.serialize(self.conn, node_id)
 
     def expand_to_length(self, node_id: str, budget_tokens: int) -> tree.Expansion:
         """A level expanded breadth first (summary, then children, ...) while it fits ``budget_tokens``."""
+        from vaultmem import tree
+
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         return tree.expand_to_length(self.conn, node_id, budget_tokens)
@@ -1154,6 +1234,8 @@ class Vault:
         the index's ``meta``), every admitted leaf is read anew and its list replaced by what the rules
         find now. Returns how many leaves changed; ``compact`` then routes the topics they make hot (and
         archives those no leaf names any more)."""
+        from vaultmem.lifecycle import set_status
+
         row = self.conn.execute("SELECT value FROM meta WHERE key = 'entity_rules'").fetchone()
         stale = row is None or int(row[0]) < entities.RULES_VERSION
         ids = [
@@ -1194,6 +1276,8 @@ class Vault:
     def sweep_topics(self) -> int:
         """Queue routing for every topic (the cold are archived) and every entity hot enough for one;
         ``compact`` and the daemon's midnight run it. Returns the jobs queued."""
+        from vaultmem import topicroute
+
         with self._locked():
             heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
             return topicroute.sweep(self.conn, self.layout, heat.utcnow(), self.topic_settings)
@@ -1201,6 +1285,8 @@ class Vault:
     def topic(self, entity: str, n: int = 5, *, now: datetime | None = None) -> entityindex.TopicView:
         """What the vault knows about ``entity`` (a name, ``@handle`` or key): its topic summary (latest
         state first; empty while it has no topic tree), its ``n`` most important and ``n`` newest leaves."""
+        from vaultmem import entityindex, topics
+
         key = entityindex.resolve(self.conn, entity)
         path = topics.existing(self.conn).get(key)
         summary = entityindex.summary_text(self.conn, path)
@@ -1208,6 +1294,8 @@ class Vault:
 
     def hot_topics(self, n: int = 10, *, now: datetime | None = None) -> list[entityindex.EntityInfo]:
         """The ``n`` hottest entities (see ``heat`` for the formula), with their topic tree if any."""
+        from vaultmem import entityindex
+
         if n < 1:
             raise InvalidInput("ask for at least one topic")
         at = now or heat.utcnow()
@@ -1217,6 +1305,8 @@ class Vault:
 
     def graph(self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None) -> dict[str, Any]:
         """The entity graph: the ``limit`` most mentioned entities and their co-occurrence edges."""
+        from vaultmem import entityindex
+
         if limit < 1 or min_weight < 1:
             raise InvalidInput("limit and min_weight must be at least 1")
         return entityindex.graph(
@@ -1236,6 +1326,8 @@ class Vault:
     ) -> str:
         """A new leaf as the last child of the level ``parent_id``; returns its id. Session and input
         kind default to the nearest leaf's; ``flush()`` embeds it, as it does ingested leaves."""
+        from vaultmem.docmem import plan_append_child
+
         return self._docmem(
             lambda: plan_append_child(
                 self.conn, self.layout, parent_id, text, role=role, speaker=speaker, ts=ts, session=session
@@ -1254,6 +1346,8 @@ class Vault:
         session: str | None = None,
     ) -> str:
         """A new leaf between two adjacent siblings (``InvalidInput`` if they are not); returns its id."""
+        from vaultmem.docmem import plan_insert_between
+
         return self._docmem(
             lambda: plan_insert_between(
                 self.conn,
@@ -1271,6 +1365,8 @@ class Vault:
     def delete(self, node_id: str) -> list[str]:
         """Delete a node and everything under it; returns the ids removed. A level whose folder holds a
         file that is not a vaultmem node is refused (``InvalidInput``), so no person's file is lost."""
+        from vaultmem.docmem import plan_delete
+
         return list(
             self._docmem(
                 lambda: plan_delete(self.conn, self.layout, node_id, max_bytes=self.config.max_file_bytes)
@@ -1280,6 +1376,8 @@ class Vault:
     def update_content(self, node_id: str, text: str) -> None:
         """Rewrite a node's text: a leaf keeps its id, provenance and your keys and is re-embedded; a
         summary's new text counts as a hand edit, kept under ``## Pinned`` when it is next re-summarised."""
+        from vaultmem.docmem import plan_update_content
+
         self._docmem(
             lambda: plan_update_content(
                 self.conn, self.layout, node_id, text, max_bytes=self.config.max_file_bytes
@@ -1288,6 +1386,8 @@ class Vault:
 
     def add_summary(self, node_ids: Iterable[str], text: str, *, title: str | None = None) -> str:
         """A new level over contiguous sibling leaves, with ``text`` as its summary; returns its id."""
+        from vaultmem.docmem import plan_add_summary
+
         ids = list(node_ids)
         return self._docmem(
             lambda: plan_add_summary(
@@ -1297,14 +1397,21 @@ class Vault:
 
     def session_tree(self, session: str, *, source: str | None = None) -> SessionTree:
         """A chat session read as a tree: its messages and the levels standing for runs of them."""
+        from vaultmem.sessions import session_tree
+
         return session_tree(self.conn, session, source=source)
 
     def build_message_list(self, session: str, *, source: str | None = None) -> list[dict[str, Any]]:
         """The session as an OpenAI-style message list; a level covering a run of it becomes a
         ``recall_memory_summary`` tool call and its result."""
+        from vaultmem.sessions import session_tree
+
         return session_tree(self.conn, session, source=source).messages()
 
     def _docmem(self, plan: Callable[[], Plan]) -> tuple[str, ...]:
+        from vaultmem import digest, topicroute, treeops
+        from vaultmem.docmem import run
+
         with self.commit_batch(), self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
@@ -1364,6 +1471,10 @@ class Vault:
         return report
 
     def _reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
+        from vaultmem.extract import vectors_from_sidecars
+        from vaultmem.ingest import extract_job
+        from vaultmem.reindex import reindex
+
         with self._locked():
             report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
             embedder = self.embedder
@@ -1377,6 +1488,9 @@ class Vault:
     def check(self, *, fix: bool = False, redact: bool = False) -> CheckReport:
         """Verify the index against the files (``fix``: repair the index side). ``redact`` (with
         ``fix``) also rewrites Markdown files that hold a secret, with the secret replaced."""
+        from vaultmem import treeops
+        from vaultmem.check import CheckReport, Problem, check
+
         if redact and not fix:
             raise InvalidInput(
                 "--redact rewrites files, so it goes with --fix: `vaultmem check --fix --redact`"
@@ -1470,6 +1584,16 @@ def _set_aside(layout: Layout, why: str) -> tuple[Path, db.Salvage]:
             " make .vaultmem/ writable, then run `vaultmem reindex`"
         ) from exc
     return moved, db.salvage(moved)
+
+
+def model_cache_dir() -> Path:
+    """Where files derived from the embedding model are kept between processes (prepared weights):
+    ``$VAULTMEM_CACHE``, else ``$XDG_CACHE_HOME/vaultmem``, else ``~/.cache/vaultmem``."""
+    override = os.environ.get("VAULTMEM_CACHE")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vaultmem"
 
 
 def _when(value: datetime | str | None, name: str) -> datetime | None:
