@@ -39,7 +39,7 @@ HEAVY = [
     "vaultmem.compact",
     "vaultmem.summarise",
     "vaultmem.treeops",
-    "vaultmem.topics",
+    "vaultmem.topics.plan",
     "vaultmem.docmem",
     "vaultmem.sessions",
     "vaultmem.vault",

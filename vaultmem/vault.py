@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from filelock import FileLock, Timeout
 
 # Only what opening a vault and searching it need is imported here: `vaultmem search` from a cold shell
-# must not pay for ingest, compaction, topics or git (bench/startup.py). The rest is imported where used.
-from vaultmem import db, entities, fsio, heat, index, timeparse
+# must not pay for ingest, compaction, topic planning or git (bench/startup.py; tests/test_cli.py checks
+# the list). The rest is imported where it is used; ``topics`` imports each of its modules on first use.
+from vaultmem import db, entities, fsio, index, timeparse, topics
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context
 from vaultmem.embed import Embedder, load_embedder
@@ -61,7 +62,7 @@ from vaultmem.search import Filters, Hit, Searcher
 from vaultmem.summaryfile import SummaryNode
 
 if TYPE_CHECKING:
-    from vaultmem import entityindex, gitsync, topics, tree
+    from vaultmem import gitsync, tree
     from vaultmem.check import CheckReport
     from vaultmem.compact import CompactSettings
     from vaultmem.docmem import Plan
@@ -198,10 +199,8 @@ class Vault:
         return CompactSettings(**self.config.compact_values())
 
     @functools.cached_property
-    def topic_settings(self) -> topics.TopicSettings:
-        from vaultmem import topics
-
-        return topics.settings_from(self.config.topic_values())
+    def topic_settings(self) -> topics.plan.TopicSettings:
+        return topics.plan.settings_from(self.config.topic_values())
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -439,7 +438,7 @@ class Vault:
         Mappings need a ``source`` (argument or per record). Returns what was added, deduplicated,
         dropped and redacted.
         """
-        from vaultmem.canon_chat import messages_from_records
+        from vaultmem.inputs.chat import messages_from_records
 
         items = list(messages)
         canonical: list[Message] = []
@@ -457,8 +456,8 @@ class Vault:
         self, path: str | Path, *, source: str | None = None, progress: Progress | None = None
     ) -> IngestReport:
         """Ingest a file or a directory (chat JSON/JSONL, Markdown/text, .eml, mbox)."""
-        from vaultmem.canon import read_path
         from vaultmem.ingest import IngestReport
+        from vaultmem.inputs import read_path
 
         if source is not None:
             safe_name(source)
@@ -480,7 +479,7 @@ class Vault:
 
     def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
         from vaultmem.ingest import IngestReport, build_leaves, check_new_sources, write_leaves
-        from vaultmem.mailthread import thread_messages
+        from vaultmem.inputs.mailthread import thread_messages
 
         check_new_sources(self.layout, {m.source for m in messages})
         messages = thread_messages(messages, lambda source: index.known_emails(self.conn, source))
@@ -649,7 +648,7 @@ class Vault:
         ]
 
     def stats(self) -> Stats:
-        from vaultmem import daemonstate, gitsync, topics
+        from vaultmem import daemonstate, gitsync
 
         storage = 0
         index_bytes = 0
@@ -669,7 +668,9 @@ class Vault:
         first, latest = self.conn.execute(
             "SELECT min(ts), max(ts) FROM chunks WHERE ts IS NOT NULL"
         ).fetchone()
-        live_topics = sum(1 for p in topics.existing(self.conn).values() if f"/{topics.ARCHIVE}/" not in p)
+        live_topics = sum(
+            1 for p in topics.plan.existing(self.conn).values() if f"/{topics.plan.ARCHIVE}/" not in p
+        )
         return Stats(
             path=str(self.layout.root),
             storage_bytes=storage,
@@ -958,7 +959,6 @@ class Vault:
             return result.sha
 
     def _after_commit(self, result: gitsync.CommitResult) -> None:
-
         self.git_notes.extend(result.notes)
         self.commits += result.sha is not None
         for path, kinds in result.held:
@@ -996,7 +996,7 @@ class Vault:
         ``seen`` already has them with the same size and mtime. With ``repo_stamp`` (what
         ``repo_stamp()`` said when the paths were gathered), a git command that ran since makes it
         raise ``GitBusy`` and change nothing: the paths may describe a tree git was still writing."""
-        from vaultmem import digest, topicroute
+        from vaultmem import digest
         from vaultmem.reconcile import reconcile_paths
 
         with self._locked():
@@ -1017,7 +1017,7 @@ class Vault:
             if report.deleted:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
             if report.deleted or report.changed:
-                topicroute.enqueue_out_of_date(self.conn)  # a hand edit may add or remove an entity
+                topics.route.enqueue_out_of_date(self.conn)  # a hand edit may add or remove an entity
             if report.stale:
                 self._commit(f"memory: mark {len(report.stale)} summaries stale (what is below them changed)")
             return report
@@ -1044,7 +1044,7 @@ class Vault:
         """Ingest Markdown notes of the vault (not vaultmem nodes) as documents; the files stay as they
         are. The source is the note's top folder (``notes/a.md`` -> ``notes``; a note at the top: ``notes``).
         Returns the leaf ids added (re-reading unchanged text adds nothing)."""
-        from vaultmem.canon import read_path
+        from vaultmem.inputs import read_path
 
         messages: list[Message] = []
         for rel in rels:
@@ -1084,18 +1084,10 @@ class Vault:
         ``topic`` (an entity name or key) keeps the leaves that mention it. A query that names a time
         ("last Tuesday", "in May 2023", "上周三") ranks what was said then first; ``now`` is the
         reference for relative times (default: the current time)."""
-        entity = self._topic_key(topic)
+        entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status, entity)
         self._note_query(query)
         return self._window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))[:k]
-
-    def _topic_key(self, topic: str | None) -> str | None:
-        """The entity key a ``topic`` filter names (the entity index is read only when there is one)."""
-        if topic is None:
-            return None
-        from vaultmem import entityindex
-
-        return entityindex.resolve(self.conn, topic)
 
     def _window_first(
         self, query: str, filters: Filters, now: datetime | None, ranked: Callable[[str, Filters], list[Hit]]
@@ -1104,7 +1096,7 @@ class Vault:
         without the time words) when it names one and no explicit ``since``/``until`` is given."""
         window = None
         if filters.since is None and filters.until is None and isinstance(query, str):
-            window = timeparse.find_range(query, utc(now) if now is not None else heat.utcnow())
+            window = timeparse.find_range(query, utc(now) if now is not None else topics.heat.utcnow())
         found = ranked(query, filters)
         if window is None:
             return found
@@ -1123,15 +1115,13 @@ class Vault:
         if built is not None:
             enabled, heat_settings = built.enabled, built.heat
         else:
-            enabled, heat_settings = (
-                self.config.topics_enabled,
-                heat.settings_from(self.config.topic_values()),
-            )
+            enabled = self.config.topics_enabled
+            heat_settings = topics.heat.settings_from(self.config.topic_values())
         if not enabled:
             return
         keys = [m.key for m in entities.extract(query)]
         if keys:
-            heat.queried(self.conn, keys, heat.utcnow(), heat_settings)
+            topics.heat.queried(self.conn, keys, topics.heat.utcnow(), heat_settings)
 
     def context(
         self,
@@ -1160,7 +1150,7 @@ class Vault:
             raise InvalidInput(f"unknown context mode {mode!r}; one of {', '.join(treectx.MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("the query is empty; type a few words to search for")
-        entity = self._topic_key(topic)
+        entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), entity=entity)
         self._note_query(query)
         # Enough candidates to fill the budget several times over with short turns.
@@ -1263,7 +1253,7 @@ class Vault:
                 progress(min(start + 512, len(ids)), len(ids))
         with self._locked():
             if found:
-                heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
+                topics.heat.seed(self.conn, topics.heat.utcnow(), self.topic_settings.heat)
                 self._commit(f"memory: entities found anew in {found} leaves")
             if stale and not busy:  # a leaf changed on disk meanwhile: the next rescan reads all again
                 with db.atomic(self.conn):
@@ -1276,41 +1266,37 @@ class Vault:
     def sweep_topics(self) -> int:
         """Queue routing for every topic (the cold are archived) and every entity hot enough for one;
         ``compact`` and the daemon's midnight run it. Returns the jobs queued."""
-        from vaultmem import topicroute
-
         with self._locked():
-            heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
-            return topicroute.sweep(self.conn, self.layout, heat.utcnow(), self.topic_settings)
+            topics.heat.seed(self.conn, topics.heat.utcnow(), self.topic_settings.heat)
+            return topics.route.sweep(self.conn, self.layout, topics.heat.utcnow(), self.topic_settings)
 
-    def topic(self, entity: str, n: int = 5, *, now: datetime | None = None) -> entityindex.TopicView:
+    def topic(self, entity: str, n: int = 5, *, now: datetime | None = None) -> topics.query.TopicView:
         """What the vault knows about ``entity`` (a name, ``@handle`` or key): its topic summary (latest
         state first; empty while it has no topic tree), its ``n`` most important and ``n`` newest leaves."""
-        from vaultmem import entityindex, topics
+        key = topics.query.resolve(self.conn, entity)
+        path = topics.plan.existing(self.conn).get(key)
+        summary = topics.query.summary_text(self.conn, path)
+        return topics.query.topic_view(
+            self.conn, key, summary, now or topics.heat.utcnow(), self.topic_settings, n
+        )
 
-        key = entityindex.resolve(self.conn, entity)
-        path = topics.existing(self.conn).get(key)
-        summary = entityindex.summary_text(self.conn, path)
-        return entityindex.topic_view(self.conn, key, summary, now or heat.utcnow(), self.topic_settings, n)
-
-    def hot_topics(self, n: int = 10, *, now: datetime | None = None) -> list[entityindex.EntityInfo]:
+    def hot_topics(self, n: int = 10, *, now: datetime | None = None) -> list[topics.query.EntityInfo]:
         """The ``n`` hottest entities (see ``heat`` for the formula), with their topic tree if any."""
-        from vaultmem import entityindex
-
         if n < 1:
             raise InvalidInput("ask for at least one topic")
-        at = now or heat.utcnow()
+        at = now or topics.heat.utcnow()
         if self.read_only is None:
-            heat.seed(self.conn, at, self.topic_settings.heat)  # an index rebuilt without its heat table
-        return entityindex.hot(self.conn, n, at, self.topic_settings)
+            topics.heat.seed(
+                self.conn, at, self.topic_settings.heat
+            )  # an index rebuilt without its heat table
+        return topics.query.hot(self.conn, n, at, self.topic_settings)
 
     def graph(self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None) -> dict[str, Any]:
         """The entity graph: the ``limit`` most mentioned entities and their co-occurrence edges."""
-        from vaultmem import entityindex
-
         if limit < 1 or min_weight < 1:
             raise InvalidInput("limit and min_weight must be at least 1")
-        return entityindex.graph(
-            self.conn, now or heat.utcnow(), self.topic_settings, limit=limit, min_weight=min_weight
+        return topics.query.graph(
+            self.conn, now or topics.heat.utcnow(), self.topic_settings, limit=limit, min_weight=min_weight
         )
 
     # -- document operations (docmem) ---------------------------------------------------------------
@@ -1409,7 +1395,7 @@ class Vault:
         return session_tree(self.conn, session, source=source).messages()
 
     def _docmem(self, plan: Callable[[], Plan]) -> tuple[str, ...]:
-        from vaultmem import digest, topicroute, treeops
+        from vaultmem import digest, treeops
         from vaultmem.docmem import run
 
         with self.commit_batch(), self._locked():
@@ -1423,7 +1409,7 @@ class Vault:
             run(self.conn, self.layout, planned, model=model, dim=dim, max_bytes=self.config.max_file_bytes)
             if op.removes:
                 digest.enqueue_out_of_date(self.conn, time.time())  # a deleted leaf leaves its day
-                topicroute.enqueue_out_of_date(self.conn)  # and its topics
+                topics.route.enqueue_out_of_date(self.conn)  # and its topics
             self._commit(op.message)
             return planned.ids
 

@@ -13,9 +13,6 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vaultmem.canon_chat import parse_chat_bytes
-from vaultmem.canon_docs import parse_document
-from vaultmem.canon_email import parse_eml, parse_mbox
 from vaultmem.errors import InvalidInput, UnsafePath
 from vaultmem.model import Message, default_source_name, safe_name
 
@@ -130,6 +127,12 @@ def _read_file(path: Path, name: str, source: str, max_bytes: int) -> list[Messa
         raise InvalidInput(f"{path}: empty file, nothing to ingest")
     if b"\x00" in data[:_SNIFF_BYTES]:
         raise InvalidInput(f"{path}: looks binary (NUL bytes); only text, JSON and email files are read")
+    # The adapters are imported here, not above: the index imports ``inputs.mailthread``, and importing
+    # this package must not cost a search the email parser (bench/startup.py).
+    from vaultmem.inputs.chat import parse_chat_bytes
+    from vaultmem.inputs.docs import parse_document
+    from vaultmem.inputs.email import parse_eml, parse_mbox
+
     suffix = path.suffix.lower()
     if suffix in CHAT_SUFFIXES:
         messages = parse_chat_bytes(data, source=source, filename=name)

@@ -30,9 +30,8 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import entities, fsio, heat, index, vectors
+from vaultmem import entities, fsio, index, vectors
 from vaultmem.errors import FrontmatterError
-from vaultmem.heat import HeatSettings
 from vaultmem.layout import SUMMARY_NAME, Layout, slug
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Status, parse_ts
@@ -47,6 +46,8 @@ from vaultmem.summaryfile import (
     summary_id,
     text_hash,
 )
+from vaultmem.topics.heat import HeatSettings
+from vaultmem.topics.heat import settings_from as heat_settings_from
 from vaultmem.treeops import FileWrite, TreeOp
 
 TOPICS = "topics"
@@ -80,7 +81,7 @@ def settings_from(values: dict[str, object]) -> TopicSettings:
     """``TopicSettings`` from the ``[topics]`` keys (``Config.topic_values()``)."""
     heat_keys = {f.name for f in fields(HeatSettings)}
     rest = {k: v for k, v in values.items() if k not in heat_keys and k != "llm_entities"}
-    return TopicSettings(heat=heat.settings_from(values), **rest)  # type: ignore[arg-type]
+    return TopicSettings(heat=heat_settings_from(values), **rest)  # type: ignore[arg-type]
 
 
 def topic_dir(key: str, *, archived: bool = False) -> str:
