@@ -1,10 +1,9 @@
 """vaultmem: long-term memory for AI agents, kept as plain Markdown on disk.
 
-The public surface is re-exported here; everything else is internal. ``Vault``, ``SessionTree`` and
-``SummaryNode`` are imported on first access (PEP 562), so that importing one small module of the
-package (``vaultmem.errors``, ``vaultmem.embed``) does not import the whole engine.
+The public surface is re-exported here; everything else is internal.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from vaultmem.errors import (
@@ -30,6 +29,8 @@ if TYPE_CHECKING:
     from vaultmem.summaryfile import SummaryNode
     from vaultmem.vault import Vault
 
+# Imported on first use (PEP 562): `import vaultmem.<module>` stays cheap, so a command that never opens
+# a vault (or opens it after answering, as `vaultmem mcp` does) does not pay for the whole engine.
 _LAZY = {"SessionTree": "vaultmem.sessions", "SummaryNode": "vaultmem.summaryfile", "Vault": "vaultmem.vault"}
 
 
@@ -37,8 +38,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'vaultmem' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
