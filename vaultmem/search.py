@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from vaultmem.db import NAV
 from vaultmem.embed import Embedder
 from vaultmem.errors import InvalidInput
 from vaultmem.model import Status, format_ts
-from vaultmem.vectors import VectorCache
+from vaultmem.vectors import MatrixFile, VectorCache
 
 # Fusion constants, tuned on the LoCoMo dev split (bench/retrieval.py; figures in docs/architecture.md).
 RRF_K = 10
@@ -334,8 +335,17 @@ class SessionOrder:
 class Searcher:
     """Hybrid search over one vault's index. Keeps vectors in memory between queries."""
 
-    def __init__(self, conn: sqlite3.Connection, embedder_factory: Callable[[], Embedder]) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        embedder_factory: Callable[[], Embedder],
+        *,
+        state: Path | None = None,
+    ) -> None:
+        """``state``: the vault's ``.vaultmem`` folder, where a matrix file may let the first search of a
+        process map its vectors instead of reading them from the index (``vectors.MatrixFile``)."""
         self.conn = conn
+        self._state = state
         self._embedder_factory = embedder_factory
         self._cache: VectorCache | None = None
         self._order = SessionOrder()
@@ -352,7 +362,8 @@ class Searcher:
     def _vectors(self, embedder: Embedder) -> VectorCache:
         if self._cache is None or self._cache.model != embedder.model_id:
             self._cache = VectorCache(embedder.model_id, embedder.dim)
-        self._cache.refresh(self.conn)
+        files = MatrixFile.of(self._state, embedder.model_id) if self._state is not None else None
+        self._cache.refresh(self.conn, files)
         return self._cache
 
     def lexical(self, query: str, filters: Filters, limit: int) -> dict[str, list[str]]:

@@ -27,7 +27,7 @@ from filelock import FileLock, Timeout
 # Only what opening a vault and searching it need is imported here: `vaultmem search` from a cold shell
 # must not pay for ingest, compaction, topic planning or git (bench/startup.py; tests/test_cli.py checks
 # the list). The rest is imported where it is used; ``topics`` imports each of its modules on first use.
-from vaultmem import agentio, db, entities, fsio, index, mdfile, timeparse, topics
+from vaultmem import agentio, db, entities, fsio, index, mdfile, timeparse, topics, vectors
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context
 from vaultmem.embed import Embedder, load_embedder
@@ -503,10 +503,10 @@ class Vault:
                         " were not (a file of theirs already written is indexed on the next open); free"
                         " space, then run the same ingest again (what is already in is skipped)"
                     ) from exc
+                added_set = set(added)  # once: a set built per leaf made a batch quadratic
                 if added:
-                    names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
+                    names = sorted({leaf.source for leaf in leaves if leaf.id in added_set})
                     self._commit(f"memory: add {len(added)} leaves from {', '.join(names)}")
-            added_set = set(added)
             report = report.merge(
                 IngestReport(
                     messages=len(batch),
@@ -755,6 +755,7 @@ class Vault:
             )
             if report.admitted:
                 self._commit(f"memory: admit {report.admitted} leaves")
+            self.save_vectors()
             return report
 
     # -- compaction ---------------------------------------------------------------------------------
@@ -821,7 +822,23 @@ class Vault:
 
         self._writable()
         with self.commit_batch():
-            return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
+            report = Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
+        self.save_vectors()
+        return report
+
+    def save_vectors(self, *, force: bool = False) -> int:
+        """Rewrite the vector matrix file (``.vaultmem/vectors-*.npy``) when it is missing or behind the
+        index by ``vectors.MATRIX_STALE`` (``force``: always), so that a new process maps the vectors
+        instead of reading them row by row. Returns the rows written (0: nothing to do). Under the write
+        lock; a read-only vault keeps none."""
+        if self.read_only is not None:
+            return 0
+        embedder = self.embedder
+        files = vectors.MatrixFile.of(self.layout.state, embedder.model_id)
+        with self._locked():
+            if not force and not vectors.matrix_behind(self.conn, files, embedder.model_id):
+                return 0
+            return vectors.write_matrix(self.conn, self.layout.root, files, embedder.model_id, embedder.dim)
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
@@ -1069,7 +1086,7 @@ class Vault:
     @property
     def searcher(self) -> Searcher:
         if self._searcher is None:
-            self._searcher = Searcher(self.conn, lambda: self.embedder)
+            self._searcher = Searcher(self.conn, lambda: self.embedder, state=self.layout.state)
         return self._searcher
 
     def search(
@@ -1648,6 +1665,7 @@ class Vault:
                     self.conn, self.layout, embedder.model_id, embedder.dim
                 )
                 requeued = self.jobs.enqueue_many(extract_job(i) for i in missing)
+            self.save_vectors()
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
     def check(self, *, fix: bool = False, redact: bool = False) -> CheckReport:
