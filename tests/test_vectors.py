@@ -69,7 +69,7 @@ def test_approximate_top_overlaps_exact_on_real_embeddings(monkeypatch: pytest.M
     for i in range(0, 1500, 50):
         exact = set(np.argsort(-(m @ m[i]), kind="stable")[:10].tolist())
         overlaps.append(len(exact & set(cache.top(m[i], 10).tolist())) / 10)
-    assert np.mean(overlaps) >= 0.9
+    assert np.mean(overlaps) >= 0.99  # recall@10 against brute force (#22)
 
 
 def test_rows_restrict_the_search() -> None:
