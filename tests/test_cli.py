@@ -392,3 +392,10 @@ def test_lazy_public_names() -> None:
     assert set(vaultmem.__all__) <= set(dir(vaultmem))
     with pytest.raises(AttributeError):
         _ = vaultmem.NoSuchThing  # type: ignore[attr-defined]
+
+
+def test_cli_format_names_are_the_sniffers() -> None:
+    from vaultmem import cli
+    from vaultmem.inputs.sniff import FORMAT_NAMES
+
+    assert cli.FORMAT_NAMES == FORMAT_NAMES

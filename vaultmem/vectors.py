@@ -78,7 +78,9 @@ def by_ids(conn: sqlite3.Connection, model: str, ids: Iterable[str]) -> dict[str
 # Above this many vectors, candidates are pre-selected by Hamming distance on sign bits (a 32x smaller
 # array than the float32 matrix, so the scan is no longer memory-bound) and re-scored exactly.
 APPROX_ABOVE = 50_000
-RESCORE = 40  # candidates re-scored exactly per result asked for (20 gave recall@10 0.983 on MiniLM, under 0.99)
+RESCORE = (
+    40  # candidates re-scored exactly per result asked for (20 gave recall@10 0.983 on MiniLM, under 0.99)
+)
 
 
 def sign_bits(matrix: Matrix) -> npt.NDArray[np.uint64]:
