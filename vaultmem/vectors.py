@@ -189,8 +189,9 @@ class VectorCache:
 
 # --- the matrix file ---------------------------------------------------------------------------------
 
-# Below this many vectors, reading them from the index is about as fast as mapping a file: none is kept.
-MATRIX_MIN = 2_000
+# Below this many vectors, reading them from the index costs a new process a few tens of milliseconds, less
+# than writing the file costs each writer: none is kept.
+MATRIX_MIN = 20_000
 # The file is rewritten when this share of its rows (or more) changed or came since it was written;
 # until then a new process maps it and reads only the newer rows from the index.
 MATRIX_STALE = 0.05
