@@ -12,7 +12,8 @@
     treeops/            write-ahead notes of compactions in flight (replayed on open)
   sources/<source>/_fresh/<leaf>.md     new leaves
   sources/<source>/NN-slug/_summary.md  sealed levels (compactor)
-  topics/ global/ core/                 reserved for topic trees, the daily digest, core memory
+  topics/ global/                       topic trees, the daily digest
+  core/ sessions/ episodes/ recipes/    the agent's own memory (memindex)
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ FRESH = "_fresh"
 SUMMARY_NAME = "_summary.md"
 SIDECAR_NAME = "_embeddings.json"
 RESERVED_TOP = ("sources", "topics", "global", "core")
+# The agent's own memory (core files, session notes, episodes, recipes): indexed by ``memindex``.
+AGENT_TOPS = ("core", "sessions", "episodes", "recipes")
 # Directories and files the engine never indexes.
 IGNORED_DIRS = frozenset({".vaultmem", ".obsidian", ".git", ".trash", "node_modules"})
 
