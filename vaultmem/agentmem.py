@@ -307,18 +307,21 @@ def _promote(env: MemoryEnv, episode: Episode) -> EpisodeRecord:
     vecs = memindex.embed_cached(env.conn, env.embedder(), [(f"episode:{e.id}", e.request) for e in unique])
     row = {e.id: n for n, e in enumerate(unique)}
     mine = vecs[row[episode.id]]
-    best: tuple[float, Recipe] | None = None
+    # It joins the recipe with the most members within the threshold, when it has as many as a new
+    # recipe would need (the same test as promotion, against the recipe's own episodes).
+    best: tuple[int, float, Recipe] | None = None
     for recipe in live:
         ms = members[recipe.name]
-        if not ms:
-            continue
-        centroid = vecs[[row[m.id] for m in ms]].mean(axis=0)
-        centroid /= max(float(np.linalg.norm(centroid)), 1e-12)
-        cosine = float(centroid @ mine)
-        if cosine >= s.recipe_similarity and (best is None or cosine > best[0]):
-            best = (cosine, recipe)
+        sims = sorted((float(vecs[row[m.id]] @ mine) for m in ms), reverse=True)
+        close = sum(1 for x in sims if x >= s.recipe_similarity)
+        if close and close >= min(s.recipe_min_episodes - 1, len(ms)):
+            key = (close, sum(sims[:close]) / close, recipe)
+            if best is None or key[:2] > best[:2]:
+                best = key
     if best is not None:
-        joined = recipe_result(env, best[1].name, success=True, episode=episode)
+        recipe = best[2]
+        requests = [m.request for m in members[recipe.name]] + [episode.request]
+        joined = recipe_result(env, recipe.name, success=True, episode=episode, requests=requests)
         return EpisodeRecord(episode, joined, "joined")
     rows = [row[episode.id], *(row[e.id] for e in candidates)]
     group = recipes.promotion_group(0, vecs[rows], s.recipe_similarity, s.recipe_min_episodes)
@@ -388,8 +391,16 @@ def _cap(env: MemoryEnv, keep: str) -> None:
         env.commit(f"memory: recipe {recipe.name} archived (over {env.settings.recipe_max_learned} learned)")
 
 
-def recipe_result(env: MemoryEnv, name: str, *, success: bool, episode: Episode | None = None) -> Recipe:
-    """Count a successful or failed use of a recipe (and link the episode when one is given)."""
+def recipe_result(
+    env: MemoryEnv,
+    name: str,
+    *,
+    success: bool,
+    episode: Episode | None = None,
+    requests: Sequence[str] = (),
+) -> Recipe:
+    """Count a successful or failed use of a recipe (and link the episode when one is given). A learned
+    recipe an episode joined grows its trigger with the words its episodes' ``requests`` share."""
     if not isinstance(success, bool):
         raise InvalidInput("success must be true or false")
     for _ in range(coremem.ATTEMPTS):
@@ -412,8 +423,12 @@ def recipe_result(env: MemoryEnv, name: str, *, success: bool, episode: Episode 
         modes = current.modes
         if episode is not None and episode.mode not in modes:
             modes = (*modes, episode.mode)
+        trigger = current.trigger
+        if current.learned and requests:
+            trigger = recipes.grown_trigger(trigger, requests)
         updated = replace(
             current,
+            trigger=trigger,
             success_count=current.success_count + (1 if success else 0),
             failure_count=current.failure_count + (0 if success else 1),
             episodes=ids,
@@ -439,4 +454,4 @@ def recipes_for(
     chars = max_chars if max_chars is not None else env.settings.recipe_max_chars
     if n < 1 or chars < 1:
         raise InvalidInput("limit and max_chars must be positive")
-    return recipes.match(request, list_recipes(env), n, chars)
+    return recipes.match(request, list_recipes(env), n, chars, env.settings.recipe_trigger_min)

@@ -80,11 +80,12 @@ idle_s = 1800.0             # ... this many seconds (through the job queue: `vau
 max_age_days = 7.0          # ... unless its newest message is older than this (an imported history)
 
 [recipes]
-similarity = 0.7            # cosine between requests for promotion (measured: bench/recipes.py)
+similarity = 0.32           # cosine between requests for promotion (measured for MiniLM: bench/recipes.py)
 min_episodes = 3            # similar successful episodes that make a recipe
 max_learned = 50            # learned recipes kept live; the least used beyond it are archived
 max_in_prompt = 3           # recipes recipes_for returns at most ...
 max_chars = 2000            # ... within this many characters
+trigger_min = 0.15          # a trigger matches a request at this weighted share of its keywords (measured)
 
 [llm]
 base_url = ""               # OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp); empty = extractive only
@@ -132,7 +133,7 @@ _TOPIC_KEYS = (
 _MEMORY_KEYS = {
     "core": ("file_budget", "total_budget", "knowledge_budget", "ondemand_budget"),
     "sessions": ("auto", "idle_s", "max_age_days"),
-    "recipes": ("similarity", "min_episodes", "max_learned", "max_in_prompt", "max_chars"),
+    "recipes": ("similarity", "min_episodes", "max_learned", "max_in_prompt", "max_chars", "trigger_min"),
 }
 
 _SECTIONS = {
@@ -208,11 +209,12 @@ class Config:
     sessions_auto: bool = True
     sessions_idle_s: float = 1800.0
     sessions_max_age_days: float = 7.0
-    recipes_similarity: float = 0.7
+    recipes_similarity: float = 0.32
     recipes_min_episodes: int = 3
     recipes_max_learned: int = 50
     recipes_max_in_prompt: int = 3
     recipes_max_chars: int = 2000
+    recipes_trigger_min: float = 0.15
 
     def memory_values(self, section: str) -> dict[str, Any]:
         """The ``[core]``, ``[sessions]`` or ``[recipes]`` section as keyword arguments."""
@@ -275,6 +277,8 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
         raise InvalidInput(
             f"{where}: recipes.min_episodes must be at least 2, max_learned and max_in_prompt 1"
         )
+    if not 0 < config.recipes_trigger_min <= 1:
+        raise InvalidInput(f"{where}: recipes.trigger_min must be above 0 and at most 1")
     if config.recipes_max_chars < 100:
         raise InvalidInput(f"{where}: recipes.max_chars must be at least 100")
     if config.llm_max_concurrent < 1:

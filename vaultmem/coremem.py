@@ -51,11 +51,12 @@ class MemorySettings:
     session_auto: bool = True  # a session note when a chat session has been idle for session_idle_s
     session_idle_s: float = 1800.0
     session_max_age_days: float = 7.0  # ...unless its newest message is older than this (an import)
-    recipe_similarity: float = 0.7  # cosine of requests for promotion (measured: bench/recipes.py)
+    recipe_similarity: float = 0.32  # cosine of requests for promotion (MiniLM; bench/recipes.py)
     recipe_min_episodes: int = 3
     recipe_max_learned: int = 50
     recipe_max_in_prompt: int = 3
     recipe_max_chars: int = 2000
+    recipe_trigger_min: float = 0.15
 
 
 @dataclass(frozen=True)
@@ -266,12 +267,15 @@ def _view(doc: CoreDoc, exists: bool) -> CoreFileView:
 
 def files(env: MemoryEnv) -> list[CoreFileView]:
     ensure(env)
+    sync(env, ["core"])
     return [view(env, n) for n in names(env)]
 
 
 def block(env: MemoryEnv) -> CoreBlock:
-    """The in-prompt core files as one block within the budgets (module docstring). Deterministic."""
+    """The in-prompt core files as one block within the budgets (module docstring). Deterministic.
+    Hand edits are indexed on the way (a ``stat`` per file when there are none)."""
     ensure(env)
+    sync(env, ["core"])
     tag = corefile.month(env.clock())
     total = env.settings.core.total_budget
     parts: list[tuple[CoreDoc, list[Item]]] = []

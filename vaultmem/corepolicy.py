@@ -36,9 +36,10 @@ from vaultmem.errors import SummariserError
 from vaultmem.scoring import FastScorer
 from vaultmem.search import STOPWORDS
 
-NEAR = 0.7
+NEAR = 0.6
 _WORD_RE = re.compile(r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+_KEY_RE = re.compile(r"\w+")
 _REPLY_TAG_RE = re.compile(r"^\s*\[(\d{4}-(?:0[1-9]|1[0-2]))\]\s*(.+?)\s*$")
 _THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 MAX_ENTRY_CHARS = 600
@@ -75,7 +76,8 @@ def same(a: Entry, b: Entry) -> bool:
 
 
 def _key(text: str) -> str:
-    return " ".join(_WORD_RE.findall(text.lower())) or text.strip().lower()
+    """The words of an entry (CJK included), case and punctuation aside: equal keys say the same."""
+    return " ".join(_KEY_RE.findall(text.casefold())) or " ".join(text.split())
 
 
 def near(a: Entry, b: Entry) -> bool:

@@ -28,6 +28,7 @@ recipes with ``FAST_PATH_MIN`` successful uses or more are marked fit for a fast
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ ARCHIVE_DIR = "_archive"
 KIND = "recipe"
 SCHEMA_VERSION = 1
 FAST_PATH_MIN = 3
-TRIGGER_MIN = 0.5
+TRIGGER_MIN = 0.15  # measured by bench/recipes.py (docs/architecture.md, "Recipes")
 MAX_EPISODE_LINKS = 20
 OWNED = frozenset(
     {
@@ -291,8 +292,86 @@ def promotion_group(
     return group if len(group) >= minimum else None
 
 
+# Words any request may hold whatever its task: politeness, generic verbs, times. Never a trigger.
+FILLER = frozenset(
+    [
+        "please",
+        "could",
+        "would",
+        "can",
+        "you",
+        "me",
+        "my",
+        "i",
+        "i'd",
+        "i'm",
+        "want",
+        "need",
+        "like",
+        "get",
+        "got",
+        "give",
+        "tell",
+        "show",
+        "let",
+        "make",
+        "do",
+        "put",
+        "some",
+        "any",
+        "new",
+        "one",
+        "two",
+        "next",
+        "last",
+        "this",
+        "that",
+        "these",
+        "those",
+        "today",
+        "tonight",
+        "tomorrow",
+        "yesterday",
+        "now",
+        "morning",
+        "afternoon",
+        "evening",
+        "night",
+        "week",
+        "weekend",
+        "month",
+        "year",
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+        "saturday",
+        "sunday",
+        "also",
+        "just",
+        "still",
+        "again",
+        "thanks",
+        "thank",
+        "hey",
+        "hi",
+        "ok",
+        "okay",
+        "help",
+        "find",
+        "check",
+        "go",
+        "going",
+        "up",
+    ]
+)
+
+
 def content_words(text: str) -> list[str]:
-    return [w for w in _WORD_RE.findall(text.lower()) if w not in STOPWORDS and len(w) > 1]
+    return [
+        w for w in _WORD_RE.findall(text.lower()) if w not in STOPWORDS and w not in FILLER and len(w) > 1
+    ]
 
 
 def stem(word: str) -> str:
@@ -329,6 +408,24 @@ def generalise(group: Sequence[Episode], vectors: npt.NDArray[np.float32]) -> Dr
         _general_step(i, step.tool, step.args, group, specific) for i, step in enumerate(central.steps)
     )
     return Draft(title, trigger, placeholders(central.request, specific), steps or ("(no tool calls)",))
+
+
+def grown_trigger(trigger: Sequence[str], requests: Sequence[str], most: int = 8) -> tuple[str, ...]:
+    """``trigger`` with the content words at least two of ``requests`` share appended (in order of
+    how many share them), up to ``most`` items; what is there already is never removed."""
+    counts: dict[str, int] = {}
+    for request in requests:
+        for word in set(content_words(request)):
+            counts[word] = counts.get(word, 0) + 1
+    have = {t for item in trigger for t in terms(item)}
+    out = list(trigger)
+    for word in sorted(counts, key=lambda w: (-counts[w], w)):
+        if len(out) >= most or counts[word] < 2:
+            break
+        if stem(word) not in have and not word.isdigit():
+            out.append(word)
+            have.add(stem(word))
+    return tuple(out)
 
 
 def placeholders(text: str, specific: set[str]) -> str:
@@ -477,16 +574,41 @@ class RecipeMatch:
         }
 
 
-def trigger_score(request_terms: set[str], trigger: Sequence[str]) -> float:
+def trigger_keywords(trigger: Sequence[str]) -> tuple[list[list[str]], list[str]]:
+    """(phrases of several words, single keywords) of a trigger, as stemmed terms."""
+    phrases: list[list[str]] = []
     keywords: list[str] = []
     for item in trigger:
         parts = terms(item)
-        if len(parts) > 1 and set(parts) <= request_terms:
-            return 1.0
-        keywords.extend(parts if len(parts) == 1 else [])
+        if len(parts) > 1:
+            phrases.append(parts)
+        elif parts:
+            keywords.append(parts[0])
+    return phrases, keywords
+
+
+def keyword_weights(recipes: Sequence[Recipe]) -> dict[str, float]:
+    """An idf weight per trigger keyword over the recipes: a keyword many triggers share says little."""
+    df: dict[str, int] = {}
+    for recipe in recipes:
+        for keyword in set(trigger_keywords(recipe.trigger)[1]):
+            df[keyword] = df.get(keyword, 0) + 1
+    n = max(1, len(recipes))
+    return {k: math.log(1 + n / d) for k, d in df.items()}
+
+
+def trigger_score(
+    request_terms: set[str], trigger: Sequence[str], weights: Mapping[str, float] | None = None
+) -> float:
+    """1 when a phrase of the trigger is in the request; else the weighted share of its keywords."""
+    phrases, keywords = trigger_keywords(trigger)
+    if any(set(p) <= request_terms for p in phrases):
+        return 1.0
     if not keywords:
         return 0.0
-    return sum(1 for k in keywords if k in request_terms) / len(keywords)
+    weight = (weights or {}).get
+    total = sum(weight(k, 1.0) for k in keywords)
+    return sum(weight(k, 1.0) for k in keywords if k in request_terms) / total
 
 
 def overlap_score(request_terms: list[str], recipe: Recipe) -> float:
@@ -511,13 +633,21 @@ def render_hit(recipe: Recipe) -> str:
     return neutralise("\n".join(lines))
 
 
-def match(request: str, recipes: Sequence[Recipe], limit: int = 3, max_chars: int = 2000) -> RecipeMatch:
+def match(
+    request: str,
+    recipes: Sequence[Recipe],
+    limit: int = 3,
+    max_chars: int = 2000,
+    trigger_min: float | None = None,
+) -> RecipeMatch:
     """The recipes for a request within the caps (module docstring), best first."""
     wanted = terms(request)
     have = set(wanted)
     live = [r for r in recipes if not r.archived]
-    scored = [(trigger_score(have, r.trigger), r) for r in live]
-    ranked = [(s, "trigger", r) for s, r in scored if s >= TRIGGER_MIN]
+    weights = keyword_weights(live)
+    scored = [(trigger_score(have, r.trigger, weights), r) for r in live]
+    floor = TRIGGER_MIN if trigger_min is None else trigger_min
+    ranked = [(s, "trigger", r) for s, r in scored if s >= floor and s > 0]
     if not ranked:
         ranked = [(s, "overlap", r) for r in live if (s := overlap_score(wanted, r)) > 0]
     ranked.sort(key=lambda x: (-x[0], -x[2].success_count, x[2].name))

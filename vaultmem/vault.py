@@ -1263,6 +1263,7 @@ class Vault:
             recipe_max_learned=c.recipes_max_learned,
             recipe_max_in_prompt=c.recipes_max_in_prompt,
             recipe_max_chars=c.recipes_max_chars,
+            recipe_trigger_min=c.recipes_trigger_min,
         )
 
     @property
