@@ -132,7 +132,23 @@ def test_an_exact_duplicate_refreshes_the_tag_and_adds_nothing() -> None:
 
 # --- updates keep the budget and lose nothing (Hypothesis) --------------------------------------------
 
-WORDS = "trains ferry Kyoto budget Tidepool release garden roses 东京 预算 deadline Diego Mara window seat".split()
+WORDS = [
+    "trains",
+    "ferry",
+    "Kyoto",
+    "budget",
+    "Tidepool",
+    "release",
+    "garden",
+    "roses",
+    "东京",
+    "预算",
+    "deadline",
+    "Diego",
+    "Mara",
+    "window",
+    "seat",
+]
 entry_text = st.lists(st.sampled_from(WORDS), min_size=1, max_size=14).map(" ".join)
 update_step = st.tuples(
     st.sampled_from([*IN_PROMPT, "knowledge", "errors"]),
