@@ -522,7 +522,10 @@ def run(threshold: float, embedder: CachingEmbedder, seed: int, keep: bool = Fal
         "p50_ms": statistics.median(times) * 1000,
         "vault": vault,
         "tmp": tmp,
-        "kind_by_recipe": {r.name: next(iter({kind_of.get(e) for e in r.episodes[:3]})) for r in learned},
+        # Only a pure recipe stands for a type: a query answered by a mixed one counts as wrong.
+        "kind_by_recipe": {
+            r.name: kinds.pop() for r in learned if len(kinds := {kind_of.get(e) for e in r.episodes[:3]}) == 1
+        },
     }
     if not keep:
         vault.close()
@@ -574,7 +577,7 @@ def matching(result: dict[str, Any], show: bool = False) -> list[list[object]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--thresholds", default="0.25,0.3,0.35,0.4,0.45,0.5,0.55,0.6")
+    parser.add_argument("--thresholds", default="0.25,0.28,0.3,0.32,0.34,0.36,0.4,0.45,0.5,0.6")
     parser.add_argument("--choose", type=float, default=None, help="threshold for the matching table")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--show", action="store_true", help="print the recipes and every miss")
@@ -611,6 +614,8 @@ def main() -> None:
         for recipe in result["vault"].recipes(archived=True):
             kind = result["kind_by_recipe"].get(recipe.name)
             print(f"  recipe {recipe.name:32} {kind!s:16} trigger {list(recipe.trigger)}")
+            founders = [e for e in result["vault"].episodes() if e.id in recipe.episodes[:3]]
+            print("      founded by: " + " | ".join(e.request for e in founders))
     print(table(["", "value"], matching(result, args.show)))
     floors = [float(x) for x in args.trigger_min.split(",") if x]
     if floors:

@@ -14,6 +14,18 @@ DOC = Path(__file__).parent.parent / "docs" / "cli.md"
 
 
 NAMES = [c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands]
+# Commands with subcommands (`vaultmem core edit`): the group and each of its commands.
+NAMES += [
+    name
+    for group in app.registered_groups
+    for name in [
+        group.name or "",
+        *(
+            f"{group.name} {c.name or (c.callback.__name__ if c.callback else '')}"
+            for c in group.typer_instance.registered_commands
+        ),
+    ]
+]
 
 
 def test_cli_md_is_what_the_generator_prints(capsys: pytest.CaptureFixture[str]) -> None:

@@ -314,7 +314,7 @@ def _promote(env: MemoryEnv, episode: Episode) -> EpisodeRecord:
         ms = members[recipe.name]
         sims = sorted((float(vecs[row[m.id]] @ mine) for m in ms), reverse=True)
         close = sum(1 for x in sims if x >= s.recipe_similarity)
-        if close and close >= min(s.recipe_min_episodes - 1, len(ms)):
+        if close and close >= max(min(s.recipe_min_episodes - 1, len(ms)), -(-len(ms) // 3)):
             key = (close, sum(sims[:close]) / close, recipe)
             if best is None or key[:2] > best[:2]:
                 best = key

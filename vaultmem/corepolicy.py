@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from vaultmem.corefile import Entry, Item, clean, prompt_text
 from vaultmem.errors import SummariserError
 from vaultmem.scoring import FastScorer
-from vaultmem.search import STOPWORDS
+from vaultmem.summarise import STOPWORDS
 
 NEAR = 0.6
 _WORD_RE = re.compile(r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")

@@ -43,7 +43,7 @@ from vaultmem.errors import FrontmatterError, SummariserError
 from vaultmem.frame import neutralise
 from vaultmem.layout import slug
 from vaultmem.redact import scrub
-from vaultmem.search import STOPWORDS
+from vaultmem.summarise import STOPWORDS
 
 RECIPES_DIR = "recipes"
 ARCHIVE_DIR = "_archive"
