@@ -385,7 +385,7 @@ def _cap(env: MemoryEnv, keep: str) -> None:
         while env.layout.abs(target).exists():
             target = f"{recipes.RECIPES_DIR}/{recipes.ARCHIVE_DIR}/{recipe.name}-{n}.md"
             n += 1
-        fsio.move_file(env.layout.abs(recipe.path), env.layout.abs(target))
+        fsio.move_file(env.layout.root, env.layout.abs(recipe.path), env.layout.abs(target))
         memindex.delete(env.conn, recipe.path)
         memindex.index_file(env.conn, env.layout, target, env.max_bytes, env.settings.core)
         env.commit(f"memory: recipe {recipe.name} archived (over {env.settings.recipe_max_learned} learned)")

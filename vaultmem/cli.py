@@ -21,6 +21,7 @@ from typer._click import exceptions as click_exceptions
 
 from vaultmem import db
 from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
+from vaultmem.fsio import is_disk_full
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
 from vaultmem.model import Leaf, format_ts
@@ -221,7 +222,7 @@ def ingest(
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest chats, documents and emails into the vault."""
-    with open_vault(vault_path) as vault, interruptible(vault):
+    with open_vault(vault_path) as vault, interruptible(vault), vault.commit_batch("memory: ingest"):
         with progress_bar("ingesting") as progress:
             reports = [vault.ingest_path(p, source=source, progress=progress) for p in paths]
         work = None
@@ -370,10 +371,16 @@ def stats(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
     )
     typer.echo(f"jobs:           {', '.join(f'{k} {v}' for k, v in data['jobs'].items())}")
     d = data["daemon"]
-    if d.get("running"):
-        typer.echo(f"daemon:         running (pid {d['pid']} on {d['host']}, since {d['since']})")
-    else:
+    state = d.get("state") or ("running" if d.get("running") else "stopped")
+    if state == "stopped":
         typer.echo("daemon:         not running (start it with `vaultmem watch`)")
+    elif state == "paused" and d.get("paused"):
+        p = d["paused"]
+        typer.echo(f"daemon:         paused since {p.get('since')} (pid {d['pid']}): {p.get('why')}")
+    else:
+        typer.echo(f"daemon:         {state} (pid {d['pid']} on {d['host']}, since {d['since']})")
+    if data.get("git"):
+        typer.echo(f"git:            {data['git']['why']}: writes are paused; {data['git']['advice']}")
     typer.echo(
         f"last event:     {d.get('last_event') or '-'}; queue depth {d.get('queue') if d.get('queue') is not None else '-'}"
     )
@@ -816,6 +823,7 @@ def watch(
     """
     import signal
     import threading
+    from datetime import UTC, datetime
 
     from vaultmem.daemon import Daemon
     from vaultmem.reconcile import PathsReport
@@ -835,8 +843,12 @@ def watch(
         for rel, why in batch.invalid:
             typer.echo(f"invalid  {rel}: {why}", err=True)
 
+    def notice(message: str) -> None:  # paused for a git operation, resumed after it
+        if not as_json:
+            typer.echo(f"{format_ts(datetime.now(UTC))} {message}", err=True)
+
     with open_vault(vault_path) as vault:
-        daemon = Daemon(vault, rescan_s=rescan, on_batch=say)
+        daemon = Daemon(vault, rescan_s=rescan, on_batch=say, on_notice=notice)
         if once:
             report = daemon.once()
         else:
@@ -1355,6 +1367,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except sqlite3.DatabaseError as exc:
+        if db.is_disk_full(exc):
+            _disk_full(exc)
         if "readonly database" in str(exc):  # a write the library did not guard, on a read-only vault
             typer.echo(f"vaultmem: error: the vault is read-only; this command writes ({exc})", err=True)
             sys.exit(1)
@@ -1366,6 +1380,10 @@ def main(argv: list[str] | None = None) -> None:
             err=True,
         )
         sys.exit(1)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        _disk_full(exc)
     except click_exceptions.NoArgsIsHelpError as exc:
         # A bare `vaultmem` (or a group without its command): the help, as a usage error.
         typer.echo(exc.format_message(), err=True)
@@ -1375,6 +1393,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     if isinstance(result, int) and result:
         sys.exit(result)
+
+
+def _disk_full(exc: BaseException) -> None:
+    """A full disk the library did not turn into DiskFull is still no bug: one line, exit 1."""
+    typer.echo(
+        f"vaultmem: error: the disk is full ({exc}); what finished was kept and a step cut short finishes"
+        " on the next open; free space, then run the command again",
+        err=True,
+    )
+    sys.exit(1)
 
 
 if __name__ == "__main__":

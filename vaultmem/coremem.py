@@ -182,7 +182,7 @@ def sync(env: MemoryEnv, kinds: Iterable[str]) -> memindex.SyncReport:
 def write(env: MemoryEnv, rel: str, text: str, expected: str | None) -> None:
     """Write an agent file atomically, guarded by the hash read (None: it must not exist), and index it.
     The caller holds the write lock."""
-    fsio.atomic_write(env.layout.abs(rel), text.encode("utf-8"), expected=expected)
+    fsio.atomic_write(env.layout.abs(rel), text.encode("utf-8"), root=env.layout.root, expected=expected)
     memindex.index_file(env.conn, env.layout, rel, env.max_bytes, env.settings.core)
 
 

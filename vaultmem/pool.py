@@ -4,11 +4,14 @@ Owns dispatch of every job kind to its handler, the write lock around file chang
 (an event, with a short polling fallback for jobs queued by other processes), and recovery of jobs
 leased by workers that died (their lease expired, or their process is gone). Each thread has its own
 SQLite connection. A handler's error fails that job (backoff, then parked); the pool itself never dies
-on one. LLM calls happen inside summarisers, capped by the semaphore they were built with.
+on one. LLM calls happen inside summarisers, capped by the semaphore they were built with. While a git
+operation is under way (the write lock raises ``GitBusy``) jobs are put back without counting an attempt:
+an "until idle" run stops and raises it, a daemon's pool pauses until ``resume()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -17,7 +20,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
-from vaultmem import db, digest, heat, topicroute, topics, treeops
+from vaultmem import db, digest, fsio, heat, topicroute, topics, treeops
 from vaultmem.compact import (
     CompactSettings,
     Planner,
@@ -30,17 +33,19 @@ from vaultmem.compact import (
     summary_vectors,
 )
 from vaultmem.embed import Embedder
-from vaultmem.errors import ConflictError
+from vaultmem.errors import ConflictError, DiskFull, GitBusy
 from vaultmem.extract import EntityFinder, find_entities
 from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, process_owner, reclaim
 from vaultmem.layout import Layout
 from vaultmem.summarise import Summariser
 from vaultmem.topics import TopicSettings
-from vaultmem.worker import EXTRACT_BATCH, WorkReport, run_extract
+from vaultmem.worker import EXTRACT_BATCH, RESERVE_BYTES, WorkReport, run_extract
 
 POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
+DISK_FULL_WAIT_S = 30.0  # the daemon's workers wait this long after a full disk
+REPLAN_TRIES = 3  # a seal pass whose step met a file changed that instant is planned again this often
 # Kinds queued ahead of their handler (none at present): left queued, never claimed, so they are
 # neither failed nor parked, and they never keep "until idle" runs going.
 WAITING_KINDS: tuple[str, ...] = ()
@@ -104,9 +109,15 @@ class Pool:
         self.report = PoolReport()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._running = threading.Event()  # cleared while paused (a git operation is under way)
+        self._running.set()
+        self._held = threading.Event()  # set while the daemon holds new jobs back (events settling)
+        self.git_busy: GitBusy | None = None  # why the pool paused or stopped
         self._active = 0
         self._state = threading.Lock()
         self._source_locks: dict[str, threading.Lock] = {}  # one seal pass per source at a time
+        self._until_idle = False
+        self._disk_full: DiskFull | None = None  # the first full-disk error: an until-idle run stops
 
     def wake(self) -> None:
         self._wake.set()
@@ -114,13 +125,47 @@ class Pool:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._running.set()
+
+    def pause(self, why: GitBusy | None = None) -> None:
+        """Claim no more jobs until ``resume()`` (jobs in flight finish their step or are put back)."""
+        self.git_busy = why or self.git_busy
+        self._running.clear()
+
+    def resume(self) -> None:
+        self.git_busy = None
+        self._running.set()
+        self._wake.set()
+
+    def hold(self) -> None:
+        """Start no new job until ``release()`` (jobs in flight go on)."""
+        self._held.set()
+
+    def release(self) -> None:
+        if self._held.is_set():
+            self._held.clear()
+            self._wake.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    @property
+    def active(self) -> int:
+        """Jobs being worked on right now."""
+        with self._state:
+            return self._active
 
     def run_until_idle(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
+        """Run until no job is ready. A full disk stops every worker (each gives its jobs back to the
+        queue) and is raised as ``DiskFull`` saying how many steps finished and were kept."""
+        self._until_idle = True
         conn = db.connect(self.ctx.layout.db)
         try:
             reclaim(conn)
         finally:
             conn.close()
+        fsio.reserve_space(self.ctx.layout.root, self.ctx.layout.reserve, RESERVE_BYTES)
         # Daemon threads: after an interrupt the process exits at once instead of waiting for a step.
         threads = [
             threading.Thread(
@@ -141,10 +186,26 @@ class Pool:
             finally:
                 conn.close()
             raise
+        if self._disk_full is not None:
+            # Every worker's connection is closed now, so the log can be emptied if that is what it
+            # takes to give back a lease a worker could not.
+            with contextlib.suppress(DiskFull, sqlite3.Error):
+                conn = db.connect(self.ctx.layout.db)
+                try:
+                    JobQueue(conn).give_back(process_owner(), process=True)
+                finally:
+                    conn.close()
+            steps = len(self.report.operations)
+            raise DiskFull(
+                f"{self._disk_full}, after {steps} finished step{'s' if steps != 1 else ''}"
+            ) from (self._disk_full)
+        if self.git_busy is not None:
+            raise self.git_busy  # what ran before it is done and kept; the rest stays queued
         return self.report
 
     def start(self) -> list[threading.Thread]:
         """Run until ``stop()`` (the daemon's mode); returns the started threads."""
+        fsio.reserve_space(self.ctx.layout.root, self.ctx.layout.reserve, RESERVE_BYTES)
         threads = [
             threading.Thread(
                 target=self._loop, args=(n, False, None), name=f"vaultmem-worker-{n}", daemon=True
@@ -162,12 +223,23 @@ class Pool:
         queue = JobQueue(conn)
         try:
             while not self._stop.is_set():
-                with self._state:
-                    jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
-                    if not jobs:
-                        jobs = queue.claim(owner, kinds=CLAIMABLE_KINDS, limit=1)
-                    if jobs:
-                        self._active += 1
+                if not self._running.is_set():
+                    self._running.wait(POLL_S)
+                    continue
+                if self._held.is_set():
+                    self._wake.wait(POLL_S)
+                    self._wake.clear()
+                    continue
+                try:
+                    with self._state:
+                        jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
+                        if not jobs:
+                            jobs = queue.claim(owner, kinds=CLAIMABLE_KINDS, limit=1)
+                        if jobs:
+                            self._active += 1
+                except DiskFull as exc:
+                    self._out_of_space(exc, until_idle)
+                    continue
                 if not jobs:
                     if until_idle and self._idle(conn):
                         self._stop.set()
@@ -178,6 +250,11 @@ class Pool:
                     continue
                 try:
                     self._run(conn, queue, jobs)
+                except DiskFull as exc:
+                    # The space set aside is what lets the jobs go back to the queue on a full disk.
+                    fsio.free_reserve(self.ctx.layout.root, self.ctx.layout.reserve)
+                    queue.give_back(owner)
+                    self._out_of_space(exc, until_idle)
                 finally:
                     with self._state:
                         self._active -= 1
@@ -186,8 +263,24 @@ class Pool:
                     done = self.report.jobs_done + self.report.jobs_failed
                     progress(done, done + queue.pending())
         finally:
-            queue.release_owner(owner)
+            queue.give_back(owner)
             conn.close()
+
+    def idle(self, conn: sqlite3.Connection) -> bool:
+        """No job running, and none due within ``SOON_S`` (read through ``conn``)."""
+        return self._idle(conn)
+
+    def _out_of_space(self, exc: DiskFull, until_idle: bool) -> None:
+        """A full disk is nobody's job's fault: an until-idle run stops (the caller says what was kept);
+        the daemon's pool waits before it claims work again."""
+        with self._state:
+            if self._disk_full is None:
+                self._disk_full = exc
+        if until_idle:
+            self.stop()
+            return
+        self.report.say(notes=[f"{exc}; waiting {DISK_FULL_WAIT_S:.0f}s before trying again"])
+        self._stop.wait(DISK_FULL_WAIT_S)
 
     def _idle(self, conn: sqlite3.Connection) -> bool:
         with self._state:
@@ -226,7 +319,19 @@ class Pool:
             if handler(conn, queue, job):
                 queue.complete([job.id])
                 self.report.add(jobs_done=1)
+        except GitBusy as exc:
+            # Not the job's fault: it goes back as it was and runs once the git operation is over.
+            for job in jobs:
+                queue.defer(job, 0.0, str(exc))
+            self.pause(exc)
+            if self._until_idle:
+                self._stop.set()
+                self._wake.set()
+        except DiskFull:
+            raise  # not the job's fault: the loop gives it back and stops
         except Exception as exc:  # a job's failure must never stop the pool
+            if fsio.is_disk_full(exc) or db.is_disk_full(exc):
+                raise DiskFull(f"the disk is full ({exc})") from exc
             for job in jobs:
                 queue.fail(job, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
             self.report.add(jobs_failed=len(jobs))
@@ -319,30 +424,57 @@ class Pool:
         heartbeat: Callable[[], None] | None = None,
     ) -> None:
         """Seal, merge and condense one source tree. ``heartbeat`` renews the job's lease after each
-        step, so a long compaction is never taken for a dead one and run twice."""
+        step, so a long compaction is never taken for a dead one and run twice. A leaf edited by hand
+        meanwhile stays in ``_fresh/``; a step refused because a file changed as it was about to run
+        (nothing was changed) is planned again without it."""
         ctx = self.ctx
         with self._source_lock(source):
             embedder = ctx.embedder()
-            state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
-            planner = Planner(conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive")
-            moved = False
-            # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
-            # between steps; each step's writes are guarded by the hashes it read.
-            for steps in (planner.seal(state, force=force), planner.condense(state)):
-                while True:
-                    with ctx.lock():
-                        op = next(steps, None)
-                        if op is None:
-                            break
-                        self._apply(conn, op, embedder)
-                    moved = True
-                    if heartbeat is not None:
-                        heartbeat()
-            if moved:
+            applied: list[str] = []  # the steps of every attempt (one refused midway counts too)
+            for attempt in range(1, REPLAN_TRIES + 1):
+                state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
+                planner = Planner(
+                    conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive"
+                )
+                try:
+                    self._seal_steps(planner, state, embedder, force, heartbeat, applied)
+                except ConflictError as exc:
+                    if attempt == REPLAN_TRIES:
+                        raise
+                    self.report.say(notes=[f"{source}: {exc}"])
+                    continue
+                finally:
+                    self.report.say(notes=planner.skipped)
+                break
+            if applied:
                 with ctx.lock():
                     pruned = prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
                     if pruned and ctx.commit is not None:
                         ctx.commit(f"memory: drop embeddings of moved leaves from old folders ({source})")
+
+    def _seal_steps(
+        self,
+        planner: Planner,
+        state: SourceState,
+        embedder: Embedder,
+        force: bool,
+        heartbeat: Callable[[], None] | None,
+        applied: list[str],
+    ) -> None:
+        """Apply the seal steps, then the condensation steps, of one plan (each one's message is added
+        to ``applied`` as it is made durable)."""
+        # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
+        # between steps; each step's writes are guarded by the hashes it read.
+        for steps in (planner.seal(state, force=force), planner.condense(state)):
+            while True:
+                with self.ctx.lock():
+                    op = next(steps, None)
+                    if op is None:
+                        break
+                    self._apply(planner.conn, op, embedder)
+                applied.append(op.message)
+                if heartbeat is not None:
+                    heartbeat()
 
     def _source_lock(self, source: str) -> threading.Lock:
         with self._state:

@@ -32,6 +32,7 @@ from vaultmem import (
     entities,
     entityindex,
     fsio,
+    gitsync,
     heat,
     index,
     memindex,
@@ -66,16 +67,19 @@ from vaultmem.entities_llm import LLMEntityExtractor
 from vaultmem.episodes import Episode
 from vaultmem.errors import (
     ConflictError,
+    DiskFull,
+    GitBusy,
     GitError,
     InvalidInput,
     NodeNotFound,
     ReadOnlyVault,
+    VaultError,
     VaultExists,
     VaultLocked,
     VaultNotFound,
 )
 from vaultmem.extract import EntityFinder, find_entities, vectors_from_sidecars
-from vaultmem.gitsync import GitRecorder
+from vaultmem.gitsync import GitOperation, GitRecorder
 from vaultmem.ingest import (
     IngestReport,
     Progress,
@@ -86,7 +90,7 @@ from vaultmem.ingest import (
     read_summary_file,
     write_leaves,
 )
-from vaultmem.jobs import JobKind, JobQueue, NewJob, resummarize_job
+from vaultmem.jobs import JobKind, JobQueue, NewJob, release_dead, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
@@ -169,6 +173,7 @@ class Stats:
     latest_memory: str | None
     jobs: dict[str, int]
     daemon: dict[str, Any] = field(default_factory=dict)  # the watch daemon: running, pid, last event...
+    git: dict[str, Any] | None = None  # a git operation under way (writes pause): what, marker, advice
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -184,6 +189,7 @@ class Stats:
             "latest_memory": self.latest_memory,
             "jobs": self.jobs,
             "daemon": self.daemon,
+            "git": self.git,
         }
 
 
@@ -206,8 +212,16 @@ class Vault:
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
         self._git = GitRecorder(layout.root) if config.git_auto_commit else None
+        # Engine changes awaiting their commit; fsio reports every file the engine writes, moves or removes.
+        self._journal = gitsync.Journal(layout.root) if self._git is not None else None
+        self._observer = (
+            fsio.observe(layout.root, self._journal.record_paths) if self._journal is not None else None
+        )
+        self._batches = 0  # open commit batches: commits wait for the outermost to end
+        self._batches_lock = threading.Lock()
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
         self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
+        self.commits = 0  # git commits this vault made (engine batches and hand edits)
         self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
         # "Now" for the agent memory tiers (entry tags, idle sessions, episode times); tests inject one.
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
@@ -226,12 +240,16 @@ class Vault:
         if layout.root.exists() and not layout.root.is_dir():
             raise InvalidInput(f"{layout.root} exists and is not a directory")
         try:
-            layout.state.mkdir(parents=True, exist_ok=True)
+            layout.root.mkdir(parents=True, exist_ok=True)
+            fsio.make_dirs(layout.root, layout.state)
             for name in RESERVED_TOP:
-                (layout.root / name).mkdir(exist_ok=True)
-            fsio.atomic_write(layout.config, (config_text or DEFAULT_TEXT).encode("utf-8"), expected=None)
+                fsio.make_dirs(layout.root, layout.root / name)
+            config = (config_text or DEFAULT_TEXT).encode("utf-8")
+            fsio.atomic_write(layout.config, config, root=layout.root, expected=None)
             # Only the config is worth versioning; the index is rebuilt from the files.
-            fsio.atomic_write(layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n")
+            fsio.atomic_write(
+                layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n", root=layout.root
+            )
         except PermissionError as exc:
             raise ReadOnlyVault(f"cannot create a vault at {layout.root}: {exc.strerror}") from exc
         vault = cls.open(layout.root, embedder=embedder)
@@ -249,6 +267,7 @@ class Vault:
         if not layout.is_vault():
             raise VaultNotFound(f"no vault at {layout.root}; create one with `vaultmem init {layout.root}`")
         config = load_config(layout.config)
+        fsio.ensure_inside(layout.root, layout.db)  # SQLite writes there (and beside it): never elsewhere
         new_index = not layout.db.exists()
         damaged: tuple[str, Path, db.Salvage] | None = None
         read_only: str | None = None
@@ -264,12 +283,17 @@ class Vault:
                     f"{layout.root} is read-only and its index cannot be read ({ro_exc}); open it once where"
                     " it is writable (or copy it) to build chunks.db"
                 ) from ro_exc
+        except DiskFull as exc:
+            raise DiskFull(
+                f"{exc}: the index cannot be opened; nothing was changed; free space, then run the command again"
+            ) from exc
         except sqlite3.DatabaseError as exc:
             if not db.is_damage(exc):
                 raise
             # The index is derived: a damaged one is moved aside and rebuilt from the files. Under the
             # write lock, and only if it is still damaged (another process may have just done it, or a
             # writer was restarting the log while it was read).
+            fsio.ensure_inside(layout.root, layout.lock)
             with FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S):
                 try:
                     conn = _open_index(layout)
@@ -286,21 +310,37 @@ class Vault:
                 f"{layout.root} is read-only: reading and searching work, writes are off ({read_only})"
             )
             return vault  # nothing is healed or rebuilt: that is writing
+        # Rebuilding the index writes nothing but the index, and reading needs it: even during a git
+        # operation (the daemon, or the next `compact`, catches up once it is over).
         if damaged is not None:
-            with vault._locked():
+            with vault._locked(git_guard=False):
                 vault._rebuilt(*damaged)
         elif new_index and any((layout.root / SOURCES).glob("*/")):
             # A cloned or copied vault arrives without its index: rebuild it from the files.
-            vault.reindex()
-        if layout.intent.is_dir() and any(layout.intent.iterdir()):
-            with vault._locked():
-                heal_intents(conn, layout, config.max_file_bytes)
-        if treeops.pending_notes(layout):
-            vault.heal_compaction()
-        if layout.writing.exists():
-            with vault._locked():
-                pass  # a writer died holding the lock: taking it tidies what it left
+            with vault._locked(git_guard=False):
+                vault._reindex()
+        try:
+            vault._heal()
+        except DiskFull as exc:  # reading still works; `check` lists what waits to be finished
+            vault.warnings.append(f"could not finish interrupted work: {exc}; free space")
+        except GitBusy as exc:  # reading goes on; the repairs wait for the next write after it
+            vault.warnings.append(f"repairs put off: {exc}")
         return vault
+
+    def _heal(self) -> None:
+        """Finish what a crash interrupted: ingest batches and status rewrites, compaction steps, the
+        temp files of a writer that died, and jobs leased by a process that is gone."""
+        layout = self.layout
+        if layout.intent.is_dir() and any(layout.intent.iterdir()):
+            with self._locked():
+                heal_intents(self.conn, layout, self.config.max_file_bytes)
+        if treeops.pending_notes(layout):
+            self.heal_compaction()
+        if layout.writing.exists():
+            with self._locked():
+                pass  # a writer died holding the lock: taking it tidies what it left
+        daemonstate.remove_stale_temps(layout)  # a daemon killed while it wrote its status
+        release_dead(self.conn)
 
     def heal_compaction(self) -> list[str]:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
@@ -312,6 +352,9 @@ class Vault:
             return [step.message for step in done]
 
     def close(self) -> None:
+        if self._observer is not None:
+            fsio.unobserve(self._observer)
+            self._observer = None
         self.conn.close()
 
     def __enter__(self) -> Vault:
@@ -323,12 +366,17 @@ class Vault:
         self.close()
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, *, git_guard: bool = True) -> Iterator[None]:
         """Hold the vault's write lock (re-entrant within a thread). Threads of this process take turns
-        in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise."""
+        in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise.
+
+        While a git operation is under way in the vault's repository (see ``gitsync``) the outermost
+        acquisition raises ``GitBusy``: nothing writes into a half-restored tree."""
         self._writable()
         self._turns.acquire()
         try:
+            if self._turns.depth == 1:
+                fsio.ensure_inside(self.layout.root, self.layout.lock)  # never a lock file elsewhere
             try:
                 self._lock.acquire()
             except Timeout as exc:
@@ -337,15 +385,34 @@ class Vault:
                 ) from exc
             outermost = self._turns.depth == 1
             try:
+                if outermost and git_guard:
+                    operation = self.git_operation()
+                    if operation is not None:
+                        raise operation.error(self.layout.root)
+            except BaseException:
+                self._lock.release()
+                raise
+            try:
                 if outermost:
                     self._begin_writing()
                 yield
             finally:
                 if outermost:
-                    self.layout.writing.unlink(missing_ok=True)
+                    fsio.remove_file(self.layout.root, self.layout.writing)
                 self._lock.release()
         finally:
             self._turns.release()
+
+    def repo_stamp(self) -> tuple[object, ...] | None:
+        """Changes whenever a git command moves HEAD or rewrites the index of the vault's repository."""
+        return gitsync.repo_stamp(self.layout.root)
+
+    def git_operation(self) -> GitOperation | None:
+        """The git operation under way in the repository holding the vault (a revert or merge stopped on a
+        conflict, a rebase, a cherry-pick, a bisect, a detached HEAD, a live ``index.lock``), or None.
+        Every write pauses while there is one, whether or not git auto-commit is on: the tree is half
+        restored, and engine writes would make ``--continue``/``--abort`` fail."""
+        return gitsync.operation_in_progress(self.layout.root)
 
     def _writable(self) -> None:
         """Raise ``ReadOnlyVault`` (one line saying what still works) when writes are off."""
@@ -362,9 +429,11 @@ class Vault:
         if marker.exists():
             for tmp in fsio.stray_temp_files(self.layout.root):
                 if ".git" not in tmp.relative_to(self.layout.root).parts:
-                    tmp.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # a read-only vault: the write that follows reports it
-            marker.touch()
+                    fsio.remove_file(self.layout.root, tmp)
+        with contextlib.suppress(
+            OSError, DiskFull
+        ):  # a read-only or full disk: the write that follows says so
+            fsio.touch(self.layout.root, marker)
 
     # -- ingest ------------------------------------------------------------------------------------
     def ingest_messages(
@@ -411,6 +480,10 @@ class Vault:
         )
 
     def _ingest(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+        with self.commit_batch():
+            return self._ingest_batches(messages, progress)
+
+    def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
         check_new_sources(self.layout, {m.source for m in messages})
         messages = thread_messages(messages, lambda source: index.known_emails(self.conn, source))
         report = IngestReport()
@@ -419,7 +492,19 @@ class Vault:
             batch = messages[start : start + BATCH_MESSAGES]
             leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens)
             with self._locked():
-                added = write_leaves(self.conn, self.layout, leaves)
+                try:
+                    added = write_leaves(self.conn, self.layout, leaves)
+                except DiskFull as exc:
+                    kept = (
+                        f"the {len(report.added)} new leaves of the {start} messages before were kept"
+                        if start
+                        else "nothing was added"
+                    )
+                    raise DiskFull(
+                        f"disk full during ingest: {exc}; {kept}, messages {start + 1}-{total}"
+                        " were not (a file of theirs already written is indexed on the next open); free"
+                        " space, then run the same ingest again (what is already in is skipped)"
+                    ) from exc
                 self._sessions_touched([leaf for leaf in leaves if leaf.id in set(added)])
                 if added:
                     names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
@@ -513,19 +598,26 @@ class Vault:
                 raise ReadOnlyVault(
                     f"the digest of {when} was never written and {self.layout.root} is read-only"
                 ) from None
-        if treeops.pending_notes(self.layout):
-            self.heal_compaction()
-        result = digest.refresh(
-            self.conn,
-            self.layout,
-            when,
-            period,
-            self.summariser,
-            lambda: self.embedder,
-            self._locked,
-            max_bytes,
-            self._commit,
-        )
+        try:
+            with self.commit_batch():
+                if treeops.pending_notes(self.layout):
+                    self.heal_compaction()
+                result = digest.refresh(
+                    self.conn,
+                    self.layout,
+                    when,
+                    period,
+                    self.summariser,
+                    lambda: self.embedder,
+                    self._locked,
+                    max_bytes,
+                    self._commit,
+                )
+        except GitBusy:
+            # Reading goes on during a git operation: the digest as it is on disk, if there is one.
+            if not self.layout.abs(rel).exists():
+                raise
+            result = None
         if result is not None and result.outcome != "done":
             raise ConflictError(f"the digest of {when} could not be written: {'; '.join(result.notes)}")
         try:
@@ -558,7 +650,7 @@ class Vault:
         storage = 0
         index_bytes = 0
         for p in self.layout.root.rglob("*"):
-            if p.is_file() and not p.is_symlink():
+            if p.is_file() and not p.is_symlink() and p != self.layout.reserve:
                 size = p.stat().st_size
                 if self.layout.state in p.parents:
                     index_bytes += size
@@ -587,6 +679,7 @@ class Vault:
             latest_memory=latest,
             jobs=JobQueue(self.conn).counts(),
             daemon=daemonstate.status(self.layout),
+            git=_git_line(gitsync.operation_in_progress(self.layout.root, lock_wait_s=0.0), self.layout.root),
         )
 
     def tally(self) -> dict[str, int]:
@@ -627,7 +720,11 @@ class Vault:
         Leaves without a vector of the configured model (new ones, or all of them after the model was
         changed) are queued first, so switching models re-embeds the vault instead of leaving search
         without meaning-based hits."""
-        with self._locked():
+        with (
+            self.commit_batch(),
+            self._locked(),
+            _on_full_disk("embedding", "the leaves admitted before it were kept", "the command"),
+        ):
             model = self.embedder.model_id
             missing = [
                 r[0]
@@ -705,7 +802,8 @@ class Vault:
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
         self._writable()
-        return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
+        with self.commit_batch():
+            return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
@@ -716,10 +814,21 @@ class Vault:
         runs the queue to idle. ``dry_run`` plans the same steps and changes nothing."""
         if dry_run:
             return self._plan()
+        with (
+            self.commit_batch("memory: compact"),
+            _on_full_disk("compaction", "they were kept", "`vaultmem compact`"),
+        ):
+            return self._compact(progress)
+
+    def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
         with self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
-            caught = catch_up(self.conn, self.layout, self.config.max_file_bytes)
+            caught = catch_up(
+                self.conn, self.layout, self.config.max_file_bytes, on_hand_edits=self._commit_by_hand
+            )
+            if caught.stale:
+                self._commit(f"memory: mark {len(caught.stale)} summaries stale (what is below them changed)")
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
         # them in the buffer (the worker pool runs both kinds of job at once).
         flushed = self.flush()
@@ -760,33 +869,125 @@ class Vault:
                     report.planned.append(f"{directory}/ ({count} moved in)")
         return report
 
+    # -- git auto-commit --------------------------------------------------------------------------------
     def _commit(self, message: str) -> None:
-        if self._git is None:
+        """Record one logical operation for git auto-commit: committed at once, or with the rest of the
+        batch when one is open (``commit_batch``)."""
+        if self._journal is None:
             return
+        # The message names titles and entities, which come from memory: never a secret in history.
+        self._journal.record_message(scrub(message))
+        with self._batches_lock:
+            batched = self._batches > 0
+        if not batched:
+            self.commit_pending()
+
+    @contextmanager
+    def commit_batch(self, subject: str | None = None) -> Iterator[None]:
+        """Everything the engine changes inside (in any thread of this vault) becomes one git commit at
+        the end of the outermost batch; its subject is ``subject`` when several operations ran."""
+        with self._batches_lock:
+            self._batches += 1
         try:
-            # The message names titles and entities, which come from memory: never a secret in history.
-            result = self._git.commit(scrub(message))
-        except GitError as exc:
-            self.warnings.append(f"git auto-commit failed: {exc}")
-            return
+            yield
+        finally:
+            with self._batches_lock:
+                self._batches -= 1
+                last = self._batches == 0
+            if last and self._journal is not None and self._journal.pending():
+                try:
+                    self.commit_pending(subject)
+                except VaultError as exc:  # never hide the error of the work itself
+                    self.warnings.append(f"git auto-commit failed: {exc}")
+
+    def has_uncommitted(self) -> bool:
+        """True when git auto-commit is on and engine changes wait for their commit."""
+        return self._journal is not None and self._journal.pending()
+
+    def commit_pending(self, subject: str | None = None) -> str | None:
+        """Commit what the engine changed and has not committed yet (only its own paths). During a git
+        operation nothing is committed and the changes stay recorded for the next commit. Returns the
+        new commit, or None."""
+        if self._journal is None or self._git is None:
+            return None
+        with self._locked(git_guard=False):
+            paths, messages, size = self._journal.read()
+            if not size:
+                return None
+            try:
+                if self._git.head() is None:
+                    # A new history starts with the whole vault as it is (ignored files excepted).
+                    result = self._git.commit(gitsync.commit_message(messages, subject), None)
+                else:
+                    result = self._git.commit(gitsync.commit_message(messages, subject), paths)
+            except GitBusy as exc:
+                note = f"not committed yet: {exc}"
+                if note not in self.warnings:
+                    self.warnings.append(note)
+                return None
+            except GitError as exc:
+                self.warnings.append(f"git auto-commit failed: {exc}")
+                self._journal.squash()  # kept for the next commit, without growing on every attempt
+                return None
+            self._journal.consume(size)
+            self._after_commit(result)
+            return result.sha
+
+    def _after_commit(self, result: gitsync.CommitResult) -> None:
         self.git_notes.extend(result.notes)
+        self.commits += result.sha is not None
         for path, kinds in result.held:
             self.warnings.append(
                 f"git: {path} not committed: it holds a secret ({', '.join(kinds)}); "
                 "`vaultmem check` lists it, `vaultmem check --fix --redact` redacts it"
             )
 
+    def _commit_by_hand(self, paths: list[str]) -> None:
+        """Commit a person's edits the engine just read as their own commit ("edit by hand: ..."), before
+        anything the engine derives from them, so they never hide inside an engine commit."""
+        if self._git is None or not paths:
+            return
+        try:
+            if self._git.head() is None:
+                return  # the first engine commit snapshots the whole vault, these edits included
+            result = self._git.commit(scrub(gitsync.hand_message(paths)), paths)
+        except GitError as exc:  # GitBusy included: the edits stay uncommitted, as the person left them
+            self.warnings.append(f"git commit of hand edits failed: {exc}")
+            return
+        self._after_commit(result)
+
     # -- hand edits (the watch daemon) ---------------------------------------------------------------
-    def reconcile_paths(self, rels: Iterable[str], seen: Mapping[str, Stamp] | None = None) -> PathsReport:
+    def reconcile_paths(
+        self,
+        rels: Iterable[str],
+        seen: Mapping[str, Stamp] | None = None,
+        *,
+        repo_stamp: tuple[object, ...] | None = None,
+    ) -> PathsReport:
         """Bring the index in step with files created, edited, moved or deleted outside the engine
         (one batch, under the write lock). Notes outside ``sources/`` are ingested as documents, unless
-        ``seen`` already has them with the same size and mtime."""
+        ``seen`` already has them with the same size and mtime. With ``repo_stamp`` (what
+        ``repo_stamp()`` said when the paths were gathered), a git command that ran since makes it
+        raise ``GitBusy`` and change nothing: the paths may describe a tree git was still writing."""
         with self._locked():
+            if repo_stamp is not None and self.repo_stamp() != repo_stamp:
+                raise GitBusy(
+                    f"git changed the repository of {self.layout.root} while these paths were gathered;"
+                    " gather them again once it is quiet"
+                )
             mine, rest = memindex.reconcile(
                 self.conn, self.layout, rels, self.config.max_file_bytes, self.memory_settings.core
             )
+            # A person's edits to agent memory files are their own commit, as for notes and leaves.
+            self._commit_by_hand([*mine.new, *mine.changed, *mine.deleted, *(rel for rel, _ in mine.invalid)])
             report = reconcile_paths(
-                self.conn, self.layout, rest, self.config.max_file_bytes, read_note=self.read_notes, seen=seen
+                self.conn,
+                self.layout,
+                rest,
+                self.config.max_file_bytes,
+                read_note=self.read_notes,
+                seen=seen,
+                on_hand_edits=self._commit_by_hand,
             )
             report.new += mine.new
             report.changed += mine.changed
@@ -799,6 +1000,8 @@ class Vault:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
             if report.deleted or report.changed:
                 topicroute.enqueue_out_of_date(self.conn)  # a hand edit may add or remove an entity
+            if report.stale:
+                self._commit(f"memory: mark {len(report.stale)} summaries stale (what is below them changed)")
             return report
 
     def remove_stray_temps(self) -> list[str]:
@@ -809,7 +1012,7 @@ class Vault:
             for tmp in fsio.stray_temp_files(self.layout.root):
                 rel = self.layout.rel(tmp)
                 if ".git" not in rel.split("/"):
-                    tmp.unlink(missing_ok=True)
+                    fsio.remove_file(self.layout.root, tmp)
                     removed.append(rel)
         return removed
 
@@ -1134,7 +1337,7 @@ class Vault:
         return session_tree(self.conn, session, source=source).messages()
 
     def _docmem(self, plan: Callable[[], Plan]) -> tuple[str, ...]:
-        with self._locked():
+        with self.commit_batch(), self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
             planned = plan()
@@ -1229,22 +1432,27 @@ class Vault:
         embedder = self.embedder  # its id and size only: no weights are loaded
         model, dim = embedder.model_id, embedder.dim
         if fix:
-            if treeops.pending_notes(self.layout):
-                self.heal_compaction()
-            with self._locked():
-                report = check(
-                    self.conn,
-                    self.layout,
-                    self.config.max_file_bytes,
-                    fix=True,
-                    redact=redact,
-                    model=model,
-                    dim=dim,
-                )
-                rewritten = [p for p in report.fixed if p.code == "secret_in_file"]
-                if rewritten:
-                    self._commit(f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)")
-                return self._check_memory(report, fix=True)
+            with self.commit_batch("memory: check --fix"):
+                if treeops.pending_notes(self.layout):
+                    self.heal_compaction()
+                with self._locked():
+                    report = check(
+                        self.conn,
+                        self.layout,
+                        self.config.max_file_bytes,
+                        fix=True,
+                        redact=redact,
+                        model=model,
+                        dim=dim,
+                    )
+                    if any(p.code == "duplicate_id" for p in report.fixed):
+                        self._commit("memory: check --fix: settle duplicate ids")
+                    rewritten = [p for p in report.fixed if p.code == "secret_in_file"]
+                    if rewritten:
+                        self._commit(
+                            f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)"
+                        )
+                    return self._check_memory(report, fix=True)
         report = check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
         return self._check_memory(report, fix=False)
 
@@ -1402,6 +1610,26 @@ class Vault:
     @property
     def jobs(self) -> JobQueue:
         return JobQueue(self.conn, time.time)
+
+
+def _git_line(operation: GitOperation | None, root: Path) -> dict[str, Any] | None:
+    if operation is None:
+        return None
+    return {**operation.as_dict(), "why": operation.describe(), "error": str(operation.error(root))}
+
+
+@contextmanager
+def _on_full_disk(what: str, kept: str, again: str) -> Iterator[None]:
+    """Say, on a full disk, what was kept and what to do (the error itself names the file)."""
+    try:
+        yield
+    except DiskFull as exc:
+        if str(exc).startswith("disk full during"):
+            raise
+        raise DiskFull(
+            f"disk full during {what}: {exc}; {kept}, queued work stays queued and a step cut short"
+            f" finishes on the next open; free space, then run {again} again"
+        ) from exc
 
 
 def _open_index(layout: Layout) -> sqlite3.Connection:
