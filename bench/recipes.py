@@ -524,7 +524,9 @@ def run(threshold: float, embedder: CachingEmbedder, seed: int, keep: bool = Fal
         "tmp": tmp,
         # Only a pure recipe stands for a type: a query answered by a mixed one counts as wrong.
         "kind_by_recipe": {
-            r.name: kinds.pop() for r in learned if len(kinds := {kind_of.get(e) for e in r.episodes[:3]}) == 1
+            r.name: kinds.pop()
+            for r in learned
+            if len(kinds := {kind_of.get(e) for e in r.episodes[:3]}) == 1
         },
     }
     if not keep:

@@ -515,6 +515,33 @@ def test_git_records_every_core_change(tmp_path: Path) -> None:
     vault.close()
 
 
+def git_log(root: Path) -> list[str]:
+    out = subprocess.run(
+        ["git", "-C", str(root), "log", "--format=%s"], capture_output=True, text=True, check=True
+    )
+    return out.stdout.splitlines()
+
+
+def test_a_hand_edit_is_committed_as_its_own_before_the_update_built_on_it(tmp_path: Path) -> None:
+    vault = Vault.init(tmp_path / "v", SMALL + "[git]\nauto_commit = true\n", embedder=FakeEmbedder())
+    vault.core_update("projects", ["Tidepool v2 ships in May."])
+    path = vault.layout.root / "core" / "projects.md"
+    path.write_text(path.read_text(encoding="utf-8") + "- [2026-01] Harbour app paused until June.\n")
+    vault.core_update("projects", ["Tidepool beta testers: twelve."])
+    log = git_log(vault.layout.root)
+    assert log[:2] == ["memory: core projects: 1 added", "edit by hand: core/projects.md"], log
+    shown = subprocess.run(
+        ["git", "-C", str(vault.layout.root), "show", "HEAD~1:core/projects.md"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "Harbour app paused" in shown and "beta testers" not in shown
+    # An edit found by a read (the index catching up without a daemon) is committed as the person's too.
+    path.write_text(path.read_text(encoding="utf-8").replace("twelve", "fifteen"))
+    assert "fifteen" in vault.core_block().text
+    assert git_log(vault.layout.root)[0] == "edit by hand: core/projects.md"
+    vault.close()
+
+
 def test_bad_names_and_empty_updates_are_refused(small: Vault) -> None:
     with pytest.raises(InvalidInput, match="not a core file name"):
         small.core_update("../etc/passwd", ["x"])

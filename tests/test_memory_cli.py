@@ -30,7 +30,11 @@ def as_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> object:
 
 def test_onboard_with_options_then_core_shows_the_block(v: str, capsys: pytest.CaptureFixture[str]) -> None:
     result = as_json(["onboard", "-V", v, "--name", "Mara", "--language", "Deutsch"], capsys)
-    assert isinstance(result, dict) and result["answered"] == ["name", "language"] and result["skipped"] == ["use"]
+    assert (
+        isinstance(result, dict)
+        and result["answered"] == ["name", "language"]
+        and result["skipped"] == ["use"]
+    )
     code, out, _ = run(["core", "-V", v], capsys)
     assert code == 0 and "## User profile" in out and "Name: Mara" in out and "block: " in out
     data = as_json(["core", "-V", v], capsys)
@@ -42,7 +46,9 @@ def test_onboard_with_options_then_core_shows_the_block(v: str, capsys: pytest.C
 
 def test_core_add_show_search(v: str, capsys: pytest.CaptureFixture[str]) -> None:
     added = as_json(["core", "add", "projects", "Tidepool", "v2", "ships", "in", "May", "-V", v], capsys)
-    assert isinstance(added, dict) and added["added"] == ["Tidepool v2 ships in May"] and added["by"] == "policy"
+    assert (
+        isinstance(added, dict) and added["added"] == ["Tidepool v2 ships in May"] and added["by"] == "policy"
+    )
     shown = as_json(["core", "show", "projects", "-V", v], capsys)
     assert isinstance(shown, dict) and shown["entries"][0]["text"] == "Tidepool v2 ships in May"
     code, out, _ = run(["core", "show", "projects", "-V", v], capsys)
@@ -64,7 +70,9 @@ def test_core_edit_runs_the_editor_and_indexes_the_edit(
     monkeypatch.setenv("EDITOR", f"{sys.executable} {editor}")
     monkeypatch.delenv("VISUAL", raising=False)
     result = as_json(["core", "edit", "user-profile", "-V", v], capsys)
-    assert isinstance(result, dict) and result["entries"] == [{"tag": "2026-01", "text": "Prefers the zanzibar ferry."}]
+    assert isinstance(result, dict) and result["entries"] == [
+        {"tag": "2026-01", "text": "Prefers the zanzibar ferry."}
+    ]
     hits = as_json(["core", "search", "zanzibar", "-V", v], capsys)
     assert isinstance(hits, list) and len(hits) == 1
     monkeypatch.setenv("EDITOR", f"{sys.executable} -c 'import sys; sys.exit(3)'")
@@ -81,8 +89,18 @@ def test_sessions_end_and_list(v: str, tmp_path: Path, capsys: pytest.CaptureFix
         "\n".join(
             json.dumps(m)
             for m in [
-                {"id": "1", "speaker": "Mara", "content": "I prefer aisle seats on long flights.", "session": "s1"},
-                {"id": "2", "role": "assistant", "content": "Noted, aisle seats from now on.", "session": "s1"},
+                {
+                    "id": "1",
+                    "speaker": "Mara",
+                    "content": "I prefer aisle seats on long flights.",
+                    "session": "s1",
+                },
+                {
+                    "id": "2",
+                    "role": "assistant",
+                    "content": "Noted, aisle seats from now on.",
+                    "session": "s1",
+                },
             ]
         )
     )

@@ -73,6 +73,9 @@ class MemoryEnv:
     embedder: Callable[[], Embedder]
     model: ChatModel | None = None
     read_only: bool = False
+    # Told the paths of a person's edits the engine is about to build on (git auto-commit commits them
+    # first, as their own commit); None when nothing needs telling.
+    hand_edits: Callable[[list[str]], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,12 +179,24 @@ def sync(env: MemoryEnv, kinds: Iterable[str]) -> memindex.SyncReport:
     if not stale:
         return memindex.SyncReport()
     with env.lock():
-        return memindex.reconcile(env.conn, env.layout, stale, env.max_bytes, env.settings.core)[0]
+        report = memindex.reconcile(env.conn, env.layout, stale, env.max_bytes, env.settings.core)[0]
+        edited = [*report.new, *report.changed, *report.deleted, *(rel for rel, _ in report.invalid)]
+        if edited and env.hand_edits is not None:
+            env.hand_edits(edited)
+        return report
 
 
 def write(env: MemoryEnv, rel: str, text: str, expected: str | None) -> None:
     """Write an agent file atomically, guarded by the hash read (None: it must not exist), and index it.
-    The caller holds the write lock."""
+    A file whose bytes are not what the index last saw was edited by a person: ``hand_edits`` hears of
+    it first (their edit is committed as theirs before the engine's change). The caller holds the
+    write lock."""
+    if (
+        expected is not None
+        and env.hand_edits is not None
+        and memindex.indexed_hash(env.conn, rel) != expected
+    ):
+        env.hand_edits([rel])
     fsio.atomic_write(env.layout.abs(rel), text.encode("utf-8"), root=env.layout.root, expected=expected)
     memindex.index_file(env.conn, env.layout, rel, env.max_bytes, env.settings.core)
 

@@ -90,7 +90,7 @@ def digest_job(day: date) -> NewJob:
 
 
 def session_end_job(source: str, session: str) -> NewJob:
-    """The note of a chat session, written once it has been idle (``agentmem.schedule``)."""
+    """The note of a chat session, written once it has been idle (``memtiers.schedule``)."""
     return NewJob(
         JobKind.SESSION_END.value,
         {"source": source, "session": session},

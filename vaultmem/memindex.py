@@ -241,6 +241,12 @@ def _stamps(conn: sqlite3.Connection) -> dict[str, tuple[int, int, str]]:
     }
 
 
+def indexed_hash(conn: sqlite3.Connection, rel: str) -> str | None:
+    """The hash of ``rel`` as the index last read or wrote it (None: not indexed)."""
+    row = conn.execute("SELECT file_hash FROM agent_files WHERE path = ?", (rel,)).fetchone()
+    return str(row[0]) if row is not None else None
+
+
 def changed(conn: sqlite3.Connection, layout: Layout) -> list[str]:
     """Agent paths whose file differs from its row by ``stat``, or whose file is gone (rescans)."""
     known = _stamps(conn)

@@ -64,7 +64,7 @@ class WorkContext:
     topics: TopicSettings = field(default_factory=TopicSettings)
     finder: EntityFinder | None = find_entities  # entities of a leaf as it is admitted
     digest: bool = True  # keep the global tree (a digest per day)
-    # The note of an idle chat session (agentmem.run_session_job with this thread's connection).
+    # The note of an idle chat session (memtiers.run_session_job with this thread's connection).
     session_end: Callable[[sqlite3.Connection, Job], bool] | None = None
 
 

@@ -148,7 +148,10 @@ def note_id(source: str | None, session: str) -> str:
 def rel_path(note: str, session: str, started: datetime | None) -> str:
     when = started.strftime("%Y-%m") if started else "undated"
     day = started.strftime("%Y-%m-%d") if started else "undated"
-    return f"{SESSIONS_DIR}/{when}/{day}-{slug(session, words=5, max_len=40) or 'session'}-{note}.md"
+    name = slug(session, words=5, max_len=40) or "session"
+    if not name.startswith(day):  # a session named by its date ("2026-03-02-planning") says it once
+        name = f"{day}-{name}"
+    return f"{SESSIONS_DIR}/{when}/{name}-{note}.md"
 
 
 # --- the offline draft --------------------------------------------------------------------------------

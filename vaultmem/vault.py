@@ -24,7 +24,6 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from vaultmem import (
-    agentmem,
     coremem,
     daemonstate,
     db,
@@ -36,6 +35,7 @@ from vaultmem import (
     heat,
     index,
     memindex,
+    memtiers,
     timeparse,
     topicroute,
     topics,
@@ -44,7 +44,6 @@ from vaultmem import (
     treeops,
 )
 from vaultmem.agentllm import ChatModel
-from vaultmem.agentmem import EpisodeRecord
 from vaultmem.canon import read_path
 from vaultmem.canon_chat import messages_from_records
 from vaultmem.check import CheckReport, Problem, check
@@ -96,6 +95,7 @@ from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
 from vaultmem.mailthread import thread_messages
 from vaultmem.memindex import MemoryHit
+from vaultmem.memtiers import EpisodeRecord
 from vaultmem.model import (
     Leaf,
     Message,
@@ -796,7 +796,7 @@ class Vault:
             topics=self.topic_settings,
             finder=self.entity_finder,
             digest=self.config.digest_enabled,
-            session_end=lambda conn, job: agentmem.run_session_job(self._memory(conn), job),
+            session_end=lambda conn, job: memtiers.run_session_job(self._memory(conn), job),
         )
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
@@ -1456,7 +1456,7 @@ class Vault:
         report = check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
         return self._check_memory(report, fix=False)
 
-    # -- agent memory tiers: core memory, session notes, episodes, recipes (coremem, agentmem) ---------
+    # -- agent memory tiers: core memory, session notes, episodes, recipes (coremem, memtiers) ---------
     @property
     def memory_settings(self) -> MemorySettings:
         """The ``[core]``, ``[sessions]`` and ``[recipes]`` sections of the config."""
@@ -1505,6 +1505,7 @@ class Vault:
             embedder=lambda: self.embedder,
             model=self.chat_model,
             read_only=self.read_only is not None,
+            hand_edits=self._commit_by_hand if self._git is not None else None,
         )
 
     def core_block(self) -> CoreBlock:
@@ -1533,11 +1534,11 @@ class Vault:
 
     def end_session(self, session: str, *, source: str | None = None) -> SessionNote:
         """Write (or refresh) the note of a chat session and propose its lasting facts to core memory."""
-        return agentmem.end_session(self._memory(), session, source)
+        return memtiers.end_session(self._memory(), session, source)
 
     def sessions(self, *, limit: int | None = None) -> list[SessionNote]:
         """Session notes, newest first."""
-        return agentmem.list_sessions(self._memory(), limit)
+        return memtiers.list_sessions(self._memory(), limit)
 
     def record_episode(
         self,
@@ -1553,7 +1554,7 @@ class Vault:
     ) -> EpisodeRecord:
         """Record one task execution; a successful one may join or make a recipe. ``recipe``: the
         recipe it followed (its success or failure is counted there)."""
-        return agentmem.record_episode(
+        return memtiers.record_episode(
             self._memory(),
             request,
             mode=mode,
@@ -1567,22 +1568,22 @@ class Vault:
 
     def episodes(self, *, limit: int | None = None, success: bool | None = None) -> list[Episode]:
         """Recorded episodes, newest first (``success`` to keep only successes or failures)."""
-        return agentmem.list_episodes(self._memory(), limit=limit, success=success)
+        return memtiers.list_episodes(self._memory(), limit=limit, success=success)
 
     def recipes(self, *, archived: bool = False) -> list[Recipe]:
         """Live recipes by name (``archived``: the archived ones too, after them)."""
-        return agentmem.list_recipes(self._memory(), archived=archived)
+        return memtiers.list_recipes(self._memory(), archived=archived)
 
     def recipes_for(
         self, request: str, *, limit: int | None = None, max_chars: int | None = None
     ) -> RecipeMatch:
         """The recipes for a request: triggers first, then word overlap; at most ``limit`` (3) and
         ``max_chars`` (2,000) characters; ``fast_path`` on those used successfully 3 times or more."""
-        return agentmem.recipes_for(self._memory(), request, limit=limit, max_chars=max_chars)
+        return memtiers.recipes_for(self._memory(), request, limit=limit, max_chars=max_chars)
 
     def recipe_result(self, name: str, *, success: bool) -> Recipe:
         """Count a successful or failed use of the recipe ``name``."""
-        return agentmem.recipe_result(self._memory(), name, success=success)
+        return memtiers.recipe_result(self._memory(), name, success=success)
 
     def search_memory(
         self, query: str, *, kinds: Sequence[str] | None = None, k: int = 10
@@ -1598,7 +1599,7 @@ class Vault:
     def _sessions_touched(self, leaves: list[Leaf]) -> None:
         """Ingest hook: chat sessions that just got messages get (or push back) their note's job."""
         if leaves:
-            agentmem.schedule(self._memory(), leaves)
+            memtiers.schedule(self._memory(), leaves)
 
     def _check_memory(self, report: CheckReport, *, fix: bool) -> CheckReport:
         """``check`` of the agent memory files, added to the report of the rest."""
