@@ -218,6 +218,45 @@ def test_a_hand_written_recipe_is_matched_and_counted(fake: Vault) -> None:
         fake.recipe_result("nope", success=True)
 
 
+class AxesEmbedder:
+    """Requests name the axes of their vector ("x y" is the unit vector between axes x and y): the
+    cosines a test needs, exactly."""
+
+    model_id = "axes-8"
+    dim = 8
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.split()[-2:]:
+                if word.isdigit():
+                    out[row, int(word)] += 1.0
+            out[row] /= np.linalg.norm(out[row])
+        return out
+
+
+def test_a_grown_recipe_is_joined_only_by_what_resembles_a_third_of_its_episodes(tmp_path: Path) -> None:
+    vault = Vault.init(tmp_path / "v", FAKE, embedder=AxesEmbedder())  # type: ignore[arg-type]
+
+    def ask(request: str) -> str:
+        done = vault.record_episode(request, mode="agent", tools=["t"], outcomes=["ok"], success=True)
+        return str(done.outcome)
+
+    # Seven requests on axis 0 and two between axes 0 and 1 (cosine 0.71 to the rest): one recipe.
+    outcomes = [ask(f"Plan task {n} axis 0") for n in range(3)]
+    outcomes += [ask(f"Plan task {n} axes 0 1") for n in range(3, 5)]
+    outcomes += [ask(f"Plan task {n} axis 0") for n in range(5, 9)]
+    assert outcomes == ["recorded", "recorded", "promoted", *["joined"] * 6]
+    (recipe,) = vault.recipes()
+    assert len(recipe.episodes) == 9
+    # Axis 1 alone is within the threshold (0.45) of the two 0-1 episodes only: 2 of 9 is not a third.
+    assert ask("Plan task 10 axis 1") == "recorded"
+    assert vault.recipes()[0].success_count == 9
+    # Between axes 0 and 1 it resembles all nine: it joins.
+    assert ask("Plan task 11 axes 0 1") == "joined"
+    vault.close()
+
+
 def test_learned_recipes_over_the_cap_are_archived_not_deleted(tmp_path: Path) -> None:
     vault = Vault.init(tmp_path / "v", FAKE + "max_learned = 2\n", embedder=FakeEmbedder())
     tasks = [

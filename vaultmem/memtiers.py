@@ -308,7 +308,8 @@ def _promote(env: MemoryEnv, episode: Episode) -> EpisodeRecord:
     row = {e.id: n for n, e in enumerate(unique)}
     mine = vecs[row[episode.id]]
     # It joins the recipe with the most members within the threshold, when it has as many as a new
-    # recipe would need (the same test as promotion, against the recipe's own episodes).
+    # recipe would need (the same test as promotion, against the recipe's own episodes) and at least a
+    # third of the recipe's episodes (a grown recipe is not joined for resembling two of its members).
     best: tuple[int, float, Recipe] | None = None
     for recipe in live:
         ms = members[recipe.name]
