@@ -9,9 +9,35 @@ Callers validate what the model says and fall back to their offline rules; this 
 from __future__ import annotations
 
 import json
+import re
 import threading
+from typing import Any
 
+from vaultmem.errors import SummariserError
 from vaultmem.summarise import OpenAICompatSummariser, _content
+
+_THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def without_thinking(reply: str) -> str:
+    """A reply without the ``<think>`` blocks reasoning models put before their answer."""
+    return _THINK_RE.sub("", reply)
+
+
+def reply_object(reply: str) -> dict[str, Any]:
+    """The JSON object a reply holds (from its first ``{`` to its last ``}``, thinking left out), or
+    SummariserError saying why the reply is junk."""
+    text = without_thinking(reply)
+    start, end = text.find("{"), text.rfind("}")
+    if start == -1 or end < start:
+        raise SummariserError("junk reply: no JSON object")
+    try:
+        data = json.loads(text[start : end + 1])
+    except (ValueError, RecursionError) as exc:
+        raise SummariserError("junk reply: not JSON") from exc
+    if not isinstance(data, dict):
+        raise SummariserError("junk reply: not a JSON object")
+    return data
 
 
 class ChatModel:

@@ -27,6 +27,7 @@ from typing import Any
 
 from vaultmem import mdfile
 from vaultmem.errors import FrontmatterError, InvalidInput
+from vaultmem.layout import file_in
 from vaultmem.redact import scrub
 
 CORE_DIR = "core"
@@ -167,14 +168,7 @@ def archive_rel(name: str) -> str:
 
 def name_of(rel: str) -> tuple[str, bool] | None:
     """(file name, is an archive) for a core path, None for anything else."""
-    parts = rel.split("/")
-    if not rel.endswith(".md") or parts[0] != CORE_DIR:
-        return None
-    if len(parts) == 2:
-        return parts[1][:-3], False
-    if len(parts) == 3 and parts[1] == ARCHIVE_DIR:
-        return parts[2][:-3], True
-    return None
+    return file_in(rel, CORE_DIR, ARCHIVE_DIR)
 
 
 def clean(text: str) -> str:

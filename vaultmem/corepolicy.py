@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from vaultmem.agentllm import without_thinking
 from vaultmem.corefile import Entry, Item, clean, prompt_text
 from vaultmem.errors import SummariserError
 from vaultmem.scoring import FastScorer
@@ -41,7 +42,6 @@ _WORD_RE = re.compile(r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 _KEY_RE = re.compile(r"\w+")
 _REPLY_TAG_RE = re.compile(r"^\s*\[(\d{4}-(?:0[1-9]|1[0-2]))\]\s*(.+?)\s*$")
-_THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 MAX_ENTRY_CHARS = 600
 INVENTED = 0.5  # an entry of the model's reply needs at least this share of its words in the input
 
@@ -183,7 +183,7 @@ def prompt(title: str, purpose: str, entries: Sequence[Entry], budget: int, now_
 
 def validate(reply: str, given: Sequence[Entry], now_tag: str) -> list[Entry]:
     """The entries of a model's reply, or SummariserError saying why it is junk (module docstring)."""
-    text = _THINK_RE.sub("", reply)
+    text = without_thinking(reply)
     start, end = text.find("["), text.rfind("]")
     # The first "[" may open a tag inside a string; the array starts at a "[" followed by a quote.
     array = re.search(r"\[\s*(?:\"|\])", text)

@@ -118,6 +118,19 @@ def in_sealed_level(rel: str) -> bool:
     return len(parts) >= 4 and parts[0] == SOURCES and parts[2] != FRESH
 
 
+def file_in(rel: str, top: str, archive: str = "_archive") -> tuple[str, bool] | None:
+    """(name, archived) for ``<top>/<name>.md`` or ``<top>/<archive>/<name>.md``; None for any other path
+    (the agent's core files and recipes are named by their file)."""
+    parts = rel.split("/")
+    if not rel.endswith(".md") or parts[0] != top:
+        return None
+    if len(parts) == 2:
+        return parts[1][:-3], False
+    if len(parts) == 3 and parts[1] == archive:
+        return parts[2][:-3], True
+    return None
+
+
 def is_ignored(rel: str) -> bool:
     """True for paths the engine never indexes: engine state, editor and VCS folders, temp files."""
     parts = PurePosixPath(rel).parts

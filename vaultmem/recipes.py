@@ -38,10 +38,11 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem import mdfile
+from vaultmem.agentllm import reply_object
 from vaultmem.episodes import Episode
 from vaultmem.errors import FrontmatterError, SummariserError
 from vaultmem.frame import neutralise
-from vaultmem.layout import slug
+from vaultmem.layout import file_in, slug
 from vaultmem.redact import scrub
 from vaultmem.summarise import STOPWORDS
 
@@ -60,7 +61,6 @@ OWNED = frozenset(
 )  # fmt: skip
 _WORD_RE = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 _STEP_RE = re.compile(r"^\s*(?:\d{1,3}[.)]|[-*+])\s+(.*\S)\s*$")
-_THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 _PLACEHOLDERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("<url>", re.compile(r"\bhttps?://\S+")),
     ("<email>", re.compile(r"\b[\w.+-]+@[\w-]+\.[\w.-]+\b")),
@@ -140,14 +140,7 @@ class Draft:
 
 def name_of(rel: str) -> tuple[str, bool] | None:
     """(recipe name, archived) for a recipe path, None for anything else."""
-    parts = rel.split("/")
-    if parts[0] != RECIPES_DIR or not rel.endswith(".md"):
-        return None
-    if len(parts) == 2:
-        return parts[1][:-3], False
-    if len(parts) == 3 and parts[1] == ARCHIVE_DIR:
-        return parts[2][:-3], True
-    return None
+    return file_in(rel, RECIPES_DIR, ARCHIVE_DIR)
 
 
 def _strings(value: Any, where: str, key: str) -> tuple[str, ...]:
@@ -492,16 +485,7 @@ def llm_prompt(group: Sequence[Episode]) -> tuple[str, str]:
 
 def llm_draft(reply: str, model: str) -> Draft:
     """A draft from a model's reply, or SummariserError when it is junk."""
-    text = _THINK_RE.sub("", reply)
-    start, end = text.find("{"), text.rfind("}")
-    if start == -1 or end < start:
-        raise SummariserError("junk reply: no JSON object")
-    try:
-        data = json.loads(text[start : end + 1])
-    except (ValueError, RecursionError) as exc:
-        raise SummariserError("junk reply: not JSON") from exc
-    if not isinstance(data, dict):
-        raise SummariserError("junk reply: not a JSON object")
+    data = reply_object(reply)
     title, description = data.get("title"), data.get("description")
     trigger, steps = data.get("trigger"), data.get("steps")
     if not isinstance(title, str) or not title.strip() or len(title) > 80:

@@ -26,7 +26,6 @@ The sentence is kept verbatim (its speaker in front); at most ``MAX_PROPOSALS`` 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from vaultmem import mdfile
+from vaultmem.agentllm import reply_object
 from vaultmem.corepolicy import words
 from vaultmem.errors import FrontmatterError, SummariserError
 from vaultmem.layout import slug
@@ -74,7 +74,6 @@ _NAME_RE = re.compile(
 )
 _PEOPLE_KINDS = ("person",)
 _PROJECT_KINDS = ("project", "repo", "product")
-_THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -309,16 +308,7 @@ def llm_prompt(leaves: Sequence[Leaf], budget_tokens: int = 6000) -> tuple[str, 
 def llm_draft(reply: str, leaves: Sequence[Leaf], offline: Draft, model: str) -> Draft:
     """The offline draft with the model's sections and proposals, or SummariserError for junk: not a
     JSON object of lists of short strings, or an item whose words are mostly not in the conversation."""
-    text = _THINK_RE.sub("", reply)
-    start, end = text.find("{"), text.rfind("}")
-    if start == -1 or end < start:
-        raise SummariserError("junk reply: no JSON object")
-    try:
-        data = json.loads(text[start : end + 1])
-    except (ValueError, RecursionError) as exc:
-        raise SummariserError("junk reply: not JSON") from exc
-    if not isinstance(data, dict):
-        raise SummariserError("junk reply: not a JSON object")
+    data = reply_object(reply)
     known: set[str] = set()
     for leaf in leaves:
         known |= words(leaf.text)
