@@ -139,3 +139,13 @@ def test_episodes_record_promote_and_recipes(v: str, capsys: pytest.CaptureFixtu
     assert failed == []
     code, _, err = run(["recipes", "report", "nope", "-V", v], capsys)
     assert code == 1 and "no recipe named 'nope'" in err
+
+
+def test_every_memory_command_takes_json() -> None:
+    from vaultmem.cli import app, help_text
+
+    groups = {g.name: g.typer_instance for g in app.registered_groups}
+    for group in ("core", "sessions", "episodes", "recipes"):
+        names = [group, *(f"{group} {c.name}" for c in groups[group].registered_commands)]
+        for name in [*names, "onboard"]:
+            assert "--json" in help_text(name), name
