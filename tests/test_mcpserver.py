@@ -36,6 +36,8 @@ REPO = Path(__file__).parent.parent
 DEADLINE_S = 120.0
 CONFIG = '[embed]\nmodel = "fake"\n'
 DEFAULT_TOOLS = ["search", "context", "read", "browse", "recent", "remember", "update"]
+# A vault has core memory (issue #17): the server adds its two tools after the rest.
+CORE_TOOLS = ["core", "core_update"]
 T = TypeVar("T")
 
 # A week of a planning chat, as an assistant app logs it.
@@ -98,7 +100,7 @@ def test_default_tools_are_few_small_and_annotated(vault: Vault) -> None:
     async def main() -> None:
         async with Client(server_for(vault)) as client:
             tools = (await client.list_tools()).tools
-            assert [t.name for t in tools] == DEFAULT_TOOLS
+            assert [t.name for t in tools] == [*DEFAULT_TOOLS, *CORE_TOOLS]
             schema = "".join(
                 json.dumps(t.model_dump(by_alias=True, exclude_none=True, mode="json"), separators=(",", ":"))
                 for t in tools
@@ -107,7 +109,9 @@ def test_default_tools_are_few_small_and_annotated(vault: Vault) -> None:
             for tool in tools:
                 hints = tool.annotations
                 assert hints is not None and hints.open_world_hint is False, tool.name
-                assert hints.read_only_hint is (tool.name not in ("remember", "update")), tool.name
+                assert hints.read_only_hint is (tool.name not in ("remember", "update", "core_update")), (
+                    tool.name
+                )
                 assert hints.destructive_hint is False, tool.name  # nothing in the default set destroys
                 assert tool.description and tool.output_schema is None
             update = next(t for t in tools if t.name == "update")
@@ -123,9 +127,18 @@ def test_profiles_and_read_only(vault: Vault) -> None:
 
     async def main() -> None:
         everything = await names(profiles=frozenset({"editor", "admin"}))
-        assert everything == [*DEFAULT_TOOLS, "edit", "move", "forget", "status", "compact", "reindex"]
+        assert everything == [
+            *DEFAULT_TOOLS,
+            "edit",
+            "move",
+            "forget",
+            "status",
+            "compact",
+            "reindex",
+            *CORE_TOOLS,
+        ]
         reading = await names(read_only=True, profiles=frozenset({"editor", "admin"}))
-        assert reading == ["search", "context", "read", "browse", "recent", "status"]
+        assert reading == ["search", "context", "read", "browse", "recent", "status", "core"]
         async with Client(server_for(vault, read_only=True)) as client:
             refused = await client.call_tool("remember", {"text": "a fact the server must refuse"})
             assert_tool_error(refused, "remember")
@@ -457,7 +470,7 @@ def test_stdio_server_every_tool_and_error(disk_vault: Vault) -> None:
         async with Client(
             stdio(root), mode="legacy", client_info=Implementation(name="Cursor", version="1")
         ) as client:
-            assert [t.name for t in (await client.list_tools()).tools] == DEFAULT_TOOLS
+            assert [t.name for t in (await client.list_tools()).tools] == [*DEFAULT_TOOLS, *CORE_TOOLS]
             assert "ryokan" in text_of(await client.call_tool("search", {"query": "ryokan"}))
             assert "ryokan" in text_of(
                 await client.call_tool("context", {"query": "Kyoto ryokan", "budget": 300})
@@ -615,7 +628,7 @@ def test_http_token_origin_and_tools(disk_vault: Vault) -> None:
                 assert local.status_code == 200 and '"protocolVersion"' in local.text
             http, client = authorised(url, token)
             async with http, client:
-                assert [t.name for t in (await client.list_tools()).tools] == DEFAULT_TOOLS
+                assert [t.name for t in (await client.list_tools()).tools] == [*DEFAULT_TOOLS, *CORE_TOOLS]
                 assert "ryokan" in text_of(
                     await client.call_tool("context", {"query": "ryokan", "budget": 200})
                 )

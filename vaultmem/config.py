@@ -69,6 +69,25 @@ llm_entities = false        # also ask the [llm] endpoint for entities as leaves
 [digest]
 enabled = true              # keep the global tree: a digest per UTC day, rolled up into weeks and months
 
+[core]
+file_budget = 800           # characters of each in-prompt core file (soul, user-profile, projects, patterns)
+total_budget = 4000         # characters of the whole core block (vault.core_block)
+knowledge_budget = 8000     # knowledge.md: searched on demand, where entries leaving the others go
+ondemand_budget = 2000      # errors.md, tools.md and core files you add
+
+[sessions]
+auto = true                 # write a session note when a chat session has been idle ...
+idle_s = 1800.0             # ... this many seconds (through the job queue: `vaultmem watch` runs it)
+max_age_days = 7.0          # ... unless its newest message is older than this (an imported history)
+
+[recipes]
+similarity = 0.32           # cosine between requests for promotion (measured for MiniLM: bench/recipes.py)
+min_episodes = 3            # similar successful episodes that make a recipe
+max_learned = 50            # learned recipes kept live; the least used beyond it are archived
+max_in_prompt = 3           # recipes recipes_for returns at most ...
+max_chars = 2000            # ... within this many characters
+trigger_min = 0.15          # a trigger matches a request at this weighted share of its keywords (measured)
+
 [llm]
 base_url = ""               # OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp); empty = extractive only
 model = ""
@@ -112,6 +131,12 @@ _TOPIC_KEYS = (
     "llm_entities",
 )
 
+_MEMORY_KEYS = {
+    "core": ("file_budget", "total_budget", "knowledge_budget", "ondemand_budget"),
+    "sessions": ("auto", "idle_s", "max_age_days"),
+    "recipes": ("similarity", "min_episodes", "max_learned", "max_in_prompt", "max_chars", "trigger_min"),
+}
+
 _SECTIONS = {
     "ingest": {
         "chunk_max_tokens": "chunk_max_tokens",
@@ -124,6 +149,7 @@ _SECTIONS = {
     "compact": {key: f"compact_{key}" for key in _COMPACT_KEYS},
     "topics": {key: f"topics_{key}" for key in _TOPIC_KEYS},
     "digest": {"enabled": "digest_enabled"},
+    **{section: {key: f"{section}_{key}" for key in keys} for section, keys in _MEMORY_KEYS.items()},
     "llm": {
         "base_url": "llm_base_url",
         "model": "llm_model",
@@ -179,6 +205,23 @@ class Config:
     topics_level_leaves: int = 12
     topics_llm_entities: bool = False
     digest_enabled: bool = True
+    core_file_budget: int = 800
+    core_total_budget: int = 4000
+    core_knowledge_budget: int = 8000
+    core_ondemand_budget: int = 2000
+    sessions_auto: bool = True
+    sessions_idle_s: float = 1800.0
+    sessions_max_age_days: float = 7.0
+    recipes_similarity: float = 0.32
+    recipes_min_episodes: int = 3
+    recipes_max_learned: int = 50
+    recipes_max_in_prompt: int = 3
+    recipes_max_chars: int = 2000
+    recipes_trigger_min: float = 0.15
+
+    def memory_values(self, section: str) -> dict[str, Any]:
+        """The ``[core]``, ``[sessions]`` or ``[recipes]`` section as keyword arguments."""
+        return {key: getattr(self, f"{section}_{key}") for key in _MEMORY_KEYS[section]}
 
     def compact_values(self) -> dict[str, Any]:
         """The ``[compact]`` section as keyword arguments (for ``CompactSettings``)."""
@@ -227,6 +270,20 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
             raise InvalidInput(f"{where}: topics.{key} must not be negative")
     if config.topics_half_life_days <= 0 or min(config.topics_keep_recent, config.topics_level_leaves) < 1:
         raise InvalidInput(f"{where}: topics.half_life_days, keep_recent and level_leaves must be positive")
+    if min(config.memory_values("core").values()) < 1:
+        raise InvalidInput(f"{where}: the [core] budgets must be at least 1 character")
+    if config.sessions_idle_s < 0 or config.sessions_max_age_days < 0:
+        raise InvalidInput(f"{where}: sessions.idle_s and sessions.max_age_days must not be negative")
+    if not 0 < config.recipes_similarity <= 1:
+        raise InvalidInput(f"{where}: recipes.similarity must be above 0 and at most 1")
+    if config.recipes_min_episodes < 2 or min(config.recipes_max_learned, config.recipes_max_in_prompt) < 1:
+        raise InvalidInput(
+            f"{where}: recipes.min_episodes must be at least 2, max_learned and max_in_prompt 1"
+        )
+    if not 0 < config.recipes_trigger_min <= 1:
+        raise InvalidInput(f"{where}: recipes.trigger_min must be above 0 and at most 1")
+    if config.recipes_max_chars < 100:
+        raise InvalidInput(f"{where}: recipes.max_chars must be at least 100")
     if config.llm_max_concurrent < 1:
         raise InvalidInput(f"{where}: llm.max_concurrent must be at least 1")
     return config

@@ -430,7 +430,7 @@ class VaultServer:
         def core() -> str:
             """Core memory: the short files about the person and the work that ride in every prompt."""
             with handle.use() as vault:
-                block = vault.core_block()  # type: ignore[attr-defined]
+                block = vault.core_block()
                 text = str(getattr(block, "text", block) or "")
                 return agenttools.framed([neutralise(text)] if text.strip() else [], "core memory is empty")
 
@@ -448,7 +448,7 @@ class VaultServer:
             with handle.use() as vault:
                 message = agentio.commit_message(source_of(ctx), f"updated core memory {file}", reason)
                 with vault.operation(message):
-                    result = vault.core_update(file, entries)  # type: ignore[attr-defined]
+                    result = vault.core_update(file, entries)
                 as_dict = getattr(result, "as_dict", None)  # #17's CoreUpdate
                 return json.dumps(as_dict() if callable(as_dict) else result, default=str)
 

@@ -64,6 +64,8 @@ class WorkContext:
     topics: TopicSettings = field(default_factory=TopicSettings)
     finder: EntityFinder | None = find_entities  # entities of a leaf as it is admitted
     digest: bool = True  # keep the global tree (a digest per day)
+    # The note of an idle chat session (memtiers.run_session_job with this thread's connection).
+    session_end: Callable[[sqlite3.Connection, Job], bool] | None = None
 
 
 @dataclass
@@ -308,6 +310,7 @@ class Pool:
                 JobKind.RESUMMARIZE.value: self._resummarize,
                 JobKind.DIGEST_DAILY.value: self._digest_daily,
                 JobKind.TOPIC_ROUTE.value: self._topic_route,
+                JobKind.SESSION_END.value: self._session_end,
             }.get(kind)
             if handler is None:
                 queue.fail(job, f"no handler for job kind {kind!r} in this version")
@@ -561,6 +564,11 @@ class Pool:
             queue.defer(job, DEFER_S, str(exc))
             return False
         return self._settle(queue, job, result, resummarized=1)
+
+    def _session_end(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        if self.ctx.session_end is None:
+            raise RuntimeError("no session note writer in this work context")
+        return self.ctx.session_end(conn, job)
 
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         ctx = self.ctx

@@ -25,6 +25,7 @@ from filelock import FileLock, Timeout
 
 from vaultmem import (
     agentio,
+    coremem,
     daemonstate,
     db,
     digest,
@@ -33,16 +34,21 @@ from vaultmem import (
     gitsync,
     index,
     mdfile,
+    memindex,
+    memtiers,
     timeparse,
     topics,
     tree,
     treectx,
     treeops,
 )
+from vaultmem.agentllm import ChatModel
 from vaultmem.check import CheckReport, Problem, check
 from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context, assemble
+from vaultmem.corefile import CoreSettings
+from vaultmem.coremem import CoreBlock, CoreFileView, CoreUpdate, MemoryEnv, MemorySettings, Onboarding
 from vaultmem.docmem import (
     Plan,
     plan_add_summary,
@@ -54,6 +60,7 @@ from vaultmem.docmem import (
 )
 from vaultmem.embed import Embedder, load_embedder
 from vaultmem.entities_llm import LLMEntityExtractor
+from vaultmem.episodes import Episode
 from vaultmem.errors import (
     ConflictError,
     DiskFull,
@@ -86,6 +93,8 @@ from vaultmem.jobs import JobKind, JobQueue, NewJob, release_dead, resummarize_j
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
+from vaultmem.memindex import MemoryHit
+from vaultmem.memtiers import EpisodeRecord
 from vaultmem.model import (
     Leaf,
     Message,
@@ -97,11 +106,13 @@ from vaultmem.model import (
     utc,
 )
 from vaultmem.pool import Pool, PoolReport, WorkContext
+from vaultmem.recipes import Recipe, RecipeMatch
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.redact import scrub
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
+from vaultmem.sessionnote import SessionNote
 from vaultmem.sessions import SessionTree, session_tree
 from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser, Summariser
 from vaultmem.summaryfile import SummaryNode
@@ -212,6 +223,10 @@ class Vault:
         self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
         self.commits = 0  # git commits this vault made (engine batches and hand edits)
         self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
+        # "Now" for the agent memory tiers (entry tags, idle sessions, episode times); tests inject one.
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self._chat_model: ChatModel | None = None
+        self._chat_model_built = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -507,6 +522,7 @@ class Vault:
                         " were not (a file of theirs already written is indexed on the next open); free"
                         " space, then run the same ingest again (what is already in is skipped)"
                     ) from exc
+                self._sessions_touched([leaf for leaf in leaves if leaf.id in set(added)])
                 if added:
                     names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
                     self._commit(f"memory: add {len(added)} leaves from {', '.join(names)}")
@@ -799,6 +815,7 @@ class Vault:
             topics=self.topic_settings,
             finder=self.entity_finder,
             digest=self.config.digest_enabled,
+            session_end=lambda conn, job: memtiers.run_session_job(self._memory(conn), job),
         )
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
@@ -983,15 +1000,28 @@ class Vault:
                     f"git changed the repository of {self.layout.root} while these paths were gathered;"
                     " gather them again once it is quiet"
                 )
+            mine, rest = memindex.reconcile(
+                self.conn, self.layout, rels, self.config.max_file_bytes, self.memory_settings.core
+            )
+            # A person's edits to agent memory files are their own commit, as for notes and leaves.
+            if by_hand:
+                self._commit_by_hand([*mine.new, *mine.changed, *mine.deleted, *(r for r, _ in mine.invalid)])
             report = reconcile_paths(
                 self.conn,
                 self.layout,
-                rels,
+                rest,
                 self.config.max_file_bytes,
                 read_note=self.read_notes,
                 seen=seen,
                 on_hand_edits=self._commit_by_hand if by_hand else None,
             )
+            report.new += mine.new
+            report.changed += mine.changed
+            report.deleted += mine.deleted
+            report.invalid += mine.invalid
+            for rel, _ in mine.invalid:  # reported once, until the file changes again
+                st = self.layout.abs(rel).stat()
+                report.seen[rel] = (st.st_size, st.st_mtime_ns)
             if report.deleted:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
             if report.deleted or report.changed:
@@ -1014,7 +1044,10 @@ class Vault:
 
     def changed_paths(self, seen: Mapping[str, Stamp]) -> list[str]:
         """Paths that differ from the index (or from ``seen``, the notes already read), by ``stat``."""
-        return changed_paths(self.conn, self.layout, seen)
+        # Agent memory files have rows of their own (memindex): compared there, not read as notes.
+        known = {r[0] for r in self.conn.execute("SELECT path FROM agent_files")}
+        rest = [p for p in changed_paths(self.conn, self.layout, seen) if p not in known]
+        return sorted({*rest, *memindex.changed(self.conn, self.layout)})
 
     def read_notes(self, rels: Iterable[str]) -> list[str]:
         """Ingest Markdown notes of the vault (not vaultmem nodes) as documents; the files stay as they
@@ -1567,6 +1600,10 @@ class Vault:
     def _reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
         with self._locked():
             report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
+            memory, unread = memindex.reindex(
+                self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core
+            )
+            report = replace(report, memory_files=memory, skipped=report.skipped + tuple(unread))
             embedder = self.embedder
             with db.atomic(self.conn):
                 loaded, missing = vectors_from_sidecars(
@@ -1617,8 +1654,161 @@ class Vault:
                         self._commit(
                             f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)"
                         )
-                    return report
-        return check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
+                    return self._check_memory(report, fix=True)
+        report = check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
+        return self._check_memory(report, fix=False)
+
+    # -- agent memory tiers: core memory, session notes, episodes, recipes (coremem, memtiers) ---------
+    @property
+    def memory_settings(self) -> MemorySettings:
+        """The ``[core]``, ``[sessions]`` and ``[recipes]`` sections of the config."""
+        c = self.config
+        return MemorySettings(
+            core=CoreSettings(**c.memory_values("core")),
+            session_auto=c.sessions_auto,
+            session_idle_s=c.sessions_idle_s,
+            session_max_age_days=c.sessions_max_age_days,
+            recipe_similarity=c.recipes_similarity,
+            recipe_min_episodes=c.recipes_min_episodes,
+            recipe_max_learned=c.recipes_max_learned,
+            recipe_max_in_prompt=c.recipes_max_in_prompt,
+            recipe_max_chars=c.recipes_max_chars,
+            recipe_trigger_min=c.recipes_trigger_min,
+        )
+
+    @property
+    def chat_model(self) -> ChatModel | None:
+        """The configured ``[llm]`` endpoint for the memory tiers, or None (offline rules)."""
+        if not self._chat_model_built:
+            self._chat_model_built = True
+            c = self.config
+            self._chat_model = (
+                ChatModel(
+                    c.llm_base_url,
+                    c.llm_model,
+                    api_key=os.environ.get(c.llm_api_key_env) or None,
+                    timeout_s=c.llm_timeout_s,
+                    semaphore=threading.Semaphore(c.llm_max_concurrent),
+                )
+                if c.llm_base_url and c.llm_model
+                else None
+            )
+        return self._chat_model
+
+    def _memory(self, conn: sqlite3.Connection | None = None) -> MemoryEnv:
+        return MemoryEnv(
+            conn=conn if conn is not None else self.conn,
+            layout=self.layout,
+            settings=self.memory_settings,
+            max_bytes=self.config.max_file_bytes,
+            lock=self._locked,
+            commit=self._commit,
+            clock=self.clock,
+            embedder=lambda: self.embedder,
+            model=self.chat_model,
+            read_only=self.read_only is not None,
+            hand_edits=self._commit_by_hand if self._git is not None else None,
+        )
+
+    def core_block(self) -> CoreBlock:
+        """The in-prompt core files (soul, user profile, projects, patterns) as one block, within each
+        file's budget and the total budget (characters); deterministic. Creates missing files."""
+        return coremem.block(self._memory())
+
+    def core_files(self) -> list[CoreFileView]:
+        """Every core file with its budget, size and entries (missing ones are created first)."""
+        return coremem.files(self._memory())
+
+    def core_file(self, name: str) -> CoreFileView:
+        """One core file (``user-profile``, ``knowledge``...); a missing one is shown as its template."""
+        return coremem.view(self._memory(), name)
+
+    def core_update(self, file: str, entries: str | Sequence[str]) -> CoreUpdate:
+        """Add entries (a list, or text: one per line) to a core file, enforcing its budget as it is
+        written: the LLM condenses when configured (validated, offline fallback), else the offline
+        policy; what leaves goes to knowledge.md or core/_archive/ with its tag, never lost."""
+        return coremem.update(self._memory(), file, entries)
+
+    def onboard(self, answers: Mapping[str, str] | None = None) -> Onboarding:
+        """First run: create the core files; ``answers`` (``name``, ``language``, ``use``; any may be
+        missing) fill the user profile and the soul."""
+        return coremem.onboard(self._memory(), answers)
+
+    def end_session(self, session: str, *, source: str | None = None) -> SessionNote:
+        """Write (or refresh) the note of a chat session and propose its lasting facts to core memory."""
+        return memtiers.end_session(self._memory(), session, source)
+
+    def sessions(self, *, limit: int | None = None) -> list[SessionNote]:
+        """Session notes, newest first."""
+        return memtiers.list_sessions(self._memory(), limit)
+
+    def record_episode(
+        self,
+        request: str,
+        *,
+        mode: str,
+        tools: Sequence[str | Mapping[str, Any]],
+        outcomes: Sequence[str] | str | None,
+        success: bool,
+        session: str | None = None,
+        source: str | None = None,
+        recipe: str | None = None,
+    ) -> EpisodeRecord:
+        """Record one task execution; a successful one may join or make a recipe. ``recipe``: the
+        recipe it followed (its success or failure is counted there)."""
+        return memtiers.record_episode(
+            self._memory(),
+            request,
+            mode=mode,
+            tools=tools,
+            outcomes=outcomes,
+            success=success,
+            session=session,
+            source=source,
+            recipe=recipe,
+        )
+
+    def episodes(self, *, limit: int | None = None, success: bool | None = None) -> list[Episode]:
+        """Recorded episodes, newest first (``success`` to keep only successes or failures)."""
+        return memtiers.list_episodes(self._memory(), limit=limit, success=success)
+
+    def recipes(self, *, archived: bool = False) -> list[Recipe]:
+        """Live recipes by name (``archived``: the archived ones too, after them)."""
+        return memtiers.list_recipes(self._memory(), archived=archived)
+
+    def recipes_for(
+        self, request: str, *, limit: int | None = None, max_chars: int | None = None
+    ) -> RecipeMatch:
+        """The recipes for a request: triggers first, then word overlap; at most ``limit`` (3) and
+        ``max_chars`` (2,000) characters; ``fast_path`` on those used successfully 3 times or more."""
+        return memtiers.recipes_for(self._memory(), request, limit=limit, max_chars=max_chars)
+
+    def recipe_result(self, name: str, *, success: bool) -> Recipe:
+        """Count a successful or failed use of the recipe ``name``."""
+        return memtiers.recipe_result(self._memory(), name, success=success)
+
+    def search_memory(
+        self, query: str, *, kinds: Sequence[str] | None = None, k: int = 10
+    ) -> list[MemoryHit]:
+        """Full-text search over the agent's memory: core entries (knowledge.md included), session
+        notes, episodes, recipes (``kinds`` to restrict)."""
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("the query is empty; type a few words to search for")
+        env = self._memory()
+        coremem.sync(env, kinds or memindex.KINDS)
+        return memindex.search(self.conn, query, kinds, k)
+
+    def _sessions_touched(self, leaves: list[Leaf]) -> None:
+        """Ingest hook: chat sessions that just got messages get (or push back) their note's job."""
+        if leaves:
+            memtiers.schedule(self._memory(), leaves)
+
+    def _check_memory(self, report: CheckReport, *, fix: bool) -> CheckReport:
+        """``check`` of the agent memory files, added to the report of the rest."""
+        problems, fixed = memindex.check(
+            self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core, fix=fix
+        )
+        return replace(report, problems=report.problems + tuple(problems), fixed=report.fixed + tuple(fixed))
 
     @property
     def jobs(self) -> JobQueue:
