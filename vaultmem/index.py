@@ -188,11 +188,20 @@ def existing_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
 
 def leaves_by_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Leaf]:
     """The leaves among ``ids``, in the given order (unknown ids are left out)."""
+    return [row_to_leaf(row) for row in rows_by_ids(conn, ids, kind="leaf")]
+
+
+def rows_by_ids(
+    conn: sqlite3.Connection, ids: Sequence[str], *, kind: str | None = None
+) -> list[sqlite3.Row]:
+    """The rows of ``ids`` (of ``kind`` only, when given), in the given order; unknown ids left out."""
     rows: dict[str, sqlite3.Row] = {}
+    only = "" if kind is None else " AND kind = ?"
     for part, marks in in_batches(ids):
-        for row in conn.execute(f"SELECT * FROM chunks WHERE kind = 'leaf' AND id IN ({marks})", part):
+        params = [*part] if kind is None else [*part, kind]
+        for row in conn.execute(f"SELECT * FROM chunks WHERE id IN ({marks}){only}", params):
             rows[row["id"]] = row
-    return [row_to_leaf(rows[i]) for i in dict.fromkeys(ids) if i in rows]
+    return [rows[i] for i in dict.fromkeys(ids) if i in rows]
 
 
 def row_to_leaf(row: sqlite3.Row) -> Leaf:
@@ -263,3 +272,25 @@ def known_emails(conn: sqlite3.Connection, source: str) -> list[KnownEmail]:
         KnownEmail(row["source_id"], row["session"], str(row["subject"] or ""), parse_ts(row["ts"]))
         for row in rows
     ]
+
+
+def leaves_per_day(
+    conn: sqlite3.Connection, first: str, last: str, source: str | None = None
+) -> dict[str, int]:
+    """UTC day (``YYYY-MM-DD``) -> leaves whose time falls on it, for days ``first`` to ``last``
+    inclusive (ISO dates); days without a leaf are left out. One range over the ``ts`` index."""
+    sql = "SELECT substr(ts, 1, 10) AS day, count(*) FROM chunks WHERE kind = 'leaf' AND ts >= ? AND ts < ?"
+    params: list[Any] = [first, last + "\uffff"]
+    if source is not None:
+        sql += " AND source = ?"
+        params.append(source)
+    return {day: n for day, n in conn.execute(sql + " GROUP BY day ORDER BY day", params)}
+
+
+def leaves_per_source(conn: sqlite3.Connection) -> dict[str, int]:
+    """Source -> its leaves (every source with one)."""
+    return dict(
+        conn.execute(
+            "SELECT source, count(*) FROM chunks WHERE kind = 'leaf' GROUP BY source ORDER BY source"
+        )
+    )

@@ -30,6 +30,7 @@ class JobKind(StrEnum):
     FLUSH_STALE = "flush_stale"
     TOPIC_ROUTE = "topic_route"
     DIGEST_DAILY = "digest_daily"
+    INGEST = "ingest"  # read a configured source folder again ([sources] in config.toml)
 
 
 class JobState(StrEnum):
@@ -84,6 +85,12 @@ def topic_route_job(entity: str) -> NewJob:
 
 def digest_job(day: date) -> NewJob:
     return NewJob(JobKind.DIGEST_DAILY.value, {"day": day.isoformat()}, dedupe_key=f"digest_daily:{day}")
+
+
+def ingest_job(source: str) -> NewJob:
+    """Ingest the folder configured for ``source`` (one at a time: a second request while it is
+    queued or running is the same job). Two attempts: a folder that cannot be read is a person's fix."""
+    return NewJob(JobKind.INGEST.value, {"source": source}, dedupe_key=f"ingest:{source}", max_attempts=2)
 
 
 def _row(row: sqlite3.Row) -> Job:
@@ -279,6 +286,15 @@ class JobQueue:
         out = {s.value: 0 for s in JobState}
         for state, n in self.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"):
             out[state] = n
+        return out
+
+    def by_kind(self) -> dict[str, dict[str, int]]:
+        """Job kind -> state -> how many (kinds with no job are left out)."""
+        out: dict[str, dict[str, int]] = {}
+        for kind, state, n in self.conn.execute(
+            "SELECT kind, state, count(*) FROM jobs GROUP BY kind, state ORDER BY kind"
+        ):
+            out.setdefault(kind, {s.value: 0 for s in JobState})[state] = n
         return out
 
     def pending(self) -> int:

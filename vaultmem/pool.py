@@ -59,6 +59,9 @@ class WorkContext:
     topics: TopicSettings = field(default_factory=TopicSettings)
     finder: EntityFinder | None = find_entities  # entities of a leaf as it is admitted
     digest: bool = True  # keep the global tree (a digest per day)
+    # read a configured source folder again ([sources]), calling the heartbeat as batches are written;
+    # returns the operation's line. None: this process cannot (the job fails)
+    ingest: Callable[[str, Callable[[], None]], str] | None = None
 
 
 @dataclass
@@ -215,6 +218,7 @@ class Pool:
                 JobKind.RESUMMARIZE.value: self._resummarize,
                 JobKind.DIGEST_DAILY.value: self._digest_daily,
                 JobKind.TOPIC_ROUTE.value: self._topic_route,
+                JobKind.INGEST.value: self._ingest,
             }.get(kind)
             if handler is None:
                 queue.fail(job, f"no handler for job kind {kind!r} in this version")
@@ -429,6 +433,13 @@ class Pool:
             queue.defer(job, DEFER_S, str(exc))
             return False
         return self._settle(queue, job, result, resummarized=1)
+
+    def _ingest(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        """The new leaves queue their own ``extract`` jobs; sealing follows from there."""
+        if self.ctx.ingest is None:
+            raise ConflictError("this process cannot ingest configured sources; run `vaultmem jobs --run`")
+        self.report.say(self.ctx.ingest(str(job.payload["source"]), lambda: queue.extend(job)))
+        return True
 
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         ctx = self.ctx
