@@ -305,6 +305,9 @@ def test_commits_of_today_carry_files_and_patches(built: Vault) -> None:
     adds = [c for c in commits if c.subject.startswith("memory: add")]
     assert adds and any(f.startswith("A sources/assistant-chat/") for c in adds for f in c.files)
     assert any("Yadoya Shirakawa" in c.diff for c in adds)
+    # Vectors are named in the file list but their base64 is left out of the patch.
+    assert any(f.endswith("/_embeddings.json") for c in commits for f in c.files)
+    assert not any("_embeddings.json b/" in c.diff for c in commits)
     assert built.commits("2020-01-01") == []
 
 
@@ -336,6 +339,38 @@ def test_panels_answer_from_the_vault(built: Vault) -> None:
     day = panels.day("2026-03-09")
     assert day["leaves"] == 4 and day["digest"] is not None
     assert any(c["path"] for c in day["digest"]["children"])
+
+
+def test_cached_views_follow_changes_made_by_another_process(tmp_path: Path) -> None:
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(
+            [
+                {
+                    "id": "a",
+                    "role": "user",
+                    "content": "Mara booked the ryokan in Kyoto.",
+                    "ts": "2026-03-09T20:00:00Z",
+                }
+            ],
+            source="chat",
+        )
+        panels = Panels(vault)
+        assert panels.metrics()["leaves"] == 1
+        assert panels.metrics() is not None and panels.heatmap(last="2026-03-31")["total"] == 1
+        with Vault.open(vault.layout.root, embedder=FakeEmbedder()) as other:  # its own connection
+            other.ingest_messages(
+                [
+                    {
+                        "id": "b",
+                        "role": "user",
+                        "content": "Diego joins in Lisbon on Friday.",
+                        "ts": "2026-03-10T09:00:00Z",
+                    }
+                ],
+                source="chat",
+            )
+        assert panels.metrics()["leaves"] == 2
+        assert panels.heatmap(last="2026-03-31")["days"] == {"2026-03-09": 1, "2026-03-10": 1}
 
 
 def test_a_read_only_dashboard_refuses_requests(built: Vault) -> None:

@@ -209,7 +209,9 @@ class GitRecorder:
             sha, when, subject = head.split("\x1f", 2)
             lines = body.strip("\n").split("\n")
             raw = [line[1:] for line in lines if line.startswith(":")]
-            patch = "\n".join(line for line in lines if not line.startswith(":")).strip("\n")
+            patch = _without_sidecars(
+                "\n".join(line for line in lines if not line.startswith(":")).strip("\n")
+            )
             found.append(
                 CommitInfo(
                     sha,
@@ -400,6 +402,15 @@ class GitRecorder:
 def _head(repo: Repo) -> str | None:
     out = repo.git.rev_parse("--verify", "--quiet", "HEAD^{commit}", with_exceptions=False)
     return out.strip() or None
+
+
+def _without_sidecars(patch: str) -> str:
+    """A patch without the parts that change ``_embeddings.json`` (base64 vectors: nothing to read).
+    The commit's file list still names them."""
+    first, *rest = patch.split("\ndiff --git ")
+    parts = [first, *(f"diff --git {p}" for p in rest)]
+    kept = [p for p in parts if not (p.splitlines() or [""])[0].rstrip('"').endswith(f"/{SIDECAR_NAME}")]
+    return "\n".join(kept)
 
 
 def _raw_files(raw: str) -> tuple[str, ...]:

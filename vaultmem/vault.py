@@ -530,11 +530,13 @@ class Vault:
 
     def sources(self) -> list[str]:
         """The source trees (``global`` and topic summaries are not sources)."""
+        # Each distinct source (from an index), kept when a node of it lives under sources/<it>/.
         return [
             r[0]
             for r in self.conn.execute(
-                "SELECT DISTINCT source FROM chunks WHERE path >= ? AND path < ? ORDER BY source",
-                index.prefix_range(f"{SOURCES}/"),
+                "SELECT s.source FROM (SELECT DISTINCT source FROM chunks) s WHERE EXISTS (SELECT 1 FROM"
+                " chunks c WHERE c.path >= ? || s.source || '/' AND c.path < ? || s.source || '0') ORDER BY s.source",
+                (f"{SOURCES}/", f"{SOURCES}/"),
             )
         ]
 
@@ -1264,6 +1266,11 @@ class Vault:
             report = other.ingest_source(name, progress=lambda _done, _total: heartbeat())
             self.warnings.extend(other.warnings)
         return f"memory: ingest {name}: {len(report.added)} new leaves ({report.duplicates} already present)"
+
+    def index_version(self) -> tuple[int, int]:
+        """A value that changes whenever the index does (a commit by this or any other connection):
+        what a reader's cache is keyed on."""
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes
 
     def storage(self) -> tuple[int, int]:
         """Bytes in the vault's files (not ``.git``) and in ``.vaultmem/`` (the index): a walk over

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from vaultmem import daemonstate
 from vaultmem.errors import InvalidInput, ReadOnlyVault
@@ -23,13 +25,15 @@ from vaultmem.summaryfile import SummaryNode, summary_json
 from vaultmem.tree import Node
 from vaultmem.vault import Vault
 
+T = TypeVar("T")
 GRAPH_NODES = 300  # the graph's default size: the hottest entities
 GRAPH_MAX_NODES = 1000
 GRAPH_EDGES = 1500  # the heaviest co-occurrence edges among them
 SEARCH_HITS = 20
 PAGE = 100  # tree children per page
 HEAT_DAYS = 365
-STORAGE_EVERY_S = 60.0  # the walk over every file for the storage figures, at most this often
+STORAGE_EVERY_S = 60.0
+CACHE_ENTRIES = 256  # views kept while the index does not change  # the walk over every file for the storage figures, at most this often
 
 # What a running job of a kind means, for the one-word state at the top of the status panel.
 _DOING = {
@@ -88,8 +92,24 @@ class Panels:
         self.lock = threading.RLock()
         self._storage: dict[str, Any] | None = None
         self.runner: dict[str, Any] = {}  # what the server's queue runner last did (set by the server)
+        self._cache: OrderedDict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = OrderedDict()
         if vault.read_only is None:
             vault.hot_topics(1)  # seeds the heat of an index rebuilt without it, once: the graph is by heat
+
+    def _cached(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        """``compute()``, or its last result while the index has not changed (any commit, by any
+        process, changes ``index_version``) and the UTC day is the same (heat decays by the day)."""
+        with self.lock:
+            version = (*self.vault.index_version(), datetime.now(UTC).date())
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] == version:
+                self._cache.move_to_end(key)
+                return cast(T, hit[1])
+            value = compute()
+            self._cache[key] = (version, value)
+            while len(self._cache) > CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+            return value
 
     # -- status and metrics ---------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -144,6 +164,12 @@ class Panels:
         return (datetime.now(UTC) - at).total_seconds() >= STORAGE_EVERY_S
 
     def metrics(self) -> dict[str, Any]:
+        return {
+            **self._cached(("metrics",), self._metrics),
+            "storage": self._storage,
+        }  # storage: None until walked
+
+    def _metrics(self) -> dict[str, Any]:
         with self.lock:
             stats = self.vault.stats(files=False)
             per_source = self.vault.leaves_per_source()
@@ -155,12 +181,14 @@ class Panels:
             "by_status": stats.by_status,
             "first_memory": stats.first_memory,
             "latest_memory": stats.latest_memory,
-            "storage": self._storage,  # None until the first walk is done
         }
 
     # -- graph and topics --------------------------------------------------------------------------------
     def graph(self, limit: int = GRAPH_NODES, min_weight: int = 1) -> dict[str, Any]:
         limit = max(1, min(limit, GRAPH_MAX_NODES))
+        return self._cached(("graph", limit, min_weight), lambda: self._graph(limit, min_weight))
+
+    def _graph(self, limit: int, min_weight: int) -> dict[str, Any]:
         with self.lock:
             found = self.vault.graph(limit=limit, min_weight=min_weight, by="heat")
         nodes = [
@@ -185,6 +213,9 @@ class Panels:
         }
 
     def topic(self, key: str, n: int = 8) -> dict[str, Any]:
+        return self._cached(("topic", key, n), lambda: self._topic(key, n))
+
+    def _topic(self, key: str, n: int) -> dict[str, Any]:
         with self.lock:
             view = self.vault.topic(key, n)
         return {
@@ -196,14 +227,15 @@ class Panels:
 
     def topic_names(self, n: int = 50) -> list[dict[str, str]]:
         """The hottest entities, for the search panel's scope."""
-        with self.lock:
-            found = self.vault.graph(limit=n, by="heat")["nodes"]
-        return [{"key": e["key"], "name": e["name"], "kind": e["kind"]} for e in found]
+        return [{"key": e["key"], "name": e["name"], "kind": e["kind"]} for e in self.graph(n)["nodes"]]
 
     # -- heatmap ------------------------------------------------------------------------------------
     def heatmap(self, source: str | None = None, last: str | None = None) -> dict[str, Any]:
         """Leaves per UTC day over a year ending ``last`` (default today; a vault silent for a year
         ends at its latest memory instead)."""
+        return self._cached(("heatmap", source, last), lambda: self._heatmap(source, last))
+
+    def _heatmap(self, source: str | None, last: str | None) -> dict[str, Any]:
         end = date.fromisoformat(last) if last else datetime.now(UTC).date()
         with self.lock:
             days = self.vault.leaves_per_day(end - timedelta(days=HEAT_DAYS - 1), end, source=source)
@@ -278,6 +310,11 @@ class Panels:
     ) -> dict[str, Any]:
         """The tree one level at a time: without ``node`` and ``source`` the sources; a source's top;
         a level's children. Paged: ``total`` says how many there are."""
+        return self._cached(
+            ("children", node, source, offset, limit), lambda: self._children(node, source, offset, limit)
+        )
+
+    def _children(self, node: str | None, source: str | None, offset: int, limit: int) -> dict[str, Any]:
         with self.lock:
             if node is None and source is None:
                 counts = self.vault.leaves_per_source()
