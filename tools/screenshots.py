@@ -80,7 +80,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         vault_dir = prepare(Path(tmp))
-        with Vault.open(vault_dir) as vault, Dashboard(vault, run_queue=False) as dash, sync_playwright() as p:
+        with (
+            Vault.open(vault_dir) as vault,
+            Dashboard(vault, run_queue=False) as dash,
+            sync_playwright() as p,
+        ):
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
             for theme in ("light", "dark"):
                 context = browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme=theme)
