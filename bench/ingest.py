@@ -28,7 +28,7 @@ def durability_comparison(base: Path, n: int = 2000) -> list[tuple[str, int, flo
     data = b"x" * 600
     t = time.perf_counter()
     for i in range(n):
-        atomic_write(d1 / f"f{i}.md", data, expected=None)
+        atomic_write(d1 / f"f{i}.md", data, root=base, expected=None)
     dt = time.perf_counter() - t
     rows.append(("fsync per file (atomic_write)", n, dt, n / dt))
     d2 = base / "batch"

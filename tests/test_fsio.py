@@ -11,28 +11,28 @@ from vaultmem.errors import ConflictError, InvalidInput, ReadOnlyVault, UnsafePa
 
 def test_atomic_write_creates_and_guards(tmp_path: Path) -> None:
     target = tmp_path / "a.md"
-    digest = fsio.atomic_write(target, b"one", expected=None)
+    digest = fsio.atomic_write(target, b"one", root=tmp_path, expected=None)
     assert target.read_bytes() == b"one"
     with pytest.raises(ConflictError, match="already exists"):
-        fsio.atomic_write(target, b"two", expected=None)
-    fsio.atomic_write(target, b"two", expected=digest)
+        fsio.atomic_write(target, b"two", root=tmp_path, expected=None)
+    fsio.atomic_write(target, b"two", root=tmp_path, expected=digest)
     assert target.read_bytes() == b"two"
 
 
 def test_atomic_write_refuses_when_file_changed_since_read(tmp_path: Path) -> None:
     target = tmp_path / "a.md"
-    read_hash = fsio.atomic_write(target, b"original", expected=None)
+    read_hash = fsio.atomic_write(target, b"original", root=tmp_path, expected=None)
     target.write_bytes(b"edited by a person")
     with pytest.raises(ConflictError, match="changed on disk"):
-        fsio.atomic_write(target, b"engine version", expected=read_hash)
+        fsio.atomic_write(target, b"engine version", root=tmp_path, expected=read_hash)
     assert target.read_bytes() == b"edited by a person"
     assert not list(tmp_path.glob(f"{fsio.TMP_PREFIX}*"))
 
 
 def test_batch_durable_writes_all_and_leaves_no_temp(tmp_path: Path) -> None:
     writes = [fsio.PendingWrite(tmp_path / "d" / f"{i}.md", f"text {i}".encode()) for i in range(50)]
-    hashes = fsio.write_batch_durable(tmp_path, writes)
-    assert len(hashes) == 50
+    written = fsio.write_batch_durable(tmp_path, writes)
+    assert [w.hash for w in written] == [fsio.sha256_bytes(w.data) for w in writes]
     assert all(w.path.read_bytes() == w.data for w in writes)
     assert fsio.stray_temp_files(tmp_path) == []
 
@@ -48,7 +48,7 @@ def test_read_only_directory_gives_clear_error(tmp_path: Path) -> None:
     ro = tmp_path / "ro"
     ro.mkdir()
     with read_only(ro), pytest.raises(ReadOnlyVault, match="cannot write"):
-        fsio.atomic_write(ro / "a.md", b"x")
+        fsio.atomic_write(ro / "a.md", b"x", root=tmp_path)
     assert not (ro / "a.md").exists()
 
 
@@ -85,3 +85,42 @@ def test_ensure_inside_rejects_symlink_escape(tmp_path: Path) -> None:
     with pytest.raises(UnsafePath):
         fsio.ensure_inside(root, link)
     assert fsio.ensure_inside(root, root / "ok.txt") == (root / "ok.txt").resolve()
+
+
+def test_every_kind_of_write_is_refused_through_a_symlinked_folder(tmp_path: Path) -> None:
+    root = tmp_path / "vault"
+    root.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "link").symlink_to(outside)
+    (root / "a.md").write_text("a")
+    target = root / "link" / "sub" / "x.md"
+    attempts = [
+        lambda: fsio.atomic_write(target, b"x", root=root),
+        lambda: fsio.write_batch_durable(root, [fsio.PendingWrite(target, b"x")]),
+        lambda: fsio.make_dirs(root, root / "link" / "sub"),
+        lambda: fsio.move_files(root, [(root / "a.md", root / "link" / "a.md")]),
+        lambda: fsio.touch(root, root / "link" / "marker"),
+        lambda: fsio.file_lock(root, root / "link" / "x.lock", timeout=1),
+    ]
+    for attempt in attempts:
+        with pytest.raises(UnsafePath, match="outside the vault"):
+            attempt()
+    assert not any(outside.iterdir())
+    assert (root / "a.md").read_text() == "a"
+
+
+def test_move_files_checks_every_pair_before_moving_any(tmp_path: Path) -> None:
+    root = tmp_path / "vault"
+    (root / "d").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (root / "escape").symlink_to(tmp_path / "outside")
+    for name in ("a.md", "b.md"):
+        (root / name).write_text(name)
+    with pytest.raises(UnsafePath):
+        fsio.move_files(
+            root, [(root / "a.md", root / "d" / "a.md"), (root / "b.md", root / "escape" / "b.md")]
+        )
+    assert (root / "a.md").exists() and not (root / "d" / "a.md").exists()
+    fsio.move_files(root, [(root / "a.md", root / "d" / "a.md")])
+    assert (root / "d" / "a.md").read_text() == "a.md"

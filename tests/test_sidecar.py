@@ -15,6 +15,7 @@ from hypothesis.extra.numpy import arrays
 from tests.conftest import chat
 from vaultmem import Vault, sidecar
 from vaultmem.embed import FakeEmbedder
+from vaultmem.layout import Layout
 from vaultmem.search import Filters
 
 
@@ -42,8 +43,8 @@ def test_update_keeps_other_entries(tmp_path: Path) -> None:
     d.mkdir()
     a = sidecar.Entry.of("h1", np.ones(4, dtype=np.float32))
     b = sidecar.Entry.of("h2", np.zeros(4, dtype=np.float32))
-    sidecar.update(tmp_path, d, "m", 4, {"a.md": a})
-    sidecar.update(tmp_path, d, "m", 4, {"b.md": b})
+    sidecar.update(Layout(tmp_path), d, "m", 4, {"a.md": a})
+    sidecar.update(Layout(tmp_path), d, "m", 4, {"b.md": b})
     read = sidecar.read(d, "m", 4)
     assert set(read.entries) == {"a.md", "b.md"}
     assert read.entries["a.md"].hash == "h1"
@@ -61,7 +62,11 @@ def test_concurrent_updates_lose_nothing(tmp_path: Path) -> None:
 
     def put(i: int) -> None:
         sidecar.update(
-            tmp_path, d, "m", 2, {f"{i}.md": sidecar.Entry.of(str(i), np.full(2, i, dtype=np.float32))}
+            Layout(tmp_path),
+            d,
+            "m",
+            2,
+            {f"{i}.md": sidecar.Entry.of(str(i), np.full(2, i, dtype=np.float32))},
         )
 
     threads = [threading.Thread(target=put, args=(i,)) for i in range(16)]
@@ -76,7 +81,11 @@ def test_corrupt_and_foreign_sidecars_are_flagged(tmp_path: Path) -> None:
     (tmp_path / "_embeddings.json").write_text("{not json")
     assert "corrupt" in (sidecar.read(tmp_path, "m", 4).problem or "")
     sidecar.update(
-        tmp_path, tmp_path, "other-model", 4, {"x.md": sidecar.Entry.of("h", np.ones(4, dtype=np.float32))}
+        Layout(tmp_path),
+        tmp_path,
+        "other-model",
+        4,
+        {"x.md": sidecar.Entry.of("h", np.ones(4, dtype=np.float32))},
     )
     assert "other-model" in (sidecar.read(tmp_path, "m", 4).problem or "")
 
@@ -147,17 +156,21 @@ def test_leaf_edited_during_extraction_is_not_overwritten(tmp_path: Path) -> Non
         edited = path.read_text().replace("garden", "orchard")
         path.write_text(edited)  # a person edits before the index knows
         report = vault.flush()
-        assert path.read_text() == edited
-        assert report.jobs_failed == 1  # retried later, after the watcher or check --fix reconciles it
+        # The edit is read first, then admitted: the person's text stays, only the status line changes.
+        text = path.read_text()
+        assert "orchard" in text and "garden" not in text and "status: admitted" in text
+        assert report.jobs_failed == 0 and vault.get(leaf.id).status.value == "admitted"
+        assert "orchard" in vault.get(leaf.id).text
+        assert vault.check().ok
 
 
 def test_untouched_entries_are_carried_over_verbatim(tmp_path: Path) -> None:
     sidecar.update(
-        tmp_path, tmp_path, "m", 3, {"a.md": sidecar.Entry.of("h1", np.array([1, 2, 3], np.float32))}
+        Layout(tmp_path), tmp_path, "m", 3, {"a.md": sidecar.Entry.of("h1", np.array([1, 2, 3], np.float32))}
     )
     before = json.loads((tmp_path / "_embeddings.json").read_text())["entries"]["a.md"]
     sidecar.update(
-        tmp_path, tmp_path, "m", 3, {"b.md": sidecar.Entry.of("h2", np.array([4, 5, 6], np.float32))}
+        Layout(tmp_path), tmp_path, "m", 3, {"b.md": sidecar.Entry.of("h2", np.array([4, 5, 6], np.float32))}
     )
     after = sidecar.read(tmp_path, "m", 3)
     assert json.loads((tmp_path / "_embeddings.json").read_text())["entries"]["a.md"] == before
@@ -165,7 +178,9 @@ def test_untouched_entries_are_carried_over_verbatim(tmp_path: Path) -> None:
 
 
 def test_entry_of_the_wrong_size_marks_the_sidecar_corrupt(tmp_path: Path) -> None:
-    sidecar.update(tmp_path, tmp_path, "m", 3, {"a.md": sidecar.Entry.of("h", np.ones(3, np.float32))})
+    sidecar.update(
+        Layout(tmp_path), tmp_path, "m", 3, {"a.md": sidecar.Entry.of("h", np.ones(3, np.float32))}
+    )
     data = json.loads((tmp_path / "_embeddings.json").read_text())
     data["entries"]["a.md"]["vector"] = sidecar.encode_vector(np.ones(2, np.float32))
     (tmp_path / "_embeddings.json").write_text(json.dumps(data))

@@ -142,9 +142,9 @@ def test_crash_between_files_and_rows_is_healed_on_open(vault: Vault) -> None:
         256,
     )
     from vaultmem import fsio, leaffile
-    from vaultmem.ingest import _write_intent
+    from vaultmem.ingest import write_intent
 
-    _write_intent(vault.layout, [leaf.path for leaf in leaves])
+    write_intent(vault.layout, new=[leaf.path for leaf in leaves])
     fsio.write_batch_durable(
         vault.layout.root,
         [

@@ -5,6 +5,7 @@ The public surface is re-exported here; everything else is internal.
 
 from vaultmem.errors import (
     ConflictError,
+    DiskFull,
     FrontmatterError,
     GitError,
     InvalidInput,
@@ -25,6 +26,7 @@ from vaultmem.vault import Vault
 
 __all__ = [
     "ConflictError",
+    "DiskFull",
     "FrontmatterError",
     "GitError",
     "InputKind",

@@ -26,6 +26,13 @@ Invariants:
                        vectors; leaves the index has no vector for are queued to be embedded)
 - ``damaged_index``    chunks.db fails ``PRAGMA quick_check`` (found by ``Vault.check``; fix: move it aside
                        and rebuild it from the files)
+
+Stuck work (the queue is in chunks.db, so these are index-side too):
+- ``parked_job``       a job gave up after its attempts; nothing retries it  (fix: requeue it with fresh
+                       attempts, as ``vaultmem jobs --retry`` does)
+- ``pending_unqueued`` a leaf waits for extraction but no job will do it     (fix: queue its extract job)
+- ``dead_lease``       a job is leased by a process that is gone, or its lease expired (fix: put it back
+                       in the queue; opening the vault does this for killed processes of this host)
 """
 
 from __future__ import annotations
@@ -37,12 +44,12 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import fsio, index, sidecar
+from vaultmem import daemonstate, fsio, index, sidecar
 from vaultmem.db import NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.ingest import extract_job, heal_intents
-from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
-from vaultmem.layout import RESERVED_TOP, SIDECAR_NAME, SOURCES, Layout
+from vaultmem.jobs import Job, JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
+from vaultmem.layout import DB_NAME, RESERVED_TOP, SIDECAR_NAME, SOURCES, STATE_DIR, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.mdfile import redact_document
 from vaultmem.reindex import read_vault
@@ -97,12 +104,15 @@ def check(
         fixed.extend(p for p in problems if p.code == "pending_intent")
         problems = [p for p in problems if p.code != "pending_intent"]
 
+    daemon_running = daemonstate.is_running(layout)
     for tmp in fsio.stray_temp_files(layout.root):
         if ".git" in tmp.relative_to(layout.root).parts:
             continue
+        if daemon_running and daemonstate.owns_temp(layout, tmp):
+            continue  # the running daemon's status write in flight
         problem = Problem("stray_temp", layout.rel(tmp), "temp file left by an interrupted write", True)
         if fix:
-            tmp.unlink(missing_ok=True)
+            fsio.remove_file(layout.root, tmp)
             fixed.append(problem)
         else:
             problems.append(problem)
@@ -175,7 +185,74 @@ def check(
     dangling = _dangling_links(conn, layout, max_bytes, fix=fix)
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
+    (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
     return CheckReport(tuple(problems), tuple(fixed), leaves)
+
+
+def _stuck_work(conn: sqlite3.Connection, *, fix: bool) -> list[Problem]:
+    """Work that will never finish by itself: parked jobs, pending leaves without an extract job, and
+    jobs leased by nobody alive. ``fix`` requeues them."""
+    queue = JobQueue(conn)
+    out: list[Problem] = []
+    parked = queue.list("parked", limit=1 << 30)
+    for job in parked:
+        error = (job.last_error or "no error recorded").splitlines()[0][:200]
+        out.append(
+            Problem(
+                "parked_job",
+                _job_path(conn, job),
+                f"job {job.id} ({job.kind} {_payload(job)}) gave up after {job.attempts} attempts: {error}",
+                True,
+            )
+        )
+    unqueued = conn.execute(
+        "SELECT id, path FROM chunks WHERE kind = 'leaf' AND status = 'pending_extraction'"
+        " AND 'extract:' || id NOT IN (SELECT dedupe_key FROM jobs WHERE dedupe_key IS NOT NULL)"
+    ).fetchall()
+    for row in unqueued:
+        out.append(
+            Problem(
+                "pending_unqueued",
+                row["path"],
+                f"leaf {row['id']} waits for extraction but no job is queued",
+                True,
+            )
+        )
+    dead = queue.dead_leases()
+    for job in dead:
+        out.append(
+            Problem(
+                "dead_lease",
+                _job_path(conn, job),
+                f"job {job.id} ({job.kind} {_payload(job)}) is leased by {job.lease_owner}, which is gone",
+                True,
+            )
+        )
+    if fix:
+        with atomic(conn):
+            for job in parked:
+                queue.retry(job.id)
+            queue.enqueue_many(extract_job(row["id"]) for row in unqueued)
+            for owner in sorted({str(job.lease_owner) for job in dead}):
+                queue.release_owner(owner)
+    return out
+
+
+def _payload(job: Job) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(job.payload.items()))
+
+
+def _job_path(conn: sqlite3.Connection, job: Job) -> str:
+    """Where a job's work is: its node's file when it names one, else the queue itself."""
+    node_id = job.payload.get("id")
+    if isinstance(node_id, str):
+        row = conn.execute("SELECT path FROM chunks WHERE id = ?", (node_id,)).fetchone()
+        if row is not None:
+            return str(row["path"])
+    source = job.payload.get("source")
+    if isinstance(source, str):
+        return f"{SOURCES}/{source}"
+    return f"{STATE_DIR}/{DB_NAME} (jobs)"
 
 
 def _secrets(
@@ -196,7 +273,7 @@ def _secrets(
         what = ", ".join(kinds)
         if rewrite:
             try:
-                fsio.atomic_write(path, clean.encode("utf-8"), expected=digest)
+                fsio.atomic_write(path, clean.encode("utf-8"), root=layout.root, expected=digest)
             except ConflictError:
                 pass  # changed since it was read: reported, rewritten next time
             else:
@@ -279,7 +356,7 @@ def _sidecar_problems(
                 for r in mine
                 if r["vec"] is not None
             }
-            sidecar.update(layout.state, path.parent, model, dim, put)
+            sidecar.update(layout, path.parent, model, dim, put)
             JobQueue(conn).enqueue_many(extract_job(r["id"]) for r in mine if r["vec"] is None)
     return out
 

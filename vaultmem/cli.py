@@ -21,6 +21,7 @@ from typer._click import exceptions as click_exceptions
 
 from vaultmem import db
 from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
+from vaultmem.fsio import is_disk_full
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
 from vaultmem.model import Leaf, format_ts
@@ -992,6 +993,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except sqlite3.DatabaseError as exc:
+        if db.is_disk_full(exc):
+            _disk_full(exc)
         if "readonly database" in str(exc):  # a write the library did not guard, on a read-only vault
             typer.echo(f"vaultmem: error: the vault is read-only; this command writes ({exc})", err=True)
             sys.exit(1)
@@ -1003,6 +1006,10 @@ def main(argv: list[str] | None = None) -> None:
             err=True,
         )
         sys.exit(1)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        _disk_full(exc)
     except click_exceptions.NoArgsIsHelpError as exc:
         # A bare `vaultmem` (or a group without its command): the help, as a usage error.
         typer.echo(exc.format_message(), err=True)
@@ -1012,6 +1019,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     if isinstance(result, int) and result:
         sys.exit(result)
+
+
+def _disk_full(exc: BaseException) -> None:
+    """A full disk the library did not turn into DiskFull is still no bug: one line, exit 1."""
+    typer.echo(
+        f"vaultmem: error: the disk is full ({exc}); what finished was kept and a step cut short finishes"
+        " on the next open; free space, then run the command again",
+        err=True,
+    )
+    sys.exit(1)
 
 
 if __name__ == "__main__":

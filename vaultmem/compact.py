@@ -11,6 +11,7 @@ lock); when an LLM summariser is configured the new level is marked stale and re
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -79,6 +80,8 @@ class _Leaf:
     speaker: str | None
     text: str
     mtime_ns: int
+    size: int = -1  # the file's size and hash when it was indexed (an edit since keeps it out of a seal)
+    file_hash: str = ""
 
 
 @dataclass
@@ -145,7 +148,8 @@ class SourceState:
                 levels[level.parent].children += 1
         fresh: list[_Leaf] = []
         for row in conn.execute(
-            "SELECT c.id, c.path, c.tokens, c.ts, c.status, c.speaker, c.file_mtime_ns, v.vec"
+            "SELECT c.id, c.path, c.tokens, c.ts, c.status, c.speaker, c.file_mtime_ns, c.file_size,"
+            " c.file_hash, v.vec"
             " FROM chunks c LEFT JOIN vectors v ON v.id = c.id AND v.model = ?"
             " WHERE c.source = ? AND c.kind = 'leaf'",
             (model, source),
@@ -168,6 +172,8 @@ class SourceState:
                         row["speaker"],
                         "",
                         row["file_mtime_ns"],
+                        row["file_size"],
+                        row["file_hash"],
                     )
                 )
                 continue
@@ -237,6 +243,7 @@ class Planner:
     extractive: ExtractiveSummariser = field(default_factory=ExtractiveSummariser)
     llm_later: bool = False  # mark new levels stale so the configured LLM re-summarises them
     _numbers: dict[str, int] = field(default_factory=dict)  # parent folder -> last number handed out
+    skipped: list[str] = field(default_factory=list)  # leaves left in _fresh/: edited while sealing
 
     def seal(self, state: SourceState, *, force: bool = False) -> Iterator[TreeOp]:
         """Seal the buffer beyond the fresh tail in bounded batches, oldest first."""
@@ -255,7 +262,27 @@ class Planner:
             small = len(batch) < s.seal_min_leaves and sum(x.tokens for x in batch) < s.seal_min_tokens
             if small and not force and start > 0:
                 break
-            yield self._seal_batch(state, batch)
+            # Planned under the write lock, so this sees the files as the step will: a leaf a person
+            # (an editor) changed since it was indexed stays in _fresh/ until the change is read.
+            batch = [leaf for leaf in batch if self._as_indexed(leaf)]
+            if batch:
+                yield self._seal_batch(state, batch)
+
+    def _as_indexed(self, leaf: _Leaf) -> bool:
+        path = self.layout.abs(leaf.path)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self.skipped.append(f"{leaf.path}: gone while sealing (an editor saving it?); left out")
+            return False
+        if (st.st_size, st.st_mtime_ns) == (leaf.size, leaf.mtime_ns) or fsio.file_hash(
+            path
+        ) == leaf.file_hash:
+            return True
+        self.skipped.append(
+            f"{leaf.path}: changed on disk since it was indexed; left in _fresh/ until re-read"
+        )
+        return False
 
     def _load_texts(self, leaves: Sequence[_Leaf]) -> None:
         by_id = {leaf.id: leaf for leaf in leaves}
@@ -607,7 +634,7 @@ def prune_sidecars(conn: sqlite3.Connection, layout: Layout, source: str, model:
             continue
         gone = frozenset(name for name in current.entries if not (path.parent / name).exists())
         if gone:
-            sidecar.update(layout.state, path.parent, model, dim, {}, remove=gone)
+            sidecar.update(layout, path.parent, model, dim, {}, remove=gone)
             removed += len(gone)
     return removed
 

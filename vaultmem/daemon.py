@@ -300,7 +300,11 @@ class Daemon:
                 del self.seen[rel]
                 changed = True
         if changed:
-            fsio.atomic_write(self.layout.watch_seen, json.dumps(self.seen, sort_keys=True).encode("utf-8"))
+            fsio.atomic_write(
+                self.layout.watch_seen,
+                json.dumps(self.seen, sort_keys=True).encode("utf-8"),
+                root=self.layout.root,
+            )
 
 
 def _iso(t: float) -> str:

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from vaultmem import fsio
@@ -33,7 +34,8 @@ class DaemonLock:
 
 def acquire(layout: Layout) -> DaemonLock:
     """Take the daemon lock without waiting; VaultLocked names the holder when another daemon runs."""
-    layout.state.mkdir(parents=True, exist_ok=True)
+    fsio.make_dirs(layout.root, layout.state)
+    fsio.ensure_inside(layout.root, layout.daemon_lock)
     fd = os.open(layout.daemon_lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -63,8 +65,26 @@ def is_running(layout: Layout) -> bool:
     return False
 
 
+def owns_temp(layout: Layout, tmp: Path) -> bool:
+    """True for the temp file of a file only the daemon writes, outside the vault's write lock (its
+    status, the notes it read): left behind when a daemon was killed mid-write."""
+    return tmp.parent == layout.state and tmp.name.endswith(
+        (f"-{layout.daemon_status.name}", f"-{layout.watch_seen.name}")
+    )
+
+
+def remove_stale_temps(layout: Layout) -> None:
+    """Remove what a killed daemon's last status write left (only while no daemon runs)."""
+    if is_running(layout):
+        return
+    for tmp in layout.state.glob(f"{fsio.TMP_PREFIX}*"):
+        if owns_temp(layout, tmp):
+            fsio.remove_file(layout.root, tmp)
+
+
 def write_status(layout: Layout, status: dict[str, Any]) -> None:
-    fsio.atomic_write(layout.daemon_status, json.dumps(status, sort_keys=True, indent=1).encode("utf-8"))
+    data = json.dumps(status, sort_keys=True, indent=1).encode("utf-8")
+    fsio.atomic_write(layout.daemon_status, data, root=layout.root)
 
 
 def read_status(layout: Layout) -> dict[str, Any] | None:

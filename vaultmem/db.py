@@ -10,6 +10,7 @@ job queue, entity heat) is salvaged from it when it can still be read (``salvage
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vaultmem.errors import ReadOnlyVault, VaultLocked
+from vaultmem.errors import DiskFull, ReadOnlyVault, VaultLocked
 
 Migration = Callable[[sqlite3.Connection], None]
 
@@ -377,6 +378,8 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             raise ReadOnlyVault(f"cannot open {path} for writing: {message}") from exc
         if "locked" in message:
             raise VaultLocked(f"{path} is locked by another process: {message}") from exc
+        if is_disk_full(exc, path):
+            raise _full(exc) from exc
         raise
     return conn
 
@@ -416,27 +419,68 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     return applied
 
 
+LOW_SPACE_BYTES = 1 << 20  # an I/O error with less than this free is taken for a full disk
+
+
+def is_disk_full(exc: BaseException, path: Path | None = None) -> bool:
+    """True for SQLite's "database or disk is full" (SQLITE_FULL), and for an I/O error while the disk
+    holding ``path`` has (almost) no space left: growing the shared-memory file of the WAL on a full
+    disk fails as SQLITE_IOERR, not SQLITE_FULL."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
+        return True
+    if path is None or "disk I/O error" not in str(exc):
+        return False
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < LOW_SPACE_BYTES
+
+
+def _full(exc: BaseException) -> DiskFull:
+    return DiskFull(f"the disk holding the index is full ({exc})")
+
+
+def _db_path(conn: sqlite3.Connection) -> Path | None:
+    try:
+        row = conn.execute("PRAGMA database_list").fetchone()
+    except sqlite3.Error:
+        return None
+    return Path(row[2]) if row is not None and row[2] else None
+
+
 @contextmanager
 def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on any exception; nests as savepoints."""
+    """One write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on any exception (a failed COMMIT
+    included); nests as savepoints. A full disk is raised as ``DiskFull``, the transaction undone."""
     if conn.in_transaction:
         name = f"sp{id(conn)}_{time.monotonic_ns()}"
         conn.execute(f"SAVEPOINT {name}")
         try:
             yield conn
-        except BaseException:
-            conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
+        except BaseException as exc:
+            # SQLite may already have rolled the whole transaction back (it may on a full disk).
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute(f"ROLLBACK TO {name}")
+                conn.execute(f"RELEASE {name}")
+            if isinstance(exc, sqlite3.OperationalError) and is_disk_full(exc, _db_path(conn)):
+                raise _full(exc) from exc
             raise
         conn.execute(f"RELEASE {name}")
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError) and is_disk_full(exc, _db_path(conn)):
+            raise _full(exc) from exc
         raise
-    conn.execute("COMMIT")
 
 
 # -- a damaged index ----------------------------------------------------------------------------------

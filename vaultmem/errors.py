@@ -12,6 +12,7 @@ user what happened and what to do. Anything else escaping the library is a bug.
     ├── ConflictError        a file changed on disk since it was read; refusing to overwrite it
     ├── VaultLocked          another process holds the vault's lock
     ├── ReadOnlyVault        the vault cannot be written
+    ├── DiskFull             no space left for a write: what finished is kept, free space and re-run
     ├── NodeNotFound         no leaf or summary with that id
     ├── ModelError           the embedding model is missing, mismatched or failed to load
     ├── SummariserError      the LLM endpoint failed or answered junk (callers fall back to extractive)
@@ -55,6 +56,10 @@ class VaultLocked(VaultError):
 
 
 class ReadOnlyVault(VaultError):
+    pass
+
+
+class DiskFull(VaultError):
     pass
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from vaultmem import entities, index, sidecar, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
+from vaultmem.errors import FrontmatterError, InvalidInput
+from vaultmem.ingest import read_leaf_file
 from vaultmem.layout import Layout
 from vaultmem.lifecycle import set_status
 from vaultmem.model import Leaf, Status
@@ -116,7 +118,7 @@ def extract(
     for rel_dir in by_dir:
         if fresh.get(rel_dir) or any(r.startswith(f"{rel_dir}/_embeddings.json") for r in rebuilt):
             put = {**ready[rel_dir], **fresh[rel_dir]}
-            sidecar.update(layout.state, layout.abs(rel_dir), model, dim, put)
+            sidecar.update(layout, layout.abs(rel_dir), model, dim, put)
     rows = []
     for rel_dir, members in by_dir.items():
         entries = {**ready[rel_dir], **fresh[rel_dir]}
@@ -137,6 +139,54 @@ def extract(
         rebuilt_sidecars=tuple(rebuilt),
         busy=tuple(busy),
     )
+
+
+@dataclass(frozen=True)
+class Reread:
+    """What ``reread_pending`` found in the files of leaves that changed while they waited."""
+
+    ids: tuple[str, ...] = ()  # rows brought in line with their edited file: admit them now
+    broken: dict[str, str] = field(default_factory=dict)  # id -> why the file is no leaf any more
+    waiting: tuple[str, ...] = ()  # gone for now (an editor's save in progress), or inside a level
+
+
+def reread_pending(conn: sqlite3.Connection, layout: Layout, ids: Sequence[str], max_bytes: int) -> Reread:
+    """Re-read pending ``_fresh`` leaves whose file was edited since it was indexed (what the watcher
+    would do), so their admission can go on with the edited text instead of waiting for a catch-up.
+
+    A leaf inside a level is left to the catch-up (its ancestors go stale with it); a file that is gone
+    may be an editor's save in progress."""
+    refreshed: list[tuple[object, ...]] = []
+    broken: dict[str, str] = {}
+    waiting: list[str] = []
+    rows: dict[str, sqlite3.Row] = {}
+    for part, marks in index.in_batches(list(ids)):
+        rows.update(
+            (r["id"], r)
+            for r in conn.execute(f"SELECT id, path, parent FROM chunks WHERE id IN ({marks})", part)
+        )
+    for leaf_id in ids:
+        row = rows.get(leaf_id)
+        if row is None:
+            continue
+        if row["parent"] is not None:
+            waiting.append(leaf_id)
+            continue
+        try:
+            leaf, stamp = read_leaf_file(layout, row["path"], max_bytes)
+        except FileNotFoundError:
+            waiting.append(leaf_id)
+            continue
+        except (FrontmatterError, InvalidInput) as exc:
+            broken[leaf_id] = str(exc)
+            continue
+        if leaf.id != leaf_id:
+            broken[leaf_id] = f"{row['path']} now holds leaf {leaf.id}"
+            continue
+        refreshed.append(index.leaf_row(leaf, stamp, None))
+    with atomic(conn):
+        index.upsert_rows(conn, refreshed)
+    return Reread(tuple(str(r[0]) for r in refreshed), broken, tuple(waiting))
 
 
 def vectors_from_sidecars(

@@ -4,9 +4,14 @@ Owns every byte vaultmem writes into a vault. Rules it enforces:
 - a write goes to a temp file in the same directory, is made durable, then ``os.replace``s the target,
   and the directory is fsynced, so a reader sees the old file or the new one, never half of one;
 - a file is only overwritten when its current hash matches the hash the caller read (``expected``);
-- a batch of new files is made durable with one filesystem sync instead of one fsync per file.
+- a batch of new files is made durable with one filesystem sync instead of one fsync per file;
+- every write, directory creation, move, removal and lock file resolves its real path first (symlinks
+  followed) and is refused with ``UnsafePath`` when that path leaves the vault root, so a symlinked
+  ``sources/<name>`` or ``_fresh/`` can never make the engine write elsewhere;
+- a full disk (``ENOSPC``, ``EDQUOT``) is a ``DiskFull`` naming the file, never a bare ``OSError``.
 
-It never deletes anything but its own temp files, and never follows a path outside the vault.
+It never deletes anything but what its callers name (their own temp files, node files they read, empty
+directories), and never follows a path outside the vault.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import errno
 import hashlib
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from vaultmem.errors import ConflictError, InvalidInput, ReadOnlyVault, UnsafePath
+from filelock import FileLock
+
+from vaultmem.errors import ConflictError, DiskFull, InvalidInput, ReadOnlyVault, UnsafePath
 
 TMP_PREFIX = ".vm-tmp-"
 
@@ -63,8 +70,118 @@ def ensure_inside(root: Path, path: Path) -> Path:
     resolved = path.resolve()
     root_resolved = root.resolve()
     if resolved != root_resolved and root_resolved not in resolved.parents:
-        raise UnsafePath(f"{path} resolves to {resolved}, outside the vault {root_resolved}")
+        raise UnsafePath(
+            f"refusing to write {path}: it resolves to {resolved}, outside the vault {root_resolved}"
+            " (a symlinked folder?); replace the link with a real folder"
+        )
     return resolved
+
+
+def check_inside(root: Path, paths: Iterable[Path]) -> None:
+    """``ensure_inside`` for many paths at once: each distinct directory is resolved once, and a path
+    that is itself a symlink is resolved whole."""
+    seen: set[Path] = set()
+    for path in paths:
+        if path.parent not in seen:
+            ensure_inside(root, path.parent)
+            seen.add(path.parent)
+        if path.is_symlink():
+            ensure_inside(root, path)
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _FULL
+
+
+@contextlib.contextmanager
+def _space(path: Path) -> Iterator[None]:
+    """Turn a full disk into ``DiskFull`` naming the file being written."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in _FULL:
+            raise DiskFull(f"no space left on the disk writing {path} ({exc.strerror})") from exc
+        raise
+
+
+def make_dirs(root: Path, path: Path) -> None:
+    """``mkdir -p`` inside the vault: refused when the directory would resolve outside ``root``."""
+    ensure_inside(root, path)
+    with _space(path):
+        path.mkdir(parents=True, exist_ok=True)
+
+
+def touch(root: Path, path: Path) -> None:
+    """Create an empty marker file inside the vault (kept as it is when it exists)."""
+    ensure_inside(root, path)
+    with _space(path):
+        path.touch()
+
+
+def remove_file(root: Path, path: Path) -> None:
+    """Unlink a file the caller owns or has checked (its directory must be inside the vault; a symlink
+    is removed itself, never what it points to)."""
+    ensure_inside(root, path.parent)
+    path.unlink(missing_ok=True)
+
+
+def remove_empty_dir(root: Path, path: Path) -> bool:
+    """Remove a directory when it is empty; False when something is still in it."""
+    ensure_inside(root, path.parent)
+    try:
+        os.rmdir(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    fsync_dir(path.parent)
+    return True
+
+
+def reserve_space(root: Path, path: Path, size: int) -> bool:
+    """Set ``size`` bytes of disk aside in the engine's file ``path`` (allocated, not just sized), so
+    that on a full disk ``free_reserve`` can give back enough room to tidy up (jobs returned to the
+    queue). False when there is no room for it now (nothing is kept then)."""
+    ensure_inside(root, path)
+    try:
+        if path.stat().st_size >= size:
+            return True
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return False
+    os.close(fd)
+    return True
+
+
+def free_reserve(root: Path, path: Path) -> bool:
+    """Give the space ``reserve_space`` set aside back to the disk; True when there was some."""
+    ensure_inside(root, path.parent)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def file_lock(root: Path, path: Path, timeout: float) -> FileLock:
+    """A ``filelock`` whose lock file is inside the vault (a lock file symlinked elsewhere would be
+    created or truncated there)."""
+    make_dirs(root, path.parent)
+    ensure_inside(root, path)
+    return FileLock(str(path), timeout=timeout)
 
 
 def fsync_dir(path: Path) -> None:
@@ -101,6 +218,16 @@ def _tmp_path(target: Path) -> Path:
     return target.with_name(f"{TMP_PREFIX}{secrets.token_hex(6)}-{target.name}")
 
 
+@dataclass(frozen=True)
+class Written:
+    """A file as written: its hash, and the size and mtime the index stamps it with (taken from the
+    written file itself, so a file moved or deleted right after the write cannot break the batch)."""
+
+    hash: str
+    size: int
+    mtime_ns: int
+
+
 def _write_tmp(target: Path, data: bytes, *, fsync: bool) -> Path:
     tmp = _tmp_path(target)
     try:
@@ -124,13 +251,14 @@ def _write_tmp(target: Path, data: bytes, *, fsync: bool) -> Path:
     return tmp
 
 
-def atomic_write(path: Path, data: bytes, *, expected: str | bool | None = False) -> str:
-    """Atomically write ``data`` to ``path`` and return its hash.
+def atomic_write(path: Path, data: bytes, *, root: Path, expected: str | bool | None = False) -> str:
+    """Atomically write ``data`` to ``path`` (inside the vault ``root``) and return its hash.
 
     ``expected`` guards against overwriting someone else's change: ``False`` means no guard (only for
     files the engine alone owns, such as ``.vaultmem/`` state), ``None`` means the file must not exist,
     and a hash means the file must still have exactly that content.
     """
+    ensure_inside(root, path)
     if expected is not False:
         current = file_hash(path)
         if current != expected:
@@ -139,10 +267,16 @@ def atomic_write(path: Path, data: bytes, *, expected: str | bool | None = False
             raise ConflictError(
                 f"{path} changed on disk since it was read; refusing to overwrite it (re-run to pick up the edit)"
             )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _write_tmp(path, data, fsync=True)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    with _space(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _write_tmp(path, data, fsync=True)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        fsync_dir(path.parent)
     return sha256_bytes(data)
 
 
@@ -155,50 +289,72 @@ class PendingWrite:
     expected: str | None = None
 
 
-def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[str]:
+def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[Written]:
     """Write many files so that all of them are durable when this returns.
 
     Temp files are written without per-file fsync, the whole filesystem is synced once, then every temp
     file is renamed into place and each touched directory is fsynced once. Each item's guard is checked
     first (a new file must not exist; a replaced file must still have the hash that was read), and a
-    failed guard is a ConflictError before anything is written. Returns the hashes in order.
+    failed guard is a ConflictError before anything is written. Returns what was written, in order.
     """
     items = list(writes)
     if not items:
         return []
+    for parent in {item.path.parent for item in items}:
+        ensure_inside(root, parent)
     for item in items:
+        if item.expected is not None and item.path.is_symlink():
+            ensure_inside(root, item.path)
         current = file_hash(item.path) if item.expected is not None else None
         if item.expected is None and item.path.exists():
             raise ConflictError(f"{item.path} already exists; refusing to overwrite it")
         if item.expected is not None and current != item.expected:
             raise ConflictError(f"{item.path} changed on disk since it was read; refusing to overwrite it")
     tmps: list[tuple[Path, Path]] = []
-    try:
-        for item in items:
-            item.path.parent.mkdir(parents=True, exist_ok=True)
-            tmps.append((_write_tmp(item.path, item.data, fsync=False), item.path))
-        _syncfs(root)
-        for tmp, target in tmps:
-            os.replace(tmp, target)
-    except BaseException:
-        for tmp, _ in tmps:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        raise
-    for parent in sorted({target.parent for _, target in tmps}):
-        fsync_dir(parent)
-    return [sha256_bytes(item.data) for item in items]
+    stats: list[os.stat_result] = []
+    with _space(items[0].path.parent):
+        try:
+            for item in items:
+                item.path.parent.mkdir(parents=True, exist_ok=True)
+                tmps.append((_write_tmp(item.path, item.data, fsync=False), item.path))
+                stats.append(os.stat(tmps[-1][0]))  # the same inode as the file once renamed
+            _syncfs(root)
+            for tmp, target in tmps:
+                os.replace(tmp, target)
+        except BaseException:
+            for tmp, _ in tmps:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            raise
+        for parent in sorted({target.parent for _, target in tmps}):
+            fsync_dir(parent)
+    return [
+        Written(sha256_bytes(item.data), st.st_size, st.st_mtime_ns)
+        for item, st in zip(items, stats, strict=True)
+    ]
 
 
-def move_file(src: Path, dst: Path) -> None:
-    """Move a file without rewriting it (same filesystem), durable in both directories."""
+def move_files(root: Path, moves: Iterable[tuple[Path, Path]]) -> None:
+    """Move files or directories without rewriting them (same filesystem), each durable in both of its
+    directories. Every end must resolve inside the vault ``root`` (checked for all before any move)."""
+    pairs = list(moves)
+    check_inside(root, [p for pair in pairs for p in pair])
+    for src, dst in pairs:
+        move_file(root, src, dst, checked=True)
+
+
+def move_file(root: Path, src: Path, dst: Path, *, checked: bool = False) -> None:
+    """Move one file or directory (``checked``: ``move_files`` has already checked both ends)."""
+    if not checked:
+        check_inside(root, [src, dst])
     if dst.exists():
         raise ConflictError(f"{dst} already exists; refusing to move {src.name} over it")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(src, dst)
-    fsync_dir(dst.parent)
-    if src.parent != dst.parent:
-        fsync_dir(src.parent)
+    with _space(dst):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(src, dst)
+        fsync_dir(dst.parent)
+        if src.parent != dst.parent:
+            fsync_dir(src.parent)
 
 
 def stray_temp_files(root: Path) -> list[Path]:

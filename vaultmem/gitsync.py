@@ -376,7 +376,7 @@ class GitRecorder:
         notes: list[str] = []
         state_ignore = self.root / STATE_DIR / ".gitignore"
         if not state_ignore.exists():
-            fsio.atomic_write(state_ignore, STATE_GITIGNORE, expected=None)
+            fsio.atomic_write(state_ignore, STATE_GITIGNORE, root=self.root, expected=None)
             notes.append(
                 f"created {STATE_DIR}/.gitignore (only config.toml of the engine state is versioned)"
             )
@@ -394,7 +394,9 @@ class GitRecorder:
         separator = newline if text and not text.endswith(("\n", "\r")) else ""
         updated = text + separator + newline.join(missing) + newline
         expected = None if data is None else fsio.sha256_bytes(data)
-        fsio.atomic_write(root_ignore, updated.encode("utf-8", errors="surrogateescape"), expected=expected)
+        fsio.atomic_write(
+            root_ignore, updated.encode("utf-8", errors="surrogateescape"), root=self.root, expected=expected
+        )
         notes.append(f"{'added' if data is not None else 'created .gitignore with'} {', '.join(missing)}")
         return notes
 

@@ -3,16 +3,17 @@
 Owns the order that makes a batch crash-safe: an intent note is written first, then every leaf file is
 made durable at once, then all rows and their ``extract`` jobs commit in one transaction, then the
 intent note goes. A crash anywhere leaves either nothing, or files that ``heal_intents`` indexes on the
-next open. No LLM and no embedding happen here: those are queued work.
+next open. The same notes cover leaf files the engine rewrites in place (``lifecycle``): a note names
+each file with the hash written, and healing re-reads the files that have it into their rows. No LLM
+and no embedding happen here: those are queued work.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from vaultmem import fsio, index, leaffile
 from vaultmem.canon import Skipped
 from vaultmem.chunker import chunk_message
 from vaultmem.db import atomic
-from vaultmem.errors import FrontmatterError, InvalidInput
+from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
 from vaultmem.jobs import JobKind, JobQueue, NewJob
 from vaultmem.layout import SOURCES, Layout
 from vaultmem.model import Leaf, Message, Status, format_ts, portable_name, safe_name, slugify_name
@@ -164,26 +165,38 @@ def write_leaves(conn: sqlite3.Connection, layout: Layout, leaves: list[Leaf]) -
     new = [leaf for leaf_id, leaf in unique.items() if leaf_id not in present]
     if not new:
         return []
-    intent = _write_intent(layout, [leaf.path for leaf in new])
+    intent = write_intent(layout, new=[leaf.path for leaf in new])
     datas = [leaffile.render_leaf(leaf).encode("utf-8") for leaf in new]
     writes = [fsio.PendingWrite(layout.abs(leaf.path), data) for leaf, data in zip(new, datas, strict=True)]
-    hashes = fsio.write_batch_durable(layout.root, writes)
+    try:
+        written = fsio.write_batch_durable(layout.root, writes)
+    except (UnsafePath, ConflictError):
+        fsio.remove_file(layout.root, intent)  # refused before any file was written
+        raise
     rows = []
-    for leaf, data, digest, write in zip(new, datas, hashes, writes, strict=True):
-        stamp = index.FileStamp(digest, len(data), os.stat(write.path).st_mtime_ns)
-        rows.append(index.leaf_row(leaf, stamp))
+    for leaf, done in zip(new, written, strict=True):
+        rows.append(index.leaf_row(leaf, index.FileStamp(done.hash, done.size, done.mtime_ns)))
     with atomic(conn):
         index.insert_rows(conn, rows)
         JobQueue(conn).enqueue_many(extract_job(leaf.id) for leaf in new)
-    intent.unlink(missing_ok=True)
+    fsio.remove_file(layout.root, intent)
     return [leaf.id for leaf in new]
 
 
-def _write_intent(layout: Layout, rel_paths: list[str]) -> Path:
-    layout.intent.mkdir(parents=True, exist_ok=True)
+def write_intent(
+    layout: Layout, *, new: Sequence[str] = (), rewrites: Sequence[tuple[str, str]] = ()
+) -> Path:
+    """Write (durably) the note of a batch about to change leaf files: ``new`` files to be created, and
+    ``rewrites`` (path, hash of the bytes about to be written) of files replaced in place. The caller
+    removes it (``done_intent``) once the rows are committed."""
     path = layout.intent / f"{secrets.token_hex(8)}.json"
-    fsio.atomic_write(path, json.dumps({"paths": rel_paths}).encode("utf-8"))
+    body = {"paths": list(new), "rewrites": [list(r) for r in rewrites]}
+    fsio.atomic_write(path, json.dumps(body).encode("utf-8"), root=layout.root)
     return path
+
+
+def done_intent(layout: Layout, note: Path) -> None:
+    fsio.remove_file(layout.root, note)
 
 
 def read_leaf_file(layout: Layout, rel: str, max_bytes: int) -> tuple[Leaf, index.FileStamp]:
@@ -205,7 +218,8 @@ def read_summary_file(layout: Layout, rel: str, max_bytes: int) -> tuple[Summary
 
 
 def heal_intents(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> list[str]:
-    """Finish batches a crash interrupted: index leaf files that were written but never got a row.
+    """Finish batches a crash interrupted: index leaf files that were written but never got a row, and
+    re-read into their rows the files a rewrite had already replaced (status changes).
 
     Returns the healed leaf ids. Stray temp files of the batch are removed (they never became files).
     """
@@ -214,15 +228,21 @@ def heal_intents(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> li
         return healed
     for note in sorted(layout.intent.glob("*.json")):
         try:
-            paths = json.loads(note.read_text(encoding="utf-8"))["paths"]
-        except (ValueError, KeyError, OSError):
-            paths = []
+            body = json.loads(note.read_text(encoding="utf-8"))
+            paths = [str(p) for p in body["paths"]]
+            rewrites = [(str(p), str(h)) for p, h in body.get("rewrites", [])]
+        except (ValueError, KeyError, TypeError, OSError):
+            paths, rewrites = [], []  # a note torn by the crash itself: its batch never began
         rows = []
         jobs = []
-        for rel in paths:
+        for rel in [*paths, *(p for p, _ in rewrites)]:
             path = layout.abs(rel)
             for stray in path.parent.glob(f"{fsio.TMP_PREFIX}*-{path.name}"):
-                stray.unlink(missing_ok=True)
+                fsio.remove_file(layout.root, stray)
+        rows.extend(_rewritten_rows(conn, layout, rewrites, max_bytes))
+        healed.extend(str(row[index.ROW_COLUMNS.index("id")]) for row in rows)
+        for rel in paths:
+            path = layout.abs(rel)
             if not path.exists():
                 continue
             try:
@@ -235,7 +255,26 @@ def heal_intents(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> li
             jobs.append(extract_job(leaf.id))
             healed.append(leaf.id)
         with atomic(conn):
-            index.insert_rows(conn, rows)
+            index.upsert_rows(conn, rows)
             JobQueue(conn).enqueue_many(jobs)
-        note.unlink(missing_ok=True)
+        fsio.remove_file(layout.root, note)
     return healed
+
+
+def _rewritten_rows(
+    conn: sqlite3.Connection, layout: Layout, rewrites: Sequence[tuple[str, str]], max_bytes: int
+) -> list[tuple[object, ...]]:
+    """Rows for the rewritten files that hold exactly what the engine wrote (a file the crash left with
+    its old bytes still matches its row; one changed since is the watcher's or the catch-up's)."""
+    rows = []
+    for rel, digest in rewrites:
+        if fsio.file_hash(layout.abs(rel)) != digest:
+            continue
+        try:
+            leaf, stamp = read_leaf_file(layout, rel, max_bytes)
+        except (FileNotFoundError, FrontmatterError, InvalidInput):
+            continue
+        row = conn.execute("SELECT parent FROM chunks WHERE id = ? AND path = ?", (leaf.id, rel)).fetchone()
+        if row is not None:
+            rows.append(index.leaf_row(leaf, stamp, row["parent"]))
+    return rows

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from vaultmem.db import atomic
+from vaultmem.errors import DiskFull
 
 
 class JobKind(StrEnum):
@@ -55,6 +56,7 @@ class Job:
     run_after: float
     lease_until: float | None
     last_error: str | None
+    lease_owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,21 @@ def ingest_job(source: str) -> NewJob:
     return NewJob(JobKind.INGEST.value, {"source": source}, dedupe_key=f"ingest:{source}", max_attempts=2)
 
 
+def owner_alive(owner: str | None) -> bool | None:
+    """Whether a lease owner (``host:pid[:worker]``) still runs: known only for processes of this host
+    (None for another host's)."""
+    parts = str(owner or "").split(":")
+    if len(parts) < 2 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return None
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _row(row: sqlite3.Row) -> Job:
     return Job(
         id=row["id"],
@@ -105,6 +122,7 @@ def _row(row: sqlite3.Row) -> Job:
         run_after=row["run_after"],
         lease_until=row["lease_until"],
         last_error=row["last_error"],
+        lease_owner=row["lease_owner"],
     )
 
 
@@ -236,6 +254,17 @@ class JobQueue:
             )
             return cur.rowcount
 
+    def dead_leases(self) -> list[Job]:
+        """Running jobs nobody works on: leased by a process of this host that is gone (killed), or by
+        another host's process whose lease expired (a live process of this host is never doubted)."""
+        now = self.clock()
+        dead = []
+        for row in self.conn.execute("SELECT * FROM jobs WHERE state = 'running' ORDER BY id").fetchall():
+            alive = owner_alive(row["lease_owner"])
+            if alive is False or (alive is None and (row["lease_until"] or 0) < now):
+                dead.append(_row(row))
+        return dead
+
     def release_owner(self, owner: str) -> int:
         """Give back every job leased by ``owner`` (a clean shutdown), without counting an attempt."""
         with atomic(self.conn):
@@ -257,6 +286,22 @@ class JobQueue:
                 (self.clock(), prefix, len(prefix) + 1, prefix + ":"),
             )
             return cur.rowcount
+
+    def give_back(self, owner: str, *, process: bool = False) -> bool:
+        """``release_owner`` (``release_process`` with ``process``) on a disk that may be full: when the
+        plain write fails, the write-ahead log is emptied into the index first (that frees its blocks
+        once no other connection reads), then it is tried again. False when even that failed: the next
+        open gives the jobs back, their process being gone by then."""
+        release = self.release_process if process else self.release_owner
+        for attempt in range(2):
+            try:
+                if attempt:
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                release(owner)
+                return True
+            except (DiskFull, sqlite3.Error):
+                continue
+        return False
 
     def retry(self, job_id: int | None = None) -> int:
         """Requeue parked (or backing-off) jobs now with fresh attempts; all parked ones when no id."""
@@ -308,26 +353,11 @@ def process_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def release_dead(conn: sqlite3.Connection) -> int:
     """Requeue jobs leased by a process of this host that no longer exists (killed, crashed)."""
-    host = socket.gethostname()
-    dead = []
-    for row in conn.execute("SELECT DISTINCT lease_owner FROM jobs WHERE state = 'running'"):
-        parts = str(row[0] or "").split(":")
-        if len(parts) >= 2 and parts[0] == host and parts[1].isdigit() and not _alive(int(parts[1])):
-            dead.append(row[0])
     queue = JobQueue(conn)
-    return sum(queue.release_owner(owner) for owner in dead)
+    dead = {str(job.lease_owner) for job in queue.dead_leases() if owner_alive(job.lease_owner) is False}
+    return sum(queue.release_owner(owner) for owner in sorted(dead))
 
 
 def reclaim(conn: sqlite3.Connection) -> int:

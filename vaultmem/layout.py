@@ -10,6 +10,7 @@
     daemon.json         the daemon's status: pid, host, last event, queue depth, warnings
     watch-seen.json     Markdown files the daemon read as notes (or found invalid), with their stamps
     treeops/            write-ahead notes of compactions in flight (replayed on open)
+    reserve             1 MiB set aside while workers run; freed on a full disk to give jobs back
   sources/<source>/_fresh/<leaf>.md     new leaves
   sources/<source>/NN-slug/_summary.md  sealed levels (compactor)
   topics/ global/ core/                 reserved for topic trees, the daily digest, core memory
@@ -78,6 +79,11 @@ class Layout:
     def writing(self) -> Path:
         """Present while a writer holds the lock; found at the next lock after a writer died."""
         return self.state / "writing"
+
+    @property
+    def reserve(self) -> Path:
+        """Disk space set aside by a worker pool, given back on a full disk so it can return its jobs."""
+        return self.state / "reserve"
 
     @property
     def treeops(self) -> Path:

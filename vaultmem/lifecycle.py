@@ -2,7 +2,10 @@
 
 Owns the rewrite of existing leaf files: only the engine's keys change (user keys are carried over
 verbatim), only when the file still has the hash the index recorded (a file a person is editing is
-left alone and reported back), and a whole batch is made durable with one filesystem sync.
+left alone and reported back), and a whole batch is made durable with one filesystem sync. An intent
+note naming every file and the hash written goes first and is removed once the rows commit, so a crash
+between the files and the rows is healed on the next open (``ingest.heal_intents``), never taken for
+a hand edit.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from dataclasses import replace
 
 from vaultmem import fsio, index, leaffile, mdfile
 from vaultmem.db import atomic
+from vaultmem.errors import ConflictError, UnsafePath
+from vaultmem.ingest import done_intent, write_intent
 from vaultmem.layout import Layout
 from vaultmem.model import Leaf, Status
 
@@ -64,14 +69,21 @@ def set_status(
             new_data = text.encode("utf-8")
         writes.append(fsio.PendingWrite(path, new_data, expected=digest))
         changed.append(new_leaf)
-    hashes = fsio.write_batch_durable(layout.root, writes)
+    if not writes:
+        return skipped
+    note = write_intent(layout, rewrites=[(layout.rel(w.path), fsio.sha256_bytes(w.data)) for w in writes])
+    try:
+        written = fsio.write_batch_durable(layout.root, writes)
+    except (UnsafePath, ConflictError):
+        done_intent(layout, note)  # refused before any file was replaced
+        raise
     rows = []
-    for leaf, write, digest in zip(changed, writes, hashes, strict=True):
-        st = write.path.stat()
-        stamp = index.FileStamp(digest, st.st_size, st.st_mtime_ns)
+    for leaf, done in zip(changed, written, strict=True):
+        stamp = index.FileStamp(done.hash, done.size, done.mtime_ns)
         rows.append(index.leaf_row(leaf, stamp, parents.get(leaf.id)))
     with atomic(conn):
         index.upsert_rows(conn, rows)
+    done_intent(layout, note)
     return skipped
 
 

@@ -9,6 +9,7 @@ on one. LLM calls happen inside summarisers, capped by the semaphore they were b
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
-from vaultmem import db, digest, heat, topicroute, topics, treeops
+from vaultmem import db, digest, fsio, heat, topicroute, topics, treeops
 from vaultmem.compact import (
     CompactSettings,
     Planner,
@@ -30,17 +31,19 @@ from vaultmem.compact import (
     summary_vectors,
 )
 from vaultmem.embed import Embedder
-from vaultmem.errors import ConflictError
+from vaultmem.errors import ConflictError, DiskFull
 from vaultmem.extract import EntityFinder, find_entities
 from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, process_owner, reclaim
 from vaultmem.layout import Layout
 from vaultmem.summarise import Summariser
 from vaultmem.topics import TopicSettings
-from vaultmem.worker import EXTRACT_BATCH, WorkReport, run_extract
+from vaultmem.worker import EXTRACT_BATCH, RESERVE_BYTES, WorkReport, run_extract
 
 POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
+DISK_FULL_WAIT_S = 30.0  # the daemon's workers wait this long after a full disk
+REPLAN_TRIES = 3  # a seal pass whose step met a file changed that instant is planned again this often
 # Kinds queued ahead of their handler (none at present): left queued, never claimed, so they are
 # neither failed nor parked, and they never keep "until idle" runs going.
 WAITING_KINDS: tuple[str, ...] = ()
@@ -108,6 +111,7 @@ class Pool:
         self._active = 0
         self._state = threading.Lock()
         self._source_locks: dict[str, threading.Lock] = {}  # one seal pass per source at a time
+        self._disk_full: DiskFull | None = None  # the first full-disk error: an until-idle run stops
 
     def wake(self) -> None:
         self._wake.set()
@@ -117,11 +121,14 @@ class Pool:
         self._wake.set()
 
     def run_until_idle(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
+        """Run until no job is ready. A full disk stops every worker (each gives its jobs back to the
+        queue) and is raised as ``DiskFull`` saying how many steps finished and were kept."""
         conn = db.connect(self.ctx.layout.db)
         try:
             reclaim(conn)
         finally:
             conn.close()
+        fsio.reserve_space(self.ctx.layout.root, self.ctx.layout.reserve, RESERVE_BYTES)
         # Daemon threads: after an interrupt the process exits at once instead of waiting for a step.
         threads = [
             threading.Thread(
@@ -142,10 +149,24 @@ class Pool:
             finally:
                 conn.close()
             raise
+        if self._disk_full is not None:
+            # Every worker's connection is closed now, so the log can be emptied if that is what it
+            # takes to give back a lease a worker could not.
+            with contextlib.suppress(DiskFull, sqlite3.Error):
+                conn = db.connect(self.ctx.layout.db)
+                try:
+                    JobQueue(conn).give_back(process_owner(), process=True)
+                finally:
+                    conn.close()
+            steps = len(self.report.operations)
+            raise DiskFull(
+                f"{self._disk_full}, after {steps} finished step{'s' if steps != 1 else ''}"
+            ) from (self._disk_full)
         return self.report
 
     def start(self) -> list[threading.Thread]:
         """Run until ``stop()`` (the daemon's mode); returns the started threads."""
+        fsio.reserve_space(self.ctx.layout.root, self.ctx.layout.reserve, RESERVE_BYTES)
         threads = [
             threading.Thread(
                 target=self._loop, args=(n, False, None), name=f"vaultmem-worker-{n}", daemon=True
@@ -163,12 +184,16 @@ class Pool:
         queue = JobQueue(conn)
         try:
             while not self._stop.is_set():
-                with self._state:
-                    jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
-                    if not jobs:
-                        jobs = queue.claim(owner, kinds=CLAIMABLE_KINDS, limit=1)
-                    if jobs:
-                        self._active += 1
+                try:
+                    with self._state:
+                        jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
+                        if not jobs:
+                            jobs = queue.claim(owner, kinds=CLAIMABLE_KINDS, limit=1)
+                        if jobs:
+                            self._active += 1
+                except DiskFull as exc:
+                    self._out_of_space(exc, until_idle)
+                    continue
                 if not jobs:
                     if until_idle and self._idle(conn):
                         self._stop.set()
@@ -179,6 +204,11 @@ class Pool:
                     continue
                 try:
                     self._run(conn, queue, jobs)
+                except DiskFull as exc:
+                    # The space set aside is what lets the jobs go back to the queue on a full disk.
+                    fsio.free_reserve(self.ctx.layout.root, self.ctx.layout.reserve)
+                    queue.give_back(owner)
+                    self._out_of_space(exc, until_idle)
                 finally:
                     with self._state:
                         self._active -= 1
@@ -187,8 +217,20 @@ class Pool:
                     done = self.report.jobs_done + self.report.jobs_failed
                     progress(done, done + queue.pending())
         finally:
-            queue.release_owner(owner)
+            queue.give_back(owner)
             conn.close()
+
+    def _out_of_space(self, exc: DiskFull, until_idle: bool) -> None:
+        """A full disk is nobody's job's fault: an until-idle run stops (the caller says what was kept);
+        the daemon's pool waits before it claims work again."""
+        with self._state:
+            if self._disk_full is None:
+                self._disk_full = exc
+        if until_idle:
+            self.stop()
+            return
+        self.report.say(notes=[f"{exc}; waiting {DISK_FULL_WAIT_S:.0f}s before trying again"])
+        self._stop.wait(DISK_FULL_WAIT_S)
 
     def _idle(self, conn: sqlite3.Connection) -> bool:
         with self._state:
@@ -227,7 +269,11 @@ class Pool:
             if handler(conn, queue, job):
                 queue.complete([job.id])
                 self.report.add(jobs_done=1)
+        except DiskFull:
+            raise  # not the job's fault: the loop gives it back and stops
         except Exception as exc:  # a job's failure must never stop the pool
+            if fsio.is_disk_full(exc) or db.is_disk_full(exc):
+                raise DiskFull(f"the disk is full ({exc})") from exc
             for job in jobs:
                 queue.fail(job, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
             self.report.add(jobs_failed=len(jobs))
@@ -320,30 +366,57 @@ class Pool:
         heartbeat: Callable[[], None] | None = None,
     ) -> None:
         """Seal, merge and condense one source tree. ``heartbeat`` renews the job's lease after each
-        step, so a long compaction is never taken for a dead one and run twice."""
+        step, so a long compaction is never taken for a dead one and run twice. A leaf edited by hand
+        meanwhile stays in ``_fresh/``; a step refused because a file changed as it was about to run
+        (nothing was changed) is planned again without it."""
         ctx = self.ctx
         with self._source_lock(source):
             embedder = ctx.embedder()
-            state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
-            planner = Planner(conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive")
-            moved = False
-            # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
-            # between steps; each step's writes are guarded by the hashes it read.
-            for steps in (planner.seal(state, force=force), planner.condense(state)):
-                while True:
-                    with ctx.lock():
-                        op = next(steps, None)
-                        if op is None:
-                            break
-                        self._apply(conn, op, embedder)
-                    moved = True
-                    if heartbeat is not None:
-                        heartbeat()
-            if moved:
+            applied: list[str] = []  # the steps of every attempt (one refused midway counts too)
+            for attempt in range(1, REPLAN_TRIES + 1):
+                state = SourceState.load(conn, source, embedder.model_id, embedder.dim)
+                planner = Planner(
+                    conn, ctx.layout, ctx.settings, llm_later=ctx.summariser.name != "extractive"
+                )
+                try:
+                    self._seal_steps(planner, state, embedder, force, heartbeat, applied)
+                except ConflictError as exc:
+                    if attempt == REPLAN_TRIES:
+                        raise
+                    self.report.say(notes=[f"{source}: {exc}"])
+                    continue
+                finally:
+                    self.report.say(notes=planner.skipped)
+                break
+            if applied:
                 with ctx.lock():
                     pruned = prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
                     if pruned and ctx.commit is not None:
                         ctx.commit(f"memory: drop embeddings of moved leaves from old folders ({source})")
+
+    def _seal_steps(
+        self,
+        planner: Planner,
+        state: SourceState,
+        embedder: Embedder,
+        force: bool,
+        heartbeat: Callable[[], None] | None,
+        applied: list[str],
+    ) -> None:
+        """Apply the seal steps, then the condensation steps, of one plan (each one's message is added
+        to ``applied`` as it is made durable)."""
+        # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
+        # between steps; each step's writes are guarded by the hashes it read.
+        for steps in (planner.seal(state, force=force), planner.condense(state)):
+            while True:
+                with self.ctx.lock():
+                    op = next(steps, None)
+                    if op is None:
+                        break
+                    self._apply(planner.conn, op, embedder)
+                applied.append(op.message)
+                if heartbeat is not None:
+                    heartbeat()
 
     def _source_lock(self, source: str) -> threading.Lock:
         with self._state:

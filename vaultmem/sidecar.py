@@ -24,7 +24,7 @@ import numpy.typing as npt
 from filelock import FileLock
 
 from vaultmem import fsio
-from vaultmem.layout import SIDECAR_NAME
+from vaultmem.layout import SIDECAR_NAME, Layout
 
 FORMAT = "vaultmem-embeddings/1"
 ENCODING = "base64-float32-le"
@@ -114,23 +114,23 @@ def render(sidecar: Sidecar) -> bytes:
     return (json.dumps(body, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def lock_for(state_dir: Path, directory: Path) -> FileLock:
-    locks = state_dir / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
+def lock_for(layout: Layout, directory: Path) -> FileLock:
     name = hashlib.sha1(str(directory.resolve()).encode("utf-8")).hexdigest()[:16]
-    return FileLock(str(locks / f"{name}.lock"), timeout=60)
+    return fsio.file_lock(layout.root, layout.state / "locks" / f"{name}.lock", timeout=60)
 
 
 def update(
-    state_dir: Path,
+    layout: Layout,
     directory: Path,
     model: str,
     dim: int,
     put: Mapping[str, Entry],
     remove: frozenset[str] = frozenset(),
 ) -> None:
-    """Add or replace ``put`` entries and drop ``remove`` names, keeping every other entry."""
-    with lock_for(state_dir, directory):
+    """Add or replace ``put`` entries and drop ``remove`` names, keeping every other entry (the lock
+    files are in the vault's ``.vaultmem/locks/``)."""
+    root = layout.root
+    with lock_for(layout, directory):
         current = read(directory, model, dim)
         if current.problem is not None:
             # The caller rebuilt every entry from the texts; anything unreadable is replaced whole.
@@ -141,6 +141,6 @@ def update(
         path = directory / SIDECAR_NAME
         if not current.entries:
             if current.file_hash is not None:
-                path.unlink(missing_ok=True)
+                fsio.remove_file(root, path)
             return
-        fsio.atomic_write(path, render(current), expected=current.file_hash)
+        fsio.atomic_write(path, render(current), root=root, expected=current.file_hash)

@@ -13,7 +13,6 @@ engine's own ``_embeddings.json`` is removed unguarded), and a directory is remo
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sqlite3
 from collections import defaultdict
@@ -27,7 +26,7 @@ import numpy.typing as npt
 
 from vaultmem import fsio, index, sidecar, vectors
 from vaultmem.db import atomic
-from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput
+from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
 from vaultmem.ingest import extract_job, read_leaf_file, read_summary_file
 from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
 from vaultmem.layout import SIDECAR_NAME, SUMMARY_NAME, Layout
@@ -102,15 +101,14 @@ class Applied:
 def apply(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str, dim: int) -> Applied:
     """Run ``op`` durably. Raises ConflictError, before changing anything, when a file it would replace
     or move changed since it was planned (the caller re-plans)."""
-    layout.treeops.mkdir(parents=True, exist_ok=True)
     note = layout.treeops / f"{secrets.token_hex(8)}.json"
-    fsio.atomic_write(note, op.to_json())
+    fsio.atomic_write(note, op.to_json(), root=layout.root)
     try:
         result = _execute(conn, layout, op, model, dim, strict=True)
-    except ConflictError:
-        note.unlink(missing_ok=True)
+    except (ConflictError, UnsafePath):
+        fsio.remove_file(layout.root, note)  # refused before anything changed
         raise
-    note.unlink(missing_ok=True)
+    fsio.remove_file(layout.root, note)
     return result
 
 
@@ -125,14 +123,14 @@ def heal(conn: sqlite3.Connection, layout: Layout, model: str, dim: int) -> list
         try:
             op = TreeOp.from_json(note.read_bytes())
         except (ValueError, KeyError, TypeError, OSError):
-            note.unlink(missing_ok=True)  # a note torn by the crash itself: its step never began
+            fsio.remove_file(layout.root, note)  # a note torn by the crash itself: its step never began
             continue
         for write in op.writes:
             path = layout.abs(write.path)
             for stray in path.parent.glob(f"{fsio.TMP_PREFIX}*-{path.name}"):
-                stray.unlink(missing_ok=True)
+                fsio.remove_file(layout.root, stray)
         done.append(_execute(conn, layout, op, model, dim, strict=False))
-        note.unlink(missing_ok=True)
+        fsio.remove_file(layout.root, note)
     return done
 
 
@@ -181,9 +179,13 @@ def _execute(
             skipped.append(f"{rel}: changed meanwhile, not removed")
             continue
         removes.append(path)
+    # Every path of the step must stay inside the vault, checked before the first change.
+    fsio.check_inside(
+        layout.root,
+        [w.path for w in writes] + [p for pair in moves for p in pair] + [p.parent for p in removes],
+    )
     fsio.write_batch_durable(layout.root, writes)
-    for src, dst in moves:
-        fsio.move_file(src, dst)
+    fsio.move_files(layout.root, moves)
     skipped.extend(_remove(layout, removes, op.rmdirs))
     _carry_vectors(conn, layout, op, model, dim)
     _index(conn, layout, op, model)
@@ -195,7 +197,7 @@ def _remove(layout: Layout, files: list[Path], rmdirs: tuple[str, ...]) -> list[
     when nothing else is left in them. Returns what could not be removed."""
     skipped: list[str] = []
     for path in files:
-        path.unlink(missing_ok=True)
+        fsio.remove_file(layout.root, path)
     for parent in sorted({p.parent for p in files}):
         if parent.is_dir():
             fsio.fsync_dir(parent)
@@ -203,12 +205,8 @@ def _remove(layout: Layout, files: list[Path], rmdirs: tuple[str, ...]) -> list[
         path = layout.abs(rel)
         if not path.is_dir():
             continue
-        try:
-            os.rmdir(path)
-        except OSError:
+        if not fsio.remove_empty_dir(layout.root, path):
             skipped.append(f"{rel}/: not empty (a file appeared meanwhile), left as it is")
-            continue
-        fsio.fsync_dir(path.parent)
     return skipped
 
 
@@ -254,7 +252,7 @@ def _carry_vectors(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: 
                 leaf.content_hash, leaf_vec
             )
     for rel_dir, entries in put.items():
-        sidecar.update(layout.state, layout.abs(rel_dir), model, dim, entries)
+        sidecar.update(layout, layout.abs(rel_dir), model, dim, entries)
     gone: dict[str, set[str]] = defaultdict(set)
     for rel, _expected in op.removes:
         name = PurePosixPath(rel).name
@@ -264,7 +262,7 @@ def _carry_vectors(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: 
         directory = layout.abs(rel_dir)
         if not directory.is_dir() or sidecar.read(directory, model, dim).problem is not None:
             continue  # removed whole, or another model's sidecar: never rewrite what cannot be read
-        sidecar.update(layout.state, directory, model, dim, {}, remove=frozenset(names))
+        sidecar.update(layout, directory, model, dim, {}, remove=frozenset(names))
 
 
 def _after_moves(rel_dir: str, moves: tuple[tuple[str, str], ...]) -> str:

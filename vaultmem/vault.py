@@ -58,6 +58,7 @@ from vaultmem.embed import Embedder, load_embedder
 from vaultmem.entities_llm import LLMEntityExtractor
 from vaultmem.errors import (
     ConflictError,
+    DiskFull,
     GitError,
     InvalidInput,
     NodeNotFound,
@@ -78,7 +79,7 @@ from vaultmem.ingest import (
     read_summary_file,
     write_leaves,
 )
-from vaultmem.jobs import JobKind, JobQueue, NewJob, ingest_job, resummarize_job
+from vaultmem.jobs import JobKind, JobQueue, NewJob, ingest_job, release_dead, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
@@ -211,12 +212,16 @@ class Vault:
         if layout.root.exists() and not layout.root.is_dir():
             raise InvalidInput(f"{layout.root} exists and is not a directory")
         try:
-            layout.state.mkdir(parents=True, exist_ok=True)
+            layout.root.mkdir(parents=True, exist_ok=True)
+            fsio.make_dirs(layout.root, layout.state)
             for name in RESERVED_TOP:
-                (layout.root / name).mkdir(exist_ok=True)
-            fsio.atomic_write(layout.config, (config_text or DEFAULT_TEXT).encode("utf-8"), expected=None)
+                fsio.make_dirs(layout.root, layout.root / name)
+            config = (config_text or DEFAULT_TEXT).encode("utf-8")
+            fsio.atomic_write(layout.config, config, root=layout.root, expected=None)
             # Only the config is worth versioning; the index is rebuilt from the files.
-            fsio.atomic_write(layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n")
+            fsio.atomic_write(
+                layout.state / ".gitignore", b"*\n!.gitignore\n!config.toml\n", root=layout.root
+            )
         except PermissionError as exc:
             raise ReadOnlyVault(f"cannot create a vault at {layout.root}: {exc.strerror}") from exc
         vault = cls.open(layout.root, embedder=embedder)
@@ -234,6 +239,7 @@ class Vault:
         if not layout.is_vault():
             raise VaultNotFound(f"no vault at {layout.root}; create one with `vaultmem init {layout.root}`")
         config = load_config(layout.config)
+        fsio.ensure_inside(layout.root, layout.db)  # SQLite writes there (and beside it): never elsewhere
         new_index = not layout.db.exists()
         damaged: tuple[str, Path, db.Salvage] | None = None
         read_only: str | None = None
@@ -249,12 +255,17 @@ class Vault:
                     f"{layout.root} is read-only and its index cannot be read ({ro_exc}); open it once where"
                     " it is writable (or copy it) to build chunks.db"
                 ) from ro_exc
+        except DiskFull as exc:
+            raise DiskFull(
+                f"{exc}: the index cannot be opened; nothing was changed; free space, then run the command again"
+            ) from exc
         except sqlite3.DatabaseError as exc:
             if not db.is_damage(exc):
                 raise
             # The index is derived: a damaged one is moved aside and rebuilt from the files. Under the
             # write lock, and only if it is still damaged (another process may have just done it, or a
             # writer was restarting the log while it was read).
+            fsio.ensure_inside(layout.root, layout.lock)
             with FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S):
                 try:
                     conn = _open_index(layout)
@@ -277,15 +288,26 @@ class Vault:
         elif new_index and any((layout.root / SOURCES).glob("*/")):
             # A cloned or copied vault arrives without its index: rebuild it from the files.
             vault.reindex()
-        if layout.intent.is_dir() and any(layout.intent.iterdir()):
-            with vault._locked():
-                heal_intents(conn, layout, config.max_file_bytes)
-        if treeops.pending_notes(layout):
-            vault.heal_compaction()
-        if layout.writing.exists():
-            with vault._locked():
-                pass  # a writer died holding the lock: taking it tidies what it left
+        try:
+            vault._heal()
+        except DiskFull as exc:  # reading still works; `check` lists what waits to be finished
+            vault.warnings.append(f"could not finish interrupted work: {exc}; free space")
         return vault
+
+    def _heal(self) -> None:
+        """Finish what a crash interrupted: ingest batches and status rewrites, compaction steps, the
+        temp files of a writer that died, and jobs leased by a process that is gone."""
+        layout = self.layout
+        if layout.intent.is_dir() and any(layout.intent.iterdir()):
+            with self._locked():
+                heal_intents(self.conn, layout, self.config.max_file_bytes)
+        if treeops.pending_notes(layout):
+            self.heal_compaction()
+        if layout.writing.exists():
+            with self._locked():
+                pass  # a writer died holding the lock: taking it tidies what it left
+        daemonstate.remove_stale_temps(layout)  # a daemon killed while it wrote its status
+        release_dead(self.conn)
 
     def heal_compaction(self) -> list[str]:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
@@ -314,6 +336,8 @@ class Vault:
         self._writable()
         self._turns.acquire()
         try:
+            if self._turns.depth == 1:
+                fsio.ensure_inside(self.layout.root, self.layout.lock)  # never a lock file elsewhere
             try:
                 self._lock.acquire()
             except Timeout as exc:
@@ -327,7 +351,7 @@ class Vault:
                 yield
             finally:
                 if outermost:
-                    self.layout.writing.unlink(missing_ok=True)
+                    fsio.remove_file(self.layout.root, self.layout.writing)
                 self._lock.release()
         finally:
             self._turns.release()
@@ -347,9 +371,11 @@ class Vault:
         if marker.exists():
             for tmp in fsio.stray_temp_files(self.layout.root):
                 if ".git" not in tmp.relative_to(self.layout.root).parts:
-                    tmp.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # a read-only vault: the write that follows reports it
-            marker.touch()
+                    fsio.remove_file(self.layout.root, tmp)
+        with contextlib.suppress(
+            OSError, DiskFull
+        ):  # a read-only or full disk: the write that follows says so
+            fsio.touch(self.layout.root, marker)
 
     # -- ingest ------------------------------------------------------------------------------------
     def ingest_messages(
@@ -404,7 +430,19 @@ class Vault:
             batch = messages[start : start + BATCH_MESSAGES]
             leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens)
             with self._locked():
-                added = write_leaves(self.conn, self.layout, leaves)
+                try:
+                    added = write_leaves(self.conn, self.layout, leaves)
+                except DiskFull as exc:
+                    kept = (
+                        f"the {len(report.added)} new leaves of the {start} messages before were kept"
+                        if start
+                        else "nothing was added"
+                    )
+                    raise DiskFull(
+                        f"disk full during ingest: {exc}; {kept}, messages {start + 1}-{total}"
+                        " were not (a file of theirs already written is indexed on the next open); free"
+                        " space, then run the same ingest again (what is already in is skipped)"
+                    ) from exc
                 if added:
                     names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
                     self._commit(f"memory: add {len(added)} leaves from {', '.join(names)}")
@@ -607,7 +645,10 @@ class Vault:
         Leaves without a vector of the configured model (new ones, or all of them after the model was
         changed) are queued first, so switching models re-embeds the vault instead of leaving search
         without meaning-based hits."""
-        with self._locked():
+        with (
+            self._locked(),
+            _on_full_disk("embedding", "the leaves admitted before it were kept", "the command"),
+        ):
             model = self.embedder.model_id
             missing = [
                 r[0]
@@ -696,6 +737,10 @@ class Vault:
         runs the queue to idle. ``dry_run`` plans the same steps and changes nothing."""
         if dry_run:
             return self._plan()
+        with _on_full_disk("compaction", "they were kept", "`vaultmem compact`"):
+            return self._compact(progress)
+
+    def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
         with self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
@@ -765,7 +810,7 @@ class Vault:
             for tmp in fsio.stray_temp_files(self.layout.root):
                 rel = self.layout.rel(tmp)
                 if ".git" not in rel.split("/"):
-                    tmp.unlink(missing_ok=True)
+                    fsio.remove_file(self.layout.root, tmp)
                     removed.append(rel)
         return removed
 
@@ -1273,11 +1318,11 @@ class Vault:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes
 
     def storage(self) -> tuple[int, int]:
-        """Bytes in the vault's files (not ``.git``) and in ``.vaultmem/`` (the index): a walk over
-        every file, so it takes time in proportion to the vault."""
+        """Bytes in the vault's files (not ``.git``) and in ``.vaultmem/`` (the index; the disk reserve
+        left out): a walk over every file, so it takes time in proportion to the vault."""
         storage = index_bytes = 0
         for p in self.layout.root.rglob("*"):
-            if p.is_file() and not p.is_symlink():
+            if p.is_file() and not p.is_symlink() and p != self.layout.reserve:
                 size = p.stat().st_size
                 if self.layout.state in p.parents:
                     index_bytes += size
@@ -1317,6 +1362,20 @@ class Vault:
         start = datetime(when.year, when.month, when.day, tzinfo=UTC)
         end = start + timedelta(days=1) - timedelta(seconds=1)
         return GitRecorder(self.layout.root).commits_between(start.isoformat(), end.isoformat(), limit=limit)
+
+
+@contextmanager
+def _on_full_disk(what: str, kept: str, again: str) -> Iterator[None]:
+    """Say, on a full disk, what was kept and what to do (the error itself names the file)."""
+    try:
+        yield
+    except DiskFull as exc:
+        if str(exc).startswith("disk full during"):
+            raise
+        raise DiskFull(
+            f"disk full during {what}: {exc}; {kept}, queued work stays queued and a step cut short"
+            f" finishes on the next open; free space, then run {again} again"
+        ) from exc
 
 
 def _open_index(layout: Layout) -> sqlite3.Connection:

@@ -10,17 +10,19 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from vaultmem import digest, heat, topicroute
+from vaultmem import digest, fsio, heat, topicroute
 from vaultmem.embed import Embedder
-from vaultmem.errors import VaultError
-from vaultmem.extract import EntityFinder, ExtractReport, extract, find_entities
+from vaultmem.errors import DiskFull, VaultError
+from vaultmem.extract import EntityFinder, ExtractReport, extract, find_entities, reread_pending
 from vaultmem.jobs import Job, JobKind, JobQueue, process_owner, reclaim
 from vaultmem.layout import Layout
 from vaultmem.topics import TopicSettings
 
 EXTRACT_BATCH = 2048  # one model call sorts more texts by length: less padding, fewer sidecar rewrites
+RESERVE_BYTES = 1 << 20  # disk set aside while jobs run, freed on a full disk to give them back
+BUSY_RETRY_S = 5.0  # a leaf whose file is being saved is looked at again this soon (not an attempt)
 
 
 @dataclass
@@ -52,6 +54,7 @@ def drain(
     owner = process_owner()
     report = WorkReport()
     reclaim(conn)
+    fsio.reserve_space(layout.root, layout.reserve, RESERVE_BYTES)
     total = queue.pending()
     rounds = 0
     try:
@@ -66,6 +69,10 @@ def drain(
             if progress is not None:
                 done = report.jobs_done + report.jobs_failed
                 progress(done, max(total, done))
+    except DiskFull:
+        fsio.free_reserve(layout.root, layout.reserve)  # room to give the jobs back (not their fault)
+        queue.give_back(owner)
+        raise
     except BaseException:
         queue.release_owner(owner)
         raise
@@ -82,13 +89,32 @@ def run_extract(
     topic_settings: TopicSettings | None = None,
     finder: EntityFinder | None = find_entities,
     digest_days: bool = True,
+    max_bytes: int = 1 << 30,
 ) -> ExtractReport | None:
-    """Run one batch of ``extract`` jobs: complete them, or fail the ones whose file was busy (and all
-    of them when the batch failed, then None). Adds to ``report``; the worker pool uses it too."""
+    """Run one batch of ``extract`` jobs: complete them, or fail them all when the batch failed (then
+    None). A leaf whose file was edited since it was indexed is re-read and admitted with its new text;
+    one that cannot be yet (its file is mid-save, or it sits in a level the catch-up re-reads) is put
+    back for ``BUSY_RETRY_S`` without using an attempt, and one whose file is no longer a leaf fails.
+    Adds to ``report``; the worker pool uses it too. A full disk is raised (nothing to retry until
+    space returns)."""
+    embedder = embedder_factory()
     try:
-        result = extract(
-            conn, layout, embedder_factory(), [str(j.payload.get("id", "")) for j in jobs], finder
-        )
+        result = extract(conn, layout, embedder, [str(j.payload.get("id", "")) for j in jobs], finder)
+        broken: dict[str, str] = {}
+        if result.busy:
+            again = reread_pending(conn, layout, result.busy, max_bytes)
+            broken = again.broken
+            if again.ids:
+                second = extract(conn, layout, embedder, again.ids, finder)
+                result = replace(
+                    result,
+                    embedded=result.embedded + second.embedded,
+                    admitted=result.admitted + second.admitted,
+                    rebuilt_sidecars=result.rebuilt_sidecars + second.rebuilt_sidecars,
+                    busy=tuple(i for i in result.busy if i not in set(again.ids)) + second.busy,
+                )
+    except DiskFull:
+        raise
     except (VaultError, OSError, ValueError) as exc:
         for job in jobs:
             queue.fail(job, f"{type(exc).__name__}: {exc}")
@@ -101,9 +127,13 @@ def run_extract(
     if digest_days:  # the global tree: each day these leaves fall on gets its digest job
         digest.enqueue_days(conn, [str(j.payload.get("id", "")) for j in done], time.time())
     for job in jobs:
-        if job.payload.get("id") in busy:
-            queue.fail(job, "leaf file changed on disk while extracting; will retry")
+        leaf_id = str(job.payload.get("id"))
+        if leaf_id in broken:
+            queue.fail(job, f"the leaf file is no longer a valid leaf: {broken[leaf_id]}")
             report.jobs_failed += 1
+            report.notes.append(f"leaf {leaf_id} was not admitted: {broken[leaf_id]}")
+        elif leaf_id in busy:
+            queue.defer(job, BUSY_RETRY_S, "leaf file changed on disk while it was admitted; retried shortly")
     report.jobs_done += len(done)
     if topic_settings is not None:
         topicroute.after_admit(

@@ -32,5 +32,6 @@ def export_html(vault: Vault, out: str | Path) -> int:
             raise InvalidInput(f"{path} exists and is not a vaultmem export; choose another file name")
         expected = fsio.sha256_bytes(old)
     data = exported(Panels(vault, actions=False).snapshot())
-    fsio.atomic_write(path, data, expected=expected)
+    # The export is written outside the vault: its own folder is the confinement root.
+    fsio.atomic_write(path.absolute(), data, root=path.absolute().parent, expected=expected)
     return len(data)
