@@ -32,20 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import generated_messages, table
 from vaultmem.dashboard import Dashboard
+from vaultmem.dashboard.page import CHROMIUM, CHROMIUM_FLAGS
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 QUERIES = ["ryokan booking in Kyoto", "budget for Q3", "crash when the payload is empty", "espresso machine"]
 
 
@@ -149,7 +139,7 @@ def first_paint(vault: Vault, loads: int = 5) -> tuple[float, float]:
 
     fcp, drawn = [], []
     with Dashboard(vault, run_queue=False, embedder=FakeEmbedder(dim=384)) as dash, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_FLAGS))
         for _ in range(loads):
             context = browser.new_context(viewport={"width": 1440, "height": 900})
             page = context.new_page()

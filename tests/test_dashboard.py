@@ -25,21 +25,11 @@ import pytest
 
 from vaultmem.config import parse_config
 from vaultmem.dashboard import Dashboard, Panels, export_html
+from vaultmem.dashboard.page import CHROMIUM, CHROMIUM_FLAGS
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput, ReadOnlyVault
 from vaultmem.vault import Vault
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 DEADLINE_MS = 90_000  # only bounds a hang: every wait is on a state of the page
 
 XSS_IMG = '<img src=x onerror="window.__xss=1">'
@@ -551,7 +541,7 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_FLAGS))
         yield chromium
         chromium.close()
 
@@ -572,6 +562,11 @@ def _open(page: Any, url: str, panel: str) -> None:
     page.goto(url)
     page.wait_for_selector("html[data-ready-status]")
     page.evaluate(f"location.hash = '#{panel}'")
+
+
+def _shown(graph: dict[str, Any]) -> int:
+    """The entities the page draws at first: dates, amounts, versions, emails and URLs start hidden."""
+    return sum(1 for n in graph["nodes"] if n["kind"] not in {"date", "money", "version", "email", "url"})
 
 
 def _graph_checks(page: Any, expected_visible: int) -> None:
@@ -670,9 +665,7 @@ def test_page_in_chromium_draws_every_panel_and_renders_memory_as_text(built: Va
         refused = page.goto(f"http://127.0.0.1:{dash.port}/")
         assert refused.status == 403 and "forbidden" in page.inner_text("body")
         _open(page, dash.url, "graph")
-        graph = Panels(built).graph()
-        quiet = {"date", "money", "version", "email", "url"}
-        _graph_checks(page, sum(1 for n in graph["nodes"] if n["kind"] not in quiet))
+        _graph_checks(page, _shown(Panels(built).graph()))
         page.evaluate("location.hash = '#heatmap'")
         heat = Panels(built).heatmap()
         _heatmap_checks(page, heat["first"], heat["last"])
@@ -748,11 +741,8 @@ def test_exported_file_opens_offline_with_the_same_views(built: Vault, browser: 
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
         _open(page, out.as_uri(), "graph")
-        graph = json.loads(
-            out.read_text(encoding="utf-8").split('id="vm-snapshot">')[1].split("</script>")[0]
-        )["graph"]
-        quiet = {"date", "money", "version", "email", "url"}
-        _graph_checks(page, sum(1 for n in graph["nodes"] if n["kind"] not in quiet))
+        snapshot = out.read_text(encoding="utf-8").split('id="vm-snapshot">')[1].split("</script>")[0]
+        _graph_checks(page, _shown(json.loads(snapshot)["graph"]))
         page.evaluate("location.hash = '#heatmap'")
         heat = Panels(built).heatmap()
         _heatmap_checks(page, heat["first"], heat["last"])

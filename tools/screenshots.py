@@ -27,18 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from vaultmem.dashboard import Dashboard  # noqa: E402
+from vaultmem.dashboard.page import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 from vaultmem.vault import Vault  # noqa: E402
 
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WAIT_MS = 120_000
 
 
@@ -85,7 +76,7 @@ def main() -> None:
             Dashboard(vault, run_queue=False) as dash,
             sync_playwright() as p,
         ):
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_FLAGS))
             for theme in ("light", "dark"):
                 context = browser.new_context(viewport={"width": 1440, "height": 900}, color_scheme=theme)
                 context.set_default_timeout(WAIT_MS)

@@ -169,42 +169,38 @@ class GitRecorder:
         """The last ``n`` commits as ``(sha, subject)``, newest first."""
         if n <= 0:
             return []
+        out = self._log("-z", f"--max-count={n}", "--format=%H %s", "--no-show-signature")
+        return [(sha, subject) for sha, _, subject in (rec.partition(" ") for rec in out.split("\0") if rec)]
+
+    def _log(self, *args: str) -> str:
+        """``git log`` with ``args`` ("" when there is no repository or no commit yet)."""
         with self._git_errors("log"):
             repo = self._open()
             if repo is None:
-                return []
+                return ""
             with repo:
                 if _head(repo) is None:
-                    return []
-                out = repo.git.log("-z", f"--max-count={n}", "--format=%H %s", "--no-show-signature")
-        return [(sha, subject) for sha, _, subject in (rec.partition(" ") for rec in out.split("\0") if rec)]
+                    return ""
+                return bytes(repo.git.log(*args, stdout_as_string=False)).decode("utf-8", errors="replace")
 
     def commits_between(
         self, start: str, end: str, *, limit: int = 100, max_diff_bytes: int = 100_000
     ) -> list[CommitInfo]:
         """The commits made from ``start`` up to ``end`` (ISO 8601 times), newest first, at most
         ``limit``, each with its changed files and its patch (moved files shown as renames). Reads only."""
-        with self._git_errors("log"):
-            repo = self._open()
-            if repo is None:
-                return []
-            with repo:
-                if _head(repo) is None:
-                    return []
-                out = repo.git.log(
-                    f"--since={start}",
-                    f"--until={end}",
-                    f"--max-count={limit}",
-                    "--format=%x1e%H%x1f%cI%x1f%s",
-                    "--patch-with-raw",
-                    "--find-renames",
-                    "--no-color",
-                    "--no-ext-diff",
-                    "--no-show-signature",
-                    stdout_as_string=False,
-                )
+        out = self._log(
+            f"--since={start}",
+            f"--until={end}",
+            f"--max-count={limit}",
+            "--format=%x1e%H%x1f%cI%x1f%s",
+            "--patch-with-raw",
+            "--find-renames",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-show-signature",
+        )
         found = []
-        for record in out.decode("utf-8", errors="replace").split("\x1e")[1:]:
+        for record in out.split("\x1e")[1:]:
             head, _, body = record.partition("\n")
             sha, when, subject = head.split("\x1f", 2)
             lines = body.strip("\n").split("\n")

@@ -25,6 +25,19 @@ ASSETS = {
     "favicon.svg": "image/svg+xml",
 }
 
+# How the tests, bench/dashboard.py and tools/screenshots.py drive the page: Debian's chromium (never a
+# downloaded browser), headless, with the background connections a closed network refuses turned off.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 GENERATOR = b'<meta name="generator" content="vaultmem dashboard">'  # how an earlier export is known
 # cytoscape adds a <style> element (which the policy refuses) unless an element with this id exists: the
 # page's own stylesheet carries the id, and the rule it would add is in app.css.
