@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from vaultmem.errors import GitError, UnsafePath
-from vaultmem.gitsync import GIT_AUTHOR, ROOT_IGNORES, STATE_GITIGNORE, GitRecorder
+from vaultmem.errors import GitBusy, GitError, UnsafePath
+from vaultmem.gitsync import GIT_AUTHOR, ROOT_IGNORES, STATE_GITIGNORE, GitRecorder, Journal, commit_message
 from vaultmem.vault import Vault
 
 
@@ -447,6 +447,53 @@ def test_missing_git_binary_is_a_git_error(tmp_path: Path, monkeypatch: pytest.M
     assert not (root / ".git").exists()
 
 
+def test_commit_of_paths_leaves_the_persons_staged_and_unstaged_changes_out(tmp_path: Path) -> None:
+    root = make_vault(tmp_path / "vault")
+    recorder = GitRecorder(root)
+    recorder.commit("memory: start")
+    fresh = root / "sources" / "chat" / "_fresh"
+    (fresh / "a.md").write_text("---\nid: a\n---\nroses by the fence, edited by the engine\n")
+    (root / "plan.md").write_text("a person's plan, staged\n")
+    git(root, "add", "plan.md")
+    (fresh / "b.md").write_text("---\nid: b\n---\nthe garden project, edited by hand\n")
+
+    result = recorder.commit("memory: engine step", paths=["sources/chat/_fresh/a.md"])
+
+    assert result.files == 1
+    assert git(root, "show", "--name-only", "--format=", "HEAD").split() == ["sources/chat/_fresh/a.md"]
+    # The person's staged file stays staged, their edit stays an edit, the engine's path is clean.
+    assert git(root, "status", "--porcelain").splitlines() == ["A  plan.md", " M sources/chat/_fresh/b.md"]
+
+
+def test_commit_during_a_git_operation_commits_nothing(tmp_path: Path) -> None:
+    root = make_vault(tmp_path / "vault")
+    recorder = GitRecorder(root, lock_wait_s=0.05)
+    first = recorder.commit("memory: start")
+    (root / ".git" / "MERGE_HEAD").write_text(f"{first.sha}\n")  # a merge stopped on a conflict
+    (root / "sources" / "chat" / "_fresh" / "a.md").write_text("---\nid: a\n---\nchanged\n")
+
+    with pytest.raises(GitBusy, match=r"a git merge is in progress \(.git/MERGE_HEAD\).*git merge --abort"):
+        recorder.commit("memory: more", paths=["sources/chat/_fresh/a.md"])
+    assert recorder.head() == first.sha
+
+
+def test_journal_keeps_engine_paths_until_a_commit_consumes_them(tmp_path: Path) -> None:
+    root = tmp_path / "vault"
+    (root / ".vaultmem").mkdir(parents=True)
+    journal = Journal(root)
+    journal.record_paths([root / "sources/x/_fresh/a.md", root / ".vaultmem/chunks.db", root / ".git/index"])
+    journal.record_message("memory: add 1 leaves from x")
+    paths, messages, size = journal.read()
+    assert paths == ["sources/x/_fresh/a.md"] and messages == ["memory: add 1 leaves from x"]
+    journal.record_paths([root / "sources/x/_fresh/b.md"])  # appended while a commit is being made
+    journal.consume(size)
+    assert journal.read()[:2] == (["sources/x/_fresh/b.md"], [])
+    assert commit_message(["memory: a", "memory: b", "memory: a"], "memory: compact") == (
+        "memory: compact: 2 operations\n\n- a\n- b"
+    )
+    assert commit_message(["memory: a"], "memory: compact") == "memory: a"
+
+
 def test_a_file_holding_a_secret_is_never_committed_and_a_moved_one_is_not_read_again(tmp_path: Path) -> None:
     import random
 
@@ -491,3 +538,19 @@ def test_a_file_holding_a_secret_is_never_committed_and_a_moved_one_is_not_read_
         + '"}'
     )
     assert secret_kinds(sidecar) == ()
+
+
+def test_journal_squashed_after_a_failed_commit_keeps_everything_once(tmp_path: Path) -> None:
+    root = tmp_path / "vault"
+    (root / ".vaultmem").mkdir(parents=True)
+    journal = Journal(root)
+    for _ in range(50):  # a commit failing again and again: the same paths and messages each time
+        journal.record_paths([root / "sources/x/_fresh/a.md", root / "sources/x/_fresh/b.md"])
+        journal.record_message("memory: add 2 leaves from x")
+    before = journal.path.stat().st_size
+    journal.squash()
+    assert journal.read()[:2] == (
+        ["sources/x/_fresh/a.md", "sources/x/_fresh/b.md"],
+        ["memory: add 2 leaves from x"],
+    )
+    assert journal.path.stat().st_size < before / 20

@@ -103,8 +103,12 @@ def test_invalid_file_and_duplicate_id(filled: Vault) -> None:
     found = codes(filled)
     assert found == ["duplicate_id", "invalid_file"]
     report = filled.check(fix=True)
-    assert not report.ok  # neither is derivable from the files: a person decides
-    assert copy.exists() and bad.exists()
+    assert not report.ok  # the invalid file is the person's to mend
+    assert [p.code for p in report.problems] == ["invalid_file"] and bad.exists()
+    # The identical copy is set aside, not deleted; the leaf stays where it is indexed.
+    assert [p.code for p in report.fixed] == ["duplicate_id"] and not copy.exists()
+    assert [p.name for p in (filled.layout.state / "duplicates").rglob("*.md")] == [src.name]
+    assert src.exists() and codes(filled) == ["invalid_file"]
 
 
 def test_name_must_match_id(filled: Vault) -> None:

@@ -347,10 +347,31 @@ def test_one_daemon_per_vault_and_status_in_stats(seeded: Vault) -> None:
     with watching(seeded.layout.root):
         with pytest.raises(VaultLocked, match=f"pid {os.getpid()}"):
             Daemon(seeded).once()
-        wait_for(lambda: seeded.stats().daemon["running"], what="status")
+        # Whatever moment stats looks at, a running daemon has a pid; its own status follows.
+        assert seeded.stats().daemon["pid"] == os.getpid()
+        wait_for(lambda: seeded.stats().daemon["state"] == "running", what="status")
         status = seeded.stats().as_dict()["daemon"]
-        assert status["pid"] == os.getpid() and status["queue"] is not None
-    assert seeded.stats().daemon["running"] is False
+        assert status["running"] and status["pid"] == os.getpid() and status["queue"] is not None
+    status = seeded.stats().daemon
+    assert status["running"] is False and status["state"] == "stopped" and status["pid"] is None
+
+
+def test_status_names_the_lock_holder_before_the_daemon_writes_its_status(seeded: Vault) -> None:
+    """The race: the lock is taken before the status file is written (an old one may still be there)."""
+    layout = seeded.layout
+    daemonstate.write_status(layout, {"pid": 1, "host": "elsewhere", "running": False, "queue": 7})
+    lock = daemonstate.acquire(layout)
+    try:
+        status = seeded.stats().daemon
+        assert status["running"] and status["state"] == "starting"
+        assert status["pid"] == os.getpid() and status["queue"] is None
+        if Path("/proc/locks").exists():
+            # Between taking the lock and writing its record into the lock file: the kernel knows.
+            os.pwrite(lock.fd, b" " * 64, 0)
+            assert seeded.stats().daemon["pid"] == os.getpid()
+    finally:
+        lock.release()
+    assert seeded.stats().daemon["running"] is False and seeded.stats().daemon["pid"] is None
 
 
 def test_watch_once_catches_up(seeded: Vault) -> None:

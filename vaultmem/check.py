@@ -9,7 +9,12 @@ Invariants:
 - ``orphan_row``       a row's file is gone (a moved file is a stale row)  (fix: drop the row)
 - ``stale_row``        a row differs from its file (hash, path, content)   (fix: re-read the file)
 - ``invalid_file``     a file under sources/ is not a valid leaf or summary (not fixable: edit it)
-- ``duplicate_id``     two files carry the same node id                    (not fixable: remove one copy)
+- ``duplicate_id``     two files carry the same node id (a copy, or what a git conflict leaves)
+                       (fix: the copy at the indexed path stays the node, else the first in path
+                       order; another copy with the same text and the same keys of yours is moved to
+                       ``.vaultmem/duplicates/<time>/<path>``; one with other content becomes a node
+                       of its own under a new id (a leaf file is renamed to end in it). Nothing is
+                       deleted.)
 - ``fts_mismatch``     FTS tables disagree with the rows                   (fix: rebuild FTS)
 - ``stray_temp``       a temp file left by a crash                         (fix: delete it)
 - ``pending_intent``   a batch or compaction step interrupted by a crash   (fix: finish it)
@@ -37,8 +42,10 @@ Stuck work (the queue is in chunks.db, so these are index-side too):
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import PurePosixPath
 
@@ -49,12 +56,12 @@ from vaultmem.db import NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.ingest import extract_job, heal_intents
 from vaultmem.jobs import Job, JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
-from vaultmem.layout import DB_NAME, RESERVED_TOP, SIDECAR_NAME, SOURCES, STATE_DIR, Layout
-from vaultmem.leaffile import id_from_filename
+from vaultmem.layout import DB_NAME, RESERVED_TOP, SIDECAR_NAME, SOURCES, STATE_DIR, SUMMARY_NAME, Layout
+from vaultmem.leaffile import LEAF_KEYS, id_from_filename, parse_leaf, render_leaf
 from vaultmem.mdfile import redact_document
-from vaultmem.reindex import read_vault
+from vaultmem.reindex import VaultFiles, read_vault
 from vaultmem.scan import ScanEntry, scan
-from vaultmem.summaryfile import parse_summary
+from vaultmem.summaryfile import SUMMARY_KEYS, parse_summary, render_summary, summary_id
 from vaultmem.treeops import pending_notes
 
 
@@ -126,11 +133,16 @@ def check(
 
     rows = index.all_rows(conn)
     files = read_vault(layout, max_bytes)
+    reembed: list[str] = []
+    if fix and files.duplicates:
+        settled, reembed = settle_duplicates(layout, files, rows, max_bytes)
+        fixed.extend(settled)
+        files = read_vault(layout, max_bytes)  # the vault as the settling left it
     for rel, reason in files.skipped:
         if rel.startswith(f"{SOURCES}/") or id_from_filename(rel.rsplit("/", 1)[-1]) is not None:
             problems.append(Problem("invalid_file", rel, reason, False))
     for rel, node_id, first in files.duplicates:
-        problems.append(Problem("duplicate_id", rel, f"id {node_id} is also in {first}", False))
+        problems.append(Problem("duplicate_id", rel, f"id {node_id} is also in {first}", True))
     refresh: list[tuple[object, ...]] = []
     refresh_problems: list[Problem] = []
     for node_id, file_row in files.rows.items():
@@ -170,6 +182,7 @@ def check(
             JobQueue(conn).enqueue_many(resummarize_job(node_id, depth) for node_id, _, depth in unqueued)
             conn.executemany("DELETE FROM chunks WHERE id = ?", [(row["id"],) for row in orphans])
             index.upsert_rows(conn, refresh)
+            JobQueue(conn).enqueue_many(extract_job(i) for i in reembed)  # copies made nodes of their own
             if fts_problem is not None:
                 rebuild_fts(conn)
         fixed.extend(refresh_problems + orphan_problems + stale_problems)
@@ -187,6 +200,82 @@ def check(
     problems.extend(p for p in dangling if not p.fixable)
     (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
     return CheckReport(tuple(problems), tuple(fixed), leaves)
+
+
+def settle_duplicates(
+    layout: Layout, files: VaultFiles, rows: dict[str, dict[str, object]], max_bytes: int
+) -> tuple[list[Problem], list[str]]:
+    """Give every node id one file again (the ``duplicate_id`` fix; see the module docstring). Returns
+    the problems fixed and the ids of copies that became nodes of their own (they need embedding)."""
+    copies: dict[str, list[str]] = {}
+    for rel, node_id, first in files.duplicates:
+        copies.setdefault(node_id, [first]).append(rel)
+    fixed: list[Problem] = []
+    reembed: list[str] = []
+    aside = layout.state / "duplicates" / time.strftime("%Y%m%dT%H%M%S")
+    for node_id, paths in copies.items():
+        indexed = rows.get(node_id, {}).get("path")
+        keeper = indexed if indexed in paths else paths[0]
+        try:
+            kept = _same_node(layout, keeper, max_bytes)
+        except (OSError, VaultError, UnicodeDecodeError):
+            continue  # reported as an invalid file
+        for rel in paths:
+            if rel == keeper:
+                continue
+            try:
+                copy = _same_node(layout, rel, max_bytes)
+            except (OSError, VaultError, UnicodeDecodeError):
+                continue
+            if copy == kept:
+                target = aside / rel
+                fsio.move_file(layout.root, layout.abs(rel), target)
+                why = f"an identical copy of {keeper} (id {node_id}); moved to {layout.rel(target)}"
+            else:
+                new_id, new_rel = _make_own_node(layout, rel, max_bytes)
+                if not new_rel.endswith(SUMMARY_NAME):
+                    reembed.append(new_id)
+                shown = f" as {new_rel}" if new_rel != rel else ""
+                why = (
+                    f"had id {node_id} of {keeper} but other content; now a node of its own, {new_id}{shown}"
+                )
+            fixed.append(Problem("duplicate_id", rel, why, True))
+    return fixed, reembed
+
+
+def _same_node(layout: Layout, rel: str, max_bytes: int) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What makes two copies the same memory: the text, and the person's own keys."""
+    text = fsio.read_text_guarded(layout.abs(rel), max_bytes)[0]
+    if rel.endswith(SUMMARY_NAME):
+        node, doc = parse_summary(text, rel)
+        body, owned = node.searchable, SUMMARY_KEYS
+    else:
+        leaf, doc = parse_leaf(text, rel)
+        body, owned = leaf.text, LEAF_KEYS
+    return body.strip(), tuple((k, raw) for k, raw in doc.raw_blocks if k not in owned)
+
+
+def _make_own_node(layout: Layout, rel: str, max_bytes: int) -> tuple[str, str]:
+    """Give a copy with other content a new id derived from the old one and its path; a leaf file is
+    renamed to end in it (a leaf's name carries its id). Returns (new id, new path)."""
+    path = layout.abs(rel)
+    text, digest = fsio.read_text_guarded(path, max_bytes)
+    seed = hashlib.sha256(f"copy\x1f{rel}\x1f{digest}".encode()).hexdigest()
+    if rel.endswith(SUMMARY_NAME):
+        node, doc = parse_summary(text, rel)
+        new_id = summary_id(node.source, f"copy:{rel}:{node.id}:{seed}")
+        data = render_summary(replace(node, id=new_id), keep=doc).encode("utf-8")
+        fsio.atomic_write(path, data, root=layout.root, expected=digest)
+        return new_id, rel
+    leaf, doc = parse_leaf(text, rel)
+    new_id = seed[:16]
+    name = PurePosixPath(rel).name
+    new_rel = str(PurePosixPath(rel).parent / f"{name[: -len(leaf.id) - 3]}{new_id}.md")
+    data = render_leaf(replace(leaf, id=new_id), keep=doc).encode("utf-8")
+    fsio.atomic_write(layout.abs(new_rel), data, root=layout.root, expected=None)
+    if fsio.file_hash(path) == digest:  # never remove what changed since it was read
+        fsio.remove_file(layout.root, path)
+    return new_id, new_rel
 
 
 def _stuck_work(conn: sqlite3.Connection, *, fix: bool) -> list[Problem]:

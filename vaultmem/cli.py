@@ -222,7 +222,7 @@ def ingest(
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest chats, documents and emails into the vault."""
-    with open_vault(vault_path) as vault, interruptible(vault):
+    with open_vault(vault_path) as vault, interruptible(vault), vault.commit_batch("memory: ingest"):
         with progress_bar("ingesting") as progress:
             reports = [vault.ingest_path(p, source=source, progress=progress) for p in paths]
         work = None
@@ -371,10 +371,16 @@ def stats(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
     )
     typer.echo(f"jobs:           {', '.join(f'{k} {v}' for k, v in data['jobs'].items())}")
     d = data["daemon"]
-    if d.get("running"):
-        typer.echo(f"daemon:         running (pid {d['pid']} on {d['host']}, since {d['since']})")
-    else:
+    state = d.get("state") or ("running" if d.get("running") else "stopped")
+    if state == "stopped":
         typer.echo("daemon:         not running (start it with `vaultmem watch`)")
+    elif state == "paused" and d.get("paused"):
+        p = d["paused"]
+        typer.echo(f"daemon:         paused since {p.get('since')} (pid {d['pid']}): {p.get('why')}")
+    else:
+        typer.echo(f"daemon:         {state} (pid {d['pid']} on {d['host']}, since {d['since']})")
+    if data.get("git"):
+        typer.echo(f"git:            {data['git']['why']}: writes are paused; {data['git']['advice']}")
     typer.echo(
         f"last event:     {d.get('last_event') or '-'}; queue depth {d.get('queue') if d.get('queue') is not None else '-'}"
     )
@@ -817,6 +823,7 @@ def watch(
     """
     import signal
     import threading
+    from datetime import UTC, datetime
 
     from vaultmem.daemon import Daemon
     from vaultmem.reconcile import PathsReport
@@ -836,8 +843,12 @@ def watch(
         for rel, why in batch.invalid:
             typer.echo(f"invalid  {rel}: {why}", err=True)
 
+    def notice(message: str) -> None:  # paused for a git operation, resumed after it
+        if not as_json:
+            typer.echo(f"{format_ts(datetime.now(UTC))} {message}", err=True)
+
     with open_vault(vault_path) as vault:
-        daemon = Daemon(vault, rescan_s=rescan, on_batch=say)
+        daemon = Daemon(vault, rescan_s=rescan, on_batch=say, on_notice=notice)
         if once:
             report = daemon.once()
         else:

@@ -22,7 +22,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import cluster, fsio, index, sidecar, treeops, vectors
+from vaultmem import cluster, fsio, index, mdfile, sidecar, treeops, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
@@ -34,6 +34,7 @@ from vaultmem.summarise import Child, ExtractiveSummariser, Summariser
 from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
+    children_fingerprint,
     clean_title,
     keep_hand_edit,
     parse_summary,
@@ -324,6 +325,13 @@ class Planner:
             sealed_into.append(PurePosixPath(level.dir).name + "/")
         moved_ids = {leaf.id for leaf in batch}
         state.fresh = [leaf for leaf in state.fresh if leaf.id not in moved_ids]
+        # A later cluster of this batch may have joined a level the batch itself created: its file is
+        # written stale (its summary does not cover those leaves yet), so nothing above trusts it.
+        for i, write in enumerate(writes):
+            node = parse_summary(write.data, write.path)[0]
+            if node.id in stale and not node.stale:
+                joined = replace(node, stale=True, children_hash="")
+                writes[i] = FileWrite(write.path, render_summary(joined), None)
         writes.extend(self._stale_writes(stale.values()))
         for level in stale.values():
             level.stale = True
@@ -390,6 +398,10 @@ class Planner:
             stale=self.llm_later,
             summariser=result.summariser,
             content_hash=text_hash(result.text),
+            # Only a final summary records its inputs; one the LLM is still to write stays stale.
+            children_hash=""
+            if self.llm_later
+            else children_fingerprint((leaf.id, text_hash(leaf.text)) for leaf in leaves),
         )
         level = _Level(
             node.id,
@@ -433,8 +445,8 @@ class Planner:
                 data = path.read_bytes()
             except FileNotFoundError:
                 continue
-            if level.stale:
-                continue
+            # The file says whether it is stale, not the picture: a worker may have re-summarised the
+            # level since the picture was loaded, and a merge into it must then mark it (and record it).
             new = set_stale_line(data, True)
             if new is None:
                 try:
@@ -472,6 +484,7 @@ class Planner:
 
     def _condense_peers(self, state: SourceState, peers: list[_Level], depth: int) -> TreeOp | None:
         s = self.settings
+        self._refresh(peers)
         moves: list[tuple[str, str]] = []
         writes: list[FileWrite] = []
         stale: dict[str, _Level] = {}
@@ -528,6 +541,17 @@ class Planner:
             {},
         )
 
+    def _refresh(self, levels: Sequence[_Level]) -> None:
+        """Take each level's text and stale flag from the index again: between two steps of a pass (the
+        lock is let go) a worker may have re-summarised one, and a parent written from the text in the
+        picture would summarise, and record as its inputs, a text that is gone."""
+        by_id = {lv.id: lv for lv in levels}
+        for part, marks in index.in_batches(list(by_id)):
+            for row in self.conn.execute(f"SELECT id, text, status FROM chunks WHERE id IN ({marks})", part):
+                level = by_id[row["id"]]
+                level.text = row["text"]
+                level.stale = row["status"] == "stale"
+
     def _move_level(self, state: SourceState, child: _Level, parent: _Level) -> list[tuple[str, str]]:
         old = child.dir
         new = f"{parent.dir}/{PurePosixPath(old).name}"
@@ -583,6 +607,9 @@ class Planner:
             stale=stale,
             summariser=result.summariser,
             content_hash=text_hash(result.text),
+            children_hash=""
+            if stale
+            else children_fingerprint((lv.id, text_hash(lv.text)) for lv in children),
         )
         level = _Level(
             node.id,
@@ -704,6 +731,11 @@ def resummarize(
     leaves, subs = _children_of(conn, node.directory)
     if _children_pending(conn, [(sub["id"], sub["depth"]) for sub in subs if sub["status"] == "stale"]):
         return Resummarized("defer", notes=("a child level is still stale; its parent waits",))
+    fingerprint = _fingerprint_rows([*leaves, *subs])
+    if node.children_hash == fingerprint and not node.hand_edited:
+        # Written from exactly these children (git restored both, or the change that marked it was
+        # undone): the summary is current as it is; only its stale flag goes.
+        return _unstale(conn, layout, node, text, digest, write_lock)
     model = embedder.model_id
     vecs = _vectors_for(conn, [r["id"] for r in leaves] + [r["id"] for r in subs], model)
     readable = [r for r in leaves if r["status"] != Status.DROPPED.value] or leaves
@@ -750,6 +782,7 @@ def resummarize(
         stale=False,
         summariser=result.summariser if result else node.summariser,
         content_hash=text_hash(new_text),
+        children_hash=fingerprint,
     )
     data = render_summary(new, keep=doc).encode("utf-8")
     vec = embedder.embed([new.searchable])[0]
@@ -761,11 +794,52 @@ def resummarize(
         vectors={new.id: np.asarray(vec, dtype=np.float32)},
     )
     with write_lock():
+        if current_fingerprint(conn, node.directory) != fingerprint:
+            # A child was written (re-summarised, moved in or out) after its row was read: this text
+            # would summarise what is gone, and nothing would mark it stale again.
+            return Resummarized("defer", notes=(f"the children of {rel} changed meanwhile; retrying",))
         try:
             treeops.apply(conn, layout, op, model, embedder.dim)
         except ConflictError:
             return Resummarized("defer", notes=(f"{rel} changed while it was being summarised; retrying",))
     return Resummarized("done", op.message, tuple(notes))
+
+
+def _fingerprint_rows(rows: Iterable[sqlite3.Row]) -> str:
+    return children_fingerprint((str(r["id"]), str(r["content_hash"])) for r in rows)
+
+
+def current_fingerprint(conn: sqlite3.Connection, directory: str) -> str:
+    """The ``children_fingerprint`` of a level's children as the index has them now."""
+    leaves, subs = _children_of(conn, directory)
+    return _fingerprint_rows([*leaves, *subs])
+
+
+def _unstale(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    node: SummaryNode,
+    text: str,
+    digest: str,
+    write_lock: Callable[[], AbstractContextManager[object]],
+) -> Resummarized:
+    """Clear the stale flag of a summary that still matches its children (no model call, no new text)."""
+    if not node.stale:
+        return Resummarized("done")
+    data = text.encode("utf-8")
+    new = set_stale_line(data, False)
+    if new is None:
+        doc = parse_summary(text, node.path)[1]
+        new = render_summary(replace(node, stale=False), keep=doc).encode("utf-8")
+    op = TreeOp("stale", node.source, "", (FileWrite(node.path, new.decode("utf-8"), digest),))
+    with write_lock():
+        if current_fingerprint(conn, node.directory) != node.children_hash:
+            return Resummarized("defer", notes=(f"the children of {node.path} changed meanwhile; retrying",))
+        try:
+            treeops.apply(conn, layout, op, "", 0)
+        except ConflictError:
+            return Resummarized("defer", notes=(f"{node.path} changed meanwhile; looking again",))
+    return Resummarized("done")  # no message: nothing worth a line in the history
 
 
 def _children_pending(conn: sqlite3.Connection, stale: Sequence[tuple[str, int]]) -> bool:
@@ -812,29 +886,60 @@ def _leaf_label_row(row: sqlite3.Row) -> str:
     return f"{day} {who}{words}".strip()
 
 
-def mark_stale(conn: sqlite3.Connection, layout: Layout, ids: Sequence[str], max_bytes: int) -> list[str]:
-    """Flag summaries stale in their files and rows and queue their re-summarisation.
+def mark_stale(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    ids: Sequence[str],
+    max_bytes: int,
+    *,
+    unless_current: bool = False,
+) -> list[str]:
+    """Flag summaries stale in their files and rows and queue their re-summarisation. With
+    ``unless_current`` (catching up with edits made outside the engine), a summary whose recorded
+    ``children_hash`` still matches its children is left alone (a revert restored both), unless a level
+    below it is marked here: its text is about to change, so this one will be out of date too.
 
     Each file is read, only its ``stale:`` line changes, and it is written back guarded by the hash
     that was read (one durable step for all of them). Returns the ids marked."""
+    found: dict[str, tuple[bytes, SummaryNode, mdfile.MdDoc, str | None]] = {}
+    for node_id in dict.fromkeys(ids):
+        row = conn.execute(
+            "SELECT path, parent FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
+        ).fetchone()
+        if row is None:
+            continue
+        try:
+            data = layout.abs(row["path"]).read_bytes()
+            node, doc = parse_summary(data.decode("utf-8-sig"), row["path"])
+        except (FileNotFoundError, FrontmatterError, UnicodeDecodeError):
+            continue
+        found[node_id] = (data, node, doc, row["parent"])
+    current = {
+        node_id
+        for node_id, (_data, node, _doc, _parent) in found.items()
+        if unless_current
+        and not node.stale
+        and node.children_hash
+        and node.children_hash == current_fingerprint(conn, node.directory)
+    }
+    changed = True
+    while changed:  # a level marked below a current one makes it stale after all
+        changed = False
+        for node_id, (_data, _node, _doc, parent) in found.items():
+            if node_id not in current and parent in current:
+                current.discard(parent)
+                changed = True
     writes: list[FileWrite] = []
     queued: list[tuple[str, int]] = []
     source = ""
-    for node_id in dict.fromkeys(ids):
-        row = conn.execute("SELECT path FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)).fetchone()
-        if row is None:
-            continue
-        path = layout.abs(row["path"])
-        try:
-            data = path.read_bytes()
-            node, doc = parse_summary(data.decode("utf-8-sig"), row["path"])
-        except (FileNotFoundError, FrontmatterError, UnicodeDecodeError):
+    for node_id, (data, node, doc, _parent) in found.items():
+        if node_id in current:
             continue
         new = set_stale_line(data, True)
         if new is None:
             new = render_summary(replace(node, stale=True), keep=doc).encode("utf-8")
         if new != data:
-            writes.append(FileWrite(row["path"], new.decode("utf-8"), fsio.sha256_bytes(data)))
+            writes.append(FileWrite(node.path, new.decode("utf-8"), fsio.sha256_bytes(data)))
         queued.append((node_id, node.depth))
         source = source or node.source
     if not queued:

@@ -44,6 +44,7 @@ from vaultmem.summarise import Child, Summariser
 from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
+    children_fingerprint,
     keep_hand_edit,
     parse_summary,
     render_summary,
@@ -297,6 +298,7 @@ class _Kid:
     latest: datetime | None
     descendants: int
     vec: Vector | None
+    digest: str = ""  # hash of its searchable text (its row's content_hash)
 
 
 @dataclass(frozen=True)
@@ -320,7 +322,7 @@ def _kids(conn: sqlite3.Connection, directory: str, model: str) -> tuple[_Kid, .
     rows = [
         r
         for r in conn.execute(
-            "SELECT id, path, text, ts, ts_end, provenance FROM chunks"
+            "SELECT id, path, text, ts, ts_end, provenance, content_hash FROM chunks"
             " WHERE kind = 'summary' AND path >= ? AND path < ? ORDER BY path",
             index.prefix_range(prefix),
         )
@@ -340,6 +342,7 @@ def _kids(conn: sqlite3.Connection, directory: str, model: str) -> tuple[_Kid, .
                 parse_ts(r["ts_end"]),
                 int(str(prov.get("descendants") or 0)),
                 vecs.get(r["id"]),
+                str(r["content_hash"]),
             )
         )
     return tuple(out)
@@ -380,6 +383,7 @@ class _Content:
     earliest: datetime | None
     latest: datetime | None
     summariser: str | None = None  # None: keep the current file's
+    children_hash: str = ""  # weeks and months: the digests below they were written from
 
 
 def _node(current: _File, directory: str, seed: str, depth: int, content: _Content) -> SummaryNode:
@@ -409,6 +413,7 @@ def _node(current: _File, directory: str, seed: str, depth: int, content: _Conte
         stale=False,
         summariser=content.summariser or base.summariser,
         content_hash=text_hash(content.text),
+        children_hash=content.children_hash,
     )
 
 
@@ -514,7 +519,10 @@ def _rollup_node(
     )
     within = f"on {_count(len(kids), 'day')}" if is_week else f"in {_count(len(kids), 'week')}"
     lead = f"- **{title}**: {_count(total, 'memory', 'memories')} {within}"
-    content = _Content(title, lead + "\n\n" + result.text.strip(), links, total, *span, result.summariser)
+    inputs = children_fingerprint((k.id, k.digest) for k in kids)
+    content = _Content(
+        title, lead + "\n\n" + result.text.strip(), links, total, *span, result.summariser, inputs
+    )
     return _node(current, directory, seed, depth, content), result.notes
 
 
@@ -528,6 +536,7 @@ def _as_kid(node: SummaryNode, vec: Vector) -> _Kid:
         node.latest,
         node.descendants,
         vec,
+        text_hash(node.searchable),
     )
 
 

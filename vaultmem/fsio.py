@@ -11,7 +11,9 @@ Owns every byte vaultmem writes into a vault. Rules it enforces:
 - a full disk (``ENOSPC``, ``EDQUOT``) is a ``DiskFull`` naming the file, never a bare ``OSError``.
 
 It never deletes anything but what its callers name (their own temp files, node files they read, empty
-directories), and never follows a path outside the vault.
+directories), and never follows a path outside the vault. Observers (``observe``) are told which files
+under a root were written, moved or removed (git auto-commit records them, so an engine commit stages
+only the engine's own paths).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import ctypes
 import ctypes.util
 import errno
 import hashlib
+import itertools
 import os
 import secrets
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +36,38 @@ from filelock import FileLock
 from vaultmem.errors import ConflictError, DiskFull, InvalidInput, ReadOnlyVault, UnsafePath
 
 TMP_PREFIX = ".vm-tmp-"
+
+WriteObserver = Callable[[list[Path]], None]
+_observers: dict[int, tuple[Path, WriteObserver]] = {}
+_observers_lock = threading.Lock()
+_tokens = itertools.count(1)
+
+
+def observe(root: Path, observer: WriteObserver) -> int:
+    """Call ``observer`` with the paths under ``root`` that are written, moved (both ends) or removed
+    from now on, right after each change. Returns a token for ``unobserve``."""
+    with _observers_lock:
+        token = next(_tokens)
+        _observers[token] = (Path(root).absolute(), observer)
+    return token
+
+
+def unobserve(token: int) -> None:
+    with _observers_lock:
+        _observers.pop(token, None)
+
+
+def changed(paths: Iterable[Path]) -> None:
+    """Tell the observers that these files were just written, moved or removed."""
+    if not _observers:
+        return
+    items = [Path(p) for p in paths]
+    with _observers_lock:
+        observers = list(_observers.values())
+    for root, observer in observers:
+        inside = [p for p in items if p.is_relative_to(root)]
+        if inside:
+            observer(inside)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -126,6 +162,8 @@ def remove_file(root: Path, path: Path) -> None:
     is removed itself, never what it points to)."""
     ensure_inside(root, path.parent)
     path.unlink(missing_ok=True)
+    if not path.name.startswith(TMP_PREFIX):
+        changed([path])
 
 
 def remove_empty_dir(root: Path, path: Path) -> bool:
@@ -277,6 +315,7 @@ def atomic_write(path: Path, data: bytes, *, root: Path, expected: str | bool | 
                 tmp.unlink()
             raise
         fsync_dir(path.parent)
+    changed([path])
     return sha256_bytes(data)
 
 
@@ -328,6 +367,7 @@ def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[Writ
             raise
         for parent in sorted({target.parent for _, target in tmps}):
             fsync_dir(parent)
+    changed(target for _, target in tmps)
     return [
         Written(sha256_bytes(item.data), st.st_size, st.st_mtime_ns)
         for item, st in zip(items, stats, strict=True)
@@ -355,6 +395,11 @@ def move_file(root: Path, src: Path, dst: Path, *, checked: bool = False) -> Non
         fsync_dir(dst.parent)
         if src.parent != dst.parent:
             fsync_dir(src.parent)
+    if dst.is_dir():  # a level directory: every file under it moved
+        moved = [p for p in dst.rglob("*") if not p.is_dir()]
+        changed([*moved, *(src / p.relative_to(dst) for p in moved)])
+    else:
+        changed([src, dst])
 
 
 def stray_temp_files(root: Path) -> list[Path]:

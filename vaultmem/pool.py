@@ -4,7 +4,9 @@ Owns dispatch of every job kind to its handler, the write lock around file chang
 (an event, with a short polling fallback for jobs queued by other processes), and recovery of jobs
 leased by workers that died (their lease expired, or their process is gone). Each thread has its own
 SQLite connection. A handler's error fails that job (backoff, then parked); the pool itself never dies
-on one. LLM calls happen inside summarisers, capped by the semaphore they were built with.
+on one. LLM calls happen inside summarisers, capped by the semaphore they were built with. While a git
+operation is under way (the write lock raises ``GitBusy``) jobs are put back without counting an attempt:
+an "until idle" run stops and raises it, a daemon's pool pauses until ``resume()``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from vaultmem.compact import (
     summary_vectors,
 )
 from vaultmem.embed import Embedder
-from vaultmem.errors import ConflictError, DiskFull
+from vaultmem.errors import ConflictError, DiskFull, GitBusy
 from vaultmem.extract import EntityFinder, find_entities
 from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, process_owner, reclaim
 from vaultmem.layout import Layout
@@ -108,9 +110,14 @@ class Pool:
         self.report = PoolReport()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._running = threading.Event()  # cleared while paused (a git operation is under way)
+        self._running.set()
+        self._held = threading.Event()  # set while the daemon holds new jobs back (events settling)
+        self.git_busy: GitBusy | None = None  # why the pool paused or stopped
         self._active = 0
         self._state = threading.Lock()
         self._source_locks: dict[str, threading.Lock] = {}  # one seal pass per source at a time
+        self._until_idle = False
         self._disk_full: DiskFull | None = None  # the first full-disk error: an until-idle run stops
 
     def wake(self) -> None:
@@ -119,10 +126,41 @@ class Pool:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._running.set()
+
+    def pause(self, why: GitBusy | None = None) -> None:
+        """Claim no more jobs until ``resume()`` (jobs in flight finish their step or are put back)."""
+        self.git_busy = why or self.git_busy
+        self._running.clear()
+
+    def resume(self) -> None:
+        self.git_busy = None
+        self._running.set()
+        self._wake.set()
+
+    def hold(self) -> None:
+        """Start no new job until ``release()`` (jobs in flight go on)."""
+        self._held.set()
+
+    def release(self) -> None:
+        if self._held.is_set():
+            self._held.clear()
+            self._wake.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    @property
+    def active(self) -> int:
+        """Jobs being worked on right now."""
+        with self._state:
+            return self._active
 
     def run_until_idle(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         """Run until no job is ready. A full disk stops every worker (each gives its jobs back to the
         queue) and is raised as ``DiskFull`` saying how many steps finished and were kept."""
+        self._until_idle = True
         conn = db.connect(self.ctx.layout.db)
         try:
             reclaim(conn)
@@ -162,6 +200,8 @@ class Pool:
             raise DiskFull(
                 f"{self._disk_full}, after {steps} finished step{'s' if steps != 1 else ''}"
             ) from (self._disk_full)
+        if self.git_busy is not None:
+            raise self.git_busy  # what ran before it is done and kept; the rest stays queued
         return self.report
 
     def start(self) -> list[threading.Thread]:
@@ -184,6 +224,13 @@ class Pool:
         queue = JobQueue(conn)
         try:
             while not self._stop.is_set():
+                if not self._running.is_set():
+                    self._running.wait(POLL_S)
+                    continue
+                if self._held.is_set():
+                    self._wake.wait(POLL_S)
+                    self._wake.clear()
+                    continue
                 try:
                     with self._state:
                         jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
@@ -219,6 +266,10 @@ class Pool:
         finally:
             queue.give_back(owner)
             conn.close()
+
+    def idle(self, conn: sqlite3.Connection) -> bool:
+        """No job running, and none due within ``SOON_S`` (read through ``conn``)."""
+        return self._idle(conn)
 
     def _out_of_space(self, exc: DiskFull, until_idle: bool) -> None:
         """A full disk is nobody's job's fault: an until-idle run stops (the caller says what was kept);
@@ -269,6 +320,14 @@ class Pool:
             if handler(conn, queue, job):
                 queue.complete([job.id])
                 self.report.add(jobs_done=1)
+        except GitBusy as exc:
+            # Not the job's fault: it goes back as it was and runs once the git operation is over.
+            for job in jobs:
+                queue.defer(job, 0.0, str(exc))
+            self.pause(exc)
+            if self._until_idle:
+                self._stop.set()
+                self._wake.set()
         except DiskFull:
             raise  # not the job's fault: the loop gives it back and stops
         except Exception as exc:  # a job's failure must never stop the pool

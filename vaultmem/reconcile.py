@@ -21,7 +21,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vaultmem import fsio, index
@@ -43,7 +43,14 @@ class CatchUp:
     stale: list[str] = field(default_factory=list)  # summary ids marked stale
 
 
-def catch_up(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> CatchUp:
+HandEdits = Callable[
+    [list[str]], None
+]  # told the paths of a person's edits before anything derives from them
+
+
+def catch_up(
+    conn: sqlite3.Connection, layout: Layout, max_bytes: int, on_hand_edits: HandEdits | None = None
+) -> CatchUp:
     out = CatchUp()
     rows = conn.execute(
         "SELECT id, kind, path, parent, file_hash, file_size, file_mtime_ns FROM chunks"
@@ -89,9 +96,11 @@ def catch_up(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> CatchU
         conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in gone])
         index.upsert_rows(conn, upserts)
         JobQueue(conn).enqueue_many(extract_job(i) for i in reembed)
+    if on_hand_edits is not None and (out.changed or out.deleted or out.invalid):
+        on_hand_edits([*out.changed, *out.deleted, *out.invalid])
     stale = [a for node_id in touched for a in parents[node_id] if a not in gone]
     if stale:
-        out.stale = mark_stale(conn, layout, stale, max_bytes)
+        out.stale = mark_stale(conn, layout, stale, max_bytes, unless_current=True)
     return out
 
 
@@ -147,6 +156,7 @@ def reconcile_paths(
     max_bytes: int,
     read_note: Callable[[list[str]], list[str]] | None = None,
     seen: Mapping[str, Stamp] | None = None,
+    on_hand_edits: HandEdits | None = None,
 ) -> PathsReport:
     """Bring the index in step with these paths (files created, edited, moved or deleted).
 
@@ -154,7 +164,8 @@ def reconcile_paths(
     their hash when written) never cause work. Present files are handled before missing ones, and
     summaries before leaves, so a folder moved in one batch keeps every id and parent link. The caller
     holds the vault's write lock. ``seen``: non-node files already handled, with their stamps (skipped
-    while the stamp is the same)."""
+    while the stamp is the same). ``on_hand_edits`` is told the paths of what a person did (files new,
+    moved, changed, deleted, notes, invalid files) before any note is read or any summary marked stale."""
     out = PathsReport()
     seen = seen or {}
     wanted = sorted({r for r in rels if r.endswith(".md") and not is_ignored(r)})
@@ -170,6 +181,17 @@ def reconcile_paths(
         if path.is_symlink() or not path.is_file():
             continue
         present.append((rel, st))
+    # A leaf file keeps its name wherever it moves: a vanished one found elsewhere in its source tree
+    # moved there (git writes the new place after removing the old, and its event may still be on its
+    # way). Handled as a move in this batch, it keeps its row and vector instead of being dropped and
+    # re-created, which would re-embed it and re-run everything downstream.
+    known = {rel for rel, _ in present}
+    for rel in _moved_leaves(layout, conn, missing):
+        if rel not in known:
+            try:
+                present.append((rel, os.lstat(layout.abs(rel))))
+            except FileNotFoundError:
+                continue
     # Summaries first, shallow first: a leaf's parent is looked up by its directory's summary.
     present.sort(key=lambda p: (not p[0].endswith("/" + SUMMARY_NAME), p[0].count("/"), p[0]))
     upserts = 0
@@ -258,14 +280,45 @@ def reconcile_paths(
         queue = JobQueue(conn)
         queue.enqueue_many(extract_job(i) for i in reembed)
         queue.enqueue_many(resummarize_job(i, d) for i, d in resummarize)
+    if on_hand_edits is not None:
+        hand = [
+            *out.new,
+            *out.changed,
+            *out.deleted,
+            *(rel for rel, _ in notes),
+            *(rel for rel, _ in out.invalid),
+        ]
+        hand += [p for move in out.moved for p in move]
+        if hand:
+            on_hand_edits(hand)
     if notes and read_note is not None:
         out.added = read_note([rel for rel, _ in notes])
         out.notes = [rel for rel, _ in notes]
         out.seen.update(notes)
     stale = sorted(touched - gone)
     if stale:
-        out.stale = mark_stale(conn, layout, stale, max_bytes)
+        out.stale = mark_stale(conn, layout, stale, max_bytes, unless_current=True)
     return out
+
+
+def _moved_leaves(layout: Layout, conn: sqlite3.Connection, missing: list[str]) -> list[str]:
+    """Where indexed leaf files among ``missing`` are now: files of the same name elsewhere in the same
+    source tree (one walk of each source folder concerned; only when leaves vanished)."""
+    wanted: dict[str, dict[str, str]] = {}  # source folder -> file name -> old path
+    for rel in missing:
+        parts = rel.split("/")
+        if len(parts) < 3 or parts[0] != SOURCES or id_from_filename(parts[-1]) is None:
+            continue
+        if conn.execute("SELECT 1 FROM chunks WHERE path = ? AND kind = 'leaf'", (rel,)).fetchone() is None:
+            continue
+        wanted.setdefault(f"{SOURCES}/{parts[1]}", {})[parts[-1]] = rel
+    found: list[str] = []
+    for folder, names in wanted.items():
+        for dirpath, dirnames, filenames in os.walk(layout.abs(folder)):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            base = layout.rel(Path(dirpath))
+            found.extend(f"{base}/{name}" for name in filenames if name in names)
+    return [rel for rel in found if rel not in missing and not is_ignored(rel)]
 
 
 def _sidecar_names(layout: Layout, rel: str, cache: dict[str, set[str]]) -> set[str]:

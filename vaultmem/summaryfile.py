@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -46,6 +47,7 @@ SUMMARY_KEYS = frozenset(
         "pinned",
         "summariser",
         "content_hash",
+        "children_hash",
         "entity",
         "archived",
         "period",
@@ -83,6 +85,7 @@ class SummaryNode:
     stale: bool = False
     summariser: str = "extractive"
     content_hash: str = ""  # hash of ``text`` as the engine wrote it
+    children_hash: str = ""  # ``children_fingerprint`` of the children it was written from ("" = unknown)
     order: str | None = None  # reading position among its siblings (a decimal number), when set
     entity: str | None = None  # topic trees: the entity key the topic follows
     archived: bool = False  # topic trees: gone cold; kept, no longer routed into
@@ -110,6 +113,14 @@ class SummaryNode:
 
 def text_hash(text: str) -> str:
     return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()[:16]
+
+
+def children_fingerprint(children: Iterable[tuple[str, str]]) -> str:
+    """What a summary was written from: a hash over its children's ``(id, content hash)`` pairs, in any
+    order. A summary whose recorded fingerprint equals its children's current one is not stale, however
+    its files got there (a ``git revert`` that restored both, a hand move and back)."""
+    lines = sorted(f"{node_id}\x1f{digest}" for node_id, digest in children)
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()[:16]
 
 
 def keep_hand_edit(node: SummaryNode) -> str:
@@ -148,6 +159,7 @@ def engine_meta(node: SummaryNode) -> dict[str, Any]:
         "pinned": True if node.pinned else None,
         "summariser": node.summariser,
         "content_hash": node.content_hash,
+        "children_hash": node.children_hash or None,
         "entity": node.entity,
         "archived": True if node.archived else None,
         "period": node.period,
@@ -255,6 +267,7 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
         stale=meta.get("stale") is True,
         summariser=str(meta.get("summariser") or "unknown"),
         content_hash=str(meta.get("content_hash") or ""),
+        children_hash=str(meta.get("children_hash") or ""),
         order=order,
         entity=scrub(str(meta["entity"])) if meta.get("entity") else None,
         archived=meta.get("archived") is True,

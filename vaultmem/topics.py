@@ -40,6 +40,7 @@ from vaultmem.summarise import Child, ExtractiveSummariser
 from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
+    children_fingerprint,
     clean_title,
     parse_summary,
     render_summary,
@@ -470,6 +471,7 @@ class TopicPlanner:
             + sum(lv.descendants for lv in kids),
             earliest=parse_ts(min(stamps)) if stamps else None,
             latest=parse_ts(max(stamps)) if stamps else None,
+            children_hash=_levels_fingerprint(kids),
         )
         level.descendants = node.descendants
         keep = parse_summary(level.data.decode("utf-8"), node.path)[1] if level.data else None
@@ -505,6 +507,7 @@ class TopicPlanner:
             latest=parse_ts(max(stamps)) if stamps else None,
             summariser="extractive",
             content_hash=text_hash(text),
+            children_hash=_levels_fingerprint(top),
             entity=state.key,
             archived=state.archived,
             user_aliases=base.user_aliases if base else (),
@@ -528,6 +531,12 @@ class TopicPlanner:
             self.extractive.summarise(self._children(state, newest_first), 2).text if newest_first else ""
         )
         return compose_latest(state, newest_first, top, summary)
+
+
+def _levels_fingerprint(levels: Sequence[_Node]) -> str:
+    """What a topic node was written from among its folder's children: its sub-levels (the leaves it
+    links are not in its folder; routing follows them)."""
+    return children_fingerprint((lv.id, text_hash(lv.node.searchable)) for lv in levels) if levels else ""
 
 
 def top_levels(state: TopicState) -> list[_Node]:

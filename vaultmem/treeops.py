@@ -130,8 +130,23 @@ def heal(conn: sqlite3.Connection, layout: Layout, model: str, dim: int) -> list
             for stray in path.parent.glob(f"{fsio.TMP_PREFIX}*-{path.name}"):
                 fsio.remove_file(layout.root, stray)
         done.append(_execute(conn, layout, op, model, dim, strict=False))
+        # What the crashed process did before dying was never reported: report the whole step now.
+        fsio.changed(_op_files(layout, op))
         fsio.remove_file(layout.root, note)
     return done
+
+
+def _op_files(layout: Layout, op: TreeOp) -> list[Path]:
+    """Every file a step writes, moves (both ends, every file of a moved directory) or removes."""
+    out = [layout.abs(w.path) for w in op.writes] + [layout.abs(rel) for rel, _ in op.removes]
+    for src, dst in op.moves:
+        target = layout.abs(dst)
+        if target.is_dir():
+            moved = [p for p in target.rglob("*") if not p.is_dir()]
+            out += moved + [layout.abs(src) / p.relative_to(target) for p in moved]
+        else:
+            out += [layout.abs(src), target]
+    return out
 
 
 def _execute(

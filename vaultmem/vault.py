@@ -30,6 +30,7 @@ from vaultmem import (
     entities,
     entityindex,
     fsio,
+    gitsync,
     heat,
     index,
     timeparse,
@@ -59,16 +60,18 @@ from vaultmem.entities_llm import LLMEntityExtractor
 from vaultmem.errors import (
     ConflictError,
     DiskFull,
+    GitBusy,
     GitError,
     InvalidInput,
     NodeNotFound,
     ReadOnlyVault,
+    VaultError,
     VaultExists,
     VaultLocked,
     VaultNotFound,
 )
 from vaultmem.extract import EntityFinder, find_entities, vectors_from_sidecars
-from vaultmem.gitsync import CommitInfo, GitRecorder
+from vaultmem.gitsync import CommitInfo, GitOperation, GitRecorder
 from vaultmem.ingest import (
     IngestReport,
     Progress,
@@ -159,6 +162,7 @@ class Stats:
     latest_memory: str | None
     jobs: dict[str, int]
     daemon: dict[str, Any] = field(default_factory=dict)  # the watch daemon: running, pid, last event...
+    git: dict[str, Any] | None = None  # a git operation under way (writes pause): what, marker, advice
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -174,6 +178,7 @@ class Stats:
             "latest_memory": self.latest_memory,
             "jobs": self.jobs,
             "daemon": self.daemon,
+            "git": self.git,
         }
 
 
@@ -196,8 +201,16 @@ class Vault:
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
         self._git = GitRecorder(layout.root) if config.git_auto_commit else None
+        # Engine changes awaiting their commit; fsio reports every file the engine writes, moves or removes.
+        self._journal = gitsync.Journal(layout.root) if self._git is not None else None
+        self._observer = (
+            fsio.observe(layout.root, self._journal.record_paths) if self._journal is not None else None
+        )
+        self._batches = 0  # open commit batches: commits wait for the outermost to end
+        self._batches_lock = threading.Lock()
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
         self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
+        self.commits = 0  # git commits this vault made (engine batches and hand edits)
         self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -282,16 +295,21 @@ class Vault:
                 f"{layout.root} is read-only: reading and searching work, writes are off ({read_only})"
             )
             return vault  # nothing is healed or rebuilt: that is writing
+        # Rebuilding the index writes nothing but the index, and reading needs it: even during a git
+        # operation (the daemon, or the next `compact`, catches up once it is over).
         if damaged is not None:
-            with vault._locked():
+            with vault._locked(git_guard=False):
                 vault._rebuilt(*damaged)
         elif new_index and any((layout.root / SOURCES).glob("*/")):
             # A cloned or copied vault arrives without its index: rebuild it from the files.
-            vault.reindex()
+            with vault._locked(git_guard=False):
+                vault._reindex()
         try:
             vault._heal()
         except DiskFull as exc:  # reading still works; `check` lists what waits to be finished
             vault.warnings.append(f"could not finish interrupted work: {exc}; free space")
+        except GitBusy as exc:  # reading goes on; the repairs wait for the next write after it
+            vault.warnings.append(f"repairs put off: {exc}")
         return vault
 
     def _heal(self) -> None:
@@ -319,6 +337,9 @@ class Vault:
             return [step.message for step in done]
 
     def close(self) -> None:
+        if self._observer is not None:
+            fsio.unobserve(self._observer)
+            self._observer = None
         self.conn.close()
 
     def __enter__(self) -> Vault:
@@ -330,9 +351,12 @@ class Vault:
         self.close()
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, *, git_guard: bool = True) -> Iterator[None]:
         """Hold the vault's write lock (re-entrant within a thread). Threads of this process take turns
-        in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise."""
+        in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise.
+
+        While a git operation is under way in the vault's repository (see ``gitsync``) the outermost
+        acquisition raises ``GitBusy``: nothing writes into a half-restored tree."""
         self._writable()
         self._turns.acquire()
         try:
@@ -346,6 +370,14 @@ class Vault:
                 ) from exc
             outermost = self._turns.depth == 1
             try:
+                if outermost and git_guard:
+                    operation = self.git_operation()
+                    if operation is not None:
+                        raise operation.error(self.layout.root)
+            except BaseException:
+                self._lock.release()
+                raise
+            try:
                 if outermost:
                     self._begin_writing()
                 yield
@@ -355,6 +387,17 @@ class Vault:
                 self._lock.release()
         finally:
             self._turns.release()
+
+    def repo_stamp(self) -> tuple[object, ...] | None:
+        """Changes whenever a git command moves HEAD or rewrites the index of the vault's repository."""
+        return gitsync.repo_stamp(self.layout.root)
+
+    def git_operation(self) -> GitOperation | None:
+        """The git operation under way in the repository holding the vault (a revert or merge stopped on a
+        conflict, a rebase, a cherry-pick, a bisect, a detached HEAD, a live ``index.lock``), or None.
+        Every write pauses while there is one, whether or not git auto-commit is on: the tree is half
+        restored, and engine writes would make ``--continue``/``--abort`` fail."""
+        return gitsync.operation_in_progress(self.layout.root)
 
     def _writable(self) -> None:
         """Raise ``ReadOnlyVault`` (one line saying what still works) when writes are off."""
@@ -422,6 +465,10 @@ class Vault:
         )
 
     def _ingest(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+        with self.commit_batch():
+            return self._ingest_batches(messages, progress)
+
+    def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
         check_new_sources(self.layout, {m.source for m in messages})
         messages = thread_messages(messages, lambda source: index.known_emails(self.conn, source))
         report = IngestReport()
@@ -535,19 +582,26 @@ class Vault:
                 raise ReadOnlyVault(
                     f"the digest of {when} was never written and {self.layout.root} is read-only"
                 ) from None
-        if treeops.pending_notes(self.layout):
-            self.heal_compaction()
-        result = digest.refresh(
-            self.conn,
-            self.layout,
-            when,
-            period,
-            self.summariser,
-            lambda: self.embedder,
-            self._locked,
-            max_bytes,
-            self._commit,
-        )
+        try:
+            with self.commit_batch():
+                if treeops.pending_notes(self.layout):
+                    self.heal_compaction()
+                result = digest.refresh(
+                    self.conn,
+                    self.layout,
+                    when,
+                    period,
+                    self.summariser,
+                    lambda: self.embedder,
+                    self._locked,
+                    max_bytes,
+                    self._commit,
+                )
+        except GitBusy:
+            # Reading goes on during a git operation: the digest as it is on disk, if there is one.
+            if not self.layout.abs(rel).exists():
+                raise
+            result = None
         if result is not None and result.outcome != "done":
             raise ConflictError(f"the digest of {when} could not be written: {'; '.join(result.notes)}")
         try:
@@ -605,6 +659,7 @@ class Vault:
             latest_memory=latest,
             jobs=JobQueue(self.conn).counts(),
             daemon=daemonstate.status(self.layout),
+            git=_git_line(gitsync.operation_in_progress(self.layout.root, lock_wait_s=0.0), self.layout.root),
         )
 
     def tally(self) -> dict[str, int]:
@@ -646,6 +701,7 @@ class Vault:
         changed) are queued first, so switching models re-embeds the vault instead of leaving search
         without meaning-based hits."""
         with (
+            self.commit_batch(),
             self._locked(),
             _on_full_disk("embedding", "the leaves admitted before it were kept", "the command"),
         ):
@@ -726,7 +782,8 @@ class Vault:
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
         self._writable()
-        return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
+        with self.commit_batch():
+            return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
@@ -737,14 +794,21 @@ class Vault:
         runs the queue to idle. ``dry_run`` plans the same steps and changes nothing."""
         if dry_run:
             return self._plan()
-        with _on_full_disk("compaction", "they were kept", "`vaultmem compact`"):
+        with (
+            self.commit_batch("memory: compact"),
+            _on_full_disk("compaction", "they were kept", "`vaultmem compact`"),
+        ):
             return self._compact(progress)
 
     def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
         with self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
-            caught = catch_up(self.conn, self.layout, self.config.max_file_bytes)
+            caught = catch_up(
+                self.conn, self.layout, self.config.max_file_bytes, on_hand_edits=self._commit_by_hand
+            )
+            if caught.stale:
+                self._commit(f"memory: mark {len(caught.stale)} summaries stale (what is below them changed)")
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
         # them in the buffer (the worker pool runs both kinds of job at once).
         flushed = self.flush()
@@ -771,35 +835,127 @@ class Vault:
                     report.planned.append(f"{directory}/ ({count} moved in)")
         return report
 
+    # -- git auto-commit --------------------------------------------------------------------------------
     def _commit(self, message: str) -> None:
-        if self._git is None:
+        """Record one logical operation for git auto-commit: committed at once, or with the rest of the
+        batch when one is open (``commit_batch``)."""
+        if self._journal is None:
             return
+        # The message names titles and entities, which come from memory: never a secret in history.
+        self._journal.record_message(scrub(message))
+        with self._batches_lock:
+            batched = self._batches > 0
+        if not batched:
+            self.commit_pending()
+
+    @contextmanager
+    def commit_batch(self, subject: str | None = None) -> Iterator[None]:
+        """Everything the engine changes inside (in any thread of this vault) becomes one git commit at
+        the end of the outermost batch; its subject is ``subject`` when several operations ran."""
+        with self._batches_lock:
+            self._batches += 1
         try:
-            # The message names titles and entities, which come from memory: never a secret in history.
-            result = self._git.commit(scrub(message))
-        except GitError as exc:
-            self.warnings.append(f"git auto-commit failed: {exc}")
-            return
+            yield
+        finally:
+            with self._batches_lock:
+                self._batches -= 1
+                last = self._batches == 0
+            if last and self._journal is not None and self._journal.pending():
+                try:
+                    self.commit_pending(subject)
+                except VaultError as exc:  # never hide the error of the work itself
+                    self.warnings.append(f"git auto-commit failed: {exc}")
+
+    def has_uncommitted(self) -> bool:
+        """True when git auto-commit is on and engine changes wait for their commit."""
+        return self._journal is not None and self._journal.pending()
+
+    def commit_pending(self, subject: str | None = None) -> str | None:
+        """Commit what the engine changed and has not committed yet (only its own paths). During a git
+        operation nothing is committed and the changes stay recorded for the next commit. Returns the
+        new commit, or None."""
+        if self._journal is None or self._git is None:
+            return None
+        with self._locked(git_guard=False):
+            paths, messages, size = self._journal.read()
+            if not size:
+                return None
+            try:
+                if self._git.head() is None:
+                    # A new history starts with the whole vault as it is (ignored files excepted).
+                    result = self._git.commit(gitsync.commit_message(messages, subject), None)
+                else:
+                    result = self._git.commit(gitsync.commit_message(messages, subject), paths)
+            except GitBusy as exc:
+                note = f"not committed yet: {exc}"
+                if note not in self.warnings:
+                    self.warnings.append(note)
+                return None
+            except GitError as exc:
+                self.warnings.append(f"git auto-commit failed: {exc}")
+                self._journal.squash()  # kept for the next commit, without growing on every attempt
+                return None
+            self._journal.consume(size)
+            self._after_commit(result)
+            return result.sha
+
+    def _after_commit(self, result: gitsync.CommitResult) -> None:
         self.git_notes.extend(result.notes)
+        self.commits += result.sha is not None
         for path, kinds in result.held:
             self.warnings.append(
                 f"git: {path} not committed: it holds a secret ({', '.join(kinds)}); "
                 "`vaultmem check` lists it, `vaultmem check --fix --redact` redacts it"
             )
 
+    def _commit_by_hand(self, paths: list[str]) -> None:
+        """Commit a person's edits the engine just read as their own commit ("edit by hand: ..."), before
+        anything the engine derives from them, so they never hide inside an engine commit."""
+        if self._git is None or not paths:
+            return
+        try:
+            if self._git.head() is None:
+                return  # the first engine commit snapshots the whole vault, these edits included
+            result = self._git.commit(scrub(gitsync.hand_message(paths)), paths)
+        except GitError as exc:  # GitBusy included: the edits stay uncommitted, as the person left them
+            self.warnings.append(f"git commit of hand edits failed: {exc}")
+            return
+        self._after_commit(result)
+
     # -- hand edits (the watch daemon) ---------------------------------------------------------------
-    def reconcile_paths(self, rels: Iterable[str], seen: Mapping[str, Stamp] | None = None) -> PathsReport:
+    def reconcile_paths(
+        self,
+        rels: Iterable[str],
+        seen: Mapping[str, Stamp] | None = None,
+        *,
+        repo_stamp: tuple[object, ...] | None = None,
+    ) -> PathsReport:
         """Bring the index in step with files created, edited, moved or deleted outside the engine
         (one batch, under the write lock). Notes outside ``sources/`` are ingested as documents, unless
-        ``seen`` already has them with the same size and mtime."""
+        ``seen`` already has them with the same size and mtime. With ``repo_stamp`` (what
+        ``repo_stamp()`` said when the paths were gathered), a git command that ran since makes it
+        raise ``GitBusy`` and change nothing: the paths may describe a tree git was still writing."""
         with self._locked():
+            if repo_stamp is not None and self.repo_stamp() != repo_stamp:
+                raise GitBusy(
+                    f"git changed the repository of {self.layout.root} while these paths were gathered;"
+                    " gather them again once it is quiet"
+                )
             report = reconcile_paths(
-                self.conn, self.layout, rels, self.config.max_file_bytes, read_note=self.read_notes, seen=seen
+                self.conn,
+                self.layout,
+                rels,
+                self.config.max_file_bytes,
+                read_note=self.read_notes,
+                seen=seen,
+                on_hand_edits=self._commit_by_hand,
             )
             if report.deleted:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
             if report.deleted or report.changed:
                 topicroute.enqueue_out_of_date(self.conn)  # a hand edit may add or remove an entity
+            if report.stale:
+                self._commit(f"memory: mark {len(report.stale)} summaries stale (what is below them changed)")
             return report
 
     def remove_stray_temps(self) -> list[str]:
@@ -1144,7 +1300,7 @@ class Vault:
         return session_tree(self.conn, session, source=source).messages()
 
     def _docmem(self, plan: Callable[[], Plan]) -> tuple[str, ...]:
-        with self._locked():
+        with self.commit_batch(), self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
             planned = plan()
@@ -1235,22 +1391,27 @@ class Vault:
         embedder = self.embedder  # its id and size only: no weights are loaded
         model, dim = embedder.model_id, embedder.dim
         if fix:
-            if treeops.pending_notes(self.layout):
-                self.heal_compaction()
-            with self._locked():
-                report = check(
-                    self.conn,
-                    self.layout,
-                    self.config.max_file_bytes,
-                    fix=True,
-                    redact=redact,
-                    model=model,
-                    dim=dim,
-                )
-                rewritten = [p for p in report.fixed if p.code == "secret_in_file"]
-                if rewritten:
-                    self._commit(f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)")
-                return report
+            with self.commit_batch("memory: check --fix"):
+                if treeops.pending_notes(self.layout):
+                    self.heal_compaction()
+                with self._locked():
+                    report = check(
+                        self.conn,
+                        self.layout,
+                        self.config.max_file_bytes,
+                        fix=True,
+                        redact=redact,
+                        model=model,
+                        dim=dim,
+                    )
+                    if any(p.code == "duplicate_id" for p in report.fixed):
+                        self._commit("memory: check --fix: settle duplicate ids")
+                    rewritten = [p for p in report.fixed if p.code == "secret_in_file"]
+                    if rewritten:
+                        self._commit(
+                            f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)"
+                        )
+                    return report
         return check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
 
     @property
@@ -1362,6 +1523,12 @@ class Vault:
         start = datetime(when.year, when.month, when.day, tzinfo=UTC)
         end = start + timedelta(days=1) - timedelta(seconds=1)
         return GitRecorder(self.layout.root).commits_between(start.isoformat(), end.isoformat(), limit=limit)
+
+
+def _git_line(operation: GitOperation | None, root: Path) -> dict[str, Any] | None:
+    if operation is None:
+        return None
+    return {**operation.as_dict(), "why": operation.describe(), "error": str(operation.error(root))}
 
 
 @contextmanager
