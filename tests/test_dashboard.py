@@ -290,7 +290,7 @@ def test_children_pages_through_a_source_in_reading_order_with_stale_levels(buil
 
 
 def test_commits_of_today_carry_files_and_patches(built: Vault) -> None:
-    commits = built.commits("today")
+    commits = built.commits_of("today")
     assert commits, "git auto-commit recorded the ingests and the compaction"
     adds = [c for c in commits if c.subject.startswith("memory: add")]
     assert adds and any(f.startswith("A sources/assistant-chat/") for c in adds for f in c.files)
@@ -298,7 +298,7 @@ def test_commits_of_today_carry_files_and_patches(built: Vault) -> None:
     # Vectors are named in the file list but their base64 is left out of the patch.
     assert any(f.endswith("/_embeddings.json") for c in commits for f in c.files)
     assert not any("_embeddings.json b/" in c.diff for c in commits)
-    assert built.commits("2020-01-01") == []
+    assert built.commits_of("2020-01-01") == []
 
 
 # -- the panels' JSON --------------------------------------------------------------------------------

@@ -1516,7 +1516,7 @@ class Vault:
             raise InvalidInput("offset must be 0 or more and limit at least 1")
         return tree.children_page(self.conn, node_id, source=source, offset=offset, limit=limit)
 
-    def commits(self, day: date | str | None = None, *, limit: int = 100) -> list[CommitInfo]:
+    def commits_of(self, day: date | str | None = None, *, limit: int = 100) -> list[CommitInfo]:
         """The vault's git commits of a UTC day (default today), newest first, each with its files and
         its patch; [] when the vault has no git history."""
         when = digest.parse_day(day)

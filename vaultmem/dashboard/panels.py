@@ -345,7 +345,7 @@ class Panels:
             except ReadOnlyVault:
                 found, note = [], "this day's digest was never written and the dashboard is read-only"
             digest = self._digest(found[0]) if found else None
-            commits = [c.as_dict() for c in v.commits(when)]
+            commits = [c.as_dict() for c in v.commits_of(when)]
         return {
             "day": when.isoformat(),
             "fallback": fallback,
