@@ -274,6 +274,26 @@ def test_leaves_per_day_counts_every_day_with_a_leaf_and_filters_by_source(built
         built.leaves_per_day("2026-03-10", "2026-03-01")
 
 
+def test_an_undated_note_counts_on_its_file_day_as_in_the_digest(tmp_path: Path) -> None:
+    """A section that names no date has no time: the heatmap puts it on its file's day, as the
+    day's digest does, so the two never disagree about a day."""
+    (tmp_path / "inbox").mkdir()
+    note = tmp_path / "inbox" / "reading-list.md"
+    note.write_text(NOTE, encoding="utf-8")
+    with Vault.init(tmp_path / "v", '[sources]\ninbox = "../inbox"\n', embedder=FakeEmbedder()) as vault:
+        vault.ingest_source("inbox")
+        vault.flush()
+        (leaf,) = vault.ls(source="inbox")
+        assert leaf.ts is None
+        day = datetime.fromtimestamp((tmp_path / "v" / leaf.path).stat().st_mtime, UTC).date()
+        assert vault.leaves_per_day(day, day) == {day.isoformat(): 1}
+        assert vault.leaves_per_day(day, day, source="other") == {}
+        assert vault.leaves_per_day("2020-01-01", "2020-01-02") == {}
+        (digest,) = vault.global_digest(day)
+        assert digest.descendants == 1
+        assert Panels(vault).day(day.isoformat())["leaves"] == 1
+
+
 def test_children_pages_through_a_source_in_reading_order_with_stale_levels(built: Vault) -> None:
     whole, total = built.children(source="assistant-chat", limit=100)
     assert total == len(whole) >= 2

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from vaultmem.errors import NodeNotFound
@@ -277,14 +279,23 @@ def known_emails(conn: sqlite3.Connection, source: str) -> list[KnownEmail]:
 def leaves_per_day(
     conn: sqlite3.Connection, first: str, last: str, source: str | None = None
 ) -> dict[str, int]:
-    """UTC day (``YYYY-MM-DD``) -> leaves whose time falls on it, for days ``first`` to ``last``
-    inclusive (ISO dates); days without a leaf are left out. One range over the ``ts`` index."""
+    """UTC day (``YYYY-MM-DD``) -> leaves of that day, for days ``first`` to ``last`` inclusive (ISO
+    dates); days without a leaf are left out. A leaf's day is that of its time, or for a leaf without
+    one (a document section that names no date) that of its file's mtime, as the daily digest counts
+    it. One range over the ``(kind, ts)`` index, and one lookup of its undated leaves."""
     sql = "SELECT substr(ts, 1, 10) AS day, count(*) FROM chunks WHERE kind = 'leaf' AND ts >= ? AND ts < ?"
     params: list[Any] = [first, last + "\uffff"]
+    undated = "SELECT file_mtime_ns FROM chunks WHERE kind = 'leaf' AND ts IS NULL"
     if source is not None:
         sql += " AND source = ?"
+        undated += " AND source = ?"
         params.append(source)
-    return {day: n for day, n in conn.execute(sql + " GROUP BY day ORDER BY day", params)}
+    days: Counter[str] = Counter(dict(conn.execute(sql + " GROUP BY day", params)))
+    for (mtime_ns,) in conn.execute(undated, params[2:]):
+        day = datetime.fromtimestamp((mtime_ns or 0) / 1e9, UTC).date().isoformat()
+        if first <= day <= last:
+            days[day] += 1
+    return dict(sorted(days.items()))
 
 
 def leaves_per_source(conn: sqlite3.Connection) -> dict[str, int]:
