@@ -158,6 +158,13 @@ def first_paint(vault: Vault, loads: int = 5) -> tuple[float, float]:
     return statistics.median(fcp), statistics.median(drawn)
 
 
+def api_table(measured: dict[str, tuple[float, float, float]]) -> str:
+    rows = [
+        [name, f"{first:.1f}", f"{p50:.1f}", f"{p95:.1f}"] for name, (first, p50, p95) in measured.items()
+    ]
+    return table(["panel API", "first ms", "p50 ms", "p95 ms"], rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000")
@@ -180,6 +187,9 @@ def main() -> None:
                 compacted = (root / ".compacted").exists()
                 if not compacted:
                     info["fresh"] = measure_api(vault, args.runs)
+                    # Printed at once: compacting 100,000 leaves takes a while on a busy machine.
+                    print(f"\n{n:,} leaves, all in _fresh/ (before compaction)")
+                    print(api_table(info["fresh"]), flush=True)
                     t = time.perf_counter()
                     vault.compact()
                     info["compact_s"] = time.perf_counter() - t

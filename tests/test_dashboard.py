@@ -189,6 +189,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vault]:
     vault.close()
 
 
+def git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+
 def _leaf_with(vault: Vault, needle: str) -> Any:
     return next(x for x in vault.ls() if needle in x.text)
 
@@ -322,6 +326,20 @@ def test_commits_of_today_carry_files_and_patches(built: Vault) -> None:
 
 
 # -- the panels' JSON --------------------------------------------------------------------------------
+def test_status_names_a_git_operation_that_pauses_writes(tmp_path: Path) -> None:
+    with Vault.init(tmp_path / "v", "[git]\nauto_commit = true\n", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(
+            [{"id": "m1", "role": "user", "content": "Pick up the bike on Friday."}], source="chat"
+        )
+        assert Panels(vault).status()["git"] is None
+        git(vault.layout.root, "checkout", "-q", "--detach")
+        busy = Panels(vault).status()["git"]
+        assert busy["operation"] == "detached HEAD" and "git switch" in busy["advice"]
+        assert "detached HEAD" in busy["why"]
+        git(vault.layout.root, "switch", "-q", "-")
+        assert Panels(vault).status()["git"] is None
+
+
 def test_panels_answer_from_the_vault(built: Vault) -> None:
     panels = Panels(built)
     status = panels.status()
@@ -685,6 +703,10 @@ def test_page_in_chromium_draws_every_panel_and_renders_memory_as_text(built: Va
         refused = page.goto(f"http://127.0.0.1:{dash.port}/")
         assert refused.status == 403 and "forbidden" in page.inner_text("body")
         _open(page, dash.url, "graph")
+        page.wait_for_selector('#open-obsidian[href^="obsidian:"]')
+        assert page.get_attribute("#open-obsidian", "href") == "obsidian://open?path=" + quote(
+            str(built.layout.root), safe=""
+        )
         _graph_checks(page, _shown(Panels(built).graph()))
         page.evaluate("location.hash = '#heatmap'")
         heat = Panels(built).heatmap()
@@ -722,6 +744,12 @@ def test_run_ingest_in_chromium_queues_a_job(tmp_path: Path, page: Any) -> None:
         page.click("#compact-btn")
         page.wait_for_selector('#queue-table tr[data-kind="seal"]')
         assert vault.jobs.by_kind()["seal"]["queued"] >= 1
+        # A git operation under way pauses every write: the status says so, and says again when it ends.
+        git(vault.layout.root, "checkout", "-q", "--detach")
+        page.wait_for_selector("#git-busy")
+        assert "detached HEAD" in page.inner_text("#git-busy")
+        git(vault.layout.root, "switch", "-q", "-")
+        page.wait_for_selector("#git-busy", state="detached")
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from vaultmem import daemonstate
+from vaultmem import daemonstate, gitsync
 from vaultmem.errors import InvalidInput, ReadOnlyVault
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Leaf, format_ts
@@ -120,6 +120,8 @@ class Panels:
             running = v.jobs.list("running", limit=50)
             parked = v.jobs.list("parked", limit=20)
             folders = v.source_folders()
+        # Stat calls only, outside the lock; a git command holding the index is not waited for.
+        operation = gitsync.operation_in_progress(v.layout.root, lock_wait_s=0)
         queued = sum(states.get("queued", 0) for states in by_kind.values())
         doing = sorted({_DOING.get(j.kind, j.kind) for j in running})
         state = ", ".join(doing) if doing else ("waiting" if queued else "idle")
@@ -129,6 +131,8 @@ class Panels:
             "read_only": v.read_only,
             "actions": self.actions,
             "daemon": daemon,
+            # A git operation under way pauses every write (the daemon's and the queue's) until it ends.
+            "git": {**operation.as_dict(), "why": operation.describe()} if operation else None,
             "queue": by_kind,
             "parked": [
                 {

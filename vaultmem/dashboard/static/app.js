@@ -367,12 +367,14 @@
         h("span", { class: "dot " + (st.state === "idle" ? "dot-idle" : st.state === "waiting" ? "dot-warn" : "dot-ok") }),
         h("span", { class: "state-word", id: "engine-state", text: st.state })),
       h("p", { class: "muted small", text: busy ? "Queued work runs in the watch daemon, or here after a request." : "Nothing is running and nothing waits." }),
-      st.read_only ? h("p", { class: "badge badge-warn", text: "read-only: " + st.read_only }) : null);
+      st.read_only ? h("p", { class: "badge badge-warn", text: "read-only: " + st.read_only }) : null,
+      st.git ? h("p", { class: "small", id: "git-busy" }, h("span", { class: "badge badge-warn", text: "paused for git" }), " ", st.git.why + ". Writes wait until it ends: " + st.git.advice + ".") : null);
     const daemonCard = h("div", { class: "card" },
       h("h2", { text: "Watch daemon" }),
       h("div", { class: "row" },
-        h("span", { class: "dot " + (d.running ? "dot-ok" : "dot-idle") }),
-        h("strong", { id: "daemon-state", text: d.running ? "running" : "not running" })),
+        h("span", { class: "dot " + (!d.running ? "dot-idle" : d.state === "running" ? "dot-ok" : "dot-warn") }),
+        h("strong", { id: "daemon-state", text: !d.running ? "not running" : d.state || "running" })),
+      d.paused ? h("p", { class: "small", id: "daemon-paused", text: "Paused since " + fmtTime(d.paused.since) + ": " + d.paused.why + ". " + (d.paused.advice ? "To resume: " + d.paused.advice + "." : "") }) : null,
       h("dl", { class: "kv", style: null },
         d.running ? [h("dt", { text: "process" }), h("dd", { text: "pid " + d.pid + " on " + d.host })] : null,
         d.running ? [h("dt", { text: "since" }), h("dd", { text: fmtTime(d.since) })] : null,
