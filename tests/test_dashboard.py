@@ -331,7 +331,25 @@ def test_status_names_a_git_operation_that_pauses_writes(tmp_path: Path) -> None
         vault.ingest_messages(
             [{"id": "m1", "role": "user", "content": "Pick up the bike on Friday."}], source="chat"
         )
-        assert Panels(vault).status()["git"] is None
+        panels = Panels(vault)
+        assert panels.status()["git"] is None
+        today = datetime.now(UTC).date().isoformat()
+        before = panels.day(today)["commits"]
+        assert before, "the ingest was committed"
+        # A commit by hand moves HEAD and leaves the index as it was: the day's list follows it.
+        git(
+            vault.layout.root,
+            "-c",
+            "user.name=Mara",
+            "-c",
+            "user.email=mara@example.org",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "by hand",
+        )
+        assert panels.day(today)["commits"][0]["subject"] == "by hand"
         git(vault.layout.root, "checkout", "-q", "--detach")
         busy = Panels(vault).status()["git"]
         assert busy["operation"] == "detached HEAD" and "git switch" in busy["advice"]
@@ -385,6 +403,7 @@ def test_cached_views_follow_changes_made_by_another_process(tmp_path: Path) -> 
         panels = Panels(vault)
         assert panels.metrics()["leaves"] == 1
         assert panels.metrics() is not None and panels.heatmap(last="2026-03-31")["total"] == 1
+        assert panels.day("2026-03-10")["digest"] is None
         with Vault.open(vault.layout.root, embedder=FakeEmbedder()) as other:  # its own connection
             other.ingest_messages(
                 [
@@ -397,8 +416,11 @@ def test_cached_views_follow_changes_made_by_another_process(tmp_path: Path) -> 
                 ],
                 source="chat",
             )
+            other.flush()
         assert panels.metrics()["leaves"] == 2
         assert panels.heatmap(last="2026-03-31")["days"] == {"2026-03-09": 1, "2026-03-10": 1}
+        day = panels.day("2026-03-10")
+        assert day["leaves"] == 1 and "Lisbon" in json.dumps(day["digest"])
 
 
 def test_a_read_only_dashboard_refuses_requests(built: Vault) -> None:

@@ -343,13 +343,12 @@ class Panels:
                 if latest:
                     when, fallback = date.fromisoformat(latest[:10]), True
             leaves = sum(v.leaves_per_day(when, when).values())
-            note = None
-            try:
-                found = v.global_digest(when)
-            except ReadOnlyVault:
-                found, note = [], "this day's digest was never written and the dashboard is read-only"
-            digest = self._digest(found[0]) if found else None
-            commits = [c.as_dict() for c in v.commits_of(when)]
+            # Both cost in proportion to the day (its leaves, its commits' patches): kept until the index
+            # changes, the commits also until git moves HEAD.
+            digest, note = self._cached(("digest", when), lambda: self._day_digest(when))
+            commits = self._cached(
+                ("commits", when, v.repo_stamp()), lambda: [c.as_dict() for c in v.commits_of(when)]
+            )
         return {
             "day": when.isoformat(),
             "fallback": fallback,
@@ -359,6 +358,14 @@ class Panels:
             "git": v.config.git_auto_commit or bool(commits),
             "commits": commits,
         }
+
+    def _day_digest(self, when: date) -> tuple[dict[str, Any] | None, str | None]:
+        """The day's digest (written now when missing or behind, unless read-only) and a note."""
+        try:
+            found = self.vault.global_digest(when)
+        except ReadOnlyVault:
+            return None, "this day's digest was never written and the dashboard is read-only"
+        return (self._digest(found[0]) if found else None), None
 
     def _digest(self, node: SummaryNode) -> dict[str, Any]:
         """A digest with its links resolved to the leaves' files."""
