@@ -71,8 +71,8 @@ def embedding_comparison(base: Path, n: int) -> list[list[object]]:
 
 def cpu_part(base: Path, messages: list[dict[str, object]]) -> list[object]:
     """The CPU part of the hot path alone (redact every field, chunk, score, name the files): no disk."""
-    from vaultmem.canon_chat import messages_from_records
     from vaultmem.ingest import build_leaves
+    from vaultmem.inputs.chat import messages_from_records
     from vaultmem.layout import Layout
     from vaultmem.scoring import FastScorer
 

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_cli import run
-from vaultmem.canon import CanonResult, Skipped, read_path
-from vaultmem.canon_email import split_mbox
 from vaultmem.errors import InvalidInput, UnsafePath
+from vaultmem.inputs import CanonResult, Skipped, read_path
+from vaultmem.inputs.email import split_mbox
 from vaultmem.model import InputKind
 
 

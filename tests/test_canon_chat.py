@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from vaultmem.canon_chat import clean_text, messages_from_records, parse_chat_bytes
 from vaultmem.errors import InvalidInput, UnsafePath
+from vaultmem.inputs.chat import clean_text, messages_from_records, parse_chat_bytes
 from vaultmem.model import InputKind
 
 

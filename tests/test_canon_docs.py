@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from vaultmem.canon_docs import parse_document
 from vaultmem.errors import InvalidInput, UnsafePath
+from vaultmem.inputs.docs import parse_document
 from vaultmem.model import InputKind, Message
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli import run
-from vaultmem.canon_email import html_to_text, parse_eml, parse_mbox
 from vaultmem.errors import InvalidInput
-from vaultmem.mailreply import trim_reply
-from vaultmem.mailthread import KnownEmail, is_follow_up, normalise_subject, thread_messages
+from vaultmem.inputs.email import html_to_text, parse_eml, parse_mbox
+from vaultmem.inputs.mailreply import trim_reply
+from vaultmem.inputs.mailthread import KnownEmail, is_follow_up, normalise_subject, thread_messages
 from vaultmem.model import InputKind, Message
 
 

@@ -12,12 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.test_summarise import ChatServer, Reply
-from vaultmem import heat, topicroute, topics
+from vaultmem import topics
 from vaultmem.cli import app, main
 from vaultmem.embed import FakeEmbedder
-from vaultmem.heat import HeatSettings
 from vaultmem.model import Leaf
 from vaultmem.summaryfile import parse_summary
+from vaultmem.topics.heat import HeatSettings
 from vaultmem.vault import Vault
 
 CONFIG = """
@@ -148,13 +148,13 @@ def test_heat_grows_with_mentions_sources_and_queries_and_halves_each_half_life(
         "CREATE TABLE entity_heat(entity TEXT PRIMARY KEY, heat REAL, day TEXT, queries INTEGER DEFAULT 0)"
     )
     s = HeatSettings(half_life_days=7, mention_weight=1, source_weight=2, query_weight=3)
-    heat.record(conn, {"person:x": 5.0}, NOW, s)
-    assert heat.heat_of(conn, "person:x", NOW, s) == 5.0
-    assert heat.heat_of(conn, "person:x", NOW + timedelta(hours=8), s) == 5.0  # same UTC day: no decay
-    assert heat.heat_of(conn, "person:x", NOW + timedelta(days=7), s) == pytest.approx(2.5)
-    assert heat.heat_of(conn, "person:x", NOW + timedelta(days=14), s) == pytest.approx(1.25)
-    heat.record(conn, {"person:x": 1.0}, NOW + timedelta(days=7), s)
-    assert heat.heat_of(conn, "person:x", NOW + timedelta(days=7), s) == pytest.approx(3.5)
+    topics.heat.record(conn, {"person:x": 5.0}, NOW, s)
+    assert topics.heat.heat_of(conn, "person:x", NOW, s) == 5.0
+    assert topics.heat.heat_of(conn, "person:x", NOW + timedelta(hours=8), s) == 5.0  # same UTC day: no decay
+    assert topics.heat.heat_of(conn, "person:x", NOW + timedelta(days=7), s) == pytest.approx(2.5)
+    assert topics.heat.heat_of(conn, "person:x", NOW + timedelta(days=14), s) == pytest.approx(1.25)
+    topics.heat.record(conn, {"person:x": 1.0}, NOW + timedelta(days=7), s)
+    assert topics.heat.heat_of(conn, "person:x", NOW + timedelta(days=7), s) == pytest.approx(3.5)
 
 
 def test_admitted_mentions_count_leaves_and_new_sources_and_queries_add_heat(vault: Vault) -> None:
@@ -162,14 +162,14 @@ def test_admitted_mentions_count_leaves_and_new_sources_and_queries_add_heat(vau
     vault.ingest_messages(records(6), source="chat")
     vault.flush()
     # 6 leaves mention TidePool twice (i = 0, 3) and Caroline in all six: mentions + one new source
-    assert heat.heat_of(vault.conn, "project:tidepool", NOW, s) == pytest.approx(2 * 1.0 + 2.0)
-    assert heat.heat_of(vault.conn, "person:caroline", NOW, s) == pytest.approx(6 * 1.0 + 2.0)
+    assert topics.heat.heat_of(vault.conn, "project:tidepool", NOW, s) == pytest.approx(2 * 1.0 + 2.0)
+    assert topics.heat.heat_of(vault.conn, "person:caroline", NOW, s) == pytest.approx(6 * 1.0 + 2.0)
     vault.ingest_messages(records(3, start=100, source="mail"), source="mail")
     vault.flush()
     # three more leaves, and a second source: +3 mentions +2 for the new source
-    assert heat.heat_of(vault.conn, "person:caroline", NOW, s) == pytest.approx(8.0 + 3.0 + 2.0)
+    assert topics.heat.heat_of(vault.conn, "person:caroline", NOW, s) == pytest.approx(8.0 + 3.0 + 2.0)
     vault.search("what did Caroline say about the roses")
-    assert heat.heat_of(vault.conn, "person:caroline", NOW, s) == pytest.approx(13.0 + 3.0)
+    assert topics.heat.heat_of(vault.conn, "person:caroline", NOW, s) == pytest.approx(13.0 + 3.0)
     queries = vault.conn.execute(
         "SELECT queries FROM entity_heat WHERE entity = 'person:caroline'"
     ).fetchone()
@@ -217,7 +217,7 @@ def test_links_stay_valid_when_compaction_moves_the_leaves(vault: Vault) -> None
 def test_topic_levels_seal_and_condense_and_reindex_gives_the_same_rows(tmp_path: Path) -> None:
     config = CONFIG.replace("level_leaves = 4", "level_leaves = 3")
     with Vault.init(tmp_path / "v", config, embedder=FakeEmbedder()) as vault:
-        vault.topic_settings = topics.TopicSettings(
+        vault.topic_settings = topics.plan.TopicSettings(
             heat=vault.topic_settings.heat, keep_recent=3, seal_min=3, level_leaves=3, condense_fanout=3
         )
         vault.ingest_messages(records(60), source="chat")
@@ -242,11 +242,11 @@ def test_a_cold_topic_is_archived_and_revived_when_it_heats_up(vault: Vault) -> 
     vault.compact()
     root = vault.layout.root
     assert (root / "topics" / "project-tidepool" / "_summary.md").exists()
-    later = heat.utcnow() + timedelta(days=60)  # seven half-lives: far below archive_below
+    later = topics.heat.utcnow() + timedelta(days=60)  # seven half-lives: far below archive_below
     ctx = vault.work_context()
 
-    def route() -> topicroute.Routed:
-        return topicroute.route(
+    def route() -> topics.route.Routed:
+        return topics.route.route(
             vault.conn,
             vault.layout,
             "project:tidepool",
@@ -263,7 +263,7 @@ def test_a_cold_topic_is_archived_and_revived_when_it_heats_up(vault: Vault) -> 
     assert archived.exists() and not (root / "topics" / "project-tidepool").exists()
     assert "archived: true" in archived.read_text()
     assert vault.check().ok
-    heat.record(vault.conn, {"project:tidepool": 50.0}, later, ctx.topics.heat)
+    topics.heat.record(vault.conn, {"project:tidepool": 50.0}, later, ctx.topics.heat)
     route()
     revived = root / "topics" / "project-tidepool" / "_summary.md"
     assert revived.exists() and "archived:" not in revived.read_text()
@@ -307,7 +307,7 @@ def test_topic_hot_topics_scoped_search_and_graph(vault: Vault) -> None:
     hot = vault.hot_topics(3)
     assert [e.key for e in hot][:2] == ["person:caroline", "person:melanie"]
     assert hot[0].topic == "topics/person-caroline/_summary.md"
-    assert vault.stats().topics == len(topics.existing(vault.conn)) == 3  # Caroline, Melanie, TidePool
+    assert vault.stats().topics == len(topics.plan.existing(vault.conn)) == 3  # Caroline, Melanie, TidePool
     hits = vault.search("release news", 20, topic="tidepool", kind="leaf")
     assert hits and all("TidePool" in h.text for h in hits)
     graph = vault.graph()
@@ -436,11 +436,11 @@ def test_a_lost_heat_table_is_seeded_as_of_the_vaults_newest_memory(vault: Vault
     vault.compact()
     s = vault.topic_settings.heat
     vault.conn.execute("DELETE FROM entity_heat")
-    assert heat.seed(vault.conn, NOW, s) > 0
+    assert topics.heat.seed(vault.conn, NOW, s) > 0
     # TidePool: 10 mentions over five days, the newest on 2024-05-05, plus one new source
     expected = sum(0.5 ** ((5 - (1 + i // 6)) / 7) for i in range(0, 30, 3)) + 2.0 * 0.5 ** (4 / 7)
-    assert heat.heat_of(vault.conn, "project:tidepool", NOW, s) == pytest.approx(expected)
-    assert heat.seed(vault.conn, NOW, s) == 0  # only entities without a row
+    assert topics.heat.heat_of(vault.conn, "project:tidepool", NOW, s) == pytest.approx(expected)
+    assert topics.heat.seed(vault.conn, NOW, s) == 0  # only entities without a row
     vault.compact()  # still hot enough: nothing archived
     assert (vault.layout.root / "topics" / "project-tidepool" / "_summary.md").exists()
 
@@ -463,7 +463,7 @@ def test_the_midnight_sweep_queues_every_topic(vault: Vault) -> None:
     vault.compact()
     assert vault.jobs.pending() == 0
     queued = vault.sweep_topics()
-    assert queued == len(topics.existing(vault.conn)) >= 3  # Caroline, Melanie, TidePool
+    assert queued == len(topics.plan.existing(vault.conn)) >= 3  # Caroline, Melanie, TidePool
     vault.work()
     assert vault.check().ok
 
@@ -493,7 +493,7 @@ def test_rescan_gives_an_older_vault_its_entities_and_topics(
     vault._finder = lambda leaf: ()  # as a vault built before entities were extracted
     vault.ingest_messages(records(30), source="chat")
     vault.compact()
-    assert not any(x.entities for x in vault.ls()) and not topics.existing(vault.conn)
+    assert not any(x.entities for x in vault.ls()) and not topics.plan.existing(vault.conn)
     vault._finder = None
     before = {x.id: (vault.layout.root / x.path).read_text() for x in vault.ls()}
     main(["topics", "--rescan", "-V", str(vault.layout.root)])
@@ -505,7 +505,7 @@ def test_rescan_gives_an_older_vault_its_entities_and_topics(
         assert [line for line in after.splitlines() if not line.startswith("entities:")] == before[
             x.id
         ].splitlines()
-    assert "project:tidepool" in topics.existing(vault.conn)
+    assert "project:tidepool" in topics.plan.existing(vault.conn)
     assert vault.rescan_entities() == 0 and vault.check().ok
 
 
@@ -525,7 +525,7 @@ def test_a_topic_folder_renamed_by_hand_stays_where_the_person_put_it(vault: Vau
         (root / "tidepool-notes" / "_summary.md").read_text(), "topics/tidepool-notes/_summary.md"
     )
     assert node.entity == "project:tidepool" and node.descendants == 8
-    assert topics.existing(vault.conn)["project:tidepool"] == "topics/tidepool-notes/_summary.md"
+    assert topics.plan.existing(vault.conn)["project:tidepool"] == "topics/tidepool-notes/_summary.md"
     assert vault.check().ok
 
 
@@ -538,7 +538,7 @@ def test_the_daemon_archives_a_topic_gone_cold_at_midnight(vault: Vault) -> None
     vault.compact()
     root = vault.layout.root / "topics"
     assert (root / "project-tidepool" / "_summary.md").exists()
-    long_ago = (heat.utcnow() - timedelta(days=70)).date().isoformat()  # ten half-lives without news
+    long_ago = (topics.heat.utcnow() - timedelta(days=70)).date().isoformat()  # ten half-lives without news
     vault.conn.execute("UPDATE entity_heat SET day = ? WHERE entity = 'project:tidepool'", (long_ago,))
     vault.conn.commit()
     with watching(vault.layout.root) as daemon:
@@ -596,20 +596,20 @@ def test_a_topic_needs_two_sessions_and_a_person_nobody_hears_needs_more_leaves(
         first = [said(i, "s1", "Aunt Linda called about the Qantas refund.") for i in range(4)]
         vault.ingest_messages(first, source="chat")
         vault.compact()
-        assert topics.existing(vault.conn) == {}  # hot, but all from one conversation
+        assert topics.plan.existing(vault.conn) == {}  # hot, but all from one conversation
         more = [said(i, "s2", "Aunt Linda called about the Qantas refund.") for i in range(4, 6)]
         more.append(said(6, "s2", "Diego booked the ferry.", speaker="Diego"))
         more.append(said(7, "s3", "Sure, sounds good.", speaker="Diego"))
         more.append(said(8, "s3", "Sure, that works.", speaker="Diego"))
         vault.ingest_messages(more, source="chat")
         vault.compact()
-        made = topics.existing(vault.conn)
+        made = topics.plan.existing(vault.conn)
         assert "org:qantas" in made  # 6 leaves from 2 conversations
         assert "person:diego" in made  # 3 leaves, but he speaks in them
         assert "person:aunt-linda" not in made  # 6 leaves, only mentioned: needs person_min_leaves (7)
         vault.ingest_messages([said(9, "s3", "Aunt Linda called again.")], source="chat")
         vault.compact()
-        assert "person:aunt-linda" in topics.existing(vault.conn)
+        assert "person:aunt-linda" in topics.plan.existing(vault.conn)
 
 
 def test_topic_kinds_and_the_bar_are_read_from_config(tmp_path: Path) -> None:
@@ -617,9 +617,11 @@ def test_topic_kinds_and_the_bar_are_read_from_config(tmp_path: Path) -> None:
     from vaultmem.errors import InvalidInput
 
     config = parse_config('[topics]\nkinds = ["person", "org"]\nmin_sessions = 1\nperson_min_leaves = 3\n')
-    settings = topics.settings_from(config.topic_values())
+    settings = topics.plan.settings_from(config.topic_values())
     assert (settings.kinds, settings.min_sessions, settings.person_min_leaves) == (("person", "org"), 1, 3)
-    assert "event" not in topics.TopicSettings().kinds  # holidays come back every year: no tree by default
+    assert (
+        "event" not in topics.plan.TopicSettings().kinds
+    )  # holidays come back every year: no tree by default
     for bad in ('kinds = ["people"]', 'kinds = "person"', "min_sessions = -1"):
         with pytest.raises(InvalidInput):
             parse_config(f"[topics]\n{bad}\n")
@@ -633,7 +635,7 @@ def test_rescan_after_a_rules_change_replaces_the_engines_entities_and_archives_
     text = "Press Ctrl+P to open Settings, then fly Qantas to Lisbon with Diego."
     vault.ingest_messages([said(i, f"s{i % 3}", text) for i in range(12)], source="docs")
     vault.compact()
-    assert "person:ctrl" in topics.existing(vault.conn)
+    assert "person:ctrl" in topics.plan.existing(vault.conn)
     leaf = vault.ls()[0]
     path = vault.layout.root / leaf.path
     path.write_text(path.read_text().replace("\nkind: leaf\n", "\nkind: leaf\ntags: [travel]\n", 1))
@@ -647,7 +649,7 @@ def test_rescan_after_a_rules_change_replaces_the_engines_entities_and_archives_
         assert "person:ctrl" not in x.entities
         assert {"org:qantas", "place:lisbon", "person:diego"} <= set(x.entities)
     assert "tags: [travel]" in path.read_text()  # the person's own keys stay
-    made = topics.existing(vault.conn)
+    made = topics.plan.existing(vault.conn)
     assert made["person:ctrl"].startswith("topics/_archive/")  # kept whole, no longer routed
     assert not made["org:qantas"].startswith("topics/_archive/")
     assert vault.rescan_entities() == 0 and vault.check().ok

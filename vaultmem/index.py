@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vaultmem.errors import NodeNotFound
+from vaultmem.inputs.mailthread import KnownEmail
 from vaultmem.layout import in_sealed_level
-from vaultmem.mailthread import KnownEmail
 from vaultmem.model import InputKind, Leaf, Status, check_node_id, format_ts, parse_ts
 from vaultmem.summaryfile import SummaryNode, text_hash
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vaultmem import fsio, index, leaffile
-from vaultmem.canon import Skipped
 from vaultmem.chunker import chunk_message
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
+from vaultmem.inputs import Skipped
 from vaultmem.jobs import JobKind, JobQueue, NewJob
 from vaultmem.layout import SOURCES, Layout
 from vaultmem.model import Leaf, Message, Status, format_ts, portable_name, safe_name, slugify_name

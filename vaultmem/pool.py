@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
-from vaultmem import db, digest, fsio, heat, topicroute, topics, treeops
+from vaultmem import db, digest, fsio, topics, treeops
 from vaultmem.compact import (
     CompactSettings,
     Planner,
@@ -38,7 +38,7 @@ from vaultmem.extract import EntityFinder, find_entities
 from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, process_owner, reclaim
 from vaultmem.layout import Layout
 from vaultmem.summarise import Summariser
-from vaultmem.topics import TopicSettings
+from vaultmem.topics.plan import TopicSettings
 from vaultmem.worker import EXTRACT_BATCH, RESERVE_BYTES, WorkReport, run_extract
 
 POLL_S = 0.5  # fallback poll for work queued by another process
@@ -498,7 +498,7 @@ class Pool:
 
     def _topic_route(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         ctx = self.ctx
-        result = topicroute.route(
+        result = topics.route.route(
             conn,
             ctx.layout,
             str(job.payload["entity"]),
@@ -506,7 +506,7 @@ class Pool:
             ctx.embedder(),
             ctx.lock,
             ctx.max_bytes,
-            heat.utcnow(),
+            topics.heat.utcnow(),
             ctx.commit,
             ctx.summariser,
         )
@@ -525,17 +525,17 @@ class Pool:
                 conn, ctx.layout, node_id, ctx.summariser, ctx.embedder(), ctx.lock, ctx.max_bytes, ctx.commit
             )
             return self._settle(queue, job, result, committed=True, resummarized=1)
-        entity = topics.entity_of_node(conn, node_id)
+        entity = topics.plan.entity_of_node(conn, node_id)
         if entity is not None:
             row = conn.execute("SELECT path, status FROM chunks WHERE id = ?", (node_id,)).fetchone()
             if (
                 ctx.summariser.name != "extractive"
                 and row["status"] != "stale"
-                and topics.is_root(row["path"])
+                and topics.plan.is_root(row["path"])
             ):
                 # The LLM pass a route asked for: the model writes the root's summary outside the lock.
                 embedder = ctx.embedder()
-                result = topicroute.llm_refresh(
+                result = topics.route.llm_refresh(
                     conn,
                     ctx.layout,
                     entity,

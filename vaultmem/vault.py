@@ -28,20 +28,15 @@ from vaultmem import (
     db,
     digest,
     entities,
-    entityindex,
     fsio,
     gitsync,
-    heat,
     index,
     timeparse,
-    topicroute,
     topics,
     tree,
     treectx,
     treeops,
 )
-from vaultmem.canon import read_path
-from vaultmem.canon_chat import messages_from_records
 from vaultmem.check import CheckReport, Problem, check
 from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
@@ -82,11 +77,13 @@ from vaultmem.ingest import (
     read_summary_file,
     write_leaves,
 )
+from vaultmem.inputs import read_path
+from vaultmem.inputs.chat import messages_from_records
+from vaultmem.inputs.mailthread import thread_messages
 from vaultmem.jobs import JobKind, JobQueue, NewJob, ingest_job, release_dead, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
-from vaultmem.mailthread import thread_messages
 from vaultmem.model import (
     Leaf,
     Message,
@@ -197,7 +194,7 @@ class Vault:
         self._lock = FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S)
         self._turns = FairRLock()
         self.compact_settings = CompactSettings(**config.compact_values())
-        self.topic_settings = topics.settings_from(config.topic_values())
+        self.topic_settings = topics.plan.settings_from(config.topic_values())
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
         self._git = GitRecorder(layout.root) if config.git_auto_commit else None
@@ -645,7 +642,9 @@ class Vault:
         first, latest = self.conn.execute(
             "SELECT min(ts), max(ts) FROM chunks WHERE ts IS NOT NULL"
         ).fetchone()
-        live_topics = sum(1 for p in topics.existing(self.conn).values() if f"/{topics.ARCHIVE}/" not in p)
+        live_topics = sum(
+            1 for p in topics.plan.existing(self.conn).values() if f"/{topics.plan.ARCHIVE}/" not in p
+        )
         return Stats(
             path=str(self.layout.root),
             storage_bytes=storage,
@@ -953,7 +952,7 @@ class Vault:
             if report.deleted:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
             if report.deleted or report.changed:
-                topicroute.enqueue_out_of_date(self.conn)  # a hand edit may add or remove an entity
+                topics.route.enqueue_out_of_date(self.conn)  # a hand edit may add or remove an entity
             if report.stale:
                 self._commit(f"memory: mark {len(report.stale)} summaries stale (what is below them changed)")
             return report
@@ -1016,7 +1015,7 @@ class Vault:
         ``topic`` (an entity name or key) keeps the leaves that mention it. A query that names a time
         ("last Tuesday", "in May 2023", "上周三") ranks what was said then first; ``now`` is the
         reference for relative times (default: the current time)."""
-        entity = entityindex.resolve(self.conn, topic) if topic is not None else None
+        entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status, entity)
         self._note_query(query)
         return self._window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))[:k]
@@ -1028,7 +1027,7 @@ class Vault:
         without the time words) when it names one and no explicit ``since``/``until`` is given."""
         window = None
         if filters.since is None and filters.until is None and isinstance(query, str):
-            window = timeparse.find_range(query, utc(now) if now is not None else heat.utcnow())
+            window = timeparse.find_range(query, utc(now) if now is not None else topics.heat.utcnow())
         found = ranked(query, filters)
         if window is None:
             return found
@@ -1043,7 +1042,7 @@ class Vault:
             return
         keys = [m.key for m in entities.extract(query)]
         if keys:
-            heat.queried(self.conn, keys, heat.utcnow(), self.topic_settings.heat)
+            topics.heat.queried(self.conn, keys, topics.heat.utcnow(), self.topic_settings.heat)
 
     def context(
         self,
@@ -1069,7 +1068,7 @@ class Vault:
             raise InvalidInput(f"unknown context mode {mode!r}; one of {', '.join(treectx.MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("the query is empty; type a few words to search for")
-        entity = entityindex.resolve(self.conn, topic) if topic is not None else None
+        entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), entity=entity)
         self._note_query(query)
         # Enough candidates to fill the budget several times over with short turns.
@@ -1164,7 +1163,7 @@ class Vault:
                 progress(min(start + 512, len(ids)), len(ids))
         with self._locked():
             if found:
-                heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
+                topics.heat.seed(self.conn, topics.heat.utcnow(), self.topic_settings.heat)
                 self._commit(f"memory: entities found anew in {found} leaves")
             if stale and not busy:  # a leaf changed on disk meanwhile: the next rescan reads all again
                 with db.atomic(self.conn):
@@ -1178,25 +1177,29 @@ class Vault:
         """Queue routing for every topic (the cold are archived) and every entity hot enough for one;
         ``compact`` and the daemon's midnight run it. Returns the jobs queued."""
         with self._locked():
-            heat.seed(self.conn, heat.utcnow(), self.topic_settings.heat)
-            return topicroute.sweep(self.conn, self.layout, heat.utcnow(), self.topic_settings)
+            topics.heat.seed(self.conn, topics.heat.utcnow(), self.topic_settings.heat)
+            return topics.route.sweep(self.conn, self.layout, topics.heat.utcnow(), self.topic_settings)
 
-    def topic(self, entity: str, n: int = 5, *, now: datetime | None = None) -> entityindex.TopicView:
+    def topic(self, entity: str, n: int = 5, *, now: datetime | None = None) -> topics.query.TopicView:
         """What the vault knows about ``entity`` (a name, ``@handle`` or key): its topic summary (latest
         state first; empty while it has no topic tree), its ``n`` most important and ``n`` newest leaves."""
-        key = entityindex.resolve(self.conn, entity)
-        path = topics.existing(self.conn).get(key)
-        summary = entityindex.summary_text(self.conn, path)
-        return entityindex.topic_view(self.conn, key, summary, now or heat.utcnow(), self.topic_settings, n)
+        key = topics.query.resolve(self.conn, entity)
+        path = topics.plan.existing(self.conn).get(key)
+        summary = topics.query.summary_text(self.conn, path)
+        return topics.query.topic_view(
+            self.conn, key, summary, now or topics.heat.utcnow(), self.topic_settings, n
+        )
 
-    def hot_topics(self, n: int = 10, *, now: datetime | None = None) -> list[entityindex.EntityInfo]:
+    def hot_topics(self, n: int = 10, *, now: datetime | None = None) -> list[topics.query.EntityInfo]:
         """The ``n`` hottest entities (see ``heat`` for the formula), with their topic tree if any."""
         if n < 1:
             raise InvalidInput("ask for at least one topic")
-        at = now or heat.utcnow()
+        at = now or topics.heat.utcnow()
         if self.read_only is None:
-            heat.seed(self.conn, at, self.topic_settings.heat)  # an index rebuilt without its heat table
-        return entityindex.hot(self.conn, n, at, self.topic_settings)
+            topics.heat.seed(
+                self.conn, at, self.topic_settings.heat
+            )  # an index rebuilt without its heat table
+        return topics.query.hot(self.conn, n, at, self.topic_settings)
 
     def graph(
         self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None, by: str = "mentions"
@@ -1207,14 +1210,14 @@ class Vault:
             raise InvalidInput("limit and min_weight must be at least 1")
         if by not in ("mentions", "heat"):
             raise InvalidInput(f"graph by {by!r}? one of: mentions, heat")
-        at = now or heat.utcnow()
+        at = now or topics.heat.utcnow()
         # By heat: the hottest. An index whose heat was never seeded (read-only) falls back to mentions.
         keys = (
-            [e.key for e in entityindex.hot(self.conn, limit, at, self.topic_settings)]
+            [e.key for e in topics.query.hot(self.conn, limit, at, self.topic_settings)]
             if by == "heat"
             else []
         )
-        return entityindex.graph(
+        return topics.query.graph(
             self.conn, at, self.topic_settings, limit=limit, min_weight=min_weight, keys=keys or None
         )
 
@@ -1311,7 +1314,7 @@ class Vault:
             run(self.conn, self.layout, planned, model=model, dim=dim, max_bytes=self.config.max_file_bytes)
             if op.removes:
                 digest.enqueue_out_of_date(self.conn, time.time())  # a deleted leaf leaves its day
-                topicroute.enqueue_out_of_date(self.conn)  # and its topics
+                topics.route.enqueue_out_of_date(self.conn)  # and its topics
             self._commit(op.message)
             return planned.ids
 

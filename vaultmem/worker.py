@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from vaultmem import digest, fsio, heat, topicroute
+from vaultmem import digest, fsio, topics
 from vaultmem.embed import Embedder
 from vaultmem.errors import DiskFull, VaultError
 from vaultmem.extract import EntityFinder, ExtractReport, extract, find_entities, reread_pending
 from vaultmem.jobs import Job, JobKind, JobQueue, process_owner, reclaim
 from vaultmem.layout import Layout
-from vaultmem.topics import TopicSettings
+from vaultmem.topics.plan import TopicSettings
 
 EXTRACT_BATCH = 2048  # one model call sorts more texts by length: less padding, fewer sidecar rewrites
 RESERVE_BYTES = 1 << 20  # disk set aside while jobs run, freed on a full disk to give them back
@@ -136,8 +136,8 @@ def run_extract(
             queue.defer(job, BUSY_RETRY_S, "leaf file changed on disk while it was admitted; retried shortly")
     report.jobs_done += len(done)
     if topic_settings is not None:
-        topicroute.after_admit(
-            conn, layout, [str(j.payload.get("id")) for j in done], heat.utcnow(), topic_settings
+        topics.route.after_admit(
+            conn, layout, [str(j.payload.get("id")) for j in done], topics.heat.utcnow(), topic_settings
         )
     report.embedded += result.embedded
     report.reused += result.reused

@@ -18,9 +18,9 @@ from email.utils import getaddresses, parseaddr, parsedate_to_datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
-from vaultmem.canon_chat import clean_text
 from vaultmem.errors import InvalidInput
-from vaultmem.mailreply import trim_reply
+from vaultmem.inputs.chat import clean_text
+from vaultmem.inputs.mailreply import trim_reply
 from vaultmem.model import InputKind, Message, safe_name, utc
 
 # Labels mail clients use for charsets Python knows under a wider (superset) name.

@@ -1,7 +1,7 @@
 """Driving topic trees: routing one topic step by step, archiving and reviving it, and deciding which
 topics to route (after admission, on the daily sweep, after deletions).
 
-Owns the policy around ``topics``' planner: heat decides whether a topic is made, kept, archived or
+Owns the policy around ``plan``'s planner: heat decides whether a topic is made, kept, archived or
 revived; each step is applied durably with ``treeops`` under the write lock, repeated until the files
 agree. Never prints.
 """
@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from vaultmem import entities, fsio, heat, index, treeops, vectors
+from vaultmem import entities, fsio, index, treeops, vectors
 from vaultmem.compact import Resummarized
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
@@ -24,7 +24,8 @@ from vaultmem.layout import SUMMARY_NAME, Layout
 from vaultmem.model import Status
 from vaultmem.summarise import Summariser
 from vaultmem.summaryfile import parse_summary, render_summary, text_hash
-from vaultmem.topics import (
+from vaultmem.topics import heat
+from vaultmem.topics.plan import (
     ARCHIVE,
     SOURCE,
     TOPICS,

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from vaultmem.canon_chat import clean_text
 from vaultmem.errors import InvalidInput
+from vaultmem.inputs.chat import clean_text
 from vaultmem.model import InputKind, Message, parse_ts, safe_name
 
 _ATX_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")

@@ -32,7 +32,6 @@ import numpy as np
 
 from vaultmem import entities, fsio, index, vectors
 from vaultmem.errors import FrontmatterError
-from vaultmem.heat import HeatSettings
 from vaultmem.layout import SUMMARY_NAME, Layout, slug
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Status, parse_ts
@@ -47,6 +46,7 @@ from vaultmem.summaryfile import (
     summary_id,
     text_hash,
 )
+from vaultmem.topics.heat import HeatSettings
 from vaultmem.treeops import FileWrite, TreeOp
 
 TOPICS = "topics"

@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vaultmem.canon_chat import parse_chat_bytes
-from vaultmem.canon_docs import parse_document
-from vaultmem.canon_email import parse_eml, parse_mbox
 from vaultmem.errors import InvalidInput, UnsafePath
+from vaultmem.inputs.chat import parse_chat_bytes
+from vaultmem.inputs.docs import parse_document
+from vaultmem.inputs.email import parse_eml, parse_mbox
 from vaultmem.model import Message, default_source_name, safe_name
 
 CHAT_SUFFIXES = frozenset({".json", ".jsonl"})

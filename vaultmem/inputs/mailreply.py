@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from vaultmem.canon_chat import clean_text
+from vaultmem.inputs.chat import clean_text
 
 # What a removed quote block leaves behind when the sender's own text follows it (an inline reply).
 QUOTE_MARKER = "> …"

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from vaultmem import entities, heat, index
+from vaultmem import entities, index
 from vaultmem.errors import NodeNotFound
 from vaultmem.model import Leaf
-from vaultmem.topics import ARCHIVE, TopicSettings, display_name, existing
+from vaultmem.topics import heat
+from vaultmem.topics.plan import ARCHIVE, TopicSettings, display_name, existing
 
 
 @dataclass(frozen=True)
