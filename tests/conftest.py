@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,20 @@ import pytest
 from tests.test_summarise import server as llm_server  # noqa: F401  (a loopback chat-completions server)
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
+
+REPO = Path(__file__).parent.parent
+
+
+def run_cli(*args: str, stdin: str | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """``python -m vaultmem.cli`` in a subprocess (this checkout's code), output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "vaultmem.cli", *args],
+        input=stdin,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -67,3 +82,18 @@ def read_only(*paths: Path) -> Iterator[None]:
                 subprocess.run(["chattr", "-i", str(path)], check=True)
             else:
                 path.chmod(0o755)
+
+
+@pytest.fixture
+def git_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Vault]:
+    """A vault with git auto-commit on (the fake embedder named in its config), the machine's git
+    config and identity kept out."""
+    config = tmp_path / "gitconfig"
+    config.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    v = Vault.init(
+        tmp_path / "gv", '[embed]\nmodel = "fake"\n\n[git]\nauto_commit = true\n', embedder=FakeEmbedder()
+    )
+    yield v
+    v.close()
