@@ -907,6 +907,65 @@ def watch(
         typer.echo(f"warning: {warning}", err=True)
 
 
+@app.command()
+def dashboard(
+    port: Annotated[
+        int,
+        typer.Option(
+            "--port", "-p", min=0, max=65535, metavar="PORT", help="Port on 127.0.0.1 (0: any free one)."
+        ),
+    ] = 0,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Show only: no buttons, nothing written to the vault.")
+    ] = False,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            "--export", metavar="FILE", help="Write the page as one offline HTML file instead of serving it."
+        ),
+    ] = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the page in the default browser.")
+    ] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Serve a local page of the vault: status, metrics, graph, heatmap, search, tree, the day.
+
+    Binds to 127.0.0.1 only; the address printed carries a token made for this run, and requests
+    without it are refused. Every script and style is packaged (no network). Run ingest and Compact
+    now only queue jobs (the watch daemon runs them, or the dashboard when no daemon runs). --export
+    writes the same views, with the data inlined, to one HTML file that opens offline.
+    """
+    from vaultmem.dashboard import Dashboard, export_html
+
+    with open_vault(vault_path) as vault:
+        if read_only or export is not None:
+            # A viewer writes nothing: no digest written on demand, no query heat, no buttons.
+            vault.read_only = vault.read_only or "the dashboard was started to show, not to change"
+        if export is not None:
+            size = export_html(vault, export)
+            if as_json:
+                emit_json({"path": str(export.absolute()), "bytes": size})
+            else:
+                typer.echo(f"wrote {export} ({size / 1024:.0f} KiB): open it in a browser, no server needed")
+            return
+        dash = Dashboard(vault, port=port, read_only=read_only)
+        if as_json:
+            emit_json({"url": dash.url, "port": dash.port})
+        else:
+            typer.echo(f"vaultmem dashboard: {dash.url}")
+            typer.echo("(only this address opens it; Ctrl-C stops)", err=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(dash.url)
+        try:
+            dash.serve_forever()
+        except KeyboardInterrupt:
+            typer.echo("stopped", err=True)
+
+
 @app.command("check")
 def check_cmd(
     fix: Annotated[bool, typer.Option("--fix", help="Repair what can be derived from the files.")] = False,

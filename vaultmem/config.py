@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from vaultmem.entities import KINDS
-from vaultmem.errors import InvalidInput
+from vaultmem.errors import InvalidInput, VaultError
+from vaultmem.model import portable_name
 from vaultmem.scoring import DEFAULT_THRESHOLD
 
 DEFAULT_TEXT = """\
@@ -94,6 +95,12 @@ model = ""
 api_key_env = "OPENAI_API_KEY"
 timeout_s = 60.0            # per request; a slow model falls back to a shorter prompt, then extractive
 max_concurrent = 2          # LLM calls in flight at once across all workers
+
+[sources]
+# Folders (or files) the dashboard's "Run ingest" reads again (through the job queue), one source name
+# each; ~ is your home, a relative path starts at the vault. None by default, e.g.:
+# mail = "~/Mail/inbox.mbox"
+# notes = "~/notes"
 """
 
 _COMPACT_KEYS = (
@@ -150,6 +157,7 @@ _SECTIONS = {
     "topics": {key: f"topics_{key}" for key in _TOPIC_KEYS},
     "digest": {"enabled": "digest_enabled"},
     **{section: {key: f"{section}_{key}" for key in keys} for section, keys in _MEMORY_KEYS.items()},
+    "sources": {},  # free keys: source name = folder or file to ingest (parsed by ``_sources``)
     "llm": {
         "base_url": "llm_base_url",
         "model": "llm_model",
@@ -222,6 +230,8 @@ class Config:
     def memory_values(self, section: str) -> dict[str, Any]:
         """The ``[core]``, ``[sessions]`` or ``[recipes]`` section as keyword arguments."""
         return {key: getattr(self, f"{section}_{key}") for key in _MEMORY_KEYS[section]}
+    # [sources]: (source name, folder or file as written) to ingest again on request, in file order
+    sources: tuple[tuple[str, str], ...] = ()
 
     def compact_values(self) -> dict[str, Any]:
         """The ``[compact]`` section as keyword arguments (for ``CompactSettings``)."""
@@ -243,6 +253,9 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
     for section, body in data.items():
         if section not in _SECTIONS or not isinstance(body, dict):
             raise InvalidInput(f"{where}: unknown section [{section}]; known: {', '.join(_SECTIONS)}")
+        if section == "sources":
+            values["sources"] = _sources(body, where)
+            continue
         for key, value in body.items():
             attr = _SECTIONS[section].get(key)
             if attr is None:
@@ -297,6 +310,22 @@ def _kinds(value: object, where: str) -> tuple[str, ...]:
     if unknown:
         raise InvalidInput(f"{where}: unknown kind {unknown[0]!r}; known: {', '.join(KINDS)}")
     return tuple(value)
+
+
+def _sources(body: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
+    """``[sources]``: each key a portable source name, each value a non-empty path string."""
+    out = []
+    for name, value in body.items():
+        try:
+            portable_name(name)
+        except VaultError as exc:
+            raise InvalidInput(f"{where}: [sources] {exc}") from None
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidInput(
+                f"{where}: sources.{name} must be a folder or file path (a string), got {value!r}"
+            )
+        out.append((name, value))
+    return tuple(out)
 
 
 def load_config(path: Path) -> Config:

@@ -32,6 +32,7 @@ class JobKind(StrEnum):
     TOPIC_ROUTE = "topic_route"
     DIGEST_DAILY = "digest_daily"
     SESSION_END = "session_end"
+    INGEST = "ingest"  # read a configured source folder again ([sources] in config.toml)
 
 
 class JobState(StrEnum):
@@ -96,6 +97,10 @@ def session_end_job(source: str, session: str) -> NewJob:
         {"source": source, "session": session},
         dedupe_key=f"session_end:{source}\x1f{session}",
     )
+def ingest_job(source: str) -> NewJob:
+    """Ingest the folder configured for ``source`` (one at a time: a second request while it is
+    queued or running is the same job). Two attempts: a folder that cannot be read is a person's fix."""
+    return NewJob(JobKind.INGEST.value, {"source": source}, dedupe_key=f"ingest:{source}", max_attempts=2)
 
 
 def owner_alive(owner: str | None) -> bool | None:
@@ -347,6 +352,15 @@ class JobQueue:
         out = {s.value: 0 for s in JobState}
         for state, n in self.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"):
             out[state] = n
+        return out
+
+    def by_kind(self) -> dict[str, dict[str, int]]:
+        """Job kind -> state -> how many (kinds with no job are left out)."""
+        out: dict[str, dict[str, int]] = {}
+        for kind, state, n in self.conn.execute(
+            "SELECT kind, state, count(*) FROM jobs GROUP BY kind, state ORDER BY kind"
+        ):
+            out.setdefault(kind, {s.value: 0 for s in JobState})[state] = n
         return out
 
     def pending(self) -> int:

@@ -75,7 +75,7 @@ from vaultmem.errors import (
     VaultNotFound,
 )
 from vaultmem.extract import EntityFinder, find_entities, vectors_from_sidecars
-from vaultmem.gitsync import GitOperation, GitRecorder
+from vaultmem.gitsync import CommitInfo, GitOperation, GitRecorder
 from vaultmem.ingest import (
     IngestReport,
     Progress,
@@ -89,7 +89,7 @@ from vaultmem.ingest import (
 from vaultmem.inputs import read_path
 from vaultmem.inputs.chat import messages_from_records
 from vaultmem.inputs.mailthread import thread_messages
-from vaultmem.jobs import JobKind, JobQueue, NewJob, release_dead, resummarize_job
+from vaultmem.jobs import JobKind, JobQueue, NewJob, ingest_job, release_dead, resummarize_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
@@ -655,24 +655,20 @@ class Vault:
 
     def sources(self) -> list[str]:
         """The source trees (``global`` and topic summaries are not sources)."""
+        # Each distinct source (from an index), kept when a node of it lives under sources/<it>/.
         return [
             r[0]
             for r in self.conn.execute(
-                "SELECT DISTINCT source FROM chunks WHERE path >= ? AND path < ? ORDER BY source",
-                index.prefix_range(f"{SOURCES}/"),
+                "SELECT s.source FROM (SELECT DISTINCT source FROM chunks) s WHERE EXISTS (SELECT 1 FROM"
+                " chunks c WHERE c.path >= ? || s.source || '/' AND c.path < ? || s.source || '0') ORDER BY s.source",
+                (f"{SOURCES}/", f"{SOURCES}/"),
             )
         ]
 
-    def stats(self) -> Stats:
-        storage = 0
-        index_bytes = 0
-        for p in self.layout.root.rglob("*"):
-            if p.is_file() and not p.is_symlink() and p != self.layout.reserve:
-                size = p.stat().st_size
-                if self.layout.state in p.parents:
-                    index_bytes += size
-                elif ".git" not in p.relative_to(self.layout.root).parts:
-                    storage += size
+    def stats(self, *, files: bool = True) -> Stats:
+        """Counts from the index; with ``files``, the bytes in the vault's files and in the index
+        (a walk over every file: ``files=False`` leaves them at -1 and stays cheap at any size)."""
+        storage, index_bytes = self.storage() if files else (-1, -1)
         counts = dict(self.conn.execute("SELECT kind, count(*) FROM chunks GROUP BY kind").fetchall())
         by_status = dict(
             self.conn.execute(
@@ -816,6 +812,7 @@ class Vault:
             finder=self.entity_finder,
             digest=self.config.digest_enabled,
             session_end=lambda conn, job: memtiers.run_session_job(self._memory(conn), job),
+            ingest=self._ingest_job,
         )
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
@@ -851,21 +848,7 @@ class Vault:
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
         # them in the buffer (the worker pool runs both kinds of job at once).
         flushed = self.flush()
-        with self._locked():
-            self.jobs.enqueue_many(
-                NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
-            )
-            # Days and topics that lost a leaf are re-digested and re-routed (the topic sweep below
-            # routes every topic anyway).
-            digest.enqueue_out_of_date(self.conn, time.time())
-            # A stale level always has its job (the flag in the file is the truth; the queue follows it).
-            self.jobs.enqueue_many(
-                resummarize_job(r["id"], r["depth"])
-                for r in self.conn.execute(
-                    "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
-                )
-            )
-        self.sweep_topics()  # heat decays with the days: archive the cold, make the newly hot
+        self.queue_compaction()
         report = self.work(progress)
         report.add(embedded=flushed.embedded, admitted=flushed.admitted)
         notes = [f"re-read {p} (changed by hand)" for p in caught.changed]
@@ -1279,12 +1262,24 @@ class Vault:
             )  # an index rebuilt without its heat table
         return topics.query.hot(self.conn, n, at, self.topic_settings)
 
-    def graph(self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None) -> dict[str, Any]:
-        """The entity graph: the ``limit`` most mentioned entities and their co-occurrence edges."""
+    def graph(
+        self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None, by: str = "mentions"
+    ) -> dict[str, Any]:
+        """The entity graph: the ``limit`` most mentioned (``by="heat"``: hottest) entities and their
+        co-occurrence edges."""
         if limit < 1 or min_weight < 1:
             raise InvalidInput("limit and min_weight must be at least 1")
+        if by not in ("mentions", "heat"):
+            raise InvalidInput(f"graph by {by!r}? one of: mentions, heat")
+        at = now or topics.heat.utcnow()
+        # By heat: the hottest. An index whose heat was never seeded (read-only) falls back to mentions.
+        keys = (
+            [e.key for e in topics.query.hot(self.conn, limit, at, self.topic_settings)]
+            if by == "heat"
+            else []
+        )
         return topics.query.graph(
-            self.conn, now or topics.heat.utcnow(), self.topic_settings, limit=limit, min_weight=min_weight
+            self.conn, at, self.topic_settings, limit=limit, min_weight=min_weight, keys=keys or None
         )
 
     # -- document operations (docmem) ---------------------------------------------------------------
@@ -1813,6 +1808,112 @@ class Vault:
     @property
     def jobs(self) -> JobQueue:
         return JobQueue(self.conn, time.time)
+
+    # -- configured sources, queued requests, and reads for the dashboard ----------------------------
+    def source_folders(self) -> dict[str, Path]:
+        """``[sources]`` of config.toml: source name -> the folder or file it is read from (``~``
+        expanded, a relative path taken from the vault's root), in the order the config lists them."""
+        return {
+            name: Path(os.path.normpath(self.layout.root / os.path.expanduser(where)))
+            for name, where in self.config.sources
+        }
+
+    def ingest_source(self, name: str, progress: Progress | None = None) -> IngestReport:
+        """Read the folder configured for source ``name`` again; what was read before adds nothing."""
+        folders = self.source_folders()
+        if name not in folders:
+            known = ", ".join(folders) or "none; add a [sources] table to .vaultmem/config.toml"
+            raise InvalidInput(f"no configured source {name!r} (configured: {known})")
+        if not folders[name].exists():
+            raise InvalidInput(
+                f"source {name!r}: {folders[name]} does not exist; fix [sources] in config.toml"
+            )
+        return self.ingest_path(folders[name], source=name, progress=progress)
+
+    def queue_ingest(self, name: str) -> bool:
+        """Queue an ``ingest`` job for configured source ``name`` (the watch daemon or `vaultmem jobs
+        --run` runs it); False when one is already queued or running."""
+        self._writable()
+        if name not in self.source_folders():
+            raise InvalidInput(f"no configured source {name!r}; [sources] in config.toml lists them")
+        return self.jobs.enqueue_many([ingest_job(name)]) == 1
+
+    def queue_compaction(self) -> int:
+        """Queue what ``compact`` runs (a seal per source, a re-summary per stale level, out-of-date
+        digests, topic routing) without running it; returns the jobs added."""
+        with self._locked():
+            added = self.jobs.enqueue_many(
+                NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
+            )
+            # Days and topics that lost a leaf are re-digested and re-routed (the topic sweep below
+            # routes every topic anyway).
+            added += digest.enqueue_out_of_date(self.conn, time.time())
+            # A stale level always has its job (the flag in the file is the truth; the queue follows it).
+            added += self.jobs.enqueue_many(
+                resummarize_job(r["id"], r["depth"])
+                for r in self.conn.execute(
+                    "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
+                )
+            )
+        return added + self.sweep_topics()  # heat decays with the days: archive the cold, make the newly hot
+
+    def _ingest_job(self, name: str, heartbeat: Callable[[], None]) -> str:
+        """The ``ingest`` job, on a connection of its own (it runs on a worker thread)."""
+        with Vault.open(self.layout.root, embedder=self._embedder) as other:
+            report = other.ingest_source(name, progress=lambda _done, _total: heartbeat())
+            self.warnings.extend(other.warnings)
+        return f"memory: ingest {name}: {len(report.added)} new leaves ({report.duplicates} already present)"
+
+    def index_version(self) -> tuple[int, int]:
+        """A value that changes whenever the index does (a commit by this or any other connection):
+        what a reader's cache is keyed on."""
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes
+
+    def storage(self) -> tuple[int, int]:
+        """Bytes in the vault's files (not ``.git``) and in ``.vaultmem/`` (the index; the disk reserve
+        left out): a walk over every file, so it takes time in proportion to the vault."""
+        storage = index_bytes = 0
+        for p in self.layout.root.rglob("*"):
+            if p.is_file() and not p.is_symlink() and p != self.layout.reserve:
+                size = p.stat().st_size
+                if self.layout.state in p.parents:
+                    index_bytes += size
+                elif ".git" not in p.relative_to(self.layout.root).parts:
+                    storage += size
+        return storage, index_bytes
+
+    def leaves_per_day(
+        self, first: date | str, last: date | str, *, source: str | None = None
+    ) -> dict[str, int]:
+        """UTC day -> how many leaves were said or written that day, from ``first`` to ``last``
+        (dates or ``YYYY-MM-DD``); days without one are left out."""
+        start, end = digest.parse_day(first), digest.parse_day(last)
+        if end < start:
+            raise InvalidInput(f"the range ends ({end}) before it starts ({start})")
+        return index.leaves_per_day(self.conn, start.isoformat(), end.isoformat(), source)
+
+    def leaves_per_source(self) -> dict[str, int]:
+        """Source -> how many leaves it holds."""
+        return index.leaves_per_source(self.conn)
+
+    def children(
+        self, node_id: str | None = None, *, source: str | None = None, offset: int = 0, limit: int = 100
+    ) -> tuple[list[tree.Node], int]:
+        """One page of a level's children in reading order (without ``node_id``: the top of ``source``,
+        its levels and ``_fresh/`` leaves), with how many there are in all."""
+        if node_id is None and source is None:
+            raise InvalidInput("name a level or a source")
+        if offset < 0 or limit < 1:
+            raise InvalidInput("offset must be 0 or more and limit at least 1")
+        return tree.children_page(self.conn, node_id, source=source, offset=offset, limit=limit)
+
+    def commits_of(self, day: date | str | None = None, *, limit: int = 100) -> list[CommitInfo]:
+        """The vault's git commits of a UTC day (default today), newest first, each with its files and
+        its patch; [] when the vault has no git history."""
+        when = digest.parse_day(day)
+        start = datetime(when.year, when.month, when.day, tzinfo=UTC)
+        end = start + timedelta(days=1) - timedelta(seconds=1)
+        return GitRecorder(self.layout.root).commits_between(start.isoformat(), end.isoformat(), limit=limit)
 
 
 def _git_line(operation: GitOperation | None, root: Path) -> dict[str, Any] | None:
