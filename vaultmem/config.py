@@ -226,12 +226,12 @@ class Config:
     recipes_max_in_prompt: int = 3
     recipes_max_chars: int = 2000
     recipes_trigger_min: float = 0.15
+    # [sources]: (source name, folder or file as written) to ingest again on request, in file order
+    sources: tuple[tuple[str, str], ...] = ()
 
     def memory_values(self, section: str) -> dict[str, Any]:
         """The ``[core]``, ``[sessions]`` or ``[recipes]`` section as keyword arguments."""
         return {key: getattr(self, f"{section}_{key}") for key in _MEMORY_KEYS[section]}
-    # [sources]: (source name, folder or file as written) to ingest again on request, in file order
-    sources: tuple[tuple[str, str], ...] = ()
 
     def compact_values(self) -> dict[str, Any]:
         """The ``[compact]`` section as keyword arguments (for ``CompactSettings``)."""

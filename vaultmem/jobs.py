@@ -97,6 +97,8 @@ def session_end_job(source: str, session: str) -> NewJob:
         {"source": source, "session": session},
         dedupe_key=f"session_end:{source}\x1f{session}",
     )
+
+
 def ingest_job(source: str) -> NewJob:
     """Ingest the folder configured for ``source`` (one at a time: a second request while it is
     queued or running is the same job). Two attempts: a folder that cannot be read is a person's fix."""

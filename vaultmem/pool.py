@@ -573,6 +573,7 @@ class Pool:
         if self.ctx.session_end is None:
             raise RuntimeError("no session note writer in this work context")
         return self.ctx.session_end(conn, job)
+
     def _ingest(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         """The new leaves queue their own ``extract`` jobs; sealing follows from there."""
         if self.ctx.ingest is None:
