@@ -1438,7 +1438,8 @@ def mcp_cmd(
         typer.Option(
             "--tools",
             metavar="PROFILES",
-            help="Add tool profiles: editor (edit, move, forget), admin (compact, reindex, status).",
+            help="Add tool profiles: editor (edit, move, forget), agent (recipes_for, end_session,"
+            " record_episode), admin (compact, reindex, status).",
         ),
     ] = None,
     source: Annotated[
@@ -1455,9 +1456,9 @@ def mcp_cmd(
 ) -> None:
     """Serve the vault to agents over MCP (stdio by default).
 
-    Tools: search, context, read, browse, recent, remember, update (see docs/agents.md). With --http the
-    bearer token is made on first use in .vaultmem/mcp-token (mode 0600) and printed once; --json prints
-    where the server listens as one JSON line.
+    Tools: search, context, read, browse, recent, remember, update, core, core_update (see
+    docs/agents.md). With --http the bearer token is made on first use in .vaultmem/mcp-token (mode 0600)
+    and printed once; --json prints where the server listens as one JSON line.
     """
     from vaultmem.layout import Layout
     from vaultmem.model import safe_name

@@ -11,7 +11,8 @@ merged entries, goes to ``core/_archive/<file>.md``), so a crash between the two
 in two places, never in none. Every write is atomic (``fsio``), indexed at once, and committed to git
 when auto-commit is on. Missing files are created from templates on first use.
 
-``core_block`` reads the in-prompt files and assembles the block deterministically within the budgets:
+``core_block`` reads the in-prompt files and assembles the block deterministically within the budgets
+(``write=False``, the reading path of recall, hooks and MCP, creates and indexes nothing):
 a file over its own budget (a hand edit) is shown cut by the same order the policy evicts in (its
 file is untouched), then the whole block is kept within the total budget the same way. Every piece is
 ``frame.neutralise``d.
@@ -286,11 +287,14 @@ def files(env: MemoryEnv) -> list[CoreFileView]:
     return [view(env, n) for n in names(env)]
 
 
-def block(env: MemoryEnv) -> CoreBlock:
+def block(env: MemoryEnv, *, write: bool = True) -> CoreBlock:
     """The in-prompt core files as one block within the budgets (module docstring). Deterministic.
-    Hand edits are indexed on the way (a ``stat`` per file when there are none)."""
-    ensure(env)
-    sync(env, ["core"])
+    With ``write``, missing files are created and hand edits indexed on the way (a ``stat`` per file
+    when there are none); without it nothing is written: a missing file counts as its template (which
+    adds nothing to the block), the files are read as they are."""
+    if write:
+        ensure(env)
+        sync(env, ["core"])
     tag = corefile.month(env.clock())
     total = env.settings.core.total_budget
     parts: list[tuple[CoreDoc, list[Item]]] = []

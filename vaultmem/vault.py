@@ -1515,17 +1515,12 @@ class Vault:
         mode: str | None = None,
     ) -> agentio.Recall:
         """The block an agent puts in its system prompt for a query (or the last turns of a message list):
-        core memory first when the vault has it, then the best remembered text in what is left of
-        ``budget_tokens`` (``context``). Never more than ``budget_tokens``."""
+        core memory first (``core_text``: read only, nothing created), then the best remembered text in
+        what is left of ``budget_tokens`` (``context``). Never more than ``budget_tokens``."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         query = agentio.query_of(query_or_messages)
-        core = ""
-        core_block = getattr(self, "core_block", None)  # core memory (issue #17), once the vault has it
-        if callable(core_block):
-            core = agentio.fit_lines(
-                str(getattr(block := core_block(), "text", block) or "").strip(), budget_tokens
-            )
+        core = agentio.fit_lines(self.core_text().strip(), budget_tokens)
         left = budget_tokens - count_tokens(core)
         ctx = (
             self.context(query, left, source=source, mode=mode)
@@ -1709,6 +1704,11 @@ class Vault:
         """The in-prompt core files (soul, user profile, projects, patterns) as one block, within each
         file's budget and the total budget (characters); deterministic. Creates missing files."""
         return coremem.block(self._memory())
+
+    def core_text(self) -> str:
+        """The core block's text as a prompt carries it, reading only: nothing is created, indexed or
+        committed (a missing core file counts as its empty template). For recall, hooks and servers."""
+        return coremem.block(self._memory(), write=False).text
 
     def core_files(self) -> list[CoreFileView]:
         """Every core file with its budget, size and entries (missing ones are created first)."""
