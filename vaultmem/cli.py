@@ -1160,6 +1160,14 @@ def core_add(
         typer.echo(f"note: {note}")
 
 
+def _show_memory_hits(hits: list[Any], as_json: bool) -> None:
+    """What `sessions --search` and `episodes --search` print: the hits as JSON or as lines."""
+    if as_json:
+        emit_json([h.as_dict() for h in hits])
+    else:
+        _print_hits(hits)
+
+
 def _print_hits(hits: list[Any]) -> None:
     if not hits:
         typer.echo("no results")
@@ -1246,11 +1254,7 @@ def sessions_cmd(
         return
     with open_vault(vault_path) as vault:
         if search_for is not None:
-            hits = vault.search_memory(search_for, kinds=["session"], k=limit or 10)
-            if as_json:
-                emit_json([h.as_dict() for h in hits])
-            else:
-                _print_hits(hits)
+            _show_memory_hits(vault.search_memory(search_for, kinds=["session"], k=limit or 10), as_json)
             return
         notes = vault.sessions(limit=limit)
     if as_json:
@@ -1313,11 +1317,7 @@ def episodes_cmd(
         return
     with open_vault(vault_path) as vault:
         if search_for is not None:
-            hits = vault.search_memory(search_for, kinds=["episode"], k=limit or 10)
-            if as_json:
-                emit_json([h.as_dict() for h in hits])
-            else:
-                _print_hits(hits)
+            _show_memory_hits(vault.search_memory(search_for, kinds=["episode"], k=limit or 10), as_json)
             return
         found = vault.episodes(limit=limit, success=False if failed else None)
     if as_json:
