@@ -911,6 +911,7 @@ class Vault:
     def _plan(self) -> PoolReport:
         from vaultmem.compact import Planner, SourceState
         from vaultmem.pool import PoolReport
+        from vaultmem.summarise import ExtractiveSummariser
 
         report = PoolReport()
         embedder = self.embedder
