@@ -28,7 +28,8 @@ Per summariser and depth, at each summary's actual token count (``tokens`` colum
   leaf vectors) minus its mean cosine to the other levels of the same depth in the vault; ``title
   names level`` is the share of titles closer to their own level than to every other level but one
   (top-2 of all levels); the mean number of words; ``cut words``: title words that are no whole word of
-  the level's text (a word cut in the middle), and folder names whose slug holds a cut word; ``placeholder``:
+  the level's text (a word cut in the middle), and folder slug words that are no whole word of the
+  level's text (the folder keeps its name when a later summary retitles the level); ``placeholder``:
   the title is the fallback ("memories") or the folder is ``NN-level``.
 - **coherence** (the compactor's clusters, not the summariser's): mean distinct sessions per depth-1
   level, the share of depth-1 levels that mix sessions, and the mean pairwise cosine of a level's leaves
@@ -308,11 +309,16 @@ def title_words_cut(title: str, source_words: set[str]) -> int:
     return cut
 
 
-def slug_words_cut(folder: str, title: str) -> int:
-    """Slug words of an ``NN-slug`` folder that are not whole words of the title."""
+def slug_words_cut(folder: str, text: str) -> int:
+    """Slug words of an ``NN-slug`` folder that are no whole word of the level's text (its leaves and
+    title; a folder keeps its name when a later summary retitles the level, so not the title alone).
+    A CJK part needs only to occur in the text (CJK has no spaces between words)."""
     parts = folder.split("-")[1:]
-    words = set(re.findall(r"\w+", title.lower()))
-    return sum(1 for p in parts if p and p not in words and p != "level")
+    words = set(re.findall(r"\w+", text.lower()))
+    cjk = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+    return sum(
+        1 for p in parts if p and p not in words and p != "level" and not (cjk.search(p) and p in text.lower())
+    )
 
 
 def evaluate(
@@ -365,7 +371,8 @@ def evaluate(
             words = set(_words(" ".join(leaves[i]["text"] for i in lv.leaf_ids)))
             coherence.add("shipped_title_cut", title_words_cut(lv.title, words))
         for lv in levels:
-            coherence.add("folder_cut", slug_words_cut(lv.folder, lv.title))
+            text = " ".join([lv.title, *(leaves[i]["text"] for i in lv.leaf_ids)])
+            coherence.add("folder_cut", slug_words_cut(lv.folder, text))
             coherence.add("folder_placeholder", float(lv.folder.endswith("-level") or lv.title == "memories"))
         for summariser in summarisers:
             t0 = time.perf_counter()

@@ -41,14 +41,17 @@ def test_groups_partition_the_input_and_respect_the_caps(
     rng = np.random.default_rng(seed)
     vectors = _unit(rng.normal(size=(n, 16)))
     tokens = [int(t) for t in rng.integers(1, 120, size=n)]
-    groups = group(vectors, tokens, Caps(target, min_size, max_size, max_tokens))
-    members = sorted(i for g in groups for i in g)
-    assert members == list(range(n))  # every index exactly once
-    for g in groups:
-        assert g == sorted(g)
-        assert len(g) <= max_size
-        assert len(g) == 1 or sum(tokens[i] for i in g) <= max_tokens
-    assert groups == group(vectors, tokens, Caps(target, min_size, max_size, max_tokens))  # deterministic
+    # Episodes: runs of random length, in order (as the compactor numbers them).
+    episodes = np.cumsum(rng.random(n) < rng.random()).tolist()
+    for eps in (None, episodes):
+        groups = group(vectors, tokens, Caps(target, min_size, max_size, max_tokens), eps)
+        members = sorted(i for g in groups for i in g)
+        assert members == list(range(n))  # every index exactly once
+        for g in groups:
+            assert g == sorted(g)
+            assert len(g) <= max_size
+            assert len(g) == 1 or sum(tokens[i] for i in g) <= max_tokens
+        assert groups == group(vectors, tokens, Caps(target, min_size, max_size, max_tokens), eps)
 
 
 def test_clear_topics_are_separated() -> None:
@@ -57,6 +60,39 @@ def test_clear_topics_are_separated() -> None:
     labels = [i % 3 for i in range(60)]
     vectors = _unit(np.stack([axes[t] + 0.05 * rng.normal(size=8) for t in labels]))
     groups = group(vectors, [10] * 60, Caps(10, 3, 40, 10_000))
+    for g in groups:
+        assert len({labels[i] for i in g}) == 1
+    assert {labels[g[0]] for g in groups} == {0, 1, 2}
+
+
+def test_a_level_keeps_to_one_conversation_when_conversations_are_long_enough() -> None:
+    """Three sessions of 20 turns, each on two of three subjects that come back in every session: by
+    meaning alone a group would gather one subject from all three sessions; with episodes each group is
+    one subject of one session."""
+    rng = np.random.default_rng(7)
+    axes = np.eye(8, dtype=np.float32)
+    sessions = [i // 20 for i in range(60)]
+    subjects = [(s + (i % 2)) % 3 for i, s in enumerate(sessions)]
+    # A session's own flavour (what was going on that day) is a weaker signal than the subject.
+    vectors = _unit(
+        np.stack([axes[t] + 0.1 * axes[3 + s] + 0.05 * rng.normal(size=8) for t, s in zip(subjects, sessions)])
+    )
+    caps = Caps(10, 3, 40, 10_000)
+    by_meaning = group(vectors, [10] * 60, caps)
+    assert any(len({sessions[i] for i in g}) > 1 for g in by_meaning)
+    groups = group(vectors, [10] * 60, caps, sessions)
+    for g in groups:
+        assert len({sessions[i] for i in g}) == 1
+        assert len({subjects[i] for i in g}) == 1
+
+
+def test_short_episodes_are_grouped_by_meaning_not_by_time() -> None:
+    """Notes written hours apart are one-leaf episodes: they are grouped by subject, as without episodes."""
+    rng = np.random.default_rng(3)
+    axes = np.eye(8, dtype=np.float32)
+    labels = [i % 3 for i in range(30)]
+    vectors = _unit(np.stack([axes[t] + 0.05 * rng.normal(size=8) for t in labels]))
+    groups = group(vectors, [10] * 30, Caps(10, 3, 40, 10_000), list(range(30)))
     for g in groups:
         assert len({labels[i] for i in g}) == 1
     assert {labels[g[0]] for g in groups} == {0, 1, 2}

@@ -2,8 +2,14 @@
 
 Owns how a batch of leaves becomes buckets and how sibling buckets become parents: scikit-learn's
 agglomerative clustering (cosine distance, average linkage) with the number of clusters set from a
-target size, then caps (leaves and tokens per bucket) and a minimum size enforced afterwards. Batches are
-bounded by the caller, so the quadratic cost of agglomerative clustering never grows with the vault.
+target size, then caps (leaves and tokens per bucket) and a minimum size enforced afterwards.
+
+Given episodes (a conversation, a sitting), a group is one subject of one time span: an episode at least
+a level's target size long is clustered on its own, and within it two clusters are not joined when they
+are not clearly more alike than two members of the batch are anyway (the batch's own background: mean
+pair cosine plus half a standard deviation, so the bar follows the embedder and the corpus); shorter
+episodes are pooled and grouped by meaning; a group under the minimum size joins the closest group. Batches
+are bounded by the caller, so the quadratic cost of agglomerative clustering never grows with the vault.
 Never touches files or the index.
 """
 
@@ -36,34 +42,78 @@ def centroid(vectors: Matrix, weights: Sequence[float] | None = None) -> npt.NDA
     return out
 
 
-def group(vectors: Matrix, tokens: Sequence[int], caps: Caps) -> list[list[int]]:
+def group(
+    vectors: Matrix, tokens: Sequence[int], caps: Caps, episodes: Sequence[int] | None = None
+) -> list[list[int]]:
     """Partition row indices of ``vectors`` (in their given, chronological order) into groups.
 
-    Every index appears in exactly one group; groups and their members keep the input order."""
+    ``episodes`` (one number per row) keeps groups within an episode where the episode is large enough
+    for a group of its own. Every index appears in exactly one group; groups and their members keep the
+    input order."""
     n = len(vectors)
     if n == 0:
         return []
     if n == 1:
         return [[0]]
-    k = min(n, max(1, math.ceil(n / max(1, caps.target))))
-    if k == 1:
-        labels = np.zeros(n, dtype=np.int64)
-    elif k == n:
-        labels = np.arange(n)
+    if episodes is None:
+        parts = [list(range(n))]
     else:
-        # Imported here: scikit-learn takes ~0.5 s to import and most commands never cluster.
-        from sklearn.cluster import AgglomerativeClustering
-
-        model = AgglomerativeClustering(n_clusters=k, metric="cosine", linkage="average")
-        labels = model.fit_predict(_safe(vectors))
-    groups: dict[int, list[int]] = {}
-    for i, label in enumerate(labels):
-        groups.setdefault(int(label), []).append(i)
+        by_episode: dict[int, list[int]] = {}
+        for i, e in enumerate(episodes):
+            by_episode.setdefault(e, []).append(i)
+        # An episode shorter than a level's target size is no level of its own: such episodes are
+        # pooled and grouped by meaning.
+        parts = [m for m in by_episode.values() if len(m) >= caps.target]
+        pooled = [i for m in by_episode.values() if len(m) < caps.target for i in m]
+        if pooled:
+            parts.append(sorted(pooled))
+    bar = background(vectors) if episodes is not None else None
     split: list[list[int]] = []
-    for members in groups.values():
-        split.extend(_split_to_caps(members, tokens, caps))
-    merged = _merge_small(split, vectors, tokens, caps)
+    for members in parts:
+        for g in _agglomerate(vectors, members, caps.target, bar):
+            split.extend(_split_to_caps(g, tokens, caps))
+    home = list(episodes) if episodes is not None else [0] * n
+    merged = _merge_small(split, vectors, tokens, caps, home)
     return sorted((sorted(g) for g in merged), key=lambda g: g[0])
+
+
+def background(vectors: Matrix) -> float:
+    """How alike two members of this batch are anyway: the mean cosine of two different rows plus one
+    standard deviation (a pair above it is more alike than chance; the scale follows the embedder)."""
+    n = len(vectors)
+    if n < 2:
+        return 1.0
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1), 1e-12)[:, None]
+    sims = unit @ unit.T
+    pairs = sims[~np.eye(n, dtype=bool)]
+    return float(pairs.mean() + 0.5 * pairs.std())
+
+
+def _agglomerate(vectors: Matrix, members: list[int], target: int, bar: float | None) -> list[list[int]]:
+    """At least ``ceil(n / target)`` clusters; with ``bar``, more where clusters are less alike than it."""
+    n = len(members)
+    k = min(n, max(1, math.ceil(n / max(1, target))))
+    if k == n:
+        return [[i] for i in members]
+    if k == 1 and (bar is None or n == 1):
+        return [members]
+    # Imported here: scikit-learn takes ~0.5 s to import and most commands never cluster.
+    from sklearn.cluster import AgglomerativeClustering
+
+    rows = _safe(vectors[members])
+    labels = None
+    if bar is not None:
+        cut = AgglomerativeClustering(
+            n_clusters=None, metric="cosine", linkage="average", distance_threshold=max(1e-6, 1.0 - bar)
+        ).fit_predict(rows)
+        if int(cut.max()) + 1 >= k:
+            labels = cut
+    if labels is None:
+        labels = AgglomerativeClustering(n_clusters=k, metric="cosine", linkage="average").fit_predict(rows)
+    groups: dict[int, list[int]] = {}
+    for i, label in zip(members, labels, strict=True):
+        groups.setdefault(int(label), []).append(i)
+    return list(groups.values())
 
 
 def _safe(vectors: Matrix) -> Matrix:
@@ -92,7 +142,11 @@ def _split_to_caps(members: list[int], tokens: Sequence[int], caps: Caps) -> lis
 
 
 def _merge_small(
-    groups: list[list[int]], vectors: Matrix, tokens: Sequence[int], caps: Caps
+    groups: list[list[int]],
+    vectors: Matrix,
+    tokens: Sequence[int],
+    caps: Caps,
+    episodes: Sequence[int],
 ) -> list[list[int]]:
     groups = [list(g) for g in groups]
     while True:
@@ -105,7 +159,8 @@ def _merge_small(
             if g not in groups:
                 continue
             here = centroid(vectors[g])
-            best: tuple[float, int] | None = None
+            mine = {episodes[i] for i in g}
+            best: tuple[float, bool, int] | None = None
             for j, other in enumerate(groups):
                 if other is g:
                     continue
@@ -113,11 +168,12 @@ def _merge_small(
                     continue
                 if sum(tokens[i] for i in other) + sum(tokens[i] for i in g) > caps.max_tokens:
                     continue
-                sim = float(centroid(vectors[other]) @ here)
-                if best is None or sim > best[0]:
-                    best = (sim, j)
+                # The closest in meaning; of its own episode only on a tie.
+                key = (float(centroid(vectors[other]) @ here), any(episodes[i] in mine for i in other), j)
+                if best is None or key[:2] > best[:2]:
+                    best = key
             if best is not None:
-                groups[best[1]].extend(g)
+                groups[best[2]].extend(g)
                 groups.remove(g)
                 moved = True
                 break

@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import PurePosixPath
 
 import numpy as np
@@ -63,6 +64,7 @@ class CompactSettings:
     bucket_max_tokens: int = 2400
     cluster_batch: int = 256  # leaves clustered at once: bounds time and memory per step
     merge_threshold: float = 0.8  # cosine of centroids above which a new cluster joins an existing level
+    episode_gap_s: float = 10800.0  # a new session or a pause this long starts an episode (clusters form within)
     condense_fanout: int = 8  # this many sibling levels of one depth at a source's top get condensed
     condense_target: int = 4  # children per new parent level, on average
     max_wait_s: float = 86400.0  # a buffer older than this is sealed even below the thresholds
@@ -83,6 +85,7 @@ class _Leaf:
     mtime_ns: int
     size: int = -1  # the file's size and hash when it was indexed (an edit since keeps it out of a seal)
     file_hash: str = ""
+    session: str | None = None
 
 
 @dataclass
@@ -150,7 +153,7 @@ class SourceState:
         fresh: list[_Leaf] = []
         for row in conn.execute(
             "SELECT c.id, c.path, c.tokens, c.ts, c.status, c.speaker, c.file_mtime_ns, c.file_size,"
-            " c.file_hash, v.vec"
+            " c.file_hash, c.session, v.vec"
             " FROM chunks c LEFT JOIN vectors v ON v.id = c.id AND v.model = ?"
             " WHERE c.source = ? AND c.kind = 'leaf'",
             (model, source),
@@ -175,6 +178,7 @@ class SourceState:
                         row["file_mtime_ns"],
                         row["file_size"],
                         row["file_hash"],
+                        row["session"],
                     )
                 )
                 continue
@@ -297,7 +301,9 @@ class Planner:
         caps = cluster.Caps(
             s.bucket_target_leaves, s.bucket_min_leaves, s.bucket_max_leaves, s.bucket_max_tokens
         )
-        groups = cluster.group(matrix, [leaf.tokens for leaf in batch], caps)
+        groups = cluster.group(
+            matrix, [leaf.tokens for leaf in batch], caps, episodes(batch, s.episode_gap_s)
+        )
         writes: list[FileWrite] = []
         moves: list[tuple[str, str]] = []
         stale: dict[str, _Level] = {}
@@ -628,6 +634,25 @@ class Planner:
         )
         state.levels[level.id] = level
         return level, FileWrite(node.path, render_summary(node), None)
+
+
+def episodes(leaves: Sequence[_Leaf], gap_s: float) -> list[int]:
+    """An episode number per leaf (in their chronological order): a new one starts where the session
+    changes or after a pause longer than ``gap_s``, so a level holds one conversation's span, not
+    whatever else was said close to it in meaning."""
+    out: list[int] = []
+    prev: _Leaf | None = None
+    prev_ts: datetime | None = None
+    n = 0
+    for leaf in leaves:
+        ts = parse_ts(leaf.ts)
+        if prev is not None:
+            new_session = leaf.session != prev.session and (leaf.session or prev.session) is not None
+            pause = ts is not None and prev_ts is not None and (ts - prev_ts).total_seconds() > gap_s
+            n += int(new_session or pause)
+        out.append(n)
+        prev, prev_ts = leaf, ts or prev_ts
+    return out
 
 
 def _parent_dir(path: str) -> str:

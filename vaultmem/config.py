@@ -44,6 +44,7 @@ bucket_max_leaves = 32
 bucket_max_tokens = 2400
 cluster_batch = 256         # leaves clustered at once (bounds time and memory per step)
 merge_threshold = 0.8       # cosine of centroids above which new leaves join an existing level
+episode_gap_s = 10800.0     # a new session id or this long a pause starts a new episode: levels form within one
 condense_fanout = 8         # this many sibling levels at a source's top are grouped under parents
 condense_target = 4         # children per new parent, on average
 max_wait_s = 86400.0        # a buffer older than this is sealed even below the thresholds
@@ -113,6 +114,7 @@ _COMPACT_KEYS = (
     "bucket_max_tokens",
     "cluster_batch",
     "merge_threshold",
+    "episode_gap_s",
     "condense_fanout",
     "condense_target",
     "max_wait_s",
@@ -194,6 +196,7 @@ class Config:
     compact_bucket_max_tokens: int = 2400
     compact_cluster_batch: int = 256
     compact_merge_threshold: float = 0.8
+    compact_episode_gap_s: float = 10800.0
     compact_condense_fanout: int = 8
     compact_condense_target: int = 4
     compact_max_wait_s: float = 86400.0
