@@ -87,3 +87,25 @@ def test_key_phrases_keep_versions_and_dotted_words_whole() -> None:
     found = candidates(["Diego is cutting v0.9.3 today. Then v0.9.4 ships."], frozenset({"is", "then"}))
     assert "v0.9.3" in found and "v0.9.4 ships" in found
     assert "v0" not in found
+
+
+def test_a_mixed_chinese_and_english_level_gets_words_not_clauses_in_its_title() -> None:
+    """English lines with Chinese ones (a topic change mid-chat): a Chinese clause is no "word" of a key
+    phrase, so the title never carries a whole sentence as one word."""
+    texts = [
+        "Rehearsed the Postgres 16 upgrade on staging last night; pg_upgrade took 6 minutes.",
+        "Cutover plan for Thursday 19 March, 07:00: take the backup, run pg_upgrade, check the extensions.",
+        "换个话题：陈静下周拿到新的 MacBook，想装雾凇拼音。我记得 macOS 上要用鼠须管？",
+        "对，macOS 上用鼠须管（Squirrel）作为 Rime 的前端。先用 brew install --cask squirrel 安装。",
+        "Extensions: pg_stat_statements and pgcrypto both ship with Postgres 16.",
+    ]
+    from vaultmem.keyphrase import candidates
+
+    found = candidates(texts, frozenset({"the", "on", "and", "with", "for", "both"}))
+    cjk_runs = [w for p in found for w in p.split() if re.search("[\u4e00-\u9fff]", w)]
+    assert "MacBook" in found and "Squirrel" in found
+    assert cjk_runs and all(len(w) <= 4 for w in cjk_runs), cjk_runs
+    children = [Child(t, FAKE.embed([t])[0], speaker="Mara") for t in texts]
+    title = ExtractiveSummariser(FAKE.embed).summarise(children, 1).title
+    assert all(len(w) <= 4 for w in re.findall("[\u4e00-\u9fff]+", title)), title
+    assert 2 <= len(title.split()) <= 6

@@ -7,7 +7,8 @@ relevance so two phrases of a title say different things) and the title made of 
 
 Must never: cut a word (a title is made of whole candidate words), return a placeholder (it returns
 ``None`` and the caller keeps its own title), or embed more than ``MAX_CANDIDATES`` phrases per title.
-Mostly CJK text has no spaces to find phrases by; the caller titles it.
+Mostly CJK text has no spaces to find phrases by; the caller titles it. In mixed text a CJK run longer
+than ``_CJK_WORD_MAX`` characters is a clause, not a word, and is never part of a phrase.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ MAX_CANDIDATES = 48  # phrases embedded per title: bounds the cost of a title
 MAX_WORDS = 6
 _MMR_LAMBDA = 0.6
 _WORD_RE = re.compile(r"[^\W\d_](?:[\w'’.&+-]*[^\W_])?|\d+(?:[.,]\d+)*")
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+# CJK is written without spaces: a run of CJK characters between spaces or punctuation is a word only
+# when short (a name, a term: 陈静, 鼠须管); a longer one is a clause and ends a phrase.
+_CJK_WORD_MAX = 4
 # A full stop ends a run only before a space or the end, so "v0.9.3" and "e.g" stay whole words.
 _BREAK_RE = re.compile(r"[,;:!?()\[\]{}\"“”«»|/\\<>=*#`~—–]+|\.+(?=\s|$)|\s-\s")
 
@@ -34,7 +39,8 @@ def _runs(text: str, stop: frozenset[str]) -> Iterable[list[str]]:
     for piece in _BREAK_RE.split(text):
         run: list[str] = []
         for word in _WORD_RE.findall(piece):
-            if word.casefold() in stop or len(word) < 2 or word.isdigit():
+            clause = len(word) > _CJK_WORD_MAX and bool(_CJK_RE.search(word))
+            if word.casefold() in stop or len(word) < 2 or word.isdigit() or clause:
                 if run:
                     yield run
                 run = []
