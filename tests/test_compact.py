@@ -12,7 +12,7 @@ from tests.test_summarise import ChatServer, Reply
 from vaultmem import fsio
 from vaultmem.embed import FakeEmbedder
 from vaultmem.layout import SUMMARY_NAME
-from vaultmem.summaryfile import parse_summary
+from vaultmem.summaryfile import parse_summary, text_hash
 from vaultmem.vault import Vault
 
 TOPICS = {
@@ -320,6 +320,46 @@ def test_hand_edited_summary_is_kept_as_pinned_text_and_said_so(tmp_path: Path) 
         vault.work()
         again, _ = parse_summary(path.read_text(), row["path"])
         assert again.pinned == human
+        assert vault.check().ok
+
+
+def test_a_title_a_person_gave_a_level_survives_re_summarising(tmp_path: Path) -> None:
+    """Renamed in Obsidian's properties pane (the `title:` line): when new leaves join the level, the
+    engine's new summary keeps the person's title; a level nobody renamed gets the engine's new title."""
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(20))
+        vault.flush()
+        vault.compact()
+        rows = vault.conn.execute(
+            "SELECT id, path FROM chunks WHERE kind = 'summary' AND path LIKE 'sources/%' ORDER BY path"
+        ).fetchall()
+        renamed, other = (vault.layout.root / r["path"] for r in rows[:2])
+        node, _ = parse_summary(renamed.read_text(), rows[0]["path"])
+        assert node.title_hash and not node.title_edited
+        human = "Mara's garden, roses and seedlings"
+        renamed.write_text(renamed.read_text().replace(f"title: {node.title}\n", f"title: {human}\n", 1))
+        # The other level as an older engine wrote it: another title, and its hash.
+        mine, _ = parse_summary(other.read_text(), rows[1]["path"])
+        old = "old engine title"
+        other.write_text(
+            other.read_text()
+            .replace(f"title: {mine.title}\n", f"title: {old}\n", 1)
+            .replace(f"title_hash: {mine.title_hash}\n", f"title_hash: {text_hash(old)}\n", 1)
+        )
+        for start in (80, 160):  # twice: a kept title stays kept
+            vault.ingest_messages(topic_records(20, start=start))
+            vault.flush()
+            report = vault.compact()
+            assert report.jobs_failed == 0 and report.resummarized > 0
+            after, _ = parse_summary(renamed.read_text(), rows[0]["path"])
+            assert after.descendants > node.descendants  # new leaves joined: a real re-summarisation
+            assert after.title == human and after.title_edited and not after.stale
+            assert after.content_hash != node.content_hash
+            row = vault.conn.execute("SELECT provenance FROM chunks WHERE id = ?", (node.id,)).fetchone()
+            assert human in row["provenance"]
+        again, _ = parse_summary(other.read_text(), rows[1]["path"])
+        assert again.descendants > mine.descendants
+        assert again.title != old and not again.title_edited
         assert vault.check().ok
 
 

@@ -795,9 +795,12 @@ def resummarize(
         for r in sibling_order([*leaves, *subs])  # the children list follows the reading order
     ]
     new_text = result.text if result else "(no memories left in this level)"
+    # A title a person gave the level stays, as does its recorded engine hash (so it stays theirs).
+    keep_title = node.title_edited or result is None
     new = replace(
         node,
-        title=clean_title(result.title) if result else node.title,
+        title=node.title if keep_title else clean_title(result.title),
+        title_hash=node.title_hash if node.title_edited else "",
         text=new_text,
         pinned=pinned,
         children=tuple(links),

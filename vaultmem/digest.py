@@ -404,6 +404,7 @@ def _node(current: _File, directory: str, seed: str, depth: int, content: _Conte
         depth=depth,
         period=("month", "week", "day")[directory.count("/") - 1],
         title=content.title,
+        title_hash="",  # the engine's new title
         text=content.text,
         pinned=keep_hand_edit(base),
         children=content.children,

@@ -47,6 +47,7 @@ SUMMARY_KEYS = frozenset(
         "pinned",
         "summariser",
         "content_hash",
+        "title_hash",
         "children_hash",
         "entity",
         "archived",
@@ -85,6 +86,7 @@ class SummaryNode:
     stale: bool = False
     summariser: str = "extractive"
     content_hash: str = ""  # hash of ``text`` as the engine wrote it
+    title_hash: str = ""  # hash of the title as the engine wrote it ("": this title is the engine's)
     children_hash: str = ""  # ``children_fingerprint`` of the children it was written from ("" = unknown)
     order: str | None = None  # reading position among its siblings (a decimal number), when set
     entity: str | None = None  # topic trees: the entity key the topic follows
@@ -105,6 +107,11 @@ class SummaryNode:
     def hand_edited(self) -> bool:
         """The generated part differs from what the engine wrote (a person changed it)."""
         return bool(self.content_hash) and text_hash(self.text) != self.content_hash
+
+    @property
+    def title_edited(self) -> bool:
+        """The title differs from the one the engine wrote (a person renamed the level)."""
+        return bool(self.title_hash) and text_hash(self.title) != self.title_hash
 
     @property
     def directory(self) -> str:
@@ -159,6 +166,7 @@ def engine_meta(node: SummaryNode) -> dict[str, Any]:
         "pinned": True if node.pinned else None,
         "summariser": node.summariser,
         "content_hash": node.content_hash,
+        "title_hash": node.title_hash or text_hash(node.title),
         "children_hash": node.children_hash or None,
         "entity": node.entity,
         "archived": True if node.archived else None,
@@ -267,6 +275,7 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
         stale=meta.get("stale") is True,
         summariser=str(meta.get("summariser") or "unknown"),
         content_hash=str(meta.get("content_hash") or ""),
+        title_hash=str(meta.get("title_hash") or ""),
         children_hash=str(meta.get("children_hash") or ""),
         order=order,
         entity=scrub(str(meta["entity"])) if meta.get("entity") else None,
@@ -304,6 +313,7 @@ def summary_json(node: SummaryNode) -> dict[str, Any]:
         text=node.text,
         pinned=node.pinned or None,
         hand_edited=node.hand_edited,
+        title_edited=node.title_edited,
         children=[{"label": c.label, "target": c.target, "wiki": c.wiki} for c in node.children],
     )
     return data

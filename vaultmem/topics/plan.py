@@ -463,6 +463,7 @@ class TopicPlanner:
             level.node,
             stale=False,
             title=level.title,
+            title_hash="",  # the engine's title
             children=(
                 *(ChildLink(lv.title, f"{PurePosixPath(lv.dir).name}/{SUMMARY_NAME}") for lv in kids),
                 *(_link(state.members[i]) for i in level.links if i in state.members),
