@@ -317,7 +317,9 @@ def slug_words_cut(folder: str, text: str) -> int:
     words = set(re.findall(r"\w+", text.lower()))
     cjk = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
     return sum(
-        1 for p in parts if p and p not in words and p != "level" and not (cjk.search(p) and p in text.lower())
+        1
+        for p in parts
+        if p and p not in words and p != "level" and not (cjk.search(p) and p in text.lower())
     )
 
 

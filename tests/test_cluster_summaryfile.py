@@ -75,7 +75,12 @@ def test_a_level_keeps_to_one_conversation_when_conversations_are_long_enough() 
     subjects = [(s + (i % 2)) % 3 for i, s in enumerate(sessions)]
     # A session's own flavour (what was going on that day) is a weaker signal than the subject.
     vectors = _unit(
-        np.stack([axes[t] + 0.1 * axes[3 + s] + 0.05 * rng.normal(size=8) for t, s in zip(subjects, sessions)])
+        np.stack(
+            [
+                axes[t] + 0.1 * axes[3 + s] + 0.05 * rng.normal(size=8)
+                for t, s in zip(subjects, sessions, strict=True)
+            ]
+        )
     )
     caps = Caps(10, 3, 40, 10_000)
     by_meaning = group(vectors, [10] * 60, caps)

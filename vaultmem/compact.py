@@ -64,7 +64,9 @@ class CompactSettings:
     bucket_max_tokens: int = 2400
     cluster_batch: int = 256  # leaves clustered at once: bounds time and memory per step
     merge_threshold: float = 0.8  # cosine of centroids above which a new cluster joins an existing level
-    episode_gap_s: float = 10800.0  # a new session or a pause this long starts an episode (clusters form within)
+    episode_gap_s: float = (
+        10800.0  # a new session or a pause this long starts an episode (clusters form within)
+    )
     condense_fanout: int = 8  # this many sibling levels of one depth at a source's top get condensed
     condense_target: int = 4  # children per new parent level, on average
     max_wait_s: float = 86400.0  # a buffer older than this is sealed even below the thresholds
