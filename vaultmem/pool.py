@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
-from vaultmem import db, digest, fsio, topics, treeops
+from vaultmem import db, digest, fsio, related, topics, treeops
 from vaultmem.compact import (
     CompactSettings,
     Planner,
@@ -459,6 +459,16 @@ class Pool:
                     pruned = prune_sidecars(conn, ctx.layout, source, embedder.model_id, embedder.dim)
                     if pruned and ctx.commit is not None:
                         ctx.commit(f"memory: drop embeddings of moved leaves from old folders ({source})")
+                self.link_related(conn, embedder)
+
+    def link_related(self, conn: sqlite3.Connection, embedder: Embedder) -> None:
+        """Bring every level's ``## Related`` links up to date (levels moved or were made)."""
+        with self.ctx.lock():
+            message = related.update(conn, self.ctx.layout, embedder.model_id, embedder.dim)
+        if message:
+            self.report.say(message)
+            if self.ctx.commit is not None:
+                self.ctx.commit(message)
 
     def _seal_steps(
         self,

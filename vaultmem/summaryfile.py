@@ -57,7 +57,9 @@ SUMMARY_KEYS = frozenset(
 PINNED_HEADING = "## Pinned"
 SUMMARY_HEADING = "## Summary"
 CHILDREN_HEADING = "## Children"
+RELATED_HEADING = "## Related"
 _CHILDREN_RE = re.compile(r"^## Children[ \t]*$", re.MULTILINE)
+_RELATED_RE = re.compile(r"^## Related[ \t]*$", re.MULTILINE)
 _SUMMARY_RE = re.compile(r"^## Summary[ \t]*$", re.MULTILINE)
 
 
@@ -93,6 +95,8 @@ class SummaryNode:
     archived: bool = False  # topic trees: gone cold; kept, no longer routed into
     period: str | None = None  # the global tree: "day" | "week" | "month"
     user_aliases: tuple[str, ...] = field(default=(), compare=False)
+    # ``## Related``: the most similar levels elsewhere in the vault (engine-owned; never children).
+    related: tuple[ChildLink, ...] = ()
 
     @property
     def searchable(self) -> str:
@@ -180,13 +184,17 @@ def render_body(node: SummaryNode) -> str:
         parts.append(f"{PINNED_HEADING}\n\n{node.pinned.strip()}\n\n{SUMMARY_HEADING}\n\n")
     parts.append(node.text.strip() + "\n\n")
     parts.append(CHILDREN_HEADING + "\n\n")
-    parts.extend(
-        f"- [[{c.target}|{_label(c.label).replace('|', '/')}]]\n"
-        if c.wiki
-        else f"- [{_label(c.label)}]({_link(c.target)})\n"
-        for c in node.children
-    )
+    parts.extend(_render_link(c) for c in node.children)
+    if node.related:
+        parts.append("\n" + RELATED_HEADING + "\n\n")
+        parts.extend(_render_link(c) for c in node.related)
     return "".join(parts)
+
+
+def _render_link(c: ChildLink) -> str:
+    if c.wiki:
+        return f"- [[{c.target}|{_label(c.label).replace('|', '/')}]]\n"
+    return f"- [{_label(c.label)}]({_link(c.target)})\n"
 
 
 def render_summary(node: SummaryNode, keep: mdfile.MdDoc | None = None) -> str:
@@ -206,22 +214,20 @@ _LINK_RE = re.compile(r"^- \[(?P<label>[^\]]*)\]\((?P<target><[^>]*>|[^)]*)\)\s*
 _WIKI_RE = re.compile(r"^- \[\[(?P<target>[^\]|#]+)(?:\|(?P<label>[^\]]*))?\]\]\s*$")
 
 
-def split_body(body: str) -> tuple[str, str, tuple[ChildLink, ...]]:
-    """(pinned, generated text, children) of a summary body. Tolerates a body a person rearranged."""
-    matches = list(_CHILDREN_RE.finditer(body))
+def split_body(body: str) -> tuple[str, str, tuple[ChildLink, ...], tuple[ChildLink, ...]]:
+    """(pinned, generated text, children, related) of a summary body. Tolerates a body a person
+    rearranged."""
+    # The last ``## Related`` section runs to the end, or to a ``## Children`` heading after it.
+    related_matches = list(_RELATED_RE.finditer(body))
+    cut = related_matches[-1] if related_matches else None
+    main, related = body, ""
+    if cut is not None:
+        after = _CHILDREN_RE.search(body, cut.end())
+        end = after.start() if after else len(body)
+        main, related = body[: cut.start()] + body[end:], body[cut.end() : end]
+    matches = list(_CHILDREN_RE.finditer(main))
     match = matches[-1] if matches else None
-    head, tail = (body[: match.start()], body[match.end() :]) if match else (body, "")
-    children = []
-    for line in tail.splitlines():
-        found = _LINK_RE.match(line.strip())
-        if found:
-            target = found.group("target")
-            children.append(ChildLink(found.group("label"), target.strip("<>")))
-            continue
-        wiki = _WIKI_RE.match(line.strip())
-        if wiki:
-            stem = wiki.group("target").strip()
-            children.append(ChildLink(wiki.group("label") or stem, stem, wiki=True))
+    head, links = (main[: match.start()], main[match.end() :]) if match else (main, "")
     pinned = ""
     text = head
     if head.lstrip().startswith(PINNED_HEADING):
@@ -231,7 +237,22 @@ def split_body(body: str) -> tuple[str, str, tuple[ChildLink, ...]]:
             pinned, text = rest[: summary_at.start()], rest[summary_at.end() :]
         else:
             pinned, text = rest, ""
-    return pinned.strip(), text.strip(), tuple(children)
+    return pinned.strip(), text.strip(), _links(links), _links(related)
+
+
+def _links(section: str) -> tuple[ChildLink, ...]:
+    out = []
+    for line in section.splitlines():
+        found = _LINK_RE.match(line.strip())
+        if found:
+            target = found.group("target")
+            out.append(ChildLink(found.group("label"), target.strip("<>")))
+            continue
+        wiki = _WIKI_RE.match(line.strip())
+        if wiki:
+            stem = wiki.group("target").strip()
+            out.append(ChildLink(wiki.group("label") or stem, stem, wiki=True))
+    return tuple(out)
 
 
 def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
@@ -250,9 +271,10 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
     if depth < 1:
         raise FrontmatterError(f"{rel_path}: 'depth' must be 1 or more")
     order = parse_order(meta.get("order"), rel_path)
-    pinned, body_text, children = split_body(doc.body)
+    pinned, body_text, children, related = split_body(doc.body)
     pinned, body_text = scrub(pinned), scrub(body_text)
     children = tuple(replace(c, label=scrub(c.label)) for c in children)
+    related = tuple(replace(c, label=scrub(c.label)) for c in related)
     title = clean_title(scrub(str(meta.get("title") or "")))
     aliases = meta.get("aliases")
     user_aliases = (
@@ -282,6 +304,7 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
         archived=meta.get("archived") is True,
         period=str(meta["period"]) if meta.get("period") else None,
         user_aliases=user_aliases,
+        related=related,
     )
     return node, doc
 
@@ -315,5 +338,6 @@ def summary_json(node: SummaryNode) -> dict[str, Any]:
         hand_edited=node.hand_edited,
         title_edited=node.title_edited,
         children=[{"label": c.label, "target": c.target, "wiki": c.wiki} for c in node.children],
+        related=[{"label": c.label, "target": c.target} for c in node.related],
     )
     return data

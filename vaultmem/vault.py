@@ -902,6 +902,14 @@ class Vault:
         self.queue_compaction()
         report = self.work(progress)
         report.add(embedded=flushed.embedded, admitted=flushed.admitted)
+        # Related links last: they name the titles the re-summarising just gave.
+        from vaultmem import related
+
+        with self._locked():
+            linked = related.update(self.conn, self.layout, self.embedder.model_id, self.embedder.dim)
+        if linked:
+            report.say(linked)
+            self._commit(linked)
         notes = [f"re-read {p} (changed by hand)" for p in caught.changed]
         notes += [f"{p} was deleted by hand; its row is gone" for p in caught.deleted]
         notes += [f"{p} is not a valid node any more; `vaultmem check` shows why" for p in caught.invalid]

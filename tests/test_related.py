@@ -1,0 +1,106 @@
+"""``## Related`` (issue #18): links between similar levels of different subtrees, relative Markdown links
+that resolve, kept current when compaction moves levels, never children, hand edits kept."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path, PurePosixPath
+
+from tests.test_compact import make_vault, topic_of, topic_records
+from vaultmem import Vault
+from vaultmem.summaryfile import parse_summary
+
+LINK = re.compile(r"^- \[(?P<label>[^\]]*)\]\((?P<target>[^)]*)\)$")
+
+
+def source_levels(vault: Vault) -> dict[str, str]:
+    """id -> path of every source level."""
+    return dict(
+        vault.conn.execute("SELECT id, path FROM chunks WHERE kind = 'summary' AND path LIKE 'sources/%'")
+    )
+
+
+def related_section(text: str) -> list[tuple[str, str]]:
+    if "\n## Related\n" not in text:
+        return []
+    tail = text.split("\n## Related\n", 1)[1]
+    return [(m["label"], m["target"]) for line in tail.splitlines() if (m := LINK.match(line.strip()))]
+
+
+def assert_links_resolve(vault: Vault) -> int:
+    """Every related link of every level points at an existing summary of a level outside its lineage
+    and siblings; returns how many links there are."""
+    count = 0
+    for rel in source_levels(vault).values():
+        path = vault.layout.root / rel
+        here = PurePosixPath(rel).parent
+        for label, target in related_section(path.read_text()):
+            resolved = (path.parent / target).resolve()
+            assert resolved.is_file() and resolved.name == "_summary.md", (rel, target)
+            there = PurePosixPath(resolved.relative_to(vault.layout.root.resolve()).as_posix()).parent
+            assert not (str(there).startswith(str(here)) or str(here).startswith(str(there)))
+            assert there.parent != here.parent
+            assert label
+            count += 1
+    return count
+
+
+def test_related_links_join_the_same_subject_across_sources_and_follow_moves(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v", fanout=50) as vault:
+        vault.ingest_messages(topic_records(20, source="chat"))
+        vault.ingest_messages(topic_records(20, source="notes"))
+        vault.flush()
+        report = vault.compact()
+        assert report.jobs_failed == 0
+        assert assert_links_resolve(vault) > 0
+        levels = source_levels(vault)
+        for rel in levels.values():
+            node, _ = parse_summary((vault.layout.root / rel).read_text(), rel)
+            if not node.related:
+                continue
+            # Same subject, other source: the garden level of one source links the other's garden.
+            own = topic_of(node.title + " " + node.text)
+            first = (vault.layout.root / rel).parent / node.related[0].target
+            other = parse_summary(first.read_text(), "x/_summary.md")[0]
+            assert topic_of(other.title + " " + other.text) == own
+            # Never children: the children list names only what lies in the folder.
+            assert all("/" not in c.target or c.target.count("/") == 1 for c in node.children)
+            assert not set(c.target for c in node.related) & set(c.target for c in node.children)
+        assert vault.check().ok
+    # Condense: a small fan-out puts the levels under new parents (their folders move); the links follow.
+    with Vault.open(tmp_path / "v", embedder=vault.embedder) as vault:
+        paths_before = set(source_levels(vault).values())
+        config = vault.layout.root / ".vaultmem" / "config.toml"
+        config.write_text(config.read_text().replace("condense_fanout = 50", "condense_fanout = 2"))
+    with Vault.open(tmp_path / "v", embedder=vault.embedder) as vault:
+        vault.ingest_messages(topic_records(20, start=80, source="chat"))
+        vault.flush()
+        vault.compact()
+        moved = set(source_levels(vault).values()) - paths_before
+        assert moved, "nothing moved: the test would prove nothing"
+        assert assert_links_resolve(vault) > 0
+        assert vault.check().ok
+
+
+def test_writing_related_links_keeps_a_persons_edits(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(20, source="chat"))
+        vault.ingest_messages(topic_records(20, source="notes"))
+        vault.flush()
+        vault.compact()
+        rel = next(
+            p for p in source_levels(vault).values() if related_section((vault.layout.root / p).read_text())
+        )
+        path = vault.layout.root / rel
+        node, _ = parse_summary(path.read_text(), rel)
+        human = "Mara's own words about this level."
+        text = path.read_text().replace(node.text, human).replace("---\n", "---\nmood: cheerful\n", 1)
+        # A stale link by hand in the engine's section: the engine owns it and puts it right.
+        text = text.replace("\n## Related\n\n", "\n## Related\n\n- [gone](../nowhere/_summary.md)\n", 1)
+        path.write_text(text)
+        vault.compact()  # reads the edit first, then links again
+        after, doc = parse_summary(path.read_text(), rel)
+        assert doc.meta["mood"] == "cheerful"
+        assert human in (after.pinned + after.text)
+        assert all(c.target != "../nowhere/_summary.md" for c in after.related) and after.related
+        assert vault.check().ok
