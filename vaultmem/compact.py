@@ -798,10 +798,10 @@ def resummarize(
     ]
     new_text = result.text if result else "(no memories left in this level)"
     # A title a person gave the level stays, as does its recorded engine hash (so it stays theirs).
-    keep_title = node.title_edited or result is None
+    title = node.title if node.title_edited or result is None else clean_title(result.title)
     new = replace(
         node,
-        title=node.title if keep_title else clean_title(result.title),
+        title=title,
         title_hash=node.title_hash if node.title_edited else "",
         text=new_text,
         pinned=pinned,

@@ -85,7 +85,7 @@ def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, .
 
 def plan(conn: sqlite3.Connection, layout: Layout, model: str) -> treeops.TreeOp | None:
     """The step that brings every source level's ``## Related`` section up to date, or None."""
-    writes: list[FileWrite] = []
+    writes: list[treeops.FileWrite] = []
     indexed = dict(
         conn.execute(
             "SELECT path, file_hash FROM chunks WHERE kind = 'summary' AND path LIKE ?", (SOURCES + "/%",)
