@@ -78,15 +78,20 @@ def group(
 
 
 def background(vectors: Matrix) -> float:
-    """How alike two members of this batch are anyway: the mean cosine of two different rows plus one
-    standard deviation (a pair above it is more alike than chance; the scale follows the embedder)."""
+    """How alike two members of this batch are anyway: the mean cosine of two different rows plus half a
+    standard deviation (a pair above it is clearly more alike than chance; the scale follows the
+    embedder). From the rows' sum and Gram matrix, so O(n d^2), never an n x n matrix."""
     n = len(vectors)
     if n < 2:
         return 1.0
-    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1), 1e-12)[:, None]
-    sims = unit @ unit.T
-    pairs = sims[~np.eye(n, dtype=bool)]
-    return float(pairs.mean() + 0.5 * pairs.std())
+    unit = (vectors / np.maximum(np.linalg.norm(vectors, axis=1), 1e-12)[:, None]).astype(np.float64)
+    diagonal = float((unit * unit).sum())  # n, less rows that are all zero
+    total = unit.sum(axis=0)
+    pairs = n * (n - 1)
+    mean = (float(total @ total) - diagonal) / pairs
+    gram = unit.T @ unit
+    squares = (float((gram * gram).sum()) - float(((unit * unit).sum(axis=1) ** 2).sum())) / pairs
+    return mean + 0.5 * max(0.0, squares - mean * mean) ** 0.5
 
 
 def _agglomerate(vectors: Matrix, members: list[int], target: int, bar: float | None) -> list[list[int]]:
