@@ -257,6 +257,16 @@ class CachingEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self.memo[t] for t in texts])
 
+    def load(self, path: Path | None) -> None:
+        """Take the memo kept by an earlier run (``--embed-cache``), when there is one."""
+        if path and path.exists():
+            cached = np.load(path, allow_pickle=False)
+            self.memo.update(zip(cached["texts"].tolist(), cached["vectors"], strict=True))
+
+    def save(self, path: Path | None) -> None:
+        if path and self.memo:
+            np.savez(path, texts=np.array(list(self.memo)), vectors=np.stack(list(self.memo.values())))
+
 
 def turn_records(item: Item) -> list[dict[str, object]]:
     """A conversation's turns as the records ``Vault.ingest_messages`` takes."""
@@ -538,9 +548,7 @@ def main() -> None:
         items = subset
     items = items[: args.limit] if args.limit else items
     embedder = CachingEmbedder(load_embedder(args.model))
-    if args.embed_cache and args.embed_cache.exists():
-        cached = np.load(args.embed_cache, allow_pickle=False)
-        embedder.memo.update(zip(cached["texts"].tolist(), cached["vectors"], strict=True))
+    embedder.load(args.embed_cache)
     print(f"{name}: {len(items)} items", file=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.keep or Path(tmp)
@@ -555,12 +563,7 @@ def main() -> None:
             tuple(m for m in args.modes.split(",") if m),
         )
     result["dataset"] = name
-    if args.embed_cache:
-        np.savez(
-            args.embed_cache,
-            texts=np.array(list(embedder.memo)),
-            vectors=np.stack(list(embedder.memo.values())),
-        )
+    embedder.save(args.embed_cache)
     print(report(result))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -543,9 +543,7 @@ def main() -> None:
         raise SystemExit(f"{args.dataset}: neither LoCoMo nor LongMemEval")
     items = items[: args.limit] if args.limit else items
     embedder = CachingEmbedder(load_embedder("default"))
-    if args.embed_cache and args.embed_cache.exists():
-        cached = np.load(args.embed_cache, allow_pickle=False)
-        embedder.memo.update(zip(cached["texts"].tolist(), cached["vectors"], strict=True))
+    embedder.load(args.embed_cache)
     summarisers: list[Summariser] = [Lead()]
     summarisers.append(ExtractiveSummariser(ranking="central"))  # the shipped one before issue #18
     summarisers.append(ExtractiveSummariser(embedder.embed))  # as the compactor runs it
@@ -570,12 +568,7 @@ def main() -> None:
             args.reuse,
         )
     result["dataset"] = name
-    if args.embed_cache:
-        np.savez(
-            args.embed_cache,
-            texts=np.array(list(embedder.memo)),
-            vectors=np.stack(list(embedder.memo.values())),
-        )
+    embedder.save(args.embed_cache)
     print(report(result, args.threshold))
     if dump is not None and args.dump_pairs:
         with args.dump_pairs.open("w", encoding="utf-8") as fh:
