@@ -259,7 +259,7 @@ def test_stale_flags_survive_a_restart_and_run_deepest_first(tmp_path: Path) -> 
         vault.compact()
         leaf = next(x for x in vault.ls(status="sealed") if x.path.count("/") >= 4)
         ancestors = _ancestors(vault, leaf.id)
-        from vaultmem.compact import mark_stale
+        from vaultmem.stale import mark_stale
 
         mark_stale(vault.conn, vault.layout, ancestors, 1 << 20)
         for node_id in ancestors:
@@ -275,7 +275,7 @@ def test_stale_flags_survive_a_restart_and_run_deepest_first(tmp_path: Path) -> 
     for extra in (path / ".vaultmem").glob("chunks.db-*"):
         extra.unlink()
     with Vault.open(path, embedder=FakeEmbedder()) as vault:
-        queued = [j for j in vault.jobs.list() if j.kind == "resummarize"]
+        queued = [j for j in vault.jobs.list() if j.kind == "resummarise"]
         assert {j.payload["id"] for j in queued} == set(ancestors)
         report = vault.work()
         assert report.resummarized == len(ancestors)
@@ -305,7 +305,7 @@ def test_hand_edited_summary_is_kept_as_pinned_text_and_said_so(tmp_path: Path) 
         text = path.read_text().replace(node.text, human)
         text = text.replace("---\n", "---\nmood: cheerful\n", 1)  # a user key of her own
         path.write_text(text)
-        from vaultmem.compact import mark_stale
+        from vaultmem.stale import mark_stale
 
         vault.compact()  # catch-up re-reads the edited summary
         mark_stale(vault.conn, vault.layout, [row["id"]], 1 << 20)
@@ -324,7 +324,7 @@ def test_hand_edited_summary_is_kept_as_pinned_text_and_said_so(tmp_path: Path) 
 
 
 def test_a_file_changed_between_plan_and_write_is_never_overwritten(tmp_path: Path) -> None:
-    from vaultmem import treeops
+    from vaultmem import steps
     from vaultmem.errors import ConflictError
 
     with make_vault(tmp_path / "v") as vault:
@@ -336,14 +336,14 @@ def test_a_file_changed_between_plan_and_write_is_never_overwritten(tmp_path: Pa
         ).fetchone()
         path = vault.layout.root / row["path"]
         data = path.read_bytes()
-        op = treeops.TreeOp(
-            "seal", "chat", "memory: test", (treeops.FileWrite(row["path"], "x", fsio.sha256_bytes(data)),)
+        op = steps.TreeOp(
+            "seal", "chat", "memory: test", (steps.FileWrite(row["path"], "x", fsio.sha256_bytes(data)),)
         )
         path.write_text(path.read_text() + "\nA person's note.\n")
         with pytest.raises(ConflictError):
-            treeops.apply(vault.conn, vault.layout, op, "fake-hash-64", 64)
+            steps.apply(vault.conn, vault.layout, op, "fake-hash-64", 64)
         assert "A person's note." in path.read_text()
-        assert not treeops.pending_notes(vault.layout)
+        assert not steps.pending_notes(vault.layout)
 
 
 # -- summarisers in compaction ---------------------------------------------------------------------------
@@ -455,7 +455,7 @@ def test_check_reports_a_stale_level_whose_job_went_missing_and_fix_queues_it(tm
         vault.ingest_messages(topic_records(20))
         vault.flush()
         vault.compact()
-        from vaultmem.compact import mark_stale
+        from vaultmem.stale import mark_stale
 
         node_id = vault.conn.execute(
             "SELECT id FROM chunks WHERE kind = 'summary' AND path LIKE 'sources/%' LIMIT 1"

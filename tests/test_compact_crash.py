@@ -2,7 +2,7 @@
 
 Two kinds of kill moments, each a test of its own (so no single test carries the whole series):
 - moments inside a durable step, chosen by what the step has done, not by time: the child process kills
-  itself right after the n-th call of one of ``treeops._execute``'s stages made inside a step (temp files
+  itself right after the n-th call of one of ``steps._execute``'s stages made inside a step (temp files
   written but not renamed, part of the moves done, removals done, rows written, the step done but its
   write-ahead note not yet removed). The code under test runs unchanged; only the moment of the SIGKILL
   is chosen, and it lands inside a step on any machine, however loaded;
@@ -34,11 +34,11 @@ HANG_S = 280.0  # bounds a hung child only (the per-test timeout is 300 s); no s
 
 COMPACT = """
 import os, signal, sys, threading
-from vaultmem import fsio, treeops
+from vaultmem import fsio, steps
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
-# Stages of a durable step (treeops._execute), counted only while a step runs. "execute" counts steps
+# Stages of a durable step (steps._execute), counted only while a step runs. "execute" counts steps
 # done: killed there, a step is complete but its write-ahead note is not yet removed.
 STAGES = {"syncfs": (fsio, "_syncfs"), "move_file": (fsio, "move_file"), "remove": (treeops, "_remove"),
           "index": (treeops, "_index"), "execute": (treeops, "_execute")}

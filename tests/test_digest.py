@@ -14,10 +14,10 @@ import pytest
 
 from tests.test_cli import run
 from vaultmem import digest, index
-from vaultmem.compact import mark_stale
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
 from vaultmem.jobs import JobKind
+from vaultmem.stale import mark_stale
 from vaultmem.summaryfile import SummaryNode, parse_summary, summary_id
 from vaultmem.vault import Vault
 

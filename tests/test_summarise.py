@@ -18,13 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vaultmem.embed import FakeEmbedder
+from vaultmem.llm import OpenAICompatSummariser, parse_reply
 from vaultmem.summarise import (
     Child,
     ExtractiveSummariser,
-    OpenAICompatSummariser,
     Summariser,
     Summary,
-    parse_reply,
     split_sentences,
     token_bound,
 )

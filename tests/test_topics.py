@@ -243,7 +243,7 @@ def test_a_cold_topic_is_archived_and_revived_when_it_heats_up(vault: Vault) -> 
     root = vault.layout.root
     assert (root / "topics" / "project-tidepool" / "_summary.md").exists()
     later = topics.heat.utcnow() + timedelta(days=60)  # seven half-lives: far below archive_below
-    ctx = vault.work_context()
+    ctx = vault.job_env()
 
     def route() -> topics.route.Routed:
         return topics.route.route(

@@ -393,7 +393,7 @@ def test_scheduler_enqueues_and_pool_runs_the_digest(seeded: Vault) -> None:
     jobs = midnight_jobs(datetime(2026, 3, 5, tzinfo=UTC), seeded.sources())
     assert seeded.jobs.enqueue_many(jobs) == 2
     assert seeded.jobs.enqueue_many(jobs) == 0  # the same midnight twice queues nothing
-    Pool(seeded.work_context()).run_until_idle()
+    Pool(seeded.job_env()).run_until_idle()
     assert seeded.jobs.list() == []  # 2026-03-04 has no leaves: its digest job completes, writing nothing
     assert (seeded.layout.root / "global" / "2024-03").is_dir()  # the seeded days got theirs
     assert not (seeded.layout.root / "global" / "2026-03").exists()

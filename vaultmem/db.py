@@ -327,6 +327,18 @@ def m012_fts_nav(conn: sqlite3.Connection) -> None:
     )
 
 
+def m013_job_kind_names(conn: sqlite3.Connection) -> None:
+    # The ``extract`` job became ``admit`` and ``resummarize`` became ``resummarise`` (one spelling);
+    # queued rows and their dedupe keys follow, so a job queued by an older version is neither lost nor
+    # queued twice.
+    for old, new in (("extract", "admit"), ("resummarize", "resummarise")):
+        conn.execute(
+            "UPDATE OR IGNORE jobs SET kind = ?, dedupe_key = CASE WHEN dedupe_key LIKE ? THEN ? || substr(dedupe_key, ?)"
+            " ELSE dedupe_key END WHERE kind = ?",
+            (new, f"{old}:%", f"{new}:", len(old) + 2, old),
+        )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -340,6 +352,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("010_order", m010_order),
     ("011_entities", m011_entities),
     ("012_fts_nav", m012_fts_nav),
+    ("013_job_kind_names", m013_job_kind_names),
 ]
 
 

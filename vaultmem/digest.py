@@ -32,14 +32,15 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import fsio, index, mdfile, treeops, vectors
-from vaultmem.compact import Resummarized
+from vaultmem import frontmatter, fsio, index, steps, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput
 from vaultmem.jobs import JobQueue, digest_job
 from vaultmem.layout import SUMMARY_NAME, Layout
 from vaultmem.model import Status, parse_ts
+from vaultmem.stale import Resummarised
+from vaultmem.steps import FileWrite, TreeOp
 from vaultmem.summarise import Child, Summariser
 from vaultmem.summaryfile import (
     ChildLink,
@@ -51,7 +52,6 @@ from vaultmem.summaryfile import (
     summary_id,
     text_hash,
 )
-from vaultmem.treeops import FileWrite, TreeOp
 
 GLOBAL = "global"  # the tree's top folder, and the ``source`` of every digest
 PERIODS = ("day", "week", "month")
@@ -281,7 +281,7 @@ def day_out_of_date(conn: sqlite3.Connection, node: SummaryNode | None, day: dat
 class _File:
     rel: str
     node: SummaryNode | None
-    doc: mdfile.MdDoc | None
+    doc: frontmatter.MdDoc | None
     hash: str | None  # of the bytes read; None: there is no file yet
     data: str | None
 
@@ -596,7 +596,7 @@ def _rebuild(
     write_lock: LockFactory,
     max_bytes: int,
     commit: Callable[[str], None] | None = None,
-) -> Resummarized:
+) -> Resummarised:
     """Rewrite the nodes at ``dirs`` (bottom-up: a day, its week, its month; or a week and its month; or a
     month) in one durable step. State is read under the write lock (so rows and files agree), the
     summariser runs without it, and the write checks that nothing it read has changed since. ``commit``
@@ -608,9 +608,9 @@ def _rebuild(
             try:
                 snap = _snapshot(conn, layout, dirs, day, model, max_bytes)
             except (FrontmatterError, InvalidInput) as exc:
-                return Resummarized("missing", notes=(f"{exc}; fix that file by hand",))
+                return Resummarised("missing", notes=(f"{exc}; fix that file by hand",))
         if day is not None and not snap.leaves and snap.files[0].node is None:
-            return Resummarized("done", notes=(f"nothing was remembered on {day}: no digest written",))
+            return Resummarised("done", notes=(f"nothing was remembered on {day}: no digest written",))
         vecs = vectors.by_ids(conn, model, [leaf.id for leaf in snap.leaves])
         built, new_vecs, notes = _plan(snap, dirs, day, summariser, embedder, vecs)
         writes = []
@@ -619,19 +619,19 @@ def _rebuild(
             if data != current.data:
                 writes.append(FileWrite(current.rel, data, current.hash))
         if not writes:
-            return Resummarized("done", notes=tuple(notes))  # already up to date
+            return Resummarised("done", notes=tuple(notes))  # already up to date
         op = TreeOp("digest", GLOBAL, f"memory: digest {what}", tuple(writes), vectors=new_vecs)
         with write_lock():
             if day is not None and _signature(day_leaves(conn, day)) != _signature(snap.leaves):
                 continue  # leaves of the day arrived or changed meanwhile: read them again
             try:
-                treeops.apply(conn, layout, op, model, embedder.dim)
+                steps.apply(conn, layout, op, model, embedder.dim)
             except ConflictError:
                 continue  # another writer changed one of the files: plan again from what is there now
             if commit is not None:
                 commit(op.message)
-        return Resummarized("done", op.message, tuple(notes))
-    return Resummarized(
+        return Resummarised("done", op.message, tuple(notes))
+    return Resummarised(
         "defer", notes=(f"the digest of {what} kept changing while it was written; retrying",)
     )
 
@@ -645,7 +645,7 @@ def build_day(
     write_lock: LockFactory,
     max_bytes: int,
     commit: Callable[[str], None] | None = None,
-) -> Resummarized:
+) -> Resummarised:
     """Write the digest of ``day`` from its leaves, and its week and month from the digests under them.
     A day without leaves and without a digest writes nothing."""
     return _rebuild(
@@ -670,17 +670,17 @@ def redigest(
     write_lock: LockFactory,
     max_bytes: int,
     commit: Callable[[str], None] | None = None,
-) -> Resummarized:
-    """Re-summarise one node of the global tree (the ``resummarize`` job of a stale digest): a day from
+) -> Resummarised:
+    """Re-summarise one node of the global tree (the ``resummarise`` job of a stale digest): a day from
     its leaves, never from its folder; a week or a month from the digests under it. The nodes above it
-    are rewritten in the same step. Same contract as ``compact.resummarize``."""
+    are rewritten in the same step. Same contract as ``compact.resummarise``."""
     row = conn.execute("SELECT path FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)).fetchone()
     if row is None:
-        return Resummarized("gone")
+        return Resummarised("gone")
     directory = str(PurePosixPath(row["path"]).parent)
     period = period_of(directory)
     if period is None:
-        return Resummarized("missing", notes=(f"{row['path']} is not laid out as the global tree",))
+        return Resummarised("missing", notes=(f"{row['path']} is not laid out as the global tree",))
     parts = directory.split("/")
     if period == "day":
         day = date.fromisoformat(parts[3])
@@ -699,7 +699,7 @@ def refresh(
     write_lock: LockFactory,
     max_bytes: int,
     commit: Callable[[str], None] | None = None,
-) -> Resummarized | None:
+) -> Resummarised | None:
     """Bring the digest of ``day`` (or its week part or month) up to date when someone asks for it: the
     day is rebuilt when it is missing, stale or behind its leaves; a stale week or month is rolled up
     again. None when it is current (the embedder is then never loaded)."""

@@ -1,7 +1,7 @@
 """Document operations on the tree (docmem): an agent's edits, reflected in files and index at once.
 
 Operations: append a child, insert between two siblings, delete a subtree, update a node's text,
-summarise a run of leaves under a new level. Each is planned, read-only, as one ``treeops.TreeOp``
+summarise a run of leaves under a new level. Each is planned, read-only, as one ``steps.TreeOp``
 (``plan_append_child``, ``plan_insert_between``, ``plan_delete``, ``plan_update_content``,
 ``plan_add_summary``) and done by ``run``: the ancestors of what changes are marked stale first (a crash
 in between costs at most a needless re-summarisation), then the step is applied durably (write-ahead
@@ -29,13 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from vaultmem import fsio, index, leaffile, mdfile, treeops
+from vaultmem import frontmatter, fsio, index, leaffile, steps
+from vaultmem.admit import embed_text
 from vaultmem.chunker import chunk_id
-from vaultmem.compact import ancestors_of, mark_stale
 from vaultmem.embed import Embedder
 from vaultmem.errors import FrontmatterError, InvalidInput, NodeNotFound
-from vaultmem.extract import embed_text
-from vaultmem.ingest import read_leaf_file, read_summary_file
 from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, slug
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import InputKind, Leaf, Status, check_node_id, format_ts, parse_ts
@@ -49,7 +47,10 @@ from vaultmem.order import (
     pins_for,
 )
 from vaultmem.redact import redact
+from vaultmem.scan import read_leaf_file, read_summary_file
 from vaultmem.scoring import FastScorer
+from vaultmem.stale import ancestors_of, mark_stale
+from vaultmem.steps import FileWrite, TreeOp
 from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
@@ -60,7 +61,6 @@ from vaultmem.summaryfile import (
     text_hash,
 )
 from vaultmem.tokens import count_tokens
-from vaultmem.treeops import FileWrite, TreeOp
 
 MAX_BYTES = 10 * 1024 * 1024  # the default ``ingest.max_file_bytes``
 _NUMBERED = re.compile(r"^(\d+)-")
@@ -220,7 +220,7 @@ def _order_writes(
     return writes
 
 
-def _read_leaf(layout: Layout, rel: str, max_bytes: int) -> tuple[Leaf, mdfile.MdDoc, str]:
+def _read_leaf(layout: Layout, rel: str, max_bytes: int) -> tuple[Leaf, frontmatter.MdDoc, str]:
     try:
         data, digest = fsio.read_text_guarded(layout.abs(rel), max_bytes)
         leaf, doc = leaffile.parse_leaf(data, rel)
@@ -236,11 +236,11 @@ def _leaf_write(layout: Layout, rel: str, max_bytes: int, **changes: Any) -> Fil
     new = replace(leaf, **changes)
     # Keep the body's exact bytes when the text is unchanged (as a status change does).
     body = leaffile.keep_body(doc, new.text)
-    data = mdfile.render(leaffile.engine_meta(new), body, keep=doc, owned=leaffile.LEAF_KEYS)
+    data = frontmatter.render(leaffile.engine_meta(new), body, keep=doc, owned=leaffile.LEAF_KEYS)
     return FileWrite(rel, data, digest)
 
 
-def _read_summary(layout: Layout, rel: str, max_bytes: int) -> tuple[SummaryNode, mdfile.MdDoc, str]:
+def _read_summary(layout: Layout, rel: str, max_bytes: int) -> tuple[SummaryNode, frontmatter.MdDoc, str]:
     try:
         data, digest = fsio.read_text_guarded(layout.abs(rel), max_bytes)
         node, doc = parse_summary(data, rel)
@@ -643,13 +643,13 @@ def run(
     model: str = "",
     dim: int = 0,
     max_bytes: int = MAX_BYTES,
-) -> treeops.Applied:
+) -> steps.Applied:
     """Mark the plan's summaries stale, then apply its step. ``model``/``dim`` name the vector space whose
     sidecar entries travel with moved and removed files (the vault's embedding model)."""
     fresh = [i for i in plan.stale if not _is_stale(conn, i)]  # a stale level already has its job
     if fresh:
         mark_stale(conn, layout, fresh, max_bytes)
-    return treeops.apply(conn, layout, plan.op, model, dim)
+    return steps.apply(conn, layout, plan.op, model, dim)
 
 
 def _is_stale(conn: sqlite3.Connection, node_id: str) -> bool:

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from vaultmem.entities import KINDS, Mention, extract, mention
 from vaultmem.errors import SummariserError
-from vaultmem.summarise import OpenAICompatSummariser, _content
+from vaultmem.llm import ChatClient
 
 MAX_ENTITIES = 30
 _MAX_TEXT_CHARS = 8000
@@ -63,9 +63,7 @@ class LLMEntityExtractor:
     ) -> None:
         self.model = model
         # Raises SummariserError for a base URL that is not http(s): a configuration error, not a reply.
-        self._client = OpenAICompatSummariser(
-            base_url, model, api_key=api_key, timeout_s=timeout_s, semaphore=semaphore
-        )
+        self._client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, semaphore=semaphore)
 
     def extract(
         self, text: str, *, speaker: str | None = None, ts: datetime | None = None
@@ -76,7 +74,7 @@ class LLMEntityExtractor:
         if not text.strip():
             return found
         try:
-            pairs = parse_entity_reply(_content(self._client._post(self._body(text, speaker, ts))))
+            pairs = parse_entity_reply(self._client.complete(self._body(text, speaker, ts)))
         except (SummariserError, ValueError, RecursionError):  # RecursionError: "[[[[..." nested too deep
             return found
         seen = {m.key for m in found}

@@ -82,7 +82,7 @@ def _parents(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, str | No
     return out
 
 
-def ancestors_of(conn: sqlite3.Connection, tree: Tree, hits: Sequence[Hit]) -> dict[str, tuple[str, ...]]:
+def hit_ancestors(conn: sqlite3.Connection, tree: Tree, hits: Sequence[Hit]) -> dict[str, tuple[str, ...]]:
     parents = _parents(conn, [h.id for h in hits])
     return {h.id: tree.ancestors(parents.get(h.id)) for h in hits}
 

@@ -6,22 +6,18 @@ interrupted batches, and hands explicit values to the modules that do the work. 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-
-from filelock import FileLock, Timeout
 
 from vaultmem import (
     daemonstate,
@@ -31,12 +27,13 @@ from vaultmem import (
     fsio,
     gitsync,
     index,
+    navigate,
+    steps,
     timeparse,
     topics,
-    tree,
     treectx,
-    treeops,
 )
+from vaultmem.admit import EntityFinder, find_entities, vectors_from_sidecars
 from vaultmem.check import CheckReport, Problem, check
 from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
@@ -62,28 +59,25 @@ from vaultmem.errors import (
     ReadOnlyVault,
     VaultError,
     VaultExists,
-    VaultLocked,
     VaultNotFound,
 )
-from vaultmem.extract import EntityFinder, find_entities, vectors_from_sidecars
 from vaultmem.gitsync import GitOperation, GitRecorder
 from vaultmem.ingest import (
     IngestReport,
     Progress,
     build_leaves,
     check_new_sources,
-    extract_job,
     heal_intents,
-    read_summary_file,
     write_leaves,
 )
 from vaultmem.inputs import read_path
 from vaultmem.inputs.chat import messages_from_records
 from vaultmem.inputs.mailthread import thread_messages
-from vaultmem.jobs import JobKind, JobQueue, NewJob, release_dead, resummarize_job
+from vaultmem.jobs import JobQueue, admit_job, release_dead, resummarise_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
-from vaultmem.lifecycle import set_status
+from vaultmem.llm import OpenAICompatSummariser
+from vaultmem.lock import WriteLock, exclusive
 from vaultmem.model import (
     Leaf,
     Message,
@@ -94,55 +88,20 @@ from vaultmem.model import (
     safe_name,
     utc,
 )
-from vaultmem.pool import Pool, PoolReport, WorkContext
+from vaultmem.pool import JobEnv, Pool, PoolReport, WorkReport
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.redact import scrub
 from vaultmem.reindex import ReindexReport, reindex
+from vaultmem.scan import read_summary_file
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
 from vaultmem.sessions import SessionTree, session_tree
-from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser, Summariser
+from vaultmem.status import set_status
+from vaultmem.summarise import ExtractiveSummariser, Summariser
 from vaultmem.summaryfile import SummaryNode
-from vaultmem.worker import WorkReport, drain
 
 BATCH_MESSAGES = 2000
 DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
-LOCK_TIMEOUT_S = 30.0
-
-
-class FairRLock:
-    """A re-entrant lock handed to waiting threads in arrival order (``threading.RLock`` is not fair: a
-    thread that releases and re-acquires in a loop can keep it for as long as it likes)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._queue: deque[int] = deque()
-        self._owner: int | None = None
-        self._depth = 0
-
-    def acquire(self) -> None:
-        me = threading.get_ident()
-        with self._cond:
-            if self._owner == me:
-                self._depth += 1
-                return
-            self._queue.append(me)
-            while self._owner is not None or self._queue[0] != me:
-                self._cond.wait()
-            self._queue.popleft()
-            self._owner, self._depth = me, 1
-
-    @property
-    def depth(self) -> int:
-        """How many times the calling thread holds the lock (0 when it does not)."""
-        return self._depth if self._owner == threading.get_ident() else 0
-
-    def release(self) -> None:
-        with self._cond:
-            self._depth -= 1
-            if self._depth == 0:
-                self._owner = None
-                self._cond.notify_all()
 
 
 @dataclass(frozen=True)
@@ -191,8 +150,7 @@ class Vault:
         self._embedder = embedder
         self._searcher: Searcher | None = None
         self.scorer = FastScorer(threshold=config.score_threshold)
-        self._lock = FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S)
-        self._turns = FairRLock()
+        self._write_lock = WriteLock(layout, self._git_error)
         self.compact_settings = CompactSettings(**config.compact_values())
         self.topic_settings = topics.plan.settings_from(config.topic_values())
         self._summariser: Summariser | None = None
@@ -275,8 +233,7 @@ class Vault:
             # The index is derived: a damaged one is moved aside and rebuilt from the files. Under the
             # write lock, and only if it is still damaged (another process may have just done it, or a
             # writer was restarting the log while it was read).
-            fsio.ensure_inside(layout.root, layout.lock)
-            with FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S):
+            with exclusive(layout):
                 try:
                     conn = _open_index(layout)
                 except sqlite3.DatabaseError as again:
@@ -316,7 +273,7 @@ class Vault:
         if layout.intent.is_dir() and any(layout.intent.iterdir()):
             with self._locked():
                 heal_intents(self.conn, layout, self.config.max_file_bytes)
-        if treeops.pending_notes(layout):
+        if steps.pending_notes(layout):
             self.heal_compaction()
         if layout.writing.exists():
             with self._locked():
@@ -328,7 +285,7 @@ class Vault:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
         with self._locked():
             embedder = self.embedder
-            done = treeops.heal(self.conn, self.layout, embedder.model_id, embedder.dim)
+            done = steps.heal(self.conn, self.layout, embedder.model_id, embedder.dim)
             for step in done:
                 self._commit(f"{step.message} (finished after a crash)")
             return [step.message for step in done]
@@ -347,43 +304,16 @@ class Vault:
     ) -> None:
         self.close()
 
-    @contextmanager
-    def _locked(self, *, git_guard: bool = True) -> Iterator[None]:
-        """Hold the vault's write lock (re-entrant within a thread). Threads of this process take turns
-        in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise.
-
-        While a git operation is under way in the vault's repository (see ``gitsync``) the outermost
-        acquisition raises ``GitBusy``: nothing writes into a half-restored tree."""
+    def _locked(self, *, git_guard: bool = True) -> AbstractContextManager[None]:
+        """Hold the vault's write lock (``lock.WriteLock``: re-entrant, fair between threads). While a
+        git operation is under way in the vault's repository (see ``gitsync``) the outermost acquisition
+        raises ``GitBusy``: nothing writes into a half-restored tree."""
         self._writable()
-        self._turns.acquire()
-        try:
-            if self._turns.depth == 1:
-                fsio.ensure_inside(self.layout.root, self.layout.lock)  # never a lock file elsewhere
-            try:
-                self._lock.acquire()
-            except Timeout as exc:
-                raise VaultLocked(
-                    f"another process is writing to {self.layout.root} (lock {self.layout.lock}); try again"
-                ) from exc
-            outermost = self._turns.depth == 1
-            try:
-                if outermost and git_guard:
-                    operation = self.git_operation()
-                    if operation is not None:
-                        raise operation.error(self.layout.root)
-            except BaseException:
-                self._lock.release()
-                raise
-            try:
-                if outermost:
-                    self._begin_writing()
-                yield
-            finally:
-                if outermost:
-                    fsio.remove_file(self.layout.root, self.layout.writing)
-                self._lock.release()
-        finally:
-            self._turns.release()
+        return self._write_lock.hold(git_guard=git_guard)
+
+    def _git_error(self) -> GitBusy | None:
+        operation = self.git_operation()
+        return operation.error(self.layout.root) if operation is not None else None
 
     def repo_stamp(self) -> tuple[object, ...] | None:
         """Changes whenever a git command moves HEAD or rewrites the index of the vault's repository."""
@@ -403,19 +333,6 @@ class Vault:
                 f"{self.layout.root} is read-only, so this cannot run (it writes); reading, searching and"
                 " `check` work. Make the vault writable to ingest, compact or repair"
             )
-
-    def _begin_writing(self) -> None:
-        """Mark that a writer holds the lock. A mark that is already there was left by a writer that died
-        holding it: its temp files (never real files) are removed first, so ``check`` stays clean."""
-        marker = self.layout.writing
-        if marker.exists():
-            for tmp in fsio.stray_temp_files(self.layout.root):
-                if ".git" not in tmp.relative_to(self.layout.root).parts:
-                    fsio.remove_file(self.layout.root, tmp)
-        with contextlib.suppress(
-            OSError, DiskFull
-        ):  # a read-only or full disk: the write that follows says so
-            fsio.touch(self.layout.root, marker)
 
     # -- ingest ------------------------------------------------------------------------------------
     def ingest_messages(
@@ -581,7 +498,7 @@ class Vault:
                 ) from None
         try:
             with self.commit_batch():
-                if treeops.pending_notes(self.layout):
+                if steps.pending_notes(self.layout):
                     self.heal_compaction()
                 result = digest.refresh(
                     self.conn,
@@ -716,16 +633,10 @@ class Vault:
                     (model,),
                 )
             ]
-            self.jobs.enqueue_many(extract_job(i) for i in missing)
-            report = drain(
-                self.conn,
-                self.layout,
-                lambda: self.embedder,
-                progress=progress,
-                topic_settings=self.topic_settings,
-                finder=self.entity_finder,
-                digest_days=self.config.digest_enabled,
-            )
+            self.jobs.enqueue_many(admit_job(i) for i in missing)
+            # The pool's own runner on this thread, admit jobs only; this call commits once at the end.
+            pool = Pool(replace(self.job_env(), commit=None), workers=1)
+            report = pool.run_here(self.conn, progress=progress)
             if report.admitted:
                 self._commit(f"memory: admit {report.admitted} leaves")
             return report
@@ -767,8 +678,8 @@ class Vault:
                 )
         return self._finder
 
-    def work_context(self) -> WorkContext:
-        return WorkContext(
+    def job_env(self) -> JobEnv:
+        return JobEnv(
             layout=self.layout,
             settings=self.compact_settings,
             embedder=lambda: self.embedder,
@@ -785,7 +696,7 @@ class Vault:
         """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
         self._writable()
         with self.commit_batch():
-            return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
+            return Pool(self.job_env(), self.compact_settings.workers).run_until_idle(progress)
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
@@ -804,7 +715,7 @@ class Vault:
 
     def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
         with self._locked():
-            if treeops.pending_notes(self.layout):
+            if steps.pending_notes(self.layout):
                 self.heal_compaction()
             caught = catch_up(
                 self.conn, self.layout, self.config.max_file_bytes, on_hand_edits=self._commit_by_hand
@@ -812,18 +723,16 @@ class Vault:
             if caught.stale:
                 self._commit(f"memory: mark {len(caught.stale)} summaries stale (what is below them changed)")
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
-        # them in the buffer (the worker pool runs both kinds of job at once).
+        # them in the buffer (the worker pool runs both kinds of job at once). Each admitted batch
+        # queues its sources' ``append_buffer`` (the admit handler's follow-up), which seals them.
         flushed = self.flush()
         with self._locked():
-            self.jobs.enqueue_many(
-                NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
-            )
             # Days and topics that lost a leaf are re-digested and re-routed (the topic sweep below
             # routes every topic anyway).
             digest.enqueue_out_of_date(self.conn, time.time())
             # A stale level always has its job (the flag in the file is the truth; the queue follows it).
             self.jobs.enqueue_many(
-                resummarize_job(r["id"], r["depth"])
+                resummarise_job(r["id"], r["depth"])
                 for r in self.conn.execute(
                     "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
                 )
@@ -1099,20 +1008,20 @@ class Vault:
                 mode, self.searcher, self.conn, q, k, f, lambda: self.embedder, tree
             ),
         )
-        overlap = treectx.ancestors_of(self.conn, tree, found) if tree is not None else None
+        overlap = treectx.hit_ancestors(self.conn, tree, found) if tree is not None else None
         ctx = assemble(query, found, budget_tokens, overlap)
         judged = {h.id: h for h in self.searcher.evidence(query, [item.hit for item in ctx.items])}
         return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))
 
     # -- navigation ----------------------------------------------------------------------------------
-    def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[tree.Node]:
+    def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[navigate.Node]:
         """Children of a level (every source's top for ``None``), in reading order or ranked by ``query``.
         A topic or digest node's children are its sub-levels, then the leaves it links."""
         linked: list[str] = []
         if node_id is not None and node_id.startswith("s"):
             node = self.summary(node_id)
             linked = [i for i in (id_from_filename(c.target) for c in node.children if c.wiki) if i]
-        return tree.drill_down(
+        return navigate.drill_down(
             self.conn,
             node_id,
             query=query,
@@ -1137,13 +1046,13 @@ class Vault:
 
     def serialize(self, node_id: str) -> str:
         """A level and everything under it read as one Markdown document (depth first, reading order)."""
-        return tree.serialize(self.conn, node_id)
+        return navigate.serialize(self.conn, node_id)
 
-    def expand_to_length(self, node_id: str, budget_tokens: int) -> tree.Expansion:
+    def expand_to_length(self, node_id: str, budget_tokens: int) -> navigate.Expansion:
         """A level expanded breadth first (summary, then children, ...) while it fits ``budget_tokens``."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
-        return tree.expand_to_length(self.conn, node_id, budget_tokens)
+        return navigate.expand_to_length(self.conn, node_id, budget_tokens)
 
     # -- entities and topics -------------------------------------------------------------------------
     def rescan_entities(self, progress: Callable[[int, int], None] | None = None) -> int:
@@ -1309,7 +1218,7 @@ class Vault:
 
     def _docmem(self, plan: Callable[[], Plan]) -> tuple[str, ...]:
         with self.commit_batch(), self._locked():
-            if treeops.pending_notes(self.layout):
+            if steps.pending_notes(self.layout):
                 self.heal_compaction()
             planned = plan()
             op = planned.op
@@ -1374,7 +1283,7 @@ class Vault:
                 loaded, missing = vectors_from_sidecars(
                     self.conn, self.layout, embedder.model_id, embedder.dim
                 )
-                requeued = self.jobs.enqueue_many(extract_job(i) for i in missing)
+                requeued = self.jobs.enqueue_many(admit_job(i) for i in missing)
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
     def check(self, *, fix: bool = False, redact: bool = False) -> CheckReport:
@@ -1400,7 +1309,7 @@ class Vault:
         model, dim = embedder.model_id, embedder.dim
         if fix:
             with self.commit_batch("memory: check --fix"):
-                if treeops.pending_notes(self.layout):
+                if steps.pending_notes(self.layout):
                     self.heal_compaction()
                 with self._locked():
                     report = check(

@@ -15,13 +15,14 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from vaultmem import entities, fsio, index, treeops, vectors
-from vaultmem.compact import Resummarized
+from vaultmem import entities, fsio, index, steps, vectors
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
-from vaultmem.jobs import JobQueue, resummarize_job, topic_route_job
+from vaultmem.jobs import JobQueue, resummarise_job, topic_route_job
 from vaultmem.layout import SUMMARY_NAME, Layout
 from vaultmem.model import Status
+from vaultmem.stale import Resummarised
+from vaultmem.steps import FileWrite, TreeOp
 from vaultmem.summarise import Summariser
 from vaultmem.summaryfile import parse_summary, render_summary, text_hash
 from vaultmem.topics import heat
@@ -40,7 +41,6 @@ from vaultmem.topics.plan import (
     topic_dir,
     worth_a_tree,
 )
-from vaultmem.treeops import FileWrite, TreeOp
 
 
 # -- archiving ----------------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def route(
             "SELECT id, depth FROM chunks WHERE path = ?", (existing(conn).get(key, ""),)
         ).fetchone()
         if row is not None:
-            JobQueue(conn).enqueue_many([resummarize_job(row["id"], row["depth"])])
+            JobQueue(conn).enqueue_many([resummarise_job(row["id"], row["depth"])])
     return routed
 
 
@@ -136,7 +136,7 @@ def _route(
             if op is None:
                 return Routed(tuple(messages), "live")
             try:
-                treeops.apply(conn, layout, op, embedder.model_id, embedder.dim)
+                steps.apply(conn, layout, op, embedder.model_id, embedder.dim)
             except ConflictError as exc:  # a person is editing it; the next route retries
                 return Routed(tuple(messages), "live", (f"topic {key}: {exc}",))
             if commit is not None:
@@ -155,14 +155,14 @@ def llm_refresh(
     dim: int,
     write_lock: Callable[[], AbstractContextManager[object]],
     max_bytes: int,
-) -> Resummarized:
+) -> Resummarised:
     """Rewrite a topic root's summary with ``summariser`` (an LLM): its inputs are read under the write
     lock, the model runs without it, and the write is guarded by the hash read (a route or a person
     writing meanwhile makes it try again later). Links, vector and hand edits are kept."""
     with write_lock():
         state = TopicState.load(conn, layout, key, max_bytes)
         if state.root is None or state.archived:
-            return Resummarized("gone")
+            return Resummarised("gone")
         planner = TopicPlanner(conn, layout, settings, model)
         newest_first = [i for i in state.root.links if i in state.members]
         top = top_levels(state)
@@ -193,10 +193,10 @@ def llm_refresh(
     )
     with write_lock():
         try:
-            treeops.apply(conn, layout, op, model, dim)
+            steps.apply(conn, layout, op, model, dim)
         except ConflictError:
-            return Resummarized("defer", notes=(f"{base.path} changed while it was summarised; retrying",))
-    return Resummarized("done", message, tuple(result.notes) if result else ())
+            return Resummarised("defer", notes=(f"{base.path} changed while it was summarised; retrying",))
+    return Resummarised("done", message, tuple(result.notes) if result else ())
 
 
 def candidates(

@@ -27,11 +27,11 @@ import numpy.typing as npt
 from vaultmem import fsio, index, sidecar, vectors
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
-from vaultmem.ingest import extract_job, read_leaf_file, read_summary_file
-from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
+from vaultmem.jobs import JobQueue, NewJob, admit_job, digest_job, resummarise_job, topic_route_job
 from vaultmem.layout import SIDECAR_NAME, SUMMARY_NAME, Layout
 from vaultmem.leaffile import id_from_filename, parse_leaf
 from vaultmem.model import parse_ts
+from vaultmem.scan import read_leaf_file, read_summary_file
 from vaultmem.summaryfile import parse_summary, text_hash
 
 Vector = npt.NDArray[np.float32]
@@ -51,7 +51,7 @@ class TreeOp:
     old place, then moved. ``removes`` lists node files and sidecars as (path, hash that was read; None
     only for an engine-owned ``_embeddings.json``); ``rmdirs`` are directories removed once empty."""
 
-    kind: str  # "seal" | "condense" | "resummarize" | "stale" | "docmem"
+    kind: str  # "seal" | "condense" | "resummarise" | "stale" | "docmem"
     source: str
     message: str  # one line, also the git commit message
     writes: tuple[FileWrite, ...] = ()
@@ -396,5 +396,5 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
             if n.id not in op.vectors and before.get(n.id) != text_hash(n.searchable)
         ]
         queue = JobQueue(conn)
-        queue.enqueue_many(extract_job(i) for i in [*reembed, *missing])
-        queue.enqueue_many(resummarize_job(i, d) for i, d in op.stale)
+        queue.enqueue_many(admit_job(i) for i in [*reembed, *missing])
+        queue.enqueue_many(resummarise_job(i, d) for i, d in op.stale)
