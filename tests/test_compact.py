@@ -8,66 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_summarise import ChatServer, Reply
+from tests.helpers import CONFIG, TOPICS, ChatServer, Reply, make_vault, topic_of, topic_records
 from vaultmem import fsio
 from vaultmem.embed import FakeEmbedder
 from vaultmem.layout import SUMMARY_NAME
 from vaultmem.summaryfile import parse_summary
 from vaultmem.vault import Vault
-
-TOPICS = {
-    "garden": ["roses", "tulips", "compost", "seedlings", "greenhouse", "watering", "hedge", "soil"],
-    "japan": ["kyoto", "ryokan", "shinkansen", "tokyo", "temple", "sushi", "osaka", "onsen"],
-    "piano": ["chopin", "scales", "recital", "metronome", "sonata", "keys", "pedal", "etude"],
-    "taxes": ["deduction", "invoice", "accountant", "receipts", "refund", "irs", "audit", "ledger"],
-}
-
-CONFIG = """
-[compact]
-fresh_keep_leaves = 8
-fresh_keep_tokens = 100000
-seal_min_leaves = 16
-seal_min_tokens = 100000
-bucket_target_leaves = 10
-bucket_min_leaves = 3
-bucket_max_leaves = 40
-bucket_max_tokens = 100000
-merge_threshold = 0.8
-condense_fanout = {fanout}
-condense_target = 3
-workers = {workers}
-"""
-
-
-def topic_records(per_topic: int, *, start: int = 0, source: str = "chat") -> list[dict[str, object]]:
-    """Interleaved turns on four topics with disjoint vocabularies (so clusters are unambiguous)."""
-    records = []
-    names = list(TOPICS)
-    for i in range(start, start + per_topic * len(names)):
-        topic = names[i % len(names)]
-        words = TOPICS[topic]
-        n = i // len(names)
-        text = f"{words[n % 8]} {words[(n + 3) % 8]} {words[(n + 5) % 8]} and {words[(n + 1) % 8]} again."
-        records.append(
-            {
-                "id": f"m{i}",
-                "role": "user",
-                "speaker": "Mara",
-                "content": text,
-                "ts": f"2024-05-{1 + i // 48:02d}T{(i // 4) % 24:02d}:{i % 60:02d}:00Z",
-                "session": f"s{i // 40}",
-                "source": source,
-            }
-        )
-    return records
-
-
-def make_vault(path: Path, *, fanout: int = 50, workers: int = 3) -> Vault:
-    return Vault.init(path, CONFIG.format(fanout=fanout, workers=workers), embedder=FakeEmbedder())
-
-
-def topic_of(text: str) -> str:
-    return next(t for t, words in TOPICS.items() if any(w in text for w in words))
 
 
 def levels(vault: Vault) -> dict[str, list[str]]:

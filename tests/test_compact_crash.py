@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_compact import make_vault, topic_records
+from tests.helpers import make_vault, topic_records
 from vaultmem.embed import FakeEmbedder
 from vaultmem.leaffile import id_from_filename
 from vaultmem.vault import Vault
@@ -40,8 +40,8 @@ from vaultmem.vault import Vault
 
 # Stages of a durable step (steps._execute), counted only while a step runs. "execute" counts steps
 # done: killed there, a step is complete but its write-ahead note is not yet removed.
-STAGES = {"syncfs": (fsio, "_syncfs"), "move_file": (fsio, "move_file"), "remove": (treeops, "_remove"),
-          "index": (treeops, "_index"), "execute": (treeops, "_execute")}
+STAGES = {"syncfs": (fsio, "_syncfs"), "move_file": (fsio, "move_file"), "remove": (steps, "_remove"),
+          "index": (steps, "_index"), "execute": (steps, "_execute")}
 kill_at = sys.argv[2] if len(sys.argv) > 2 else ""  # "stage:n", or "" to count the stages
 in_step = threading.local()
 calls = dict.fromkeys(STAGES, 0)

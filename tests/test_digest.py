@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import run
+from tests.helpers import run
 from vaultmem import digest, index
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput

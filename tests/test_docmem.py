@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_compact import make_vault, topic_records
+from tests.helpers import make_vault, topic_records
 from vaultmem import docmem, index, leaffile, order, sessions, steps
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import FrontmatterError, InvalidInput, NodeNotFound

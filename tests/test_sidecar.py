@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tests.conftest import chat
+from tests.helpers import chat
 from vaultmem import Vault, sidecar
 from vaultmem.embed import FakeEmbedder
 from vaultmem.layout import Layout

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.test_summarise import ChatServer, Reply
+from tests.helpers import ChatServer, Reply, wait_for, watching
 from vaultmem import topics
 from vaultmem.cli import app, main
 from vaultmem.embed import FakeEmbedder
@@ -247,14 +248,7 @@ def test_a_cold_topic_is_archived_and_revived_when_it_heats_up(vault: Vault) -> 
 
     def route() -> topics.route.Routed:
         return topics.route.route(
-            vault.conn,
-            vault.layout,
-            "project:tidepool",
-            ctx.topics,
-            vault.embedder,
-            vault._locked,
-            1 << 20,
-            later,
+            replace(ctx, max_bytes=1 << 20, commit=None), vault.conn, "project:tidepool", ctx.topics, later
         )
 
     routed = route()
@@ -531,8 +525,6 @@ def test_a_topic_folder_renamed_by_hand_stays_where_the_person_put_it(vault: Vau
 
 def test_the_daemon_archives_a_topic_gone_cold_at_midnight(vault: Vault) -> None:
     import time
-
-    from tests.test_watch import wait_for, watching
 
     vault.ingest_messages(records(12), source="chat")
     vault.compact()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import chat, read_only
+from tests.helpers import chat, read_only
 from vaultmem import Vault, index
 from vaultmem.errors import (
     FrontmatterError,

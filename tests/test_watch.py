@@ -11,87 +11,34 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from watchdog.observers import Observer
 
-from tests.conftest import chat
-from tests.test_compact import make_vault, topic_records
+from tests.helpers import (
+    BULK_S,
+    DEADLINE_S,
+    ObservedDaemon,
+    chat,
+    make_vault,
+    topic_records,
+    wait_for,
+    watching,
+)
 from vaultmem import daemonstate
 from vaultmem.cli import app
 from vaultmem.daemon import Daemon, midnight_jobs
-from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import VaultLocked
 from vaultmem.jobs import JobKind
 from vaultmem.layout import Layout
 from vaultmem.pool import Pool
-from vaultmem.reconcile import PathsReport
 from vaultmem.vault import Vault
 from vaultmem.watch import Debouncer, Watcher
 
 # Deadlines only bound a hang: every wait below ends as soon as its condition holds, on any machine.
-DEADLINE_S = 60.0
-BULK_S = 240.0  # for a thousand notes on a loaded machine
-
-
-def wait_for(cond: Callable[[], object], timeout: float = DEADLINE_S, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-class ObservedDaemon(Daemon):
-    """The daemon under test, unchanged, that also tells the test what it has done: the paths of each
-    batch it reconciled, and how many turns of its loop it finished (its status is written once a turn)."""
-
-    def __init__(self, vault: Vault, **kw: object) -> None:
-        super().__init__(vault, **kw)  # type: ignore[arg-type]
-        self.reconciled: list[str] = []
-        self.turns = 0
-
-    def process(self, rels: list[str], *, final: bool = False) -> PathsReport:
-        report = super().process(rels, final=final)
-        self.reconciled.extend(rels)
-        return report
-
-    def write_status(self, *, force: bool = False, running: bool = True) -> None:
-        super().write_status(force=force, running=running)
-        self.turns += 1
-
-
-@contextmanager
-def watching(root: Path, **kw: object) -> Iterator[ObservedDaemon]:
-    """A daemon on its own thread and connection (the test uses another Vault, like another process)."""
-    v = Vault.open(root, embedder=FakeEmbedder())
-    daemon = ObservedDaemon(v, quiet_s=0.1, delete_grace_s=0.5, status_s=0.2, **kw)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            daemon.run(stop)
-        except BaseException as exc:  # surfaced in the test thread below
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="test-daemon")
-    thread.start()
-    try:
-        wait_for(lambda: errors or (daemon.watcher.alive() and daemon.last_rescan is not None), what="start")
-        assert not errors, errors
-        yield daemon
-    finally:
-        stop.set()
-        thread.join(timeout=BULK_S)
-        v.close()
-    assert not thread.is_alive()
-    assert not errors, errors
-    assert not [t for t in threading.enumerate() if t.name.startswith("vaultmem-worker")]
 
 
 def settle(daemon: ObservedDaemon) -> None:

@@ -31,8 +31,8 @@ from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, 
 from vaultmem.model import Status, parse_ts
 from vaultmem.order import sibling_order
 from vaultmem.stale import Resummarised, children_of, current_fingerprint, fingerprint_rows
-from vaultmem.steps import FileWrite, TreeOp
-from vaultmem.summarise import Child, ExtractiveSummariser, Summariser
+from vaultmem.steps import FileWrite, StepEnv, TreeOp
+from vaultmem.summarise import Child, ExtractiveSummariser
 from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
@@ -674,17 +674,12 @@ def _vectors_for(conn: sqlite3.Connection, ids: Sequence[str], model: str) -> di
     return vectors.by_ids(conn, model, ids)
 
 
-def resummarise(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    node_id: str,
-    summariser: Summariser,
-    embedder: Embedder,
-    write_lock: Callable[[], AbstractContextManager[object]],
-    max_bytes: int,
-) -> Resummarised:
-    """Write a fresh summary of one level from its current children. The summariser (maybe a slow
-    LLM) runs without the write lock; the write then checks that the file is still what was read."""
+def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resummarised:
+    """A source tree's own re-summarise: write a fresh summary of one level from its current children.
+    The summariser (maybe a slow LLM) runs without the write lock; the write then checks that the file
+    is still what was read."""
+    layout, summariser, write_lock, max_bytes = env.layout, env.summariser, env.lock, env.max_bytes
+    embedder = env.embedder()
     row = conn.execute(
         "SELECT path, depth, parent FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
     ).fetchone()

@@ -21,7 +21,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
 from vaultmem import db, digest, fsio, steps, topics
@@ -48,9 +47,8 @@ from vaultmem.jobs import (
     reclaim,
     seal_job,
 )
-from vaultmem.layout import Layout
 from vaultmem.stale import Resummarised
-from vaultmem.summarise import Summariser
+from vaultmem.steps import StepEnv
 from vaultmem.topics.plan import TopicSettings
 
 ADMIT_BATCH = 2048  # one model call sorts more texts by length: less padding, fewer sidecar rewrites
@@ -68,20 +66,18 @@ WAITING_KINDS: tuple[str, ...] = ()
 CLAIMABLE_KINDS = [k.value for k in JobKind if k.value not in WAITING_KINDS]
 
 
-@dataclass(frozen=True)
-class JobEnv:
-    """What every job handler works with: the vault's layout, settings, models, write lock and commit."""
+@dataclass(frozen=True, kw_only=True)
+class JobEnv(StepEnv):
+    """What every job handler works with: a ``StepEnv`` (layout, summariser, embedder, write lock, file
+    size limit, commit) and the settings of compaction, topics, entities and the global tree."""
 
-    layout: Layout
     settings: CompactSettings
-    embedder: Callable[[], Embedder]
-    summariser: Summariser
-    lock: Callable[[], AbstractContextManager[object]]  # the vault's write lock
-    max_bytes: int
-    commit: Callable[[str], None] | None = None  # git auto-commit of one logical operation
     topics: TopicSettings = field(default_factory=TopicSettings)
     finder: EntityFinder | None = find_entities  # entities of a leaf as it is admitted
     digest: bool = True  # keep the global tree (a digest per day)
+    # Admitted leaves queue their source's ``append_buffer`` (which seals when the buffer is ready).
+    # ``Vault.flush`` turns it off: it embeds and admits only, and ``compact`` seals every source itself.
+    seal_after_admit: bool = True
 
 
 @dataclass
@@ -545,82 +541,44 @@ class Pool:
             self.ctx.commit(op.message)
 
     def _topic_route(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
-        ctx = self.ctx
-        result = topics.route.route(
-            conn,
-            ctx.layout,
-            str(job.payload["entity"]),
-            ctx.topics,
-            ctx.embedder(),
-            ctx.lock,
-            ctx.max_bytes,
-            topics.heat.utcnow(),
-            ctx.commit,
-            ctx.summariser,
+        self._report_route(
+            topics.route.route(
+                self.ctx, conn, str(job.payload["entity"]), self.ctx.topics, topics.heat.utcnow()
+            )
         )
+        return True
+
+    def _report_route(self, result: topics.route.Routed) -> None:
         for message in result.messages:
             self.report.add(topics=1)
             self.report.say(message)
         self.report.say(notes=result.notes)
-        return True
 
     def _resummarise(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
-        ctx = self.ctx
+        """Each tree kind re-summarises its own nodes: a digest from its own inputs (a day from its
+        leaves, never from its folder), a topic node by its topic, a source level from its children."""
         node_id = str(job.payload["id"])
         if digest.in_global_tree(conn, node_id):
-            # A digest is rebuilt from its own inputs (a day from its leaves), never from its folder.
-            result = digest.redigest(
-                conn, ctx.layout, node_id, ctx.summariser, ctx.embedder(), ctx.lock, ctx.max_bytes, ctx.commit
-            )
+            result = digest.resummarise(self.ctx, conn, node_id)
             return self._settle(queue, job, result, committed=True, resummarized=1)
         entity = topics.plan.entity_of_node(conn, node_id)
         if entity is not None:
-            row = conn.execute("SELECT path, status FROM chunks WHERE id = ?", (node_id,)).fetchone()
-            if (
-                ctx.summariser.name != "extractive"
-                and row["status"] != "stale"
-                and topics.plan.is_root(row["path"])
-            ):
-                # The LLM pass a route asked for: the model writes the root's summary outside the lock.
-                embedder = ctx.embedder()
-                result = topics.route.llm_refresh(
-                    conn,
-                    ctx.layout,
-                    entity,
-                    ctx.topics,
-                    ctx.summariser,
-                    embedder.model_id,
-                    embedder.dim,
-                    ctx.lock,
-                    ctx.max_bytes,
-                )
-                return self._settle(queue, job, result, resummarized=1)
-            # A stale topic node is rewritten by routing its topic (its children are links, not its folder).
-            done = self._topic_route(conn, queue, replace(job, payload={"entity": entity}))
+            done = topics.route.resummarise(self.ctx, conn, node_id, entity, self.ctx.topics)
+            if isinstance(done, Resummarised):
+                return self._settle(queue, job, done, resummarized=1)
+            self._report_route(done)
             self.report.add(resummarized=1)
-            return done
+            return True
         try:
-            result = resummarise(
-                conn,
-                ctx.layout,
-                node_id,
-                ctx.summariser,
-                ctx.embedder(),
-                ctx.lock,
-                ctx.max_bytes,
-            )
+            result = resummarise(self.ctx, conn, node_id)
         except ConflictError as exc:
             queue.defer(job, DEFER_S, str(exc))
             return False
         return self._settle(queue, job, result, resummarized=1)
 
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
-        ctx = self.ctx
         day = digest.parse_day(str(job.payload["day"]))
-        result = digest.build_day(
-            conn, ctx.layout, day, ctx.summariser, ctx.embedder(), ctx.lock, ctx.max_bytes, ctx.commit
-        )
-        return self._settle(queue, job, result, committed=True)
+        return self._settle(queue, job, digest.build_day(self.ctx, conn, day), committed=True)
 
     def _settle(
         self, queue: JobQueue, job: Job, result: Resummarised, *, committed: bool = False, **counts: int
@@ -666,7 +624,8 @@ def run_admit(
     admitted with its new text; one that cannot be yet (its file is mid-save, or it sits in a level the
     catch-up re-reads) is put back for ``BUSY_RETRY_S`` without using an attempt, and one whose file is
     no longer a leaf fails. Follow-ups of the admitted leaves: the digest of each day they fall on (with
-    ``env.digest``), their entities' topics routed, and ``append_buffer`` for each of their sources.
+    ``env.digest``), their entities' topics routed, and (with ``env.seal_after_admit``) ``append_buffer``
+    for each of their sources.
     Adds to ``report``. A full disk is raised (nothing to retry until space returns)."""
     layout = env.layout
     embedder = env.embedder()
@@ -709,7 +668,8 @@ def run_admit(
             queue.defer(job, BUSY_RETRY_S, "leaf file changed on disk while it was admitted; retried shortly")
     report.jobs_done += len(done)
     topics.route.after_admit(conn, layout, done_ids, topics.heat.utcnow(), env.topics)
-    queue.enqueue_many(append_buffer_job(s) for s in _sources_of(conn, done_ids))
+    if env.seal_after_admit:
+        queue.enqueue_many(append_buffer_job(s) for s in _sources_of(conn, done_ids))
     report.embedded += result.embedded
     report.reused += result.reused
     report.admitted += result.admitted

@@ -16,7 +16,8 @@ import json
 import secrets
 import sqlite3
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -26,15 +27,35 @@ import numpy.typing as npt
 
 from vaultmem import fsio, index, sidecar, vectors
 from vaultmem.db import atomic
+from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
 from vaultmem.jobs import JobQueue, NewJob, admit_job, digest_job, resummarise_job, topic_route_job
 from vaultmem.layout import SIDECAR_NAME, SUMMARY_NAME, Layout
 from vaultmem.leaffile import id_from_filename, parse_leaf
 from vaultmem.model import parse_ts
 from vaultmem.scan import read_leaf_file, read_summary_file
+from vaultmem.summarise import Summariser
 from vaultmem.summaryfile import parse_summary, text_hash
 
 Vector = npt.NDArray[np.float32]
+
+
+LockFactory = Callable[[], AbstractContextManager[object]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepEnv:
+    """What a job that writes the tree works with (one object instead of the same six arguments on
+    every re-summarise, digest and topic route): where, with which summariser and embedder (a factory:
+    the model loads on first use), under the vault's write lock, the largest file it reads, and how a
+    finished step is recorded (git auto-commit; None when off)."""
+
+    layout: Layout
+    summariser: Summariser
+    embedder: Callable[[], Embedder]
+    lock: LockFactory
+    max_bytes: int
+    commit: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)

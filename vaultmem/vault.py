@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, date, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,15 +29,14 @@ from vaultmem import (
     index,
     navigate,
     steps,
-    timeparse,
     topics,
-    treectx,
 )
 from vaultmem.admit import EntityFinder, find_entities, vectors_from_sidecars
+from vaultmem.autocommit import AutoCommit
 from vaultmem.check import CheckReport, Problem, check
 from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
-from vaultmem.context import Context, assemble
+from vaultmem.context import MODES, Context, gather
 from vaultmem.docmem import (
     Plan,
     plan_add_summary,
@@ -53,15 +52,13 @@ from vaultmem.errors import (
     ConflictError,
     DiskFull,
     GitBusy,
-    GitError,
     InvalidInput,
     NodeNotFound,
     ReadOnlyVault,
-    VaultError,
     VaultExists,
     VaultNotFound,
 )
-from vaultmem.gitsync import GitOperation, GitRecorder
+from vaultmem.gitsync import GitOperation
 from vaultmem.ingest import (
     IngestReport,
     Progress,
@@ -73,7 +70,7 @@ from vaultmem.ingest import (
 from vaultmem.inputs import read_path
 from vaultmem.inputs.chat import messages_from_records
 from vaultmem.inputs.mailthread import thread_messages
-from vaultmem.jobs import JobQueue, admit_job, release_dead, resummarise_job
+from vaultmem.jobs import JobQueue, admit_job, release_dead, resummarise_job, seal_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.llm import OpenAICompatSummariser
@@ -86,56 +83,21 @@ from vaultmem.model import (
     default_source_name,
     parse_ts,
     safe_name,
-    utc,
 )
 from vaultmem.pool import JobEnv, Pool, PoolReport, WorkReport
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
-from vaultmem.redact import scrub
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scan import read_summary_file
 from vaultmem.scoring import FastScorer
-from vaultmem.search import Filters, Hit, Searcher
+from vaultmem.search import Filters, Hit, Searcher, window_first
 from vaultmem.sessions import SessionTree, session_tree
+from vaultmem.stats import Stats, read_stats
 from vaultmem.status import set_status
 from vaultmem.summarise import ExtractiveSummariser, Summariser
 from vaultmem.summaryfile import SummaryNode
 
 BATCH_MESSAGES = 2000
 DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
-
-
-@dataclass(frozen=True)
-class Stats:
-    path: str
-    storage_bytes: int
-    index_bytes: int
-    sources: tuple[str, ...]
-    leaves: int
-    summaries: int
-    topics: int
-    by_status: dict[str, int]
-    first_memory: str | None
-    latest_memory: str | None
-    jobs: dict[str, int]
-    daemon: dict[str, Any] = field(default_factory=dict)  # the watch daemon: running, pid, last event...
-    git: dict[str, Any] | None = None  # a git operation under way (writes pause): what, marker, advice
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "storage_bytes": self.storage_bytes,
-            "index_bytes": self.index_bytes,
-            "sources": list(self.sources),
-            "chunks": self.leaves,
-            "summaries": self.summaries,
-            "topics": self.topics,
-            "by_status": self.by_status,
-            "first_memory": self.first_memory,
-            "latest_memory": self.latest_memory,
-            "jobs": self.jobs,
-            "daemon": self.daemon,
-            "git": self.git,
-        }
 
 
 class Vault:
@@ -155,17 +117,8 @@ class Vault:
         self.topic_settings = topics.plan.settings_from(config.topic_values())
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
-        self._git = GitRecorder(layout.root) if config.git_auto_commit else None
-        # Engine changes awaiting their commit; fsio reports every file the engine writes, moves or removes.
-        self._journal = gitsync.Journal(layout.root) if self._git is not None else None
-        self._observer = (
-            fsio.observe(layout.root, self._journal.record_paths) if self._journal is not None else None
-        )
-        self._batches = 0  # open commit batches: commits wait for the outermost to end
-        self._batches_lock = threading.Lock()
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
-        self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
-        self.commits = 0  # git commits this vault made (engine batches and hand edits)
+        self._autocommit = AutoCommit(layout.root, config.git_auto_commit, self._locked, self.warnings)
         self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -291,9 +244,7 @@ class Vault:
             return [step.message for step in done]
 
     def close(self) -> None:
-        if self._observer is not None:
-            fsio.unobserve(self._observer)
-            self._observer = None
+        self._autocommit.close()
         self.conn.close()
 
     def __enter__(self) -> Vault:
@@ -500,17 +451,8 @@ class Vault:
             with self.commit_batch():
                 if steps.pending_notes(self.layout):
                     self.heal_compaction()
-                result = digest.refresh(
-                    self.conn,
-                    self.layout,
-                    when,
-                    period,
-                    self.summariser,
-                    lambda: self.embedder,
-                    self._locked,
-                    max_bytes,
-                    self._commit,
-                )
+                env = replace(self.job_env(), max_bytes=max_bytes, commit=self._commit)
+                result = digest.refresh(env, self.conn, when, period)
         except GitBusy:
             # Reading goes on during a git operation: the digest as it is on disk, if there is one.
             if not self.layout.abs(rel).exists():
@@ -545,42 +487,7 @@ class Vault:
         ]
 
     def stats(self) -> Stats:
-        storage = 0
-        index_bytes = 0
-        for p in self.layout.root.rglob("*"):
-            if p.is_file() and not p.is_symlink() and p != self.layout.reserve:
-                size = p.stat().st_size
-                if self.layout.state in p.parents:
-                    index_bytes += size
-                elif ".git" not in p.relative_to(self.layout.root).parts:
-                    storage += size
-        counts = dict(self.conn.execute("SELECT kind, count(*) FROM chunks GROUP BY kind").fetchall())
-        by_status = dict(
-            self.conn.execute(
-                "SELECT status, count(*) FROM chunks WHERE kind = 'leaf' GROUP BY status"
-            ).fetchall()
-        )
-        first, latest = self.conn.execute(
-            "SELECT min(ts), max(ts) FROM chunks WHERE ts IS NOT NULL"
-        ).fetchone()
-        live_topics = sum(
-            1 for p in topics.plan.existing(self.conn).values() if f"/{topics.plan.ARCHIVE}/" not in p
-        )
-        return Stats(
-            path=str(self.layout.root),
-            storage_bytes=storage,
-            index_bytes=index_bytes,
-            sources=tuple(self.sources()),
-            leaves=counts.get("leaf", 0),
-            summaries=counts.get("summary", 0),
-            topics=live_topics,
-            by_status=by_status,
-            first_memory=first,
-            latest_memory=latest,
-            jobs=JobQueue(self.conn).counts(),
-            daemon=daemonstate.status(self.layout),
-            git=_git_line(gitsync.operation_in_progress(self.layout.root, lock_wait_s=0.0), self.layout.root),
-        )
+        return read_stats(self.conn, self.layout, self.sources())
 
     def tally(self) -> dict[str, int]:
         """Leaves, vectors and jobs still to run, read on a connection of its own: usable after an
@@ -634,8 +541,9 @@ class Vault:
                 )
             ]
             self.jobs.enqueue_many(admit_job(i) for i in missing)
-            # The pool's own runner on this thread, admit jobs only; this call commits once at the end.
-            pool = Pool(replace(self.job_env(), commit=None), workers=1)
+            # The pool's own runner on this thread, admit jobs only; this call commits once at the end,
+            # and leaves sealing to `compact` (or the daemon).
+            pool = Pool(replace(self.job_env(), commit=None, seal_after_admit=False), workers=1)
             report = pool.run_here(self.conn, progress=progress)
             if report.admitted:
                 self._commit(f"memory: admit {report.admitted} leaves")
@@ -686,7 +594,7 @@ class Vault:
             summariser=self.summariser,
             lock=self._locked,
             max_bytes=self.config.max_file_bytes,
-            commit=self._commit if self._git is not None else None,
+            commit=self._commit if self._autocommit.enabled else None,
             topics=self.topic_settings,
             finder=self.entity_finder,
             digest=self.config.digest_enabled,
@@ -723,10 +631,10 @@ class Vault:
             if caught.stale:
                 self._commit(f"memory: mark {len(caught.stale)} summaries stale (what is below them changed)")
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
-        # them in the buffer (the worker pool runs both kinds of job at once). Each admitted batch
-        # queues its sources' ``append_buffer`` (the admit handler's follow-up), which seals them.
+        # them in the buffer (the worker pool runs both kinds of job at once).
         flushed = self.flush()
         with self._locked():
+            self.jobs.enqueue_many(seal_job(s) for s in self.sources())
             # Days and topics that lost a leaf are re-digested and re-routed (the topic sweep below
             # routes every topic anyway).
             digest.enqueue_out_of_date(self.conn, time.time())
@@ -760,92 +668,38 @@ class Vault:
                     report.planned.append(f"{directory}/ ({count} moved in)")
         return report
 
-    # -- git auto-commit --------------------------------------------------------------------------------
+    # -- git auto-commit (``autocommit``) -------------------------------------------------------------
+    @property
+    def git_notes(self) -> list[str]:
+        """What git auto-commit did besides committing (a repo created)."""
+        return self._autocommit.notes
+
+    @property
+    def commits(self) -> int:
+        """Git commits this vault made (engine batches and hand edits)."""
+        return self._autocommit.commits
+
     def _commit(self, message: str) -> None:
         """Record one logical operation for git auto-commit: committed at once, or with the rest of the
         batch when one is open (``commit_batch``)."""
-        if self._journal is None:
-            return
-        # The message names titles and entities, which come from memory: never a secret in history.
-        self._journal.record_message(scrub(message))
-        with self._batches_lock:
-            batched = self._batches > 0
-        if not batched:
-            self.commit_pending()
+        self._autocommit.record(message)
 
-    @contextmanager
-    def commit_batch(self, subject: str | None = None) -> Iterator[None]:
+    def commit_batch(self, subject: str | None = None) -> AbstractContextManager[None]:
         """Everything the engine changes inside (in any thread of this vault) becomes one git commit at
         the end of the outermost batch; its subject is ``subject`` when several operations ran."""
-        with self._batches_lock:
-            self._batches += 1
-        try:
-            yield
-        finally:
-            with self._batches_lock:
-                self._batches -= 1
-                last = self._batches == 0
-            if last and self._journal is not None and self._journal.pending():
-                try:
-                    self.commit_pending(subject)
-                except VaultError as exc:  # never hide the error of the work itself
-                    self.warnings.append(f"git auto-commit failed: {exc}")
+        return self._autocommit.batch(subject)
 
     def has_uncommitted(self) -> bool:
         """True when git auto-commit is on and engine changes wait for their commit."""
-        return self._journal is not None and self._journal.pending()
+        return self._autocommit.pending()
 
     def commit_pending(self, subject: str | None = None) -> str | None:
-        """Commit what the engine changed and has not committed yet (only its own paths). During a git
-        operation nothing is committed and the changes stay recorded for the next commit. Returns the
-        new commit, or None."""
-        if self._journal is None or self._git is None:
-            return None
-        with self._locked(git_guard=False):
-            paths, messages, size = self._journal.read()
-            if not size:
-                return None
-            try:
-                if self._git.head() is None:
-                    # A new history starts with the whole vault as it is (ignored files excepted).
-                    result = self._git.commit(gitsync.commit_message(messages, subject), None)
-                else:
-                    result = self._git.commit(gitsync.commit_message(messages, subject), paths)
-            except GitBusy as exc:
-                note = f"not committed yet: {exc}"
-                if note not in self.warnings:
-                    self.warnings.append(note)
-                return None
-            except GitError as exc:
-                self.warnings.append(f"git auto-commit failed: {exc}")
-                self._journal.squash()  # kept for the next commit, without growing on every attempt
-                return None
-            self._journal.consume(size)
-            self._after_commit(result)
-            return result.sha
-
-    def _after_commit(self, result: gitsync.CommitResult) -> None:
-        self.git_notes.extend(result.notes)
-        self.commits += result.sha is not None
-        for path, kinds in result.held:
-            self.warnings.append(
-                f"git: {path} not committed: it holds a secret ({', '.join(kinds)}); "
-                "`vaultmem check` lists it, `vaultmem check --fix --redact` redacts it"
-            )
+        """Commit what the engine changed and has not committed yet (only its own paths); None when
+        nothing was committed (see ``autocommit.AutoCommit.commit_pending``)."""
+        return self._autocommit.commit_pending(subject)
 
     def _commit_by_hand(self, paths: list[str]) -> None:
-        """Commit a person's edits the engine just read as their own commit ("edit by hand: ..."), before
-        anything the engine derives from them, so they never hide inside an engine commit."""
-        if self._git is None or not paths:
-            return
-        try:
-            if self._git.head() is None:
-                return  # the first engine commit snapshots the whole vault, these edits included
-            result = self._git.commit(scrub(gitsync.hand_message(paths)), paths)
-        except GitError as exc:  # GitBusy included: the edits stay uncommitted, as the person left them
-            self.warnings.append(f"git commit of hand edits failed: {exc}")
-            return
-        self._after_commit(result)
+        self._autocommit.commit_by_hand(paths)
 
     # -- hand edits (the watch daemon) ---------------------------------------------------------------
     def reconcile_paths(
@@ -943,27 +797,14 @@ class Vault:
         reference for relative times (default: the current time)."""
         entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status, entity)
-        self._note_query(query)
-        return self._window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))[:k]
+        hits = window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))[:k]
+        self.record_query(query)
+        return hits
 
-    def _window_first(
-        self, query: str, filters: Filters, now: datetime | None, ranked: Callable[[str, Filters], list[Hit]]
-    ) -> list[Hit]:
-        """``ranked(query, filters)``, led by ``ranked`` over the time window the query names (searched
-        without the time words) when it names one and no explicit ``since``/``until`` is given."""
-        window = None
-        if filters.since is None and filters.until is None and isinstance(query, str):
-            window = timeparse.find_range(query, utc(now) if now is not None else topics.heat.utcnow())
-        found = ranked(query, filters)
-        if window is None:
-            return found
-        within = replace(filters, since=window.start, until=window.end - timedelta(microseconds=1))
-        first = ranked(timeparse.strip_range(query, window) or query, within)
-        seen = {h.id for h in first}
-        return [*first, *(h for h in found if h.id not in seen)]
-
-    def _note_query(self, query: str) -> None:
-        """A query that names an entity makes it hotter (the heat formula's query term)."""
+    def record_query(self, query: str) -> None:
+        """Make the entities ``query`` names hotter (the heat formula's query term). ``search`` and
+        ``context`` call it after they have read (the retrieval modules never write); nothing is
+        recorded in a read-only vault or with topics off."""
         if not self.topic_settings.enabled or not isinstance(query, str) or self.read_only is not None:
             return
         keys = [m.key for m in entities.extract(query)]
@@ -986,32 +827,27 @@ class Vault:
         """The best remembered text for ``query`` within ``budget_tokens``, with provenance per item.
 
         ``mode``: ``flat`` (leaves only), ``collapsed`` (leaves and summaries ranked together) or
-        ``walk`` (top-down through the best branches); see ``treectx``. Chosen nodes never overlap."""
+        ``walk`` (top-down through the best branches); see ``context``. Chosen nodes never overlap."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         mode = mode or DEFAULT_CONTEXT_MODE
-        if mode not in treectx.MODES:
-            raise InvalidInput(f"unknown context mode {mode!r}; one of {', '.join(treectx.MODES)}")
+        if mode not in MODES:
+            raise InvalidInput(f"unknown context mode {mode!r}; one of {', '.join(MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("the query is empty; type a few words to search for")
         entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), entity=entity)
-        self._note_query(query)
-        # Enough candidates to fill the budget several times over with short turns.
-        k = max(50, budget_tokens // 8)
-        tree = treectx.Tree.load(self.conn) if mode != "flat" else None
-        found = self._window_first(  # what was said in a time the query names comes first
+        found = gather(
+            self.searcher,
             query,
-            filters,
-            now,
-            lambda q, f: treectx.candidates(
-                mode, self.searcher, self.conn, q, k, f, lambda: self.embedder, tree
-            ),
+            budget_tokens,
+            mode=mode,
+            filters=filters,
+            now=now,
+            embedder=lambda: self.embedder,
         )
-        overlap = treectx.hit_ancestors(self.conn, tree, found) if tree is not None else None
-        ctx = assemble(query, found, budget_tokens, overlap)
-        judged = {h.id: h for h in self.searcher.evidence(query, [item.hit for item in ctx.items])}
-        return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))
+        self.record_query(query)
+        return found
 
     # -- navigation ----------------------------------------------------------------------------------
     def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[navigate.Node]:
@@ -1334,12 +1170,6 @@ class Vault:
     @property
     def jobs(self) -> JobQueue:
         return JobQueue(self.conn, time.time)
-
-
-def _git_line(operation: GitOperation | None, root: Path) -> dict[str, Any] | None:
-    if operation is None:
-        return None
-    return {**operation.as_dict(), "why": operation.describe(), "error": str(operation.error(root))}
 
 
 @contextmanager
