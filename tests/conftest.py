@@ -16,7 +16,7 @@ imports another. Where the tests of a module are (module → test file):
     chunker, scoring                  test_chunker.py, test_scoring.py
     inputs (read_path), inputs.*      test_inputs.py, test_inputs_chat.py, test_inputs_docs.py, test_inputs_email.py
     config                            test_cli.py, test_vault.py
-    db, index                         test_damaged_index.py, test_read_only.py, test_reindex_check.py
+    db, index, opening                test_damaged_index.py, test_read_only.py, test_reindex_check.py
     jobs, pool                        test_jobs.py, test_liveness.py, test_interrupt.py
     vectors, sidecar, embed           test_vectors.py, test_sidecar.py, test_embed.py
     scan, reindex, check              test_reindex_check.py

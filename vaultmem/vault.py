@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -74,7 +74,7 @@ from vaultmem.jobs import JobQueue, admit_job, release_dead, resummarise_job, se
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.llm import OpenAICompatSummariser
-from vaultmem.lock import WriteLock, exclusive
+from vaultmem.lock import WriteLock
 from vaultmem.model import (
     Leaf,
     Message,
@@ -84,6 +84,7 @@ from vaultmem.model import (
     parse_ts,
     safe_name,
 )
+from vaultmem.opening import Damaged, open_index, set_aside
 from vaultmem.pool import JobEnv, Pool, PoolReport, WorkReport
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.reindex import ReindexReport, reindex
@@ -162,40 +163,9 @@ class Vault:
         config = load_config(layout.config)
         fsio.ensure_inside(layout.root, layout.db)  # SQLite writes there (and beside it): never elsewhere
         new_index = not layout.db.exists()
-        damaged: tuple[str, Path, db.Salvage] | None = None
-        read_only: str | None = None
-        try:
-            conn = _open_index(layout)
-        except ReadOnlyVault as exc:
-            # Reading needs no write: open the index read-only (immutable on read-only media).
-            read_only = str(exc)
-            try:
-                conn = db.connect(layout.db, readonly=True)
-            except (sqlite3.DatabaseError, ReadOnlyVault) as ro_exc:
-                raise ReadOnlyVault(
-                    f"{layout.root} is read-only and its index cannot be read ({ro_exc}); open it once where"
-                    " it is writable (or copy it) to build chunks.db"
-                ) from ro_exc
-        except DiskFull as exc:
-            raise DiskFull(
-                f"{exc}: the index cannot be opened; nothing was changed; free space, then run the command again"
-            ) from exc
-        except sqlite3.DatabaseError as exc:
-            if not db.is_damage(exc):
-                raise
-            # The index is derived: a damaged one is moved aside and rebuilt from the files. Under the
-            # write lock, and only if it is still damaged (another process may have just done it, or a
-            # writer was restarting the log while it was read).
-            with exclusive(layout):
-                try:
-                    conn = _open_index(layout)
-                except sqlite3.DatabaseError as again:
-                    if not db.is_damage(again):
-                        raise
-                    moved, salvage = _set_aside(layout, str(again))
-                    conn = db.connect(layout.db)
-                    damaged = (str(again), moved, salvage)
-        vault = cls(layout, config, conn, embedder)
+        opened = open_index(layout)
+        read_only, damaged = opened.read_only, opened.damaged
+        vault = cls(layout, config, opened.conn, embedder)
         if read_only is not None:
             vault.read_only = read_only
             vault.warnings.append(
@@ -206,7 +176,7 @@ class Vault:
         # operation (the daemon, or the next `compact`, catches up once it is over).
         if damaged is not None:
             with vault._locked(git_guard=False):
-                vault._rebuilt(*damaged)
+                vault._rebuilt(damaged)
         elif new_index and any((layout.root / SOURCES).glob("*/")):
             # A cloned or copied vault arrives without its index: rebuild it from the files.
             with vault._locked(git_guard=False):
@@ -1083,19 +1053,14 @@ class Vault:
         """Under the write lock: move the damaged index aside, open a new one, rebuild it."""
         self.conn.close()
         self._searcher = None
-        moved, salvage = _set_aside(self.layout, why)
+        damaged = set_aside(self.layout, why)
         self.conn = db.connect(self.layout.db)
-        return self._rebuilt(why, moved, salvage, progress)
+        return self._rebuilt(damaged, progress)
 
-    def _rebuilt(
-        self,
-        why: str,
-        moved: Path,
-        salvage: db.Salvage,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> ReindexReport:
+    def _rebuilt(self, damaged: Damaged, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
         """A new index after a damaged one: what could be read of the job queue and the heat first, then
         everything from the files; one warning says what happened and what was lost."""
+        why, moved, salvage = damaged.why, damaged.moved, damaged.salvage
         kept = db.restore(self.conn, salvage)
         report = self._reindex(progress)
         said = [
@@ -1184,34 +1149,6 @@ def _on_full_disk(what: str, kept: str, again: str) -> Iterator[None]:
             f"disk full during {what}: {exc}; {kept}, queued work stays queued and a step cut short"
             f" finishes on the next open; free space, then run {again} again"
         ) from exc
-
-
-def _open_index(layout: Layout) -> sqlite3.Connection:
-    """chunks.db, checked as far as is cheap: its write-ahead log's headers, then the first row of every
-    table. Raises ``sqlite3.DatabaseError`` (``db.is_damage``) when it is damaged."""
-    why = db.wal_problem(layout.db)
-    if why is not None:
-        raise db.DamagedLog(why)
-    conn = db.connect(layout.db)
-    try:
-        db.probe(conn)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _set_aside(layout: Layout, why: str) -> tuple[Path, db.Salvage]:
-    """Move a damaged chunks.db aside (the caller holds the write lock) and read back what no file holds."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    try:
-        moved = db.set_aside(layout.db, stamp)
-    except OSError as exc:
-        raise ReadOnlyVault(
-            f"chunks.db is damaged ({why}) and cannot be moved aside to rebuild it: {exc.strerror};"
-            " make .vaultmem/ writable, then run `vaultmem reindex`"
-        ) from exc
-    return moved, db.salvage(moved)
 
 
 def _when(value: datetime | str | None, name: str) -> datetime | None:
