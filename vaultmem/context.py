@@ -333,14 +333,15 @@ def _rescore(searcher: Searcher, base: Sequence[Hit], bonus: dict[str, float]) -
 def candidates(
     mode: str,
     searcher: Searcher,
-    conn: sqlite3.Connection,
     query: str,
     k: int,
     filters: Filters,
+    *,
     embedder: Callable[[], Embedder],
     tree: Tree | None = None,
 ) -> list[Hit]:
     """Ranked candidates (leaves, and summaries in the tree modes) for ``query``."""
+    conn = searcher.conn
     if mode == "flat":
         return searcher.search(query, k, replace(filters, kind="leaf"))
     tree = tree or Tree.load(conn)
@@ -413,7 +414,7 @@ def gather(
     k = max(50, budget_tokens // 8)
     tree = Tree.load(conn) if mode != "flat" else None
     found = window_first(
-        query, filters, now, lambda q, f: candidates(mode, searcher, conn, q, k, f, embedder, tree)
+        query, filters, now, lambda q, f: candidates(mode, searcher, q, k, f, embedder=embedder, tree=tree)
     )
     overlap = hit_ancestors(conn, tree, found) if tree is not None else None
     ctx = assemble(query, found, budget_tokens, overlap)
