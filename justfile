@@ -4,11 +4,12 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 venv := ".venv"
 py := venv / "bin/python"
 
-# Create .venv and install vaultmem with its dev tools (torch 2.13.0 CPU first, so nothing pulls CUDA).
+# Create .venv and install vaultmem with its dev tools and the agent extras (MCP server, Anthropic memory
+# tool), torch 2.13.0 CPU first, so nothing pulls CUDA.
 setup:
     test -x {{py}} || python3 -m venv {{venv}}
     {{py}} -m pip install -q --disable-pip-version-check torch==2.13.0
-    {{py}} -m pip install -q --disable-pip-version-check -e '.[dev]'
+    {{py}} -m pip install -q --disable-pip-version-check -e '.[dev,mcp,anthropic]'
 
 # The whole test suite, real model and real observers included.
 test: setup

@@ -31,6 +31,9 @@ imports another. Where the tests of a module are (module → test file):
     search, context                   test_search.py, test_context.py
     vault                             test_vault.py, test_integration.py, test_sample_vault.py
     cli                               test_cli.py, test_cli_docs.py (docs/cli.md from --help)
+    agentio                           test_agentio.py
+    agenttools, mcpserver, memtool    test_mcpserver.py, test_memtool.py
+    hooks, exportmd                   test_hooks.py
     every module                      test_architecture.py (import order, docs table, ``__all__``), test_faults.py (kill -9)
 """
 
@@ -82,3 +85,18 @@ def server() -> Iterator[ChatServer]:
 
 
 llm_server = server  # the same loopback server under the name the other test modules ask for
+
+
+@pytest.fixture
+def git_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Vault]:
+    """A vault with git auto-commit on (the fake embedder named in its config), the machine's git
+    config and identity kept out."""
+    config = tmp_path / "gitconfig"
+    config.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    v = Vault.init(
+        tmp_path / "gv", '[embed]\nmodel = "fake"\n\n[git]\nauto_commit = true\n', embedder=FakeEmbedder()
+    )
+    yield v
+    v.close()

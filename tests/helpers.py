@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ EXAMPLES = ROOT / "docs" / "examples"
 
 EXAMPLES_CONFIG = (EXAMPLES / "config.toml").read_text()
 
+REPO = Path(__file__).parent.parent
 DEADLINE_S = 60.0
 
 BULK_S = 240.0  # for a thousand notes on a loaded machine
@@ -314,3 +316,15 @@ class ObservedDaemon(Daemon):
     def write_status(self, *, force: bool = False, running: bool = True) -> None:
         super().write_status(force=force, running=running)
         self.turns += 1
+
+
+def run_cli(*args: str, stdin: str | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """``python -m vaultmem.cli`` in a subprocess (this checkout's code), output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "vaultmem.cli", *args],
+        input=stdin,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

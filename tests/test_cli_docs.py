@@ -33,3 +33,15 @@ def test_flags_are_shown_without_a_value_type() -> None:
         text = help_text(name)
         assert "<bool>" not in text
         assert re.search(r"^  --json +Print JSON instead of text\.$", text, re.M), name
+
+
+def test_every_command_of_a_group_has_its_generated_help_block() -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    groups = {g.name: g.typer_instance for g in app.registered_groups}
+    assert set(groups) >= {"hook", "export"}
+    for group, sub in groups.items():
+        assert f'<!-- [[[cog show("{group}") ]]] -->' in doc, group
+        for command in sub.registered_commands:
+            name = f"{group} {command.name}"
+            assert f'<!-- [[[cog show("{name}") ]]] -->' in doc, name
+            assert help_text(name).splitlines()[0] in doc

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer._click import exceptions as click_exceptions
@@ -27,7 +27,9 @@ from vaultmem.leaffile import leaf_json
 from vaultmem.model import Leaf, format_ts
 from vaultmem.summaryfile import SummaryNode, summary_json
 from vaultmem.tokens import count_tokens
-from vaultmem.vault import Vault
+
+if TYPE_CHECKING:
+    from vaultmem.vault import Vault
 
 app = typer.Typer(
     name="vaultmem",
@@ -111,6 +113,8 @@ def locate_vault(explicit: Path | None) -> Path:
 
 def open_vault(explicit: Path | None) -> Vault:
     """Open the vault and say on stderr what opening it had to do (an index rebuilt after damage)."""
+    from vaultmem.vault import Vault  # here, not on top: `vaultmem mcp` answers before it opens a vault
+
     vault = Vault.open(locate_vault(explicit))
     say_warnings(vault)
     return vault
@@ -197,6 +201,8 @@ def init(
     as_json: JsonOpt = False,
 ) -> None:
     """Create a vault in PATH."""
+    from vaultmem.vault import Vault
+
     with Vault.init(path) as vault:
         root = vault.layout.root
     if as_json:
@@ -906,6 +912,197 @@ def check_cmd(
         raise typer.Exit(1)
 
 
+@app.command("mcp")
+def mcp_cmd(
+    http: Annotated[
+        bool,
+        typer.Option("--http", help="Serve streamable HTTP on 127.0.0.1 (bearer token) instead of stdio."),
+    ] = False,
+    port: Annotated[
+        int, typer.Option("--port", "-p", metavar="PORT", help="HTTP port on 127.0.0.1 (0: a free one).")
+    ] = 8765,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Offer only the tools that read (search, context, read...).")
+    ] = False,
+    tools: Annotated[
+        str | None,
+        typer.Option(
+            "--tools",
+            metavar="PROFILES",
+            help="Add tool profiles: editor (edit, move, forget), admin (compact, reindex, status).",
+        ),
+    ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source",
+            "-s",
+            metavar="NAME",
+            help="Source of what is remembered (default: the client's name).",
+        ),
+    ] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Serve the vault to agents over MCP (stdio by default).
+
+    Tools: search, context, read, browse, recent, remember, update (see docs/agents.md). With --http the
+    bearer token is made on first use in .vaultmem/mcp-token (mode 0600) and printed once; --json prints
+    where the server listens as one JSON line.
+    """
+    from vaultmem.layout import Layout
+    from vaultmem.model import safe_name
+
+    root = locate_vault(vault_path).absolute()
+    if not Layout(root).is_vault():
+        raise VaultNotFound(f"no vault at {root}; create one with `vaultmem init {root}`")
+    if source is not None:
+        safe_name(source)
+    try:
+        from vaultmem import mcpserver
+    except ImportError as exc:
+        raise InvalidInput(
+            f"the MCP server needs the `mcp` package ({exc}); install it with `pip install 'vaultmem[mcp]'`"
+        ) from exc
+    options = mcpserver.Options(mcpserver.parse_profiles(tools), read_only, source)
+    handle = mcpserver.VaultHandle(root)
+    if not http:
+        mcpserver.serve_stdio(handle, options)
+        return
+    token, created = mcpserver.load_token(Layout(root).state)
+    token_file = Layout(root).state / mcpserver.TOKEN_FILE
+
+    def ready(url: str) -> None:
+        if as_json:
+            info = {"url": url, "token_file": str(token_file), "pid": os.getpid()}
+            emit_json_line({**info, "token": token} if created else info)
+        if created:
+            typer.echo(f"vaultmem: new bearer token, shown once (kept in {token_file}): {token}", err=True)
+        typer.echo(
+            f"vaultmem: serving {root} at {url} (Authorization: Bearer <token in {token_file}>)", err=True
+        )
+
+    mcpserver.serve_http(handle, options, port=port, token=token, ready=ready)
+
+
+def emit_json_line(data: Any) -> None:
+    """One line of JSON on stdout, flushed (what a program waiting on a server reads)."""
+    typer.echo(json.dumps(data, ensure_ascii=False, default=str))
+    sys.stdout.flush()
+
+
+hook_app = typer.Typer(
+    help="Claude Code hooks: the memory block at session start, the transcript ingested as it grows.\n\n"
+    "Each reads Claude Code's hook JSON on stdin. Settings to paste: docs/agents.md.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(hook_app, name="hook")
+BudgetOpt = Annotated[
+    int, typer.Option("--budget", "-b", min=1, metavar="TOKENS", help="Token budget of the memory block.")
+]
+HookSourceOpt = Annotated[
+    str, typer.Option("--source", "-s", metavar="NAME", help="Source the session's turns go to.")
+]
+WaitOpt = Annotated[
+    bool, typer.Option("--wait", help="Also embed the new turns now (else the queue or `watch` does).")
+]
+
+
+@hook_app.command("session-start")
+def hook_session_start(budget: BudgetOpt = 1500, vault_path: VaultOpt = None) -> None:
+    """SessionStart: print the memory block to inject (hookSpecificOutput JSON).
+
+    Core memory first (when the vault has it), then what the vault remembers about the last turns of
+    the transcript (a resumed or compacted session) or else the project's folder name.
+    """
+    from vaultmem import hooks
+
+    payload = hooks.read_payload(sys.stdin.read() if not sys.stdin.isatty() else "", needs_transcript=False)
+    with open_vault(vault_path) as vault:
+        emit_json_line(hooks.session_start(vault, payload, budget))
+
+
+def _ingest_hook(source: str, wait: bool, vault_path: Path | None, as_json: bool) -> None:
+    from vaultmem import hooks
+
+    payload = hooks.read_payload(sys.stdin.read(), needs_transcript=True)
+    session = payload.get("session_id") if isinstance(payload.get("session_id"), str) else None
+    with open_vault(vault_path) as vault:
+        report = hooks.ingest_transcript(vault, payload["transcript_path"], session=session, source=source)
+        if wait and report.added:
+            vault.flush()
+    if as_json:
+        emit_json_line(report.as_dict())
+    else:
+        typer.echo(
+            f"{report.turns} turns in {report.lines} new lines; {len(report.added)} new leaves", err=True
+        )
+
+
+def _transcript_hook(summary: str) -> Callable[..., None]:
+    """A hook command that ingests the session transcript (Stop and PreCompact take the same options)."""
+
+    def command(
+        source: HookSourceOpt = "claude-code",
+        wait: WaitOpt = False,
+        vault_path: VaultOpt = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        _ingest_hook(source, wait, vault_path, as_json)
+
+    command.__doc__ = summary
+    return command
+
+
+hook_app.command("stop")(
+    _transcript_hook("Stop: ingest the turns of the session transcript not ingested yet.")
+)
+hook_app.command("pre-compact")(
+    _transcript_hook(
+        "PreCompact: ingest the transcript before Claude Code compacts it (only turns not yet ingested)."
+    )
+)
+
+
+export_app = typer.Typer(
+    help="Write what the vault knows into files other tools read.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(export_app, name="export")
+
+
+@export_app.command("claude-md")
+def export_claude_md(
+    path: Annotated[
+        Path, typer.Argument(metavar="PATH", help="The file to write (a folder: its MEMORY.md; -: stdout).")
+    ] = Path("MEMORY.md"),
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A MEMORY.md of at most 200 lines: core memory, hot topics, recent days, links into the vault.
+
+    For tools that only read a file (in CLAUDE.md: @MEMORY.md). Never overwrites a file it did not write.
+    """
+    from vaultmem import exportmd
+
+    with open_vault(vault_path) as vault:
+        if str(path) == "-":
+            text = exportmd.render(vault)
+            if as_json:
+                emit_json({"path": None, "lines": text.count("\n"), "text": text})
+            else:
+                typer.echo(text, nl=False)
+            return
+        written = exportmd.write(vault, path)
+        lines = Path(written).read_text(encoding="utf-8").count("\n")
+    if as_json:
+        emit_json({"path": written, "lines": lines})
+        return
+    typer.echo(f"wrote {written} ({lines} lines)")
+
+
 def help_text(command: str | None = None, width: int = 88) -> str:
     """What ``vaultmem [COMMAND] --help`` prints on a terminal ``width`` columns wide (docs/cli.md is
     generated from it, so the reference cannot drift from the code)."""
@@ -913,11 +1110,14 @@ def help_text(command: str | None = None, width: int = 88) -> str:
     ctx = group.make_context("vaultmem", [], resilient_parsing=True, terminal_width=width)
     if command is None:
         return group.get_help(ctx)
-    sub = group.get_command(ctx, command)  # type: ignore[attr-defined]
-    if sub is None:
-        raise InvalidInput(f"no command {command!r}")
-    with sub.make_context(command, [], parent=ctx, resilient_parsing=True) as sub_ctx:
-        return str(sub.get_help(sub_ctx))
+    for name in command.split():  # "hook stop": a command of a group
+        sub = group.get_command(ctx, name)  # type: ignore[attr-defined]
+        if sub is None:
+            raise InvalidInput(f"no command {command!r}")
+        ctx = sub.make_context(name, [], parent=ctx, resilient_parsing=True)
+        group = sub
+    with ctx:
+        return str(group.get_help(ctx))
 
 
 def usage_line(exc: click_exceptions.ClickException) -> str:

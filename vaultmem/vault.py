@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import date, datetime
@@ -20,10 +20,12 @@ from types import TracebackType
 from typing import Any
 
 from vaultmem import (
+    agentio,
     daemonstate,
     db,
     digest,
     entities,
+    frontmatter,
     fsio,
     gitsync,
     index,
@@ -96,6 +98,7 @@ from vaultmem.stats import Stats, read_stats
 from vaultmem.status import set_status
 from vaultmem.summarise import ExtractiveSummariser, Summariser
 from vaultmem.summaryfile import SummaryNode
+from vaultmem.tokens import count_tokens
 
 BATCH_MESSAGES = 2000
 DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
@@ -128,7 +131,7 @@ class Vault:
         cls, path: str | Path, config_text: str | None = None, *, embedder: Embedder | None = None
     ) -> Vault:
         """Create a new vault at ``path`` (the directory may exist and hold other files)."""
-        layout = Layout(Path(path).absolute())
+        layout = Layout(Path(path).expanduser().absolute())
         if layout.is_vault():
             raise VaultExists(f"{layout.root} is already a vault; open it instead")
         if layout.root.exists() and not layout.root.is_dir():
@@ -157,7 +160,7 @@ class Vault:
     @classmethod
     def open(cls, path: str | Path, *, embedder: Embedder | None = None) -> Vault:
         """Open a vault. ``embedder`` overrides the configured model (tests pass a fake one)."""
-        layout = Layout(Path(path).absolute())
+        layout = Layout(Path(path).expanduser().absolute())
         if not layout.is_vault():
             raise VaultNotFound(f"no vault at {layout.root}; create one with `vaultmem init {layout.root}`")
         config = load_config(layout.config)
@@ -652,6 +655,11 @@ class Vault:
     def _commit(self, message: str) -> None:
         """Record one logical operation for git auto-commit: committed at once, or with the rest of the
         batch when one is open (``commit_batch``)."""
+        if not self._autocommit.enabled:
+            return
+        if self._deferred is not None and self._deferred_thread == threading.get_ident():
+            self._deferred.append(message)  # inside an ``operation``: its own message names the commit
+            return
         self._autocommit.record(message)
 
     def commit_batch(self, subject: str | None = None) -> AbstractContextManager[None]:
@@ -678,10 +686,13 @@ class Vault:
         seen: Mapping[str, Stamp] | None = None,
         *,
         repo_stamp: tuple[object, ...] | None = None,
+        by_hand: bool = True,
     ) -> PathsReport:
         """Bring the index in step with files created, edited, moved or deleted outside the engine
         (one batch, under the write lock). Notes outside ``sources/`` are ingested as documents, unless
-        ``seen`` already has them with the same size and mtime. With ``repo_stamp`` (what
+        ``seen`` already has them with the same size and mtime. ``by_hand=False``: the files are the
+        caller's own writes through fsio inside an ``operation`` (an agent tool), committed with it,
+        not as a person's edit. With ``repo_stamp`` (what
         ``repo_stamp()`` said when the paths were gathered), a git command that ran since makes it
         raise ``GitBusy`` and change nothing: the paths may describe a tree git was still writing."""
         with self._locked():
@@ -697,7 +708,7 @@ class Vault:
                 self.config.max_file_bytes,
                 read_note=self.read_notes,
                 seen=seen,
-                on_hand_edits=self._commit_by_hand,
+                on_hand_edits=self._commit_by_hand if by_hand else None,
             )
             if report.deleted:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
@@ -1037,6 +1048,176 @@ class Vault:
                 topics.route.enqueue_out_of_date(self.conn)  # and its topics
             self._commit(op.message)
             return planned.ids
+
+    # -- agents: remember, supersede, recall, record a turn (the MCP server, memory tool, hooks) ----
+    _deferred: list[str] | None = None  # commit messages of the writes inside one ``operation``
+    _deferred_thread: int | None = None  # the thread running it (a daemon thread's writes are its own)
+
+    @contextmanager
+    def operation(self, message: str) -> Iterator[None]:
+        """Several writes as one logical operation: under the write lock, and one git commit (when
+        auto-commit is on) with ``message``, which names the client and the reason. The writes' own
+        messages are folded into it; a nested operation belongs to the outer one. Inside an open
+        ``commit_batch`` the message joins that batch's commit."""
+        with self.commit_batch(), self._locked():
+            if self._deferred is not None:
+                yield
+                self._deferred.append(message)  # the outer operation's commit names it
+                return
+            self._deferred, self._deferred_thread = [], threading.get_ident()
+            finished = False
+            try:
+                yield
+                finished = True
+            finally:
+                held, self._deferred, self._deferred_thread = self._deferred, None, None
+                if finished:
+                    self._commit(message)
+                elif held:  # what was written before the failure is still one commit
+                    self._commit(f"{message}: interrupted after {'; '.join(held)}")
+
+    def remember(
+        self,
+        text: str,
+        *,
+        source: str = "agent",
+        reason: str | None = None,
+        session: str | None = None,
+        role: str | None = None,
+        speaker: str | None = None,
+        ts: datetime | str | None = None,
+        via: str = "api",
+    ) -> agentio.Remembered:
+        """Remember ``text`` (a fact or an episode an agent chose to keep) as a new leaf of ``source`` (the
+        client's name), never dropped as chatter. Text the vault already holds is not stored again
+        (``duplicates`` names the leaf that holds it). At most ``agentio.REMEMBER_MAX_TOKENS`` tokens;
+        committed as one operation naming the client and ``reason``."""
+        message = agentio.remembered(
+            text,
+            source=source,
+            session=session,
+            role=role,
+            speaker=speaker,
+            ts=_when(ts, "ts"),
+            reason=reason,
+            via=via,
+        )
+        with self.operation(agentio.commit_message(source, "remembered", reason)):
+            return self._remember(message)
+
+    def supersede(
+        self,
+        old_id: str,
+        text: str,
+        *,
+        source: str = "agent",
+        reason: str | None = None,
+        via: str = "api",
+    ) -> agentio.Remembered:
+        """A new version of the leaf ``old_id``: a new leaf with ``text`` whose frontmatter says
+        ``supersedes: <old_id>``, and the old leaf, kept as it was, gains ``superseded_by: <new id>``.
+        ``text`` is one leaf at most (``ingest.chunk_max_tokens``)."""
+        if isinstance(old_id, str) and old_id.startswith("s"):
+            check_node_id(old_id)
+            raise InvalidInput(
+                f"{old_id} is a level's summary, not a leaf: a new version replaces a leaf (a summary is"
+                " rewritten by compaction, or edited in place with update_content)"
+            )
+        old = self.get(old_id)
+        body = agentio.check_text(text, max_tokens=self.config.chunk_max_tokens)
+        if " ".join(body.split()) == " ".join(old.text.split()):
+            raise InvalidInput(f"the new text is the text of {old_id} already; nothing to update")
+        message = agentio.remembered(body, source=source, reason=reason, via=via)
+        with self.operation(agentio.commit_message(source, f"updated {old_id}", reason)):
+            done = self._remember(message)
+            new_id, new_path = done.ids[0], done.paths[0]
+            if new_id == old_id:
+                raise InvalidInput(f"the new text is the text of {old_id} already; nothing to update")
+            self._add_keys(new_path, agentio.SUPERSEDES, old_id)
+            self._add_keys(old.path, agentio.SUPERSEDED_BY, new_id)
+            self.reconcile_paths([new_path, old.path], by_hand=False)  # the rows follow the files
+        return replace(done, supersedes=old_id)
+
+    def _remember(self, message: Message) -> agentio.Remembered:
+        check_new_sources(self.layout, {message.source})
+        ids: list[str] = []
+        paths: list[str] = []
+        duplicates: list[str] = []
+        new: list[Leaf] = []
+        for leaf in build_leaves([message], self.layout, self.scorer, self.config.chunk_max_tokens):
+            row = self.conn.execute(
+                "SELECT id, path FROM chunks WHERE kind = 'leaf' AND content_hash = ? ORDER BY path LIMIT 1",
+                (leaf.content_hash,),
+            ).fetchone()
+            if row is not None or leaf.id in {x.id for x in new}:
+                held = (row["id"], row["path"]) if row is not None else (leaf.id, leaf.path)
+                ids.append(held[0])
+                paths.append(held[1])
+                duplicates.append(held[0])
+                continue
+            # What an agent chose to remember is never dropped as chatter.
+            new.append(replace(leaf, status=Status.PENDING) if leaf.status is Status.DROPPED else leaf)
+            ids.append(leaf.id)
+            paths.append(leaf.path)
+        write_leaves(self.conn, self.layout, new)
+        return agentio.Remembered(tuple(ids), tuple(paths), tuple(duplicates))
+
+    def _add_keys(self, rel: str, key: str, value: str) -> None:
+        """Add ``value`` to the top-level frontmatter ``key`` of the node file ``rel`` (guarded by the
+        hash that was read; every other byte of the file is kept)."""
+        path = self.layout.abs(rel)
+        text, digest = fsio.read_text_guarded(path, self.config.max_file_bytes)
+        current = frontmatter.split(text, where=rel).meta.get(key)
+        new = agentio.with_keys(text, {key: agentio.added_id(current, value)}, where=rel)
+        fsio.atomic_write(path, new.encode("utf-8"), root=self.layout.root, expected=digest)
+
+    def node_at(self, rel: str) -> str | None:
+        """The id of the node indexed at the vault-relative path ``rel``, or None."""
+        row = self.conn.execute("SELECT id FROM chunks WHERE path = ?", (rel,)).fetchone()
+        return None if row is None else str(row["id"])
+
+    def recall(
+        self,
+        query_or_messages: str | Sequence[Mapping[str, Any]],
+        budget_tokens: int = 1024,
+        *,
+        source: str | None = None,
+        mode: str | None = None,
+    ) -> agentio.Recall:
+        """The block an agent puts in its system prompt for a query (or the last turns of a message list):
+        core memory first when the vault has it, then the best remembered text in what is left of
+        ``budget_tokens`` (``context``). Never more than ``budget_tokens``."""
+        if budget_tokens < 1:
+            raise InvalidInput("the token budget must be positive")
+        query = agentio.query_of(query_or_messages)
+        core = ""
+        core_block = getattr(self, "core_block", None)  # core memory (issue #17), once the vault has it
+        if callable(core_block):
+            core = agentio.fit_lines(
+                str(getattr(block := core_block(), "text", block) or "").strip(), budget_tokens
+            )
+        left = budget_tokens - count_tokens(core)
+        ctx = (
+            self.context(query, left, source=source, mode=mode)
+            if query and left >= agentio.RECALL_MIN_CONTEXT
+            else None
+        )
+        text = "\n\n".join(part for part in (core, ctx.text if ctx is not None else "") if part)
+        return agentio.Recall(query, text, count_tokens(text), core, ctx)
+
+    def record_turn(
+        self,
+        messages: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        session: str,
+        source: str = "agent",
+    ) -> IngestReport:
+        """Ingest one turn of a running conversation (a message or a few: ``{role, content}``, content a
+        string or a list of parts) through the ingest pipeline. A message without an ``id`` gets one from
+        its text, so recording the same turn again adds nothing. Embedding is left to the queue."""
+        if not isinstance(session, str) or not session.strip():
+            raise InvalidInput("record_turn needs the conversation's session id")
+        return self.ingest_messages(agentio.turn_records(messages, session), source=source, session=session)
 
     # -- maintenance -------------------------------------------------------------------------------
     def reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
