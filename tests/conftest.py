@@ -15,6 +15,7 @@ imports another. Where the tests of a module are (module → test file):
     timeparse                         test_timeparse.py
     chunker, scoring                  test_chunker.py, test_scoring.py
     inputs (read_path), inputs.*      test_inputs.py, test_inputs_chat.py, test_inputs_docs.py, test_inputs_email.py
+    inputs.* exports, sniff, archive  test_imports.py, test_import_ingest.py
     config                            test_cli.py, test_vault.py
     db, index, opening                test_damaged_index.py, test_read_only.py, test_reindex_check.py
     jobs, pool                        test_jobs.py, test_liveness.py, test_interrupt.py

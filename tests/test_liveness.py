@@ -95,7 +95,7 @@ def test_a_leaf_edited_before_admission_is_read_again_and_admitted(
 
 
 # -- stuck work is reported -------------------------------------------------------------------------------
-def _park_extract_job(v: Path) -> str:
+def _park_admit_job(v: Path) -> str:
     """Give up on one leaf's extract job the way the queue does after five failed attempts."""
     with Vault.open(v, embedder=FakeEmbedder()) as vault:
         leaf = vault.ls()[0]
@@ -117,7 +117,7 @@ def test_check_reports_a_parked_job_and_fix_requeues_it(
     v = cli_vault(tmp_path, capsys)
     export = write_json(tmp_path / "slack.json", slack_export(4))
     assert run(["ingest", str(export), "--vault", str(v)], capsys)[0] == 0
-    stuck = _park_extract_job(v)
+    stuck = _park_admit_job(v)
     assert run(["jobs", "--run", "--vault", str(v)], capsys)[0] == 0  # the other leaves go through
     code, out, _ = run(["check", "--vault", str(v), "--json"], capsys)
     assert code == 1

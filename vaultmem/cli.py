@@ -22,6 +22,7 @@ from typer._click import exceptions as click_exceptions
 from vaultmem import db
 from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
 from vaultmem.fsio import is_disk_full
+from vaultmem.inputs.sniff import FORMAT_NAMES
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
 from vaultmem.model import Leaf, format_ts
@@ -215,22 +216,52 @@ def init(
 def ingest(
     paths: Annotated[
         list[Path],
-        typer.Argument(metavar="PATH", help="Files or directories: chat .json/.jsonl, .md/.txt, .eml, mbox."),
+        typer.Argument(
+            metavar="PATH",
+            help="Files, directories or ZIP exports: chat .json/.jsonl, .md/.txt, .eml, mbox, and exports"
+            " of ChatGPT, Claude, Claude Code, Codex, WhatsApp, Telegram, Slack, Discord.",
+        ),
     ],
     source: Annotated[
         str | None,
-        typer.Option("--source", "-s", metavar="NAME", help="Source name (default: from the file name)."),
+        typer.Option(
+            "--source",
+            "-s",
+            metavar="NAME",
+            help="Source name (default: from the file name; exports name their own, e.g. chatgpt).",
+        ),
     ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            help="Read every file as this format instead of recognising it: " + ", ".join(FORMAT_NAMES) + ".",
+        ),
+    ] = None,
+    all_branches: Annotated[
+        bool,
+        typer.Option("--all-branches", help="ChatGPT: keep edited and regenerated branches too."),
+    ] = False,
     wait: Annotated[
         bool, typer.Option("--wait", help="Also embed now: run queued work until the queue is idle.")
     ] = False,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest chats, documents and emails into the vault."""
+    """Ingest chats, documents, emails and exported histories into the vault.
+
+    Each file is recognised by its content (a ChatGPT or Claude export, a Claude Code or Codex session,
+    a WhatsApp, Telegram, Slack or Discord export), else read by its suffix; a ZIP export is read as it
+    is. Re-importing an export adds only the turns the vault does not hold yet.
+    """
     with open_vault(vault_path) as vault, interruptible(vault), vault.commit_batch("memory: ingest"):
         with progress_bar("ingesting") as progress:
-            reports = [vault.ingest_path(p, source=source, progress=progress) for p in paths]
+            reports = [
+                vault.ingest_path(p, source=source, progress=progress, fmt=fmt, all_branches=all_branches)
+                for p in paths
+            ]
         work = None
         if wait:
             with progress_bar("embedding") as progress:

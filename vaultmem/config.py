@@ -22,7 +22,8 @@ DEFAULT_TEXT = """\
 [ingest]
 chunk_max_tokens = 256      # a chunk never exceeds this many tokens (see docs/format.md)
 score_threshold = 0.3       # leaves scoring below this are kept but `dropped` (never summarised)
-max_file_bytes = 10485760   # larger input files are refused
+max_file_bytes = 10485760   # larger input files are refused ...
+max_export_bytes = 536870912  # ... except recognised exports (ChatGPT, Claude, ZIPs...), up to this
 
 [embed]
 model = "default"           # "default" = packaged all-MiniLM-L6-v2; or a local sentence-transformers path
@@ -116,6 +117,7 @@ _SECTIONS = {
         "chunk_max_tokens": "chunk_max_tokens",
         "score_threshold": "score_threshold",
         "max_file_bytes": "max_file_bytes",
+        "max_export_bytes": "max_export_bytes",
     },
     "embed": {"model": "embed_model", "backend": "embed_backend", "batch_size": "embed_batch_size"},
     "git": {"auto_commit": "git_auto_commit"},
@@ -137,6 +139,7 @@ class Config:
     chunk_max_tokens: int = 256
     score_threshold: float = DEFAULT_THRESHOLD
     max_file_bytes: int = 10 * 1024 * 1024
+    max_export_bytes: int = 512 * 1024 * 1024
     embed_model: str = "default"
     embed_backend: str = "auto"
     embed_batch_size: int = 64

@@ -7,7 +7,8 @@ user what happened and what to do. Anything else escaping the library is a bug.
     ├── VaultNotFound        no vault at the given path (run `vaultmem init`)
     ├── VaultExists          `init` on a directory that already holds a vault
     ├── InvalidInput         input the adapters cannot read: bad JSON, binary, too large, bad UTF-8
-    │   └── UnsafePath       `../`, absolute paths, symlinks leaving the vault, bad ids or source names
+    │   ├── UnsafePath       `../`, absolute paths, symlinks leaving the vault, bad ids or source names
+    │   └── UnknownFormat    a file no input adapter recognises (the message names the formats tried)
     ├── FrontmatterError     a Markdown file whose YAML frontmatter is malformed or not a mapping
     ├── ConflictError        a file changed on disk since it was read; refusing to overwrite it
     ├── VaultLocked          another process holds the vault's lock
@@ -40,6 +41,10 @@ class InvalidInput(VaultError):
 
 
 class UnsafePath(InvalidInput):
+    pass
+
+
+class UnknownFormat(InvalidInput):
     pass
 
 

@@ -285,12 +285,29 @@ class Vault:
         return self._ingest(canonical, progress)
 
     def ingest_path(
-        self, path: str | Path, *, source: str | None = None, progress: Progress | None = None
+        self,
+        path: str | Path,
+        *,
+        source: str | None = None,
+        progress: Progress | None = None,
+        fmt: str | None = None,
+        all_branches: bool = False,
     ) -> IngestReport:
-        """Ingest a file or a directory (chat JSON/JSONL, Markdown/text, .eml, mbox)."""
+        """Ingest a file, a directory or a ZIP archive: chat JSON/JSONL, Markdown/text, .eml, mbox, and
+        exports (ChatGPT, Claude, Claude Code, Codex, WhatsApp, Telegram, Slack, Discord) recognised by
+        their content. ``fmt`` forces a format (``vaultmem.inputs.sniff.FORMAT_NAMES``);
+        ``all_branches`` keeps ChatGPT's edited and regenerated branches. Re-importing an export adds
+        only the turns the vault does not hold yet."""
         if source is not None:
             safe_name(source)
-        result = read_path(Path(path), source=source, max_bytes=self.config.max_file_bytes)
+        result = read_path(
+            Path(path),
+            source=source,
+            max_bytes=self.config.max_file_bytes,
+            fmt=fmt,
+            all_branches=all_branches,
+            max_export_bytes=self.config.max_export_bytes,
+        )
         report = self._ingest(result.messages, progress)
         return IngestReport(
             report.messages,
@@ -743,7 +760,9 @@ class Vault:
             top = rel.split("/", 1)[0] if "/" in rel else "notes"
             source = default_source_name(top, fallback="notes")
             try:
-                result = read_path(self.layout.abs(rel), source=source, max_bytes=self.config.max_file_bytes)
+                result = read_path(
+                    self.layout.abs(rel), source=source, max_bytes=self.config.max_file_bytes, fmt="markdown"
+                )
             except InvalidInput as exc:
                 self.warnings.append(str(exc))
                 continue

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
 
-from vaultmem.errors import InvalidInput, UnsafePath
+from vaultmem.errors import InvalidInput, UnknownFormat, UnsafePath
 from vaultmem.model import InputKind, Message, parse_ts, safe_name, slugify_name
 
 ROLES = frozenset({"user", "assistant", "system", "tool"})
@@ -75,14 +75,17 @@ def parse_chat_bytes(data: bytes, *, source: str, filename: str = "") -> list[Me
         raise InvalidInput(f"{where}: JSON nested too deeply") from exc
     if isinstance(doc, Mapping):
         if not isinstance(doc.get("messages"), list):
-            raise InvalidInput(f"{where}: expected a list of messages or an object with a 'messages' list")
+            raise UnknownFormat(f"{where}: expected a list of messages or an object with a 'messages' list")
         if doc.get("source") is not None:
             source = _check_source(doc["source"], where)
         if doc.get("session") is not None:
             session = _as_str(doc["session"], "session", where)
         doc = doc["messages"]
     if not isinstance(doc, list):
-        raise InvalidInput(f"{where}: expected a list of messages or an object with a 'messages' list")
+        raise UnknownFormat(f"{where}: expected a list of messages or an object with a 'messages' list")
+    if doc and isinstance(doc[0], Mapping) and "content" not in doc[0] and "text" not in doc[0]:
+        # a list of something else (users, projects, settings): not a chat log at all
+        raise UnknownFormat(f"{where}: record 0 has no 'content' (or 'text'); not a list of messages")
     return _convert(((f"{where}: record {i}", r) for i, r in enumerate(doc)), source=source, session=session)
 
 
