@@ -21,9 +21,9 @@ from watchdog.observers import Observer
 from tests.helpers import (
     BULK_S,
     DEADLINE_S,
-    ObservedDaemon,
     chat,
     make_vault,
+    settle,
     topic_records,
     wait_for,
     watching,
@@ -39,31 +39,6 @@ from vaultmem.vault import Vault
 from vaultmem.watch import Debouncer, Watcher
 
 # Deadlines only bound a hang: every wait below ends as soon as its condition holds, on any machine.
-
-
-def settle(daemon: ObservedDaemon) -> None:
-    """Wait until every file event so far has been reconciled, however slowly events arrive.
-
-    A fence: an empty folder made now. Its event comes after every earlier event (one inotify queue, in
-    order), and the debouncer hands out a path only once it went quiet, with every path that went quiet
-    before it; so when a batch holding the fence has been reconciled, so has every earlier event. Then
-    deletions held for their grace period are waited out, and one whole turn of the loop after that (a
-    due deletion may be in the middle of being reconciled)."""
-    fence = daemon.layout.root / f"settle-fence-{len(daemon.reconciled)}-{time.monotonic_ns()}"
-    fence.mkdir()
-    try:
-        wait_for(lambda: fence.name in daemon.reconciled, what="the daemon to reach the fence")
-    finally:
-        fence.rmdir()  # its removal is one more event, reconciled to nothing
-    end = time.monotonic() + DEADLINE_S
-    while True:
-        wait_for(lambda: not daemon.pending_deletes and len(daemon.debouncer) == 0, what="the held deletions")
-        wait_for(
-            lambda since=daemon.turns: daemon.turns >= since + 2, what="a whole turn of the daemon's loop"
-        )
-        if not daemon.pending_deletes and len(daemon.debouncer) == 0:
-            return
-        assert time.monotonic() < end, "the daemon never settled: events keep coming"
 
 
 def row(vault: Vault, leaf_id: str) -> dict[str, object] | None:

@@ -20,30 +20,26 @@ from vaultmem.redact import scrub
 
 
 class AutoCommit:
-    """``enabled`` is ``[git] auto_commit``; off, every method does nothing. ``lock(git_guard=False)``
-    is the vault's write lock; ``warnings`` is the vault's list of things that did not stop an operation."""
+    """Built by a vault whose ``[git] auto_commit`` is on (an off one has none, so opening it imports no
+    git code). ``lock(git_guard=False)`` is the vault's write lock; ``warnings`` is the vault's list of
+    things that did not stop an operation."""
 
     def __init__(
         self,
         root: Path,
-        enabled: bool,
         lock: Callable[..., AbstractContextManager[None]],
         warnings: list[str],
     ) -> None:
-        self.git = gitsync.GitRecorder(root) if enabled else None
+        self.git = gitsync.GitRecorder(root)
         # Engine changes awaiting their commit; fsio reports every file the engine writes, moves or removes.
-        self.journal = gitsync.Journal(root) if self.git is not None else None
-        self._observer = fsio.observe(root, self.journal.record_paths) if self.journal is not None else None
+        self.journal = gitsync.Journal(root)
+        self._observer: int | None = fsio.observe(root, self.journal.record_paths)
         self._lock = lock
         self._warnings = warnings
         self._batches = 0  # open commit batches: commits wait for the outermost to end
         self._batches_lock = threading.Lock()
         self.notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
         self.commits = 0  # git commits made (engine batches and hand edits)
-
-    @property
-    def enabled(self) -> bool:
-        return self.git is not None
 
     def close(self) -> None:
         if self._observer is not None:
@@ -53,8 +49,6 @@ class AutoCommit:
     def record(self, message: str) -> None:
         """Record one logical operation: committed at once, or with the rest of the batch when one is
         open (``batch``)."""
-        if self.journal is None:
-            return
         # The message names titles and entities, which come from memory: never a secret in history.
         self.journal.record_message(scrub(message))
         with self._batches_lock:
@@ -74,7 +68,7 @@ class AutoCommit:
             with self._batches_lock:
                 self._batches -= 1
                 last = self._batches == 0
-            if last and self.journal is not None and self.journal.pending():
+            if last and self.journal.pending():
                 try:
                     self.commit_pending(subject)
                 except VaultError as exc:  # never hide the error of the work itself
@@ -82,14 +76,12 @@ class AutoCommit:
 
     def pending(self) -> bool:
         """True when engine changes wait for their commit."""
-        return self.journal is not None and self.journal.pending()
+        return self.journal.pending()
 
     def commit_pending(self, subject: str | None = None) -> str | None:
         """Commit what the engine changed and has not committed yet (only its own paths). During a git
         operation nothing is committed and the changes stay recorded for the next commit. Returns the
         new commit, or None."""
-        if self.journal is None or self.git is None:
-            return None
         with self._lock(git_guard=False):
             paths, messages, size = self.journal.read()
             if not size:
@@ -116,7 +108,7 @@ class AutoCommit:
     def commit_by_hand(self, paths: list[str]) -> None:
         """Commit a person's edits the engine just read as their own commit ("edit by hand: ..."), before
         anything the engine derives from them, so they never hide inside an engine commit."""
-        if self.git is None or not paths:
+        if not paths:
             return
         try:
             if self.git.head() is None:

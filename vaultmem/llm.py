@@ -309,13 +309,18 @@ def content(raw: bytes) -> str:
     return content
 
 
+def without_thinking(reply: str) -> str:
+    """A reply without the ``<think>`` blocks reasoning models put before their answer."""
+    return _THINK_RE.sub("", reply)
+
+
 def parse_reply(reply: str) -> tuple[str, str]:
     """(title, body) from a model's reply; the title is "" when the reply has no usable title line.
 
     Tolerates what models add around the asked-for format: reasoning blocks, code fences, "Here is a
     summary:" preambles, Markdown bold around the labels, a "Summary:" label and headings.
     """
-    text = _FENCE_RE.sub("", _THINK_RE.sub("", reply)).replace("\r\n", "\n")
+    text = _FENCE_RE.sub("", without_thinking(reply)).replace("\r\n", "\n")
     title = ""
     body: list[str] = []
     for line in text.split("\n"):

@@ -78,6 +78,11 @@ class JobEnv(StepEnv):
     # Admitted leaves queue their source's ``append_buffer`` (which seals when the buffer is ready).
     # ``Vault.flush`` turns it off: it embeds and admits only, and ``compact`` seals every source itself.
     seal_after_admit: bool = True
+    # The note of an idle chat session (memtiers.run_session_job with this thread's connection).
+    session_end: Callable[[sqlite3.Connection, Job], bool] | None = None
+    # read a configured source folder again ([sources]), calling the heartbeat as batches are written;
+    # returns the operation's line. None: this process cannot (the job fails)
+    ingest: Callable[[str, Callable[[], None]], str] | None = None
 
 
 @dataclass
@@ -372,6 +377,8 @@ class Pool:
                 JobKind.RESUMMARISE.value: self._resummarise,
                 JobKind.DIGEST_DAILY.value: self._digest_daily,
                 JobKind.TOPIC_ROUTE.value: self._topic_route,
+                JobKind.SESSION_END.value: self._session_end,
+                JobKind.INGEST.value: self._ingest,
             }.get(kind)
             if handler is None:
                 queue.fail(job, f"no handler for job kind {kind!r} in this version")
@@ -575,6 +582,18 @@ class Pool:
             queue.defer(job, DEFER_S, str(exc))
             return False
         return self._settle(queue, job, result, resummarized=1)
+
+    def _session_end(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        if self.ctx.session_end is None:
+            raise RuntimeError("no session note writer in this work context")
+        return self.ctx.session_end(conn, job)
+
+    def _ingest(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        """The new leaves queue their own ``admit`` jobs; sealing follows from there."""
+        if self.ctx.ingest is None:
+            raise ConflictError("this process cannot ingest configured sources; run `vaultmem jobs --run`")
+        self.report.say(self.ctx.ingest(str(job.payload["source"]), lambda: queue.extend(job)))
+        return True
 
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         day = digest.parse_day(str(job.payload["day"]))

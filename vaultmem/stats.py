@@ -54,17 +54,24 @@ def _git_line(operation: GitOperation | None, root: Path) -> dict[str, Any] | No
     return {**operation.as_dict(), "why": operation.describe(), "error": str(operation.error(root))}
 
 
-def read_stats(conn: sqlite3.Connection, layout: Layout, sources: list[str]) -> Stats:
-    """The figures of the vault at ``layout`` (``sources``: its source names)."""
-    storage = 0
-    index_bytes = 0
+def storage(layout: Layout) -> tuple[int, int]:
+    """Bytes in the vault's files (not ``.git``) and in ``.vaultmem/`` (the index; the disk reserve left
+    out): a walk over every file, so it takes time in proportion to the vault."""
+    files = index_bytes = 0
     for p in layout.root.rglob("*"):
         if p.is_file() and not p.is_symlink() and p != layout.reserve:
             size = p.stat().st_size
             if layout.state in p.parents:
                 index_bytes += size
             elif ".git" not in p.relative_to(layout.root).parts:
-                storage += size
+                files += size
+    return files, index_bytes
+
+
+def read_stats(conn: sqlite3.Connection, layout: Layout, sources: list[str], *, files: bool = True) -> Stats:
+    """The figures of the vault at ``layout`` (``sources``: its source names). Without ``files`` the
+    byte counts (a walk over every file) are left at -1, so it stays cheap at any size."""
+    storage_bytes, index_bytes = storage(layout) if files else (-1, -1)
     counts = dict(conn.execute("SELECT kind, count(*) FROM chunks GROUP BY kind").fetchall())
     by_status = dict(
         conn.execute("SELECT status, count(*) FROM chunks WHERE kind = 'leaf' GROUP BY status").fetchall()
@@ -73,7 +80,7 @@ def read_stats(conn: sqlite3.Connection, layout: Layout, sources: list[str]) -> 
     live_topics = sum(1 for p in topics.plan.existing(conn).values() if f"/{topics.plan.ARCHIVE}/" not in p)
     return Stats(
         path=str(layout.root),
-        storage_bytes=storage,
+        storage_bytes=storage_bytes,
         index_bytes=index_bytes,
         sources=tuple(sources),
         leaves=counts.get("leaf", 0),

@@ -6,50 +6,27 @@ interrupted batches, and hands explicit values to the modules that do the work. 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vaultmem import (
-    agentio,
-    daemonstate,
-    db,
-    digest,
-    entities,
-    frontmatter,
-    fsio,
-    gitsync,
-    index,
-    navigate,
-    steps,
-    topics,
-)
-from vaultmem.admit import EntityFinder, find_entities, vectors_from_sidecars
-from vaultmem.autocommit import AutoCommit
-from vaultmem.check import CheckReport, Problem, check
-from vaultmem.compact import CompactSettings, Planner, SourceState
+# Only what opening a vault and searching it need is imported here: `vaultmem search` from a cold shell
+# must not pay for ingest, compaction, topic planning or git (bench/startup.py; tests/test_cli.py checks
+# the list). The rest is imported where it is used; ``topics`` imports each of its modules on first use.
+from vaultmem import agentio, db, entities, frontmatter, fsio, index, topics, vectors
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import MODES, Context, gather
-from vaultmem.docmem import (
-    Plan,
-    plan_add_summary,
-    plan_append_child,
-    plan_delete,
-    plan_insert_between,
-    plan_update_content,
-    run,
-)
 from vaultmem.embed import Embedder, load_embedder
-from vaultmem.entities_llm import LLMEntityExtractor
 from vaultmem.errors import (
     ConflictError,
     DiskFull,
@@ -60,22 +37,9 @@ from vaultmem.errors import (
     VaultExists,
     VaultNotFound,
 )
-from vaultmem.gitsync import GitOperation
-from vaultmem.ingest import (
-    IngestReport,
-    Progress,
-    build_leaves,
-    check_new_sources,
-    heal_intents,
-    write_leaves,
-)
-from vaultmem.inputs import read_path
-from vaultmem.inputs.chat import messages_from_records
-from vaultmem.inputs.mailthread import thread_messages
-from vaultmem.jobs import JobQueue, admit_job, release_dead, resummarise_job, seal_job
+from vaultmem.jobs import JobQueue, admit_job, ingest_job, release_dead, resummarise_job, seal_job
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
-from vaultmem.llm import OpenAICompatSummariser
 from vaultmem.lock import WriteLock
 from vaultmem.model import (
     Leaf,
@@ -87,18 +51,33 @@ from vaultmem.model import (
     safe_name,
 )
 from vaultmem.opening import Damaged, open_index, set_aside
-from vaultmem.pool import JobEnv, Pool, PoolReport, WorkReport
-from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
-from vaultmem.reindex import ReindexReport, reindex
-from vaultmem.scan import read_summary_file
-from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher, window_first
-from vaultmem.sessions import SessionTree, session_tree
-from vaultmem.stats import Stats, read_stats
-from vaultmem.status import set_status
-from vaultmem.summarise import ExtractiveSummariser, Summariser
 from vaultmem.summaryfile import SummaryNode
 from vaultmem.tokens import count_tokens
+
+if TYPE_CHECKING:
+    from vaultmem import navigate
+    from vaultmem.admit import EntityFinder
+    from vaultmem.agentllm import ChatModel
+    from vaultmem.autocommit import AutoCommit
+    from vaultmem.check import CheckReport
+    from vaultmem.compact import CompactSettings
+    from vaultmem.coremem import CoreBlock, CoreFileView, CoreUpdate, MemoryEnv, MemorySettings, Onboarding
+    from vaultmem.docmem import Plan
+    from vaultmem.episodes import Episode
+    from vaultmem.gitsync import CommitInfo, GitOperation
+    from vaultmem.ingest import IngestReport, Progress
+    from vaultmem.memindex import MemoryHit
+    from vaultmem.memtiers import EpisodeRecord
+    from vaultmem.pool import JobEnv, PoolReport, WorkReport
+    from vaultmem.recipes import Recipe, RecipeMatch
+    from vaultmem.reconcile import PathsReport, Stamp
+    from vaultmem.reindex import ReindexReport
+    from vaultmem.scoring import FastScorer
+    from vaultmem.sessionnote import SessionNote
+    from vaultmem.sessions import SessionTree
+    from vaultmem.stats import Stats
+    from vaultmem.summarise import Summariser
 
 BATCH_MESSAGES = 2000
 DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
@@ -115,15 +94,40 @@ class Vault:
         self.conn = conn
         self._embedder = embedder
         self._searcher: Searcher | None = None
-        self.scorer = FastScorer(threshold=config.score_threshold)
         self._write_lock = WriteLock(layout, self._git_error)
-        self.compact_settings = CompactSettings(**config.compact_values())
-        self.topic_settings = topics.plan.settings_from(config.topic_values())
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
-        self._autocommit = AutoCommit(layout.root, config.git_auto_commit, self._locked, self.warnings)
+        # Git auto-commit (``autocommit``), only when [git] auto_commit is on: opening a vault to search
+        # it imports no git code.
+        self._autocommit: AutoCommit | None = None
+        if config.git_auto_commit:
+            from vaultmem.autocommit import AutoCommit
+
+            self._autocommit = AutoCommit(layout.root, self._locked, self.warnings)
         self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
+        # "Now" for the agent memory tiers (entry tags, idle sessions, episode times); tests inject one.
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self._chat_model: ChatModel | None = None
+        self._chat_model_built = False
+
+    # Settings and helpers of work a search never does: built on first use, so that opening a vault to
+    # read it imports neither the scorer, the compactor nor the topic planner (each may be replaced).
+    @functools.cached_property
+    def scorer(self) -> FastScorer:
+        from vaultmem.scoring import FastScorer
+
+        return FastScorer(threshold=self.config.score_threshold)
+
+    @functools.cached_property
+    def compact_settings(self) -> CompactSettings:
+        from vaultmem.compact import CompactSettings
+
+        return CompactSettings(**self.config.compact_values())
+
+    @functools.cached_property
+    def topic_settings(self) -> topics.plan.TopicSettings:
+        return topics.plan.settings_from(self.config.topic_values())
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -195,12 +199,21 @@ class Vault:
     def _heal(self) -> None:
         """Finish what a crash interrupted: ingest batches and status rewrites, compaction steps, the
         temp files of a writer that died, and jobs leased by a process that is gone."""
+        from vaultmem import daemonstate
+
         layout = self.layout
+        # The healers are imported only when there is something to heal: opening a vault to search it
+        # must not import ingest and compaction (bench/startup.py).
         if layout.intent.is_dir() and any(layout.intent.iterdir()):
+            from vaultmem.ingest import heal_intents
+
             with self._locked():
                 heal_intents(self.conn, layout, self.config.max_file_bytes)
-        if steps.pending_notes(layout):
-            self.heal_compaction()
+        if layout.treeops.is_dir() and any(layout.treeops.iterdir()):
+            from vaultmem import steps
+
+            if steps.pending_notes(layout):
+                self.heal_compaction()
         if layout.writing.exists():
             with self._locked():
                 pass  # a writer died holding the lock: taking it tidies what it left
@@ -209,6 +222,8 @@ class Vault:
 
     def heal_compaction(self) -> list[str]:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
+        from vaultmem import steps
+
         with self._locked():
             embedder = self.embedder
             done = steps.heal(self.conn, self.layout, embedder.model_id, embedder.dim)
@@ -217,7 +232,8 @@ class Vault:
             return [step.message for step in done]
 
     def close(self) -> None:
-        self._autocommit.close()
+        if self._autocommit is not None:
+            self._autocommit.close()
         self.conn.close()
 
     def __enter__(self) -> Vault:
@@ -241,6 +257,8 @@ class Vault:
 
     def repo_stamp(self) -> tuple[object, ...] | None:
         """Changes whenever a git command moves HEAD or rewrites the index of the vault's repository."""
+        from vaultmem import gitsync
+
         return gitsync.repo_stamp(self.layout.root)
 
     def git_operation(self) -> GitOperation | None:
@@ -248,6 +266,8 @@ class Vault:
         conflict, a rebase, a cherry-pick, a bisect, a detached HEAD, a live ``index.lock``), or None.
         Every write pauses while there is one, whether or not git auto-commit is on: the tree is half
         restored, and engine writes would make ``--continue``/``--abort`` fail."""
+        from vaultmem import gitsync
+
         return gitsync.operation_in_progress(self.layout.root)
 
     def _writable(self) -> None:
@@ -272,6 +292,8 @@ class Vault:
         Mappings need a ``source`` (argument or per record). Returns what was added, deduplicated,
         dropped and redacted.
         """
+        from vaultmem.inputs.chat import messages_from_records
+
         items = list(messages)
         canonical: list[Message] = []
         records: list[Mapping[str, Any]] = []
@@ -298,6 +320,9 @@ class Vault:
         their content. ``fmt`` forces a format (``vaultmem.inputs.sniff.FORMAT_NAMES``);
         ``all_branches`` keeps ChatGPT's edited and regenerated branches. Re-importing an export adds
         only the turns the vault does not hold yet."""
+        from vaultmem.ingest import IngestReport
+        from vaultmem.inputs import read_path
+
         if source is not None:
             safe_name(source)
         result = read_path(
@@ -324,6 +349,9 @@ class Vault:
             return self._ingest_batches(messages, progress)
 
     def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+        from vaultmem.ingest import IngestReport, build_leaves, check_new_sources, write_leaves
+        from vaultmem.inputs.mailthread import thread_messages
+
         check_new_sources(self.layout, {m.source for m in messages})
         messages = thread_messages(messages, lambda source: index.known_emails(self.conn, source))
         report = IngestReport()
@@ -345,10 +373,11 @@ class Vault:
                         " were not (a file of theirs already written is indexed on the next open); free"
                         " space, then run the same ingest again (what is already in is skipped)"
                     ) from exc
+                added_set = set(added)  # once: a set built per leaf made a batch quadratic
+                self._sessions_touched([leaf for leaf in leaves if leaf.id in added_set])
                 if added:
-                    names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
+                    names = sorted({leaf.source for leaf in leaves if leaf.id in added_set})
                     self._commit(f"memory: add {len(added)} leaves from {', '.join(names)}")
-            added_set = set(added)
             report = report.merge(
                 IngestReport(
                     messages=len(batch),
@@ -399,6 +428,8 @@ class Vault:
 
     def summary(self, node_id: str) -> SummaryNode:
         """The summary (level) with this id, read from its ``_summary.md``."""
+        from vaultmem.scan import read_summary_file
+
         check_node_id(node_id)
         row = self.conn.execute(
             "SELECT path FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
@@ -419,6 +450,9 @@ class Vault:
         its digest, or (``period`` ``week`` / ``month``) the week part or month holding it, written now if
         it is missing or behind its leaves; [] for a day nothing was remembered. With ``start`` and/or
         ``end`` instead: the existing digests of ``period`` that cover a day in that range, in time order."""
+        from vaultmem import digest, steps
+        from vaultmem.scan import read_summary_file
+
         max_bytes = self.config.max_file_bytes
         if start is not None or end is not None:
             if day is not None:
@@ -468,16 +502,22 @@ class Vault:
 
     def sources(self) -> list[str]:
         """The source trees (``global`` and topic summaries are not sources)."""
+        # Each distinct source (from an index), kept when a node of it lives under sources/<it>/.
         return [
             r[0]
             for r in self.conn.execute(
-                "SELECT DISTINCT source FROM chunks WHERE path >= ? AND path < ? ORDER BY source",
-                index.prefix_range(f"{SOURCES}/"),
+                "SELECT s.source FROM (SELECT DISTINCT source FROM chunks) s WHERE EXISTS (SELECT 1 FROM"
+                " chunks c WHERE c.path >= ? || s.source || '/' AND c.path < ? || s.source || '0') ORDER BY s.source",
+                (f"{SOURCES}/", f"{SOURCES}/"),
             )
         ]
 
-    def stats(self) -> Stats:
-        return read_stats(self.conn, self.layout, self.sources())
+    def stats(self, *, files: bool = True) -> Stats:
+        """Counts from the index; with ``files``, the bytes in the vault's files and in the index
+        (a walk over every file: ``files=False`` leaves them at -1 and stays cheap at any size)."""
+        from vaultmem.stats import read_stats
+
+        return read_stats(self.conn, self.layout, self.sources(), files=files)
 
     def tally(self) -> dict[str, int]:
         """Leaves, vectors and jobs still to run, read on a connection of its own: usable after an
@@ -508,6 +548,7 @@ class Vault:
                 self.config.embed_model,
                 backend=self.config.embed_backend,
                 batch_size=self.config.embed_batch_size,
+                cache_dir=model_cache_dir(),
             )
         return self._embedder
 
@@ -517,6 +558,8 @@ class Vault:
         Leaves without a vector of the configured model (new ones, or all of them after the model was
         changed) are queued first, so switching models re-embeds the vault instead of leaving search
         without meaning-based hits."""
+        from vaultmem.pool import Pool
+
         with (
             self.commit_batch(),
             self._locked(),
@@ -537,12 +580,16 @@ class Vault:
             report = pool.run_here(self.conn, progress=progress)
             if report.admitted:
                 self._commit(f"memory: admit {report.admitted} leaves")
+            self.save_vectors()
             return report
 
     # -- compaction ---------------------------------------------------------------------------------
     @property
     def summariser(self) -> Summariser:
         """The configured summariser: extractive, or an OpenAI-compatible endpoint falling back to it."""
+        from vaultmem.llm import OpenAICompatSummariser
+        from vaultmem.summarise import ExtractiveSummariser
+
         if self._summariser is None:
             extractive = ExtractiveSummariser()
             if self.config.llm_base_url and self.config.llm_model:
@@ -561,6 +608,9 @@ class Vault:
     @property
     def entity_finder(self) -> EntityFinder:
         """Rule-based entities, plus the [llm] endpoint's when ``topics.llm_entities`` is on."""
+        from vaultmem.admit import find_entities
+        from vaultmem.entities_llm import LLMEntityExtractor
+
         if self._finder is None:
             self._finder = find_entities
             if self.config.topics_llm_entities and self.config.llm_base_url and self.config.llm_model:
@@ -577,6 +627,10 @@ class Vault:
         return self._finder
 
     def job_env(self) -> JobEnv:
+        """What the job runner's handlers work with (``pool.JobEnv``), built from the config."""
+        from vaultmem import memtiers
+        from vaultmem.pool import JobEnv
+
         return JobEnv(
             layout=self.layout,
             settings=self.compact_settings,
@@ -584,17 +638,37 @@ class Vault:
             summariser=self.summariser,
             lock=self._locked,
             max_bytes=self.config.max_file_bytes,
-            commit=self._commit if self._autocommit.enabled else None,
+            commit=self._commit if self._autocommit is not None else None,
             topics=self.topic_settings,
             finder=self.entity_finder,
             digest=self.config.digest_enabled,
+            session_end=lambda conn, job: memtiers.run_session_job(self._memory(conn), job),
+            ingest=self._ingest_job,
         )
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
+        from vaultmem.pool import Pool
+
         self._writable()
         with self.commit_batch():
-            return Pool(self.job_env(), self.compact_settings.workers).run_until_idle(progress)
+            report = Pool(self.job_env(), self.compact_settings.workers).run_until_idle(progress)
+        self.save_vectors()
+        return report
+
+    def save_vectors(self, *, force: bool = False) -> int:
+        """Rewrite the vector matrix file (``.vaultmem/vectors-*.npy``) when it is missing or behind the
+        index by ``vectors.MATRIX_STALE`` (``force``: always), so that a new process maps the vectors
+        instead of reading them row by row. Returns the rows written (0: nothing to do). Under the write
+        lock; a read-only vault keeps none."""
+        if self.read_only is not None:
+            return 0
+        embedder = self.embedder
+        files = vectors.MatrixFile.of(self.layout.state, embedder.model_id)
+        with self._locked():
+            if not force and not vectors.matrix_behind(self.conn, files, embedder.model_id):
+                return 0
+            return vectors.write_matrix(self.conn, self.layout.root, files, embedder.model_id, embedder.dim)
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
@@ -612,6 +686,9 @@ class Vault:
             return self._compact(progress)
 
     def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
+        from vaultmem import steps
+        from vaultmem.reconcile import catch_up
+
         with self._locked():
             if steps.pending_notes(self.layout):
                 self.heal_compaction()
@@ -623,19 +700,7 @@ class Vault:
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
         # them in the buffer (the worker pool runs both kinds of job at once).
         flushed = self.flush()
-        with self._locked():
-            self.jobs.enqueue_many(seal_job(s) for s in self.sources())
-            # Days and topics that lost a leaf are re-digested and re-routed (the topic sweep below
-            # routes every topic anyway).
-            digest.enqueue_out_of_date(self.conn, time.time())
-            # A stale level always has its job (the flag in the file is the truth; the queue follows it).
-            self.jobs.enqueue_many(
-                resummarise_job(r["id"], r["depth"])
-                for r in self.conn.execute(
-                    "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
-                )
-            )
-        self.sweep_topics()  # heat decays with the days: archive the cold, make the newly hot
+        self.queue_compaction()
         report = self.work(progress)
         report.add(embedded=flushed.embedded, admitted=flushed.admitted)
         notes = [f"re-read {p} (changed by hand)" for p in caught.changed]
@@ -645,6 +710,9 @@ class Vault:
         return report
 
     def _plan(self) -> PoolReport:
+        from vaultmem.compact import Planner, SourceState
+        from vaultmem.pool import PoolReport
+
         report = PoolReport()
         embedder = self.embedder
         planner = Planner(self.conn, self.layout, self.compact_settings)
@@ -662,17 +730,17 @@ class Vault:
     @property
     def git_notes(self) -> list[str]:
         """What git auto-commit did besides committing (a repo created)."""
-        return self._autocommit.notes
+        return self._autocommit.notes if self._autocommit is not None else []
 
     @property
     def commits(self) -> int:
         """Git commits this vault made (engine batches and hand edits)."""
-        return self._autocommit.commits
+        return self._autocommit.commits if self._autocommit is not None else 0
 
     def _commit(self, message: str) -> None:
         """Record one logical operation for git auto-commit: committed at once, or with the rest of the
         batch when one is open (``commit_batch``)."""
-        if not self._autocommit.enabled:
+        if self._autocommit is None:
             return
         if self._deferred is not None and self._deferred_thread == threading.get_ident():
             self._deferred.append(message)  # inside an ``operation``: its own message names the commit
@@ -682,19 +750,22 @@ class Vault:
     def commit_batch(self, subject: str | None = None) -> AbstractContextManager[None]:
         """Everything the engine changes inside (in any thread of this vault) becomes one git commit at
         the end of the outermost batch; its subject is ``subject`` when several operations ran."""
-        return self._autocommit.batch(subject)
+        return self._autocommit.batch(subject) if self._autocommit is not None else nullcontext()
 
     def has_uncommitted(self) -> bool:
         """True when git auto-commit is on and engine changes wait for their commit."""
-        return self._autocommit.pending()
+        return self._autocommit is not None and self._autocommit.pending()
 
     def commit_pending(self, subject: str | None = None) -> str | None:
         """Commit what the engine changed and has not committed yet (only its own paths); None when
         nothing was committed (see ``autocommit.AutoCommit.commit_pending``)."""
-        return self._autocommit.commit_pending(subject)
+        return self._autocommit.commit_pending(subject) if self._autocommit is not None else None
 
     def _commit_by_hand(self, paths: list[str]) -> None:
-        self._autocommit.commit_by_hand(paths)
+        """Commit a person's edits the engine just read as their own commit ("edit by hand: ..."), before
+        anything the engine derives from them, so they never hide inside an engine commit."""
+        if self._autocommit is not None:
+            self._autocommit.commit_by_hand(paths)
 
     # -- hand edits (the watch daemon) ---------------------------------------------------------------
     def reconcile_paths(
@@ -712,21 +783,37 @@ class Vault:
         not as a person's edit. With ``repo_stamp`` (what
         ``repo_stamp()`` said when the paths were gathered), a git command that ran since makes it
         raise ``GitBusy`` and change nothing: the paths may describe a tree git was still writing."""
+        from vaultmem import digest, memindex
+        from vaultmem.reconcile import reconcile_paths
+
         with self._locked():
             if repo_stamp is not None and self.repo_stamp() != repo_stamp:
                 raise GitBusy(
                     f"git changed the repository of {self.layout.root} while these paths were gathered;"
                     " gather them again once it is quiet"
                 )
+            mine, rest = memindex.reconcile(
+                self.conn, self.layout, rels, self.config.max_file_bytes, self.memory_settings.core
+            )
+            # A person's edits to agent memory files are their own commit, as for notes and leaves.
+            if by_hand:
+                self._commit_by_hand([*mine.new, *mine.changed, *mine.deleted, *(r for r, _ in mine.invalid)])
             report = reconcile_paths(
                 self.conn,
                 self.layout,
-                rels,
+                rest,
                 self.config.max_file_bytes,
                 read_note=self.read_notes,
                 seen=seen,
                 on_hand_edits=self._commit_by_hand if by_hand else None,
             )
+            report.new += mine.new
+            report.changed += mine.changed
+            report.deleted += mine.deleted
+            report.invalid += mine.invalid
+            for rel, _ in mine.invalid:  # reported once, until the file changes again
+                st = self.layout.abs(rel).stat()
+                report.seen[rel] = (st.st_size, st.st_mtime_ns)
             if report.deleted:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
             if report.deleted or report.changed:
@@ -749,12 +836,20 @@ class Vault:
 
     def changed_paths(self, seen: Mapping[str, Stamp]) -> list[str]:
         """Paths that differ from the index (or from ``seen``, the notes already read), by ``stat``."""
-        return changed_paths(self.conn, self.layout, seen)
+        from vaultmem import memindex
+        from vaultmem.reconcile import changed_paths
+
+        # Agent memory files have rows of their own (memindex): compared there, not read as notes.
+        known = {r[0] for r in self.conn.execute("SELECT path FROM agent_files")}
+        rest = [p for p in changed_paths(self.conn, self.layout, seen) if p not in known]
+        return sorted({*rest, *memindex.changed(self.conn, self.layout)})
 
     def read_notes(self, rels: Iterable[str]) -> list[str]:
         """Ingest Markdown notes of the vault (not vaultmem nodes) as documents; the files stay as they
         are. The source is the note's top folder (``notes/a.md`` -> ``notes``; a note at the top: ``notes``).
         Returns the leaf ids added (re-reading unchanged text adds nothing)."""
+        from vaultmem.inputs import read_path
+
         messages: list[Message] = []
         for rel in rels:
             top = rel.split("/", 1)[0] if "/" in rel else "notes"
@@ -773,7 +868,7 @@ class Vault:
     @property
     def searcher(self) -> Searcher:
         if self._searcher is None:
-            self._searcher = Searcher(self.conn, lambda: self.embedder)
+            self._searcher = Searcher(self.conn, lambda: self.embedder, state=self.layout.state)
         return self._searcher
 
     def search(
@@ -805,11 +900,21 @@ class Vault:
         """Make the entities ``query`` names hotter (the heat formula's query term). ``search`` and
         ``context`` call it after they have read (the retrieval modules never write); nothing is
         recorded in a read-only vault or with topics off."""
-        if not self.topic_settings.enabled or not isinstance(query, str) or self.read_only is not None:
+        if not isinstance(query, str) or self.read_only is not None:
+            return
+        # The topic settings once built (or set) are the truth; before that the config says the same
+        # without importing the topic planner on the search path.
+        built = self.__dict__.get("topic_settings")
+        if built is not None:
+            enabled, heat_settings = built.enabled, built.heat
+        else:
+            enabled = self.config.topics_enabled
+            heat_settings = topics.heat.settings_from(self.config.topic_values())
+        if not enabled:
             return
         keys = [m.key for m in entities.extract(query)]
         if keys:
-            topics.heat.queried(self.conn, keys, topics.heat.utcnow(), self.topic_settings.heat)
+            topics.heat.queried(self.conn, keys, topics.heat.utcnow(), heat_settings)
 
     def context(
         self,
@@ -853,6 +958,8 @@ class Vault:
     def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[navigate.Node]:
         """Children of a level (every source's top for ``None``), in reading order or ranked by ``query``.
         A topic or digest node's children are its sub-levels, then the leaves it links."""
+        from vaultmem import navigate
+
         linked: list[str] = []
         if node_id is not None and node_id.startswith("s"):
             node = self.summary(node_id)
@@ -882,10 +989,14 @@ class Vault:
 
     def serialize(self, node_id: str) -> str:
         """A level and everything under it read as one Markdown document (depth first, reading order)."""
+        from vaultmem import navigate
+
         return navigate.serialize(self.conn, node_id)
 
     def expand_to_length(self, node_id: str, budget_tokens: int) -> navigate.Expansion:
         """A level expanded breadth first (summary, then children, ...) while it fits ``budget_tokens``."""
+        from vaultmem import navigate
+
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         return navigate.expand_to_length(self.conn, node_id, budget_tokens)
@@ -898,6 +1009,8 @@ class Vault:
         the index's ``meta``), every admitted leaf is read anew and its list replaced by what the rules
         find now. Returns how many leaves changed; ``compact`` then routes the topics they make hot (and
         archives those no leaf names any more)."""
+        from vaultmem.status import set_status
+
         row = self.conn.execute("SELECT value FROM meta WHERE key = 'entity_rules'").fetchone()
         stale = row is None or int(row[0]) < entities.RULES_VERSION
         ids = [
@@ -963,12 +1076,24 @@ class Vault:
             )  # an index rebuilt without its heat table
         return topics.query.hot(self.conn, n, at, self.topic_settings)
 
-    def graph(self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None) -> dict[str, Any]:
-        """The entity graph: the ``limit`` most mentioned entities and their co-occurrence edges."""
+    def graph(
+        self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None, by: str = "mentions"
+    ) -> dict[str, Any]:
+        """The entity graph: the ``limit`` most mentioned (``by="heat"``: hottest) entities and their
+        co-occurrence edges."""
         if limit < 1 or min_weight < 1:
             raise InvalidInput("limit and min_weight must be at least 1")
+        if by not in ("mentions", "heat"):
+            raise InvalidInput(f"graph by {by!r}? one of: mentions, heat")
+        at = now or topics.heat.utcnow()
+        # By heat: the hottest. An index whose heat was never seeded (read-only) falls back to mentions.
+        keys = (
+            [e.key for e in topics.query.hot(self.conn, limit, at, self.topic_settings)]
+            if by == "heat"
+            else []
+        )
         return topics.query.graph(
-            self.conn, now or topics.heat.utcnow(), self.topic_settings, limit=limit, min_weight=min_weight
+            self.conn, at, self.topic_settings, limit=limit, min_weight=min_weight, keys=keys or None
         )
 
     # -- document operations (docmem) ---------------------------------------------------------------
@@ -984,6 +1109,8 @@ class Vault:
     ) -> str:
         """A new leaf as the last child of the level ``parent_id``; returns its id. Session and input
         kind default to the nearest leaf's; ``flush()`` embeds it, as it does ingested leaves."""
+        from vaultmem.docmem import plan_append_child
+
         return self._docmem(
             lambda: plan_append_child(
                 self.conn, self.layout, parent_id, text, role=role, speaker=speaker, ts=ts, session=session
@@ -1002,6 +1129,8 @@ class Vault:
         session: str | None = None,
     ) -> str:
         """A new leaf between two adjacent siblings (``InvalidInput`` if they are not); returns its id."""
+        from vaultmem.docmem import plan_insert_between
+
         return self._docmem(
             lambda: plan_insert_between(
                 self.conn,
@@ -1019,6 +1148,8 @@ class Vault:
     def delete(self, node_id: str) -> list[str]:
         """Delete a node and everything under it; returns the ids removed. A level whose folder holds a
         file that is not a vaultmem node is refused (``InvalidInput``), so no person's file is lost."""
+        from vaultmem.docmem import plan_delete
+
         return list(
             self._docmem(
                 lambda: plan_delete(self.conn, self.layout, node_id, max_bytes=self.config.max_file_bytes)
@@ -1028,6 +1159,8 @@ class Vault:
     def update_content(self, node_id: str, text: str) -> None:
         """Rewrite a node's text: a leaf keeps its id, provenance and your keys and is re-embedded; a
         summary's new text counts as a hand edit, kept under ``## Pinned`` when it is next re-summarised."""
+        from vaultmem.docmem import plan_update_content
+
         self._docmem(
             lambda: plan_update_content(
                 self.conn, self.layout, node_id, text, max_bytes=self.config.max_file_bytes
@@ -1036,6 +1169,8 @@ class Vault:
 
     def add_summary(self, node_ids: Iterable[str], text: str, *, title: str | None = None) -> str:
         """A new level over contiguous sibling leaves, with ``text`` as its summary; returns its id."""
+        from vaultmem.docmem import plan_add_summary
+
         ids = list(node_ids)
         return self._docmem(
             lambda: plan_add_summary(
@@ -1045,14 +1180,21 @@ class Vault:
 
     def session_tree(self, session: str, *, source: str | None = None) -> SessionTree:
         """A chat session read as a tree: its messages and the levels standing for runs of them."""
+        from vaultmem.sessions import session_tree
+
         return session_tree(self.conn, session, source=source)
 
     def build_message_list(self, session: str, *, source: str | None = None) -> list[dict[str, Any]]:
         """The session as an OpenAI-style message list; a level covering a run of it becomes a
         ``recall_memory_summary`` tool call and its result."""
+        from vaultmem.sessions import session_tree
+
         return session_tree(self.conn, session, source=source).messages()
 
     def _docmem(self, plan: Callable[[], Plan]) -> tuple[str, ...]:
+        from vaultmem import digest, steps
+        from vaultmem.docmem import run
+
         with self.commit_batch(), self._locked():
             if steps.pending_notes(self.layout):
                 self.heal_compaction()
@@ -1158,6 +1300,8 @@ class Vault:
         return replace(done, supersedes=old_id)
 
     def _remember(self, message: Message) -> agentio.Remembered:
+        from vaultmem.ingest import build_leaves, check_new_sources, write_leaves
+
         check_new_sources(self.layout, {message.source})
         ids: list[str] = []
         paths: list[str] = []
@@ -1204,17 +1348,12 @@ class Vault:
         mode: str | None = None,
     ) -> agentio.Recall:
         """The block an agent puts in its system prompt for a query (or the last turns of a message list):
-        core memory first when the vault has it, then the best remembered text in what is left of
-        ``budget_tokens`` (``context``). Never more than ``budget_tokens``."""
+        core memory first (``core_text``: read only, nothing created), then the best remembered text in
+        what is left of ``budget_tokens`` (``context``). Never more than ``budget_tokens``."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         query = agentio.query_of(query_or_messages)
-        core = ""
-        core_block = getattr(self, "core_block", None)  # core memory (issue #17), once the vault has it
-        if callable(core_block):
-            core = agentio.fit_lines(
-                str(getattr(block := core_block(), "text", block) or "").strip(), budget_tokens
-            )
+        core = agentio.fit_lines(self.core_text().strip(), budget_tokens)
         left = budget_tokens - count_tokens(core)
         ctx = (
             self.context(query, left, source=source, mode=mode)
@@ -1277,19 +1416,31 @@ class Vault:
         return report
 
     def _reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
+        from vaultmem import memindex
+        from vaultmem.admit import vectors_from_sidecars
+        from vaultmem.reindex import reindex
+
         with self._locked():
             report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
+            memory, unread = memindex.reindex(
+                self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core
+            )
+            report = replace(report, memory_files=memory, skipped=report.skipped + tuple(unread))
             embedder = self.embedder
             with db.atomic(self.conn):
                 loaded, missing = vectors_from_sidecars(
                     self.conn, self.layout, embedder.model_id, embedder.dim
                 )
                 requeued = self.jobs.enqueue_many(admit_job(i) for i in missing)
+            self.save_vectors()
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
     def check(self, *, fix: bool = False, redact: bool = False) -> CheckReport:
         """Verify the index against the files (``fix``: repair the index side). ``redact`` (with
         ``fix``) also rewrites Markdown files that hold a secret, with the secret replaced."""
+        from vaultmem import steps
+        from vaultmem.check import CheckReport, Problem, check
+
         if redact and not fix:
             raise InvalidInput(
                 "--redact rewrites files, so it goes with --fix: `vaultmem check --fix --redact`"
@@ -1329,12 +1480,315 @@ class Vault:
                         self._commit(
                             f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)"
                         )
-                    return report
-        return check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
+                    return self._check_memory(report, fix=True)
+        report = check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
+        return self._check_memory(report, fix=False)
+
+    # -- agent memory tiers: core memory, session notes, episodes, recipes (coremem, memtiers) ---------
+    @property
+    def memory_settings(self) -> MemorySettings:
+        """The ``[core]``, ``[sessions]`` and ``[recipes]`` sections of the config."""
+        from vaultmem.corefile import CoreSettings
+        from vaultmem.coremem import MemorySettings
+
+        c = self.config
+        return MemorySettings(
+            core=CoreSettings(**c.memory_values("core")),
+            session_auto=c.sessions_auto,
+            session_idle_s=c.sessions_idle_s,
+            session_max_age_days=c.sessions_max_age_days,
+            recipe_similarity=c.recipes_similarity,
+            recipe_min_episodes=c.recipes_min_episodes,
+            recipe_max_learned=c.recipes_max_learned,
+            recipe_max_in_prompt=c.recipes_max_in_prompt,
+            recipe_max_chars=c.recipes_max_chars,
+            recipe_trigger_min=c.recipes_trigger_min,
+        )
+
+    @property
+    def chat_model(self) -> ChatModel | None:
+        """The configured ``[llm]`` endpoint for the memory tiers, or None (offline rules)."""
+        if not self._chat_model_built:
+            from vaultmem.agentllm import ChatModel
+
+            self._chat_model_built = True
+            c = self.config
+            self._chat_model = (
+                ChatModel(
+                    c.llm_base_url,
+                    c.llm_model,
+                    api_key=os.environ.get(c.llm_api_key_env) or None,
+                    timeout_s=c.llm_timeout_s,
+                    semaphore=threading.Semaphore(c.llm_max_concurrent),
+                )
+                if c.llm_base_url and c.llm_model
+                else None
+            )
+        return self._chat_model
+
+    def _memory(self, conn: sqlite3.Connection | None = None) -> MemoryEnv:
+        from vaultmem.coremem import MemoryEnv
+
+        return MemoryEnv(
+            conn=conn if conn is not None else self.conn,
+            layout=self.layout,
+            settings=self.memory_settings,
+            max_bytes=self.config.max_file_bytes,
+            lock=self._locked,
+            commit=self._commit,
+            clock=self.clock,
+            embedder=lambda: self.embedder,
+            model=self.chat_model,
+            read_only=self.read_only is not None,
+            hand_edits=self._commit_by_hand if self._autocommit is not None else None,
+        )
+
+    def core_block(self) -> CoreBlock:
+        """The in-prompt core files (soul, user profile, projects, patterns) as one block, within each
+        file's budget and the total budget (characters); deterministic. Creates missing files."""
+        from vaultmem import coremem
+
+        return coremem.block(self._memory())
+
+    def core_text(self) -> str:
+        """The core block's text as a prompt carries it, reading only: nothing is created, indexed or
+        committed (a missing core file counts as its empty template). For recall, hooks and servers."""
+        from vaultmem import coremem
+
+        return coremem.block(self._memory(), write=False).text
+
+    def core_files(self) -> list[CoreFileView]:
+        """Every core file with its budget, size and entries (missing ones are created first)."""
+        from vaultmem import coremem
+
+        return coremem.files(self._memory())
+
+    def core_file(self, name: str) -> CoreFileView:
+        """One core file (``user-profile``, ``knowledge``...); a missing one is shown as its template."""
+        from vaultmem import coremem
+
+        return coremem.view(self._memory(), name)
+
+    def core_update(self, file: str, entries: str | Sequence[str]) -> CoreUpdate:
+        """Add entries (a list, or text: one per line) to a core file, enforcing its budget as it is
+        written: the LLM condenses when configured (validated, offline fallback), else the offline
+        policy; what leaves goes to knowledge.md or core/_archive/ with its tag, never lost."""
+        from vaultmem import coremem
+
+        return coremem.update(self._memory(), file, entries)
+
+    def onboard(self, answers: Mapping[str, str] | None = None) -> Onboarding:
+        """First run: create the core files; ``answers`` (``name``, ``language``, ``use``; any may be
+        missing) fill the user profile and the soul."""
+        from vaultmem import coremem
+
+        return coremem.onboard(self._memory(), answers)
+
+    def end_session(self, session: str, *, source: str | None = None) -> SessionNote:
+        """Write (or refresh) the note of a chat session and propose its lasting facts to core memory."""
+        from vaultmem import memtiers
+
+        return memtiers.end_session(self._memory(), session, source)
+
+    def sessions(self, *, limit: int | None = None) -> list[SessionNote]:
+        """Session notes, newest first."""
+        from vaultmem import memtiers
+
+        return memtiers.list_sessions(self._memory(), limit)
+
+    def record_episode(
+        self,
+        request: str,
+        *,
+        mode: str,
+        tools: Sequence[str | Mapping[str, Any]],
+        outcomes: Sequence[str] | str | None,
+        success: bool,
+        session: str | None = None,
+        source: str | None = None,
+        recipe: str | None = None,
+    ) -> EpisodeRecord:
+        """Record one task execution; a successful one may join or make a recipe. ``recipe``: the
+        recipe it followed (its success or failure is counted there)."""
+        from vaultmem import memtiers
+
+        return memtiers.record_episode(
+            self._memory(),
+            request,
+            mode=mode,
+            tools=tools,
+            outcomes=outcomes,
+            success=success,
+            session=session,
+            source=source,
+            recipe=recipe,
+        )
+
+    def episodes(self, *, limit: int | None = None, success: bool | None = None) -> list[Episode]:
+        """Recorded episodes, newest first (``success`` to keep only successes or failures)."""
+        from vaultmem import memtiers
+
+        return memtiers.list_episodes(self._memory(), limit=limit, success=success)
+
+    def recipes(self, *, archived: bool = False) -> list[Recipe]:
+        """Live recipes by name (``archived``: the archived ones too, after them)."""
+        from vaultmem import memtiers
+
+        return memtiers.list_recipes(self._memory(), archived=archived)
+
+    def recipes_for(
+        self, request: str, *, limit: int | None = None, max_chars: int | None = None
+    ) -> RecipeMatch:
+        """The recipes for a request: triggers first, then word overlap; at most ``limit`` (3) and
+        ``max_chars`` (2,000) characters; ``fast_path`` on those used successfully 3 times or more."""
+        from vaultmem import memtiers
+
+        return memtiers.recipes_for(self._memory(), request, limit=limit, max_chars=max_chars)
+
+    def recipe_result(self, name: str, *, success: bool) -> Recipe:
+        """Count a successful or failed use of the recipe ``name``."""
+        from vaultmem import memtiers
+
+        return memtiers.recipe_result(self._memory(), name, success=success)
+
+    def search_memory(
+        self, query: str, *, kinds: Sequence[str] | None = None, k: int = 10
+    ) -> list[MemoryHit]:
+        """Full-text search over the agent's memory: core entries (knowledge.md included), session
+        notes, episodes, recipes (``kinds`` to restrict)."""
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("the query is empty; type a few words to search for")
+        from vaultmem import coremem, memindex
+
+        env = self._memory()
+        coremem.sync(env, kinds or memindex.KINDS)
+        return memindex.search(self.conn, query, kinds, k)
+
+    def _sessions_touched(self, leaves: list[Leaf]) -> None:
+        """Ingest hook: chat sessions that just got messages get (or push back) their note's job."""
+        if leaves:
+            from vaultmem import memtiers
+
+            memtiers.schedule(self._memory(), leaves)
+
+    def _check_memory(self, report: CheckReport, *, fix: bool) -> CheckReport:
+        """``check`` of the agent memory files, added to the report of the rest."""
+        from vaultmem import memindex
+
+        problems, fixed = memindex.check(
+            self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core, fix=fix
+        )
+        return replace(report, problems=report.problems + tuple(problems), fixed=report.fixed + tuple(fixed))
 
     @property
     def jobs(self) -> JobQueue:
         return JobQueue(self.conn, time.time)
+
+    # -- configured sources, queued requests, and reads for the dashboard ----------------------------
+    def source_folders(self) -> dict[str, Path]:
+        """``[sources]`` of config.toml: source name -> the folder or file it is read from (``~``
+        expanded, a relative path taken from the vault's root), in the order the config lists them."""
+        return {
+            name: Path(os.path.normpath(self.layout.root / os.path.expanduser(where)))
+            for name, where in self.config.sources
+        }
+
+    def ingest_source(self, name: str, progress: Progress | None = None) -> IngestReport:
+        """Read the folder configured for source ``name`` again; what was read before adds nothing."""
+        folders = self.source_folders()
+        if name not in folders:
+            known = ", ".join(folders) or "none; add a [sources] table to .vaultmem/config.toml"
+            raise InvalidInput(f"no configured source {name!r} (configured: {known})")
+        if not folders[name].exists():
+            raise InvalidInput(
+                f"source {name!r}: {folders[name]} does not exist; fix [sources] in config.toml"
+            )
+        return self.ingest_path(folders[name], source=name, progress=progress)
+
+    def queue_ingest(self, name: str) -> bool:
+        """Queue an ``ingest`` job for configured source ``name`` (the watch daemon or `vaultmem jobs
+        --run` runs it); False when one is already queued or running."""
+        self._writable()
+        if name not in self.source_folders():
+            raise InvalidInput(f"no configured source {name!r}; [sources] in config.toml lists them")
+        return self.jobs.enqueue_many([ingest_job(name)]) == 1
+
+    def queue_compaction(self) -> int:
+        """Queue what ``compact`` runs (a seal per source, a re-summary per stale level, out-of-date
+        digests, topic routing) without running it; returns the jobs added."""
+        from vaultmem import digest
+
+        with self._locked():
+            added = self.jobs.enqueue_many(seal_job(s) for s in self.sources())
+            # Days and topics that lost a leaf are re-digested and re-routed (the topic sweep below
+            # routes every topic anyway).
+            added += digest.enqueue_out_of_date(self.conn, time.time())
+            # A stale level always has its job (the flag in the file is the truth; the queue follows it).
+            added += self.jobs.enqueue_many(
+                resummarise_job(r["id"], r["depth"])
+                for r in self.conn.execute(
+                    "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
+                )
+            )
+        return added + self.sweep_topics()  # heat decays with the days: archive the cold, make the newly hot
+
+    def _ingest_job(self, name: str, heartbeat: Callable[[], None]) -> str:
+        """The ``ingest`` job, on a connection of its own (it runs on a worker thread)."""
+        with Vault.open(self.layout.root, embedder=self._embedder) as other:
+            report = other.ingest_source(name, progress=lambda _done, _total: heartbeat())
+            self.warnings.extend(other.warnings)
+        return f"memory: ingest {name}: {len(report.added)} new leaves ({report.duplicates} already present)"
+
+    def index_version(self) -> tuple[int, int]:
+        """A value that changes whenever the index does (a commit by this or any other connection):
+        what a reader's cache is keyed on."""
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes
+
+    def storage(self) -> tuple[int, int]:
+        """Bytes in the vault's files (not ``.git``) and in ``.vaultmem/`` (``stats.storage``)."""
+        from vaultmem.stats import storage
+
+        return storage(self.layout)
+
+    def leaves_per_day(
+        self, first: date | str, last: date | str, *, source: str | None = None
+    ) -> dict[str, int]:
+        """UTC day -> how many leaves were said or written that day, from ``first`` to ``last``
+        (dates or ``YYYY-MM-DD``); days without one are left out."""
+        from vaultmem import digest
+
+        start, end = digest.parse_day(first), digest.parse_day(last)
+        if end < start:
+            raise InvalidInput(f"the range ends ({end}) before it starts ({start})")
+        return index.leaves_per_day(self.conn, start.isoformat(), end.isoformat(), source)
+
+    def leaves_per_source(self) -> dict[str, int]:
+        """Source -> how many leaves it holds."""
+        return index.leaves_per_source(self.conn)
+
+    def children(
+        self, node_id: str | None = None, *, source: str | None = None, offset: int = 0, limit: int = 100
+    ) -> tuple[list[navigate.Node], int]:
+        """One page of a level's children in reading order (without ``node_id``: the top of ``source``,
+        its levels and ``_fresh/`` leaves), with how many there are in all."""
+        if node_id is None and source is None:
+            raise InvalidInput("name a level or a source")
+        if offset < 0 or limit < 1:
+            raise InvalidInput("offset must be 0 or more and limit at least 1")
+        from vaultmem import navigate
+
+        return navigate.children_page(self.conn, node_id, source=source, offset=offset, limit=limit)
+
+    def commits_of(self, day: date | str | None = None, *, limit: int = 100) -> list[CommitInfo]:
+        """The vault's git commits of a UTC day (default today), newest first, each with its files and
+        its patch; [] when the vault has no git history."""
+        from vaultmem import digest
+        from vaultmem.gitsync import GitRecorder
+
+        when = digest.parse_day(day)
+        start = datetime(when.year, when.month, when.day, tzinfo=UTC)
+        end = start + timedelta(days=1) - timedelta(seconds=1)
+        return GitRecorder(self.layout.root).commits_between(start.isoformat(), end.isoformat(), limit=limit)
 
 
 @contextmanager
@@ -1349,6 +1803,16 @@ def _on_full_disk(what: str, kept: str, again: str) -> Iterator[None]:
             f"disk full during {what}: {exc}; {kept}, queued work stays queued and a step cut short"
             f" finishes on the next open; free space, then run {again} again"
         ) from exc
+
+
+def model_cache_dir() -> Path:
+    """Where files derived from the embedding model are kept between processes (prepared weights):
+    ``$VAULTMEM_CACHE``, else ``$XDG_CACHE_HOME/vaultmem``, else ``~/.cache/vaultmem``."""
+    override = os.environ.get("VAULTMEM_CACHE")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vaultmem"
 
 
 def _when(value: datetime | str | None, name: str) -> datetime | None:
