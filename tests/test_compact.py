@@ -160,7 +160,9 @@ def test_buffer_below_thresholds_waits_until_too_old_then_is_force_sealed(tmp_pa
         for leaf in vault.ls():
             os.utime(vault.layout.root / leaf.path, (old, old))
         vault.conn.execute("UPDATE chunks SET file_mtime_ns = ?", (int(old * 1e9),))
+        # The day has passed: the buffer's timer (queued when its leaves were admitted) is due now.
         vault.jobs.enqueue("flush_stale", {"source": "chat"}, dedupe_key="flush_stale:chat")
+        vault.conn.execute("UPDATE jobs SET run_after = 0 WHERE dedupe_key = 'flush_stale:chat'")
         report = vault.work()
         assert report.sealed + report.merged == 8
         assert len(vault.ls(status="admitted")) == 8
@@ -424,3 +426,21 @@ def test_compact_without_a_flush_first_embeds_then_seals(tmp_path: Path) -> None
         report = vault.compact()
         assert report.embedded == 40 and report.sealed + report.merged == 32
         assert len(vault.ls(status="admitted")) == 8 and vault.check().ok
+
+
+def test_flush_then_work_builds_the_tree_work_alone_builds(tmp_path: Path) -> None:
+    """One job runner: an ``admit`` batch queues the same follow-ups whether ``flush`` runs it on the
+    calling thread or ``work``'s threads do, so the tree that follows is the same."""
+    with make_vault(tmp_path / "a", workers=1) as via_flush, make_vault(tmp_path / "b", workers=1) as via_work:
+        for vault in (via_flush, via_work):
+            vault.ingest_messages(topic_records(30))
+        flushed = via_flush.flush()
+        assert flushed.admitted == 120
+        queued = via_flush.jobs.by_kind()
+        assert queued["append_buffer"]["queued"] == 1 and "admit" not in queued
+        assert via_flush.work().jobs_failed == 0 and via_work.work().jobs_failed == 0
+        assert levels(via_flush) == levels(via_work) != {}
+        statuses = [
+            sorted((leaf.id, leaf.status) for leaf in vault.ls()) for vault in (via_flush, via_work)
+        ]
+        assert statuses[0] == statuses[1]

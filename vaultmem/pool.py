@@ -75,9 +75,6 @@ class JobEnv(StepEnv):
     topics: TopicSettings = field(default_factory=TopicSettings)
     finder: EntityFinder | None = find_entities  # entities of a leaf as it is admitted
     digest: bool = True  # keep the global tree (a digest per day)
-    # Admitted leaves queue their source's ``append_buffer`` (which seals when the buffer is ready).
-    # ``Vault.flush`` turns it off: it embeds and admits only, and ``compact`` seals every source itself.
-    seal_after_admit: bool = True
     # The note of an idle chat session (memtiers.run_session_job with this thread's connection).
     session_end: Callable[[sqlite3.Connection, Job], bool] | None = None
     # read a configured source folder again ([sources]), calling the heartbeat as batches are written;
@@ -642,10 +639,10 @@ def run_admit(
     the batch failed (then None). A leaf whose file was edited since it was indexed is re-read and
     admitted with its new text; one that cannot be yet (its file is mid-save, or it sits in a level the
     catch-up re-reads) is put back for ``BUSY_RETRY_S`` without using an attempt, and one whose file is
-    no longer a leaf fails. Follow-ups of the admitted leaves: the digest of each day they fall on (with
-    ``env.digest``), their entities' topics routed, and (with ``env.seal_after_admit``) ``append_buffer``
-    for each of their sources.
-    Adds to ``report``. A full disk is raised (nothing to retry until space returns)."""
+    no longer a leaf fails. Follow-ups of the admitted leaves, whoever runs the batch (the threads or
+    ``flush``): the digest of each day they fall on (with ``env.digest``), their entities' topics routed,
+    and ``append_buffer`` for each of their sources (which seals once the buffer is ready). Adds to
+    ``report``. A full disk is raised (nothing to retry until space returns)."""
     layout = env.layout
     embedder = env.embedder()
     try:
@@ -687,8 +684,7 @@ def run_admit(
             queue.defer(job, BUSY_RETRY_S, "leaf file changed on disk while it was admitted; retried shortly")
     report.jobs_done += len(done)
     topics.route.after_admit(conn, layout, done_ids, topics.heat.utcnow(), env.topics)
-    if env.seal_after_admit:
-        queue.enqueue_many(append_buffer_job(s) for s in _sources_of(conn, done_ids))
+    queue.enqueue_many(append_buffer_job(s) for s in _sources_of(conn, done_ids))
     report.embedded += result.embedded
     report.reused += result.reused
     report.admitted += result.admitted

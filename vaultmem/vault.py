@@ -574,9 +574,9 @@ class Vault:
                 )
             ]
             self.jobs.enqueue_many(admit_job(i) for i in missing)
-            # The pool's own runner on this thread, admit jobs only; this call commits once at the end,
-            # and leaves sealing to `compact` (or the daemon).
-            pool = Pool(replace(self.job_env(), commit=None, seal_after_admit=False), workers=1)
+            # The pool's own runner on this thread, admit jobs only (their follow-ups are queued as the
+            # threads queue them, and left for `work`, `compact` or the daemon); one commit at the end.
+            pool = Pool(replace(self.job_env(), commit=None), workers=1)
             report = pool.run_here(self.conn, progress=progress)
             if report.admitted:
                 self._commit(f"memory: admit {report.admitted} leaves")
@@ -673,10 +673,15 @@ class Vault:
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
     ) -> PoolReport:
-        """Seal every source's buffer into levels, condense, and re-summarise what is stale.
+        """Compact now: seal every source's buffer into levels, condense, and re-summarise what is stale.
 
-        Catches up with hand edits first (edited summaries and leaves make their ancestors stale), then
-        runs the queue to idle. ``dry_run`` plans the same steps and changes nothing."""
+        Catches up with hand edits first (edited summaries and leaves make their ancestors stale), embeds
+        and admits what waits (``flush``), then queues what a person asking for compaction wants whether
+        or not a job asked for it (``queue_compaction``: a seal of every source, a re-summary of every
+        stale level, out-of-date digests, the topic sweep) and runs the queue to idle. Between two
+        compactions, admitted leaves seal their own source once its buffer is ready (``append_buffer``,
+        queued by every ``admit`` batch, whoever runs it). ``dry_run`` plans the same steps and changes
+        nothing."""
         if dry_run:
             return self._plan()
         with (
@@ -698,7 +703,7 @@ class Vault:
             if caught.stale:
                 self._commit(f"memory: mark {len(caught.stale)} summaries stale (what is below them changed)")
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
-        # them in the buffer (the worker pool runs both kinds of job at once).
+        # them in the buffer (the threads run both kinds of job at once).
         flushed = self.flush()
         self.queue_compaction()
         report = self.work(progress)
