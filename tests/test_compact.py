@@ -431,7 +431,10 @@ def test_compact_without_a_flush_first_embeds_then_seals(tmp_path: Path) -> None
 def test_flush_then_work_builds_the_tree_work_alone_builds(tmp_path: Path) -> None:
     """One job runner: an ``admit`` batch queues the same follow-ups whether ``flush`` runs it on the
     calling thread or ``work``'s threads do, so the tree that follows is the same."""
-    with make_vault(tmp_path / "a", workers=1) as via_flush, make_vault(tmp_path / "b", workers=1) as via_work:
+    with (
+        make_vault(tmp_path / "a", workers=1) as via_flush,
+        make_vault(tmp_path / "b", workers=1) as via_work,
+    ):
         for vault in (via_flush, via_work):
             vault.ingest_messages(topic_records(30))
         flushed = via_flush.flush()
@@ -440,7 +443,5 @@ def test_flush_then_work_builds_the_tree_work_alone_builds(tmp_path: Path) -> No
         assert queued["append_buffer"]["queued"] == 1 and "admit" not in queued
         assert via_flush.work().jobs_failed == 0 and via_work.work().jobs_failed == 0
         assert levels(via_flush) == levels(via_work) != {}
-        statuses = [
-            sorted((leaf.id, leaf.status) for leaf in vault.ls()) for vault in (via_flush, via_work)
-        ]
+        statuses = [sorted((leaf.id, leaf.status) for leaf in vault.ls()) for vault in (via_flush, via_work)]
         assert statuses[0] == statuses[1]
