@@ -89,7 +89,7 @@ def test_new_leaves_join_a_close_existing_level_and_make_it_stale_then_fresh(tmp
         vault.ingest_messages(topic_records(20, start=80))
         vault.flush()
         report = vault.compact()
-        assert report.merged > 0 and report.resummarized > 0
+        assert report.merged > 0 and report.resummarised > 0
         tree = levels(vault)
         grown = [d for d in tree_before if len(tree[d]) > len(tree_before[d])]
         assert grown
@@ -180,7 +180,7 @@ def test_hand_edited_leaf_marks_its_ancestors_stale_and_compact_refreshes_them(t
         path = vault.layout.root / leaf.path
         path.write_text(path.read_text().replace(leaf.text, leaf.text + " The hedge needs trimming."))
         report = vault.compact()
-        assert report.resummarized >= len(ancestors)
+        assert report.resummarised >= len(ancestors)
         assert any("changed by hand" in n for n in report.notes)
         for node_id in ancestors:
             row = vault.conn.execute("SELECT status, path FROM chunks WHERE id = ?", (node_id,)).fetchone()
@@ -226,7 +226,7 @@ def test_stale_flags_survive_a_restart_and_run_deepest_first(tmp_path: Path) -> 
         queued = [j for j in vault.jobs.list() if j.kind == "resummarise"]
         assert {j.payload["id"] for j in queued} == set(ancestors)
         report = vault.work()
-        assert report.resummarized == len(ancestors)
+        assert report.resummarised == len(ancestors)
         # One chain of ancestors, deepest first: each level was written after the one below it.
         rows = [
             vault.conn.execute("SELECT path, depth FROM chunks WHERE id = ?", (i,)).fetchone()
@@ -321,7 +321,7 @@ def test_llm_summaries_replace_the_extractive_ones_and_cap_concurrency(
         for r in rows:
             node, _ = parse_summary((vault.layout.root / r["path"]).read_text(), r["path"])
             assert node.summariser == "llm:tiny" and "Mara keeps notes" in node.text
-        assert report.resummarized == len(rows)
+        assert report.resummarised == len(rows)
         assert len(llm_server.requests) == len(rows)
         assert llm_server.max_active <= 2
         assert vault.check().ok

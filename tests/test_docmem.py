@@ -195,7 +195,7 @@ def test_append_child_with_an_embedder_is_admitted_at_once_with_its_vector(vault
     level = level_ids(vault)[0]
     embedder = FakeEmbedder()
     plan = docmem.plan_append_child(
-        vault.conn, vault.layout, level, "Tulips by the hedge.", embedder=embedder
+        vault.conn, vault.layout, level, docmem.NewLeaf("Tulips by the hedge."), embedder=embedder
     )
     docmem.run(vault.conn, vault.layout, plan, model=embedder.model_id, dim=embedder.dim)
     new_id = plan.ids[0]
@@ -471,7 +471,9 @@ def test_replaying_a_docmem_note_twice_is_idempotent(vault: Vault, operation: st
         vault.insert_between(kids[0], kids[1], "placed")  # so the delete pins siblings too
         plan = docmem.plan_delete(vault.conn, vault.layout, children(vault, level)[0])
     else:
-        plan = docmem.plan_insert_between(vault.conn, vault.layout, kids[0], kids[1], "between")
+        plan = docmem.plan_insert_between(
+            vault.conn, vault.layout, kids[0], kids[1], docmem.NewLeaf("between")
+        )
     # The crash: the note is durable, nothing else happened. Two opens replay it.
     vault.layout.treeops.mkdir(parents=True, exist_ok=True)
     (vault.layout.treeops / "crashed.json").write_bytes(plan.op.to_json())

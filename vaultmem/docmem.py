@@ -135,6 +135,18 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class NewLeaf:
+    """The leaf an agent asks to add: its text and what it says about itself (``session`` and the input
+    kind default to the nearest leaf's, ``ts`` to the place's time)."""
+
+    text: str
+    role: str | None = None
+    speaker: str | None = None
+    ts: datetime | str | None = None
+    session: str | None = None
+
+
+@dataclass(frozen=True)
 class _Placed:
     """A new leaf's place: its folder, its order, and what it inherits from its neighbours."""
 
@@ -154,24 +166,16 @@ def _clean(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 def _new_leaf(
-    layout: Layout,
-    place: _Placed,
-    text: str,
-    *,
-    role: str | None,
-    speaker: str | None,
-    ts: datetime | str | None,
-    session: str | None,
-    embedder: Embedder | None,
+    layout: Layout, place: _Placed, new: NewLeaf, embedder: Embedder | None
 ) -> tuple[Leaf, FileWrite, dict[str, Any]]:
-    body, kinds = _clean(text)
-    when = parse_ts(ts) if ts is not None else place.ts
-    if ts is not None and when is None:
-        raise InvalidInput(f"ts {ts!r} is not a date; use ISO 8601 such as 2024-05-01T09:00Z")
+    body, kinds = _clean(new.text)
+    when = parse_ts(new.ts) if new.ts is not None else place.ts
+    if new.ts is not None and when is None:
+        raise InvalidInput(f"ts {new.ts!r} is not a date; use ISO 8601 such as 2024-05-01T09:00Z")
     source_id = f"docmem:{uuid.uuid4().hex}"
     leaf_id = chunk_id(place.source, source_id, 0, body)
     score = FastScorer().score(body)
-    name = leaffile.leaf_filename(leaf_id, body, format_ts(when), speaker)
+    name = leaffile.leaf_filename(leaf_id, body, format_ts(when), new.speaker)
     leaf = Leaf(
         id=leaf_id,
         source=place.source,
@@ -179,9 +183,9 @@ def _new_leaf(
         path=f"{place.folder}/{name}",
         kind=place.kind,
         source_id=source_id,
-        session=session if session is not None else place.session,
-        role=role,
-        speaker=speaker,
+        session=new.session if new.session is not None else place.session,
+        role=new.role,
+        speaker=new.speaker,
         ts=when,
         message_ids=(source_id,),
         # An agent asked for this node: it is never dropped by the fast score.
@@ -316,12 +320,8 @@ def plan_append_child(
     conn: sqlite3.Connection,
     layout: Layout,
     parent_id: str,
-    text: str,
+    new: NewLeaf,
     *,
-    role: str | None = None,
-    speaker: str | None = None,
-    ts: datetime | str | None = None,
-    session: str | None = None,
     embedder: Embedder | None = None,
 ) -> Plan:
     """A new leaf as the last child of the level ``parent_id`` (order: the last sibling's + 1)."""
@@ -335,9 +335,7 @@ def plan_append_child(
     last = order_after(ordered[-1][0]) if ordered else Decimal(1)
     inherited, kind = _inherit([row for _, row in reversed(ordered)])
     place = _Placed(folder, parent["source"], last, inherited, kind, datetime.now(UTC))
-    leaf, write, vectors = _new_leaf(
-        layout, place, text, role=role, speaker=speaker, ts=ts, session=session, embedder=embedder
-    )
+    leaf, write, vectors = _new_leaf(layout, place, new, embedder)
     op = _make(
         leaf.source,
         f"memory: append a leaf to {_label(parent['path'])} ({leaf.source})",
@@ -352,12 +350,8 @@ def plan_insert_between(
     layout: Layout,
     first_id: str,
     second_id: str,
-    text: str,
+    new: NewLeaf,
     *,
-    role: str | None = None,
-    speaker: str | None = None,
-    ts: datetime | str | None = None,
-    session: str | None = None,
     embedder: Embedder | None = None,
 ) -> Plan:
     """A new leaf between two adjacent siblings, a fifth of the way from the first's order to the
@@ -386,9 +380,7 @@ def plan_insert_between(
     inherited, kind = _inherit([first, second, *(row for _, row in reversed(ordered[:at]))])
     when = parse_ts(first["ts_end"] or first["ts"]) or parse_ts(second["ts"]) or datetime.now(UTC)
     place = _Placed(folder, first["source"], order_between(low, high), inherited, kind, when)
-    leaf, write, vectors = _new_leaf(
-        layout, place, text, role=role, speaker=speaker, ts=ts, session=session, embedder=embedder
-    )
+    leaf, write, vectors = _new_leaf(layout, place, new, embedder)
     op = _make(
         leaf.source,
         f"memory: insert a leaf in {PurePosixPath(folder).name}/ ({leaf.source})",

@@ -54,7 +54,6 @@ from vaultmem.topics.plan import TopicSettings
 ADMIT_BATCH = 2048  # one model call sorts more texts by length: less padding, fewer sidecar rewrites
 RESERVE_BYTES = 1 << 20  # disk set aside while jobs run, freed on a full disk to give them back
 BUSY_RETRY_S = 5.0  # a leaf whose file is being saved is looked at again this soon (not an attempt)
-REREAD_MAX_BYTES = 1 << 30  # a leaf edited before it was admitted is re-read up to this size
 POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
@@ -104,7 +103,7 @@ class PoolReport:
     merged: int = 0  # leaves moved into existing levels
     levels: int = 0  # new levels (buckets and parents)
     condensed: int = 0  # levels moved under a parent
-    resummarized: int = 0
+    resummarised: int = 0
     topics: int = 0  # topic tree steps (links, seals, archiving)
     operations: list[str] = field(default_factory=list)  # one line per logical operation
     notes: list[str] = field(default_factory=list)
@@ -564,21 +563,21 @@ class Pool:
         node_id = str(job.payload["id"])
         if digest.in_global_tree(conn, node_id):
             result = digest.resummarise(self.ctx, conn, node_id)
-            return self._settle(queue, job, result, committed=True, resummarized=1)
+            return self._settle(queue, job, result, committed=True, resummarised=1)
         entity = topics.plan.entity_of_node(conn, node_id)
         if entity is not None:
             done = topics.route.resummarise(self.ctx, conn, node_id, entity, self.ctx.topics)
             if isinstance(done, Resummarised):
-                return self._settle(queue, job, done, resummarized=1)
+                return self._settle(queue, job, done, resummarised=1)
             self._report_route(done)
-            self.report.add(resummarized=1)
+            self.report.add(resummarised=1)
             return True
         try:
             result = resummarise(self.ctx, conn, node_id)
         except ConflictError as exc:
             queue.defer(job, DEFER_S, str(exc))
             return False
-        return self._settle(queue, job, result, resummarized=1)
+        return self._settle(queue, job, result, resummarised=1)
 
     def _session_end(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         if self.ctx.session_end is None:
@@ -639,7 +638,7 @@ def run_admit(
     the batch failed (then None). A leaf whose file was edited since it was indexed is re-read and
     admitted with its new text; one that cannot be yet (its file is mid-save, or it sits in a level the
     catch-up re-reads) is put back for ``BUSY_RETRY_S`` without using an attempt, and one whose file is
-    no longer a leaf fails. Follow-ups of the admitted leaves, whoever runs the batch (the threads or
+    no longer a leaf (or is now over the vault's ``max_file_bytes``, as for every read) fails. Follow-ups of the admitted leaves, whoever runs the batch (the threads or
     ``flush``): the digest of each day they fall on (with ``env.digest``), their entities' topics routed,
     and ``append_buffer`` for each of their sources (which seals once the buffer is ready). Adds to
     ``report``. A full disk is raised (nothing to retry until space returns)."""
@@ -649,7 +648,7 @@ def run_admit(
         result = admit(conn, layout, embedder, [str(j.payload.get("id", "")) for j in jobs], env.finder)
         broken: dict[str, str] = {}
         if result.busy:
-            again = reread_pending(conn, layout, result.busy, REREAD_MAX_BYTES)
+            again = reread_pending(conn, layout, result.busy, env.max_bytes)
             broken = again.broken
             if again.ids:
                 second = admit(conn, layout, embedder, again.ids, env.finder)

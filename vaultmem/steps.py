@@ -38,6 +38,10 @@ from vaultmem.summarise import Summariser
 from vaultmem.summaryfile import parse_summary, text_hash
 
 Vector = npt.NDArray[np.float32]
+# Files a step has just written (or replays after a crash) are read back to index them whatever the
+# vault's ``max_file_bytes``: the engine wrote them, and a step half-indexed because of a read cap would
+# leave the index behind its files. The bound is only a guard against reading a runaway file whole.
+OWN_FILE_MAX_BYTES = 1 << 30
 
 
 LockFactory = Callable[[], AbstractContextManager[object]]
@@ -360,7 +364,7 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
         summary_rows = []
         for rel in dict.fromkeys(touched_summaries):
             try:
-                node, stamp = read_summary_file(layout, rel, 1 << 30)
+                node, stamp = read_summary_file(layout, rel, OWN_FILE_MAX_BYTES)
             except (FileNotFoundError, FrontmatterError, InvalidInput):
                 continue
             summary_rows.append((node, stamp))
@@ -388,7 +392,7 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
             )
         for rel in leaf_paths:
             try:
-                leaf, stamp = read_leaf_file(layout, rel, 1 << 30)
+                leaf, stamp = read_leaf_file(layout, rel, OWN_FILE_MAX_BYTES)
             except (FileNotFoundError, FrontmatterError, InvalidInput):
                 continue
             parent = conn.execute(

@@ -1114,13 +1114,10 @@ class Vault:
     ) -> str:
         """A new leaf as the last child of the level ``parent_id``; returns its id. Session and input
         kind default to the nearest leaf's; ``flush()`` embeds it, as it does ingested leaves."""
-        from vaultmem.docmem import plan_append_child
+        from vaultmem.docmem import NewLeaf, plan_append_child
 
-        return self._docmem(
-            lambda: plan_append_child(
-                self.conn, self.layout, parent_id, text, role=role, speaker=speaker, ts=ts, session=session
-            )
-        )[0]
+        new = NewLeaf(text, role=role, speaker=speaker, ts=ts, session=session)
+        return self._docmem(lambda: plan_append_child(self.conn, self.layout, parent_id, new))[0]
 
     def insert_between(
         self,
@@ -1134,21 +1131,10 @@ class Vault:
         session: str | None = None,
     ) -> str:
         """A new leaf between two adjacent siblings (``InvalidInput`` if they are not); returns its id."""
-        from vaultmem.docmem import plan_insert_between
+        from vaultmem.docmem import NewLeaf, plan_insert_between
 
-        return self._docmem(
-            lambda: plan_insert_between(
-                self.conn,
-                self.layout,
-                first_id,
-                second_id,
-                text,
-                role=role,
-                speaker=speaker,
-                ts=ts,
-                session=session,
-            )
-        )[0]
+        new = NewLeaf(text, role=role, speaker=speaker, ts=ts, session=session)
+        return self._docmem(lambda: plan_insert_between(self.conn, self.layout, first_id, second_id, new))[0]
 
     def delete(self, node_id: str) -> list[str]:
         """Delete a node and everything under it; returns the ids removed. A level whose folder holds a
