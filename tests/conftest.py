@@ -16,6 +16,8 @@ imports another. Where the tests of a module are (module → test file):
     chunker, scoring                  test_chunker.py, test_scoring.py
     inputs (read_path), inputs.*      test_inputs.py, test_inputs_chat.py, test_inputs_docs.py, test_inputs_email.py
     inputs.* exports, sniff, archive  test_imports.py, test_import_ingest.py
+    agentllm, corefile, corepolicy    test_core.py
+    episodes, recipes, sessionnote    test_recipes.py, test_sessionnote.py, test_core.py
     config                            test_cli.py, test_vault.py
     db, index, opening                test_damaged_index.py, test_read_only.py, test_reindex_check.py
     jobs, pool                        test_jobs.py, test_liveness.py, test_interrupt.py
@@ -30,11 +32,14 @@ imports another. Where the tests of a module are (module → test file):
     reconcile, watch, daemon, daemonstate   test_watch.py, test_git_aware.py
     docmem, sessions, navigate        test_docmem.py
     search, context                   test_search.py, test_context.py
+    stats                             test_vault.py, test_cli.py, test_read_only.py
+    memindex, coremem, memtiers       test_core.py, test_recipes.py, test_sessionnote.py, test_memory_cli.py
     vault                             test_vault.py, test_integration.py, test_sample_vault.py
     cli                               test_cli.py, test_cli_docs.py (docs/cli.md from --help)
     agentio                           test_agentio.py
     agenttools, mcpserver, memtool    test_mcpserver.py, test_memtool.py
     hooks, exportmd                   test_hooks.py
+    dashboard.*                       test_dashboard.py (browser tests in Debian chromium: slow)
     every module                      test_architecture.py (import order, docs table, ``__all__``), test_faults.py (kill -9)
 """
 
