@@ -347,6 +347,10 @@ def test_search_imports_only_what_it_needs(tmp_path: Path) -> None:
         "vaultmem.inputs.chat",
         "vaultmem.check",
         "vaultmem.scoring",
+        "vaultmem.admit",
+        "vaultmem.autocommit",
+        "vaultmem.stats",
+        "vaultmem.llm",
         "torch",
         "email",
     ):

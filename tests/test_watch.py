@@ -23,6 +23,7 @@ from tests.helpers import (
     DEADLINE_S,
     chat,
     make_vault,
+    nothing_left_to_run,
     settle,
     topic_records,
     wait_for,
@@ -202,22 +203,22 @@ def test_invalid_file_is_reported_and_never_touched(seeded: Vault) -> None:
 
 def test_own_writes_never_trigger_work(tmp_path: Path) -> None:
     vault = make_vault(tmp_path / "v")
-    vault.ingest_messages(topic_records(10))
-    vault.flush()
     with watching(vault.layout.root) as daemon:
         settle(daemon)
         start = daemon.report.as_dict()
+        vault.ingest_messages(topic_records(10))
+        vault.flush()
         vault.compact()
-        # The daemon's pool claims from the same queue and may run the seal this call queued; either
-        # way, once the queue is empty everything beyond the fresh tail is sealed.
-        wait_for(lambda: not vault.jobs.pending(), what="the compaction's jobs")
+        # The daemon's pool claims from the same queue and may run the seals the admitted leaves and this
+        # call queued; either way, once nothing is left to run everything beyond the fresh tail is sealed.
+        wait_for(lambda: nothing_left_to_run(vault), what="the compaction's jobs")
         assert len(vault.ls(status="admitted")) == 8 and len(vault.ls()) == 40
         settle(daemon)
         end = daemon.report.as_dict()
         assert end["unchanged"] > start["unchanged"]  # it saw the compaction's files...
         for key in ("new", "moved", "changed", "deleted", "notes", "added", "stale"):
             assert end[key] == start[key] == 0, key  # ...and found nothing to do
-        assert vault.jobs.pending() == 0
+        assert nothing_left_to_run(vault)
     assert vault.check().ok
     vault.close()
 
