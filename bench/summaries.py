@@ -68,11 +68,11 @@ from retrieval import CachingEmbedder, Item, load_locomo, load_longmemeval, turn
 
 from vaultmem import Vault
 from vaultmem.embed import load_embedder
+from vaultmem.llm import OpenAICompatSummariser
 from vaultmem.model import parse_ts
 from vaultmem.summarise import (
     Child,
     ExtractiveSummariser,
-    OpenAICompatSummariser,
     Summariser,
     Summary,
     split_sentences,

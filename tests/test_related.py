@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path, PurePosixPath
 
-from tests.test_compact import make_vault, topic_of, topic_records
+from tests.helpers import make_vault, topic_of, topic_records
 from vaultmem import Vault
 from vaultmem.summaryfile import parse_summary
 

@@ -91,7 +91,7 @@ def background(vectors: Matrix) -> float:
     mean = (float(total @ total) - diagonal) / pairs
     gram = unit.T @ unit
     squares = (float((gram * gram).sum()) - float(((unit * unit).sum(axis=1) ** 2).sum())) / pairs
-    return mean + 0.5 * max(0.0, squares - mean * mean) ** 0.5
+    return mean + 0.5 * math.sqrt(max(0.0, squares - mean * mean))
 
 
 def _agglomerate(vectors: Matrix, members: list[int], target: int, bar: float | None) -> list[list[int]]:

@@ -24,7 +24,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import cluster, fsio, treeops
+from vaultmem import cluster, fsio, steps
 from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.layout import SOURCES, SUMMARY_NAME, Layout
 from vaultmem.summaryfile import ChildLink, parse_summary, render_summary
@@ -83,9 +83,9 @@ def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, .
     return out
 
 
-def plan(conn: sqlite3.Connection, layout: Layout, model: str) -> treeops.TreeOp | None:
+def plan(conn: sqlite3.Connection, layout: Layout, model: str) -> steps.TreeOp | None:
     """The step that brings every source level's ``## Related`` section up to date, or None."""
-    writes: list[treeops.FileWrite] = []
+    writes: list[steps.FileWrite] = []
     indexed = dict(
         conn.execute(
             "SELECT path, file_hash FROM chunks WHERE kind = 'summary' AND path LIKE ?", (SOURCES + "/%",)
@@ -106,10 +106,10 @@ def plan(conn: sqlite3.Connection, layout: Layout, model: str) -> treeops.TreeOp
             continue
         if node.related == links:
             continue
-        writes.append(treeops.FileWrite(rel, render_summary(replace(node, related=links), keep=doc), digest))
+        writes.append(steps.FileWrite(rel, render_summary(replace(node, related=links), keep=doc), digest))
     if not writes:
         return None
-    return treeops.TreeOp("related", "", f"memory: related links of {len(writes)} levels", tuple(writes))
+    return steps.TreeOp("related", "", f"memory: related links of {len(writes)} levels", tuple(writes))
 
 
 def update(conn: sqlite3.Connection, layout: Layout, model: str, dim: int) -> str | None:
@@ -119,7 +119,7 @@ def update(conn: sqlite3.Connection, layout: Layout, model: str, dim: int) -> st
     if op is None:
         return None
     try:
-        treeops.apply(conn, layout, op, model, dim)
+        steps.apply(conn, layout, op, model, dim)
     except ConflictError:
         return None
     return op.message

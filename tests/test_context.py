@@ -9,12 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_compact import make_vault, topic_of, topic_records
-from vaultmem import treectx
-from vaultmem.context import assemble
+from tests.helpers import make_vault, topic_of, topic_records
+from vaultmem import context
+from vaultmem.context import MODES, assemble
 from vaultmem.search import Hit
 from vaultmem.tokens import count_tokens
-from vaultmem.treectx import MODES
 from vaultmem.vault import Vault
 
 
@@ -106,7 +105,7 @@ def test_collapsed_mode_can_choose_a_summary_and_then_skips_its_leaves(
 ) -> None:
     # Without the pull of a summary on its own leaves: whether they then outrank it depends on the
     # tree's shape (a depth-1 summary attracts its leaves, a higher one does not), not on what is tested.
-    monkeypatch.setattr(treectx, "ATTRACT", 0.0)
+    monkeypatch.setattr(context, "ATTRACT", 0.0)
     with _compacted(tmp_path) as vault:
         ctx = vault.context("kyoto ryokan shinkansen tokyo temple sushi osaka onsen", 2000, mode="collapsed")
         summaries = [i.hit for i in ctx.items if i.hit.kind == "summary"]
