@@ -298,7 +298,7 @@ def test_a_title_a_person_gave_a_level_survives_re_summarising(tmp_path: Path) -
             vault.ingest_messages(topic_records(20, start=start))
             vault.flush()
             report = vault.compact()
-            assert report.jobs_failed == 0 and report.resummarized > 0
+            assert report.jobs_failed == 0 and report.resummarised > 0
             after, _ = parse_summary(renamed.read_text(), rows[0]["path"])
             assert after.descendants > node.descendants  # new leaves joined: a real re-summarisation
             assert after.title == human and after.title_edited and not after.stale
