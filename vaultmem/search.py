@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from vaultmem import index
 from vaultmem.db import NAV
-from vaultmem.embed import Embedder
+from vaultmem.embed import Embedder, one_blas_thread
 from vaultmem.errors import InvalidInput
 from vaultmem.model import Status, format_ts
 from vaultmem.vectors import MatrixFile, VectorCache
@@ -307,13 +307,14 @@ class SessionOrder:
         self._prev: dict[str, str] = {}
         self._next: dict[str, str] = {}
         self.tokens: dict[str, int] = {}
+        self._spread: dict[str, tuple[tuple[str, float], ...]] = {}
 
     def refresh(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
         stamp = (int(row[0]) if row else 0, 0)
         if stamp == self._stamp:
             return
-        self._prev, self._next, self.tokens = {}, {}, {}
+        self._prev, self._next, self.tokens, self._spread = {}, {}, {}, {}
         last_key: tuple[str, str] | None = None
         last_id = ""
         for row_id, source, session, tokens in conn.execute(
@@ -330,6 +331,17 @@ class SessionOrder:
 
     def neighbors(self, node_id: str) -> tuple[str, ...]:
         return tuple(n for n in (self._prev.get(node_id), self._next.get(node_id)) if n is not None)
+
+    def spread(self, node_id: str) -> tuple[tuple[str, float], ...]:
+        """The node's neighbours with their size share ``min(1, NEIGHBOR_FULL_TOKENS / tokens)`` (a long
+        neighbour is worth less context than a short one), remembered until the next refresh."""
+        known = self._spread.get(node_id)
+        if known is None:
+            known = self._spread[node_id] = tuple(
+                (n, min(1.0, NEIGHBOR_FULL_TOKENS / max(1, self.tokens.get(n, 1))))
+                for n in self.neighbors(node_id)
+            )
+        return known
 
 
 class Searcher:
@@ -420,6 +432,14 @@ class Searcher:
         cache = self._vectors(embedder)
         if not cache.ids:
             return []
+        # One BLAS thread for the query's forward pass and the scoring after it: waking OpenBLAS's
+        # other thread for one matrix-vector product cost more than the product on a busy machine.
+        with one_blas_thread:
+            return self._semantic(embedder, cache, query, filters, limit)
+
+    def _semantic(
+        self, embedder: Embedder, cache: VectorCache, query: str, filters: Filters, limit: int
+    ) -> list[str]:
         q = self.query_vector(embedder, query)
         rows = None
         if filters.kind is not None and replace(filters, kind=None).empty:
@@ -461,16 +481,20 @@ class Searcher:
     def _spread_to_neighbors(self, scores: dict[str, float], filters: Filters) -> None:
         self._order.refresh(self.conn)
         bonus: dict[str, float] = {}
+        spread = self._order.spread
+        weight = self.neighbor_weight
         for node_id, score in scores.items():
-            for neighbor in self._order.neighbors(node_id):
-                # The stronger neighbour counts, not the sum: a weak turn wedged between two strong
-                # ones must not outrank them.
-                # A long neighbour is worth less context than a short one: scale its bonus by size.
-                share = min(1.0, NEIGHBOR_FULL_TOKENS / max(1, self._order.tokens.get(neighbor, 1)))
-                bonus[neighbor] = max(bonus.get(neighbor, 0.0), self.neighbor_weight * share * score)
+            # The stronger neighbour counts, not the sum: a weak turn wedged between two strong ones must
+            # not outrank them. A long neighbour is worth less context than a short one (its share).
+            for neighbor, share in spread(node_id):
+                value = weight * share * score
+                if value > bonus.get(neighbor, 0.0):
+                    bonus[neighbor] = value
         if not bonus:
             return
-        if not filters.empty:
+        # Every id in ``scores`` passed the filters, and a neighbour is a leaf of the same source and
+        # session: only the other filters can leave a neighbour out.
+        if (filters.status, filters.entity, filters.since, filters.until) != (None, None, None, None):
             where, params = filters.sql()
             allowed: set[str] = set()
             for part, marks in index.in_batches(list(bonus)):
@@ -487,12 +511,16 @@ class Searcher:
     def search(
         self, query: str, k: int = 10, filters: Filters | None = None, *, pool: int = 100
     ) -> list[Hit]:
+        return self.evidence(query, self.find(query, k, filters, pool=pool))
+
+    def find(self, query: str, k: int = 10, filters: Filters | None = None, *, pool: int = 100) -> list[Hit]:
+        """``search`` without the evidence (cosine, coverage, weak): for callers that judge only the hits
+        they keep (`context` assembles a few dozen of its candidates and judges those)."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("the query is empty; type a few words to search for")
         if k < 1:
             raise InvalidInput("k must be at least 1")
-        ranked = self.rank(query, filters or Filters(), max(pool, 2 * k))[:k]
-        return self.evidence(query, self.hits(ranked))
+        return self.hits(self.rank(query, filters or Filters(), max(pool, 2 * k))[:k])
 
     def evidence(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
         """``hits`` with their own evidence filled in: the cosine of each to the query, how much of what

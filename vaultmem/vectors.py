@@ -120,7 +120,13 @@ class VectorCache:
                 self._bits = sign_bits(self.matrix)
             distance = np.bitwise_count(self._bits ^ sign_bits(query[None, :])[0]).sum(axis=1, dtype=np.int32)
             candidates = np.argpartition(distance, RESCORE * n)[: RESCORE * n]
-        sims = self.matrix @ query if candidates is None else self.matrix[candidates] @ query
+        if candidates is None:
+            sims = self.matrix @ query
+        elif 2 * len(candidates) >= len(self.ids):
+            # Most rows (leaves only, say): scoring all of them beats copying the rows out first.
+            sims = (self.matrix @ query)[candidates]
+        else:
+            sims = self.matrix[candidates] @ query
         best = np.argpartition(-sims, n - 1)[:n]
         best = best[np.argsort(-sims[best], kind="stable")]
         return np.asarray(best if candidates is None else candidates[best], dtype=np.intp)
