@@ -259,3 +259,69 @@ def test_query_vectors_are_shared_between_vaults(tmp_path: Path) -> None:
         v.close()
     # One forward pass in all: context after search, and the second vault, reuse the first vector.
     assert asked == [["roses near the fence"], []]
+
+
+def test_vectors_written_by_another_connection_are_seen(vault: Vault) -> None:
+    """The vector cache skips its refresh while nothing was written; a write by another process (here a
+    second connection deleting a vector) is seen on the next search."""
+    import sqlite3
+
+    first = vault.search("kitten shelter", k=3)
+    cache = vault.searcher._cache
+    assert cache is not None and first[0].cosine is not None
+    other = sqlite3.connect(vault.layout.db)
+    with other:
+        other.execute("DELETE FROM vectors WHERE id = ?", (first[0].id,))
+    other.close()
+    vault.search("kitten shelter", k=3)
+    assert first[0].id not in cache.pos
+    again = vault.search("kitten shelter", k=3)
+    assert next(h for h in again if h.id == first[0].id).cosine is None
+
+
+def test_word_counts_follow_a_changed_text(vault: Vault) -> None:
+    """The df of a query word is remembered only until the index is written: a leaf whose text changes
+    (same rows, so the session-order counter does not move) changes the word's weight at once."""
+    before = {h.id: h.coverage for h in vault.search("kitten pasta", k=8)}
+    vault.conn.execute("UPDATE chunks SET text = text || ' kitten' WHERE text LIKE '%pasta%'")
+    vault.conn.commit()
+    after = {h.id: h.coverage for h in vault.search("kitten pasta", k=8)}
+    kitten = next(i for i, t in vault.conn.execute("SELECT id, text FROM chunks") if "kitten from" in t)
+    # kitten is now on two leaves: a smaller share of what the query is about than pasta's
+    assert before[kitten] == pytest.approx(0.5) and 0 < after[kitten] < 0.5
+
+
+@pytest.mark.parametrize("scan", [0, 10_000])
+def test_both_ways_of_finding_word_holders_agree(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch, scan: int
+) -> None:
+    """Which hits hold a word is read either from every row holding it or by matching the hits' rows
+    (``HOLDERS_SCAN`` picks by the word's count); both give the same coverage."""
+    from vaultmem import search
+
+    expected = {(h.id, h.coverage, h.matched) for h in vault.search("invoice plumbing kitten", k=8)}
+    monkeypatch.setattr(search, "HOLDERS_SCAN", scan)
+    vault.searcher._dfs = (None, {})
+    assert {(h.id, h.coverage, h.matched) for h in vault.search("invoice plumbing kitten", k=8)} == expected
+    assert any(c > 0 for _, c, _ in expected) and any(c == 0 for _, c, _ in expected)
+
+
+def test_a_narrow_filter_ranks_as_the_join_does(vault: Vault) -> None:
+    """With a source filter the word index picks the source's rows first; the order is the one the plain
+    join gives (every match joined, then filtered and sorted)."""
+    searcher = vault.searcher
+    where, params = Filters(source="work").sql()
+    found = []
+    for match in ('"pepper" OR "kitten" OR "invoice"', '"garden" OR "roses" OR "message"', '"zzz"'):
+        joined = [
+            r[0]
+            for r in vault.conn.execute(
+                "SELECT c.id FROM fts_words f JOIN chunks c ON c.rowid = f.rowid"
+                f" WHERE fts_words MATCH ? AND {where} ORDER BY bm25(fts_words) LIMIT 5",
+                [match, *params],
+            )
+        ]
+        assert searcher._fts("fts_words", match, where, params, 5, narrow=True) == joined
+        assert searcher._fts("fts_words", match, where, params, 5) == joined
+        found.append(joined)
+    assert found[0] == [] and len(found[1]) == 3 and found[2] == []

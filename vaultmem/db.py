@@ -499,6 +499,15 @@ def _db_path(conn: sqlite3.Connection) -> Path | None:
     return Path(row[2]) if row is not None and row[2] else None
 
 
+def write_stamp(conn: sqlite3.Connection) -> tuple[int, int, int] | None:
+    """A value that changes whenever the index is written: by this connection (its change counter) or by
+    any other (the file's data version). ``None`` inside a transaction (a rollback would not move the
+    counter back), so what is remembered against a stamp is always a committed state."""
+    if conn.in_transaction:
+        return None
+    return (id(conn), int(conn.execute("PRAGMA data_version").fetchone()[0]), conn.total_changes)
+
+
 @contextmanager
 def atomic(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on any exception (a failed COMMIT

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem import index
-from vaultmem.db import NAV
+from vaultmem.db import NAV, write_stamp
 from vaultmem.embed import Embedder, one_blas_thread
 from vaultmem.errors import InvalidInput
 from vaultmem.model import Status, format_ts
@@ -35,6 +35,10 @@ RRF_K = 10
 # facts they rest on sit in adjacent turns of a conversation (and adjacent sections of a document).
 NEIGHBOR_WEIGHT = 0.45
 NEIGHBOR_FULL_TOKENS = 64
+# A word's holders among the hits are read from all its rows when it is on at most this many rows per
+# hit, else matched against the hits' rowids (reading a row costs about 1/80 of matching one listed row,
+# measured at 2,760 and 100,000 leaves).
+HOLDERS_SCAN = 64
 MAX_QUERY_TERMS = 64
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
@@ -366,6 +370,7 @@ class Searcher:
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
         self.neighbor_weight = NEIGHBOR_WEIGHT
         self._count: tuple[int, int] | None = None
+        self._dfs: tuple[tuple[int, int, int] | None, dict[tuple[str, str], int]] = (None, {})
 
     def vectors(self, embedder: Embedder) -> VectorCache:
         """The in-memory vectors of ``embedder``'s model, refreshed from the index."""
@@ -383,22 +388,24 @@ class Searcher:
         words, cjk = fts_terms(query)
         where, params = filters.sql()
         extra = f" AND {where}" if where else ""
+        # A narrow filter (a source, session or topic) picks its rows first, so only they are scored.
+        narrow = any(v is not None for v in (filters.source, filters.session, filters.entity))
         out: dict[str, list[str]] = {"words": [], "trigram": []}
         # Topic and digest nodes have their own word indexes (their text repeats their leaves'):
         # searched only when summaries may be returned, each ranking fused like the others.
         nav = filters.kind != "leaf"
         if words:
             match = " OR ".join(_quoted(w) for w in words)
-            out["words"] = self._fts("fts_words", match, extra, params, limit)
+            out["words"] = self._fts("fts_words", match, where, params, limit, narrow)
             if nav:
-                out["nav_words"] = self._fts("fts_nav_words", match, extra, params, limit)
+                out["nav_words"] = self._fts("fts_nav_words", match, where, params, limit, narrow)
         long_runs = [r for r in cjk if len(r) >= 3]
         short_runs = [r for r in cjk if len(r) < 3]
         if long_runs:
             match = " OR ".join(_quoted(r) for r in long_runs)
-            out["trigram"] = self._fts("fts_trigram", match, extra, params, limit)
+            out["trigram"] = self._fts("fts_trigram", match, where, params, limit, narrow)
             if nav:
-                out["nav_trigram"] = self._fts("fts_nav_trigram", match, extra, params, limit)
+                out["nav_trigram"] = self._fts("fts_nav_trigram", match, where, params, limit, narrow)
         elif short_runs:
             # Trigrams need three characters; one- or two-character CJK queries scan with LIKE.
             like = " OR ".join("c.text LIKE ?" for _ in short_runs)
@@ -411,16 +418,31 @@ class Searcher:
             ]
         return out
 
-    def _fts(self, table: str, match: str, extra: str, params: list[Any], limit: int) -> list[str]:
-        """Ids matching ``match`` in one FTS5 table, best BM25 first."""
-        return [
-            r[0]
-            for r in self.conn.execute(
-                f"SELECT c.id FROM {table} f JOIN chunks c ON c.rowid = f.rowid"
-                f" WHERE {table} MATCH ?{extra} ORDER BY bm25({table}) LIMIT ?",
-                [match, *params, limit],
+    def _fts(
+        self, table: str, match: str, where: str, params: list[Any], limit: int, narrow: bool = False
+    ) -> list[str]:
+        """Ids matching ``match`` in one FTS5 table, best BM25 first.
+
+        The best rows are picked in the FTS table and only they are joined to ``chunks`` (joining every
+        match first read a chunk row per match: 2-3.5x slower at 100,000 leaves). A ``narrow`` filter
+        names its rows by a subquery (``+rowid``: FTS5 must not take it as a rowid lookup per row); a
+        broad one (kind, time) is checked on the join, as before. Same order either way (SQLite's sorts
+        are stable; ties keep the FTS scan order)."""
+        if not where or narrow:
+            inside = f" AND +rowid IN (SELECT c.rowid FROM chunks c WHERE {where})" if where else ""
+            sql = (
+                f"SELECT c.id FROM (SELECT rowid, bm25({table}) AS score FROM {table}"
+                f" WHERE {table} MATCH ?{inside} ORDER BY score LIMIT ?) f"
+                " JOIN chunks c ON c.rowid = f.rowid ORDER BY f.score"
             )
-        ]
+            args = [match, *params, limit]
+        else:
+            sql = (
+                f"SELECT c.id FROM {table} f JOIN chunks c ON c.rowid = f.rowid"
+                f" WHERE {table} MATCH ? AND {where} ORDER BY bm25({table}) LIMIT ?"
+            )
+            args = [match, *params, limit]
+        return [r[0] for r in self.conn.execute(sql, args)]
 
     def query_vector(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
         """The query's vector, remembered for recent queries (search and its evidence share it; an
@@ -579,24 +601,34 @@ class Searcher:
         holders: dict[str, set[int]] = {}
         for word in words:
             quoted = _quoted(word)
-            # Every row holding the word, read once: its count is the df, and the hits among them hold
-            # it. (``MATCH ? AND rowid IN (...)`` ran the match once per rowid: 40x slower.)
-            held = [
-                r[0]
-                for r in self.conn.execute("SELECT rowid FROM fts_words WHERE fts_words MATCH ?", [quoted])
-            ]
-            weights[word] = _idf(len(held), n)
-            holders[word] = wanted.intersection(held)
+            weights[word] = _idf(self._df("fts_words", quoted), n)
+            holders[word] = set()
             if wanted:
-                holders[word].update(
-                    wanted.intersection(
-                        r[0]
-                        for r in self.conn.execute(
-                            "SELECT rowid FROM fts_nav_words WHERE fts_nav_words MATCH ?", [quoted]
-                        )
-                    )
-                )
+                for table in ("fts_words", "fts_nav_words"):
+                    holders[word].update(self._holding(table, quoted, wanted))
         return weights, holders
+
+    def _df(self, table: str, quoted: str) -> int:
+        """Rows of ``table`` holding the word, remembered until the index is written (``db.write_stamp``)."""
+        stamp = write_stamp(self.conn)
+        if stamp is None or self._dfs[0] != stamp or len(self._dfs[1]) > 4096:
+            self._dfs = (stamp, {})
+        known = self._dfs[1].get((table, quoted))
+        if known is None:
+            sql = f"SELECT count(*) FROM {table} WHERE {table} MATCH ?"
+            known = self._dfs[1][(table, quoted)] = int(self.conn.execute(sql, [quoted]).fetchone()[0])
+        return known
+
+    def _holding(self, table: str, quoted: str, wanted: set[int]) -> set[int]:
+        """Which of the rows ``wanted`` hold the word. ``MATCH ? AND rowid IN (...)`` runs the match once
+        per listed row (about 60 us each); reading every row that holds the word is cheaper unless the
+        word is on many more rows than are wanted."""
+        if self._df(table, quoted) <= HOLDERS_SCAN * len(wanted):
+            sql = f"SELECT rowid FROM {table} WHERE {table} MATCH ?"
+            return wanted.intersection(r[0] for r in self.conn.execute(sql, [quoted]))
+        marks = ",".join(str(int(r)) for r in wanted)
+        sql = f"SELECT rowid FROM {table} WHERE {table} MATCH ? AND rowid IN ({marks})"
+        return {r[0] for r in self.conn.execute(sql, [quoted])}
 
     def hits(self, ranked: Sequence[tuple[str, float, int | None, int | None]]) -> list[Hit]:
         if not ranked:
