@@ -325,3 +325,14 @@ def test_a_narrow_filter_ranks_as_the_join_does(vault: Vault) -> None:
         assert searcher._fts("fts_words", match, where, params, 5) == joined
         found.append(joined)
     assert found[0] == [] and len(found[1]) == 3 and found[2] == []
+
+
+def test_a_filter_sees_leaves_ingested_after_it_was_used(vault: Vault) -> None:
+    """The vector rows of a filter are remembered between searches, and listed again once rows came."""
+    vault.search("kitten", k=3, source="home")
+    vault.ingest_messages(
+        [{"id": "y", "speaker": "Yan", "content": "Yellow kayaks drift on the lake at dawn."}], source="home"
+    )
+    vault.flush()
+    hits = vault.search("yellow kayaks lake", k=3, source="home")
+    assert hits[0].message_ids == ("y",) and hits[0].vector_rank == 1

@@ -109,18 +109,21 @@ class VectorCache:
     def top(self, query: Matrix, n: int, rows: npt.NDArray[np.intp] | None = None) -> npt.NDArray[np.intp]:
         """Indices of the ``n`` rows most similar to ``query`` (best first), among ``rows`` if given.
 
-        Exact below ``APPROX_ABOVE`` rows; above, the best ``RESCORE * n`` by sign-bit Hamming distance
-        are re-scored exactly (tests check the overlap with the exact answer)."""
+        Exact below ``APPROX_ABOVE`` rows (of ``rows`` when given); above, the best ``RESCORE * n`` by
+        sign-bit Hamming distance are re-scored exactly (tests check the overlap with the exact answer)."""
         total = len(self.ids) if rows is None else len(rows)
         n = min(n, total)
         if n <= 0:
             return np.zeros(0, dtype=np.intp)
         candidates: npt.NDArray[np.intp] | None = rows
-        if rows is None and total > APPROX_ABOVE and RESCORE * n < total:
-            if self._bits is None or len(self._bits) != total:
+        if total > APPROX_ABOVE and RESCORE * n < total:
+            if self._bits is None or len(self._bits) != len(self.ids):
                 self._bits = sign_bits(self.matrix)
-            distance = np.bitwise_count(self._bits ^ sign_bits(query[None, :])[0]).sum(axis=1, dtype=np.int32)
+            bits = self._bits if rows is None else self._bits[rows]
+            distance = np.bitwise_count(bits ^ sign_bits(query[None, :])[0]).sum(axis=1, dtype=np.int32)
             candidates = np.argpartition(distance, RESCORE * n)[: RESCORE * n]
+            if rows is not None:
+                candidates = rows[candidates]
         if candidates is None:
             sims = self.matrix @ query
         elif 2 * len(candidates) >= len(self.ids):
