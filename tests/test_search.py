@@ -336,3 +336,23 @@ def test_a_filter_sees_leaves_ingested_after_it_was_used(vault: Vault) -> None:
     vault.flush()
     hits = vault.search("yellow kayaks lake", k=3, source="home")
     assert hits[0].message_ids == ("y",) and hits[0].vector_rank == 1
+
+
+def test_only_texts_with_cjk_are_trigram_indexed(vault: Vault) -> None:
+    """The trigram index is read only for CJK runs, so it holds only texts that have CJK characters
+    (the SQL test ``db.HAS_CJK`` agrees with the query side's ``_CJK_RE`` on every character)."""
+    import re
+
+    from vaultmem import db, search
+
+    indexed = {r[0] for r in vault.conn.execute("SELECT rowid FROM fts_trigram")}
+    cjk = {r[0] for r in vault.conn.execute("SELECT rowid, text FROM chunks") if search._CJK_RE.search(r[1])}
+    assert indexed == cjk and len(cjk) == 2
+    assert ids(vault.search("雾凇拼音", k=1)) == ["d"]
+    vault.conn.execute("UPDATE chunks SET text = text || ' 好' WHERE text LIKE '%pasta%'")
+    assert len({r[0] for r in vault.conn.execute("SELECT rowid FROM fts_trigram")}) == 3
+    class_re = re.compile(search._CJK_RE.pattern.rstrip("+"))
+    chars = [chr(c) for c in [*range(0x20, 0xD800), *range(0xE000, 0x10000), 0x1F600, 0x20000]]
+    glob = db.CJK_GLOB
+    found = [bool(vault.conn.execute("SELECT ? GLOB ?", (f"a{ch}b", glob)).fetchone()[0]) for ch in chars]
+    assert found == [class_re.search(ch) is not None for ch in chars]
