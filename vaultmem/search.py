@@ -36,6 +36,9 @@ RRF_K = 10
 NEIGHBOR_WEIGHT = 0.45
 NEIGHBOR_FULL_TOKENS = 64
 MAX_QUERY_TERMS = 64
+# A leaf said or written by someone the query names ("what did Diego say on 17 March") gains this share of
+# its fused score: a remark *about* Diego must not outrank Diego's own words (the name is in both).
+SPEAKER_BOOST = 0.5
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
 WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
@@ -332,6 +335,43 @@ class SessionOrder:
         return tuple(n for n in (self._prev.get(node_id), self._next.get(node_id)) if n is not None)
 
 
+class Speakers:
+    """The vault's speakers (chat names, email senders) by the words of their names.
+
+    Rebuilt only when leaves appear, go or move (``chunks_gen``). An email address counts by its local
+    part ("diego.ramos@example.com" is named by "diego" or "ramos")."""
+
+    def __init__(self) -> None:
+        self._stamp = -1
+        self._by_word: dict[str, set[str]] = {}
+
+    def refresh(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
+        stamp = int(row[0]) if row else 0
+        if stamp == self._stamp:
+            return
+        by_word: dict[str, set[str]] = {}
+        for (speaker,) in conn.execute("SELECT DISTINCT speaker FROM chunks WHERE speaker IS NOT NULL"):
+            for word in name_words(speaker):
+                by_word.setdefault(word, set()).add(speaker)
+        self._by_word, self._stamp = by_word, stamp
+
+    def named(self, query: str) -> frozenset[str]:
+        """The speakers one of whose name words is a word of ``query``."""
+        out: set[str] = set()
+        for word in _WORD_RE.findall(query.lower()):
+            out.update(self._by_word.get(word, ()))
+        return frozenset(out)
+
+
+def name_words(speaker: str) -> list[str]:
+    """The words that name a speaker: "Diego Ramos" -> diego, ramos; an address by its local part."""
+    name = speaker.lower()
+    if "@" in name:
+        name = re.sub(r"[._+-]", " ", name.rsplit("@", 1)[0].split("<")[-1])
+    return [w for w in _WORD_RE.findall(name) if len(w) > 1 and not w.isdigit() and w not in STOPWORDS]
+
+
 class Searcher:
     """Hybrid search over one vault's index. Keeps vectors in memory between queries."""
 
@@ -349,6 +389,8 @@ class Searcher:
         self._embedder_factory = embedder_factory
         self._cache: VectorCache | None = None
         self._order = SessionOrder()
+        self._speakers = Speakers()
+        self.speaker_boost = SPEAKER_BOOST
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
@@ -455,8 +497,42 @@ class Searcher:
             vec_rank[node_id] = rank
         if self.neighbor_weight:
             self._spread_to_neighbors(scores, filters)
+        if self.speaker_boost:
+            self._boost_speakers(query, scores)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
+
+    def _boost_speakers(self, query: str, scores: dict[str, float]) -> None:
+        """When the query names speakers, their best match leads and the rest is the fusion of two rankings:
+        the ranking as it is and the one with their own leaves' scores raised by ``speaker_boost``. Their
+        words come first, but the best match said by someone else keeps a place near the top (a question
+        may misattribute, and a multiplied score alone pushed those out: LoCoMo adversarial -0.06)."""
+        self._speakers.refresh(self.conn)
+        named = self._speakers.named(query)
+        if not named:
+            return
+        own: set[str] = set()
+        for part, marks in index.in_batches(list(scores)):
+            own.update(
+                node_id
+                for node_id, speaker in self.conn.execute(
+                    f"SELECT id, speaker FROM chunks WHERE id IN ({marks}) AND speaker IS NOT NULL", part
+                )
+                if speaker in named
+            )
+        if not own or len(own) == len(scores):
+            return
+        plain = sorted(scores, key=lambda i: (-scores[i], i))
+        factor = 1.0 + self.speaker_boost
+        boosted = sorted(plain, key=lambda i: (-(scores[i] * factor if i in own else scores[i]), i))
+        fused = dict.fromkeys(plain, 0.0)
+        for ranking in (plain, boosted):
+            for rank, node_id in enumerate(ranking, 1):
+                fused[node_id] += 1.0 / (RRF_K + rank)
+        # The named speaker's best match leads: "what did Diego say" is first answered by Diego.
+        lead = boosted[0]
+        fused[lead] = max(fused.values()) * (1.0 + 1e-6)
+        scores.update(fused)
 
     def _spread_to_neighbors(self, scores: dict[str, float], filters: Filters) -> None:
         self._order.refresh(self.conn)
