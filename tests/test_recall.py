@@ -15,7 +15,8 @@ import pytest
 
 from vaultmem import Vault
 from vaultmem.embed import FakeEmbedder
-from vaultmem.search import Speakers, name_words
+from vaultmem.search import Speakers, name_words, remembered_window
+from vaultmem.timeparse import find_range
 
 CHAT = [
     ("m1", "Mara", "Morning all. Reminder: Tidepool release review is on Thursday.", "2026-03-16T08:10:00Z"),
@@ -144,3 +145,14 @@ def test_speaker_names_by_their_words(work_vault: Vault) -> None:
     assert speakers.named("what did diego say") == {"Diego Ferreira"}
     assert speakers.named("Ferreira's mail") == {"Diego Ferreira"}
     assert speakers.named("what did we say about the cutover") == frozenset()
+
+
+def test_a_month_without_its_year_means_the_latest_one_remembered(work_vault: Vault) -> None:
+    """Asked in November 2027, "in March" means March 2026: the vault holds nothing of March 2027."""
+    now = datetime(2027, 11, 2, 9, 0, tzinfo=UTC)
+    window = find_range("in March", now)
+    assert window is not None and window.start.year == 2027
+    moved = remembered_window(work_vault.conn, window)
+    assert (moved.start, moved.end) == (datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 4, 1, tzinfo=UTC))
+    written = find_range("in March 2027", now)
+    assert written is not None and remembered_window(work_vault.conn, written) == written

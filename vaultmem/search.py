@@ -27,6 +27,7 @@ from vaultmem.db import NAV
 from vaultmem.embed import Embedder
 from vaultmem.errors import InvalidInput
 from vaultmem.model import Status, format_ts
+from vaultmem.timeparse import TimeRange
 from vaultmem.vectors import MatrixFile, VectorCache
 
 # Fusion constants, tuned on the LoCoMo dev split (bench/retrieval.py; figures in docs/architecture.md).
@@ -47,6 +48,31 @@ WEAK_BELOW_DEFAULT = 0.30  # other models: the same until measured (bench/weak.p
 
 # ... unless it holds at least this share of what the query is about (idf-weighted content words).
 WEAK_COVERAGE = 0.5
+
+
+# A window whose year the query left out ("in June", "on 17 March") moves back a year at a time, at most
+# this many, to the latest such window in which the vault holds memories.
+YEARS_BACK = 10
+
+
+def remembered_window(conn: sqlite3.Connection, window: TimeRange) -> TimeRange:
+    """``window``, or for a yearless phrase the latest earlier year's window holding a leaf: "in June"
+    asked of memories that stop in 2023 means June 2023, not an empty June of this year."""
+    if not window.yearless:
+        return window
+    row = conn.execute("SELECT min(ts) FROM chunks WHERE kind = 'leaf' AND ts IS NOT NULL").fetchone()
+    oldest = row[0] if row else None
+    for n in range(YEARS_BACK + 1):
+        shifted = window.years_back(n) if n else window
+        end = format_ts(shifted.end)
+        if oldest is None or (end is not None and end <= oldest):
+            break
+        if conn.execute(
+            "SELECT 1 FROM chunks WHERE kind = 'leaf' AND ts >= ? AND ts < ? LIMIT 1",
+            [format_ts(shifted.start), end],
+        ).fetchone():
+            return shifted
+    return window
 
 
 def weak_below(model_id: str) -> float:

@@ -58,7 +58,7 @@ from vaultmem.model import (
     utc,
 )
 from vaultmem.redact import scrub
-from vaultmem.search import Filters, Hit, Searcher
+from vaultmem.search import Filters, Hit, Searcher, remembered_window
 from vaultmem.summaryfile import SummaryNode
 from vaultmem.tokens import count_tokens
 
@@ -1154,6 +1154,8 @@ class Vault:
         window = None
         if filters.since is None and filters.until is None and isinstance(query, str):
             window = timeparse.find_range(query, utc(now) if now is not None else topics.heat.utcnow())
+            if window is not None:
+                window = remembered_window(self.conn, window)
         found = ranked(query, filters)
         if window is None:
             return found
