@@ -75,6 +75,25 @@ def remembered_window(conn: sqlite3.Connection, window: TimeRange) -> TimeRange:
     return window
 
 
+# What was said in the time window a query names is fused with what the whole vault ranks, the window's
+# ranking counting this many times more. Putting the window's hits strictly first (as before) buried the
+# best match when the named date is a reference point ("how long since X, as of November") or when an
+# event was reported weeks later; the fusion keeps both near the top (LoCoMo dev C@1024 0.840 -> 0.842).
+WINDOW_WEIGHT = 2.0
+
+
+def merge_window(first: Sequence[Hit], found: Sequence[Hit]) -> list[Hit]:
+    """The hits of the time window the query names (``first``) fused with those of the whole vault
+    (``found``) by weighted reciprocal rank; scores are the fused ones."""
+    score: dict[str, float] = {}
+    by_id: dict[str, Hit] = {}
+    for ranking, weight in ((first, WINDOW_WEIGHT), (found, 1.0)):
+        for rank, hit in enumerate(ranking, 1):
+            by_id.setdefault(hit.id, hit)
+            score[hit.id] = score.get(hit.id, 0.0) + weight / (RRF_K + rank)
+    return [replace(by_id[i], score=score[i]) for i in sorted(score, key=lambda i: (-score[i], i))]
+
+
 def weak_below(model_id: str) -> float:
     return WEAK_BELOW.get(model_id, WEAK_BELOW_DEFAULT)
 

@@ -58,7 +58,7 @@ from vaultmem.model import (
     utc,
 )
 from vaultmem.redact import scrub
-from vaultmem.search import Filters, Hit, Searcher, remembered_window
+from vaultmem.search import Filters, Hit, Searcher, merge_window, remembered_window
 from vaultmem.summaryfile import SummaryNode
 from vaultmem.tokens import count_tokens
 
@@ -1149,8 +1149,9 @@ class Vault:
     def _window_first(
         self, query: str, filters: Filters, now: datetime | None, ranked: Callable[[str, Filters], list[Hit]]
     ) -> list[Hit]:
-        """``ranked(query, filters)``, led by ``ranked`` over the time window the query names (searched
-        without the time words) when it names one and no explicit ``since``/``until`` is given."""
+        """``ranked(query, filters)`` fused with ``ranked`` over the time window the query names (searched
+        without the time words; ``search.merge_window``) when it names one and no explicit
+        ``since``/``until`` is given. A yearless date means the latest such window holding memories."""
         window = None
         if filters.since is None and filters.until is None and isinstance(query, str):
             window = timeparse.find_range(query, utc(now) if now is not None else topics.heat.utcnow())
@@ -1161,8 +1162,7 @@ class Vault:
             return found
         within = replace(filters, since=window.start, until=window.end - timedelta(microseconds=1))
         first = ranked(timeparse.strip_range(query, window) or query, within)
-        seen = {h.id for h in first}
-        return [*first, *(h for h in found if h.id not in seen)]
+        return merge_window(first, found)
 
     def _note_query(self, query: str) -> None:
         """A query that names an entity makes it hotter (the heat formula's query term)."""
