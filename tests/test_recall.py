@@ -8,6 +8,7 @@ this test. Real files, real SQLite, the deterministic fake embedder.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 
 from vaultmem import Vault
 from vaultmem.embed import FakeEmbedder
-from vaultmem.search import Speakers, name_words, remembered_window
+from vaultmem.search import Filters, Speakers, name_words, remembered_window
 from vaultmem.timeparse import find_range
 
 CHAT = [
@@ -156,3 +157,34 @@ def test_a_month_without_its_year_means_the_latest_one_remembered(work_vault: Va
     assert (moved.start, moved.end) == (datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 4, 1, tzinfo=UTC))
     written = find_range("in March 2027", now)
     assert written is not None and remembered_window(work_vault.conn, written) == written
+
+
+def test_a_day_mentioned_in_a_later_message_counts_for_that_day(work_vault: Vault) -> None:
+    """Told on the 19th, "yesterday" is 18 March: a question about the 18th finds the later message."""
+    work_vault.ingest_messages(
+        [
+            {
+                "id": "m7",
+                "speaker": "Priya",
+                "content": "The rollback drill went fine yesterday, restore took eleven minutes.",
+                "ts": "2026-03-19T10:00:00Z",
+                "session": "team-2026-03-19",
+            }
+        ],
+        source="team-slack",
+    )
+    work_vault.flush()
+    day = Filters(
+        since=datetime(2026, 3, 18, tzinfo=UTC), until=datetime(2026, 3, 18, 23, 59, 59, tzinfo=UTC)
+    )
+    where, params = replace(day, mentioned=True).sql()
+    told = {r[0] for r in work_vault.conn.execute(f"SELECT c.text FROM chunks c WHERE {where}", params)}
+    assert any("rollback drill" in t for t in told)
+    where, params = day.sql()
+    assert not any(
+        "rollback drill" in r[0]
+        for r in work_vault.conn.execute(f"SELECT c.text FROM chunks c WHERE {where}", params)
+    )
+    now = datetime(2026, 3, 24, 9, 0, tzinfo=UTC)
+    hits = work_vault.search("how did the rollback drill go on 18 March", k=3, now=now)
+    assert "rollback drill" in hits[0].text

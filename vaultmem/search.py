@@ -116,6 +116,9 @@ class Filters:
     kind: str | None = None  # "leaf" or "summary"
     status: str | None = None
     entity: str | None = None  # only leaves that mention this entity key (a topic's scope)
+    # since/until also admit a leaf that mentions a day in that span ("last Saturday" said on 8 May
+    # mentions 6 May; entities.py resolves it at ingest): an event can be told weeks after it happened.
+    mentioned: bool = False
 
     def sql(self, alias: str = "c") -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -134,12 +137,25 @@ class Filters:
         if self.entity is not None:
             clauses.append(f"{alias}.id IN (SELECT leaf FROM mentions WHERE entity = ?)")
             params.append(self.entity)
+        when: list[str] = []
+        when_params: list[Any] = []
         if self.since is not None:
-            clauses.append(f"{alias}.ts >= ?")
-            params.append(format_ts(self.since))
+            when.append(f"{alias}.ts >= ?")
+            when_params.append(format_ts(self.since))
         if self.until is not None:
-            clauses.append(f"{alias}.ts <= ?")
-            params.append(format_ts(self.until))
+            when.append(f"{alias}.ts <= ?")
+            when_params.append(format_ts(self.until))
+        if when and self.mentioned:
+            first = f"date:{self.since.date().isoformat()}" if self.since is not None else "date:"
+            last = f"date:{self.until.date().isoformat()}" if self.until is not None else "date;"
+            clauses.append(
+                f"({' AND '.join(when)} OR {alias}.id IN"
+                " (SELECT leaf FROM mentions WHERE entity >= ? AND entity <= ?))"
+            )
+            params.extend([*when_params, first, last])
+        else:
+            clauses.extend(when)
+            params.extend(when_params)
         return (" AND ".join(clauses), params)
 
     @property

@@ -1160,7 +1160,9 @@ class Vault:
         found = ranked(query, filters)
         if window is None:
             return found
-        within = replace(filters, since=window.start, until=window.end - timedelta(microseconds=1))
+        within = replace(
+            filters, since=window.start, until=window.end - timedelta(microseconds=1), mentioned=True
+        )
         first = ranked(timeparse.strip_range(query, window) or query, within)
         return merge_window(first, found)
 
