@@ -1139,8 +1139,9 @@ class Vault:
         """Hybrid search (BM25 + embeddings) over leaves and summaries, with filters.
 
         ``topic`` (an entity name or key) keeps the leaves that mention it. A query that names a time
-        ("last Tuesday", "in May 2023", "上周三") ranks what was said then first; ``now`` is the
-        reference for relative times (default: the current time)."""
+        ("last Tuesday", "in May 2023", "上周三") ranks what was said then above the rest; ``now`` is the
+        reference for relative times (default: the current time). A query that names a speaker ranks
+        that speaker's words first (``Searcher._boost_speakers``)."""
         entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status, entity)
         self._note_query(query)
@@ -1217,7 +1218,7 @@ class Vault:
         # Enough candidates to fill the budget several times over with short turns.
         k = max(50, budget_tokens // 8)
         tree = treectx.Tree.load(self.conn) if mode != "flat" else None
-        found = self._window_first(  # what was said in a time the query names comes first
+        found = self._window_first(  # what was said in a time the query names ranks higher
             query,
             filters,
             now,
