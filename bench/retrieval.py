@@ -66,6 +66,8 @@ class Question:
     def groups(self) -> tuple[str, ...]:
         """The breakdowns this question counts in besides its category: evidence turns and sessions."""
         n, s = len(self.evidence), len(self.evidence_sessions)
+        if not n:
+            return ()
         return (f"ev:{min(n, 3)}{'+' if n >= 3 else ''}", f"sess:{min(s, 2)}{'+' if s >= 2 else ''}")
 
 

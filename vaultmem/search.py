@@ -559,21 +559,26 @@ class Searcher:
         if self.neighbor_weight:
             self._spread_to_neighbors(scores, filters)
         if self.speaker_boost:
-            self._boost_speakers(query, scores)
+            self._boost_speakers(query, scores, pool)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
 
-    def _boost_speakers(self, query: str, scores: dict[str, float]) -> None:
+    def _boost_speakers(self, query: str, scores: dict[str, float], limit: int) -> None:
         """When the query names speakers, their best match leads and the rest is the fusion of two rankings:
         the ranking as it is and the one with their own leaves' scores raised by ``speaker_boost``. Their
         words come first, but the best match said by someone else keeps a place near the top (a question
-        may misattribute, and a multiplied score alone pushed those out: LoCoMo adversarial -0.06)."""
+        may misattribute, and a multiplied score alone pushed those out: LoCoMo adversarial -0.06).
+        Only the best ``limit`` are reranked; the rest (never returned) are dropped."""
         self._speakers.refresh(self.conn)
         named = self._speakers.named(query)
         if not named:
             return
+        plain = sorted(scores, key=lambda i: (-scores[i], i))
+        for node_id in plain[limit:]:
+            del scores[node_id]
+        plain = plain[:limit]
         own: set[str] = set()
-        for part, marks in index.in_batches(list(scores)):
+        for part, marks in index.in_batches(plain):
             own.update(
                 node_id
                 for node_id, speaker in self.conn.execute(
@@ -581,9 +586,8 @@ class Searcher:
                 )
                 if speaker in named
             )
-        if not own or len(own) == len(scores):
+        if not own or len(own) == len(plain):
             return
-        plain = sorted(scores, key=lambda i: (-scores[i], i))
         factor = 1.0 + self.speaker_boost
         boosted = sorted(plain, key=lambda i: (-(scores[i] * factor if i in own else scores[i]), i))
         fused = dict.fromkeys(plain, 0.0)
