@@ -123,7 +123,9 @@ class SourceState:
         by_dir: dict[str, _Level] = {}
         for row in conn.execute(
             "SELECT id, path, depth, text, parent, ts, ts_end, status, provenance FROM chunks"
-            " WHERE source = ? AND kind = 'summary'",
+            " WHERE source = ? AND kind = 'summary'"
+            # Documents and their folders (docsync) keep their own shape: never joined nor condensed.
+            " AND json_extract(provenance, '$.document') IS NULL",
             (source,),
         ):
             directory = str(PurePosixPath(row["path"]).parent)
@@ -772,7 +774,7 @@ def resummarize(
     new_text = result.text if result else "(no memories left in this level)"
     new = replace(
         node,
-        title=clean_title(result.title) if result else node.title,
+        title=clean_title(result.title) if result and not node.document else node.title,
         text=new_text,
         pinned=pinned,
         children=tuple(links),

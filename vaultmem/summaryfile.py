@@ -51,6 +51,7 @@ SUMMARY_KEYS = frozenset(
         "entity",
         "archived",
         "period",
+        "document",
     }
 )
 PINNED_HEADING = "## Pinned"
@@ -90,6 +91,7 @@ class SummaryNode:
     entity: str | None = None  # topic trees: the entity key the topic follows
     archived: bool = False  # topic trees: gone cold; kept, no longer routed into
     period: str | None = None  # the global tree: "day" | "week" | "month"
+    document: str | None = None  # documents: the file (``Plugins/Canvas.md``) or folder (``Plugins/``) mirrored
     user_aliases: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -163,6 +165,7 @@ def engine_meta(node: SummaryNode) -> dict[str, Any]:
         "entity": node.entity,
         "archived": True if node.archived else None,
         "period": node.period,
+        "document": node.document,
     }
 
 
@@ -272,6 +275,7 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
         entity=scrub(str(meta["entity"])) if meta.get("entity") else None,
         archived=meta.get("archived") is True,
         period=str(meta["period"]) if meta.get("period") else None,
+        document=scrub(str(meta["document"])) if meta.get("document") else None,
         user_aliases=user_aliases,
     )
     return node, doc

@@ -48,6 +48,7 @@ from vaultmem.jobs import JobKind, JobQueue, NewJob, ingest_job, release_dead, r
 from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import (
+    InputKind,
     Leaf,
     Message,
     Status,
@@ -491,20 +492,80 @@ class Vault:
             all_branches=all_branches,
             max_export_bytes=self.config.max_export_bytes,
         )
-        report = self._ingest(result.messages, progress)
-        return IngestReport(
-            report.messages,
-            report.added,
-            report.duplicates,
-            report.dropped,
-            report.redacted,
-            tuple(result.skipped),
-            report.sources,
-        )
+        # A folder is the whole of its source's documents: a page gone from it leaves the vault.
+        report = self._ingest(result.messages, progress, complete=Path(path).is_dir())
+        return replace(report, skipped=tuple(result.skipped))
 
-    def _ingest(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+    def _ingest(
+        self, messages: list[Message], progress: Progress | None, *, complete: bool = False
+    ) -> IngestReport:
+        from vaultmem.ingest import IngestReport
+
+        docs = [m for m in messages if m.kind is InputKind.DOC and m.session]
+        rest = [m for m in messages if not (m.kind is InputKind.DOC and m.session)]
         with self.commit_batch():
-            return self._ingest_batches(messages, progress)
+            report = self._ingest_batches(rest, progress) if rest or not docs else IngestReport()
+            if docs:
+                report = report.merge(self._sync_documents(docs, complete=complete))
+            return report
+
+    def _sync_documents(
+        self, messages: list[Message], *, complete: bool = False, gone: Iterable[tuple[str, str]] = ()
+    ) -> IngestReport:
+        """Documents into their subtrees, updated in place (``docsync``). ``complete``: the messages hold
+        every document of their sources, so a document of theirs not among them is removed. ``gone``:
+        (source, document) pairs whose files were deleted."""
+        from vaultmem import digest, docsync
+        from vaultmem.ingest import IngestReport, check_new_sources, redact_message
+
+        cleaned = [redact_message(m) for m in messages]
+        redacted = sum(1 for _m, kinds in cleaned if kinds)
+        docs, _rest = docsync.split_documents(m for m, _kinds in cleaned)
+        gone_by: dict[str, list[str]] = {}
+        for source, name in gone:
+            gone_by.setdefault(source, []).append(name)
+        sources = sorted({d.source for d in docs} | set(gone_by))
+        check_new_sources(self.layout, {d.source for d in docs})
+        report = IngestReport(messages=len(messages), redacted=redacted)
+        embedder = self.embedder
+        for source in sources:
+            mine = [d for d in docs if d.source == source]
+            with self._locked():
+                syncer = docsync.Syncer(
+                    self.conn,
+                    self.layout,
+                    source,
+                    scorer=self.scorer,
+                    max_tokens=self.config.chunk_max_tokens,
+                    max_bytes=self.config.max_file_bytes,
+                    model=embedder.model_id,
+                    dim=embedder.dim,
+                )
+                names = {d.name for d in mine}
+                vanished = list(gone_by.get(source, []))
+                if complete:
+                    vanished += [n for n in syncer.nodes if not n.endswith("/") and n not in names]
+                done = syncer.sync(mine, gone=vanished)
+                self.warnings.extend(done.warnings)
+                if done.removed or done.deleted_documents:
+                    digest.enqueue_out_of_date(self.conn, time.time())
+                    topics.route.enqueue_out_of_date(self.conn)
+                if done.documents or done.deleted_documents:
+                    self._commit(
+                        f"memory: {done.documents} documents updated, {len(done.deleted_documents)} removed"
+                        f" ({source}): {len(done.added)} sections added, {len(done.updated)} replaced,"
+                        f" {len(done.removed)} removed"
+                    )
+            report = report.merge(
+                IngestReport(
+                    added=tuple(done.added),
+                    duplicates=done.unchanged,
+                    sources=(source,),
+                    updated=tuple(done.updated),
+                    removed=tuple(done.removed),
+                )
+            )
+        return report
 
     def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
         from vaultmem.ingest import IngestReport, build_leaves, check_new_sources, write_leaves
@@ -1093,27 +1154,49 @@ class Vault:
         # Agent memory files have rows of their own (memindex): compared there, not read as notes.
         known = {r[0] for r in self.conn.execute("SELECT path FROM agent_files")}
         rest = [p for p in changed_paths(self.conn, self.layout, seen) if p not in known]
+        # Notes deleted while nobody watched: their documents must leave too.
+        for (note,) in self.conn.execute(
+            "SELECT DISTINCT json_extract(provenance, '$.note') FROM chunks"
+            " WHERE kind = 'leaf' AND input = 'doc' AND json_extract(provenance, '$.note') IS NOT NULL"
+        ):
+            if not self.layout.abs(str(note)).exists():
+                rest.append(str(note))
         return sorted({*rest, *memindex.changed(self.conn, self.layout)})
 
-    def read_notes(self, rels: Iterable[str]) -> list[str]:
-        """Ingest Markdown notes of the vault (not vaultmem nodes) as documents; the files stay as they
-        are. The source is the note's top folder (``notes/a.md`` -> ``notes``; a note at the top: ``notes``).
-        Returns the leaf ids added (re-reading unchanged text adds nothing)."""
+    @staticmethod
+    def note_document(rel: str) -> tuple[str, str]:
+        """(source, document name) of a note of the vault: its top folder is the source and the rest of
+        its path the document (``Plugins/Core/Canvas.md`` -> ``plugins``, ``Core/Canvas.md``); a note at
+        the top is in ``notes``."""
+        if "/" not in rel:
+            return "notes", rel
+        top, rest = rel.split("/", 1)
+        return default_source_name(top, fallback="notes"), rest
+
+    def read_notes(self, rels: Iterable[str], gone: Iterable[str] = ()) -> list[str]:
+        """Keep the documents of Markdown notes of the vault (not vaultmem nodes) in step with them: a
+        new note becomes a document subtree, an edited one replaces its sections in place, and the notes
+        in ``gone`` (deleted) take their documents out of search. An empty note (Obsidian makes one when a
+        dead link is clicked) is no document. Returns the leaf ids added."""
         from vaultmem.inputs import read_path
 
         messages: list[Message] = []
         for rel in rels:
-            top = rel.split("/", 1)[0] if "/" in rel else "notes"
-            source = default_source_name(top, fallback="notes")
+            source, name = self.note_document(rel)
             try:
                 result = read_path(
                     self.layout.abs(rel), source=source, max_bytes=self.config.max_file_bytes, fmt="markdown"
                 )
             except InvalidInput as exc:
-                self.warnings.append(str(exc))
+                if "no text found" not in str(exc):
+                    self.warnings.append(str(exc))
                 continue
-            messages.extend(replace(m, meta={**m.meta, "file": rel}) for m in result.messages)
-        return list(self._ingest(messages, None).added)
+            messages.extend(replace(m, session=name, meta={**m.meta, "note": rel}) for m in result.messages)
+        gone_docs = [self.note_document(rel) for rel in gone]
+        if not messages and not gone_docs:
+            return []
+        with self.commit_batch():
+            return list(self._sync_documents(messages, gone=gone_docs).added)
 
     # -- retrieval ---------------------------------------------------------------------------------
     @property
