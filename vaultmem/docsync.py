@@ -462,7 +462,7 @@ class Syncer:
 
     def _lookup(self, target: str, plans: dict[str, _DocPlan]) -> tuple[str, dict[str, str]] | None:
         """(document folder, headings) of the page a link names: by path, else by file name."""
-        wanted = target.casefold()
+        wanted = re.sub(r"^(\.\.?/)+", "", target).casefold()
         names = set(plans) | {n for n in self.nodes if not n.endswith("/")}
         matches = [
             n
@@ -517,7 +517,7 @@ class Syncer:
             first = first or body
             text = f"{self._heading(doc, section)}\n\n{body}"
             redacted_kinds: tuple[str, ...] = ()
-            meta = {"file": doc.name, "title": doc.title, "heading_path": " > ".join(chunk.path)}
+            meta = {"file": doc.note or doc.name, "title": doc.title, "heading_path": " > ".join(chunk.path)}
             if doc.note:
                 meta["note"] = doc.note
             source_id = f"{doc.name}#{chunk.key}"
@@ -806,6 +806,10 @@ def vault_links(layout: Layout) -> tuple[int, list[tuple[str, str]]]:
             if not link.target:
                 continue
             checked += 1
-            if link.target.casefold() not in names:
+            if link.markdown:
+                target = os.path.normpath(os.path.join(os.path.dirname(layout.rel(path)), link.target + ".md"))
+                if not os.path.isfile(layout.root / target):
+                    bad.append((layout.rel(path), link.raw))
+            elif link.target.casefold() not in names:
                 bad.append((layout.rel(path), link.raw))
     return checked, bad

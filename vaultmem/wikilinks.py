@@ -29,6 +29,7 @@ class Link:
     alias: str
     embed: bool
     raw: str
+    markdown: bool = False  # ``[label](path.md)``: the path is relative to the linking file
 
     @property
     def label(self) -> str:
@@ -91,9 +92,8 @@ def find_links(text: str) -> list[tuple[int, int, Link]]:
         if in_code(match.start()) or "://" in match.group("target"):
             continue
         target, _, anchor = unquote(match.group("target")).partition("#")
-        link = Link(
-            target[:-3].lstrip("./"), anchor, match.group("label"), bool(match.group("embed")), match.group(0)
-        )
+        label, embed = match.group("label"), bool(match.group("embed"))
+        link = Link(target[:-3], anchor, label, embed, match.group(0), markdown=True)
         found.append((match.start(), match.end(), link))
     found.sort(key=lambda item: item[0])
     return found
