@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.docs_vault import write_docs_vault
-from tests.test_watch import hits, save_in_place, save_temp_rename, save_vim_backup, settle, wait_for, watching
+from tests.test_watch import (
+    hits,
+    save_in_place,
+    save_temp_rename,
+    save_vim_backup,
+    settle,
+    wait_for,
+    watching,
+)
 from vaultmem import docsync, wikilinks
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
@@ -152,7 +160,7 @@ def test_reingest_replaces_changed_sections_in_place(tmp_path: Path) -> None:
         vault.ingest_path(docs)
         vault.flush()
         first = _ids(vault, "Pricing.md")
-        catalyst = vault.layout.root / vault.get(first["Catalyst"]).path
+        catalyst = vault.layout.root / vault.get(first["Pricing > Catalyst"]).path
         # A person's own key on a leaf survives the edits of its section.
         data = catalyst.read_text(encoding="utf-8").replace("\n---\n", "\nmy-note: keep this\n---\n", 1)
         catalyst.write_text(data, encoding="utf-8")
@@ -165,17 +173,20 @@ def test_reingest_replaces_changed_sections_in_place(tmp_path: Path) -> None:
         second = _ids(vault, "Pricing.md")
         assert len(report.updated) >= 1 and len(report.removed) == 1 and len(report.added) == 1
         # Surviving sections keep their leaves; the removed one is gone; the new one joined.
-        assert second[""] == first[""] and second["Sync"] == first["Sync"]
-        assert second["Catalyst"] == first["Catalyst"]
-        assert "Publish" not in second and "Commercial license" in second
+        assert second["Pricing"] == first["Pricing"] and second["Pricing > Sync"] == first["Pricing > Sync"]
+        assert second["Pricing > Catalyst"] == first["Pricing > Catalyst"]
+        assert "Pricing > Publish" not in second and "Pricing > Commercial license" in second
         assert "my-note: keep this" in catalyst.read_text(encoding="utf-8")
         assert not hits(vault, "8 USD") and hits(vault, "4 USD")
         assert not [h for h in vault.search("Publish costs 10 USD", k=20) if "Publish costs" in h.text]
         # The reading order follows the file; the node kept its id and took the page's new keys.
-        order = [leaf.meta.get("heading_path") for leaf in sorted(
-            (lf for lf in vault.ls() if lf.session == "Pricing.md"), key=lambda lf: float(lf.order or 0)
-        )]
-        assert order == ["", "Catalyst", "Sync", "Commercial license"]
+        order = [
+            leaf.meta.get("heading_path")
+            for leaf in sorted(
+                (lf for lf in vault.ls() if lf.session == "Pricing.md"), key=lambda lf: float(lf.order or 0)
+            )
+        ]
+        assert order == ["Pricing", "Pricing > Catalyst", "Pricing > Sync", "Pricing > Commercial license"]
         node = node_before.read_text(encoding="utf-8")
         assert node_id is not None and f"id: {node_id.group(1)}" in node and "tags: [pricing, plans]" in node
         # What left the vault is recoverable from Obsidian's trash.
@@ -183,7 +194,7 @@ def test_reingest_replaces_changed_sections_in_place(tmp_path: Path) -> None:
         assert any("Publish costs 10 USD" in p.read_text(encoding="utf-8") for p in kept)
         # The heading link still points at the leaf holding "Sync".
         plans = next(p for p in (vault.layout.root / "sources/shop/plans").glob("*-*.md"))
-        assert f"{second['Sync']}|the Sync price]]" in plans.read_text(encoding="utf-8")
+        assert f"{second['Pricing > Sync']}|the Sync price]]" in plans.read_text(encoding="utf-8")
         assert vault.check().ok
         # Nothing changed: nothing is written.
         again = vault.ingest_path(docs)
@@ -251,7 +262,10 @@ def test_note_saved_five_times_ends_as_its_last_version(
             settle(daemon)
         wait_for(lambda: hits(vault, "quince"), what="the last version to be searchable")
         leaves = [leaf for leaf in vault.ls() if leaf.session == "Groceries.md"]
-        assert sorted(leaf.meta.get("heading_path") for leaf in leaves) == ["", "Hardware"]
+        assert sorted(leaf.meta.get("heading_path") for leaf in leaves) == [
+            "Groceries",
+            "Groceries > Hardware",
+        ]
         assert not hits(vault, "capers") and not hits(vault, "hinge ")
         assert hits(vault, "hinges")
         summary = root / "sources/home/groceries/_summary.md"
@@ -268,7 +282,9 @@ def test_note_saved_five_times_ends_as_its_last_version(
 def test_empty_note_from_a_dead_link_is_never_a_memory(vault: Vault) -> None:
     root = vault.layout.root
     with watching(root) as daemon:
-        (root / "Community forum.md").write_text("", encoding="utf-8")  # Obsidian: a click on [[Community forum]]
+        (root / "Community forum.md").write_text(
+            "", encoding="utf-8"
+        )  # Obsidian: a click on [[Community forum]]
         (root / "Blank.md").write_text("---\ntags: []\n---\n\n", encoding="utf-8")
         settle(daemon)
         assert not vault.ls()

@@ -309,7 +309,9 @@ def ingest(
         f"{total.dropped} dropped as low-value, {total.redacted} redacted) in {', '.join(total.sources) or '-'}"
     )
     if total.updated or total.removed:
-        typer.echo(f"documents: {len(total.updated)} sections replaced in place, {len(total.removed)} removed")
+        typer.echo(
+            f"documents: {len(total.updated)} sections replaced in place, {len(total.removed)} removed"
+        )
     if work is not None:
         typer.echo(
             f"embedded {work.embedded} leaves ({work.reused} vectors reused), admitted {work.admitted}"

@@ -807,7 +807,9 @@ def vault_links(layout: Layout) -> tuple[int, list[tuple[str, str]]]:
                 continue
             checked += 1
             if link.markdown:
-                target = os.path.normpath(os.path.join(os.path.dirname(layout.rel(path)), link.target + ".md"))
+                target = os.path.normpath(
+                    os.path.join(os.path.dirname(layout.rel(path)), link.target + ".md")
+                )
                 if not os.path.isfile(layout.root / target):
                     bad.append((layout.rel(path), link.raw))
             elif link.target.casefold() not in names:

@@ -91,7 +91,9 @@ class SummaryNode:
     entity: str | None = None  # topic trees: the entity key the topic follows
     archived: bool = False  # topic trees: gone cold; kept, no longer routed into
     period: str | None = None  # the global tree: "day" | "week" | "month"
-    document: str | None = None  # documents: the file (``Plugins/Canvas.md``) or folder (``Plugins/``) mirrored
+    document: str | None = (
+        None  # documents: the file (``Plugins/Canvas.md``) or folder (``Plugins/``) mirrored
+    )
     user_aliases: tuple[str, ...] = field(default=(), compare=False)
 
     @property

@@ -479,7 +479,6 @@ class Vault:
         their content. ``fmt`` forces a format (``vaultmem.inputs.sniff.FORMAT_NAMES``);
         ``all_branches`` keeps ChatGPT's edited and regenerated branches. Re-importing an export adds
         only the turns the vault does not hold yet."""
-        from vaultmem.ingest import IngestReport
         from vaultmem.inputs import read_path
 
         if source is not None:
@@ -1154,14 +1153,19 @@ class Vault:
         # Agent memory files have rows of their own (memindex): compared there, not read as notes.
         known = {r[0] for r in self.conn.execute("SELECT path FROM agent_files")}
         rest = [p for p in changed_paths(self.conn, self.layout, seen) if p not in known]
-        # Notes deleted while nobody watched: their documents must leave too.
+        rest += self._vanished_notes()  # deleted while nobody watched: their documents must leave too
+        return sorted({*rest, *memindex.changed(self.conn, self.layout)})
+
+    def _vanished_notes(self) -> list[str]:
+        """Notes of the vault that have a document but no file any more."""
+        out = []
         for (note,) in self.conn.execute(
             "SELECT DISTINCT json_extract(provenance, '$.note') FROM chunks"
             " WHERE kind = 'leaf' AND input = 'doc' AND json_extract(provenance, '$.note') IS NOT NULL"
         ):
             if not self.layout.abs(str(note)).exists():
-                rest.append(str(note))
-        return sorted({*rest, *memindex.changed(self.conn, self.layout)})
+                out.append(str(note))
+        return out
 
     @staticmethod
     def note_document(rel: str) -> tuple[str, str]:
@@ -1180,6 +1184,7 @@ class Vault:
         dead link is clicked) is no document. Returns the leaf ids added."""
         from vaultmem.inputs import read_path
 
+        rels = list(rels)
         messages: list[Message] = []
         for rel in rels:
             source, name = self.note_document(rel)
@@ -1192,7 +1197,9 @@ class Vault:
                     self.warnings.append(str(exc))
                 continue
             messages.extend(replace(m, session=name, meta={**m.meta, "note": rel}) for m in result.messages)
-        gone_docs = [self.note_document(rel) for rel in gone]
+        # A note renamed or moved: its old path may come in a later batch (deletions are held a moment);
+        # given now, the new note is recognised as the same document and takes over its leaves.
+        gone_docs = [self.note_document(rel) for rel in {*gone, *(self._vanished_notes() if rels else ())}]
         if not messages and not gone_docs:
             return []
         with self.commit_batch():
