@@ -64,8 +64,8 @@ def build(src: str, docs: Path, vault: Path, fake: bool) -> dict[str, object]:
 
 
 def measure(vault: Path, pages: list[str], docs: Path) -> dict[str, float]:
-    from vaultmem.layout import Layout
     from vaultmem.docsync import vault_links
+    from vaultmem.layout import Layout
 
     folders: dict[str, set[Path]] = defaultdict(set)
     depths: dict[str, list[int]] = defaultdict(list)

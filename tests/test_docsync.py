@@ -323,3 +323,22 @@ def test_json_report_of_a_document_ingest(tmp_path: Path) -> None:
     second = json.loads(run_cli("ingest", str(docs), "--vault", str(tmp_path / "v"), "--json").stdout)
     assert first["added"] == 4 and second["added"] == 1
     assert second["updated"] >= 1 and second["removed"] == 1
+
+
+def test_check_reports_a_document_behind_its_note_and_fix_catches_up(vault: Vault) -> None:
+    root = vault.layout.root
+    note = root / "home" / "Boiler.md"
+    note.parent.mkdir()
+    note.write_text("# Boiler\n\nThe boiler service is due in March.\n", encoding="utf-8")
+    vault.read_notes(["home/Boiler.md"])
+    assert vault.check().ok
+    note.write_text("# Boiler\n\nThe boiler service moved to April.\n", encoding="utf-8")  # no watcher ran
+    report = vault.check()
+    assert [(p.code, p.path) for p in report.problems] == [("document_out_of_step", "home/Boiler.md")]
+    fixed = vault.check(fix=True)
+    assert [p.code for p in fixed.fixed] == ["document_out_of_step"] and vault.check().ok
+    assert hits(vault, "April") and not hits(vault, "March")
+    note.unlink()
+    assert [p.code for p in vault.check().problems] == ["document_out_of_step"]
+    vault.check(fix=True)
+    assert vault.check().ok and not vault.ls()

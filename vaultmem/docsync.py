@@ -501,7 +501,8 @@ class Syncer:
         return resolve
 
     # -- writing ----------------------------------------------------------------------------------------
-    def _apply(self, plan: _DocPlan, plans: dict[str, _DocPlan]) -> None:
+    def _apply(self, plan: _DocPlan, plans: dict[str, _DocPlan], *, dry: bool = False) -> bool:
+        """Write what changed in one document; True when something did (``dry``: say so, write nothing)."""
         doc = plan.doc
         rule = self._link_rule(plan, plans)
         writes: list[FileWrite] = []
@@ -595,7 +596,9 @@ class Syncer:
             writes.append(summary_write)
             queued.append((plan.node_id, 1))
         if not writes and not removes:
-            return
+            return False
+        if dry:
+            return True
         self._to_trash([r for r, _ in removes])
         what = "add" if plan.existing is None else "update"
         op = TreeOp(
@@ -613,12 +616,19 @@ class Syncer:
             treeops.apply(self.conn, self.layout, op, self.model, self.dim)
         except ConflictError as exc:
             self.report.warnings.append(f"{doc.name}: {exc}")
-            return
+            return False
         self.report.documents += 1
         self._mark(ancestors)
         self.nodes[doc.name] = self.conn.execute(
             "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?", (doc.name, plan.node_id)
         ).fetchone()
+        return True
+
+    def out_of_step(self, docs: Sequence[Document]) -> list[str]:
+        """Names of the documents whose subtree disagrees with their file (nothing is written)."""
+        plans = [self._plan(doc) for doc in docs]
+        by_name = {p.doc.name: p for p in plans}
+        return [p.doc.name for p in plans if self._apply(p, by_name, dry=True)]
 
     def _summary_write(
         self, plan: _DocPlan, children: list[ChildLink], first: str, changed: bool
@@ -652,6 +662,11 @@ class Syncer:
                 descendants=len(children),
                 document=doc.name,
             )
+            if changed and not node.hand_edited:
+                # The old summary would still be found for text the page no longer holds: until it is
+                # re-summarised, the node reads like the new page.
+                fresh = text or title
+                new = replace(new, text=fresh, content_hash=text_hash(fresh), children_hash="")
             rendered = render_summary(new, keep=keep)
             if rendered == data:
                 return None

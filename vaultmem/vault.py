@@ -1156,16 +1156,63 @@ class Vault:
         rest += self._vanished_notes()  # deleted while nobody watched: their documents must leave too
         return sorted({*rest, *memindex.changed(self.conn, self.layout)})
 
+    def _note_messages(self, rels: Iterable[str], *, warn: bool = False) -> list[Message]:
+        from vaultmem.inputs import read_path
+
+        messages: list[Message] = []
+        for rel in rels:
+            source, name = self.note_document(rel)
+            try:
+                result = read_path(
+                    self.layout.abs(rel), source=source, max_bytes=self.config.max_file_bytes, fmt="markdown"
+                )
+            except InvalidInput as exc:
+                if warn and "no text found" not in str(exc):
+                    self.warnings.append(str(exc))
+                continue
+            messages.extend(replace(m, session=name, meta={**m.meta, "note": rel}) for m in result.messages)
+        return messages
+
+    def _noted(self) -> list[str]:
+        """Vault paths of the notes that have a document."""
+        return [
+            str(note)
+            for (note,) in self.conn.execute(
+                "SELECT DISTINCT json_extract(provenance, '$.note') FROM chunks"
+                " WHERE kind = 'leaf' AND input = 'doc' AND json_extract(provenance, '$.note') IS NOT NULL"
+            )
+        ]
+
+    def documents_out_of_step(self) -> list[str]:
+        """Notes whose document disagrees with the note file (or whose file is gone): what ``check``
+        reports as ``document_out_of_step``. Documents ingested from outside the vault are not compared
+        (their files are not here); ingest their folder again to update them."""
+        from vaultmem import docsync
+        from vaultmem.ingest import redact_message
+
+        notes = self._noted()
+        gone = [n for n in notes if not self.layout.abs(n).exists()]
+        present = [n for n in notes if n not in set(gone)]
+        messages = [redact_message(m)[0] for m in self._note_messages(present)]
+        docs, _rest = docsync.split_documents(messages)
+        behind: set[tuple[str, str]] = set()
+        for source in sorted({d.source for d in docs}):
+            syncer = docsync.Syncer(
+                self.conn,
+                self.layout,
+                source,
+                scorer=self.scorer,
+                max_tokens=self.config.chunk_max_tokens,
+                max_bytes=self.config.max_file_bytes,
+            )
+            behind.update(
+                (source, name) for name in syncer.out_of_step([d for d in docs if d.source == source])
+            )
+        return sorted([*gone, *(n for n in present if self.note_document(n) in behind)])
+
     def _vanished_notes(self) -> list[str]:
         """Notes of the vault that have a document but no file any more."""
-        out = []
-        for (note,) in self.conn.execute(
-            "SELECT DISTINCT json_extract(provenance, '$.note') FROM chunks"
-            " WHERE kind = 'leaf' AND input = 'doc' AND json_extract(provenance, '$.note') IS NOT NULL"
-        ):
-            if not self.layout.abs(str(note)).exists():
-                out.append(str(note))
-        return out
+        return [note for note in self._noted() if not self.layout.abs(note).exists()]
 
     @staticmethod
     def note_document(rel: str) -> tuple[str, str]:
@@ -1182,21 +1229,8 @@ class Vault:
         new note becomes a document subtree, an edited one replaces its sections in place, and the notes
         in ``gone`` (deleted) take their documents out of search. An empty note (Obsidian makes one when a
         dead link is clicked) is no document. Returns the leaf ids added."""
-        from vaultmem.inputs import read_path
-
         rels = list(rels)
-        messages: list[Message] = []
-        for rel in rels:
-            source, name = self.note_document(rel)
-            try:
-                result = read_path(
-                    self.layout.abs(rel), source=source, max_bytes=self.config.max_file_bytes, fmt="markdown"
-                )
-            except InvalidInput as exc:
-                if "no text found" not in str(exc):
-                    self.warnings.append(str(exc))
-                continue
-            messages.extend(replace(m, session=name, meta={**m.meta, "note": rel}) for m in result.messages)
+        messages = self._note_messages(rels, warn=True)
         # A note renamed or moved: its old path may come in a later batch (deletions are held a moment);
         # given now, the new note is recognised as the same document and takes over its leaves.
         gone_docs = [self.note_document(rel) for rel in {*gone, *(self._vanished_notes() if rels else ())}]
@@ -2042,10 +2076,22 @@ class Vault:
     def _check_memory(self, report: CheckReport, *, fix: bool) -> CheckReport:
         """``check`` of the agent memory files, added to the report of the rest."""
         from vaultmem import memindex
+        from vaultmem.check import Problem
 
         problems, fixed = memindex.check(
             self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core, fix=fix
         )
+        behind = self.documents_out_of_step()
+        found = [
+            Problem("document_out_of_step", rel, "its document's leaves disagree with the note", True)
+            for rel in behind
+        ]
+        if fix and behind:
+            present = [rel for rel in behind if self.layout.abs(rel).exists()]
+            self.read_notes(present, gone=[rel for rel in behind if rel not in present])
+            fixed += found
+        else:
+            problems += found
         return replace(report, problems=report.problems + tuple(problems), fixed=report.fixed + tuple(fixed))
 
     @property
