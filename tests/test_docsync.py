@@ -342,3 +342,16 @@ def test_check_reports_a_document_behind_its_note_and_fix_catches_up(vault: Vaul
     assert [p.code for p in vault.check().problems] == ["document_out_of_step"]
     vault.check(fix=True)
     assert vault.check().ok and not vault.ls()
+
+
+def test_compact_catches_up_with_a_note_edited_while_no_watcher_ran(vault: Vault) -> None:
+    root = vault.layout.root
+    (root / "home").mkdir()
+    (root / "home" / "Car.md").write_text("# Car\n\nThe tyres were changed in May.\n", encoding="utf-8")
+    vault.read_notes(["home/Car.md"])
+    first = {leaf.id for leaf in vault.ls()}
+    (root / "home" / "Car.md").write_text("# Car\n\nThe tyres were changed in October.\n", encoding="utf-8")
+    vault.compact()
+    assert {leaf.id for leaf in vault.ls()} == first
+    assert hits(vault, "October") and not hits(vault, "May")
+    assert vault.check().ok

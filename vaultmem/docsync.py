@@ -45,6 +45,7 @@ from vaultmem.order import format_order, ord_of, order_after, order_between
 from vaultmem.redact import scrub
 from vaultmem.scoring import FastScorer
 from vaultmem.summaryfile import (
+    SUMMARY_KEYS,
     ChildLink,
     SummaryNode,
     clean_title,
@@ -591,10 +592,12 @@ class Syncer:
                 removes.append((row["path"], found))
             self.report.removed.append(str(row["id"]))
             changed = True
-        summary_write = self._summary_write(plan, children, first, changed or plan.existing is None)
+        changed = changed or plan.existing is None
+        summary_write = self._summary_write(plan, children, first, changed)
         if summary_write is not None:
             writes.append(summary_write)
-            queued.append((plan.node_id, 1))
+            if changed:
+                queued.append((plan.node_id, 1))
         if not writes and not removes:
             return False
         if dry:
@@ -636,10 +639,9 @@ class Syncer:
         doc = plan.doc
         front = _front_doc(doc.front)
         aliases = front.meta.get("aliases") if front is not None else None
-        user_aliases = tuple(scrub(str(a)) for a in aliases) if isinstance(aliases, list) else ()
-        if isinstance(aliases, str):
-            user_aliases = (scrub(aliases),)
         title = clean_title(doc.title)
+        named = aliases if isinstance(aliases, list) else [aliases] if isinstance(aliases, str) else []
+        user_aliases = tuple(a for a in (scrub(str(x)) for x in named) if a != title)
         description = front.meta.get("description") if front is not None else None
         text = (
             str(description).strip() if isinstance(description, str) and description.strip() else first[:400]
@@ -653,6 +655,19 @@ class Syncer:
                 self.report.warnings.append(f"{rel}: not updated ({exc})")
                 return None
             keep = _merge_keys(front, kept)
+            if not changed:
+                # No section changed: only what the page itself says of the node may need writing.
+                ours = dict(kept.raw_blocks)
+                page = [(k, v) for k, v in (front.raw_blocks if front else ()) if k not in SUMMARY_KEYS]
+                if (
+                    node.title == title
+                    and node.user_aliases == user_aliases
+                    and node.document == doc.name
+                    and all(ours.get(k) == v for k, v in page)
+                ):
+                    return None
+                new = replace(node, title=title, user_aliases=user_aliases, document=doc.name)
+                return FileWrite(rel, render_summary(new, keep=keep), digest)
             new = replace(
                 node,
                 title=title,
@@ -662,17 +677,12 @@ class Syncer:
                 descendants=len(children),
                 document=doc.name,
             )
-            if changed and not node.hand_edited:
+            if not node.hand_edited:
                 # The old summary would still be found for text the page no longer holds: until it is
                 # re-summarised, the node reads like the new page.
                 fresh = text or title
                 new = replace(new, text=fresh, content_hash=text_hash(fresh), children_hash="")
-            rendered = render_summary(new, keep=keep)
-            if rendered == data:
-                return None
-            if not changed and _same_keys(rendered, data):
-                return None
-            return FileWrite(rel, rendered, digest)
+            return FileWrite(rel, render_summary(new, keep=keep), digest)
         node = SummaryNode(
             id=plan.node_id,
             source=self.source,
@@ -790,11 +800,6 @@ def _merge_keys(front: mdfile.MdDoc | None, kept: mdfile.MdDoc) -> mdfile.MdDoc:
     page = dict(front.raw_blocks)
     blocks = list(front.raw_blocks) + [(k, v) for k, v in kept.raw_blocks if k not in page]
     return mdfile.MdDoc({**kept.meta, **front.meta}, tuple(blocks), kept.body)
-
-
-def _same_keys(a: str, b: str) -> bool:
-    strip = re.compile(r"^(stale|children_hash|tokens|descendants): .*\n", re.MULTILINE)
-    return strip.sub("", a) == strip.sub("", b)
 
 
 def vault_links(layout: Layout) -> tuple[int, list[tuple[str, str]]]:

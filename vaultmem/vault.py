@@ -955,6 +955,11 @@ class Vault:
             )
             if caught.stale:
                 self._commit(f"memory: mark {len(caught.stale)} summaries stale (what is below them changed)")
+        # Notes edited or deleted while no watcher ran: their documents catch up (sections replaced).
+        behind = self.documents_out_of_step()
+        if behind:
+            present = [rel for rel in behind if self.layout.abs(rel).exists()]
+            self.read_notes(present, gone=[rel for rel in behind if rel not in present])
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
         # them in the buffer (the worker pool runs both kinds of job at once).
         flushed = self.flush()
