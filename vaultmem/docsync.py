@@ -58,6 +58,7 @@ from vaultmem.tokens import count_tokens
 from vaultmem.treeops import FileWrite, TreeOp
 
 TRASH = ".trash/vaultmem"
+STEP_DOCUMENTS = 64  # documents written as one durable step (one fsync of their files)
 _DEVICE = re.compile(r"^(con|prn|aux|nul|com\d|lpt\d)(\..*)?$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*)$")
 
@@ -183,6 +184,17 @@ class _DocPlan:
     headings: dict[str, str] = field(default_factory=dict)  # heading (casefolded) -> leaf stem
 
 
+@dataclass(frozen=True)
+class _Step:
+    name: str
+    node_id: str
+    message: str
+    writes: list[FileWrite]
+    removes: list[tuple[str, str | None]]
+    queued: list[tuple[str, int]]
+    ancestors: list[str]  # levels above the document that go stale once it is written
+
+
 @dataclass
 class SyncReport:
     documents: int = 0
@@ -230,6 +242,8 @@ class Syncer:
         self.nodes = _doc_rows(conn, source)
         self.report = SyncReport()
         self._vault_names: set[str] | None = None
+        self._name_index: tuple[dict[str, _DocPlan], dict[str, list[str]]] | None = None
+        self._trashed: set[str] = set()
         self._taken: set[str] = {PurePosixPath(r["path"]).parent.as_posix() for r in self.nodes.values()}
 
     # -- the whole run ---------------------------------------------------------------------------------
@@ -246,8 +260,9 @@ class Syncer:
                 self._move_document(old, doc.name)
         plans = [self._plan(doc) for doc in docs]
         headings = {p.doc.name: p for p in plans}
-        for plan in plans:
-            self._apply(plan, headings)
+        steps = [step for plan in plans if (step := self._build(plan, headings)) is not None]
+        for start in range(0, len(steps), STEP_DOCUMENTS):
+            self._run(steps[start : start + STEP_DOCUMENTS])
         for name in gone:
             self.delete(name)
         return self.report
@@ -461,17 +476,26 @@ class Syncer:
             self._vault_names = names
         return link.target.casefold() in self._vault_names
 
+    def _names(self, plans: dict[str, _DocPlan]) -> dict[str, list[str]]:
+        """Page names by what a link may call them: the path without ``.md``, the file stem."""
+        if self._name_index is None or self._name_index[0] is not plans:
+            index: dict[str, list[str]] = {}
+            for name in set(plans) | {n for n in self.nodes if not n.endswith("/")}:
+                bare = (name[:-3] if name.endswith(".md") else name).casefold()
+                index.setdefault(bare, []).append(name)
+                stem = PurePosixPath(name).stem.casefold()
+                if stem != bare:
+                    index.setdefault(stem, []).append(name)
+            self._name_index = (plans, index)
+        return self._name_index[1]
+
     def _lookup(self, target: str, plans: dict[str, _DocPlan]) -> tuple[str, dict[str, str]] | None:
         """(document folder, headings) of the page a link names: by path, else by file name."""
         wanted = re.sub(r"^(\.\.?/)+", "", target).casefold()
-        names = set(plans) | {n for n in self.nodes if not n.endswith("/")}
-        matches = [
-            n
-            for n in names
-            if (n[:-3] if n.endswith(".md") else n).casefold() == wanted
-            or PurePosixPath(n).stem.casefold() == wanted
-            or ("/" in wanted and (n[:-3] if n.endswith(".md") else n).casefold().endswith("/" + wanted))
-        ]
+        names = self._names(plans)
+        matches = list(names.get(wanted, ()))
+        if not matches and "/" in wanted:
+            matches = [n for key, found in names.items() if key.endswith("/" + wanted) for n in found]
         if not matches:
             return None
         name = sorted(matches, key=lambda n: (n.count("/"), n))[0]
@@ -502,8 +526,8 @@ class Syncer:
         return resolve
 
     # -- writing ----------------------------------------------------------------------------------------
-    def _apply(self, plan: _DocPlan, plans: dict[str, _DocPlan], *, dry: bool = False) -> bool:
-        """Write what changed in one document; True when something did (``dry``: say so, write nothing)."""
+    def _build(self, plan: _DocPlan, plans: dict[str, _DocPlan]) -> _Step | None:
+        """The writes and removals that bring one document in step; None when it already is."""
         doc = plan.doc
         rule = self._link_rule(plan, plans)
         writes: list[FileWrite] = []
@@ -599,39 +623,56 @@ class Syncer:
             if changed:
                 queued.append((plan.node_id, 1))
         if not writes and not removes:
-            return False
-        if dry:
-            return True
-        self._to_trash([r for r, _ in removes])
+            return None
         what = "add" if plan.existing is None else "update"
+        return _Step(
+            doc.name,
+            plan.node_id,
+            f"{what} the document {doc.name}",
+            writes,
+            removes,
+            queued,
+            ancestors_of(self.conn, plan.node_id) if plan.existing is not None else [],
+        )
+
+    def _run(self, steps: list[_Step]) -> None:
+        """Apply steps as one durable step; when a file changed meanwhile, each on its own."""
+        if not steps:
+            return
+        self._to_trash([rel for step in steps for rel, _ in step.removes if rel not in self._trashed])
+        message = steps[0].message if len(steps) == 1 else f"{len(steps)} documents"
         op = TreeOp(
             "docmem",
             self.source,
-            f"memory: {what} the document {doc.name} ({self.source})",
-            tuple(writes),
+            f"memory: {message} ({self.source})",
+            tuple(w for step in steps for w in step.writes),
             (),
-            tuple(queued),
+            tuple(q for step in steps for q in step.queued),
             {},
-            tuple(removes),
+            tuple(r for step in steps for r in step.removes),
         )
-        ancestors = ancestors_of(self.conn, plan.node_id) if plan.existing is not None else []
         try:
             treeops.apply(self.conn, self.layout, op, self.model, self.dim)
         except ConflictError as exc:
-            self.report.warnings.append(f"{doc.name}: {exc}")
-            return False
-        self.report.documents += 1
-        self._mark(ancestors)
-        self.nodes[doc.name] = self.conn.execute(
-            "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?", (doc.name, plan.node_id)
-        ).fetchone()
-        return True
+            if len(steps) == 1:
+                self.report.warnings.append(f"{steps[0].name}: {exc}")
+                return
+            for step in steps:
+                self._run([step])
+            return
+        self.report.documents += len(steps)
+        self._mark([a for step in steps for a in step.ancestors])
+        for step in steps:
+            self.nodes[step.name] = self.conn.execute(
+                "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?",
+                (step.name, step.node_id),
+            ).fetchone()
 
     def out_of_step(self, docs: Sequence[Document]) -> list[str]:
         """Names of the documents whose subtree disagrees with their file (nothing is written)."""
         plans = [self._plan(doc) for doc in docs]
         by_name = {p.doc.name: p for p in plans}
-        return [p.doc.name for p in plans if self._apply(p, by_name, dry=True)]
+        return [p.doc.name for p in plans if self._build(p, by_name) is not None]
 
     def _summary_write(
         self, plan: _DocPlan, children: list[ChildLink], first: str, changed: bool
@@ -725,6 +766,7 @@ class Syncer:
                 shutil.copytree(src, copy)
             elif src.is_file():
                 shutil.copy2(src, copy)
+            self._trashed.add(rel)
             self.report.trash.append(self.layout.rel(copy))
 
 
