@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from vaultmem.compact import CompactSettings
     from vaultmem.coremem import CoreBlock, CoreFileView, CoreUpdate, MemoryEnv, MemorySettings, Onboarding
     from vaultmem.docmem import Plan
+    from vaultmem.docsync import Syncer
     from vaultmem.episodes import Episode
     from vaultmem.extract import EntityFinder
     from vaultmem.gitsync import CommitInfo, GitOperation, GitRecorder
@@ -530,16 +531,7 @@ class Vault:
         for source in sources:
             mine = [d for d in docs if d.source == source]
             with self._locked():
-                syncer = docsync.Syncer(
-                    self.conn,
-                    self.layout,
-                    source,
-                    scorer=self.scorer,
-                    max_tokens=self.config.chunk_max_tokens,
-                    max_bytes=self.config.max_file_bytes,
-                    model=embedder.model_id,
-                    dim=embedder.dim,
-                )
+                syncer = self._syncer(source, embedder)
                 names = {d.name for d in mine}
                 vanished = list(gone_by.get(source, []))
                 if complete:
@@ -1161,6 +1153,22 @@ class Vault:
         rest += self._vanished_notes()  # deleted while nobody watched: their documents must leave too
         return sorted({*rest, *memindex.changed(self.conn, self.layout)})
 
+    def _syncer(self, source: str, embedder: Embedder | None = None) -> Syncer:
+        """The documents of ``source`` (``embedder``: the vector space whose sidecar entries follow
+        removed files; none for a read-only comparison)."""
+        from vaultmem.docsync import Syncer
+
+        return Syncer(
+            self.conn,
+            self.layout,
+            source,
+            scorer=self.scorer,
+            max_tokens=self.config.chunk_max_tokens,
+            max_bytes=self.config.max_file_bytes,
+            model=embedder.model_id if embedder is not None else "",
+            dim=embedder.dim if embedder is not None else 0,
+        )
+
     def _note_messages(self, rels: Iterable[str], *, warn: bool = False) -> list[Message]:
         from vaultmem.inputs import read_path
 
@@ -1202,14 +1210,7 @@ class Vault:
         docs, _rest = docsync.split_documents(messages)
         behind: set[tuple[str, str]] = set()
         for source in sorted({d.source for d in docs}):
-            syncer = docsync.Syncer(
-                self.conn,
-                self.layout,
-                source,
-                scorer=self.scorer,
-                max_tokens=self.config.chunk_max_tokens,
-                max_bytes=self.config.max_file_bytes,
-            )
+            syncer = self._syncer(source)
             behind.update(
                 (source, name) for name in syncer.out_of_step([d for d in docs if d.source == source])
             )
