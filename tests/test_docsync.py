@@ -355,3 +355,29 @@ def test_compact_catches_up_with_a_note_edited_while_no_watcher_ran(vault: Vault
     assert {leaf.id for leaf in vault.ls()} == first
     assert hits(vault, "October") and not hits(vault, "May")
     assert vault.check().ok
+
+
+def test_a_note_emptied_by_hand_leaves_search(vault: Vault) -> None:
+    root = vault.layout.root
+    (root / "Ideas.md").write_text("# Ideas\n\nA heron-shaped kite for the beach.\n", encoding="utf-8")
+    vault.read_notes(["Ideas.md"])
+    assert hits(vault, "heron")
+    (root / "Ideas.md").write_text("", encoding="utf-8")
+    assert [p.code for p in vault.check().problems] == ["document_out_of_step"]
+    vault.read_notes(["Ideas.md"])
+    assert not hits(vault, "heron") and not vault.ls() and vault.check().ok
+
+
+def test_page_keys_that_cannot_be_read_back_are_left_out_not_written_broken(tmp_path: Path) -> None:
+    docs = tmp_path / "keys"
+    docs.mkdir()
+    secret = "sk-proj-" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zB9dF1hJ3lN5pR7tV9xZ"
+    (docs / "Api.md").write_text(
+        f"---\ntags: [api]\ntoken: {secret} and more\n---\n# Api\n\nCall the endpoint with a token.\n",
+        encoding="utf-8",
+    )
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_path(docs)
+        every = "".join(p.read_text(encoding="utf-8") for p in (vault.layout.root / "sources").rglob("*.md"))
+        assert secret not in every
+        assert vault.check().ok

@@ -708,7 +708,7 @@ class Syncer:
                 ):
                     return None
                 new = replace(node, title=title, user_aliases=user_aliases, document=doc.name)
-                return FileWrite(rel, render_summary(new, keep=keep), digest)
+                return FileWrite(rel, self._checked(new, keep), digest)
             new = replace(
                 node,
                 title=title,
@@ -723,7 +723,7 @@ class Syncer:
                 # re-summarised, the node reads like the new page.
                 fresh = text or title
                 new = replace(new, text=fresh, content_hash=text_hash(fresh), children_hash="")
-            return FileWrite(rel, render_summary(new, keep=keep), digest)
+            return FileWrite(rel, self._checked(new, keep), digest)
         node = SummaryNode(
             id=plan.node_id,
             source=self.source,
@@ -741,7 +741,18 @@ class Syncer:
             document=doc.name,
             user_aliases=user_aliases,
         )
-        return FileWrite(rel, render_summary(node, keep=front), None)
+        return FileWrite(rel, self._checked(node, front), None)
+
+    def _checked(self, node: SummaryNode, keep: mdfile.MdDoc | None) -> str:
+        """The node's file with the page's keys; without them when they would not read back (a key
+        redacted into something YAML cannot parse): a node file must always be valid."""
+        data = render_summary(node, keep=keep)
+        try:
+            parse_summary(data, node.path)
+        except FrontmatterError as exc:
+            self.report.warnings.append(f"{node.path}: the page's own keys were left out ({exc})")
+            data = render_summary(node)
+        return data
 
     def _mark(self, ids: Sequence[str]) -> None:
         wanted = [

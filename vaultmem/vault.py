@@ -1207,6 +1207,9 @@ class Vault:
         gone = [n for n in notes if not self.layout.abs(n).exists()]
         present = [n for n in notes if n not in set(gone)]
         messages = [redact_message(m)[0] for m in self._note_messages(present)]
+        emptied = set(present) - {str(m.meta.get("note")) for m in messages}  # no text left: no document
+        gone += sorted(emptied)
+        present = [n for n in present if n not in emptied]
         docs, _rest = docsync.split_documents(messages)
         behind: set[tuple[str, str]] = set()
         for source in sorted({d.source for d in docs}):
@@ -1237,9 +1240,12 @@ class Vault:
         dead link is clicked) is no document. Returns the leaf ids added."""
         rels = list(rels)
         messages = self._note_messages(rels, warn=True)
+        # A note emptied by hand holds no document any more, like a deleted one.
+        emptied = set(rels) - {str(m.meta.get("note")) for m in messages}
         # A note renamed or moved: its old path may come in a later batch (deletions are held a moment);
         # given now, the new note is recognised as the same document and takes over its leaves.
-        gone_docs = [self.note_document(rel) for rel in {*gone, *(self._vanished_notes() if rels else ())}]
+        vanished = self._vanished_notes() if rels else []
+        gone_docs = [self.note_document(rel) for rel in sorted({*gone, *emptied, *vanished})]
         if not messages and not gone_docs:
             return []
         with self.commit_batch():
