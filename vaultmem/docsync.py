@@ -20,7 +20,8 @@ leaf that holds the heading, a link to a file that exists in the vault stays as 
 else becomes its label as plain text, so a link never makes a ghost note in Obsidian.
 
 Never: renames a leaf file or changes an id; writes or removes a file it did not read (hash-guarded
-steps through ``treeops``); removes a file without first copying it into ``.trash/vaultmem/``.
+steps through ``treeops``); removes a file that is not kept elsewhere: git's history when the vault
+commits, else a copy in ``.trash/vaultmem/``.
 """
 
 from __future__ import annotations
@@ -234,8 +235,10 @@ class Syncer:
         max_bytes: int,
         model: str = "",
         dim: int = 0,
+        trash: bool = True,
     ) -> None:
         self.conn, self.layout, self.source = conn, layout, source
+        self.trash = trash  # copy what leaves into .trash/ (off when git keeps the history)
         self.scorer, self.max_tokens, self.max_bytes = scorer, max_tokens, max_bytes
         self.model, self.dim = model, dim
         self.root = f"{SOURCES}/{source}"
@@ -536,11 +539,9 @@ class Syncer:
             queued += self._ensure_folders(doc.name, writes)
         changed = False
         children = []
-        first = ""
         for chunk in plan.chunks:
             section = next(s for s in doc.sections if s.key == chunk.key)
             body = wikilinks.rewrite(chunk.raw, rule)
-            first = first or body
             text = f"{self._heading(doc, section)}\n\n{body}"
             redacted_kinds: tuple[str, ...] = ()
             meta = {"file": doc.note or doc.name, "title": doc.title, "heading_path": " > ".join(chunk.path)}
@@ -617,7 +618,7 @@ class Syncer:
             self.report.removed.append(str(row["id"]))
             changed = True
         changed = changed or plan.existing is None
-        summary_write = self._summary_write(plan, children, first, changed)
+        summary_write = self._summary_write(plan, children, changed)
         if summary_write is not None:
             writes.append(summary_write)
             if changed:
@@ -674,9 +675,7 @@ class Syncer:
         by_name = {p.doc.name: p for p in plans}
         return [p.doc.name for p in plans if self._build(p, by_name) is not None]
 
-    def _summary_write(
-        self, plan: _DocPlan, children: list[ChildLink], first: str, changed: bool
-    ) -> FileWrite | None:
+    def _summary_write(self, plan: _DocPlan, children: list[ChildLink], changed: bool) -> FileWrite | None:
         doc = plan.doc
         front = _front_doc(doc.front)
         aliases = front.meta.get("aliases") if front is not None else None
@@ -684,8 +683,10 @@ class Syncer:
         named = aliases if isinstance(aliases, list) else [aliases] if isinstance(aliases, str) else []
         user_aliases = tuple(a for a in (scrub(str(x)) for x in named) if a != title)
         description = front.meta.get("description") if front is not None else None
+        # The page's own description, else its title: a copy of the first section would compete with
+        # that section's leaf in search (re-summarising writes the node's real summary).
         text = (
-            str(description).strip() if isinstance(description, str) and description.strip() else first[:400]
+            scrub(str(description)).strip() if isinstance(description, str) and description.strip() else title
         )
         rel = f"{plan.directory}/{SUMMARY_NAME}"
         if plan.existing is not None:
@@ -766,7 +767,7 @@ class Syncer:
     def _to_trash(self, rels: Sequence[str]) -> None:
         """Copy files or folders about to leave the vault into ``.trash/vaultmem/<time>/`` (Obsidian's
         trash, which the engine never reads), so a replaced text is recoverable without git."""
-        if not rels:
+        if not rels or not self.trash:
             return
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         for rel in rels:

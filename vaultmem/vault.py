@@ -1167,6 +1167,7 @@ class Vault:
             max_bytes=self.config.max_file_bytes,
             model=embedder.model_id if embedder is not None else "",
             dim=embedder.dim if embedder is not None else 0,
+            trash=self._git is None,  # with git on, its history keeps what a document loses
         )
 
     def _note_messages(self, rels: Iterable[str], *, warn: bool = False) -> list[Message]:
