@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs_vault import write_docs_vault
-from tests.test_watch import (
+from tests.helpers import (
     hits,
     save_in_place,
     save_temp_rename,
@@ -312,7 +312,7 @@ def test_renamed_note_is_the_same_document(vault: Vault) -> None:
 
 
 def test_json_report_of_a_document_ingest(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
+    from tests.helpers import run_cli
 
     docs = tmp_path / "shop"
     docs.mkdir()

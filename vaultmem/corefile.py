@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from vaultmem import mdfile
+from vaultmem import frontmatter
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.layout import file_in
 from vaultmem.redact import scrub
@@ -126,7 +126,7 @@ class CoreDoc:
     in_prompt: bool
     budget: int
     items: tuple[Item, ...]
-    md: mdfile.MdDoc | None = None
+    md: frontmatter.MdDoc | None = None
     archive: bool = False
 
     @property
@@ -238,7 +238,7 @@ def parse(text: str, rel: str, settings: CoreSettings) -> CoreDoc:
     if found is None:
         raise InvalidInput(f"{rel} is not a core memory file (core/<name>.md)")
     name, archive = found
-    md = mdfile.split(text, where=rel)
+    md = frontmatter.split(text, where=rel)
     spec = settings.spec(name)
     meta = md.meta
     budget = meta.get("budget", spec.budget)
@@ -264,7 +264,7 @@ def render(doc: CoreDoc, items: Sequence[Item]) -> str:
     lines = [i.line if isinstance(i, Entry) else i for i in items]
     while lines and not lines[-1].strip():
         lines.pop()
-    return mdfile.render(engine, "\n".join(lines) + "\n", keep=doc.md, owned=OWNED)
+    return frontmatter.render(engine, "\n".join(lines) + "\n", keep=doc.md, owned=OWNED)
 
 
 def template(spec: CoreSpec) -> CoreDoc:

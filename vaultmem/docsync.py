@@ -20,7 +20,7 @@ leaf that holds the heading, a link to a file that exists in the vault stays as 
 else becomes its label as plain text, so a link never makes a ghost note in Obsidian.
 
 Never: renames a leaf file or changes an id; writes or removes a file it did not read (hash-guarded
-steps through ``treeops``); removes a file that is not kept elsewhere: git's history when the vault
+steps through ``steps``); removes a file that is not kept elsewhere: git's history when the vault
 commits, else a copy in ``.trash/vaultmem/``.
 """
 
@@ -36,15 +36,16 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path, PurePosixPath
 
-from vaultmem import docmem, fsio, leaffile, mdfile, treeops, wikilinks
+from vaultmem import docmem, frontmatter, fsio, leaffile, steps, wikilinks
 from vaultmem.chunker import chunk_id, chunk_message
-from vaultmem.compact import ancestors_of, mark_stale
 from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.layout import IGNORED_DIRS, SOURCES, SUMMARY_NAME, Layout
 from vaultmem.model import InputKind, Leaf, Message, Status, format_ts
 from vaultmem.order import format_order, ord_of, order_after, order_between
 from vaultmem.redact import scrub
 from vaultmem.scoring import FastScorer
+from vaultmem.stale import ancestors_of, mark_stale
+from vaultmem.steps import FileWrite, TreeOp
 from vaultmem.summaryfile import (
     SUMMARY_KEYS,
     ChildLink,
@@ -56,7 +57,6 @@ from vaultmem.summaryfile import (
     text_hash,
 )
 from vaultmem.tokens import count_tokens
-from vaultmem.treeops import FileWrite, TreeOp
 
 TRASH = ".trash/vaultmem"
 STEP_DOCUMENTS = 64  # documents written as one durable step (one fsync of their files)
@@ -263,9 +263,9 @@ class Syncer:
                 self._move_document(old, doc.name)
         plans = [self._plan(doc) for doc in docs]
         headings = {p.doc.name: p for p in plans}
-        steps = [step for plan in plans if (step := self._build(plan, headings)) is not None]
-        for start in range(0, len(steps), STEP_DOCUMENTS):
-            self._run(steps[start : start + STEP_DOCUMENTS])
+        built = [step for plan in plans if (step := self._build(plan, headings)) is not None]
+        for start in range(0, len(built), STEP_DOCUMENTS):
+            self._run(built[start : start + STEP_DOCUMENTS])
         for name in gone:
             self.delete(name)
         return self.report
@@ -311,7 +311,7 @@ class Syncer:
             tuple(queued),
         )
         stale = ancestors_of(self.conn, row["id"])
-        treeops.apply(self.conn, self.layout, op, self.model, self.dim)
+        steps.apply(self.conn, self.layout, op, self.model, self.dim)
         self._mark(stale)
         self.nodes[new] = self.conn.execute(
             "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?", (new, row["id"])
@@ -606,7 +606,9 @@ class Syncer:
                 order=order,
             )
             body = leaffile.keep_body(kept, new.text)
-            rendered = mdfile.render(leaffile.engine_meta(new), body, keep=kept, owned=leaffile.LEAF_KEYS)
+            rendered = frontmatter.render(
+                leaffile.engine_meta(new), body, keep=kept, owned=leaffile.LEAF_KEYS
+            )
             writes.append(FileWrite(row["path"], rendered, digest))
             self.report.updated.append(new.id)
             changed = True
@@ -636,34 +638,34 @@ class Syncer:
             ancestors_of(self.conn, plan.node_id) if plan.existing is not None else [],
         )
 
-    def _run(self, steps: list[_Step]) -> None:
-        """Apply steps as one durable step; when a file changed meanwhile, each on its own."""
-        if not steps:
+    def _run(self, batch: list[_Step]) -> None:
+        """Apply a batch of document steps as one durable step; when a file changed meanwhile, each on its own."""
+        if not batch:
             return
-        self._to_trash([rel for step in steps for rel, _ in step.removes if rel not in self._trashed])
-        message = steps[0].message if len(steps) == 1 else f"{len(steps)} documents"
+        self._to_trash([rel for step in batch for rel, _ in step.removes if rel not in self._trashed])
+        message = batch[0].message if len(batch) == 1 else f"{len(batch)} documents"
         op = TreeOp(
             "docmem",
             self.source,
             f"memory: {message} ({self.source})",
-            tuple(w for step in steps for w in step.writes),
+            tuple(w for step in batch for w in step.writes),
             (),
-            tuple(q for step in steps for q in step.queued),
+            tuple(q for step in batch for q in step.queued),
             {},
-            tuple(r for step in steps for r in step.removes),
+            tuple(r for step in batch for r in step.removes),
         )
         try:
-            treeops.apply(self.conn, self.layout, op, self.model, self.dim)
+            steps.apply(self.conn, self.layout, op, self.model, self.dim)
         except ConflictError as exc:
-            if len(steps) == 1:
-                self.report.warnings.append(f"{steps[0].name}: {exc}")
+            if len(batch) == 1:
+                self.report.warnings.append(f"{batch[0].name}: {exc}")
                 return
-            for step in steps:
+            for step in batch:
                 self._run([step])
             return
-        self.report.documents += len(steps)
-        self._mark([a for step in steps for a in step.ancestors])
-        for step in steps:
+        self.report.documents += len(batch)
+        self._mark([a for step in batch for a in step.ancestors])
+        for step in batch:
             self.nodes[step.name] = self.conn.execute(
                 "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?",
                 (step.name, step.node_id),
@@ -744,7 +746,7 @@ class Syncer:
         )
         return FileWrite(rel, self._checked(node, front), None)
 
-    def _checked(self, node: SummaryNode, keep: mdfile.MdDoc | None) -> str:
+    def _checked(self, node: SummaryNode, keep: frontmatter.MdDoc | None) -> str:
         """The node's file with the page's keys; without them when they would not read back (a key
         redacted into something YAML cannot parse): a node file must always be valid."""
         data = render_summary(node, keep=keep)
@@ -838,22 +840,22 @@ def _increasing(values: list[Decimal | None]) -> set[int]:
     return out
 
 
-def _front_doc(front: str) -> mdfile.MdDoc | None:
+def _front_doc(front: str) -> frontmatter.MdDoc | None:
     if not front.strip():
         return None
     try:
-        return mdfile.split(f"---\n{front.rstrip()}\n---\n")
+        return frontmatter.split(f"---\n{front.rstrip()}\n---\n")
     except FrontmatterError:
         return None
 
 
-def _merge_keys(front: mdfile.MdDoc | None, kept: mdfile.MdDoc) -> mdfile.MdDoc:
+def _merge_keys(front: frontmatter.MdDoc | None, kept: frontmatter.MdDoc) -> frontmatter.MdDoc:
     """The page's own keys (as the file now has them) first, then keys a person added to the node."""
     if front is None:
         return kept
     page = dict(front.raw_blocks)
     blocks = list(front.raw_blocks) + [(k, v) for k, v in kept.raw_blocks if k not in page]
-    return mdfile.MdDoc({**kept.meta, **front.meta}, tuple(blocks), kept.body)
+    return frontmatter.MdDoc({**kept.meta, **front.meta}, tuple(blocks), kept.body)
 
 
 def vault_links(layout: Layout) -> tuple[int, list[tuple[str, str]]]:
@@ -876,7 +878,7 @@ def vault_links(layout: Layout) -> tuple[int, list[tuple[str, str]]]:
     bad: list[tuple[str, str]] = []
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
-        for _s, _e, link in wikilinks.find_links(mdfile.normalise_newlines(text)):
+        for _s, _e, link in wikilinks.find_links(frontmatter.normalise_newlines(text)):
             if not link.target:
                 continue
             checked += 1
