@@ -14,7 +14,9 @@ from tests.helpers import EXAMPLES_CONFIG, ingest_examples
 from vaultmem import Vault
 from vaultmem.embed import load_embedder
 
-pytestmark = pytest.mark.slow
+# The timeout guards against a hang, not a slow machine: a full compaction with the real model took 61 s
+# alone and went past the suite's 300 s while two suites shared the 2 cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 TURNS = [
     ("1", "Mara", "We finally adopted a rescue greyhound called Pixel last weekend."),
