@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vaultmem import fsio
 from vaultmem.errors import DiskFull, ReadOnlyVault, VaultLocked
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -715,10 +716,8 @@ def set_aside(path: Path, stamp: str) -> Path:
     """Move a damaged database and its ``-wal`` / ``-shm`` aside as ``<name>.damaged-<stamp>`` (kept for
     a person to look at, never deleted); returns the new path of the main file."""
     target = path.with_name(f"{path.name}.damaged-{stamp}")
-    for suffix in ("", "-wal", "-shm"):
-        source = Path(f"{path}{suffix}")
-        if source.exists():
-            os.replace(source, Path(f"{target}{suffix}"))
+    moves = [(Path(f"{path}{s}"), Path(f"{target}{s}")) for s in ("", "-wal", "-shm")]
+    fsio.move_files(path.parent, [(source, dest) for source, dest in moves if source.exists()])
     return target
 
 
