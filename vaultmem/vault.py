@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from vaultmem.episodes import Episode
     from vaultmem.gitsync import CommitInfo, GitOperation
     from vaultmem.ingest import IngestReport, Progress
+    from vaultmem.llm import Endpoint
     from vaultmem.memindex import MemoryHit
     from vaultmem.memtiers import EpisodeRecord
     from vaultmem.pool import JobEnv, PoolReport, WorkReport
@@ -116,7 +117,7 @@ class Vault:
         # entity extractor and the memory tiers' model share it.
         self._llm_slots = threading.Semaphore(config.llm_max_concurrent)
 
-    def _llm_endpoint(self) -> dict[str, Any] | None:
+    def _llm_endpoint(self) -> Endpoint | None:
         """The ``[llm]`` endpoint's client settings (``llm.ChatClient``'s arguments), or None when none
         is configured."""
         c = self.config
