@@ -51,10 +51,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.helpers import ChatServer, _Handler, _HTTPServer
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
+
+# Hypothesis's default 200 ms deadline per example is a speed guess: on a loaded machine it fails tests
+# that are correct (speed is measured in bench/, never in unit tests).
+settings.register_profile("vaultmem", deadline=None)
+settings.load_profile("vaultmem")
 
 
 @pytest.fixture(autouse=True)

@@ -206,15 +206,6 @@ def slack_export(n: int, *, channel: str = "ops-team", start: int = 0) -> dict[s
     return {"source": "slack", "session": channel, "messages": messages}
 
 
-def nothing_left_to_run(vault: Vault) -> bool:
-    """No job to run now: what may stay queued is a source's buffer timer (``flush_stale``, queued after
-    its leaves were admitted and due once the buffer is too old to wait for more), never anything else."""
-    now = time.time()
-    return all(
-        j.kind == "flush_stale" and j.state == "queued" and j.run_after > now for j in vault.jobs.list()
-    )
-
-
 def wait_for(cond: Callable[[], object], timeout: float = DEADLINE_S, what: str = "condition") -> None:
     end = time.monotonic() + timeout
     while not cond():

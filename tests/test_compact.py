@@ -169,6 +169,32 @@ def test_buffer_below_thresholds_waits_until_too_old_then_is_force_sealed(tmp_pa
         assert vault.check().ok
 
 
+def test_a_sealed_buffer_leaves_no_timer_behind(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(10))  # 40 leaves: 8 tail + 32 buffer, ready to seal
+        vault.flush()  # the admit batch queues its buffer check (and its digests and topic routes)
+        assert "append_buffer" in {j.kind for j in vault.jobs.list()}
+        report = vault.work()  # the check queues the seal and the buffer's timer; the seal drops the timer
+        assert report.sealed + report.merged == 32 and report.jobs_failed == 0
+        assert vault.jobs.list() == []
+
+
+def test_a_timer_due_early_waits_for_the_buffer_it_finds(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(topic_records(4))  # 16 leaves: 8 tail + 8 buffer, under seal_min_leaves
+        vault.flush()
+        vault.work()
+        (timer,) = vault.jobs.list()
+        wait = vault.compact_settings.max_wait_s
+        assert timer.kind == "flush_stale" and timer.run_after > time.time() + wait - 600
+        vault.conn.execute("UPDATE jobs SET run_after = 0 WHERE id = ?", (timer.id,))  # due too soon
+        report = vault.work()
+        assert report.sealed + report.merged == 0 and len(vault.ls(status="admitted")) == 16
+        (again,) = vault.jobs.list()
+        assert again.id == timer.id and again.state == "queued"
+        assert again.run_after > time.time() + wait - 600  # due by the buffer's oldest leaf again
+
+
 def test_hand_edited_leaf_marks_its_ancestors_stale_and_compact_refreshes_them(tmp_path: Path) -> None:
     with make_vault(tmp_path / "v", fanout=4) as vault:
         vault.ingest_messages(topic_records(40))

@@ -87,3 +87,16 @@ def test_user_keys_round_trip_through_engine_rewrite(user: dict[str, str]) -> No
     doc = frontmatter.split(first)
     second = frontmatter.render({"id": "y", "status": "sealed"}, doc.body, keep=doc, owned=OWNED)
     assert frontmatter.split(second).meta == {"id": "y", "status": "sealed", **user}
+
+
+def test_replace_line_changes_that_line_only_and_refuses_what_is_not_there_once() -> None:
+    data = b"---\nid: abc\nstatus: admitted\ntags: [x]   # mine\n---\nstatus: admitted in the body\n"
+    assert frontmatter.replace_line(data, "status", "admitted", "sealed") == data.replace(
+        b"\nstatus: admitted\n", b"\nstatus: sealed\n", 1
+    )
+    assert frontmatter.replace_line(data, "status", "sealed", "admitted") is None  # not that value
+    assert frontmatter.replace_line(data, "stale", "true", "false") is None  # no such key
+    twice = data.replace(b"tags:", b"status: admitted\ntags:")
+    assert frontmatter.replace_line(twice, "status", "admitted", "sealed") is None
+    assert frontmatter.replace_line(b"status: admitted\n", "status", "admitted", "sealed") is None
+    assert frontmatter.replace_line(b"---\nstatus: admitted\n", "status", "admitted", "x") is None

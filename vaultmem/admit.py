@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from vaultmem import entities, index, sidecar, vectors
@@ -78,6 +78,50 @@ def find_entities(leaf: Leaf) -> tuple[str, ...]:
     """The rule-based entity keys of a leaf (the default; an LLM extractor may add to them)."""
 
     return tuple(m.key for m in entities.extract(leaf.text, speaker=leaf.speaker, ts=leaf.ts))
+
+
+def rules_behind(conn: sqlite3.Connection) -> bool:
+    """The admitted leaves were read by older entity rules than ``entities.RULES_VERSION`` (the version
+    the index's ``meta`` records), so every one of them is to be read anew."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'entity_rules'").fetchone()
+    return row is None or int(row[0]) < entities.RULES_VERSION
+
+
+def mark_rules_read(conn: sqlite3.Connection) -> None:
+    """Record that every leaf was read by the current entity rules (a new vault; a whole rescan)."""
+    with atomic(conn):
+        conn.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)",
+            (str(entities.RULES_VERSION),),
+        )
+
+
+def rescan_ids(conn: sqlite3.Connection, *, every: bool) -> list[str]:
+    """The admitted and sealed leaves to read again for entities, in path order: those that list none,
+    or (``every``) all of them."""
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM chunks WHERE kind = 'leaf' AND status IN ('admitted', 'sealed')"
+            + ("" if every else " AND entities = '[]'")
+            + " ORDER BY path"
+        )
+    ]
+
+
+def rescan_entities(
+    conn: sqlite3.Connection, layout: Layout, ids: Sequence[str], finder: EntityFinder
+) -> tuple[int, int]:
+    """Write what ``finder`` finds now into these leaves' ``entities`` (replacing their lists) where it
+    differs. The caller holds the write lock. Returns (changed, busy): busy leaves changed on disk since
+    they were indexed and were left as they are."""
+    leaves = index.leaves_by_ids(conn, ids)
+    # A sealed leaf's file says "admitted" (sealed is where it lives): keep that line.
+    as_filed = [replace(x, status=Status.ADMITTED) for x in leaves]
+    keys = {x.id: tuple(finder(x)) for x in as_filed}
+    todo = [x for x in as_filed if keys[x.id] != x.entities]
+    skipped = set_status(conn, layout, todo, Status.ADMITTED, keys, replace_entities=True)
+    return len(todo) - len(skipped), len(skipped)
 
 
 def admit(

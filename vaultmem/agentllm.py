@@ -10,11 +10,13 @@ Callers validate what the model says and fall back to their offline rules; this 
 from __future__ import annotations
 
 import json
-import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vaultmem.errors import SummariserError
-from vaultmem.llm import ChatClient, without_thinking
+from vaultmem.llm import ChatClient, ChatOptions, without_thinking
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["ChatModel", "reply_object", "without_thinking"]
 
@@ -42,15 +44,13 @@ class ChatModel:
         self,
         base_url: str,
         model: str,
-        *,
-        api_key: str | None = None,
-        timeout_s: float = 60.0,
-        semaphore: threading.Semaphore | None = None,
+        **options: Unpack[ChatOptions],
     ) -> None:
         self.model = model
         self.name = f"llm:{model}"
+        options.setdefault("timeout_s", 60.0)  # a memory answer is longer than a summary
         # Raises SummariserError for a base URL that is not http(s): a configuration error.
-        self._client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, semaphore=semaphore)
+        self._client = ChatClient(base_url, model, **options)
 
     def ask(self, system: str, user: str, *, max_tokens: int = 1024) -> str:
         body = {

@@ -9,12 +9,15 @@ concurrency semaphore), so every LLM client behaves alike.
 from __future__ import annotations
 
 import json
-import threading
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from vaultmem.entities import KINDS, Mention, extract, mention
 from vaultmem.errors import SummariserError
-from vaultmem.llm import ChatClient, without_thinking
+from vaultmem.llm import ChatClient, ChatOptions, without_thinking
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 MAX_ENTITIES = 30
 _MAX_TEXT_CHARS = 8000
@@ -54,14 +57,11 @@ class LLMEntityExtractor:
         self,
         base_url: str,
         model: str,
-        *,
-        api_key: str | None = None,
-        timeout_s: float = 30.0,
-        semaphore: threading.Semaphore | None = None,
+        **options: Unpack[ChatOptions],
     ) -> None:
         self.model = model
         # Raises SummariserError for a base URL that is not http(s): a configuration error, not a reply.
-        self._client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, semaphore=semaphore)
+        self._client = ChatClient(base_url, model, **options)
 
     def extract(
         self, text: str, *, speaker: str | None = None, ts: datetime | None = None

@@ -127,6 +127,25 @@ def render(engine: Mapping[str, Any], body: str, *, keep: MdDoc | None = None, o
     return "".join(parts)
 
 
+def replace_line(data: bytes, key: str, old: str, new: str) -> bytes | None:
+    """Change only the frontmatter line ``key: old`` to ``key: new``, leaving every other byte as it is.
+
+    For a file the engine wrote and indexed (so the line is the engine's own); None when the line is not
+    in the frontmatter exactly once (the caller re-renders the file instead)."""
+    if not data.startswith(b"---\n"):
+        return None
+    end = data.find(b"\n---", 3)
+    if end < 0:
+        return None
+    lines = data[: end + 1].split(b"\n")
+    line = f"{key}: {old}".encode()
+    at = [i for i, text in enumerate(lines) if text == line]
+    if len(at) != 1:  # counted as lines: two such lines in a row share a newline
+        return None
+    lines[at[0]] = f"{key}: {new}".encode()
+    return b"\n".join(lines) + data[end + 1 :]
+
+
 def user_keys(doc: MdDoc, owned: frozenset[str]) -> dict[str, Any]:
     return {k: v for k, v in doc.meta.items() if k not in owned}
 

@@ -294,6 +294,17 @@ class JobQueue:
                 (now + delay_s, reason[:2000], now, job.id),
             )
 
+    def drop_queued(self, dedupe_keys: Iterable[str]) -> int:
+        """Delete queued jobs (by dedupe key) whose work is moot; running or parked ones are kept.
+        Returns how many were dropped."""
+        keys = list(dedupe_keys)
+        with atomic(self.conn):
+            before = self.conn.total_changes
+            self.conn.executemany(
+                "DELETE FROM jobs WHERE dedupe_key = ? AND state = 'queued'", [(k,) for k in keys]
+            )
+            return self.conn.total_changes - before
+
     def release_expired(self) -> int:
         """Put jobs whose lease expired (their worker died) back in the queue; run on start."""
         now = self.clock()

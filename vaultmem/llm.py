@@ -25,8 +25,12 @@ import urllib.request
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, TypedDict
 
 from vaultmem.errors import SummariserError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 from vaultmem.summarise import (
     LINE_MARK_RE,
     SPACE_RE,
@@ -120,6 +124,22 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+class ChatOptions(TypedDict, total=False):
+    """``ChatClient``'s keyword options, declared once: every client of an endpoint (the summariser, the
+    entity extractor, the memory tiers' model) takes them as ``**options`` and hands them on."""
+
+    api_key: str | None
+    timeout_s: float
+    semaphore: threading.Semaphore | None
+
+
+class Endpoint(ChatOptions):
+    """An endpoint's whole setting: ``ChatClient(**endpoint)`` and each client class take it as is."""
+
+    base_url: str
+    model: str
+
+
 class ChatClient:
     """POST ``/chat/completions`` of an OpenAI-compatible endpoint. Thread-safe: it holds only
     configuration. ``semaphore``, shared between instances and threads, caps how many HTTP calls are in
@@ -200,15 +220,13 @@ class OpenAICompatSummariser:
         base_url: str,
         model: str,
         *,
-        api_key: str | None = None,
-        timeout_s: float = 30.0,
-        semaphore: threading.Semaphore | None = None,
         fallback: Summariser | None = None,
         max_input_tokens: int = 6000,
+        **options: Unpack[ChatOptions],
     ) -> None:
         if max_input_tokens < 2 * _SHORT_CHILD_TOKENS:
             raise ValueError("timeout_s must be positive and max_input_tokens at least 128")
-        self.client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, semaphore=semaphore)
+        self.client = ChatClient(base_url, model, **options)
         self.name = f"llm:{model}"
         self.model = model
         self.max_input_tokens = max_input_tokens

@@ -437,11 +437,24 @@ class Pool:
         s = self.ctx.settings
         if buffer_ready(state, s, time.time()):
             queue.enqueue_many([seal_job(source)])
+        self._arm_buffer_timer(queue, state, source)
+        return True
+
+    def _arm_buffer_timer(self, queue: JobQueue, state: SourceState, source: str) -> None:
+        """Queue the source's buffer timer (``flush_stale``), due when the oldest leaf of its buffer is
+        too old to wait for more; nothing when the buffer is empty (a queued timer is kept)."""
+        s = self.ctx.settings
         buffer, _ = state.tail_and_buffer(s)
         if buffer:
             wait = max(0.0, s.max_wait_s - buffer_age(state, s, time.time()))
             queue.enqueue_many([flush_stale_job(source)], delay_s=wait)
-        return True
+
+    def _retime_buffer_timer(self, conn: sqlite3.Connection, queue: JobQueue, source: str) -> None:
+        """After a seal: the timer guarded leaves that are sealed now, so it is dropped, and queued again
+        only for a buffer left over, due by that buffer's own oldest leaf. Dropped before the buffer is
+        read: leaves admitted meanwhile either are seen here or queue their own timer afterwards."""
+        queue.drop_queued([str(flush_stale_job(source).dedupe_key)])
+        self._arm_buffer_timer(queue, self._state_of(conn, source), source)
 
     def _seal(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         source = str(job.payload["source"])
@@ -454,14 +467,21 @@ class Pool:
             if not buffer_ready(self._state_of(conn, source), self.ctx.settings, time.time()):
                 break
             self.seal_source(conn, source, heartbeat=lambda: queue.extend(job))
+        self._retime_buffer_timer(conn, queue, source)
         return True
 
     def _flush_stale(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         source = str(job.payload["source"])
         state = self._state_of(conn, source)
         s = self.ctx.settings
-        if buffer_age(state, s, time.time()) >= s.max_wait_s:
+        age = buffer_age(state, s, time.time())
+        if age >= s.max_wait_s:
             self.seal_source(conn, source, force=True, heartbeat=lambda: queue.extend(job))
+            return True
+        if state.tail_and_buffer(s)[0]:
+            # Due early (the buffer it was queued for was sealed in part): wait for the leaves left.
+            queue.defer(job, s.max_wait_s - age, "the buffer is not old enough yet")
+            return False
         return True
 
     def seal_source(

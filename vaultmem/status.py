@@ -59,7 +59,7 @@ def set_status(
         found = (entities or {}).get(leaf.id, ())
         merged = tuple(dict.fromkeys([*(() if replace_entities else leaf.entities), *found]))
         new_leaf = replace(leaf, status=status, entities=merged)
-        new_data = _edit_status_line(data, leaf.status, status)
+        new_data = frontmatter.replace_line(data, "status", leaf.status.value, status.value)
         if new_data is not None and merged != leaf.entities:
             new_data = _add_entities_line(new_data, status, merged)
         if new_data is None:
@@ -99,21 +99,3 @@ def _add_entities_line(data: bytes, status: Status, keys: tuple[str, ...]) -> by
     line = b"\nstatus: " + status.value.encode() + b"\n"
     added = frontmatter.dump_mapping({"entities": list(keys)}).encode("utf-8")
     return head.replace(line, line + added, 1) + data[end + 1 :]
-
-
-def _edit_status_line(data: bytes, old: Status, new: Status) -> bytes | None:
-    """Change only the ``status:`` line of the frontmatter, leaving every other byte as it is.
-
-    The caller has checked that the file is exactly what the engine indexed, so the line is the
-    engine's own; None when it is not there exactly once (then the file is re-rendered instead).
-    """
-    if not data.startswith(b"---\n"):
-        return None
-    end = data.find(b"\n---", 3)
-    if end < 0:
-        return None
-    head = data[: end + 1]
-    line = b"\nstatus: " + old.value.encode() + b"\n"
-    if head.count(line) != 1:
-        return None
-    return head.replace(line, b"\nstatus: " + new.value.encode() + b"\n") + data[end + 1 :]

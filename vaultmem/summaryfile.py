@@ -318,20 +318,13 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, frontmatter.Md
 def set_stale_line(data: bytes, stale: bool) -> bytes | None:
     """Flip only the ``stale:`` line of a summary's frontmatter, every other byte unchanged.
 
-    None when the line is not there exactly once (the caller re-renders the file instead)."""
-    if not data.startswith(b"---\n"):
-        return None
-    end = data.find(b"\n---", 3)
-    if end < 0:
-        return None
-    head = data[: end + 1]
-    old = b"\nstale: " + (b"false" if stale else b"true") + b"\n"
-    new = b"\nstale: " + (b"true" if stale else b"false") + b"\n"
-    if head.count(new) == 1 and head.count(old) == 0:
-        return data
-    if head.count(old) != 1:
-        return None
-    return head.replace(old, new) + data[end + 1 :]
+    The file itself when it already says so; None when the line is not there exactly once (the caller
+    re-renders the file instead)."""
+    old, new = ("false", "true") if stale else ("true", "false")
+    flipped = frontmatter.replace_line(data, "stale", old, new)
+    if flipped is None and frontmatter.replace_line(data, "stale", new, new) is not None:
+        return data  # one line, saying so already
+    return flipped
 
 
 def summary_json(node: SummaryNode) -> dict[str, Any]:

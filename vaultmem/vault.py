@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from vaultmem.episodes import Episode
     from vaultmem.gitsync import CommitInfo, GitOperation
     from vaultmem.ingest import IngestReport, Progress
+    from vaultmem.llm import Endpoint
     from vaultmem.memindex import MemoryHit
     from vaultmem.memtiers import EpisodeRecord
     from vaultmem.pool import JobEnv, PoolReport, WorkReport
@@ -116,7 +117,7 @@ class Vault:
         # entity extractor and the memory tiers' model share it.
         self._llm_slots = threading.Semaphore(config.llm_max_concurrent)
 
-    def _llm_endpoint(self) -> dict[str, Any] | None:
+    def _llm_endpoint(self) -> Endpoint | None:
         """The ``[llm]`` endpoint's client settings (``llm.ChatClient``'s arguments), or None when none
         is configured."""
         c = self.config
@@ -173,11 +174,9 @@ class Vault:
         except PermissionError as exc:
             raise ReadOnlyVault(f"cannot create a vault at {layout.root}: {exc.strerror}") from exc
         vault = cls.open(layout.root, embedder=embedder)
-        with db.atomic(vault.conn):  # every leaf of a new vault is read by these rules
-            vault.conn.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)",
-                (str(entities.RULES_VERSION),),
-            )
+        from vaultmem import admit
+
+        admit.mark_rules_read(vault.conn)  # every leaf of a new vault is read by these rules
         return vault
 
     @classmethod
@@ -1169,31 +1168,18 @@ class Vault:
         the index's ``meta``), every admitted leaf is read anew and its list replaced by what the rules
         find now. Returns how many leaves changed; ``compact`` then routes the topics they make hot (and
         archives those no leaf names any more)."""
-        from vaultmem.status import set_status
+        from vaultmem import admit
 
-        row = self.conn.execute("SELECT value FROM meta WHERE key = 'entity_rules'").fetchone()
-        stale = row is None or int(row[0]) < entities.RULES_VERSION
-        ids = [
-            r[0]
-            for r in self.conn.execute(
-                "SELECT id FROM chunks WHERE kind = 'leaf' AND status IN ('admitted', 'sealed')"
-                + ("" if stale else " AND entities = '[]'")
-                + " ORDER BY path"
-            )
-        ]
+        stale = admit.rules_behind(self.conn)
+        ids = admit.rescan_ids(self.conn, every=stale)
         found = busy = 0
         for start in range(0, len(ids), 512):
             with self._locked():
-                leaves = index.leaves_by_ids(self.conn, ids[start : start + 512])
-                # A sealed leaf's file says "admitted" (sealed is where it lives): keep that line.
-                as_filed = [replace(x, status=Status.ADMITTED) for x in leaves]
-                keys = {x.id: tuple(self.entity_finder(x)) for x in as_filed}
-                todo = [x for x in as_filed if keys[x.id] != x.entities]
-                skipped = set_status(
-                    self.conn, self.layout, todo, Status.ADMITTED, keys, replace_entities=True
+                changed, skipped = admit.rescan_entities(
+                    self.conn, self.layout, ids[start : start + 512], self.entity_finder
                 )
-                found += len(todo) - len(skipped)
-                busy += len(skipped)
+                found += changed
+                busy += skipped
             if progress is not None:
                 progress(min(start + 512, len(ids)), len(ids))
         with self._locked():
@@ -1201,11 +1187,7 @@ class Vault:
                 topics.heat.seed(self.conn, topics.heat.utcnow(), self.topic_settings.heat)
                 self._commit(f"memory: entities found anew in {found} leaves")
             if stale and not busy:  # a leaf changed on disk meanwhile: the next rescan reads all again
-                with db.atomic(self.conn):
-                    self.conn.execute(
-                        "INSERT OR REPLACE INTO meta(key, value) VALUES ('entity_rules', ?)",
-                        (str(entities.RULES_VERSION),),
-                    )
+                admit.mark_rules_read(self.conn)
         return found
 
     def sweep_topics(self) -> int:
