@@ -46,6 +46,7 @@ from vaultmem.redact import scrub
 from vaultmem.scoring import FastScorer
 from vaultmem.stale import ancestors_of, mark_stale
 from vaultmem.steps import FileWrite, TreeOp
+from vaultmem.summarise import BREADCRUMB
 from vaultmem.summaryfile import (
     SUMMARY_KEYS,
     ChildLink,
@@ -390,7 +391,7 @@ class Syncer:
         if path and path[0].casefold() == doc.title.casefold():
             path = path[1:]
         level = min(6, max(1, len(section.path)))
-        return f"{'#' * level} {' › '.join([doc.title, *path])}"
+        return f"{'#' * level} {BREADCRUMB.join([doc.title, *path])}"
 
     def _plan(self, doc: Document) -> _DocPlan:
         existing = self.nodes.get(doc.name)
