@@ -381,3 +381,47 @@ def test_page_keys_that_cannot_be_read_back_are_left_out_not_written_broken(tmp_
         every = "".join(p.read_text(encoding="utf-8") for p in (vault.layout.root / "sources").rglob("*.md"))
         assert secret not in every
         assert vault.check().ok
+
+
+def test_page_keys_named_like_the_engines_are_kept_under_from_page(tmp_path: Path) -> None:
+    # A web clipping as Obsidian Web Clipper writes it: `source`, `id` and `order` are the page's own.
+    docs = tmp_path / "clips"
+    docs.mkdir()
+    clip = (
+        "---\n"
+        'title: "Sourdough starter, day by day"\n'
+        "source: https://example.org/baking/sourdough-starter\n"
+        "author:\n  - \"[[Mara Lindqvist]]\"\n"
+        "id: 20260301-starter\n"
+        "order: 3\n"
+        "tags:\n  - clippings\n  - baking\n"
+        "---\n"
+        "# Sourdough starter\n\nFeed the starter twice a day with equal weights of flour and water.\n"
+    )
+    (docs / "Sourdough starter.md").write_text(clip, encoding="utf-8")
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_path(docs)
+        node = vault.layout.root / "sources/clips/sourdough-starter/_summary.md"
+        text = node.read_text(encoding="utf-8")
+        front = _front(node)
+        # The page's keys the engine owns in a node are kept, byte for byte, under from_page.
+        assert (
+            "from_page:\n  source: https://example.org/baking/sourdough-starter\n"
+            "  id: 20260301-starter\n  order: 3" in front
+        )
+        assert 'author:\n  - "[[Mara Lindqvist]]"\n' in front and "tags:\n  - clippings\n  - baking\n" in front
+        assert "\nsource: clips\n" in front and 'title: "Sourdough starter, day by day"' in front
+        id_line = re.search(r"^id: (\S+)$", text, re.M)
+        assert id_line is not None and id_line.group(1).startswith("s")
+        assert vault.check().ok
+        # The page drops its `source:`: from_page follows it; nothing is written when nothing changed.
+        (docs / "Sourdough starter.md").write_text(
+            clip.replace("source: https://example.org/baking/sourdough-starter\n", ""), encoding="utf-8"
+        )
+        vault.ingest_path(docs)
+        front = _front(node)
+        assert "example.org" not in front and "from_page:\n  id: 20260301-starter\n  order: 3" in front
+        before = node.read_bytes()
+        again = vault.ingest_path(docs)
+        assert not again.added and not again.updated and node.read_bytes() == before
+        assert vault.check().ok

@@ -60,6 +60,8 @@ from vaultmem.summaryfile import (
 from vaultmem.tokens import count_tokens
 
 TRASH = ".trash/vaultmem"
+PAGE_KEYS = "from_page"  # a page's keys named like the engine's own, kept on its node (``page_keys``)
+_MERGED = frozenset({"title", "aliases"})  # page keys the document node takes as its own
 STEP_DOCUMENTS = 64  # documents written as one durable step (one fsync of their files)
 _DEVICE = re.compile(r"^(con|prn|aux|nul|com\d|lpt\d)(\..*)?$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*)$")
@@ -699,16 +701,17 @@ class Syncer:
             except (FileNotFoundError, FrontmatterError) as exc:
                 self.report.warnings.append(f"{rel}: not updated ({exc})")
                 return None
-            keep = _merge_keys(front, kept)
+            keep = _merge_keys(page_keys(front), kept)
             if not changed:
                 # No section changed: only what the page itself says of the node may need writing.
                 ours = dict(kept.raw_blocks)
-                page = [(k, v) for k, v in (front.raw_blocks if front else ()) if k not in SUMMARY_KEYS]
+                page = [(k, v) for k, v in keep.raw_blocks if k not in SUMMARY_KEYS]
                 if (
                     node.title == title
                     and node.user_aliases == user_aliases
                     and node.document == doc.name
                     and all(ours.get(k) == v for k, v in page)
+                    and (PAGE_KEYS in dict(keep.raw_blocks)) == (PAGE_KEYS in ours)
                 ):
                     return None
                 new = replace(node, title=title, user_aliases=user_aliases, document=doc.name)
@@ -745,7 +748,7 @@ class Syncer:
             document=doc.name,
             user_aliases=user_aliases,
         )
-        return FileWrite(rel, self._checked(node, front), None)
+        return FileWrite(rel, self._checked(node, page_keys(front)), None)
 
     def _checked(self, node: SummaryNode, keep: frontmatter.MdDoc | None) -> str:
         """The node's file with the page's keys; without them when they would not read back (a key
@@ -850,13 +853,36 @@ def _front_doc(front: str) -> frontmatter.MdDoc | None:
         return None
 
 
-def _merge_keys(front: frontmatter.MdDoc | None, kept: frontmatter.MdDoc) -> frontmatter.MdDoc:
-    """The page's own keys (as the file now has them) first, then keys a person added to the node."""
+def page_keys(front: frontmatter.MdDoc | None) -> frontmatter.MdDoc | None:
+    """The page's keys as the document node keeps them: each as written, except those named like a key
+    the engine owns in ``_summary.md`` (``source``, ``id``, ``order``, ``tokens``...; ``title`` and
+    ``aliases`` are merged into the node's own), which go under ``from_page:`` byte for byte, indented
+    (so a web clipping's ``source: https://...`` is kept as ``from_page: {source: ...}``)."""
     if front is None:
-        return kept
-    page = dict(front.raw_blocks)
-    blocks = list(front.raw_blocks) + [(k, v) for k, v in kept.raw_blocks if k not in page]
-    return frontmatter.MdDoc({**kept.meta, **front.meta}, tuple(blocks), kept.body)
+        return None
+    moved = {k for k, _v in front.raw_blocks if (k in SUMMARY_KEYS and k not in _MERGED) or k == PAGE_KEYS}
+    if not moved:
+        return front
+    nested = "".join(
+        "".join(f"  {line}" if line.strip() else line for line in raw.splitlines(keepends=True))
+        + ("" if raw.endswith("\n") else "\n")
+        for k, raw in front.raw_blocks
+        if k in moved
+    )
+    blocks = [(k, v) for k, v in front.raw_blocks if k not in moved] + [(PAGE_KEYS, f"{PAGE_KEYS}:\n{nested}")]
+    meta = {k: v for k, v in front.meta.items() if k not in moved}
+    meta[PAGE_KEYS] = {k: v for k, v in front.meta.items() if k in moved}
+    return frontmatter.MdDoc(meta, tuple(blocks), front.body)
+
+
+def _merge_keys(front: frontmatter.MdDoc | None, kept: frontmatter.MdDoc) -> frontmatter.MdDoc:
+    """The page's own keys (as the file now has them) first, then keys a person added to the node
+    (``from_page`` follows the page: never kept from the node's old file)."""
+    page = dict(front.raw_blocks) if front is not None else {}
+    rest = [(k, v) for k, v in kept.raw_blocks if k not in page and k != PAGE_KEYS]
+    blocks = list(front.raw_blocks if front is not None else ()) + rest
+    meta = {k: v for k, v in kept.meta.items() if k != PAGE_KEYS}
+    return frontmatter.MdDoc({**meta, **(front.meta if front is not None else {})}, tuple(blocks), kept.body)
 
 
 def vault_links(layout: Layout) -> tuple[int, list[tuple[str, str]]]:
