@@ -391,7 +391,7 @@ def test_page_keys_named_like_the_engines_are_kept_under_from_page(tmp_path: Pat
         "---\n"
         'title: "Sourdough starter, day by day"\n'
         "source: https://example.org/baking/sourdough-starter\n"
-        "author:\n  - \"[[Mara Lindqvist]]\"\n"
+        'author:\n  - "[[Mara Lindqvist]]"\n'
         "id: 20260301-starter\n"
         "order: 3\n"
         "tags:\n  - clippings\n  - baking\n"
@@ -409,7 +409,9 @@ def test_page_keys_named_like_the_engines_are_kept_under_from_page(tmp_path: Pat
             "from_page:\n  source: https://example.org/baking/sourdough-starter\n"
             "  id: 20260301-starter\n  order: 3" in front
         )
-        assert 'author:\n  - "[[Mara Lindqvist]]"\n' in front and "tags:\n  - clippings\n  - baking\n" in front
+        assert (
+            'author:\n  - "[[Mara Lindqvist]]"\n' in front and "tags:\n  - clippings\n  - baking\n" in front
+        )
         assert "\nsource: clips\n" in front and 'title: "Sourdough starter, day by day"' in front
         id_line = re.search(r"^id: (\S+)$", text, re.M)
         assert id_line is not None and id_line.group(1).startswith("s")
@@ -424,4 +426,48 @@ def test_page_keys_named_like_the_engines_are_kept_under_from_page(tmp_path: Pat
         before = node.read_bytes()
         again = vault.ingest_path(docs)
         assert not again.added and not again.updated and node.read_bytes() == before
+        assert vault.check().ok
+
+
+def test_folder_levels_follow_the_pages_deeper_subfolder_raises_empty_folder_leaves(tmp_path: Path) -> None:
+    docs = tmp_path / "manual"
+    (docs / "Setup").mkdir(parents=True)
+    (docs / "Setup/Install.md").write_text(
+        "# Install\n\nRun the installer and accept the licence.\n", "utf-8"
+    )
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        root = vault.layout.root
+
+        def depth(rel: str) -> int:
+            found = re.search(r"^depth: (\d+)$", (root / rel).read_text(encoding="utf-8"), re.M)
+            assert found is not None
+            return int(found.group(1))
+
+        vault.ingest_path(docs)
+        assert depth("sources/manual/setup/_summary.md") == 2
+        # A page two folders deeper arrives later: every folder above it is one level higher than its
+        # deepest child, in its file and in the index.
+        (docs / "Setup/Network/Proxy").mkdir(parents=True)
+        (docs / "Setup/Network/Proxy/Corporate proxy.md").write_text(
+            "# Corporate proxy\n\nSet HTTPS_PROXY before the installer runs behind a proxy.\n", "utf-8"
+        )
+        vault.ingest_path(docs)
+        assert depth("sources/manual/setup/network/proxy/_summary.md") == 2
+        assert depth("sources/manual/setup/network/_summary.md") == 3
+        assert depth("sources/manual/setup/_summary.md") == 4
+        row = vault.conn.execute(
+            "SELECT depth, status FROM chunks WHERE path = 'sources/manual/setup/_summary.md'"
+        ).fetchone()
+        assert (row["depth"], row["status"]) == (4, "stale")
+        assert vault.check().ok
+        # The page goes: its folders, left without pages, go too (recoverable); the depth comes back down.
+        (docs / "Setup/Network/Proxy/Corporate proxy.md").unlink()
+        vault.ingest_path(docs)
+        assert not (root / "sources/manual/setup/network").exists()
+        assert depth("sources/manual/setup/_summary.md") == 2
+        assert not vault.conn.execute(
+            "SELECT 1 FROM chunks WHERE path LIKE 'sources/manual/setup/network/%'"
+        ).fetchone()
+        assert any(p.name == "_summary.md" for p in (root / ".trash/vaultmem").rglob("network/_summary.md"))
+        assert not hits(vault, "HTTPS_PROXY") and hits(vault, "installer")
         assert vault.check().ok

@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 
 from vaultmem import docmem, frontmatter, fsio, leaffile, steps, wikilinks
 from vaultmem.chunker import chunk_id, chunk_message
-from vaultmem.errors import ConflictError, FrontmatterError
+from vaultmem.errors import ConflictError, FrontmatterError, VaultError
 from vaultmem.layout import IGNORED_DIRS, SOURCES, SUMMARY_NAME, Layout
 from vaultmem.model import InputKind, Leaf, Message, Status, format_ts
 from vaultmem.order import format_order, ord_of, order_after, order_between
@@ -271,7 +271,67 @@ class Syncer:
             self._run(built[start : start + STEP_DOCUMENTS])
         for name in gone:
             self.delete(name)
+        self._tidy_folders()
         return self.report
+
+    def _tidy_folders(self) -> None:
+        """Folder levels as the pages now are: one left without pages leaves (copied to the trash like a
+        page), and each one's ``depth`` is one more than its deepest child level's (a deeper subfolder
+        that appeared later raises it; rewritten stale, re-summarised once)."""
+        folders = sorted(
+            ((k, r) for k, r in self.nodes.items() if k.endswith("/")), key=lambda kr: -kr[0].count("/")
+        )
+        height: dict[str, int] = {}
+        writes: list[FileWrite] = []
+        queued: list[tuple[str, int]] = []
+        for key, row in folders:
+            now = self.conn.execute("SELECT depth FROM chunks WHERE id = ?", (row["id"],)).fetchone()
+            if now is None:
+                continue  # its step did not run (a conflict, reported): nothing to tidy
+            directory = str(PurePosixPath(row["path"]).parent)
+            below = docmem.siblings(self.conn, directory)
+            levels = [r for r in below if r["kind"] == "summary"]
+            if not below:
+                self._to_trash([directory])
+                plan = docmem.plan_delete(self.conn, self.layout, row["id"], max_bytes=self.max_bytes)
+                docmem.run(
+                    self.conn, self.layout, plan, model=self.model, dim=self.dim, max_bytes=self.max_bytes
+                )
+                self.report.deleted_documents.append(key)
+                del self.nodes[key]
+                continue
+            want = 1 + max((height.get(str(r["id"]), int(r["depth"])) for r in levels), default=0)
+            height[str(row["id"])] = want
+            if want != int(now["depth"]):
+                rel = f"{directory}/{SUMMARY_NAME}"
+                try:
+                    writes.append(
+                        docmem.summary_write(self.layout, rel, self.max_bytes, depth=want, stale=True)
+                    )
+                except VaultError as exc:
+                    self.report.warnings.append(f"{rel}: depth not updated ({exc})")
+                    continue
+                queued.append((str(row["id"]), want))
+        if writes:
+            op = TreeOp(
+                "docmem",
+                self.source,
+                f"memory: {len(writes)} folder levels take the depth of their pages ({self.source})",
+                tuple(writes),
+                (),
+                tuple(queued),
+            )
+            try:
+                steps.apply(self.conn, self.layout, op, self.model, self.dim)
+            except ConflictError as exc:
+                self.report.warnings.append(f"folder depths not updated: {exc}")
+                return
+            for key, row in folders:
+                if key in self.nodes:
+                    self.nodes[key] = self.conn.execute(
+                        "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?",
+                        (key, row["id"]),
+                    ).fetchone()
 
     def delete(self, name: str) -> None:
         row = self.nodes.get(name)
@@ -869,7 +929,9 @@ def page_keys(front: frontmatter.MdDoc | None) -> frontmatter.MdDoc | None:
         for k, raw in front.raw_blocks
         if k in moved
     )
-    blocks = [(k, v) for k, v in front.raw_blocks if k not in moved] + [(PAGE_KEYS, f"{PAGE_KEYS}:\n{nested}")]
+    blocks = [(k, v) for k, v in front.raw_blocks if k not in moved] + [
+        (PAGE_KEYS, f"{PAGE_KEYS}:\n{nested}")
+    ]
     meta = {k: v for k, v in front.meta.items() if k not in moved}
     meta[PAGE_KEYS] = {k: v for k, v in front.meta.items() if k in moved}
     return frontmatter.MdDoc(meta, tuple(blocks), front.body)
