@@ -471,3 +471,40 @@ def test_folder_levels_follow_the_pages_deeper_subfolder_raises_empty_folder_lea
         assert any(p.name == "_summary.md" for p in (root / ".trash/vaultmem").rglob("network/_summary.md"))
         assert not hits(vault, "HTTPS_PROXY") and hits(vault, "installer")
         assert vault.check().ok
+
+
+def test_heading_links_match_the_heading_path_and_block_references_their_block(tmp_path: Path) -> None:
+    docs = tmp_path / "help"
+    docs.mkdir()
+    (docs / "Sync plans.md").write_text(
+        "# Sync plans\n\n"
+        "## Personal\n\n### Price\n\nPersonal sync costs 4 USD a month.\n\n"
+        "## Team\n\n### Price\n\nTeam sync costs 8 USD per member a month.\n\n"
+        "### Refunds\n\nA yearly plan is refunded pro rata within 30 days. ^refund-rule\n",
+        encoding="utf-8",
+    )
+    (docs / "Billing.md").write_text(
+        "# Billing\n\nSee [[Sync plans#Team#Price|team price]], [[Sync plans#Price]] and"
+        " [[Sync plans#^refund-rule|the refund rule]]; ![[Sync plans#^no-such-block]].\n",
+        encoding="utf-8",
+    )
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_path(docs)
+        ids = _ids(vault, "Sync plans.md")
+        billing = next(lf for lf in vault.ls() if lf.session == "Billing.md")
+        text = (vault.layout.root / billing.path).read_text(encoding="utf-8")
+        team, personal = ids["Sync plans > Team > Price"], ids["Sync plans > Personal > Price"]
+        refunds = ids["Sync plans > Team > Refunds"]
+        # `#Team#Price` is the Price under Team, not the first Price of the page.
+        assert re.search(rf"\[\[sources/help/sync-plans/[^|\]]*{team}\|team price\]\]", text)
+        # `#Price` alone: the first section with that heading, in reading order.
+        assert re.search(rf"\[\[sources/help/sync-plans/[^|\]]*{personal}\|Sync plans > Price\]\]", text)
+        # A block reference lands on the leaf that holds the block, anchored to it (Obsidian resolves it).
+        assert re.search(
+            rf"\[\[sources/help/sync-plans/[^|\]]*{refunds}#\^refund-rule\|the refund rule\]\]", text
+        )
+        assert "^refund-rule" in vault.get(refunds).text
+        # An unknown block: the page itself.
+        assert "![[sources/help/sync-plans/_summary|Sync plans > ^no-such-block]]" in text
+        checked, bad = docsync.vault_links(vault.layout)
+        assert checked >= 4 and not bad

@@ -65,6 +65,7 @@ _MERGED = frozenset({"title", "aliases"})  # page keys the document node takes a
 STEP_DOCUMENTS = 64  # documents written as one durable step (one fsync of their files)
 _DEVICE = re.compile(r"^(con|prn|aux|nul|com\d|lpt\d)(\..*)?$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*)$")
+_BLOCK_ID = re.compile(r"(?:^|[ \t])\^([A-Za-z0-9-]+)[ \t]*$", re.MULTILINE)  # Obsidian's ``^block-id``
 
 
 # -- documents from messages ------------------------------------------------------------------------------
@@ -185,7 +186,10 @@ class _DocPlan:
     chunks: list[_Chunk]
     existing: sqlite3.Row | None
     removed: list[sqlite3.Row] = field(default_factory=list)
-    headings: dict[str, str] = field(default_factory=dict)  # heading (casefolded) -> leaf stem
+    # Where a link's anchor lands: heading path (casefolded, " > ") -> leaf stem, in reading order, and
+    # block id (``^id`` at the end of a paragraph, Obsidian's block reference) -> leaf stem.
+    headings: dict[str, str] = field(default_factory=dict)
+    blocks: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -470,7 +474,9 @@ class Syncer:
         self._match(plan, old)
         for chunk in chunks:
             if chunk.seq == 0 and chunk.path:
-                plan.headings.setdefault(chunk.path[-1].casefold(), PurePosixPath(chunk.file).stem)
+                plan.headings.setdefault(" > ".join(chunk.path).casefold(), PurePosixPath(chunk.file).stem)
+            for block in _BLOCK_ID.findall(chunk.raw):
+                plan.blocks.setdefault(block.casefold(), PurePosixPath(chunk.file).stem)
         return plan
 
     def _match(self, plan: _DocPlan, old: list[sqlite3.Row]) -> None:
@@ -555,8 +561,10 @@ class Syncer:
             self._name_index = (plans, index)
         return self._name_index[1]
 
-    def _lookup(self, target: str, plans: dict[str, _DocPlan]) -> tuple[str, dict[str, str]] | None:
-        """(document folder, headings) of the page a link names: by path, else by file name."""
+    def _lookup(
+        self, target: str, plans: dict[str, _DocPlan]
+    ) -> tuple[str, dict[str, str], dict[str, str]] | None:
+        """(document folder, headings, blocks) of the page a link names: by path, else by file name."""
         wanted = re.sub(r"^(\.\.?/)+", "", target).casefold()
         names = self._names(plans)
         matches = list(names.get(wanted, ()))
@@ -566,23 +574,39 @@ class Syncer:
             return None
         name = sorted(matches, key=lambda n: (n.count("/"), n))[0]
         if name in plans:
-            return plans[name].directory, plans[name].headings
+            return plans[name].directory, plans[name].headings, plans[name].blocks
         directory = str(PurePosixPath(self.nodes[name]["path"]).parent)
         headings: dict[str, str] = {}
+        blocks: dict[str, str] = {}
         for row in _leaf_rows(self.conn, directory):
             if int(row["seq"]) == 0:
                 path = str(row["source_id"] or "").partition("#")[2].split("#")[0]
                 if path:
-                    headings.setdefault(path.split(" > ")[-1].casefold(), PurePosixPath(row["path"]).stem)
-        return directory, headings
+                    headings.setdefault(path.casefold(), PurePosixPath(row["path"]).stem)
+            for block in _BLOCK_ID.findall(row["text"]):
+                blocks.setdefault(block.casefold(), PurePosixPath(row["path"]).stem)
+        return directory, headings, blocks
 
     def _link_rule(self, plan: _DocPlan, plans: dict[str, _DocPlan]) -> wikilinks.Resolve:
         def resolve(link: wikilinks.Link) -> str:
-            found = (plan.directory, plan.headings) if not link.target else self._lookup(link.target, plans)
+            found = (
+                (plan.directory, plan.headings, plan.blocks)
+                if not link.target
+                else self._lookup(link.target, plans)
+            )
             if found is not None:
-                directory, headings = found
-                anchor = link.anchor.split("#")[-1].strip().casefold()
-                stem = headings.get(anchor) if anchor and not anchor.startswith("^") else None
+                directory, headings, blocks = found
+                anchor = link.anchor.strip()
+                if anchor.startswith("^"):
+                    # A block reference: the leaf holding the block, which still ends with its ``^id``.
+                    stem = blocks.get(anchor[1:].casefold())
+                    if stem:
+                        return wikilinks.wikilink(
+                            f"{directory}/{stem}#{anchor}", link.label, embed=link.embed
+                        )
+                    stem = None
+                else:
+                    stem = _heading_leaf(headings, anchor)
                 target = f"{directory}/{stem}" if stem else f"{directory}/{SUMMARY_NAME}"
                 return wikilinks.wikilink(target, link.label, embed=link.embed)
             if link.target and self._vault_has(link):
@@ -846,6 +870,25 @@ class Syncer:
                 shutil.copy2(src, copy)
             self._trashed.add(rel)
             self.report.trash.append(self.layout.rel(copy))
+
+
+def _heading_leaf(headings: dict[str, str], anchor: str) -> str | None:
+    """The leaf a heading link lands on, as Obsidian resolves ``#A#B``: the first section (reading
+    order) whose heading path holds every part of the anchor in that order and ends with its last,
+    else the first section whose own heading is the last part."""
+    parts = [p.strip().casefold() for p in anchor.split("#") if p.strip()]
+    if not parts:
+        return None
+    fallback = None
+    for key, stem in headings.items():
+        path = key.split(" > ")
+        if path[-1] != parts[-1]:
+            continue
+        rest = iter(path)
+        if all(part in rest for part in parts):
+            return stem
+        fallback = fallback or stem
+    return fallback
 
 
 def _row_order(row: sqlite3.Row) -> str | None:
