@@ -508,3 +508,20 @@ def test_heading_links_match_the_heading_path_and_block_references_their_block(t
         assert "![[sources/help/sync-plans/_summary|Sync plans > ^no-such-block]]" in text
         checked, bad = docsync.vault_links(vault.layout)
         assert checked >= 4 and not bad
+
+
+def test_search_and_context_say_which_note_and_heading_a_section_comes_from(vault: Vault) -> None:
+    from vaultmem import agenttools
+
+    root = vault.layout.root
+    (root / "Travel").mkdir()
+    (root / "Travel/Kyoto trip.md").write_text(
+        "# Kyoto trip\n\n## Lodging\n\n### Ryokan\n\nYadoya Shirakawa, check-in by 18:00, dinner at 19:00.\n",
+        encoding="utf-8",
+    )
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    vault.flush()
+    shown = agenttools.render_hits(vault, vault.search("ryokan check-in", 3))
+    assert "from Travel/Kyoto trip.md › Kyoto trip › Lodging › Ryokan" in shown
+    context = agenttools.context_text(vault, "When do we check in at the ryokan?", 512)
+    assert "(from Travel/Kyoto trip.md › Kyoto trip › Lodging › Ryokan)" in context
