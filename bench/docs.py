@@ -7,7 +7,10 @@ embeds, a Chinese page), ingests it as one folder, compacts, and measures from t
 - levels above a page: ``_summary.md`` levels between a page's leaves and its source's top;
 - levels mixing pages: level folders that hold leaves of more than one page;
 - unresolved links: wikilinks and Markdown links (outside code) that Obsidian cannot resolve, i.e.
-  ghost notes; ``description`` kept: pages whose ``description`` is in some file of the vault.
+  ghost notes; ``description`` kept: pages whose ``description`` is in some file of the vault (and the
+  same for each page's ``source:`` URL, a key named like one the engine owns in a node);
+- folder levels with a wrong depth: a folder level whose ``depth`` is not one more than its deepest
+  child level's; summaries quoting a breadcrumb: level summaries holding a leaf's ``Page › Heading`` line.
 
 ``--before DIR`` also runs the same input through another copy of the package (for instance
 ``git archive main vaultmem | tar -x -C DIR``) in a child process, and measures its vault the same way.
@@ -93,6 +96,24 @@ def measure(vault: Path, pages: list[str], docs: Path) -> dict[str, float]:
         for rel in pages
         if (m := re.search(r"^description: (.*)$", (docs / rel).read_text(encoding="utf-8"), re.M))
     ]
+    sources = [
+        m.group(1)
+        for rel in pages
+        if (m := re.search(r"^source: (.*)$", (docs / rel).read_text(encoding="utf-8"), re.M))
+    ]
+    wrong_depth = breadcrumbs = 0
+    for node in top.rglob("_summary.md"):
+        text = node.read_text(encoding="utf-8")
+        summary = text.split("\n---\n", 1)[-1].split("## Children", 1)[0]
+        breadcrumbs += "›" in summary
+        if re.search(r"^document: .*/['\"]?$", text, re.M):
+            own = re.search(r"^depth: (\d+)$", text, re.M)
+            kids = [
+                int(d.group(1))
+                for child in node.parent.glob("*/_summary.md")
+                if (d := re.search(r"^depth: (\d+)$", child.read_text(encoding="utf-8"), re.M))
+            ]
+            wrong_depth += own is None or int(own.group(1)) != 1 + max(kids, default=0)
     checked, bad = vault_links(Layout(vault))
     counts = [len(folders[p]) for p in pages if p in folders]
     levels = [max(depths[p]) for p in pages if p in depths]
@@ -107,6 +128,9 @@ def measure(vault: Path, pages: list[str], docs: Path) -> dict[str, float]:
         "links checked": checked,
         "unresolved links": len(bad),
         "description kept": sum(1 for d in descriptions if d in every),
+        "`source:` URL kept": sum(1 for u in sources if u in every),
+        "folder levels with a wrong depth": wrong_depth,
+        "summaries quoting a breadcrumb": breadcrumbs,
     }
 
 

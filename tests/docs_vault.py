@@ -1,6 +1,7 @@
 """A documentation vault written for the tests: Obsidian-help-like pages in nested folders.
 
-Pages have frontmatter (``tags``, ``aliases``, ``description``, ``permalink``, a key nobody knows),
+Pages have frontmatter (``tags``, ``aliases``, ``description``, ``permalink``, a ``source`` URL as web
+clippers write it, a key nobody knows),
 headings at several levels, wikilinks to pages and headings (``[[Settings]]``, ``[[Canvas#Add cards|cards]]``),
 embeds of attachments the vault does not hold (``![[canvas-icon.svg]]``), Markdown links, links in code
 samples that are examples (never links), and a Chinese page. Deterministic for a given ``pages`` count.
@@ -79,6 +80,7 @@ def page_text(n: int, pages: int, rng: random.Random) -> str:
         f"aliases: [{name} help, How to use {name}]",
         f'description: "How to use {name} in Obsidian: where to find it, what it does."',
         f"permalink: {name.lower().replace(' ', '-')}",
+        f"source: https://help.example.org/{name.lower().replace(' ', '-')}",
         "mobile: true",
         "---",
         f"{rng.choice(SENTENCES).format(a=name)} See also [[{other}]] and [[Settings]].",

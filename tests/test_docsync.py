@@ -381,3 +381,147 @@ def test_page_keys_that_cannot_be_read_back_are_left_out_not_written_broken(tmp_
         every = "".join(p.read_text(encoding="utf-8") for p in (vault.layout.root / "sources").rglob("*.md"))
         assert secret not in every
         assert vault.check().ok
+
+
+def test_page_keys_named_like_the_engines_are_kept_under_from_page(tmp_path: Path) -> None:
+    # A web clipping as Obsidian Web Clipper writes it: `source`, `id` and `order` are the page's own.
+    docs = tmp_path / "clips"
+    docs.mkdir()
+    clip = (
+        "---\n"
+        'title: "Sourdough starter, day by day"\n'
+        "source: https://example.org/baking/sourdough-starter\n"
+        'author:\n  - "[[Mara Lindqvist]]"\n'
+        "id: 20260301-starter\n"
+        "order: 3\n"
+        "tags:\n  - clippings\n  - baking\n"
+        "---\n"
+        "# Sourdough starter\n\nFeed the starter twice a day with equal weights of flour and water.\n"
+    )
+    (docs / "Sourdough starter.md").write_text(clip, encoding="utf-8")
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_path(docs)
+        node = vault.layout.root / "sources/clips/sourdough-starter/_summary.md"
+        text = node.read_text(encoding="utf-8")
+        front = _front(node)
+        # The page's keys the engine owns in a node are kept, byte for byte, under from_page.
+        assert (
+            "from_page:\n  source: https://example.org/baking/sourdough-starter\n"
+            "  id: 20260301-starter\n  order: 3" in front
+        )
+        assert (
+            'author:\n  - "[[Mara Lindqvist]]"\n' in front and "tags:\n  - clippings\n  - baking\n" in front
+        )
+        assert "\nsource: clips\n" in front and 'title: "Sourdough starter, day by day"' in front
+        id_line = re.search(r"^id: (\S+)$", text, re.M)
+        assert id_line is not None and id_line.group(1).startswith("s")
+        assert vault.check().ok
+        # The page drops its `source:`: from_page follows it; nothing is written when nothing changed.
+        (docs / "Sourdough starter.md").write_text(
+            clip.replace("source: https://example.org/baking/sourdough-starter\n", ""), encoding="utf-8"
+        )
+        vault.ingest_path(docs)
+        front = _front(node)
+        assert "example.org" not in front and "from_page:\n  id: 20260301-starter\n  order: 3" in front
+        before = node.read_bytes()
+        again = vault.ingest_path(docs)
+        assert not again.added and not again.updated and node.read_bytes() == before
+        assert vault.check().ok
+
+
+def test_folder_levels_follow_the_pages_deeper_subfolder_raises_empty_folder_leaves(tmp_path: Path) -> None:
+    docs = tmp_path / "manual"
+    (docs / "Setup").mkdir(parents=True)
+    (docs / "Setup/Install.md").write_text(
+        "# Install\n\nRun the installer and accept the licence.\n", "utf-8"
+    )
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        root = vault.layout.root
+
+        def depth(rel: str) -> int:
+            found = re.search(r"^depth: (\d+)$", (root / rel).read_text(encoding="utf-8"), re.M)
+            assert found is not None
+            return int(found.group(1))
+
+        vault.ingest_path(docs)
+        assert depth("sources/manual/setup/_summary.md") == 2
+        # A page two folders deeper arrives later: every folder above it is one level higher than its
+        # deepest child, in its file and in the index.
+        (docs / "Setup/Network/Proxy").mkdir(parents=True)
+        (docs / "Setup/Network/Proxy/Corporate proxy.md").write_text(
+            "# Corporate proxy\n\nSet HTTPS_PROXY before the installer runs behind a proxy.\n", "utf-8"
+        )
+        vault.ingest_path(docs)
+        assert depth("sources/manual/setup/network/proxy/_summary.md") == 2
+        assert depth("sources/manual/setup/network/_summary.md") == 3
+        assert depth("sources/manual/setup/_summary.md") == 4
+        row = vault.conn.execute(
+            "SELECT depth, status FROM chunks WHERE path = 'sources/manual/setup/_summary.md'"
+        ).fetchone()
+        assert (row["depth"], row["status"]) == (4, "stale")
+        assert vault.check().ok
+        # The page goes: its folders, left without pages, go too (recoverable); the depth comes back down.
+        (docs / "Setup/Network/Proxy/Corporate proxy.md").unlink()
+        vault.ingest_path(docs)
+        assert not (root / "sources/manual/setup/network").exists()
+        assert depth("sources/manual/setup/_summary.md") == 2
+        assert not vault.conn.execute(
+            "SELECT 1 FROM chunks WHERE path LIKE 'sources/manual/setup/network/%'"
+        ).fetchone()
+        assert any(p.name == "_summary.md" for p in (root / ".trash/vaultmem").rglob("network/_summary.md"))
+        assert not hits(vault, "HTTPS_PROXY") and hits(vault, "installer")
+        assert vault.check().ok
+
+
+def test_heading_links_match_the_heading_path_and_block_references_their_block(tmp_path: Path) -> None:
+    docs = tmp_path / "help"
+    docs.mkdir()
+    (docs / "Sync plans.md").write_text(
+        "# Sync plans\n\n"
+        "## Personal\n\n### Price\n\nPersonal sync costs 4 USD a month.\n\n"
+        "## Team\n\n### Price\n\nTeam sync costs 8 USD per member a month.\n\n"
+        "### Refunds\n\nA yearly plan is refunded pro rata within 30 days. ^refund-rule\n",
+        encoding="utf-8",
+    )
+    (docs / "Billing.md").write_text(
+        "# Billing\n\nSee [[Sync plans#Team#Price|team price]], [[Sync plans#Price]] and"
+        " [[Sync plans#^refund-rule|the refund rule]]; ![[Sync plans#^no-such-block]].\n",
+        encoding="utf-8",
+    )
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_path(docs)
+        ids = _ids(vault, "Sync plans.md")
+        billing = next(lf for lf in vault.ls() if lf.session == "Billing.md")
+        text = (vault.layout.root / billing.path).read_text(encoding="utf-8")
+        team, personal = ids["Sync plans > Team > Price"], ids["Sync plans > Personal > Price"]
+        refunds = ids["Sync plans > Team > Refunds"]
+        # `#Team#Price` is the Price under Team, not the first Price of the page.
+        assert re.search(rf"\[\[sources/help/sync-plans/[^|\]]*{team}\|team price\]\]", text)
+        # `#Price` alone: the first section with that heading, in reading order.
+        assert re.search(rf"\[\[sources/help/sync-plans/[^|\]]*{personal}\|Sync plans > Price\]\]", text)
+        # A block reference lands on the leaf that holds the block, anchored to it (Obsidian resolves it).
+        assert re.search(
+            rf"\[\[sources/help/sync-plans/[^|\]]*{refunds}#\^refund-rule\|the refund rule\]\]", text
+        )
+        assert "^refund-rule" in vault.get(refunds).text
+        # An unknown block: the page itself.
+        assert "![[sources/help/sync-plans/_summary|Sync plans > ^no-such-block]]" in text
+        checked, bad = docsync.vault_links(vault.layout)
+        assert checked >= 4 and not bad
+
+
+def test_search_and_context_say_which_note_and_heading_a_section_comes_from(vault: Vault) -> None:
+    from vaultmem import agenttools
+
+    root = vault.layout.root
+    (root / "Travel").mkdir()
+    (root / "Travel/Kyoto trip.md").write_text(
+        "# Kyoto trip\n\n## Lodging\n\n### Ryokan\n\nYadoya Shirakawa, check-in by 18:00, dinner at 19:00.\n",
+        encoding="utf-8",
+    )
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    vault.flush()
+    shown = agenttools.render_hits(vault, vault.search("ryokan check-in", 3))
+    assert "from Travel/Kyoto trip.md › Kyoto trip › Lodging › Ryokan" in shown
+    context = agenttools.context_text(vault, "When do we check in at the ryokan?", 512)
+    assert "(from Travel/Kyoto trip.md › Kyoto trip › Lodging › Ryokan)" in context

@@ -96,6 +96,22 @@ def test_split_sentences_english_lines_bullets_and_cjk() -> None:
     ]
 
 
+def test_a_document_breadcrumb_is_no_sentence() -> None:
+    # docsync heads each section leaf with the page title and heading path: never quoted in a summary.
+    text = (
+        "## Canvas › Use it › Keyboard\n\nPress Space and drag to pan the canvas.\n"
+        "### Canvas › Use it › Keyboard › Zoom\nHold Ctrl and scroll to zoom in.\n## Travel → Kyoto"
+    )
+    assert split_sentences(text) == [
+        "Press Space and drag to pan the canvas.",
+        "Hold Ctrl and scroll to zoom in.",
+        "Travel → Kyoto",
+    ]
+    children = [Child(text, None), Child("## Canvas › Files\n\nA canvas is saved as a .canvas file.", None)]
+    summary = ExtractiveSummariser().summarise(children, 1)
+    assert "›" not in summary.text and "Canvas ›" not in summary.title
+
+
 def test_hard_wrapped_prose_is_joined_but_lists_and_headings_stand_alone() -> None:
     text = (
         "### Mon 13 April: Tokyo → Kyoto\n"

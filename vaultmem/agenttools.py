@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -48,6 +48,16 @@ def provenance_line(
     head = f"[{n}] " if n is not None else ""
     parts = [f"id {node_id}", kind, _when(ts), f"source {source}", f"path {path}", *extra]
     return neutralise(head + " · ".join(p for p in parts if p))
+
+
+def document_origin(meta: Mapping[str, Any]) -> str:
+    """Where a document leaf's text is in its file: ``from Plugins/Canvas.md › Use it › Keyboard`` (a
+    note's vault path, else the ingested file's path); "" for a leaf that is not a document section."""
+    where = meta.get("note") or meta.get("file")
+    if not where or "heading_path" not in meta:
+        return ""
+    heading = str(meta.get("heading_path") or "").replace(" > ", " › ")
+    return f"from {where}" + (f" › {heading}" if heading else "")
 
 
 def framed(sections: Sequence[str], empty: str) -> str:
@@ -95,6 +105,7 @@ def render_hits(vault: Vault, hits: Sequence[Hit]) -> str:
         extra = [
             *(["weak match"] if hit.weak else []),
             *(validity(vault, hit.path) if hit.kind == "leaf" else []),
+            document_origin(hit.extra) if hit.kind == "leaf" else "",
         ]
         who = hit.speaker or hit.role
         body = " ".join(hit.text.split())
@@ -119,7 +130,14 @@ def context_text(vault: Vault, query: str, budget: int = 1024, source: str | Non
         text = ctx.text if n == len(ctx.items) else assemble(query, [i.hit for i in items], 1 << 30).text
         # Compact, in the order the lines read (time): id, time, folder (the file in it ends in -<id>.md).
         lines = [
-            neutralise(f"- {i.hit.id} {_when(i.hit.ts)} {i.hit.path.rsplit('/', 1)[0]}/")
+            neutralise(
+                f"- {i.hit.id} {_when(i.hit.ts)} {i.hit.path.rsplit('/', 1)[0]}/"
+                + (
+                    f" ({origin})"
+                    if i.hit.kind == "leaf" and (origin := document_origin(i.hit.extra))
+                    else ""
+                )
+            )
             for i in sorted(items, key=lambda i: (i.hit.ts or "", i.hit.path))
         ]
         weak = "\n(nothing closely related: weak matches only)" if all(i.hit.weak for i in items) else ""

@@ -220,7 +220,7 @@ def _order_writes(
         if row["kind"] == "leaf":
             writes.append(_leaf_write(layout, row["path"], max_bytes, order=text))
         else:
-            writes.append(_summary_write(layout, row["path"], max_bytes, order=text))
+            writes.append(summary_write(layout, row["path"], max_bytes, order=text))
     return writes
 
 
@@ -255,7 +255,8 @@ def _read_summary(layout: Layout, rel: str, max_bytes: int) -> tuple[SummaryNode
     return node, doc, digest
 
 
-def _summary_write(layout: Layout, rel: str, max_bytes: int, **changes: Any) -> FileWrite:
+def summary_write(layout: Layout, rel: str, max_bytes: int, **changes: Any) -> FileWrite:
+    """The rewrite of a summary file with ``changes`` (its user keys kept), guarded by the hash read."""
     node, doc, digest = _read_summary(layout, rel, max_bytes)
     return FileWrite(rel, render_summary(replace(node, **changes), keep=doc), digest)
 
@@ -281,7 +282,7 @@ def _depth_writes(
         height = 1 + max((d for d in depths.values() if d is not None), default=0)
         if height == level["depth"]:
             break
-        writes.append(_summary_write(layout, level["path"], max_bytes, depth=height, stale=True))
+        writes.append(summary_write(layout, level["path"], max_bytes, depth=height, stale=True))
         queued.append((level["id"], height))
         overrides = {level["id"]: height}
         folder = folder_of(level)
@@ -500,7 +501,7 @@ def plan_update_content(
     else:
         node = _read_summary(layout, row["path"], max_bytes)[0]
         written = node.content_hash or text_hash(node.text)
-        write = _summary_write(layout, row["path"], max_bytes, text=body, content_hash=written)
+        write = summary_write(layout, row["path"], max_bytes, text=body, content_hash=written)
         if embedder is not None:
             edited = replace(node, text=body)
             vectors[node_id] = np.asarray(embedder.embed([edited.searchable])[0])

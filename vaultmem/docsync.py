@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 
 from vaultmem import docmem, frontmatter, fsio, leaffile, steps, wikilinks
 from vaultmem.chunker import chunk_id, chunk_message
-from vaultmem.errors import ConflictError, FrontmatterError
+from vaultmem.errors import ConflictError, FrontmatterError, VaultError
 from vaultmem.layout import IGNORED_DIRS, SOURCES, SUMMARY_NAME, Layout
 from vaultmem.model import InputKind, Leaf, Message, Status, format_ts
 from vaultmem.order import format_order, ord_of, order_after, order_between
@@ -46,6 +46,7 @@ from vaultmem.redact import scrub
 from vaultmem.scoring import FastScorer
 from vaultmem.stale import ancestors_of, mark_stale
 from vaultmem.steps import FileWrite, TreeOp
+from vaultmem.summarise import BREADCRUMB
 from vaultmem.summaryfile import (
     SUMMARY_KEYS,
     ChildLink,
@@ -59,9 +60,12 @@ from vaultmem.summaryfile import (
 from vaultmem.tokens import count_tokens
 
 TRASH = ".trash/vaultmem"
+PAGE_KEYS = "from_page"  # a page's keys named like the engine's own, kept on its node (``page_keys``)
+_MERGED = frozenset({"title", "aliases"})  # page keys the document node takes as its own
 STEP_DOCUMENTS = 64  # documents written as one durable step (one fsync of their files)
 _DEVICE = re.compile(r"^(con|prn|aux|nul|com\d|lpt\d)(\..*)?$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*)$")
+_BLOCK_ID = re.compile(r"(?:^|[ \t])\^([A-Za-z0-9-]+)[ \t]*$", re.MULTILINE)  # Obsidian's ``^block-id``
 
 
 # -- documents from messages ------------------------------------------------------------------------------
@@ -182,7 +186,10 @@ class _DocPlan:
     chunks: list[_Chunk]
     existing: sqlite3.Row | None
     removed: list[sqlite3.Row] = field(default_factory=list)
-    headings: dict[str, str] = field(default_factory=dict)  # heading (casefolded) -> leaf stem
+    # Where a link's anchor lands: heading path (casefolded, " > ") -> leaf stem, in reading order, and
+    # block id (``^id`` at the end of a paragraph, Obsidian's block reference) -> leaf stem.
+    headings: dict[str, str] = field(default_factory=dict)
+    blocks: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -268,7 +275,67 @@ class Syncer:
             self._run(built[start : start + STEP_DOCUMENTS])
         for name in gone:
             self.delete(name)
+        self._tidy_folders()
         return self.report
+
+    def _tidy_folders(self) -> None:
+        """Folder levels as the pages now are: one left without pages leaves (copied to the trash like a
+        page), and each one's ``depth`` is one more than its deepest child level's (a deeper subfolder
+        that appeared later raises it; rewritten stale, re-summarised once)."""
+        folders = sorted(
+            ((k, r) for k, r in self.nodes.items() if k.endswith("/")), key=lambda kr: -kr[0].count("/")
+        )
+        height: dict[str, int] = {}
+        writes: list[FileWrite] = []
+        queued: list[tuple[str, int]] = []
+        for key, row in folders:
+            now = self.conn.execute("SELECT depth FROM chunks WHERE id = ?", (row["id"],)).fetchone()
+            if now is None:
+                continue  # its step did not run (a conflict, reported): nothing to tidy
+            directory = str(PurePosixPath(row["path"]).parent)
+            below = docmem.siblings(self.conn, directory)
+            levels = [r for r in below if r["kind"] == "summary"]
+            if not below:
+                self._to_trash([directory])
+                plan = docmem.plan_delete(self.conn, self.layout, row["id"], max_bytes=self.max_bytes)
+                docmem.run(
+                    self.conn, self.layout, plan, model=self.model, dim=self.dim, max_bytes=self.max_bytes
+                )
+                self.report.deleted_documents.append(key)
+                del self.nodes[key]
+                continue
+            want = 1 + max((height.get(str(r["id"]), int(r["depth"])) for r in levels), default=0)
+            height[str(row["id"])] = want
+            if want != int(now["depth"]):
+                rel = f"{directory}/{SUMMARY_NAME}"
+                try:
+                    writes.append(
+                        docmem.summary_write(self.layout, rel, self.max_bytes, depth=want, stale=True)
+                    )
+                except VaultError as exc:
+                    self.report.warnings.append(f"{rel}: depth not updated ({exc})")
+                    continue
+                queued.append((str(row["id"]), want))
+        if writes:
+            op = TreeOp(
+                "docmem",
+                self.source,
+                f"memory: {len(writes)} folder levels take the depth of their pages ({self.source})",
+                tuple(writes),
+                (),
+                tuple(queued),
+            )
+            try:
+                steps.apply(self.conn, self.layout, op, self.model, self.dim)
+            except ConflictError as exc:
+                self.report.warnings.append(f"folder depths not updated: {exc}")
+                return
+            for key, row in folders:
+                if key in self.nodes:
+                    self.nodes[key] = self.conn.execute(
+                        "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?",
+                        (key, row["id"]),
+                    ).fetchone()
 
     def delete(self, name: str) -> None:
         row = self.nodes.get(name)
@@ -390,7 +457,7 @@ class Syncer:
         if path and path[0].casefold() == doc.title.casefold():
             path = path[1:]
         level = min(6, max(1, len(section.path)))
-        return f"{'#' * level} {' › '.join([doc.title, *path])}"
+        return f"{'#' * level} {BREADCRUMB.join([doc.title, *path])}"
 
     def _plan(self, doc: Document) -> _DocPlan:
         existing = self.nodes.get(doc.name)
@@ -407,7 +474,9 @@ class Syncer:
         self._match(plan, old)
         for chunk in chunks:
             if chunk.seq == 0 and chunk.path:
-                plan.headings.setdefault(chunk.path[-1].casefold(), PurePosixPath(chunk.file).stem)
+                plan.headings.setdefault(" > ".join(chunk.path).casefold(), PurePosixPath(chunk.file).stem)
+            for block in _BLOCK_ID.findall(chunk.raw):
+                plan.blocks.setdefault(block.casefold(), PurePosixPath(chunk.file).stem)
         return plan
 
     def _match(self, plan: _DocPlan, old: list[sqlite3.Row]) -> None:
@@ -492,8 +561,10 @@ class Syncer:
             self._name_index = (plans, index)
         return self._name_index[1]
 
-    def _lookup(self, target: str, plans: dict[str, _DocPlan]) -> tuple[str, dict[str, str]] | None:
-        """(document folder, headings) of the page a link names: by path, else by file name."""
+    def _lookup(
+        self, target: str, plans: dict[str, _DocPlan]
+    ) -> tuple[str, dict[str, str], dict[str, str]] | None:
+        """(document folder, headings, blocks) of the page a link names: by path, else by file name."""
         wanted = re.sub(r"^(\.\.?/)+", "", target).casefold()
         names = self._names(plans)
         matches = list(names.get(wanted, ()))
@@ -503,23 +574,39 @@ class Syncer:
             return None
         name = sorted(matches, key=lambda n: (n.count("/"), n))[0]
         if name in plans:
-            return plans[name].directory, plans[name].headings
+            return plans[name].directory, plans[name].headings, plans[name].blocks
         directory = str(PurePosixPath(self.nodes[name]["path"]).parent)
         headings: dict[str, str] = {}
+        blocks: dict[str, str] = {}
         for row in _leaf_rows(self.conn, directory):
             if int(row["seq"]) == 0:
                 path = str(row["source_id"] or "").partition("#")[2].split("#")[0]
                 if path:
-                    headings.setdefault(path.split(" > ")[-1].casefold(), PurePosixPath(row["path"]).stem)
-        return directory, headings
+                    headings.setdefault(path.casefold(), PurePosixPath(row["path"]).stem)
+            for block in _BLOCK_ID.findall(row["text"]):
+                blocks.setdefault(block.casefold(), PurePosixPath(row["path"]).stem)
+        return directory, headings, blocks
 
     def _link_rule(self, plan: _DocPlan, plans: dict[str, _DocPlan]) -> wikilinks.Resolve:
         def resolve(link: wikilinks.Link) -> str:
-            found = (plan.directory, plan.headings) if not link.target else self._lookup(link.target, plans)
+            found = (
+                (plan.directory, plan.headings, plan.blocks)
+                if not link.target
+                else self._lookup(link.target, plans)
+            )
             if found is not None:
-                directory, headings = found
-                anchor = link.anchor.split("#")[-1].strip().casefold()
-                stem = headings.get(anchor) if anchor and not anchor.startswith("^") else None
+                directory, headings, blocks = found
+                anchor = link.anchor.strip()
+                if anchor.startswith("^"):
+                    # A block reference: the leaf holding the block, which still ends with its ``^id``.
+                    stem = blocks.get(anchor[1:].casefold())
+                    if stem:
+                        return wikilinks.wikilink(
+                            f"{directory}/{stem}#{anchor}", link.label, embed=link.embed
+                        )
+                    stem = None
+                else:
+                    stem = _heading_leaf(headings, anchor)
                 target = f"{directory}/{stem}" if stem else f"{directory}/{SUMMARY_NAME}"
                 return wikilinks.wikilink(target, link.label, embed=link.embed)
             if link.target and self._vault_has(link):
@@ -698,16 +785,17 @@ class Syncer:
             except (FileNotFoundError, FrontmatterError) as exc:
                 self.report.warnings.append(f"{rel}: not updated ({exc})")
                 return None
-            keep = _merge_keys(front, kept)
+            keep = _merge_keys(page_keys(front), kept)
             if not changed:
                 # No section changed: only what the page itself says of the node may need writing.
                 ours = dict(kept.raw_blocks)
-                page = [(k, v) for k, v in (front.raw_blocks if front else ()) if k not in SUMMARY_KEYS]
+                page = [(k, v) for k, v in keep.raw_blocks if k not in SUMMARY_KEYS]
                 if (
                     node.title == title
                     and node.user_aliases == user_aliases
                     and node.document == doc.name
                     and all(ours.get(k) == v for k, v in page)
+                    and (PAGE_KEYS in dict(keep.raw_blocks)) == (PAGE_KEYS in ours)
                 ):
                     return None
                 new = replace(node, title=title, user_aliases=user_aliases, document=doc.name)
@@ -744,7 +832,7 @@ class Syncer:
             document=doc.name,
             user_aliases=user_aliases,
         )
-        return FileWrite(rel, self._checked(node, front), None)
+        return FileWrite(rel, self._checked(node, page_keys(front)), None)
 
     def _checked(self, node: SummaryNode, keep: frontmatter.MdDoc | None) -> str:
         """The node's file with the page's keys; without them when they would not read back (a key
@@ -782,6 +870,25 @@ class Syncer:
                 shutil.copy2(src, copy)
             self._trashed.add(rel)
             self.report.trash.append(self.layout.rel(copy))
+
+
+def _heading_leaf(headings: dict[str, str], anchor: str) -> str | None:
+    """The leaf a heading link lands on, as Obsidian resolves ``#A#B``: the first section (reading
+    order) whose heading path holds every part of the anchor in that order and ends with its last,
+    else the first section whose own heading is the last part."""
+    parts = [p.strip().casefold() for p in anchor.split("#") if p.strip()]
+    if not parts:
+        return None
+    fallback = None
+    for key, stem in headings.items():
+        path = key.split(" > ")
+        if path[-1] != parts[-1]:
+            continue
+        rest = iter(path)
+        if all(part in rest for part in parts):
+            return stem
+        fallback = fallback or stem
+    return fallback
 
 
 def _row_order(row: sqlite3.Row) -> str | None:
@@ -849,13 +956,38 @@ def _front_doc(front: str) -> frontmatter.MdDoc | None:
         return None
 
 
-def _merge_keys(front: frontmatter.MdDoc | None, kept: frontmatter.MdDoc) -> frontmatter.MdDoc:
-    """The page's own keys (as the file now has them) first, then keys a person added to the node."""
+def page_keys(front: frontmatter.MdDoc | None) -> frontmatter.MdDoc | None:
+    """The page's keys as the document node keeps them: each as written, except those named like a key
+    the engine owns in ``_summary.md`` (``source``, ``id``, ``order``, ``tokens``...; ``title`` and
+    ``aliases`` are merged into the node's own), which go under ``from_page:`` byte for byte, indented
+    (so a web clipping's ``source: https://...`` is kept as ``from_page: {source: ...}``)."""
     if front is None:
-        return kept
-    page = dict(front.raw_blocks)
-    blocks = list(front.raw_blocks) + [(k, v) for k, v in kept.raw_blocks if k not in page]
-    return frontmatter.MdDoc({**kept.meta, **front.meta}, tuple(blocks), kept.body)
+        return None
+    moved = {k for k, _v in front.raw_blocks if (k in SUMMARY_KEYS and k not in _MERGED) or k == PAGE_KEYS}
+    if not moved:
+        return front
+    nested = "".join(
+        "".join(f"  {line}" if line.strip() else line for line in raw.splitlines(keepends=True))
+        + ("" if raw.endswith("\n") else "\n")
+        for k, raw in front.raw_blocks
+        if k in moved
+    )
+    blocks = [(k, v) for k, v in front.raw_blocks if k not in moved] + [
+        (PAGE_KEYS, f"{PAGE_KEYS}:\n{nested}")
+    ]
+    meta = {k: v for k, v in front.meta.items() if k not in moved}
+    meta[PAGE_KEYS] = {k: v for k, v in front.meta.items() if k in moved}
+    return frontmatter.MdDoc(meta, tuple(blocks), front.body)
+
+
+def _merge_keys(front: frontmatter.MdDoc | None, kept: frontmatter.MdDoc) -> frontmatter.MdDoc:
+    """The page's own keys (as the file now has them) first, then keys a person added to the node
+    (``from_page`` follows the page: never kept from the node's old file)."""
+    page = dict(front.raw_blocks) if front is not None else {}
+    rest = [(k, v) for k, v in kept.raw_blocks if k not in page and k != PAGE_KEYS]
+    blocks = list(front.raw_blocks if front is not None else ()) + rest
+    meta = {k: v for k, v in kept.meta.items() if k != PAGE_KEYS}
+    return frontmatter.MdDoc({**meta, **(front.meta if front is not None else {})}, tuple(blocks), kept.body)
 
 
 def vault_links(layout: Layout) -> tuple[int, list[tuple[str, str]]]:

@@ -136,6 +136,9 @@ def _join_wrapped(paragraph: str, line: str) -> str:
 
 
 _FENCE_LINE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+# A document leaf begins with its breadcrumb, the page title and heading path as one heading
+# (``## Canvas › Use it › Keyboard``, written by ``docsync``): where the text sits, never what it says.
+BREADCRUMB = " › "
 
 
 def split_sentences(text: str) -> list[str]:
@@ -145,7 +148,8 @@ def split_sentences(text: str) -> list[str]:
     as hard-wrapped prose (notes and emails wrap at 72-100 columns) and joined with a space, so its
     sentences come out whole; a sentence then differs from the child's text at most in whitespace.
     Fenced code is no sentence: quoted out of its fence, a code sample would read as prose (and an
-    example link in it as a real one).
+    example link in it as a real one). Nor is a document leaf's breadcrumb (a heading joined by ``›``):
+    a summary quoting it would repeat the titles of its children.
     """
     out: list[str] = []
     paragraph = ""
@@ -161,6 +165,8 @@ def split_sentences(text: str) -> list[str]:
             continue
         marker = LINE_MARK_RE.match(raw)
         line = raw[marker.end() :].strip() if marker else raw.strip()
+        if marker and "#" in marker.group() and BREADCRUMB in line:
+            line = ""  # a breadcrumb: ends the paragraph like a blank line
         if paragraph and (marker or not line or not wrapped):
             out.extend(split_line(paragraph))
             paragraph = ""
