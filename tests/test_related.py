@@ -8,15 +8,18 @@ from pathlib import Path, PurePosixPath
 
 from tests.helpers import make_vault, topic_of, topic_records
 from vaultmem import Vault
+from vaultmem.embed import FakeEmbedder
 from vaultmem.summaryfile import parse_summary
 
 LINK = re.compile(r"^- \[(?P<label>[^\]]*)\]\((?P<target>[^)]*)\)$")
 
 
-def source_levels(vault: Vault) -> dict[str, str]:
-    """id -> path of every source level."""
+def source_levels(vault: Vault, tree: str = "sources") -> dict[str, str]:
+    """id -> path of every source level (or topic level, ``tree="topics"``)."""
     return dict(
-        vault.conn.execute("SELECT id, path FROM chunks WHERE kind = 'summary' AND path LIKE 'sources/%'")
+        vault.conn.execute(
+            "SELECT id, path FROM chunks WHERE kind = 'summary' AND path LIKE ?", (f"{tree}/%",)
+        )
     )
 
 
@@ -27,11 +30,12 @@ def related_section(text: str) -> list[tuple[str, str]]:
     return [(m["label"], m["target"]) for line in tail.splitlines() if (m := LINK.match(line.strip()))]
 
 
-def assert_links_resolve(vault: Vault) -> int:
+def assert_links_resolve(vault: Vault, tree: str = "sources") -> int:
     """Every related link of every level points at an existing summary of a level outside its lineage
-    and siblings; returns how many links there are."""
+    and its siblings under a level; returns how many links there are."""
     count = 0
-    for rel in source_levels(vault).values():
+    root = vault.layout.root
+    for rel in source_levels(vault, tree).values():
         path = vault.layout.root / rel
         here = PurePosixPath(rel).parent
         for label, target in related_section(path.read_text()):
@@ -39,7 +43,7 @@ def assert_links_resolve(vault: Vault) -> int:
             assert resolved.is_file() and resolved.name == "_summary.md", (rel, target)
             there = PurePosixPath(resolved.relative_to(vault.layout.root.resolve()).as_posix()).parent
             assert not (str(there).startswith(str(here)) or str(here).startswith(str(there)))
-            assert there.parent != here.parent
+            assert there.parent != here.parent or not (root / there.parent / "_summary.md").exists()
             assert label
             count += 1
     return count
@@ -103,4 +107,62 @@ def test_writing_related_links_keeps_a_persons_edits(tmp_path: Path) -> None:
         assert doc.meta["mood"] == "cheerful"
         assert human in (after.pinned + after.text)
         assert all(c.target != "../nowhere/_summary.md" for c in after.related) and after.related
+        assert vault.check().ok
+
+
+TOPIC_CONFIG = """
+[compact]
+fresh_keep_leaves = 6
+seal_min_leaves = 10
+bucket_target_leaves = 6
+bucket_min_leaves = 2
+condense_fanout = 50
+
+[topics]
+create_at = 6.0
+min_leaves = 3
+keep_recent = 4
+seal_min = 4
+level_leaves = 4
+"""
+
+
+def chat_about(n: int, *, start: int = 0) -> list[dict[str, object]]:
+    """Caroline and Melanie talk; every third turn is about the TidePool release, the rest the garden."""
+    return [
+        {
+            "id": f"m{i}",
+            "speaker": ("Caroline", "Melanie")[i % 2],
+            "content": (
+                "The TidePool release passed its tests and ships on Friday."
+                if i % 3 == 0
+                else f"The roses and the compost in the garden need work, bed {i}."
+            ),
+            "ts": f"2024-05-{1 + i // 6:02d}T{9 + i % 6:02d}:00:00Z",
+            "session": f"s{i // 6}",
+            "source": "chat",
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def test_topic_levels_link_related_levels_and_keep_them_when_the_topic_is_rewritten(tmp_path: Path) -> None:
+    """A topic's node and its levels get ``## Related`` links too (to the source levels that hold the same
+    talk, other topics), relative and resolving; rewriting the topic for new mentions keeps the section
+    current, never as children."""
+    with Vault.init(tmp_path / "v", TOPIC_CONFIG, embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(chat_about(30))
+        vault.flush()
+        assert vault.compact().jobs_failed == 0
+        assert list(vault.layout.root.glob("topics/*/_summary.md")), "no topic: the test proves nothing"
+        assert assert_links_resolve(vault, "topics") > 0
+        assert assert_links_resolve(vault) > 0
+        for start in (30, 60):
+            vault.ingest_messages(chat_about(30, start=start))
+            vault.flush()
+            assert vault.compact().jobs_failed == 0
+            assert assert_links_resolve(vault, "topics") > 0
+        for rel in source_levels(vault, "topics").values():
+            node, _ = parse_summary((vault.layout.root / rel).read_text(), rel)
+            assert not {c.target for c in node.related} & {c.target for c in node.children}
         assert vault.check().ok

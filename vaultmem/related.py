@@ -1,12 +1,12 @@
-"""``## Related``: each source level links the few most similar levels elsewhere in the vault.
+"""``## Related``: each source or topic level links the few most similar levels elsewhere in the vault.
 
 Owns: choosing them and the step that writes them. A level's related levels are the ``RELATED_MAX``
 summaries (source levels and topic levels, any source) whose summary vectors are closest to its own,
 above the vault's background similarity (``cluster.background``: the mean cosine of two summaries plus
 half a standard deviation, so the bar follows the embedder and the vault); never the level itself, its
-ancestors, descendants or siblings (the tree already links those). Links are relative Markdown links to
-the other ``_summary.md`` (Obsidian and any viewer render them), labelled with its title; the plan runs
-after every compaction pass, so links follow levels that moved.
+ancestors, descendants or siblings under a level (the tree already links those). Links are relative
+Markdown links to the other ``_summary.md`` (Obsidian and any viewer render them), labelled with its
+title; the plan runs after every compaction pass, so links follow levels that moved.
 
 Must never: count a related level as a child (the section is apart from ``## Children``); write a file
 it did not read (every write carries the hash read); touch a file changed on disk since it was indexed
@@ -42,18 +42,21 @@ def _title(provenance: str | None) -> str:
     return str(data.get("title") or "") if isinstance(data, dict) else ""
 
 
-def _kin(a: str, b: str) -> bool:
-    """Directories ``a`` and ``b`` are the same level, one holds the other, or they are siblings."""
+def _kin(a: str, b: str, levels: set[str]) -> bool:
+    """Directories ``a`` and ``b`` are the same level, one holds the other, or they are siblings under a
+    level (``levels``: the directories that are levels), whose children list already links them. The top
+    levels of a source, or two topics, have no level above them: those may be related."""
+    parent = PurePosixPath(a).parent
     return (
         a == b
         or a.startswith(b + "/")
         or b.startswith(a + "/")
-        or PurePosixPath(a).parent == PurePosixPath(b).parent
+        or (parent == PurePosixPath(b).parent and str(parent) in levels)
     )
 
 
 def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, ...]]:
-    """Summary path of every source level -> its related links, as they should be now."""
+    """Summary path of every source and topic level -> its related links, as they should be now."""
     rows = conn.execute(
         "SELECT c.path, c.provenance, v.vec FROM chunks c JOIN vectors v ON v.id = c.id AND v.model = ?"
         " WHERE c.kind = 'summary' AND (c.path LIKE ? OR c.path LIKE ?) ORDER BY c.ts DESC, c.path LIMIT ?",
@@ -66,16 +69,15 @@ def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, .
     unit = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     bar = cluster.background(unit)
     sims = unit @ unit.T
+    levels = set(dirs)
     out: dict[str, tuple[ChildLink, ...]] = {}
     for i, row in enumerate(rows):
-        if not row["path"].startswith(SOURCES + "/"):
-            continue
         picked: list[ChildLink] = []
         for j in np.argsort(-sims[i], kind="stable"):
             j = int(j)
             if len(picked) == RELATED_MAX or sims[i, j] < bar:
                 break
-            if _kin(dirs[i], dirs[j]):
+            if _kin(dirs[i], dirs[j], levels):
                 continue
             label = _title(rows[j]["provenance"]) or PurePosixPath(dirs[j]).name
             picked.append(ChildLink(label, posixpath.relpath(rows[j]["path"], dirs[i])))
@@ -84,11 +86,12 @@ def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, .
 
 
 def plan(conn: sqlite3.Connection, layout: Layout, model: str) -> steps.TreeOp | None:
-    """The step that brings every source level's ``## Related`` section up to date, or None."""
+    """The step that brings every source and topic level's ``## Related`` section up to date, or None."""
     writes: list[steps.FileWrite] = []
     indexed = dict(
         conn.execute(
-            "SELECT path, file_hash FROM chunks WHERE kind = 'summary' AND path LIKE ?", (SOURCES + "/%",)
+            "SELECT path, file_hash FROM chunks WHERE kind = 'summary' AND (path LIKE ? OR path LIKE ?)",
+            (SOURCES + "/%", _TOPICS + "/%"),
         )
     )
     for rel, links in choose(conn, model).items():

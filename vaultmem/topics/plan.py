@@ -515,6 +515,7 @@ class TopicPlanner:
             entity=state.key,
             archived=state.archived,
             user_aliases=base.user_aliases if base else (),
+            related=base.related if base else (),  # ``related.update`` owns the section
         )
         if base is not None and base.hand_edited and base.text.strip():
             pinned = f"{base.pinned}\n\n{base.text}".strip() if base.pinned else base.text.strip()
