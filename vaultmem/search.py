@@ -477,6 +477,7 @@ class Searcher:
         self.neighbor_weight = NEIGHBOR_WEIGHT
         self._count: tuple[int, int] | None = None
         self._dfs: tuple[tuple[int, int, int] | None, dict[tuple[str, str], int]] = (None, {})
+        self._quotes: tuple[tuple[int, int, int] | None, dict[str, list[str] | None]] = (None, {})
         self._rows: tuple[
             tuple[int, int, int] | None, VectorCache | None, dict[Filters, npt.NDArray[np.intp]]
         ] = (
@@ -778,7 +779,16 @@ class Searcher:
 
     def _quoted_leaves(self, summary_id: str) -> list[str] | None:
         """The leaves an extractive summary quotes when every one of its lines is a sentence of a leaf under
-        it (its pinned text, if any, counts as lines of its own); else None."""
+        it (its pinned text, if any, counts as lines of its own); else None. Remembered until the index
+        is written (``db.write_stamp``)."""
+        stamp = write_stamp(self.conn)
+        if stamp is None or self._quotes[0] != stamp or len(self._quotes[1]) > 4096:
+            self._quotes = (stamp, {})
+        if summary_id not in self._quotes[1]:
+            self._quotes[1][summary_id] = self._read_quotes(summary_id)
+        return self._quotes[1][summary_id]
+
+    def _read_quotes(self, summary_id: str) -> list[str] | None:
         row = self.conn.execute(
             "SELECT path, text FROM chunks WHERE id = ? AND kind = 'summary'", (summary_id,)
         ).fetchone()
