@@ -4,7 +4,7 @@ Owns: choosing them and the step that writes them. A level's related levels are 
 summaries (source levels and topic levels, any source) whose summary vectors are closest to its own,
 above the vault's background similarity (``cluster.background``: the mean cosine of two summaries plus
 half a standard deviation, so the bar follows the embedder and the vault); never the level itself, its
-ancestors, descendants or siblings under a level (the tree already links those). Links are relative
+ancestors, descendants or siblings (the tree or the folder already links those). Links are relative
 Markdown links to the other ``_summary.md`` (Obsidian and any viewer render them), labelled with its
 title; the plan runs after every compaction pass, so links follow levels that moved.
 
@@ -42,16 +42,13 @@ def _title(provenance: str | None) -> str:
     return str(data.get("title") or "") if isinstance(data, dict) else ""
 
 
-def _kin(a: str, b: str, levels: set[str]) -> bool:
-    """Directories ``a`` and ``b`` are the same level, one holds the other, or they are siblings under a
-    level (``levels``: the directories that are levels), whose children list already links them. The top
-    levels of a source, or two topics, have no level above them: those may be related."""
-    parent = PurePosixPath(a).parent
+def _kin(a: str, b: str) -> bool:
+    """Directories ``a`` and ``b`` are the same level, one holds the other, or they are siblings."""
     return (
         a == b
         or a.startswith(b + "/")
         or b.startswith(a + "/")
-        or (parent == PurePosixPath(b).parent and str(parent) in levels)
+        or PurePosixPath(a).parent == PurePosixPath(b).parent
     )
 
 
@@ -69,7 +66,6 @@ def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, .
     unit = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     bar = cluster.background(unit)
     sims = unit @ unit.T
-    levels = set(dirs)
     out: dict[str, tuple[ChildLink, ...]] = {}
     for i, row in enumerate(rows):
         picked: list[ChildLink] = []
@@ -77,7 +73,7 @@ def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, .
             j = int(j)
             if len(picked) == RELATED_MAX or sims[i, j] < bar:
                 break
-            if _kin(dirs[i], dirs[j], levels):
+            if _kin(dirs[i], dirs[j]):
                 continue
             label = _title(rows[j]["provenance"]) or PurePosixPath(dirs[j]).name
             picked.append(ChildLink(label, posixpath.relpath(rows[j]["path"], dirs[i])))
