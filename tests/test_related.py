@@ -7,6 +7,8 @@ import re
 from pathlib import Path, PurePosixPath
 
 from tests.helpers import make_vault, topic_of, topic_records
+from tests.test_topics import CONFIG as TOPIC_CONFIG
+from tests.test_topics import records as chat_about
 from vaultmem import Vault
 from vaultmem.embed import FakeEmbedder
 from vaultmem.summaryfile import parse_summary
@@ -109,55 +111,19 @@ def test_writing_related_links_keeps_a_persons_edits(tmp_path: Path) -> None:
         assert vault.check().ok
 
 
-TOPIC_CONFIG = """
-[compact]
-fresh_keep_leaves = 6
-seal_min_leaves = 10
-bucket_target_leaves = 6
-bucket_min_leaves = 2
-condense_fanout = 50
-
-[topics]
-create_at = 6.0
-min_leaves = 3
-keep_recent = 4
-seal_min = 4
-level_leaves = 4
-"""
-
-
-def chat_about(n: int, *, start: int = 0) -> list[dict[str, object]]:
-    """Caroline and Melanie talk; every third turn is about the TidePool release, the rest the garden."""
-    return [
-        {
-            "id": f"m{i}",
-            "speaker": ("Caroline", "Melanie")[i % 2],
-            "content": (
-                "The TidePool release passed its tests and ships on Friday."
-                if i % 3 == 0
-                else f"The roses and the compost in the garden need work, bed {i}."
-            ),
-            "ts": f"2024-05-{1 + i // 6:02d}T{9 + i % 6:02d}:00:00Z",
-            "session": f"s{i // 6}",
-            "source": "chat",
-        }
-        for i in range(start, start + n)
-    ]
-
-
 def test_topic_levels_link_related_levels_and_keep_them_when_the_topic_is_rewritten(tmp_path: Path) -> None:
     """A topic's node and its levels get ``## Related`` links too (to the source levels that hold the same
     talk, other topics' levels), relative and resolving; rewriting the topic for new mentions keeps the section
     current, never as children."""
     with Vault.init(tmp_path / "v", TOPIC_CONFIG, embedder=FakeEmbedder()) as vault:
-        vault.ingest_messages(chat_about(30))
+        vault.ingest_messages(chat_about(30), source="chat")
         vault.flush()
         assert vault.compact().jobs_failed == 0
         assert list(vault.layout.root.glob("topics/*/_summary.md")), "no topic: the test proves nothing"
         assert assert_links_resolve(vault, "topics") > 0
         assert assert_links_resolve(vault) > 0
         for start in (30, 60):
-            vault.ingest_messages(chat_about(30, start=start))
+            vault.ingest_messages(chat_about(30, start=start), source="chat")
             vault.flush()
             assert vault.compact().jobs_failed == 0
             assert assert_links_resolve(vault, "topics") > 0
