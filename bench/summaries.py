@@ -96,7 +96,8 @@ _GREETING_RE = re.compile(
     r"long time no see|how are you|how's it going|what's up)\b",
     re.IGNORECASE,
 )
-_CONTENT_RE = re.compile(r"[A-Za-z][A-Za-z'’]+|\d+|[\u4e00-\u9fff]")
+# Words that say something: Latin words, numbers, each Han character, Hangul and kana runs.
+_CONTENT_RE = re.compile(r"[A-Za-z][A-Za-z'’]+|\d+|[\u4e00-\u9fff]|[\uac00-\ud7af]+|[\u3040-\u30ff]+")
 _FUNCTION = frozenset(
     [
         "the",
@@ -299,9 +300,12 @@ class Acc:
 
 
 def title_words_cut(title: str, source_words: set[str]) -> int:
-    """Title words (Latin script) that are no whole word of the level's text."""
+    """Title words (Latin script) that are no whole word of the level's text, both split into words the
+    same way (``_words``: "GVI’s" and "GigabitEthernet0" are one word each)."""
     cut = 0
-    for word in re.findall(r"[^\W\d_]+(?:'[^\W\d_]+)?", title.lower()):
+    for word in _words(title):
+        if word.isdigit():
+            continue
         if re.match(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]", word):
             continue
         if word not in source_words:
@@ -375,7 +379,12 @@ def evaluate(
         for lv in levels:
             text = " ".join([lv.title, *(leaves[i]["text"] for i in lv.leaf_ids)])
             coherence.add("folder_cut", slug_words_cut(lv.folder, text))
-            coherence.add("folder_placeholder", float(lv.folder.endswith("-level") or lv.title == "memories"))
+            coherence.add(
+                "folder_placeholder",
+                float(
+                    bool(re.fullmatch(r"\d+-level", PurePosixPath(lv.folder).name)) or lv.title == "memories"
+                ),
+            )
         for summariser in summarisers:
             t0 = time.perf_counter()
             made = {lv.id: summariser.summarise(lv.children, lv.depth) for lv in levels}
@@ -400,6 +409,11 @@ def evaluate(
                     a.add("title_words", len(summary.title.split()))
                     words = set(_words(" ".join(c.text + " " + (c.title or "") for c in lv.children)))
                     a.add("title_cut", title_words_cut(summary.title, words))
+                    if SHOW_FILLER and key == "all" and title_words_cut(summary.title, words):
+                        print(
+                            f"title cuts a word ({summary_name(summariser)}): {summary.title}",
+                            file=sys.stderr,
+                        )
                     a.add("placeholder", float(summary.title in ("memories", "level", "")))
                     same = [o for o in levels if o.depth == lv.depth and o.centroid is not None]
                     if lv.centroid is not None and len(same) > 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
@@ -204,6 +205,39 @@ def test_a_hand_edited_day_digest_keeps_the_persons_text_under_pinned(built: Vau
     assert doc.meta["mood"] == "glad" and doc.meta["pinned"] is True
     assert human in built.conn.execute("SELECT text FROM chunks WHERE id = ?", (after.id,)).fetchone()[0]
     assert after.id == node.id and built.check().ok
+
+
+def test_a_title_a_person_gave_a_day_or_week_digest_survives_the_rebuild(built: Vault) -> None:
+    """Renamed in Obsidian's properties pane (the ``title:`` line): when the day gets more leaves, its
+    digest and the week above it are rebuilt with the person's titles kept (still marked theirs); the
+    month nobody renamed keeps the engine's title."""
+    renamed = {
+        digest.node_path(date(2024, 11, 30)): "Saturday, Kyoto booked and refund filed",
+        "global/2024-11/2024-W48/_summary.md": "The week of the Kyoto booking",
+    }
+    for rel, human in renamed.items():
+        path = built.layout.root / rel
+        node = read(built, rel)
+        assert node.title_hash and not node.title_edited
+        text = re.sub(r"^title: .*$", f"title: {json.dumps(human)}", path.read_text(), count=1, flags=re.M)
+        path.write_text(text)
+    for n, hhmm in enumerate(("21:05", "22:10")):  # twice: a kept title stays kept
+        said = f"Remember to water the tulips at {hhmm}."
+        more = {"2024-11-30": [("chat", f"c{n}", hhmm, "Mara", said)]}
+        built.ingest_messages([{**r, "id": f"late-{n}"} for r in records(more)])
+        built.flush()
+        assert built.work().jobs_failed == 0
+        for rel, human in renamed.items():
+            after = read(built, rel)
+            assert after.title == human and after.title_edited and not after.stale, rel
+            row = built.conn.execute("SELECT provenance FROM chunks WHERE id = ?", (after.id,)).fetchone()
+            assert human in row["provenance"]
+        assert read(built, digest.node_path(date(2024, 11, 30))).descendants == 5 + n
+    week = read(built, "global/2024-11/2024-W48/_summary.md")
+    assert renamed[digest.node_path(date(2024, 11, 30))] in [c.label for c in week.children]
+    again = read(built, "global/2024-11/_summary.md")
+    assert not again.title_edited and again.descendants == 7
+    assert built.check().ok
 
 
 def test_a_stale_day_is_rebuilt_from_its_leaves_not_from_its_folder(built: Vault) -> None:

@@ -7,16 +7,21 @@ import re
 from pathlib import Path, PurePosixPath
 
 from tests.helpers import make_vault, topic_of, topic_records
+from tests.test_topics import CONFIG as TOPIC_CONFIG
+from tests.test_topics import records as chat_about
 from vaultmem import Vault
+from vaultmem.embed import FakeEmbedder
 from vaultmem.summaryfile import parse_summary
 
 LINK = re.compile(r"^- \[(?P<label>[^\]]*)\]\((?P<target>[^)]*)\)$")
 
 
-def source_levels(vault: Vault) -> dict[str, str]:
-    """id -> path of every source level."""
+def source_levels(vault: Vault, tree: str = "sources") -> dict[str, str]:
+    """id -> path of every source level (or topic level, ``tree="topics"``)."""
     return dict(
-        vault.conn.execute("SELECT id, path FROM chunks WHERE kind = 'summary' AND path LIKE 'sources/%'")
+        vault.conn.execute(
+            "SELECT id, path FROM chunks WHERE kind = 'summary' AND path LIKE ?", (f"{tree}/%",)
+        )
     )
 
 
@@ -27,11 +32,11 @@ def related_section(text: str) -> list[tuple[str, str]]:
     return [(m["label"], m["target"]) for line in tail.splitlines() if (m := LINK.match(line.strip()))]
 
 
-def assert_links_resolve(vault: Vault) -> int:
+def assert_links_resolve(vault: Vault, tree: str = "sources") -> int:
     """Every related link of every level points at an existing summary of a level outside its lineage
-    and siblings; returns how many links there are."""
+    and its siblings; returns how many links there are."""
     count = 0
-    for rel in source_levels(vault).values():
+    for rel in source_levels(vault, tree).values():
         path = vault.layout.root / rel
         here = PurePosixPath(rel).parent
         for label, target in related_section(path.read_text()):
@@ -103,4 +108,26 @@ def test_writing_related_links_keeps_a_persons_edits(tmp_path: Path) -> None:
         assert doc.meta["mood"] == "cheerful"
         assert human in (after.pinned + after.text)
         assert all(c.target != "../nowhere/_summary.md" for c in after.related) and after.related
+        assert vault.check().ok
+
+
+def test_topic_levels_link_related_levels_and_keep_them_when_the_topic_is_rewritten(tmp_path: Path) -> None:
+    """A topic's node and its levels get ``## Related`` links too (to the source levels that hold the same
+    talk, other topics' levels), relative and resolving; rewriting the topic for new mentions keeps the section
+    current, never as children."""
+    with Vault.init(tmp_path / "v", TOPIC_CONFIG, embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(chat_about(30), source="chat")
+        vault.flush()
+        assert vault.compact().jobs_failed == 0
+        assert list(vault.layout.root.glob("topics/*/_summary.md")), "no topic: the test proves nothing"
+        assert assert_links_resolve(vault, "topics") > 0
+        assert assert_links_resolve(vault) > 0
+        for start in (30, 60):
+            vault.ingest_messages(chat_about(30, start=start), source="chat")
+            vault.flush()
+            assert vault.compact().jobs_failed == 0
+            assert assert_links_resolve(vault, "topics") > 0
+        for rel in source_levels(vault, "topics").values():
+            node, _ = parse_summary((vault.layout.root / rel).read_text(), rel)
+            assert not {c.target for c in node.related} & {c.target for c in node.children}
         assert vault.check().ok

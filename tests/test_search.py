@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import chat
+from tests.helpers import chat, make_vault, topic_of, topic_records
 from vaultmem import Vault
 from vaultmem.context import assemble
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
-from vaultmem.search import Filters
+from vaultmem.search import Filters, Hit
 from vaultmem.tokens import count_tokens
 
 DOCS = [
@@ -356,3 +357,47 @@ def test_only_texts_with_cjk_are_trigram_indexed(vault: Vault) -> None:
     glob = db.CJK_GLOB
     found = [bool(vault.conn.execute("SELECT ? GLOB ?", (f"a{ch}b", glob)).fetchone()[0]) for ch in chars]
     assert found == [class_re.search(ch) is not None for ch in chars]
+
+
+def _quotes_only(vault: Vault, hit: Hit) -> bool:
+    """Every line of the summary is a sentence of a leaf under it (bullet and "Speaker: " aside)."""
+    folder = hit.path.rsplit("/", 1)[0] + "/"
+    leaves = [" ".join(x.text.split()) for x in vault.ls() if x.path.startswith(folder)]
+    lines = [re.sub(r"^-\s+(?:[A-Z][\w .'-]{0,39}:\s+)?", "", x).strip() for x in hit.text.splitlines()]
+    return all(any(" ".join(line.split()) in leaf for leaf in leaves) for line in lines if line)
+
+
+def test_a_summary_that_only_quotes_its_leaves_is_listed_as_the_leaf_a_hand_edited_one_stays(
+    tmp_path: Path,
+) -> None:
+    """Small levels' extractive summaries are their leaves' own sentences: search lists the quoted leaf
+    (with its message ids) in the summary's place, context assembly may still use the summary, and a
+    summary a person wrote into stays a summary hit."""
+    with make_vault(tmp_path / "v", fanout=4) as vault:
+        vault.ingest_messages(topic_records(40))
+        vault.flush()
+        vault.compact()
+        query = "kyoto ryokan shinkansen temple"
+        ranked = vault.searcher.find(query, 10)  # the ranking as context assembly sees it
+        quoting = [h for h in ranked if h.kind == "summary" and _quotes_only(vault, h)]
+        assert quoting, "the ranking should hold a summary made of its leaves' sentences"
+        hits = vault.search(query, k=10)
+        assert len(hits) == 10 and len({h.id for h in hits}) == 10
+        assert not {h.id for h in quoting} & {h.id for h in hits}
+        assert all(h.message_ids for h in hits if h.kind == "leaf")
+        for s in quoting:  # each stands for one of its own leaves
+            folder = s.path.rsplit("/", 1)[0] + "/"
+            assert any(h.kind == "leaf" and h.path.startswith(folder) for h in hits), s.path
+        assert topic_of(hits[0].text) == "japan"
+        asked = vault.search(query, k=10, kind="summary")  # summaries asked for are never swapped
+        assert quoting[0].id in {h.id for h in asked} and all(h.kind == "summary" for h in asked)
+        # A person's words in the summary: it says something no leaf does, and stays a summary hit.
+        path = vault.layout.root / quoting[0].path
+        text = path.read_text()
+        body = quoting[0].text.strip()
+        path.write_text(
+            text.replace(body, "Our Kyoto ryokan and temple plans, by the shinkansen.\n" + body, 1)
+        )
+        vault.compact()
+        again = vault.search(query, k=10)
+        assert quoting[0].id in {h.id for h in again}

@@ -483,6 +483,41 @@ def test_a_hand_edited_topic_level_stays_and_the_stale_topic_is_refreshed_not_re
     assert vault.check().ok
 
 
+def test_titles_a_person_gave_a_topic_and_its_level_survive_new_mentions(vault: Vault) -> None:
+    """Renamed in Obsidian's properties pane (the ``title:`` line): the topic's own node and a sealed
+    level keep the person's titles, still marked theirs, when new mentions rewrite the topic (twice,
+    while the level may move under a new parent)."""
+    vault.ingest_messages(records(30), source="chat")
+    vault.compact()
+    root = vault.layout.root
+    base = root / "topics" / "project-tidepool"
+    human = {}
+    for path, title in (
+        (base / "_summary.md", "TidePool, the tide app"),
+        (min(base.glob("*/_summary.md")), "First TidePool steps"),
+    ):
+        node, _ = parse_summary(path.read_text(), str(path.relative_to(root)))
+        assert node.title_hash and not node.title_edited and node.title != title
+        path.write_text(
+            re.sub(r"^title: .*$", f"title: {json.dumps(title)}", path.read_text(), count=1, flags=re.M)
+        )
+        human[node.id] = title
+    for start in (30, 60):
+        vault.ingest_messages(records(30, start=start), source="chat")
+        vault.compact()
+        for node_id, title in human.items():
+            (rel,) = vault.conn.execute("SELECT path FROM chunks WHERE id = ?", (node_id,)).fetchone()
+            after, _ = parse_summary((root / rel).read_text(), rel)
+            assert after.title == title and after.title_edited, rel
+            assert (
+                title
+                in vault.conn.execute("SELECT provenance FROM chunks WHERE id = ?", (node_id,)).fetchone()[0]
+            )
+    top, _ = parse_summary((base / "_summary.md").read_text(), "topics/project-tidepool/_summary.md")
+    assert top.descendants == 30  # the new mentions joined: the topic's node was rewritten
+    assert vault.check().ok
+
+
 def test_rescan_gives_an_older_vault_its_entities_and_topics(
     vault: Vault, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -397,13 +397,16 @@ def _node(current: _File, directory: str, seed: str, depth: int, content: _Conte
         title=content.title,
         text="",
     )
+    # A title a person gave the digest stays, with the engine hash it was recorded against (so it stays
+    # theirs); otherwise the engine's new title.
+    kept = base.title_edited
     return replace(
         base,
         source=GLOBAL,
         depth=depth,
         period=("month", "week", "day")[directory.count("/") - 1],
-        title=content.title,
-        title_hash="",  # the engine's new title
+        title=base.title if kept else content.title,
+        title_hash=base.title_hash if kept else "",
         text=content.text,
         pinned=keep_hand_edit(base),
         children=content.children,

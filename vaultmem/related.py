@@ -1,12 +1,12 @@
-"""``## Related``: each source level links the few most similar levels elsewhere in the vault.
+"""``## Related``: each source or topic level links the few most similar levels elsewhere in the vault.
 
 Owns: choosing them and the step that writes them. A level's related levels are the ``RELATED_MAX``
 summaries (source levels and topic levels, any source) whose summary vectors are closest to its own,
 above the vault's background similarity (``cluster.background``: the mean cosine of two summaries plus
 half a standard deviation, so the bar follows the embedder and the vault); never the level itself, its
-ancestors, descendants or siblings (the tree already links those). Links are relative Markdown links to
-the other ``_summary.md`` (Obsidian and any viewer render them), labelled with its title; the plan runs
-after every compaction pass, so links follow levels that moved.
+ancestors, descendants or siblings (the tree or the folder already links those). Links are relative
+Markdown links to the other ``_summary.md`` (Obsidian and any viewer render them), labelled with its
+title; the plan runs after every compaction pass, so links follow levels that moved.
 
 Must never: count a related level as a child (the section is apart from ``## Children``); write a file
 it did not read (every write carries the hash read); touch a file changed on disk since it was indexed
@@ -53,7 +53,7 @@ def _kin(a: str, b: str) -> bool:
 
 
 def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, ...]]:
-    """Summary path of every source level -> its related links, as they should be now."""
+    """Summary path of every source and topic level -> its related links, as they should be now."""
     rows = conn.execute(
         "SELECT c.path, c.provenance, v.vec FROM chunks c JOIN vectors v ON v.id = c.id AND v.model = ?"
         " WHERE c.kind = 'summary' AND (c.path LIKE ? OR c.path LIKE ?) ORDER BY c.ts DESC, c.path LIMIT ?",
@@ -68,8 +68,6 @@ def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, .
     sims = unit @ unit.T
     out: dict[str, tuple[ChildLink, ...]] = {}
     for i, row in enumerate(rows):
-        if not row["path"].startswith(SOURCES + "/"):
-            continue
         picked: list[ChildLink] = []
         for j in np.argsort(-sims[i], kind="stable"):
             j = int(j)
@@ -84,11 +82,12 @@ def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, .
 
 
 def plan(conn: sqlite3.Connection, layout: Layout, model: str) -> steps.TreeOp | None:
-    """The step that brings every source level's ``## Related`` section up to date, or None."""
+    """The step that brings every source and topic level's ``## Related`` section up to date, or None."""
     writes: list[steps.FileWrite] = []
     indexed = dict(
         conn.execute(
-            "SELECT path, file_hash FROM chunks WHERE kind = 'summary' AND path LIKE ?", (SOURCES + "/%",)
+            "SELECT path, file_hash FROM chunks WHERE kind = 'summary' AND (path LIKE ? OR path LIKE ?)",
+            (SOURCES + "/%", _TOPICS + "/%"),
         )
     )
     for rel, links in choose(conn, model).items():

@@ -54,6 +54,9 @@ WEAK_BELOW_DEFAULT = 0.30  # other models: the same until measured (bench/weak.p
 WEAK_COVERAGE = 0.5
 
 
+# A summary line's bullet and "Speaker: " prefix (what the extractive summariser adds to a leaf's sentence).
+_QUOTE_RE = re.compile(r"^-\s+(?:[^\W\d_][\w .'-]{0,39}:\s+)?")
+
 # A window whose year the query left out ("in June", "on 17 March") moves back a year at a time, at most
 # this many, to the latest such window in which the vault holds memories.
 YEARS_BACK = 10
@@ -474,6 +477,7 @@ class Searcher:
         self.neighbor_weight = NEIGHBOR_WEIGHT
         self._count: tuple[int, int] | None = None
         self._dfs: tuple[tuple[int, int, int] | None, dict[tuple[str, str], int]] = (None, {})
+        self._quotes: tuple[tuple[int, int, int] | None, dict[str, list[str] | None]] = (None, {})
         self._rows: tuple[
             tuple[int, int, int] | None, VectorCache | None, dict[Filters, npt.NDArray[np.intp]]
         ] = (
@@ -693,16 +697,121 @@ class Searcher:
     def search(
         self, query: str, k: int = 10, filters: Filters | None = None, *, pool: int = 100
     ) -> list[Hit]:
-        return self.evidence(query, self.find(query, k, filters, pool=pool))
+        """The best ``k`` hits with their evidence; a summary that only quotes leaves under it is listed as
+        the quoted leaf closest to the query (``quotes_as_leaves``). Context assembly (``find``) keeps
+        such summaries: there they are a short stand-in for several leaves."""
+        self._check(query, k)
+        filters = filters or Filters()
+        ranked = self.rank(query, filters, max(pool, 2 * k))
+        if filters.kind is None:
+            ranked = self.quotes_as_leaves(query, ranked, k)
+        return self.evidence(query, self.hits(ranked[:k]))
 
     def find(self, query: str, k: int = 10, filters: Filters | None = None, *, pool: int = 100) -> list[Hit]:
         """``search`` without the evidence (cosine, coverage, weak): for callers that judge only the hits
         they keep (`context` assembles a few dozen of its candidates and judges those)."""
+        self._check(query, k)
+        return self.hits(self.rank(query, filters or Filters(), max(pool, 2 * k))[:k])
+
+    @staticmethod
+    def _check(query: str, k: int) -> None:
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("the query is empty; type a few words to search for")
         if k < 1:
             raise InvalidInput("k must be at least 1")
-        return self.hits(self.rank(query, filters or Filters(), max(pool, 2 * k))[:k])
+
+    def quotes_as_leaves(
+        self, query: str, ranked: list[tuple[str, float, int | None, int | None]], k: int
+    ) -> list[tuple[str, float, int | None, int | None]]:
+        """``ranked`` with each summary among the first ``k`` that only quotes leaves under it (every
+        line of an extractive summary is a sentence of one of them) standing for the quoted leaf closest
+        to the query: it says nothing that leaf does not, and the leaf carries the provenance (message
+        ids, speaker, time). The leaf (among those ranked, so it passed the filters) takes the
+        summary's place and score unless it ranks higher already, then the summary just goes. The smaller a level, the more of its leaves its summary
+        quotes, so without this, summaries of small levels pushed the leaves they quote out of the top.
+        A summary with a person's text, an LLM's words or a line of its own stays as it is."""
+        head = [row[0] for row in ranked[:k]]
+        summaries = {
+            r[0]
+            for r in self.conn.execute(
+                f"SELECT id FROM chunks WHERE id IN ({','.join('?' * len(head))}) AND kind = 'summary'", head
+            )
+        }
+        if not summaries:
+            return ranked
+        out: list[tuple[str, float, int | None, int | None]] = []
+        placed: set[str] = set()
+        q: npt.NDArray[np.float32] | None = None
+        cache: VectorCache | None = None
+        position = {row[0]: n for n, row in enumerate(ranked)}
+        for row in ranked:
+            if row[0] in placed:
+                continue
+            if len(out) >= k:
+                out.append(row)
+                continue
+            # Only leaves ranked at all (they passed the filters) can stand for it.
+            quoted = (
+                [i for i in self._quoted_leaves(row[0]) or () if i in position] if row[0] in summaries else []
+            )
+            if not quoted:
+                out.append(row)
+                placed.add(row[0])
+                continue
+            if cache is None:
+                embedder = self._embedder_factory()
+                cache = self._vectors(embedder)
+                q = self.query_vector(embedder, query) if cache.ids else None
+            vectors, pos = cache.matrix, cache.pos
+            # The quoted leaf closest to the query in meaning; by rank where a vector is missing.
+            best = max(
+                quoted,
+                key=lambda i: (
+                    float(vectors[pos[i]] @ q) if q is not None and i in pos else -2.0,
+                    -position.get(i, len(ranked)),
+                ),
+            )
+            if best in placed:
+                continue
+            out.append((best, row[1], row[2], row[3]))
+            placed.add(best)
+        return out
+
+    def _quoted_leaves(self, summary_id: str) -> list[str] | None:
+        """The leaves an extractive summary quotes when every one of its lines is a sentence of a leaf under
+        it (its pinned text, if any, counts as lines of its own); else None. Remembered until the index
+        is written (``db.write_stamp``)."""
+        stamp = write_stamp(self.conn)
+        if stamp is None or self._quotes[0] != stamp or len(self._quotes[1]) > 4096:
+            self._quotes = (stamp, {})
+        if summary_id not in self._quotes[1]:
+            self._quotes[1][summary_id] = self._read_quotes(summary_id)
+        return self._quotes[1][summary_id]
+
+    def _read_quotes(self, summary_id: str) -> list[str] | None:
+        row = self.conn.execute(
+            "SELECT path, text FROM chunks WHERE id = ? AND kind = 'summary'", (summary_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        lines = [_QUOTE_RE.sub("", line).strip() for line in row["text"].splitlines() if line.strip()]
+        if not lines:
+            return None
+        directory = row["path"].rsplit("/", 1)[0] + "/"
+        leaves = self.conn.execute(
+            "SELECT id, text FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?",
+            index.prefix_range(directory),
+        ).fetchall()
+        texts = [(r["id"], " ".join(r["text"].split())) for r in leaves]
+        found: list[str] = []
+        for line in lines:
+            sentence = " ".join(line.split())
+            holder = next((i for i, text in texts if sentence in text), None)
+            if holder is None:
+                return None
+            if holder not in found:
+                found.append(holder)
+        return found
 
     def evidence(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
         """``hits`` with their own evidence filled in: the cosine of each to the query, how much of what

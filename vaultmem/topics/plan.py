@@ -463,7 +463,8 @@ class TopicPlanner:
             level.node,
             stale=False,
             title=level.title,
-            title_hash="",  # the engine's title
+            # A title a person gave the level keeps its recorded engine hash (so it stays theirs).
+            title_hash=level.node.title_hash if level.node.title_edited else "",
             children=(
                 *(ChildLink(lv.title, f"{PurePosixPath(lv.dir).name}/{SUMMARY_NAME}") for lv in kids),
                 *(_link(state.members[i]) for i in level.links if i in state.members),
@@ -496,7 +497,9 @@ class TopicPlanner:
             source=SOURCE,
             path=f"{state.dir}/{SUMMARY_NAME}",
             depth=1 + max((lv.depth for lv in top), default=0),
-            title=clean_title(name),
+            # The topic's name, unless a person renamed the topic's node (that title stays theirs).
+            title=base.title if base is not None and base.title_edited else clean_title(name),
+            title_hash=base.title_hash if base is not None and base.title_edited else "",
             text=text,
             pinned=base.pinned if base else "",
             children=(
@@ -512,6 +515,7 @@ class TopicPlanner:
             entity=state.key,
             archived=state.archived,
             user_aliases=base.user_aliases if base else (),
+            related=base.related if base else (),  # ``related.update`` owns the section
         )
         if base is not None and base.hand_edited and base.text.strip():
             pinned = f"{base.pinned}\n\n{base.text}".strip() if base.pinned else base.text.strip()
