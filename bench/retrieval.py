@@ -60,6 +60,15 @@ class Question:
     category: str
     evidence: list[str]
     evidence_sessions: set[str]
+    asked: datetime | None = None  # when the question is asked (LongMemEval's question_date), if known
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The breakdowns this question counts in besides its category: evidence turns and sessions."""
+        n, s = len(self.evidence), len(self.evidence_sessions)
+        if not n:
+            return ()
+        return (f"ev:{min(n, 3)}{'+' if n >= 3 else ''}", f"sess:{min(s, 2)}{'+' if s >= 2 else ''}")
 
 
 @dataclass
@@ -123,6 +132,13 @@ def load_locomo(data: list[dict[str, Any]]) -> list[Item]:
     return items
 
 
+def _lme_time(text: str) -> datetime:
+    """LongMemEval's ``2023/05/30 (Tue) 22:52``."""
+    return datetime.strptime(text.split(" (")[0] + " " + text.split(") ")[-1], "%Y/%m/%d %H:%M").replace(
+        tzinfo=UTC
+    )
+
+
 def load_longmemeval(data: list[dict[str, Any]]) -> list[Item]:
     items = []
     for q in data:
@@ -133,9 +149,7 @@ def load_longmemeval(data: list[dict[str, Any]]) -> list[Item]:
         for sid, date, session in zip(
             q["haystack_session_ids"], q["haystack_dates"], q["haystack_sessions"], strict=True
         ):
-            start = datetime.strptime(
-                date.split(" (")[0] + " " + date.split(") ")[-1], "%Y/%m/%d %H:%M"
-            ).replace(tzinfo=UTC)
+            start = _lme_time(date)
             for i, t in enumerate(session):
                 tid = f"{names[sid]}:{i}"
                 turns.append(
@@ -144,11 +158,12 @@ def load_longmemeval(data: list[dict[str, Any]]) -> list[Item]:
                 if t.get("has_answer"):
                     evidence.append(tid)
         sess = {names[s] for s in q["answer_session_ids"] if s in names}
+        asked = _lme_time(q["question_date"])
         items.append(
             Item(
                 q["question_id"],
                 turns,
-                [Question(q["question_id"], q["question"], q["question_type"], evidence, sess)],
+                [Question(q["question_id"], q["question"], q["question_type"], evidence, sess, asked)],
             )
         )
     return items
@@ -291,6 +306,7 @@ def evaluate(
     log: Callable[[str], None],
     reuse: bool = False,
     modes: tuple[str, ...] = (),
+    use_asked: bool = True,
 ) -> dict[str, Any]:
     systems = ("vaultmem", "bm25", "minilm", "fusion", *(f"mode:{m}" for m in modes))
     lat_modes: dict[str, list[float]] = defaultdict(list)
@@ -323,12 +339,13 @@ def evaluate(
         turn_vecs = embedder.embed(texts)
         for q in item.questions:
             t0 = time.perf_counter()
-            hits = vault.search(q.text, k=max(KS))
+            now = q.asked if use_asked else None
+            hits = vault.search(q.text, k=max(KS), now=now)
             lat_search.append(time.perf_counter() - t0)
             contexts = {}
             for budget in BUDGETS:
                 t0 = time.perf_counter()
-                contexts[budget] = _norm(vault.context(q.text, budget).text)
+                contexts[budget] = _norm(vault.context(q.text, budget, now=now).text)
                 if budget == 1024:
                     lat_context.append(time.perf_counter() - t0)
             mode_ctx: dict[str, dict[int, str]] = {}
@@ -336,14 +353,14 @@ def evaluate(
                 mode_ctx[mode] = {}
                 for budget in BUDGETS:
                     t0 = time.perf_counter()
-                    mode_ctx[mode][budget] = _norm(vault.context(q.text, budget, mode=mode).text)
+                    mode_ctx[mode][budget] = _norm(vault.context(q.text, budget, mode=mode, now=now).text)
                     if budget == 1024:
                         lat_modes[mode].append(time.perf_counter() - t0)
             qv = embedder.embed([q.text])[0]
             r_bm25 = bm25.rank(q.text)
             r_vec = [int(i) for i in np.argsort(-(turn_vecs @ qv), kind="stable")]
             rankings = {"bm25": r_bm25, "minilm": r_vec, "fusion": rrf(r_bm25, r_vec)}
-            for cat in (q.category, "all"):
+            for cat in (q.category, "all", *q.groups):
                 # vaultmem
                 s = per[("vaultmem", cat)]
                 for k in KS:
@@ -391,7 +408,11 @@ def evaluate(
                             b.add(f"C@{budget}", sum(text_of[e] in ctx for e in q.evidence) / len(q.evidence))
         vault.close()
         log(f"  [{n}/{len(items)}] {item.key}: {len(item.turns)} turns, {len(item.questions)} questions")
-    categories = [*sorted({c for _, c in per if c != "all"}, key=lambda c: (len(c), c)), "all"]
+    groups = sorted({c for _, c in per if ":" in c})
+    categories = [
+        *sorted({c for _, c in per if c != "all" and ":" not in c}, key=lambda c: (len(c), c)),
+        "all",
+    ]
     metrics = [f"R@{k}" for k in KS] + [f"C@{b}" for b in BUDGETS] + ["S@10"]
     result: dict[str, Any] = {
         "systems": {
@@ -401,6 +422,14 @@ def evaluate(
                 for cat in categories
             }
             for sysname in systems
+        },
+        "groups": {
+            sysname: {
+                g: {m: per[(sysname, g)].mean(m) for m in metrics}
+                | {"n": len(per[(sysname, g)].rows.get("R@10", []))}
+                for g in groups
+            }
+            for sysname in ("vaultmem", "fusion")
         },
         "mean_hit_tokens": {f"@{k}": float(np.mean(v)) for k, v in hit_tokens.items()},
         "latency_ms": {
@@ -468,6 +497,26 @@ def report(result: dict[str, Any]) -> str:
             rows,
         )
     )
+    by_group = result.get("groups", {})
+    if by_group.get("vaultmem"):
+        out.append("\nBy evidence turns (ev:) and evidence sessions (sess:): C@1024 and R@10")
+        rows = []
+        for g, v in by_group["vaultmem"].items():
+            f = by_group["fusion"][g]
+            rows.append(
+                [
+                    g,
+                    v["n"],
+                    f"{v['C@1024']:.3f}",
+                    f"{f['C@1024']:.3f}",
+                    f"{v['C@1024'] - f['C@1024']:+.3f}",
+                    f"{v['R@10']:.3f}",
+                    f"{f['R@10']:.3f}",
+                ]
+            )
+        out.append(
+            table(["group", "n", "vm C@1024", "fusion C@1024", "delta", "vm R@10", "fusion R@10"], rows)
+        )
     mode_names = [name for name in systems if name.startswith("mode:")]
     if mode_names:
         out.append("\nContext modes (same vaults, same questions): context recall by category")
@@ -528,6 +577,11 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="with --keep: open vaults built by an earlier run"
     )
+    parser.add_argument(
+        "--no-question-date",
+        action="store_true",
+        help="ask without the dataset's question date (LongMemEval); relative times then refer to today",
+    )
     args = parser.parse_args()
     data = json.loads(args.dataset.read_text(encoding="utf-8"))
     if data and "conversation" in data[0]:
@@ -561,6 +615,7 @@ def main() -> None:
             lambda m: print(m, file=sys.stderr),
             args.reuse,
             tuple(m for m in args.modes.split(",") if m),
+            not args.no_question_date,
         )
     result["dataset"] = name
     embedder.save(args.embed_cache)

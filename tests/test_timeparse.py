@@ -366,3 +366,26 @@ def test_past_n_days_ends_now(now: datetime, n: int) -> None:
 def test_never_raises_on_any_text(query: str) -> None:
     found = find_range(query, SAT)
     assert found is None or (found.start < found.end and found.text in query)
+
+
+def test_a_date_without_its_year_is_marked_yearless() -> None:
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    assert find_range("what did Diego say on 17 March", now).yearless  # type: ignore[union-attr]
+    assert find_range("camping in June", now).yearless  # type: ignore[union-attr]
+    assert find_range("3月5日的会", now).yearless  # type: ignore[union-attr]
+    for written in ("in June 2023", "last June", "since June", "2023年3月", "last Tuesday", "in 2023"):
+        assert not find_range(written, now).yearless, written  # type: ignore[union-attr]
+
+
+def test_years_back_keeps_the_calendar_window() -> None:
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    june = find_range("in June", now).years_back(3)  # type: ignore[union-attr]
+    assert (june.start, june.end) == (datetime(2023, 6, 1, tzinfo=UTC), datetime(2023, 7, 1, tzinfo=UTC))
+    leap = find_range("on 29 February 2024", now).years_back(1)  # type: ignore[union-attr]
+    assert leap.start == datetime(2023, 2, 28, tzinfo=UTC)
+
+
+def test_on_a_day_of_march_or_may_is_a_date() -> None:
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    assert find_range("what did Diego say on 17 March", now).text == "on 17 March"  # type: ignore[union-attr]
+    assert find_range("2 may be enough", now) is None

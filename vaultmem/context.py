@@ -54,7 +54,7 @@ import numpy as np
 from vaultmem import index
 from vaultmem.embed import Embedder
 from vaultmem.frame import CLOSE, OPEN, neutralise
-from vaultmem.search import Filters, Hit, Searcher, window_first
+from vaultmem.search import Filters, Hit, Searcher, window_ranked
 from vaultmem.tokens import count_tokens
 
 HEADER = OPEN
@@ -409,13 +409,17 @@ def gather(
     embedder: Callable[[], Embedder],
 ) -> Context:
     """The context of ``query`` within ``budget_tokens``: candidates of ``mode`` (what was said in a
-    time the query names first), assembled without overlap, each item judged as evidence."""
+    time the query names ranked higher), assembled without overlap, each item judged as evidence."""
     conn = searcher.conn
     # Enough candidates to fill the budget several times over with short turns.
     k = max(50, budget_tokens // 8)
     tree = Tree.load(conn) if mode != "flat" else None
-    found = window_first(
-        query, filters, now, lambda q, f: candidates(mode, searcher, q, k, f, embedder=embedder, tree=tree)
+    found = window_ranked(
+        conn,
+        query,
+        filters,
+        now,
+        lambda q, f: candidates(mode, searcher, q, k, f, embedder=embedder, tree=tree),
     )
     overlap = hit_ancestors(conn, tree, found) if tree is not None else None
     ctx = assemble(query, found, budget_tokens, overlap)

@@ -29,6 +29,20 @@ class TimeRange:
     start: datetime  # inclusive, UTC-aware
     end: datetime  # exclusive, UTC-aware
     text: str  # the matched phrase as written in the query, e.g. "last Tuesday"
+    # The phrase is a date or month without its year ("in June", "on 17 March"): the window is its most
+    # recent occurrence, and an earlier year's is as likely meant when that one holds nothing.
+    yearless: bool = False
+
+    def years_back(self, n: int) -> TimeRange:
+        """The same calendar window ``n`` years earlier (29 February falls back to the 28th)."""
+
+        def back(ts: datetime) -> datetime:
+            try:
+                return ts.replace(year=ts.year - n)
+            except ValueError:
+                return ts.replace(year=ts.year - n, day=28)
+
+        return TimeRange(back(self.start), back(self.end), self.text, self.yearless)
 
     def contains(self, ts: datetime) -> bool:
         """Whether ``ts`` falls in the window; a naive ``ts`` is taken to be UTC."""
@@ -217,8 +231,10 @@ def _en_date(m: re.Match[str], now: datetime) -> Window | None:
 
 
 def _en_day_month(m: re.Match[str], now: datetime) -> Window | None:
-    if m["mon"].lower() in _VERBISH and not (m["ord"] or m["of"] or m["y"]):
-        return None  # "2 may be enough"
+    if m["mon"].lower() in _VERBISH and not (
+        m["ord"] or m["of"] or m["y"] or (m["pre"] or "").lower() == "on"
+    ):
+        return None  # "2 may be enough" (but "on 17 March" is a date)
     return _en_date(m, now)
 
 
@@ -334,6 +350,9 @@ _CN_RULES: list[tuple[str, Handler]] = [
     (r"(?<!\d)(?P<y>\d{4})\s*年份?", _en_year),
 ]
 
+# Rules whose phrase may leave the year out (then the window is the most recent occurrence).
+_YEARLESS: frozenset[Handler] = frozenset({_en_date, _en_day_month, _en_month, _cn_date})
+
 _RULES: tuple[tuple[re.Pattern[str], Handler], ...] = tuple(
     (re.compile(p, re.IGNORECASE), h) for p, h in _EN_RULES + _CN_RULES
 )
@@ -348,7 +367,7 @@ def find_range(query: str, now: datetime) -> TimeRange | None:
     if now.tzinfo is None:
         raise ValueError("find_range needs a timezone-aware `now`")
     now = now.astimezone(UTC)
-    found: list[tuple[Window, str, tuple[int, int]]] = []
+    found: list[tuple[Window, str, tuple[int, int], bool]] = []
     for pattern, handler in _RULES:
         for m in pattern.finditer(query):
             try:
@@ -360,14 +379,19 @@ def find_range(query: str, now: datetime) -> TimeRange | None:
             if (m.groupdict().get("pre") or "").lower() == "since":
                 window = (window[0], now)
             if window[0] < window[1]:
-                found.append((window, m[0], m.span()))
+                groups = m.groupdict()
+                yearless = handler in _YEARLESS and not any(groups.get(g) for g in ("y", "ry", "rel"))
+                since = (groups.get("pre") or "").lower() == "since"
+                found.append((window, m[0], m.span(), yearless and not since))
     found = [
         f for f in found if not any(g[2][0] <= f[2][0] and f[2][1] <= g[2][1] and g[2] != f[2] for g in found)
     ]
     if not found:
         return None
-    (start, end), text, _ = min(found, key=lambda f: (f[0][1] - f[0][0], f[2][0] - f[2][1], f[2][0]))
-    return TimeRange(start, end, text)
+    (start, end), text, _, yearless = min(
+        found, key=lambda f: (f[0][1] - f[0][0], f[2][0] - f[2][1], f[2][0])
+    )
+    return TimeRange(start, end, text, yearless)
 
 
 _PUNCT = ",.;:!?，。；：！？、"

@@ -51,7 +51,7 @@ from vaultmem.model import (
     safe_name,
 )
 from vaultmem.opening import Damaged, open_index, set_aside
-from vaultmem.search import Filters, Hit, Searcher, window_first
+from vaultmem.search import Filters, Hit, Searcher, window_ranked
 from vaultmem.summaryfile import SummaryNode
 from vaultmem.tokens import count_tokens
 
@@ -903,11 +903,12 @@ class Vault:
         """Hybrid search (BM25 + embeddings) over leaves and summaries, with filters.
 
         ``topic`` (an entity name or key) keeps the leaves that mention it. A query that names a time
-        ("last Tuesday", "in May 2023", "上周三") ranks what was said then first; ``now`` is the
-        reference for relative times (default: the current time)."""
+        ("last Tuesday", "in May 2023", "上周三") ranks what was said then above the rest; ``now`` is the
+        reference for relative times (default: the current time). A query that names a speaker ranks
+        that speaker's words first (``Searcher._boost_speakers``)."""
         entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status, entity)
-        hits = window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))[:k]
+        hits = window_ranked(self.conn, query, filters, now, lambda q, f: self.searcher.search(q, k, f))[:k]
         self.record_query(query)
         return hits
 

@@ -1,0 +1,190 @@
+"""Recall that knows who said what: a question naming a person ranks that person's own words first.
+
+The vault is what an agent's memory holds in a week of work: a team chat exported as JSONL (Slack-like, with
+a Chinese message among the English ones) and a mailbox of `.eml` files with quoted replies, both written for
+this test. Real files, real SQLite, the deterministic fake embedder.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from vaultmem import Vault
+from vaultmem.embed import FakeEmbedder
+from vaultmem.search import Filters, Speakers, name_words, remembered_window
+from vaultmem.timeparse import find_range
+
+CHAT = [
+    ("m1", "Mara", "Morning all. Reminder: Tidepool release review is on Thursday.", "2026-03-16T08:10:00Z"),
+    (
+        "m2",
+        "Chen Jing",
+        "提醒一下：我3月24日到26日请假（搬家），那几天的 on-call 我已经和 Diego 换了。",
+        "2026-03-17T03:10:00Z",
+    ),
+    ("m3", "Mara", "好的，没问题！祝搬家顺利 🙂", "2026-03-17T08:05:00Z"),
+    (
+        "m4",
+        "Priya",
+        "Diego mentioned the cutover plan looks fine, he will send details by mail.",
+        "2026-03-17T09:30:00Z",
+    ),
+    ("m5", "Diego Ferreira", "Back from lunch, reading the cutover thread now.", "2026-03-16T13:02:00Z"),
+    ("m6", "Mara", "Ferry tickets to Lisbon are booked for the 21st.", "2026-03-18T17:45:00Z"),
+]
+
+DIEGO_MAIL = """\
+From: Diego Ferreira <diego.ferreira@tidepool.dev>
+To: Mara Lind <mara@tidepool.dev>
+Subject: Re: Postgres 16 cutover: Thursday 19 March, 07:00-07:30 Lisbon
+Date: Tue, 17 Mar 2026 11:15:07 +0000
+Message-ID: <c7f3a1e2@tidepool.dev>
+In-Reply-To: <b19d22aa@tidepool.dev>
+References: <b19d22aa@tidepool.dev>
+Content-Type: text/plain; charset=utf-8
+
+Looks good to me. Two small things:
+
+1. I'll take the snapshot at 06:45 myself, so you can start on time.
+2. Let's also pause the webhook workers during the switch.
+
+Diego
+
+On Mon, 16 Mar 2026 at 18:02, Mara Lind <mara@tidepool.dev> wrote:
+> Plan for Thursday: snapshot, switch the connection string, smoke tests.
+> Diego, can you check the rollback steps?
+"""
+
+MARA_MAIL = """\
+From: Mara Lind <mara@tidepool.dev>
+To: Diego Ferreira <diego.ferreira@tidepool.dev>
+Subject: Postgres 16 cutover: Thursday 19 March, 07:00-07:30 Lisbon
+Date: Mon, 16 Mar 2026 18:02:00 +0000
+Message-ID: <b19d22aa@tidepool.dev>
+Content-Type: text/plain; charset=utf-8
+
+Plan for Thursday: snapshot, switch the connection string, smoke tests.
+Diego, can you check the rollback steps?
+
+Mara
+"""
+
+OTHER_MAIL = """\
+From: Priya Raman <priya@tidepool.dev>
+To: Mara Lind <mara@tidepool.dev>
+Subject: Diego's on-call swap
+Date: Tue, 17 Mar 2026 16:40:00 +0000
+Message-ID: <e5510c0d@tidepool.dev>
+Content-Type: text/plain; charset=utf-8
+
+Heads up: Diego swapped on-call with Chen Jing for 24-26 March, the calendar is updated.
+
+Priya
+"""
+
+
+@pytest.fixture
+def work_vault(tmp_path: Path) -> Vault:
+    inbox = tmp_path / "inbox"
+    (inbox / "mail").mkdir(parents=True)
+    for name, text in (("diego.eml", DIEGO_MAIL), ("mara.eml", MARA_MAIL), ("priya.eml", OTHER_MAIL)):
+        (inbox / "mail" / name).write_text(text, encoding="utf-8")
+    lines = [
+        json.dumps({"id": i, "speaker": who, "content": text, "ts": ts, "session": "team-" + ts[:10]})
+        for i, who, text, ts in CHAT
+    ]
+    (inbox / "team.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    vault = Vault.init(tmp_path / "vault", embedder=FakeEmbedder())
+    vault.ingest_path(inbox / "mail", source="mail")
+    vault.ingest_path(inbox / "team.jsonl", source="team-slack")
+    vault.flush()
+    return vault
+
+
+def test_the_authors_own_message_ranks_first(work_vault: Vault) -> None:
+    now = datetime(2026, 3, 24, 9, 0, tzinfo=UTC)
+    hits = work_vault.search("what did Diego say on 17 March 2026?", k=5, now=now)
+    assert hits[0].speaker == "Diego Ferreira"
+    assert hits[0].source == "mail" and "snapshot at 06:45" in hits[0].text
+    # Remarks about Diego on that day still come, after his own words.
+    assert {h.speaker for h in hits[1:]} >= {"Chen Jing"}
+
+
+def test_without_the_speaker_rule_a_remark_about_him_wins(work_vault: Vault) -> None:
+    """The same vault without the rule: the failure the rule exists for (a short message naming Diego)."""
+    work_vault.searcher.speaker_boost = 0.0
+    now = datetime(2026, 3, 24, 9, 0, tzinfo=UTC)
+    hits = work_vault.search("what did Diego say on 17 March 2026?", k=5, now=now)
+    assert hits[0].speaker != "Diego Ferreira"
+
+
+def test_a_query_naming_no_speaker_keeps_the_plain_ranking(work_vault: Vault) -> None:
+    query = "ferry tickets to Lisbon"
+    with_rule = [h.id for h in work_vault.search(query, k=6)]
+    work_vault.searcher.speaker_boost = 0.0
+    assert [h.id for h in work_vault.search(query, k=6)] == with_rule
+
+
+def test_context_puts_the_authors_words_in(work_vault: Vault) -> None:
+    now = datetime(2026, 3, 24, 9, 0, tzinfo=UTC)
+    ctx = work_vault.context("what did Diego say on 17 March 2026?", 200, now=now)
+    assert ctx.items[0].hit.speaker == "Diego Ferreira"
+    assert "pause the webhook workers" in ctx.text
+
+
+def test_speaker_names_by_their_words(work_vault: Vault) -> None:
+    assert name_words("Diego Ferreira") == ["diego", "ferreira"]
+    assert name_words("diego.ferreira@tidepool.dev") == ["diego", "ferreira"]
+    assert name_words("Chen Jing") == ["chen", "jing"]
+    speakers = Speakers()
+    speakers.refresh(work_vault.conn)
+    assert speakers.named("what did diego say") == {"Diego Ferreira"}
+    assert speakers.named("Ferreira's mail") == {"Diego Ferreira"}
+    assert speakers.named("what did we say about the cutover") == frozenset()
+
+
+def test_a_month_without_its_year_means_the_latest_one_remembered(work_vault: Vault) -> None:
+    """Asked in November 2027, "in March" means March 2026: the vault holds nothing of March 2027."""
+    now = datetime(2027, 11, 2, 9, 0, tzinfo=UTC)
+    window = find_range("in March", now)
+    assert window is not None and window.start.year == 2027
+    moved = remembered_window(work_vault.conn, window)
+    assert (moved.start, moved.end) == (datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 4, 1, tzinfo=UTC))
+    written = find_range("in March 2027", now)
+    assert written is not None and remembered_window(work_vault.conn, written) == written
+
+
+def test_a_day_mentioned_in_a_later_message_counts_for_that_day(work_vault: Vault) -> None:
+    """Told on the 19th, "yesterday" is 18 March: a question about the 18th finds the later message."""
+    work_vault.ingest_messages(
+        [
+            {
+                "id": "m7",
+                "speaker": "Priya",
+                "content": "The rollback drill went fine yesterday, restore took eleven minutes.",
+                "ts": "2026-03-19T10:00:00Z",
+                "session": "team-2026-03-19",
+            }
+        ],
+        source="team-slack",
+    )
+    work_vault.flush()
+    day = Filters(
+        since=datetime(2026, 3, 18, tzinfo=UTC), until=datetime(2026, 3, 18, 23, 59, 59, tzinfo=UTC)
+    )
+    where, params = replace(day, mentioned=True).sql()
+    told = {r[0] for r in work_vault.conn.execute(f"SELECT c.text FROM chunks c WHERE {where}", params)}
+    assert any("rollback drill" in t for t in told)
+    where, params = day.sql()
+    assert not any(
+        "rollback drill" in r[0]
+        for r in work_vault.conn.execute(f"SELECT c.text FROM chunks c WHERE {where}", params)
+    )
+    now = datetime(2026, 3, 24, 9, 0, tzinfo=UTC)
+    hits = work_vault.search("how did the rollback drill go on 18 March", k=3, now=now)
+    assert "rollback drill" in hits[0].text
