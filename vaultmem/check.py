@@ -29,6 +29,8 @@ Invariants:
                        (guarded by the hash read, keys without a secret kept byte for byte)
 - ``bad_sidecar``      an ``_embeddings.json`` that cannot be read          (fix: rewrite it from the index's
                        vectors; leaves the index has no vector for are queued to be embedded)
+- ``dangling_version`` a leaf's ``supersedes`` / ``superseded_by`` names a leaf the vault does not hold
+                       (not fixable: correct the key, or restore the leaf; search ignores the link)
 - ``damaged_index``    chunks.db fails ``PRAGMA quick_check`` (found by ``Vault.check``; fix: move it aside
                        and rebuild it from the files)
 
@@ -199,6 +201,7 @@ def check(
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
     (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
+    problems.extend(_dangling_versions(conn, set(files.rows)))
     return CheckReport(tuple(problems), tuple(fixed), leaves)
 
 
@@ -412,6 +415,21 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
                 jobs.append(job)
     if fix and jobs:
         JobQueue(conn).enqueue_many(jobs)
+    return out
+
+
+def _dangling_versions(conn: sqlite3.Connection, on_disk: set[str]) -> list[Problem]:
+    """A ``supersedes`` / ``superseded_by`` naming a leaf the vault does not hold (a typo, a leaf
+    deleted): the link is ignored by search until a person corrects it or the leaf comes back."""
+    out = []
+    for row in conn.execute(
+        "SELECT c.path, c.id, j.value AS other FROM chunks c, json_each(c.supersedes) j WHERE c.supersedes <> '[]'"
+        " UNION ALL SELECT c.path, c.id, j.value FROM chunks c, json_each(c.superseded_by) j"
+        " WHERE c.superseded_by <> '[]'"
+    ):
+        if row["other"] not in on_disk:
+            message = f"{row['id']} names {row['other']} as a version of it, and no leaf has that id"
+            out.append(Problem("dangling_version", row["path"], message, False))
     return out
 
 

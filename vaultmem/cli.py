@@ -431,6 +431,20 @@ def _when_opt(help_text: str) -> Any:
 
 SinceOpt = Annotated[str | None, _when_opt("Only memories at or after this time")]
 UntilOpt = Annotated[str | None, _when_opt("Only memories at or before this time")]
+AsOfOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--as-of",
+        metavar="DATE",
+        help="Answer as the vault stood then: what it held, valid at that moment (a date is its whole day).",
+    ),
+]
+IncludeSupersededOpt = Annotated[
+    bool,
+    typer.Option(
+        "--include-superseded", help="Rank superseded and expired memories as found (still marked)."
+    ),
+]
 
 
 @app.command()
@@ -450,11 +464,15 @@ def search(
         typer.Option("--status", metavar="STATUS", help="pending_extraction|admitted|sealed|dropped|stale"),
     ] = None,
     topic: TopicFilter = None,
+    as_of: AsOfOpt = None,
+    include_superseded: IncludeSupersededOpt = False,
     k: Annotated[int | None, _alias("--k", "-k")] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Hybrid search: full-text (BM25) and embeddings, fused."""
+    """Hybrid search: full-text (BM25) and embeddings, fused.
+
+    A superseded memory comes right after the one that replaced it, marked (superseded by ...)."""
     with open_vault(vault_path) as vault:
         hits = vault.search(
             query,
@@ -466,6 +484,8 @@ def search(
             kind=kind,
             status=status,
             topic=topic,
+            as_of=as_of,
+            include_superseded=include_superseded,
         )
     if as_json:
         emit_json([hit.as_dict() for hit in hits])
@@ -478,6 +498,8 @@ def search(
         who = hit.speaker or hit.role or "-"
         text = " ".join(hit.text.split())
         mark = "  (weak)" if hit.weak else ""
+        if "superseded_by" in hit.extra:
+            mark += f"  (superseded by {hit.extra['superseded_by']})"
         typer.echo(f"{n:2}. {hit.score:.4f}  {hit.id}  {hit.ts or '-':20}  {who[:14]:14}  {hit.source}{mark}")
         typer.echo(f"    {text[:200]}{'...' if len(text) > 200 else ''}")
 
@@ -497,6 +519,8 @@ def context(
         typer.Option("--mode", metavar="MODE", help="flat | collapsed | walk (default: the measured best)"),
     ] = None,
     topic: TopicFilter = None,
+    as_of: AsOfOpt = None,
+    include_superseded: IncludeSupersededOpt = False,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -506,7 +530,16 @@ def context(
     """
     with open_vault(vault_path) as vault:
         ctx = vault.context(
-            query, budget, source=source, session=session, since=since, until=until, mode=mode, topic=topic
+            query,
+            budget,
+            source=source,
+            session=session,
+            since=since,
+            until=until,
+            mode=mode,
+            topic=topic,
+            as_of=as_of,
+            include_superseded=include_superseded,
         )
         root = vault.layout.root
     if as_json:

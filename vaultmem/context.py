@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vaultmem import versions
 from vaultmem.frame import CLOSE, OPEN, neutralise
 from vaultmem.search import Hit
 from vaultmem.tokens import count_tokens
@@ -76,7 +77,7 @@ def group_header(key: tuple[str, str, str], with_source: bool, with_session: boo
 
 def render_line(hit: Hit) -> str:
     who = hit.speaker or hit.role
-    body = " ".join(hit.text.split())
+    body = versions.marker(hit) + " ".join(hit.text.split())
     return neutralise(f"{who}: {body}" if who else body)
 
 

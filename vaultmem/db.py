@@ -327,6 +327,25 @@ def m012_fts_nav(conn: sqlite3.Connection) -> None:
     )
 
 
+def m013_validity(conn: sqlite3.Connection) -> None:
+    # Validity (issue #20): a leaf's ``valid_from`` / ``valid_to`` (ISO UTC text, so they compare as
+    # text) and the versions it replaces / that replace it (JSON lists of leaf ids). Partial indexes make
+    # "does any leaf have a window" and "which leaves replace one" cheap in a vault where few do.
+    # Rows of files written before (``Vault.supersede`` already wrote the links) are read again by
+    # ``reindex`` or ``check --fix``.
+    _script(
+        conn,
+        """
+        ALTER TABLE chunks ADD COLUMN valid_from TEXT;
+        ALTER TABLE chunks ADD COLUMN valid_to TEXT;
+        ALTER TABLE chunks ADD COLUMN supersedes TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE chunks ADD COLUMN superseded_by TEXT NOT NULL DEFAULT '[]';
+        CREATE INDEX chunks_windowed ON chunks(id) WHERE valid_from IS NOT NULL OR valid_to IS NOT NULL;
+        CREATE INDEX chunks_supersedes ON chunks(id) WHERE supersedes <> '[]';
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -340,6 +359,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("010_order", m010_order),
     ("011_entities", m011_entities),
     ("012_fts_nav", m012_fts_nav),
+    ("013_validity", m013_validity),
 ]
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vaultmem import validity
 from vaultmem.errors import NodeNotFound
 from vaultmem.inputs.mailthread import KnownEmail
 from vaultmem.layout import in_sealed_level
@@ -48,6 +49,10 @@ ROW_COLUMNS = (
     "file_mtime_ns",
     "ord",
     "entities",
+    "valid_from",
+    "valid_to",
+    "supersedes",
+    "superseded_by",
 )
 
 
@@ -99,6 +104,7 @@ def leaf_row(leaf: Leaf, stamp: FileStamp, parent: str | None = None) -> tuple[A
         stamp.mtime_ns,
         leaf.order,
         json.dumps(list(leaf.entities), ensure_ascii=False),
+        *validity.row_values(validity.of(leaf)),
     )
 
 
@@ -145,6 +151,7 @@ def summary_row(node: SummaryNode, stamp: FileStamp, parent: str | None = None) 
         stamp.mtime_ns,
         node.order,
         "[]",
+        *validity.row_values(validity.Validity()),
     )
 
 
@@ -218,6 +225,7 @@ def row_to_leaf(row: sqlite3.Row) -> Leaf:
         order=_ord(row),
         entities=_entities(row),
         meta=json.loads(row["provenance"]),
+        **validity.from_row(row).fields(),
     )
 
 

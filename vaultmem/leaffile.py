@@ -24,6 +24,7 @@ from vaultmem.layout import slug
 from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Status, format_ts, parse_order, parse_ts, safe_name
 from vaultmem.redact import Redaction, has_secret, redact
 from vaultmem.tokens import count_tokens
+from vaultmem.validity import parse as parse_validity
 
 LEAF_KEYS = frozenset(
     {
@@ -156,6 +157,7 @@ def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, mdfile.MdDoc]:
     provenance = meta.get("provenance") or {}
     if not isinstance(provenance, dict):
         raise FrontmatterError(f"{rel_path}: 'provenance' must be a mapping")
+    valid = parse_validity(meta, rel_path)
     clean = _Cleaner()
     body = clean.text(doc.body.strip())
     leaf = Leaf(
@@ -180,6 +182,10 @@ def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, mdfile.MdDoc]:
         order=order,
         entities=entity_keys(_str_list(meta.get("entities"), "entities", rel_path)),
         meta={str(k): clean.text(str(v)) for k, v in provenance.items()},
+        valid_from=valid.valid_from,
+        valid_to=valid.valid_to,
+        supersedes=valid.supersedes,
+        superseded_by=valid.superseded_by,
     )
     # The kinds the file lists, then any a hand edit added (the index knows the text was redacted).
     listed = _str_list(meta.get("redactions"), "redactions", rel_path)

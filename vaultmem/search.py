@@ -65,6 +65,8 @@ class Filters:
     kind: str | None = None  # "leaf" or "summary"
     status: str | None = None
     entity: str | None = None  # only leaves that mention this entity key (a topic's scope)
+    valid_at: datetime | None = None  # only leaves whose validity window holds this moment (issue #20)
+    as_of: datetime | None = None  # only what the vault held then: nodes whose time is not after it
 
     def sql(self, alias: str = "c") -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -89,13 +91,32 @@ class Filters:
         if self.until is not None:
             clauses.append(f"{alias}.ts <= ?")
             params.append(format_ts(self.until))
+        if self.valid_at is not None:
+            clauses.append(
+                f"({alias}.valid_from IS NULL OR {alias}.valid_from <= ?)"
+                f" AND ({alias}.valid_to IS NULL OR {alias}.valid_to > ?)"
+            )
+            params.extend([format_ts(self.valid_at)] * 2)
+        if self.as_of is not None:  # a summary counts from its newest leaf, a leaf from its own time
+            clauses.append(f"coalesce({alias}.ts_end, {alias}.ts, '') <= ?")
+            params.append(format_ts(self.as_of))
         return (" AND ".join(clauses), params)
 
     @property
     def empty(self) -> bool:
         return all(
             v is None
-            for v in (self.source, self.session, self.since, self.until, self.kind, self.status, self.entity)
+            for v in (
+                self.source,
+                self.session,
+                self.since,
+                self.until,
+                self.kind,
+                self.status,
+                self.entity,
+                self.valid_at,
+                self.as_of,
+            )
         )
 
 

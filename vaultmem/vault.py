@@ -38,6 +38,7 @@ from vaultmem import (
     tree,
     treectx,
     treeops,
+    versions,
 )
 from vaultmem.check import CheckReport, Problem, check
 from vaultmem.compact import CompactSettings, Planner, SourceState
@@ -1054,16 +1055,32 @@ class Vault:
         status: str | None = None,
         topic: str | None = None,
         now: datetime | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
     ) -> list[Hit]:
         """Hybrid search (BM25 + embeddings) over leaves and summaries, with filters.
 
         ``topic`` (an entity name or key) keeps the leaves that mention it. A query that names a time
         ("last Tuesday", "in May 2023", "上周三") ranks what was said then first; ``now`` is the
-        reference for relative times (default: the current time)."""
+        reference for relative times (default: the current time). A superseded leaf comes right after
+        the leaf that replaces it (``superseded_by`` in its provenance) and a leaf outside its validity
+        window is left out, unless ``include_superseded``; ``as_of`` answers as the vault stood then."""
         entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status, entity)
+        filters = versions.scoped(
+            self.conn, filters, as_of=_as_of(as_of), now=now, include_superseded=include_superseded
+        )
         self._note_query(query)
-        return self._window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))[:k]
+        found = self._window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))
+        return self._versions(query, found, filters, include_superseded)[:k]
+
+    def _versions(self, query: str, hits: list[Hit], filters: Filters, include_superseded: bool) -> list[Hit]:
+        """``versions.arrange`` with successors the search did not find fetched from the index."""
+
+        def fetch(ids: list[str]) -> list[Hit]:
+            return self.searcher.evidence(query, self.searcher.hits([(i, 0.0, None, None) for i in ids]))
+
+        return versions.arrange(self.conn, hits, filters, fetch, include_superseded=include_superseded)
 
     def _window_first(
         self, query: str, filters: Filters, now: datetime | None, ranked: Callable[[str, Filters], list[Hit]]
@@ -1101,11 +1118,14 @@ class Vault:
         until: datetime | str | None = None,
         topic: str | None = None,
         now: datetime | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
     ) -> Context:
         """The best remembered text for ``query`` within ``budget_tokens``, with provenance per item.
 
         ``mode``: ``flat`` (leaves only), ``collapsed`` (leaves and summaries ranked together) or
-        ``walk`` (top-down through the best branches); see ``treectx``. Chosen nodes never overlap."""
+        ``walk`` (top-down through the best branches); see ``treectx``. Chosen nodes never overlap.
+        Versions and ``as_of`` as in ``search``."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         mode = mode or DEFAULT_CONTEXT_MODE
@@ -1115,6 +1135,9 @@ class Vault:
             raise InvalidInput("the query is empty; type a few words to search for")
         entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), entity=entity)
+        filters = versions.scoped(
+            self.conn, filters, as_of=_as_of(as_of), now=now, include_superseded=include_superseded
+        )
         self._note_query(query)
         # Enough candidates to fill the budget several times over with short turns.
         k = max(50, budget_tokens // 8)
@@ -1127,6 +1150,7 @@ class Vault:
                 mode, self.searcher, self.conn, q, k, f, lambda: self.embedder, tree
             ),
         )
+        found = self._versions(query, found, filters, include_superseded)
         overlap = treectx.ancestors_of(self.conn, tree, found) if tree is not None else None
         ctx = assemble(query, found, budget_tokens, overlap)
         judged = {h.id: h for h in self.searcher.evidence(query, [item.hit for item in ctx.items])}
@@ -1682,3 +1706,11 @@ def _when(value: datetime | str | None, name: str) -> datetime | None:
             f"--{name} {value!r} is not a date; use ISO 8601 such as 2024-05-01 or 2024-05-01T09:00Z"
         )
     return parsed
+
+
+def _as_of(value: datetime | str | None) -> datetime | None:
+    """``--as-of``: a moment; a bare date stands for the end of that UTC day (what the vault held on it)."""
+    moment = _when(value, "as-of")
+    if isinstance(value, str) and len(value.strip()) == 10 and moment is not None:
+        return moment + timedelta(days=1) - timedelta(microseconds=1)
+    return moment
