@@ -58,7 +58,16 @@ from vaultmem.db import NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.ingest import extract_job, heal_intents
 from vaultmem.jobs import Job, JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
-from vaultmem.layout import DB_NAME, RESERVED_TOP, SIDECAR_NAME, SOURCES, STATE_DIR, SUMMARY_NAME, Layout
+from vaultmem.layout import (
+    DB_NAME,
+    RESERVED_TOP,
+    SIDECAR_NAME,
+    SOURCES,
+    STATE_DIR,
+    SUMMARY_NAME,
+    TOMBSTONES,
+    Layout,
+)
 from vaultmem.leaffile import LEAF_KEYS, id_from_filename, parse_leaf, render_leaf
 from vaultmem.mdfile import redact_document
 from vaultmem.reindex import VaultFiles, read_vault
@@ -201,7 +210,7 @@ def check(
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
     (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
-    problems.extend(_dangling_versions(conn, set(files.rows)))
+    problems.extend(_dangling_versions(conn, set(files.rows) | _forgotten(layout)))
     return CheckReport(tuple(problems), tuple(fixed), leaves)
 
 
@@ -418,9 +427,16 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
     return out
 
 
+def _forgotten(layout: Layout) -> set[str]:
+    """Ids of forgotten leaves (their tombstones): a version link to one is not dangling."""
+    base = layout.root / TOMBSTONES
+    return {p.name for p in base.iterdir() if p.is_dir()} if base.is_dir() else set()
+
+
 def _dangling_versions(conn: sqlite3.Connection, on_disk: set[str]) -> list[Problem]:
     """A ``supersedes`` / ``superseded_by`` naming a leaf the vault does not hold (a typo, a leaf
-    deleted): the link is ignored by search until a person corrects it or the leaf comes back."""
+    deleted; a forgotten leaf is not dangling): the link is ignored by search until a person corrects
+    it or the leaf comes back."""
     out = []
     for row in conn.execute(
         "SELECT c.path, c.id, j.value AS other FROM chunks c, json_each(c.supersedes) j WHERE c.supersedes <> '[]'"

@@ -25,7 +25,7 @@ from vaultmem.fsio import is_disk_full
 from vaultmem.inputs.sniff import FORMAT_NAMES
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
-from vaultmem.model import Leaf, format_ts
+from vaultmem.model import LEAF_ID_RE, Leaf, format_ts
 from vaultmem.summaryfile import SummaryNode, summary_json
 from vaultmem.tokens import count_tokens
 
@@ -845,6 +845,81 @@ def compact(
         typer.echo(f"note: {note}")
     for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
+
+
+@app.command()
+def forget(
+    target: Annotated[str, typer.Argument(metavar="ID|QUERY", help="A leaf id, or words naming the leaves.")],
+    reason: Annotated[
+        str | None, typer.Option("--reason", metavar="TEXT", help="Why (in the commit).")
+    ] = None,
+    limit: Annotated[int, _limit_opt("With QUERY: forget at most this many matching leaves.")] = 5,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (QUERY); for scripts.")] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Forget leaves: kept in a tombstone (.trash/vaultmem/forgotten/), out of search, context,
+    topics and digests; what they are under is re-summarised. `vaultmem restore ID` undoes it."""
+    with open_vault(vault_path) as vault, interruptible(vault):
+        if LEAF_ID_RE.match(target):
+            ids = [target]
+        else:
+            hits = [
+                h for h in vault.search(target, limit, kind="leaf", include_superseded=True) if not h.weak
+            ]
+            if not hits:
+                raise InvalidInput(f"no leaf matches {target!r} well; nothing forgotten")
+            for hit in hits:
+                typer.echo(f"  {hit.id}  {hit.ts or '-':20}  {' '.join(hit.text.split())[:90]}", err=True)
+            _confirm(f"forget these {len(hits)} leaves?", yes)
+            ids = [h.id for h in hits]
+        done = vault.forget(ids, reason=reason)
+        say_warnings(vault)
+    if as_json:
+        emit_json([t.as_dict() for t in done])
+        return
+    for tomb in done:
+        typer.echo(f"forgot {tomb.id} ({tomb.path}); `vaultmem restore {tomb.id}` brings it back")
+
+
+@app.command()
+def restore(
+    leaf_id: Annotated[str, typer.Argument(metavar="ID", help="A forgotten leaf's id.")],
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Bring a forgotten leaf back exactly as it was."""
+    with open_vault(vault_path) as vault, interruptible(vault):
+        rel = vault.restore(leaf_id)
+        say_warnings(vault)
+    if as_json:
+        emit_json({"id": leaf_id, "path": rel})
+        return
+    typer.echo(f"restored {leaf_id} at {rel}")
+
+
+@app.command()
+def forgotten(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
+    """The forgotten leaves, most recent first."""
+    with open_vault(vault_path) as vault:
+        found = vault.forgotten()
+    if as_json:
+        emit_json([t.as_dict() for t in found])
+        return
+    if not found:
+        typer.echo("nothing forgotten")
+    for tomb in found:
+        typer.echo(f"{tomb.forgotten_at}  {tomb.id}  {tomb.path}  {tomb.reason or ''}".rstrip())
+
+
+def _confirm(question: str, yes: bool) -> None:
+    """Ask on a terminal; without one, ``--yes`` is required (a script never hangs on a prompt)."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise InvalidInput(f"{question} (no terminal to ask on: pass --yes)")
+    if not typer.confirm(question, default=False, err=True):
+        raise InvalidInput("nothing done")
 
 
 @app.command("reindex")

@@ -34,6 +34,7 @@ SUMMARY_NAME = "_summary.md"
 SIDECAR_NAME = "_embeddings.json"
 RESERVED_TOP = ("sources", "topics", "global", "core")
 # Directories and files the engine never indexes.
+TOMBSTONES = ".trash/vaultmem/forgotten"  # forgotten leaves, one folder per id (vaultmem.forget)
 IGNORED_DIRS = frozenset({".vaultmem", ".obsidian", ".git", ".trash", "node_modules"})
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")

@@ -33,6 +33,7 @@ from vaultmem import (
     gitsync,
     index,
     mdfile,
+    sidecar,
     timeparse,
     topics,
     tree,
@@ -68,7 +69,19 @@ from vaultmem.errors import (
     VaultLocked,
     VaultNotFound,
 )
-from vaultmem.extract import EntityFinder, find_entities, vectors_from_sidecars
+from vaultmem.extract import EntityFinder, find_entities, reload_vectors, vectors_from_sidecars
+from vaultmem.forget import (
+    Tombstone,
+    bury,
+    derived_folders,
+    keep_derived,
+    read_tomb,
+    snapshot,
+    tombstone_stamp,
+    tombstones,
+    unbury,
+    undo_derived,
+)
 from vaultmem.gitsync import GitOperation, GitRecorder
 from vaultmem.ingest import (
     IngestReport,
@@ -84,7 +97,7 @@ from vaultmem.inputs import read_path
 from vaultmem.inputs.chat import messages_from_records
 from vaultmem.inputs.mailthread import thread_messages
 from vaultmem.jobs import JobKind, JobQueue, NewJob, release_dead, resummarize_job
-from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
+from vaultmem.layout import FRESH, RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
 from vaultmem.model import (
@@ -1463,6 +1476,87 @@ class Vault:
             self._add_keys(old.path, agentio.SUPERSEDED_BY, new_id)
             self.reconcile_paths([new_path, old.path], by_hand=False)  # the rows follow the files
         return replace(done, supersedes=old_id)
+
+    # -- forget and restore (issue #20) ---------------------------------------------------------------
+    def forget(
+        self, ids: Iterable[str], *, reason: str | None = None, settle: bool = True
+    ) -> list[Tombstone]:
+        """Forget leaves: each is moved, byte for byte, into its tombstone
+        (``.trash/vaultmem/forgotten/<id>/``, never indexed) with its vector, and leaves the tree like
+        ``delete`` (its ancestors go stale, its day's digest and its topics are redone). ``settle`` runs
+        the queue at once, so the ancestors are re-summarised without it. One commit with git on;
+        ``restore`` brings a leaf back exactly."""
+        wanted = list(dict.fromkeys(check_node_id(i) for i in ids))
+        for node_id in wanted:
+            if node_id.startswith("s"):
+                raise InvalidInput(f"{node_id} is a level; forget its leaves (`vaultmem show {node_id}`)")
+        why = f" ({' '.join(reason.split())[:120]})" if reason and reason.strip() else ""
+        message = scrub(f"memory: forget {', '.join(wanted)}{why}")
+        before: list[tuple[Tombstone, dict[str, bytes | None]]] = []
+        with self.commit_batch(message):
+            with self.operation(message):
+                model, dim = self.embedder.model_id, self.embedder.dim
+                for leaf in (self.get(i) for i in wanted):
+                    path = self.layout.abs(leaf.path)
+                    data = path.read_bytes()
+                    entry = sidecar.read(path.parent, model, dim).entries.get(path.name)
+                    tomb = Tombstone(
+                        id=leaf.id,
+                        path=leaf.path,
+                        hash=fsio.sha256_bytes(data),
+                        forgotten_at=tombstone_stamp(),
+                        reason=scrub(reason) if reason else None,
+                        model=model if entry else None,
+                        vector_hash=entry.hash if entry else None,
+                        vector=entry.raw if entry else None,
+                    )
+                    day = leaf.ts.strftime("%Y-%m-%d") if leaf.ts else None
+                    folders = derived_folders(self.conn, leaf.id, leaf.path, leaf.entities, day)
+                    before.append((tomb, snapshot(self.layout, folders)))
+                    bury(self.layout, tomb, data)
+                    self.delete(leaf.id)
+            if settle:
+                self.work()
+            with self.operation(message):  # what forgetting rewrote, kept for an exact restore
+                done = [keep_derived(self.layout, tomb, old) for tomb, old in before]
+        return done
+
+    def restore(self, leaf_id: str, *, settle: bool = True) -> str:
+        """Bring a forgotten leaf back where it was (its own bytes and vector; into its source's
+        ``_fresh/`` when its level is gone), remove its tombstone, and re-summarise what it is under
+        (``settle``). One commit with git on. Returns the leaf's path."""
+        with self.commit_batch(f"memory: restore {check_node_id(leaf_id)}"):
+            with self.operation(f"memory: restore {leaf_id}"):
+                tomb, data = read_tomb(self.layout, leaf_id)
+                if self.node_at(tomb.path) is not None or index.existing_ids(self.conn, [leaf_id]):
+                    raise InvalidInput(f"{leaf_id} is in the vault already; its tombstone is left as it is")
+                rel = tomb.path
+                if not self.layout.abs(rel).parent.is_dir():  # its level was merged or removed since
+                    rel = f"{SOURCES}/{rel.split('/')[1]}/{FRESH}/{tomb.name}"
+                target = self.layout.abs(rel)
+                fsio.make_dirs(self.layout.root, target.parent)
+                fsio.atomic_write(target, data, root=self.layout.root, expected=None)
+                undone = undo_derived(self.layout, tomb) if rel == tomb.path else []
+                embedder = self.embedder
+                held = sidecar.read(target.parent, embedder.model_id, embedder.dim).entries
+                if (
+                    tomb.vector
+                    and tomb.vector_hash
+                    and tomb.model == embedder.model_id
+                    and tomb.name not in held
+                ):
+                    entry = {tomb.name: sidecar.Entry(tomb.vector_hash, tomb.vector)}
+                    sidecar.update(self.layout, target.parent, embedder.model_id, embedder.dim, entry)
+                unbury(self.layout, tomb)
+                self.reconcile_paths([rel, *undone], by_hand=False)
+                reload_vectors(self.conn, self.layout, [rel, *undone], embedder.model_id, embedder.dim)
+            if settle:
+                self.work()
+        return rel
+
+    def forgotten(self) -> list[Tombstone]:
+        """The forgotten leaves (their tombstones), the most recently forgotten first."""
+        return tombstones(self.layout)
 
     def _remember(self, message: Message) -> agentio.Remembered:
         check_new_sources(self.layout, {message.source})
