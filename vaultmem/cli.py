@@ -912,6 +912,48 @@ def forgotten(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
         typer.echo(f"{tomb.forgotten_at}  {tomb.id}  {tomb.path}  {tomb.reason or ''}".rstrip())
 
 
+@app.command()
+def purge(
+    leaf_id: Annotated[str, typer.Argument(metavar="ID", help="The leaf to erase (live or forgotten).")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask; for scripts.")] = False,
+    rewrite_history: Annotated[
+        bool,
+        typer.Option(
+            "--rewrite-history",
+            help="DESTRUCTIVE: rewrite the vault's git history so no commit holds the text.",
+        ),
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rewrite history even though the repository has a remote.")
+    ] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Erase a leaf's text everywhere: the leaf, what drew on it (re-summarised), copies, the index.
+
+    Then proves it: every file under the vault, git objects, chunks.db and its WAL are searched.
+    Exit 1 when the text is still somewhere (listed)."""
+    with open_vault(vault_path) as vault, interruptible(vault):
+        what = "and rewrite the git history " if rewrite_history else ""
+        _confirm(f"purge {leaf_id} {what}for good? (not undoable)", yes)
+        report = vault.purge(leaf_id, rewrite_history=rewrite_history, force=force)
+        say_warnings(vault)
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        typer.echo(f"purged {leaf_id}; {report.rewritten} commits rewritten")
+        for rel in report.removed:
+            typer.echo(f"removed copy {rel}")
+        for where in report.traces:
+            typer.echo(f"still holds the text: {where}")
+        for note in report.notes:
+            typer.echo(note)
+        if not report.traces:
+            typer.echo("the text is nowhere under the vault (files, git objects, chunks.db, WAL)")
+    if report.traces:
+        raise typer.Exit(1)
+
+
 def _confirm(question: str, yes: bool) -> None:
     """Ask on a terminal; without one, ``--yes`` is required (a script never hangs on a prompt)."""
     if yes:

@@ -33,6 +33,7 @@ from vaultmem import (
     gitsync,
     index,
     mdfile,
+    purge,
     sidecar,
     timeparse,
     topics,
@@ -1553,6 +1554,55 @@ class Vault:
             if settle:
                 self.work()
         return rel
+
+    def purge(self, leaf_id: str, *, rewrite_history: bool = False, force: bool = False) -> purge.PurgeReport:
+        """Erase a leaf (live or forgotten) and every copy of its text: the leaf goes, what drew on it is
+        re-summarised, copies outside the tree (``.trash/``, other tombstones' snapshots, duplicates set
+        aside, damaged indexes) are removed, the index's free pages and WAL are wiped. With
+        ``rewrite_history`` the vault's git history is rewritten so no commit holds it (refused when the
+        repository has a remote, unless ``force``). ``traces`` in the report lists where the text
+        still is (empty: nowhere under the vault directory, git objects and ``chunks.db`` included)."""
+        check_node_id(leaf_id)
+        if leaf_id.startswith("s"):
+            raise InvalidInput(f"{leaf_id} is a level; purge its leaves one by one")
+        root = self.layout.root
+        if rewrite_history:
+            if self._git is None or not purge.is_repo_top(root):
+                raise InvalidInput(
+                    "--rewrite-history needs git auto-commit on and the vault's own repository"
+                )
+            remotes = purge.upstreams(root)
+            if remotes and not force:
+                raise InvalidInput(
+                    f"the vault's repository has remotes ({', '.join(remotes)}): the text stays in every"
+                    " clone already pushed; pass --force to rewrite this history anyway"
+                )
+        live = bool(index.existing_ids(self.conn, [leaf_id]))
+        if live:
+            leaf = self.get(leaf_id)
+            raw = self.layout.abs(leaf.path).read_text(encoding="utf-8")
+            texts = [mdfile.split(raw, where=leaf.path).body, leaf.text]
+        else:
+            tomb, data = read_tomb(self.layout, leaf_id)
+            texts = [mdfile.split(data.decode("utf-8"), where=tomb.path).body]
+        found = list(dict.fromkeys(n for t in texts for n in purge.needles(t)))
+        message = f"memory: purge {leaf_id}"
+        with self.commit_batch(message):
+            with self.operation(message):
+                if live:
+                    self.delete(leaf_id)
+                else:
+                    unbury(self.layout, tomb)
+            self.work()  # what drew on it is re-summarised without it
+            with self.operation(message):
+                removed = purge.remove_copies(self.layout, purge.stray_copies(self.layout, found))
+        purge.wipe_index(self.conn)
+        rewritten = purge.rewrite_history(root, found, [leaf.path] if live else []) if rewrite_history else 0
+        left = purge.traces(root, found)
+        notes = []
+        if left and not rewrite_history and any(t.startswith(".git") for t in left):
+            notes.append("git history still holds the text: purge again with --rewrite-history")
+        return purge.PurgeReport(leaf_id, tuple(removed), rewritten, tuple(left), tuple(notes))
 
     def forgotten(self) -> list[Tombstone]:
         """The forgotten leaves (their tombstones), the most recently forgotten first."""
