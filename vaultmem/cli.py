@@ -954,6 +954,85 @@ def purge(
         raise typer.Exit(1)
 
 
+@app.command("review")
+def review_cmd(
+    scan: Annotated[
+        bool,
+        typer.Option("--scan", help="First look for memories that update older ones (offline detector)."),
+    ] = False,
+    accept: Annotated[
+        list[str] | None, typer.Option("--accept", metavar="KEY", help="Accept a proposal.")
+    ] = None,
+    reject: Annotated[
+        list[str] | None, typer.Option("--reject", metavar="KEY", help="Reject a proposal.")
+    ] = None,
+    skip: Annotated[
+        list[str] | None, typer.Option("--skip", metavar="KEY", help="Leave it for later.")
+    ] = None,
+    revert: Annotated[
+        str | None,
+        typer.Option("--revert", metavar="NEW-OLD", help="Undo an applied update (from the weekly log)."),
+    ] = None,
+    list_only: Annotated[bool, typer.Option("--list", help="Only list the waiting proposals.")] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The review inbox: proposals that a new memory replaces an older one.
+
+    Decisions a person wrote into review/*.md (decision: accept|reject) are carried out first. On a
+    terminal, without --accept/--reject/--skip, each proposal is shown and a key decides:
+    a accept, r reject, s skip, o open the file, q quit. KEY: the proposal's new id or file name."""
+    done: dict[str, Any] = {}
+    with open_vault(vault_path) as vault:
+        if revert:
+            vault.revert_update(revert)
+            done["reverted"] = revert
+        if scan:
+            found = vault.propose_updates()
+            done |= {k: [p.as_dict() for p in v] for k, v in found.items()}
+        decided = vault.apply_reviews()
+        for decision, keys in (("accept", accept), ("reject", reject), ("skip", skip)):
+            for key in keys or []:
+                for k, v in vault.decide(key, decision).items():
+                    decided.setdefault(k, []).extend(v)
+        interactive = not (list_only or as_json or accept or reject or skip) and sys.stdin.isatty()
+        if interactive:
+            for p in vault.proposals():
+                typer.echo(f"\n{p.new} updates {p.old}  ({p.confidence:.2f}: {'; '.join(p.why)})")
+                typer.echo((vault.layout.root / p.path).read_text(encoding="utf-8").split("---\n", 2)[-1])
+                while True:
+                    key = (
+                        typer.prompt("[a]ccept [r]eject [s]kip [o]pen [q]uit", default="s")
+                        .strip()
+                        .lower()[:1]
+                    )
+                    if key == "o":
+                        typer.launch(str(vault.layout.root / p.path))
+                        continue
+                    break
+                if key == "q":
+                    break
+                choice = {"a": "accept", "r": "reject"}.get(key, "skip")
+                for k, v in vault.decide(p.new, choice).items():
+                    decided.setdefault(k, []).extend(v)
+        waiting = vault.proposals()
+        say_warnings(vault)
+    done |= {k: [p if isinstance(p, tuple) else p.as_dict() for p in v] for k, v in decided.items()}
+    done["waiting"] = [p.as_dict() for p in waiting]
+    if as_json:
+        emit_json(done)
+        return
+    for key in ("applied", "proposed", "accepted", "rejected", "expired"):
+        for p in done.get(key, []):
+            typer.echo(f"{key}: {p['new']} updates {p['old']} ({p['confidence']:.2f})")
+    for rel, why in done.get("invalid", []):
+        typer.echo(f"invalid proposal {rel}: {why}", err=True)
+    for p in waiting:
+        typer.echo(f"waiting: {p.new} updates {p.old} ({p.confidence:.2f}: {'; '.join(p.why)})  {p.path}")
+    if not waiting:
+        typer.echo("nothing waiting for review")
+
+
 def _confirm(question: str, yes: bool) -> None:
     """Ask on a terminal; without one, ``--yes`` is required (a script never hangs on a prompt)."""
     if yes:

@@ -34,6 +34,7 @@ SUMMARY_NAME = "_summary.md"
 SIDECAR_NAME = "_embeddings.json"
 RESERVED_TOP = ("sources", "topics", "global", "core")
 # Directories and files the engine never indexes.
+REVIEW = "review"  # the review inbox (vaultmem.review): never indexed
 TOMBSTONES = ".trash/vaultmem/forgotten"  # forgotten leaves, one folder per id (vaultmem.forget)
 IGNORED_DIRS = frozenset({".vaultmem", ".obsidian", ".git", ".trash", "node_modules"})
 
@@ -117,9 +118,10 @@ def in_sealed_level(rel: str) -> bool:
 
 
 def is_ignored(rel: str) -> bool:
-    """True for paths the engine never indexes: engine state, editor and VCS folders, temp files."""
+    """True for paths the engine never indexes: engine state, editor and VCS folders, temp files, the
+    review inbox (``review/`` at the top)."""
     parts = PurePosixPath(rel).parts
-    if any(part in IGNORED_DIRS or part.startswith(".") for part in parts):
+    if any(part in IGNORED_DIRS or part.startswith(".") for part in parts) or parts[:1] == (REVIEW,):
         return True
     name = parts[-1] if parts else ""
     return (

@@ -27,6 +27,7 @@ from vaultmem import (
     agentio,
     daemonstate,
     db,
+    detect,
     digest,
     entities,
     fsio,
@@ -34,6 +35,7 @@ from vaultmem import (
     index,
     mdfile,
     purge,
+    review,
     sidecar,
     timeparse,
     topics,
@@ -107,6 +109,7 @@ from vaultmem.model import (
     Status,
     check_node_id,
     default_source_name,
+    format_ts,
     parse_ts,
     safe_name,
     utc,
@@ -1473,10 +1476,135 @@ class Vault:
             new_id, new_path = done.ids[0], done.paths[0]
             if new_id == old_id:
                 raise InvalidInput(f"the new text is the text of {old_id} already; nothing to update")
-            self._add_keys(new_path, agentio.SUPERSEDES, old_id)
-            self._add_keys(old.path, agentio.SUPERSEDED_BY, new_id)
-            self.reconcile_paths([new_path, old.path], by_hand=False)  # the rows follow the files
+            self._link(old_id, old.path, new_id, new_path)
         return replace(done, supersedes=old_id)
+
+    def _link(self, old_id: str, old_path: str, new_id: str, new_path: str, *, add: bool = True) -> None:
+        """Write (or with ``add=False`` remove) the version link between two leaves, both sides."""
+        if add:
+            self._add_keys(new_path, agentio.SUPERSEDES, old_id)
+            self._add_keys(old_path, agentio.SUPERSEDED_BY, new_id)
+        else:
+            self._drop_id(new_path, agentio.SUPERSEDES, old_id)
+            self._drop_id(old_path, agentio.SUPERSEDED_BY, new_id)
+        self.reconcile_paths([new_path, old_path], by_hand=False)  # the rows follow the files
+
+    def _drop_id(self, rel: str, key: str, value: str) -> None:
+        path = self.layout.abs(rel)
+        text, digest = fsio.read_text_guarded(path, self.config.max_file_bytes)
+        doc = mdfile.split(text, where=rel)
+        ids = [i for i in agentio.id_list(doc.meta.get(key)) if i != value]
+        if ids == agentio.id_list(doc.meta.get(key)):
+            return
+        if ids:
+            new = agentio.with_keys(text, {key: ids[0] if len(ids) == 1 else ids}, where=rel)
+        else:
+            blocks = [raw if raw.endswith("\n") else raw + "\n" for k, raw in doc.raw_blocks if k != key]
+            new = "---\n" + "".join(blocks) + "---\n" + doc.body
+        fsio.atomic_write(path, new.encode("utf-8"), root=self.layout.root, expected=digest)
+
+    # -- updates: the supersede detector and the review inbox (issue #20) ------------------------------
+    def propose_updates(self, *, now: datetime | None = None, rescan: bool = False) -> dict[str, list[Any]]:
+        """Run the offline detector over the leaves indexed since the last scan (all with ``rescan``):
+        each older leaf a new one may update becomes a proposal in ``review/`` (confidence at least
+        ``detect.PROPOSE_AT``), applied at once and logged in the week's file when at least
+        ``detect.AUTO_APPLY_AT``. Pairs already linked, proposed or decided are skipped."""
+        moment = now or datetime.now(UTC)
+        out: dict[str, list[Any]] = {"proposed": [], "applied": []}
+        with self.operation("memory: propose updates"):
+            mark = self.conn.execute("SELECT value FROM meta WHERE key = 'updates_scanned'").fetchone()
+            start = 0 if rescan or mark is None else int(mark[0])
+            rows = self.conn.execute(
+                "SELECT rowid, id, text, speaker, role, entities, path FROM chunks"
+                " WHERE kind = 'leaf' AND rowid > ? AND status <> 'dropped' ORDER BY coalesce(ts, ''), rowid",
+                (start,),
+            ).fetchall()
+            cache = self.searcher.vectors(self.embedder)
+            decided = review.decided_pairs(self.layout)
+            waiting = {(p.new, p.old) for p in review.inbox(self.layout)[0]}
+            for row in rows:
+                for old, cosine in versions.earlier_neighbours(self.conn, cache, row["id"]):
+                    if (row["id"], old["id"]) in decided | waiting:
+                        continue
+                    shared = len(set(json.loads(old["entities"])) & set(json.loads(row["entities"])))
+                    who = (old["speaker"] or old["role"]) == (row["speaker"] or row["role"])
+                    verdict = detect.judge(
+                        old["text"],
+                        row["text"],
+                        cosine,
+                        same_speaker=who,
+                        shared_entities=shared,
+                        other_people=detect.other_people(
+                            json.loads(old["entities"]), json.loads(row["entities"])
+                        ),
+                    )
+                    if verdict is None or verdict.confidence < detect.PROPOSE_AT:
+                        continue
+                    p = review.Proposal(
+                        old["id"], row["id"], verdict.confidence, verdict.why, format_ts(moment) or ""
+                    )
+                    waiting.add((p.new, p.old))
+                    if verdict.confidence >= detect.AUTO_APPLY_AT:
+                        self._link(p.old, old["path"], p.new, row["path"])
+                        review.log(self.layout, moment, "applied", p, old["text"], row["text"])
+                        out["applied"].append(p)
+                    else:
+                        review.write(self.layout, p, old["text"], row["text"], old["path"], row["path"])
+                        out["proposed"].append(p)
+            if rows:
+                with db.atomic(self.conn):
+                    self.conn.execute(
+                        "INSERT INTO meta(key, value) VALUES ('updates_scanned', ?)"
+                        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                        (str(max(r["rowid"] for r in rows)),),
+                    )
+        return out
+
+    def proposals(self) -> list[review.Proposal]:
+        """The proposals waiting in ``review/``, oldest first."""
+        return review.inbox(self.layout)[0]
+
+    def decide(self, key: str, decision: str) -> dict[str, list[Any]]:
+        """Record a person's ``decision`` (accept, reject, skip) on a proposal (its file name, its new
+        id, or ``new-old``) and apply the inbox. A person's own tool: the MCP server has no way here."""
+        with self.operation(f"memory: review {decision} {key}"):
+            review.set_decision(self.layout, review.find(self.layout, key), decision)
+            return self.apply_reviews()
+
+    def apply_reviews(self, *, now: datetime | None = None) -> dict[str, list[Any]]:
+        """Carry out the decisions in ``review/`` (a person's edit of ``decision:`` included): accepted
+        proposals link the two leaves, rejected ones are dropped, and proposals pending longer than
+        ``review.EXPIRE_DAYS`` expire; each outcome goes into the week's log and the file goes."""
+        moment = now or datetime.now(UTC)
+        out: dict[str, list[Any]] = {"accepted": [], "rejected": [], "expired": [], "invalid": []}
+        with self.operation("memory: review decisions"):
+            found, bad = review.inbox(self.layout)
+            out["invalid"] = bad
+            for p in found:
+                outcome = {"accept": "accepted", "reject": "rejected"}.get(p.decision)
+                if outcome is None and review.expired(p, moment):
+                    outcome = "expired"
+                if outcome is None:
+                    continue
+                pair = {x.id: x for x in index.leaves_by_ids(self.conn, [p.old, p.new])}
+                if outcome == "accepted" and len(pair) == 2:
+                    self._link(p.old, pair[p.old].path, p.new, pair[p.new].path)
+                texts = [pair[i].text if i in pair else "(gone)" for i in (p.old, p.new)]
+                review.log(self.layout, moment, outcome, p, texts[0], texts[1])
+                fsio.remove_file(self.layout.root, self.layout.root / p.path)
+                out[outcome].append(p)
+        return out
+
+    def revert_update(self, key: str) -> None:
+        """Undo a link between two leaves (``new-old`` ids, as the weekly log writes it)."""
+        new_id, _, old_id = key.partition("-")
+        pair = {
+            x.id: x for x in index.leaves_by_ids(self.conn, [check_node_id(old_id), check_node_id(new_id)])
+        }
+        if len(pair) != 2:
+            raise NodeNotFound(f"{key}: both leaves must be in the vault to undo their link")
+        with self.operation(f"memory: revert update {new_id} of {old_id}"):
+            self._link(old_id, pair[old_id].path, new_id, pair[new_id].path, add=False)
 
     # -- forget and restore (issue #20) ---------------------------------------------------------------
     def forget(

@@ -14,8 +14,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import numpy as np
+
 from vaultmem.search import Filters, Hit
 from vaultmem.validity import SUPERSEDED_BY, SUPERSEDES
+from vaultmem.vectors import VectorCache
 
 MAX_CHAIN = 16  # a chain of versions longer than this is followed no further (a cycle typed by hand)
 
@@ -177,3 +180,33 @@ def scoped(
     if not include_superseded and windowed(conn):
         valid_at = as_of or now or datetime.now(UTC)
     return replace(filters, valid_at=valid_at, as_of=as_of)
+
+
+def earlier_neighbours(
+    conn: sqlite3.Connection, cache: VectorCache, leaf_id: str, k: int = 8
+) -> list[tuple[sqlite3.Row, float]]:
+    """The ``k`` leaves said before ``leaf_id`` that are closest to it in meaning, with their cosine:
+    the candidates it may update (``detect.judge`` decides). Leaves already linked to it are left out."""
+    pos = cache.pos.get(leaf_id)
+    me = conn.execute("SELECT ts, supersedes FROM chunks WHERE id = ?", (leaf_id,)).fetchone()
+    if pos is None or me is None:
+        return []
+    leaves = cache.kind_rows("leaf")
+    sims = cache.matrix[leaves] @ cache.matrix[pos]
+    order = leaves[np.argsort(-sims)][: 4 * k + 1]
+    by_id = {
+        cache.ids[i]: float(cache.matrix[i] @ cache.matrix[pos]) for i in order if cache.ids[i] != leaf_id
+    }
+    linked = set(json.loads(me["supersedes"] or "[]"))
+    marks = ",".join("?" * len(by_id))
+    rows = conn.execute(
+        f"SELECT id, text, speaker, role, ts, entities, path FROM chunks WHERE kind = 'leaf' AND id IN ({marks})",
+        list(by_id),
+    ).fetchall()
+    earlier = [
+        r
+        for r in rows
+        if r["id"] not in linked and (me["ts"] is None or r["ts"] is None or r["ts"] < me["ts"])
+    ]
+    earlier.sort(key=lambda r: -by_id[r["id"]])
+    return [(r, by_id[r["id"]]) for r in earlier[:k]]

@@ -1,0 +1,138 @@
+"""The supersede detector and the review inbox (issue #20): proposals created, auto-applied above the
+threshold, queued below it, accepted and rejected from the CLI and from a hand edit of ``decision:``,
+expired into the weekly log, reverted; never reachable from the MCP server. Real files and SQLite."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from vaultmem import detect
+from vaultmem.embed import FakeEmbedder
+from vaultmem.vault import Vault
+
+OLD = "The Tidepool launch deadline is 27 March, tell the design team."
+NEW = "Update: the Tidepool launch deadline moved to 3 April."
+
+
+def test_judge_needs_a_changed_value_about_the_same_thing() -> None:
+    moved = detect.judge(
+        "I live in Berlin with my partner.", "We moved to Lisbon last month, I live there now.", 0.6
+    )
+    assert moved is not None and any("Berlin -> Lisbon" in w for w in moved.why)
+    assert (
+        detect.judge("I love sushi on Fridays.", "We had pizza for lunch at 12.", 0.2) is None
+    )  # other subject
+    assert (
+        detect.judge(OLD, "The Tidepool launch deadline is 27 March, as agreed.", 0.9) is None
+    )  # no new value
+    flipped = detect.judge("Kenji eats meat.", "Kenji no longer eats meat.", 0.8)
+    assert flipped is not None and "negation flipped" in flipped.why
+    # Two people's facts are not one fact changing.
+    assert detect.judge("Priya's team has 6 engineers.", "Kenji's team has 23 engineers.", 0.9) is None
+    strong = detect.judge(OLD, NEW, 0.9)
+    weak = detect.judge(OLD, NEW, 0.45)
+    assert strong is not None and weak is not None and strong.confidence > weak.confidence
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Vault, str, str]:
+    v = Vault.init(tmp_path / "vault", '[embed]\nmodel = "fake"\n', embedder=FakeEmbedder())
+    old = v.remember(OLD, ts="2024-03-01T09:00:00Z", source="chat").ids[0]
+    v.remember("Lunch was ramen at the place near the station.", ts="2024-03-02T12:00:00Z", source="chat")
+    new = v.remember(NEW, ts="2024-03-10T09:00:00Z", source="chat").ids[0]
+    v.flush()
+    return v, old, new
+
+
+def test_high_confidence_is_applied_at_once_and_revertible(
+    pair: tuple[Vault, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vault, old, new = pair
+    try:
+        monkeypatch.setattr(detect, "AUTO_APPLY_AT", 0.5)
+        done = vault.propose_updates(now=datetime(2024, 3, 11, tzinfo=UTC))
+        assert [(p.old, p.new) for p in done["applied"]] == [(old, new)] and done["proposed"] == []
+        assert vault.get(old).superseded_by == (new,) and vault.get(new).supersedes == (old,)
+        week = vault.layout.root / "review" / "weekly" / "2024-W11.md"
+        assert f"{new} updates {old}" in week.read_text(encoding="utf-8") and "applied" in week.read_text()
+        assert vault.propose_updates(rescan=True) == {"proposed": [], "applied": []}  # never twice
+        vault.revert_update(f"{new}-{old}")
+        assert vault.get(old).superseded_by == () and vault.get(new).supersedes == ()
+        assert "superseded_by" not in vault.layout.abs(vault.get(old).path).read_text(encoding="utf-8")
+        assert vault.check().ok
+    finally:
+        vault.close()
+
+
+def test_below_the_threshold_it_waits_and_a_hand_edit_decides(
+    pair: tuple[Vault, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vault, old, new = pair
+    try:
+        monkeypatch.setattr(detect, "AUTO_APPLY_AT", 1.01)
+        monkeypatch.setattr(detect, "PROPOSE_AT", 0.3)
+        done = vault.propose_updates()
+        assert [(p.old, p.new) for p in done["proposed"]] == [(old, new)]
+        path = vault.layout.root / "review" / f"{new}-updates-{old}.md"
+        text = path.read_text(encoding="utf-8")
+        assert "decision: pending" in text and "27 March" in text and "3 April" in text
+        assert vault.get(old).superseded_by == ()  # not applied yet
+        assert vault.search("Tidepool deadline", k=20, include_superseded=True)  # review/ is never indexed
+        assert not any(h.path.startswith("review/") for h in vault.search("Tidepool deadline design", 20))
+        # A person accepts it in Obsidian.
+        path.write_text(text.replace("decision: pending", "decision: accept"), encoding="utf-8")
+        out = vault.apply_reviews()
+        assert [p.new for p in out["accepted"]] == [new] and not path.exists()
+        assert vault.get(old).superseded_by == (new,)
+        assert vault.proposals() == []
+    finally:
+        vault.close()
+
+
+def test_reject_and_expiry(pair: tuple[Vault, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    vault, old, new = pair
+    try:
+        monkeypatch.setattr(detect, "AUTO_APPLY_AT", 1.01)
+        monkeypatch.setattr(detect, "PROPOSE_AT", 0.3)
+        now = datetime(2024, 3, 11, tzinfo=UTC)
+        vault.propose_updates(now=now)
+        assert vault.apply_reviews(now=now + timedelta(days=6))["expired"] == []
+        out = vault.apply_reviews(now=now + timedelta(days=8))
+        assert [p.new for p in out["expired"]] == [new] and vault.proposals() == []
+        log = (vault.layout.root / "review" / "weekly" / "2024-W12.md").read_text(encoding="utf-8")
+        assert "expired" in log and "27 March" in log
+        assert vault.propose_updates(rescan=True)["proposed"] == []  # an expired pair is not proposed again
+        assert vault.get(old).superseded_by == ()
+    finally:
+        vault.close()
+
+
+def test_cli_review(pair: tuple[Vault, str, str], tmp_path: Path) -> None:
+    vault, old, new = pair
+    root = str(vault.layout.root)
+    vault.close()
+    # Thresholds as measured: a clear change with the fake embedder's cosine stays below auto-apply.
+    found = run_cli("review", "--scan", "--json", "--vault", root)
+    assert found.returncode == 0, found.stderr
+    data = json.loads(found.stdout)
+    assert [(p["old"], p["new"]) for p in data["proposed"]] == [(old, new)]  # 0.55 <= confidence < 0.8
+    listed = run_cli("review", "--list", "--vault", root)
+    assert f"waiting: {new} updates {old}" in listed.stdout
+    rejected = run_cli("review", "--reject", new, "--json", "--vault", root)
+    assert rejected.returncode == 0, rejected.stderr
+    assert [p["new"] for p in json.loads(rejected.stdout)["rejected"]] == [new]
+    bad = run_cli("review", "--accept", "0123456789abcdef", "--vault", root)
+    assert bad.returncode == 1 and "no proposals match" in bad.stderr
+
+
+def test_the_mcp_server_cannot_approve() -> None:
+    source = (Path(__file__).parent.parent / "vaultmem" / "mcpserver.py").read_text(encoding="utf-8")
+    for name in ("apply_reviews", "decide(", "propose_updates", "revert_update", "review."):
+        assert name not in source
+    tools = (Path(__file__).parent.parent / "vaultmem" / "agenttools.py").read_text(encoding="utf-8")
+    assert "decide(" not in tools and "apply_reviews" not in tools

@@ -1,0 +1,281 @@
+"""The offline supersede detector (issue #20): does a new memory update an older one?
+
+Owns the judgement, without a model: two leaves are a candidate update when they are about the same thing
+(close in meaning, sharing the subject's words or entities, said by the same speaker) and a value changed
+between them (a number, a date or time, a name or place, a negation), helped by the words people use
+for a change ("moved", "changed", "no longer", "instead", "now"...). Confidence in [0, 1]; the
+thresholds were chosen by measurement (bench/updates.py; docs/architecture.md, "Memories that change").
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from vaultmem import entities
+
+PROPOSE_AT = 0.55  # a proposal is made at or above this confidence ...
+AUTO_APPLY_AT = 0.8  # ... and applied at once (listed, revertible) at or above this one
+MIN_OVERLAP = 0.25  # share of the shorter one's content words both must have: the same subject
+
+_CUE_RE = re.compile(
+    r"\b(moved|changed|change[sd]? to|no longer|not anymore|any ?more|instead|now|switched|updated?|"
+    r"actually|rescheduled|postponed|pushed (?:back|to)|replaced|upgraded|downgraded|these days|"
+    r"used to|new|latest|recently|currently|finally|turned out|correction|since then)\b",
+    re.IGNORECASE,
+)
+_NEG_RE = re.compile(
+    r"\b(not|no|never|don't|doesn't|didn't|isn't|aren't|wasn't|won't|can't|stopped|quit)\b", re.I
+)
+_NUM_RE = re.compile(r"\d+(?:[.,:]\d+)*")
+_MONTHS = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+]
+_MONTH_RE = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
+_NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s[A-Z][a-z]+)*)")
+_WORD_RE = re.compile(r"[a-z][a-z']+")
+_STOP = frozenset(
+    [
+        "a",
+        "about",
+        "after",
+        "again",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "been",
+        "before",
+        "being",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "him",
+        "his",
+        "how",
+        "i",
+        "i'm",
+        "i've",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "it's",
+        "its",
+        "just",
+        "me",
+        "my",
+        "no",
+        "not",
+        "now",
+        "of",
+        "on",
+        "or",
+        "our",
+        "out",
+        "she",
+        "so",
+        "some",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "too",
+        "up",
+        "us",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yes",
+        "yeah",
+        "ok",
+        "okay",
+        "really",
+        "very",
+        "much",
+        "got",
+        "get",
+        "going",
+        "go",
+        "like",
+        "think",
+        "know",
+        "want",
+        "one",
+        "two",
+        "thanks",
+        "thank",
+        "please",
+        "well",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    confidence: float
+    why: tuple[str, ...]
+
+
+def values(text: str) -> set[str]:
+    """The values a sentence states: numbers, months and weekdays, capitalised names (not the first
+    word of a sentence)."""
+    found = {m.group(0).replace(",", "") for m in _NUM_RE.finditer(text)}
+    found |= {m.group(0).lower() for m in _MONTH_RE.finditer(text)}
+    found |= {m.group(1) for m in _NAME_RE.finditer(text) if m.group(1).lower() not in _STOP | set(_MONTHS)}
+    return found
+
+
+_CAPS_RE = re.compile(r"\b[A-Z][a-z]+\b")
+
+
+def names(text: str) -> set[str]:
+    """Capitalised words, wherever they stand (a sentence may start with its subject's name)."""
+    return {
+        w
+        for w in _CAPS_RE.findall(text)
+        if w.lower() not in _STOP and w.lower().removesuffix("s") not in _MONTHS and w != "The"
+    }
+
+
+def subject(text: str) -> set[str]:
+    """Content words (lower case, stopwords, numbers and months left out), crudely stemmed."""
+    out = set()
+    skip = {n.lower() for n in names(text)}
+    for word in _WORD_RE.findall(text.lower()):
+        if word in skip or word.removesuffix("'s") in skip:
+            continue
+        if word in _STOP or word in _MONTHS or len(word) < 3:
+            continue
+        out.add(word[:-1] if word.endswith("s") and len(word) > 4 else word)
+    return out
+
+
+def judge(
+    old: str,
+    new: str,
+    cosine: float,
+    *,
+    same_speaker: bool = True,
+    shared_entities: int = 0,
+    other_people: bool = False,
+) -> Judgement | None:
+    """Whether ``new`` updates ``old`` (said earlier): None when no value changed, or when the two are
+    about different people (``other_people``: each names people, none in common), else a confidence and
+    the reasons (each a short phrase a person reads in the review inbox)."""
+    if other_people or _two_people(old, new):
+        return None
+    old_values, new_values = values(old), values(new)
+    gained, lost = new_values - old_values, old_values - new_values
+    negation = bool(_NEG_RE.search(old)) != bool(_NEG_RE.search(new))
+    if not (gained or negation):
+        return None
+    a, b = subject(old), subject(new)
+    overlap = len(a & b) / max(1, min(len(a), len(b)))
+    if overlap < MIN_OVERLAP:
+        return None
+    # A word of change counts when the old text does not have it too ("now" in both says nothing).
+    cue = next((m for m in _CUE_RE.finditer(new) if m.group(0).lower() not in old.lower()), None)
+    names_old, names_new = names(old), names(new)
+    if names_old and names_new and not names_old & names_new and cue is None:
+        return None  # "Olu's team has 6" and "Mara's team has 23": two people, not a change
+    why = []
+    if gained and lost:
+        why.append(f"value changed: {', '.join(sorted(lost)[:3])} -> {', '.join(sorted(gained)[:3])}")
+    elif gained:
+        why.append(f"new value: {', '.join(sorted(gained)[:3])}")
+    if negation:
+        why.append("negation flipped")
+    if cue:
+        why.append(f"says it changed ({cue.group(0).lower()})")
+    if shared_entities:
+        why.append(f"{shared_entities} shared entities")
+    why.append(f"same subject ({overlap:.0%} of its words), cosine {cosine:.2f}")
+    score = (
+        0.45 * max(0.0, min(1.0, (cosine - 0.3) / 0.5))
+        + 0.25 * min(1.0, overlap)
+        + 0.15 * bool(cue)
+        + 0.1 * bool((gained and lost) or negation)
+        + 0.05 * (same_speaker or shared_entities > 0)
+    )
+    return Judgement(round(min(1.0, score), 3), tuple(why))
+
+
+def other_people(old_entities: list[str], new_entities: list[str]) -> bool:
+    """Both name people and none of them in common: two people's facts, not one fact changing."""
+    a = {e for e in old_entities if e.startswith("person:")}
+    b = {e for e in new_entities if e.startswith("person:")}
+    return bool(a and b and not a & b)
+
+
+def _two_people(old: str, new: str) -> bool:
+    """The entity rules find people in both texts and none in common."""
+    a = {m.key for m in entities.extract(old) if m.key.startswith("person:")}
+    b = {m.key for m in entities.extract(new) if m.key.startswith("person:")} if a else set()
+    return bool(a and b and not a & b)
