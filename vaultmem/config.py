@@ -69,6 +69,10 @@ llm_entities = false        # also ask the [llm] endpoint for entities as leaves
 [digest]
 enabled = true              # keep the global tree: a digest per UTC day, rolled up into weeks and months
 
+[decay]
+half_life_days = 0.0        # > 0: a leaf nobody asked about ranks lower, halving every this many days (0 = off)
+floor = 0.25                # ... never below this share of its score; nothing is ever deleted
+
 [llm]
 base_url = ""               # OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp); empty = extractive only
 model = ""
@@ -124,6 +128,7 @@ _SECTIONS = {
     "compact": {key: f"compact_{key}" for key in _COMPACT_KEYS},
     "topics": {key: f"topics_{key}" for key in _TOPIC_KEYS},
     "digest": {"enabled": "digest_enabled"},
+    "decay": {"half_life_days": "decay_half_life_days", "floor": "decay_floor"},
     "llm": {
         "base_url": "llm_base_url",
         "model": "llm_model",
@@ -179,6 +184,8 @@ class Config:
     topics_level_leaves: int = 12
     topics_llm_entities: bool = False
     digest_enabled: bool = True
+    decay_half_life_days: float = 0.0
+    decay_floor: float = 0.25
 
     def compact_values(self) -> dict[str, Any]:
         """The ``[compact]`` section as keyword arguments (for ``CompactSettings``)."""

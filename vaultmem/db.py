@@ -332,7 +332,8 @@ def m013_validity(conn: sqlite3.Connection) -> None:
     # text) and the versions it replaces / that replace it (JSON lists of leaf ids). Partial indexes make
     # "does any leaf have a window" and "which leaves replace one" cheap in a vault where few do.
     # Rows of files written before (``Vault.supersede`` already wrote the links) are read again by
-    # ``reindex`` or ``check --fix``.
+    # ``reindex`` or ``check --fix``. ``recall`` is the optional decay's memory (``decay.py``): the day a
+    # leaf was last returned by a query; not derived from files, so a rebuilt index starts it afresh.
     _script(
         conn,
         """
@@ -342,6 +343,7 @@ def m013_validity(conn: sqlite3.Connection) -> None:
         ALTER TABLE chunks ADD COLUMN superseded_by TEXT NOT NULL DEFAULT '[]';
         CREATE INDEX chunks_windowed ON chunks(id) WHERE valid_from IS NOT NULL OR valid_to IS NOT NULL;
         CREATE INDEX chunks_supersedes ON chunks(id) WHERE supersedes <> '[]';
+        CREATE TABLE recall(id TEXT PRIMARY KEY, day TEXT NOT NULL) WITHOUT ROWID;
         """,
     )
 

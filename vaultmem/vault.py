@@ -27,6 +27,7 @@ from vaultmem import (
     agentio,
     daemonstate,
     db,
+    decay,
     detect,
     digest,
     entities,
@@ -1089,7 +1090,21 @@ class Vault:
         )
         self._note_query(query)
         found = self._window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))
-        return self._versions(query, found, filters, include_superseded)[:k]
+        hits = self._versions(query, self._decayed(found, now), filters, include_superseded)[:k]
+        self._asked(hits, now)
+        return hits
+
+    def _decayed(self, hits: list[Hit], now: datetime | None) -> list[Hit]:
+        """With ``[decay]`` on, leaves nobody asked about for long rank lower (``decay.py``)."""
+        half_life = self.config.decay_half_life_days
+        if half_life <= 0:
+            return hits
+        moment = now or datetime.now(UTC)
+        return decay.reweigh(hits, decay.weights(self.conn, hits, moment, half_life, self.config.decay_floor))
+
+    def _asked(self, hits: Sequence[Hit], now: datetime | None) -> None:
+        if self.config.decay_half_life_days > 0 and self.read_only is None:
+            decay.noted(self.conn, hits, now or datetime.now(UTC))
 
     def _versions(self, query: str, hits: list[Hit], filters: Filters, include_superseded: bool) -> list[Hit]:
         """``versions.arrange`` with successors the search did not find fetched from the index."""
@@ -1167,9 +1182,10 @@ class Vault:
                 mode, self.searcher, self.conn, q, k, f, lambda: self.embedder, tree
             ),
         )
-        found = self._versions(query, found, filters, include_superseded)
+        found = self._versions(query, self._decayed(found, now), filters, include_superseded)
         overlap = treectx.ancestors_of(self.conn, tree, found) if tree is not None else None
         ctx = assemble(query, found, budget_tokens, overlap)
+        self._asked([item.hit for item in ctx.items], now)
         judged = {h.id: h for h in self.searcher.evidence(query, [item.hit for item in ctx.items])}
         return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))
 
