@@ -273,20 +273,7 @@ def judged(vault: Vault) -> list[tuple[str, str, float]]:
     for row in vault.conn.execute(
         "SELECT id, text, speaker, role, entities FROM chunks WHERE kind = 'leaf'"
     ).fetchall():
-        for old, cosine in versions.earlier_neighbours(vault.conn, cache, row["id"]):
-            shared = len(set(json.loads(old["entities"])) & set(json.loads(row["entities"])))
-            who = (old["speaker"] or old["role"]) == (row["speaker"] or row["role"])
-            people = detect.other_people(json.loads(old["entities"]), json.loads(row["entities"]))
-            v = detect.judge(
-                old["text"],
-                row["text"],
-                cosine,
-                same_speaker=who,
-                shared_entities=shared,
-                other_people=people,
-            )
-            if v is not None:
-                out.append((row["id"], old["id"], v.confidence))
+        out.extend((row["id"], old["id"], v.confidence) for old, v in versions.judged(vault.conn, cache, row))
     return out
 
 

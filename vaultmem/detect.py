@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from vaultmem import entities
+from vaultmem.search import STOPWORDS
 
 PROPOSE_AT = 0.55  # a proposal is made at or above this confidence ...
 AUTO_APPLY_AT = 0.8  # ... and applied at once (listed, revertible) at or above this one
@@ -29,7 +30,7 @@ _NEG_RE = re.compile(
     r"\b(not|no|never|don't|doesn't|didn't|isn't|aren't|wasn't|won't|can't|stopped|quit)\b", re.I
 )
 _NUM_RE = re.compile(r"\d+(?:[.,:]\d+)*")
-_MONTHS = [
+_MONTHS = [  # months and weekdays: values, never the subject
     "january",
     "february",
     "march",
@@ -65,93 +66,25 @@ _MONTHS = [
 _MONTH_RE = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
 _NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s[A-Z][a-z]+)*)")
 _WORD_RE = re.compile(r"[a-z][a-z']+")
-_STOP = frozenset(
+# The query stopwords, and the fillers of chat that say nothing about a subject.
+_STOP = STOPWORDS | frozenset(
     [
-        "a",
-        "about",
-        "after",
         "again",
         "all",
         "also",
         "am",
-        "an",
-        "and",
         "any",
-        "are",
-        "as",
-        "at",
-        "be",
-        "been",
         "before",
         "being",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "for",
-        "from",
-        "had",
-        "has",
-        "have",
-        "he",
-        "her",
-        "him",
-        "his",
-        "how",
-        "i",
         "i'm",
         "i've",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "it's",
-        "its",
         "just",
-        "me",
-        "my",
         "no",
         "not",
         "now",
-        "of",
-        "on",
-        "or",
-        "our",
         "out",
-        "she",
-        "so",
         "some",
-        "than",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "to",
         "too",
-        "up",
-        "us",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
         "yes",
         "yeah",
         "ok",

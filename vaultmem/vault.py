@@ -1539,22 +1539,8 @@ class Vault:
             decided = review.decided_pairs(self.layout)
             waiting = {(p.new, p.old) for p in review.inbox(self.layout)[0]}
             for row in rows:
-                for old, cosine in versions.earlier_neighbours(self.conn, cache, row["id"]):
-                    if (row["id"], old["id"]) in decided | waiting:
-                        continue
-                    shared = len(set(json.loads(old["entities"])) & set(json.loads(row["entities"])))
-                    who = (old["speaker"] or old["role"]) == (row["speaker"] or row["role"])
-                    verdict = detect.judge(
-                        old["text"],
-                        row["text"],
-                        cosine,
-                        same_speaker=who,
-                        shared_entities=shared,
-                        other_people=detect.other_people(
-                            json.loads(old["entities"]), json.loads(row["entities"])
-                        ),
-                    )
-                    if verdict is None or verdict.confidence < detect.PROPOSE_AT:
+                for old, verdict in versions.judged(self.conn, cache, row):
+                    if (row["id"], old["id"]) in decided | waiting or verdict.confidence < detect.PROPOSE_AT:
                         continue
                     p = review.Proposal(
                         old["id"], row["id"], verdict.confidence, verdict.why, format_ts(moment) or ""

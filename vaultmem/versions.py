@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from vaultmem import detect
 from vaultmem.search import Filters, Hit
 from vaultmem.validity import SUPERSEDED_BY, SUPERSEDES
 from vaultmem.vectors import VectorCache
@@ -210,3 +211,23 @@ def earlier_neighbours(
     ]
     earlier.sort(key=lambda r: -by_id[r["id"]])
     return [(r, by_id[r["id"]]) for r in earlier[:k]]
+
+
+def judged(
+    conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row
+) -> list[tuple[sqlite3.Row, detect.Judgement]]:
+    """The earlier leaves the leaf ``row`` (id, text, speaker, role, entities) may update, each with the
+    detector's judgement (those it rules out are left out)."""
+    out = []
+    for old, cosine in earlier_neighbours(conn, cache, row["id"]):
+        verdict = detect.judge(
+            old["text"],
+            row["text"],
+            cosine,
+            same_speaker=(old["speaker"] or old["role"]) == (row["speaker"] or row["role"]),
+            shared_entities=len(set(json.loads(old["entities"])) & set(json.loads(row["entities"]))),
+            other_people=detect.other_people(json.loads(old["entities"]), json.loads(row["entities"])),
+        )
+        if verdict is not None:
+            out.append((old, verdict))
+    return out
