@@ -82,6 +82,11 @@ def test_below_the_threshold_it_waits_and_a_hand_edit_decides(
         text = path.read_text(encoding="utf-8")
         assert "decision: pending" in text and "27 March" in text and "3 April" in text
         assert vault.get(old).superseded_by == ()  # not applied yet
+        assert vault.check().ok
+        broken = vault.layout.root / "review" / f"{new}-updates-0123456789abcdef.md"
+        broken.write_text(text.replace(old, "0123456789abcdef"), encoding="utf-8")
+        assert [p.code for p in vault.check().problems] == ["invalid_proposal"]
+        broken.unlink()
         assert vault.search("Tidepool deadline", k=20, include_superseded=True)  # review/ is never indexed
         assert not any(h.path.startswith("review/") for h in vault.search("Tidepool deadline design", 20))
         # A person accepts it in Obsidian.

@@ -31,6 +31,8 @@ Invariants:
                        vectors; leaves the index has no vector for are queued to be embedded)
 - ``dangling_version`` a leaf's ``supersedes`` / ``superseded_by`` names a leaf the vault does not hold
                        (not fixable: correct the key, or restore the leaf; search ignores the link)
+- ``invalid_proposal`` a file of the review inbox (``review/<new>-updates-<old>.md``) that cannot be read
+                       or names a leaf the vault does not hold (not fixable: correct or delete it)
 - ``damaged_index``    chunks.db fails ``PRAGMA quick_check`` (found by ``Vault.check``; fix: move it aside
                        and rebuild it from the files)
 
@@ -53,7 +55,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import daemonstate, fsio, index, sidecar
+from vaultmem import daemonstate, fsio, index, review, sidecar
 from vaultmem.db import NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.ingest import extract_job, heal_intents
@@ -211,6 +213,7 @@ def check(
     problems.extend(p for p in dangling if not p.fixable)
     (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
     problems.extend(_dangling_versions(conn, set(files.rows) | _forgotten(layout)))
+    problems.extend(_proposal_problems(layout, set(files.rows)))
     return CheckReport(tuple(problems), tuple(fixed), leaves)
 
 
@@ -431,6 +434,19 @@ def _forgotten(layout: Layout) -> set[str]:
     """Ids of forgotten leaves (their tombstones): a version link to one is not dangling."""
     base = layout.root / TOMBSTONES
     return {p.name for p in base.iterdir() if p.is_dir()} if base.is_dir() else set()
+
+
+def _proposal_problems(layout: Layout, on_disk: set[str]) -> list[Problem]:
+    """Files of the review inbox that cannot be read, or that name a leaf the vault does not hold."""
+    found, bad = review.inbox(layout)
+    out = [Problem("invalid_proposal", rel, why, False) for rel, why in bad]
+    for p in found:
+        gone = [i for i in (p.old, p.new) if i not in on_disk]
+        if gone:
+            out.append(
+                Problem("invalid_proposal", p.path, f"names {', '.join(gone)}, no leaf of the vault", False)
+            )
+    return out
 
 
 def _dangling_versions(conn: sqlite3.Connection, on_disk: set[str]) -> list[Problem]:
