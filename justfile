@@ -5,8 +5,11 @@ venv := ".venv"
 py := venv / "bin/python"
 
 # Create .venv and install vaultmem with its dev tools and the agent extras (MCP server, Anthropic memory
-# tool), torch 2.13.0 CPU first, so nothing pulls CUDA.
+# tool), torch 2.13.0 CPU first, so nothing pulls CUDA; and Debian's chromium for the dashboard's browser
+# tests when it is missing (apt-get, through sudo when not root; the playwright package of the dev extras
+# drives it and never downloads a browser).
 setup:
+    test -x /usr/bin/chromium || { as=$([ "$(id -u)" -eq 0 ] || echo sudo); $as apt-get update -qq; $as env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
     test -x {{py}} || python3 -m venv {{venv}}
     {{py}} -m pip install -q --disable-pip-version-check torch==2.13.0
     {{py}} -m pip install -q --disable-pip-version-check -e '.[dev,mcp,anthropic]'

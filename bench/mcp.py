@@ -78,7 +78,8 @@ async def schema_sizes(root: Path) -> list[list[object]]:
     rows: list[list[object]] = []
     for label, options in (
         ("default", Options()),
-        ("default + editor + admin", Options(frozenset({"editor", "admin"}))),
+        ("default + agent", Options(frozenset({"agent"}))),
+        ("default + editor + agent + admin", Options(frozenset({"editor", "agent", "admin"}))),
         ("--read-only", Options(read_only=True)),
     ):
         with Vault.open(root) as vault:

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from vaultmem import agentio, mdfile
-from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput, NodeNotFound, UnsafePath
 from vaultmem.vault import Vault
 
@@ -191,22 +190,19 @@ def test_recall_fits_the_budget_and_reads_messages(vault: Vault) -> None:
     assert vault.recall("", 100).text == ""
 
 
-class CoreVault(Vault):
-    """A vault with core memory as issue #17 will give it (``core_block``): the seam recall uses."""
-
-    def core_block(self) -> str:
-        return "## user-profile\n- [2026-03] Mara, lives in Lyon, prefers trains\n- [2026-02] speaks French"
-
-
-def test_recall_puts_core_memory_first(tmp_path: Path) -> None:
-    Vault.init(tmp_path / "cv", embedder=FakeEmbedder()).close()
-    with CoreVault.open(tmp_path / "cv", embedder=FakeEmbedder()) as vault:
-        vault.remember("The ryokan in Kyoto is booked for 14 April.", source="agent")
-        block = vault.recall("Kyoto ryokan", 200)
-        assert block.text.startswith("## user-profile") and "ryokan" in block.text
-        assert block.tokens <= 200
-        tight = vault.recall("Kyoto ryokan", 12)  # core memory cut to whole lines, no room for context
-        assert tight.text == "## user-profile" and tight.context is None
+def test_recall_puts_core_memory_first(vault: Vault) -> None:
+    vault.core_update(
+        "user-profile", ["[2026-03] Mara, lives in Lyon, prefers trains", "[2026-02] Speaks French"]
+    )
+    vault.remember("The ryokan in Kyoto is booked for 14 April.", source="agent")
+    block = vault.recall("Kyoto ryokan", 200)
+    assert (
+        block.text.startswith("## User profile\n- [2026-03] Mara, lives in Lyon") and "ryokan" in block.text
+    )
+    assert block.core == vault.core_text() and "Speaks French" in block.core
+    assert block.tokens <= 200
+    tight = vault.recall("Kyoto ryokan", 12)  # core memory cut to whole lines, no room for context
+    assert tight.text == "## User profile" and tight.context is None
 
 
 def test_record_turn_ingests_each_turn_once(vault: Vault) -> None:

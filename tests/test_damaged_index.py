@@ -113,10 +113,26 @@ def test_a_healthy_write_ahead_log_is_left_alone(tmp_path: Path) -> None:
 
 
 def _damage_deep(f: Path) -> None:
-    """Zero pages near the end, where the table data lives, not the schema or the first rows."""
+    """Zero the leaf pages of one full-text table's data, all but the leftmost (the one a first-row read
+    reaches): damage deep in the file that nothing read on open touches, whatever else the schema holds."""
+    conn = sqlite3.connect(f)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = [
+            int(pageno)
+            for pageno, path in conn.execute(
+                "SELECT pageno, path FROM dbstat WHERE name = 'fts_trigram_data' AND pagetype = 'leaf'"
+            )
+            if set(str(path).strip("/").split("/")) != {"000"}
+        ]
+    finally:
+        conn.close()
+    assert len(pages) >= 2, "the table is too small to damage deep inside"
     data = bytearray(f.read_bytes())
-    n = len(data)
-    data[n - n // 5 : n - 4096] = bytes(n - 4096 - (n - n // 5))
+    for pageno in pages:
+        at = (pageno - 1) * page_size
+        data[at : at + page_size] = bytes(page_size)
     f.write_bytes(bytes(data))
 
 

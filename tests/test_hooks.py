@@ -12,8 +12,9 @@ import pytest
 
 from tests.conftest import run_cli
 from vaultmem import hooks
+from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import ConflictError, InvalidInput
-from vaultmem.exportmd import MARKER, MAX_LINES, render, write
+from vaultmem.exportmd import CORE_LINES, MARKER, MAX_LINES, render, write
 from vaultmem.frame import CLOSE, OPEN
 from vaultmem.tokens import count_tokens
 from vaultmem.vault import Vault
@@ -264,26 +265,30 @@ def test_export_claude_md(vault: Vault, tmp_path: Path) -> None:
     assert mine.read_text() == "# My instructions\n"
 
 
-def test_export_claude_md_stays_under_200_lines(vault: Vault) -> None:
-    class Wordy:
-        text = "\n".join(f"- [2026-03] entry {i}" for i in range(500))
-
-    vault.core_block = lambda: Wordy()  # type: ignore[attr-defined]
-    vault.ingest_messages(
-        [
-            {
-                "id": f"d{d}-{i}",
-                "role": "user",
-                "content": f"Day {d} line {i} about the garden.",
-                "ts": f"2026-03-{d:02d}T10:{i:02d}:00Z",
-            }
-            for d in range(1, 8)
-            for i in range(20)
-        ],
-        source="chat",
-    )
-    text = render(vault)
+def test_export_claude_md_stays_under_200_lines(tmp_path: Path) -> None:
+    big = "[core]\nfile_budget = 20000\ntotal_budget = 40000\n"
+    with Vault.init(tmp_path / "big", big, embedder=FakeEmbedder()) as vault:
+        vault.onboard()
+        profile = vault.layout.root / "core" / "user-profile.md"
+        with profile.open("a", encoding="utf-8") as f:  # a person's long list, by hand
+            f.writelines(f"- [2026-03] garden bed {i} gets tomatoes\n" for i in range(500))
+        assert len(vault.core_text().splitlines()) > 400
+        vault.ingest_messages(
+            [
+                {
+                    "id": f"d{d}-{i}",
+                    "role": "user",
+                    "content": f"Day {d} line {i} about the garden.",
+                    "ts": f"2026-03-{d:02d}T10:{i:02d}:00Z",
+                }
+                for d in range(1, 8)
+                for i in range(20)
+            ],
+            source="chat",
+        )
+        text = render(vault)
     assert len(text.splitlines()) <= MAX_LINES and "## Core memory" in text
+    assert 0 < text.count("gets tomatoes") < CORE_LINES  # the core section is capped (its title, then lines)
 
 
 def test_export_cli(disk_vault: Vault, tmp_path: Path) -> None:

@@ -3,10 +3,12 @@ streamable HTTP on loopback (a subprocess), with its tools, resources, profiles,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -23,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
 from tests.conftest import run_cli
-from vaultmem import agentio, daemonstate, mdfile
+from vaultmem import agentio, daemonstate, hooks, mdfile
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
 from vaultmem.frame import CLOSE, OPEN
@@ -35,7 +37,7 @@ from vaultmem.vault import Vault
 REPO = Path(__file__).parent.parent
 DEADLINE_S = 120.0
 CONFIG = '[embed]\nmodel = "fake"\n'
-DEFAULT_TOOLS = ["search", "context", "read", "browse", "recent", "remember", "update"]
+DEFAULT_TOOLS = ["search", "context", "read", "browse", "recent", "remember", "update", "core", "core_update"]
 T = TypeVar("T")
 
 # A week of a planning chat, as an assistant app logs it.
@@ -107,7 +109,9 @@ def test_default_tools_are_few_small_and_annotated(vault: Vault) -> None:
             for tool in tools:
                 hints = tool.annotations
                 assert hints is not None and hints.open_world_hint is False, tool.name
-                assert hints.read_only_hint is (tool.name not in ("remember", "update")), tool.name
+                assert hints.read_only_hint is (tool.name not in ("remember", "update", "core_update")), (
+                    tool.name
+                )
                 assert hints.destructive_hint is False, tool.name  # nothing in the default set destroys
                 assert tool.description and tool.output_schema is None
             update = next(t for t in tools if t.name == "update")
@@ -123,9 +127,17 @@ def test_profiles_and_read_only(vault: Vault) -> None:
 
     async def main() -> None:
         everything = await names(profiles=frozenset({"editor", "admin"}))
-        assert everything == [*DEFAULT_TOOLS, "edit", "move", "forget", "status", "compact", "reindex"]
+        assert everything == [
+            *DEFAULT_TOOLS,
+            "edit",
+            "move",
+            "forget",
+            "status",
+            "compact",
+            "reindex",
+        ]
         reading = await names(read_only=True, profiles=frozenset({"editor", "admin"}))
-        assert reading == ["search", "context", "read", "browse", "recent", "status"]
+        assert reading == ["search", "context", "read", "browse", "recent", "core", "status"]
         async with Client(server_for(vault, read_only=True)) as client:
             refused = await client.call_tool("remember", {"text": "a fact the server must refuse"})
             assert_tool_error(refused, "remember")
@@ -364,36 +376,193 @@ def test_resources(vault: Vault) -> None:
     run(main)
 
 
-class CoreVault(Vault):
-    """A vault with core memory as issue #17 will give it: the seam the server looks for."""
+def test_core_tools_read_and_update_the_real_core_files(git_vault: Vault) -> None:
+    vault = git_vault
+    profile = vault.layout.root / "core" / "user-profile.md"
 
-    entries: tuple[str, ...] = ("- [2026-03] Mara lives in Lyon",)
+    async def main() -> None:
+        async with Client(
+            server_for(vault), client_info=Implementation(name="Cursor", version="1")
+        ) as client:
+            empty = text_of(await client.call_tool("core", {}))
+            assert "core memory is empty" in empty and not profile.exists()  # reading made no file
+            done = json.loads(
+                text_of(
+                    await client.call_tool(
+                        "core_update",
+                        {
+                            "file": "user-profile",
+                            "entries": ["Mara lives in Lyon.", "Prefers trains over flights."],
+                            "reason": "she said so",
+                        },
+                    )
+                )
+            )
+            assert done["file"] == "user-profile" and done["chars"] <= done["budget"]
+            core = text_of(await client.call_tool("core", {}))
+            assert core.startswith(OPEN) and "Mara lives in Lyon." in core and "trains over flights" in core
+            assert_tool_error(
+                await client.call_tool("core_update", {"file": "../secrets", "entries": ["x"]}), "core"
+            )
+        async with Client(server_for(vault, read_only=True)) as client:
+            assert "core_update" not in [t.name for t in (await client.list_tools()).tools]
+            assert "Mara lives in Lyon." in text_of(await client.call_tool("core", {}))
 
-    def core_block(self) -> str:
-        return "## user-profile\n" + "\n".join(self.entries)
+    run(main)
+    assert "Mara lives in Lyon." in profile.read_text(encoding="utf-8")
+    assert vault.core_text() == vault.core_block().text
+    log = subprocess.run(
+        ["git", "log", "--format=%s"], cwd=vault.layout.root, capture_output=True, text=True, check=True
+    ).stdout
+    assert "memory: cursor updated core memory user-profile (she said so)" in log, log
 
-    def core_update(self, file: str, entries: list[str]) -> dict[str, Any]:
-        self.entries = (*self.entries, *entries)
-        return {"file": file, "entries": len(self.entries)}
+
+AGENT_TOOLS = ["recipes_for", "end_session", "record_episode"]
+# Three requests for one kind of task (the fake embedder's cosine of them is 0.5-0.65: see test_recipes).
+TRAIN_REQUESTS = [
+    "Book a train ticket from Tokyo to Kyoto on 14 April",
+    "Book a train ticket from Osaka to Nara on 2 May",
+    "Book a train ticket from Berlin to Hamburg on 9 June",
+]
 
 
-def test_core_tools_appear_when_the_vault_has_core_memory(tmp_path: Path) -> None:
-    Vault.init(tmp_path / "cv", embedder=FakeEmbedder()).close()
-    with CoreVault.open(tmp_path / "cv", embedder=FakeEmbedder()) as vault:
+def test_agent_profile_sessions_episodes_and_recipes(tmp_path: Path) -> None:
+    with Vault.init(tmp_path / "v", "[recipes]\nsimilarity = 0.45\n", embedder=FakeEmbedder()) as vault:
+        fill(vault)
 
         async def main() -> None:
-            async with Client(server_for(vault)) as client:
-                names = [t.name for t in (await client.list_tools()).tools]
-                assert names == [*DEFAULT_TOOLS, "core", "core_update"]
-                await client.call_tool(
-                    "core_update", {"file": "user-profile.md", "entries": ["- [2026-04] cycles"]}
+            async with Client(server_for(vault)) as client:  # not offered by default
+                assert not set(AGENT_TOOLS) & {t.name for t in (await client.list_tools()).tools}
+            async with Client(server_for(vault, profiles=frozenset({"agent"}))) as client:
+                tools = {t.name: t for t in (await client.list_tools()).tools}
+                assert list(tools)[-3:] == AGENT_TOOLS
+                hints = {name: tools[name].annotations for name in AGENT_TOOLS}
+                assert all(h is not None and h.open_world_hint is False for h in hints.values())
+                assert all(h is not None and h.destructive_hint is False for h in hints.values())
+                assert hints["recipes_for"].read_only_hint is True  # type: ignore[union-attr]
+                assert hints["end_session"].idempotent_hint is True  # type: ignore[union-attr]
+                assert hints["record_episode"].idempotent_hint is False  # type: ignore[union-attr]
+                # Nothing approves or counts a recipe's use: an agent cannot vouch for a recipe itself.
+                assert "recipe" not in tools["record_episode"].input_schema["properties"]
+                assert not [n for n in tools if "approv" in n or n in ("recipe_result", "onboard")]
+
+                assert "no recipe fits" in text_of(
+                    await client.call_tool("recipes_for", {"request": TRAIN_REQUESTS[0]})
                 )
-                core = text_of(await client.call_tool("core", {}))
-                assert core.startswith(OPEN) and "Mara lives in Lyon" in core and "cycles" in core
-            async with Client(server_for(vault, read_only=True)) as client:
-                assert "core_update" not in [t.name for t in (await client.list_tools()).tools]
+                note = json.loads(
+                    text_of(await client.call_tool("end_session", {"session": "kyoto-planning"}))
+                )
+                assert note["messages"] == len(TRIP) and note["path"].startswith("sessions/")
+                assert_tool_error(await client.call_tool("end_session", {"session": "nope"}), "nope")
+                outcomes = []
+                for request in TRAIN_REQUESTS:
+                    args = {
+                        "request": request,
+                        "mode": "agent",
+                        "tools": ["search_trains", "book_ticket"],
+                        "outcomes": ["3 trains found", "booked seat 12A"],
+                        "success": True,
+                    }
+                    outcomes.append(json.loads(text_of(await client.call_tool("record_episode", args))))
+                assert [o["outcome"] for o in outcomes] == ["recorded", "recorded", "promoted"]
+                assert outcomes[0]["episode"]["source"] == "mcp"
+                found = text_of(
+                    await client.call_tool("recipes_for", {"request": "Book a train ticket to Lyon"})
+                )
+                assert found.startswith(OPEN) and outcomes[-1]["recipe"]["name"] in found
+                assert_tool_error(
+                    await client.call_tool(
+                        "record_episode",
+                        {
+                            "request": "x",
+                            "mode": "agent",
+                            "tools": ["a"],
+                            "outcomes": ["1", "2"],
+                            "success": True,
+                        },
+                    ),
+                    "outcomes",
+                )
+            reading = server_for(vault, read_only=True, profiles=frozenset({"agent"}))
+            async with Client(reading) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+                assert "recipes_for" in names and not {"end_session", "record_episode"} & set(names)
+                assert_tool_error(
+                    await client.call_tool("end_session", {"session": "kyoto-planning"}), "end_session"
+                )
 
         run(main)
+        assert len(vault.episodes()) == 3 and len(vault.recipes()) == 1
+        assert vault.check().ok
+
+
+def snapshot(root: Path) -> tuple[dict[str, str], list[str], str, str]:
+    """Every file of a vault with its hash, the index's rows (SQLite's own files change as it
+    checkpoints, with nothing written), git's status and HEAD."""
+    hashes = {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts and not p.name.startswith("chunks.db")
+    }
+    db = sqlite3.connect(f"file:{root / '.vaultmem' / 'chunks.db'}?mode=ro", uri=True)
+    try:
+        rows = sorted(db.iterdump())
+    finally:
+        db.close()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+    return hashes, rows, git("status", "--porcelain"), git("rev-parse", "HEAD")
+
+
+def test_reading_writes_nothing_on_a_vault_without_core_files(git_vault: Vault, tmp_path: Path) -> None:
+    """A read-only server (every profile), ``recall`` and the session-start hook read core memory as it
+    is: on a vault without core files they create none, index nothing, commit nothing."""
+    vault = git_vault
+    fill(vault)
+    vault.global_digest("2026-03-02")  # written by a writer; 2026-03-03's never is
+    root = vault.layout.root
+    leaf = vault.ls()[0]
+    before = snapshot(root)
+    assert not list((root / "core").rglob("*.md"))  # `init` makes the folder, the files come on first use
+
+    async def main() -> None:
+        every = frozenset({"editor", "agent", "admin"})
+        async with Client(server_for(vault, read_only=True, profiles=every)) as client:
+            tools = [t.name for t in (await client.list_tools()).tools]
+            assert tools == ["search", "context", "read", "browse", "recent", "core", "recipes_for", "status"]
+            assert "core memory is empty" in text_of(await client.call_tool("core", {}))
+            for name, args in [
+                ("search", {"query": "ryokan"}),
+                ("context", {"query": "Kyoto ryokan", "budget": 300}),
+                ("read", {"ref": leaf.id}),
+                ("browse", {}),
+                ("recent", {"date": "2026-03-02"}),
+                ("recipes_for", {"request": "Book a train to Kyoto"}),
+                ("status", {}),
+            ]:
+                assert not (await client.call_tool(name, args)).is_error, name
+            never = await client.call_tool("recent", {"date": "2026-03-03"})
+            assert_tool_error(never, "digest of 2026-03-03 was never written", "read-only")
+
+    run(main)
+    # (A query naming a person or place makes its topic hotter in the index: the heat formula's query
+    # term, off on a read-only vault. This one names none.)
+    assert "ryokan" in vault.recall("where is the ryokan booked?", 400).text
+    start = hooks.session_start(vault, {"hook_event_name": "SessionStart", "cwd": "/home/mara/kyoto"}, 300)
+    assert start["hookSpecificOutput"]["additionalContext"]
+    out = run_cli(
+        "hook", "session-start", "--vault", str(root),
+        stdin=json.dumps({"hook_event_name": "SessionStart", "cwd": str(tmp_path)}), timeout=DEADLINE_S,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    after = snapshot(root)
+    changed = sorted(k for k in {*before[0], *after[0]} if before[0].get(k) != after[0].get(k))
+    assert not changed, changed
+    assert after[1] == before[1]  # the index: the same rows
+    assert after[2:] == before[2:]  # git: the same status, no new commit
+    assert not list((root / "core").rglob("*.md"))
 
 
 def test_two_clients_of_one_server_write_at_once(vault: Vault) -> None:

@@ -1136,6 +1136,65 @@ def watch(
         typer.echo(f"warning: {warning}", err=True)
 
 
+@app.command()
+def dashboard(
+    port: Annotated[
+        int,
+        typer.Option(
+            "--port", "-p", min=0, max=65535, metavar="PORT", help="Port on 127.0.0.1 (0: any free one)."
+        ),
+    ] = 0,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Show only: no buttons, nothing written to the vault.")
+    ] = False,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            "--export", metavar="FILE", help="Write the page as one offline HTML file instead of serving it."
+        ),
+    ] = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the page in the default browser.")
+    ] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Serve a local page of the vault: status, metrics, graph, heatmap, search, tree, the day.
+
+    Binds to 127.0.0.1 only; the address printed carries a token made for this run, and requests
+    without it are refused. Every script and style is packaged (no network). Run ingest and Compact
+    now only queue jobs (the watch daemon runs them, or the dashboard when no daemon runs). --export
+    writes the same views, with the data inlined, to one HTML file that opens offline.
+    """
+    from vaultmem.dashboard import Dashboard, export_html
+
+    with open_vault(vault_path) as vault:
+        if read_only or export is not None:
+            # A viewer writes nothing: no digest written on demand, no query heat, no buttons.
+            vault.read_only = vault.read_only or "the dashboard was started to show, not to change"
+        if export is not None:
+            size = export_html(vault, export)
+            if as_json:
+                emit_json({"path": str(export.absolute()), "bytes": size})
+            else:
+                typer.echo(f"wrote {export} ({size / 1024:.0f} KiB): open it in a browser, no server needed")
+            return
+        dash = Dashboard(vault, port=port, read_only=read_only)
+        if as_json:
+            emit_json({"url": dash.url, "port": dash.port})
+        else:
+            typer.echo(f"vaultmem dashboard: {dash.url}")
+            typer.echo("(only this address opens it; Ctrl-C stops)", err=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(dash.url)
+        try:
+            dash.serve_forever()
+        except KeyboardInterrupt:
+            typer.echo("stopped", err=True)
+
+
 @app.command("check")
 def check_cmd(
     fix: Annotated[bool, typer.Option("--fix", help="Repair what can be derived from the files.")] = False,
@@ -1172,6 +1231,425 @@ def check_cmd(
         raise typer.Exit(1)
 
 
+# -- agent memory tiers: core memory, onboarding, session notes, episodes, recipes -------------------------
+
+
+def _group(name: str) -> typer.Typer:
+    """A command with subcommands; run alone, it does its own default (list, show). Its help is its
+    callback's docstring."""
+    group = typer.Typer(
+        name=name,
+        invoke_without_command=True,
+        no_args_is_help=False,
+        rich_markup_mode=None,
+        context_settings={"max_content_width": 100},
+    )
+    app.add_typer(group, name=name)
+    return group
+
+
+core_app = _group("core")
+sessions_app = _group("sessions")
+episodes_app = _group("episodes")
+recipes_app = _group("recipes")
+CoreName = Annotated[
+    str,
+    typer.Argument(metavar="FILE", help="user-profile, projects, patterns, soul, knowledge, errors, tools."),
+]
+
+
+def _entry_lines(entries: tuple[tuple[str | None, str], ...]) -> list[str]:
+    return [f"- [{tag}] {text}" if tag else f"- {text}" for tag, text in entries]
+
+
+@core_app.callback()
+def core_cmd(ctx: typer.Context, vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
+    """Core memory: the prompt block and each file's budget.
+
+    Subcommands: show FILE, edit FILE ($EDITOR), add FILE TEXT (within its budget), search QUERY.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    with open_vault(vault_path) as vault:
+        block = vault.core_block()
+        files = vault.core_files()
+        say_warnings(vault)
+    if as_json:
+        emit_json({"block": block.as_dict(), "files": [f.as_dict() for f in files]})
+        return
+    typer.echo(
+        block.text or "(the core files hold no entries yet: `vaultmem onboard` or `vaultmem core add`)"
+    )
+    typer.echo("")
+    for f in files:
+        where = "in the prompt" if f.in_prompt else "on demand"
+        over = "  OVER BUDGET (shown cut)" if f.over_budget and f.in_prompt else ""
+        typer.echo(
+            f"{f.path:24} {f.chars:5}/{f.budget:<5} characters, {len(f.entries):3} entries, {where}{over}"
+        )
+    typer.echo(f"block: {block.chars}/{block.budget} characters")
+    for line in block.left_out:
+        typer.echo(f"left out of the block: {line}", err=True)
+
+
+@core_app.command("show")
+def core_show(name: CoreName, vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
+    """One core file: its budget, size and entries."""
+    with open_vault(vault_path) as vault:
+        view = vault.core_file(name)
+    if as_json:
+        emit_json(view.as_dict())
+        return
+    where = "in the prompt" if view.in_prompt else "on demand"
+    typer.echo(f"# {view.title}  ({view.path}: {view.chars}/{view.budget} characters, {where})")
+    for line in _entry_lines(view.entries):
+        typer.echo(line)
+
+
+@core_app.command("edit")
+def core_edit(
+    name: Annotated[str, typer.Argument(metavar="FILE", help="The core file to edit.")] = "user-profile",
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Open a core file in $VISUAL or $EDITOR, then index what you wrote.
+
+    Your edit is kept as you wrote it; a file left over its budget is shown cut in the block and
+    condensed at its next update.
+    """
+    import shlex
+    import subprocess
+
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR")
+    with open_vault(vault_path) as vault:
+        view = vault.core_file(name)
+        vault.core_files()  # creates the missing files from their templates
+        path = vault.layout.abs(view.path)
+        if not editor:
+            raise InvalidInput(f"set $EDITOR (or $VISUAL) to your editor, or open {path} in Obsidian")
+        try:
+            status = subprocess.run([*shlex.split(editor), str(path)], check=False).returncode
+        except OSError as exc:
+            raise InvalidInput(f"cannot run the editor {editor!r}: {exc.strerror}") from exc
+        if status != 0:
+            raise InvalidInput(f"the editor exited with status {status}; {view.path} is as it left it")
+        report = vault.reconcile_paths([view.path])
+        after = vault.core_file(name)
+    if as_json:
+        emit_json({**after.as_dict(), "invalid": [{"path": p, "why": w} for p, w in report.invalid]})
+        return
+    for rel, why in report.invalid:
+        typer.echo(f"invalid  {rel}: {why}", err=True)
+    typer.echo(f"{after.path}: {after.chars}/{after.budget} characters, {len(after.entries)} entries")
+    if after.over_budget:
+        typer.echo(
+            f"warning: {after.path} is {after.chars - after.budget} characters over its budget: the block"
+            " shows it cut; its next update condenses it (what leaves goes to knowledge.md)",
+            err=True,
+        )
+
+
+@core_app.command("add")
+def core_add(
+    name: CoreName,
+    text: Annotated[list[str], typer.Argument(metavar="TEXT...", help="The entry (words are joined).")],
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add an entry to a core file, keeping it within its budget (with the [llm] model if set)."""
+    with open_vault(vault_path) as vault:
+        result = vault.core_update(name, [" ".join(text)])
+        say_warnings(vault)
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    typer.echo(
+        f"core/{result.file}.md: {len(result.added)} added, {len(result.refreshed)} refreshed,"
+        f" {result.chars}/{result.budget} characters ({result.by})"
+    )
+    for entry, to, why in result.moved:
+        typer.echo(f"moved to {to} ({why}): {entry}")
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+
+
+def _print_hits(hits: list[Any]) -> None:
+    if not hits:
+        typer.echo("no results")
+    for n, hit in enumerate(hits, 1):
+        text = " ".join(hit.text.split())
+        typer.echo(f"{n:2}. {hit.score:7.3f}  {hit.path}")
+        typer.echo(f"    {text[:200]}{'...' if len(text) > 200 else ''}")
+
+
+@core_app.command("search")
+def core_search(
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="Words to find in the core files.")],
+    limit: Annotated[int, _limit_opt("Number of hits.")] = 10,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search every core file (knowledge.md and the archives included), entry by entry."""
+    with open_vault(vault_path) as vault:
+        hits = vault.search_memory(query, kinds=["core"], k=limit)
+    if as_json:
+        emit_json([h.as_dict() for h in hits])
+        return
+    _print_hits(hits)
+
+
+@app.command()
+def onboard(
+    name: Annotated[str | None, typer.Option("--name", metavar="NAME", help="What to call you.")] = None,
+    language: Annotated[
+        str | None, typer.Option("--language", metavar="LANG", help="The language to answer in.")
+    ] = None,
+    use: Annotated[
+        str | None, typer.Option("--use", metavar="TEXT", help="What you mainly use the agent for.")
+    ] = None,
+    skip: Annotated[bool, typer.Option("--skip", help="Ask nothing: only create the core files.")] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """First run: core files, then your name, language and use.
+
+    Asks three questions on a terminal (Enter skips one) unless answers are given as options.
+    """
+    from vaultmem.coremem import QUESTIONS
+
+    answers = {"name": name, "language": language, "use": use}
+    given = {k: v for k, v in answers.items() if v}
+    if not given and not skip and sys.stdin.isatty() and not as_json:
+        for key, question in QUESTIONS:
+            reply = typer.prompt(f"{question} (Enter skips)", default="", show_default=False)
+            if reply.strip():
+                given[key] = reply
+    with open_vault(vault_path) as vault:
+        result = vault.onboard(given)
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    for rel in result.created:
+        typer.echo(f"created  {rel}")
+    for update in result.updates:
+        for entry in update.added:
+            typer.echo(f"core/{update.file}.md: {entry}")
+    if result.skipped:
+        typer.echo(f"skipped: {', '.join(result.skipped)} (`vaultmem core add user-profile ...` later)")
+
+
+@sessions_app.callback()
+def sessions_cmd(
+    ctx: typer.Context,
+    limit: Annotated[int | None, _limit_opt("At most this many notes (default: all).")] = None,
+    search_for: Annotated[
+        str | None, typer.Option("--search", metavar="QUERY", help="Only notes matching these words.")
+    ] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Session notes: what each chat session discussed and decided.
+
+    `sessions end SESSION` writes one now.
+
+    A chat session gets its note by itself once it has been idle for [sessions] idle_s (the queue
+    runs it: `vaultmem watch`, or `vaultmem jobs --run`).
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    with open_vault(vault_path) as vault:
+        if search_for is not None:
+            hits = vault.search_memory(search_for, kinds=["session"], k=limit or 10)
+            if as_json:
+                emit_json([h.as_dict() for h in hits])
+            else:
+                _print_hits(hits)
+            return
+        notes = vault.sessions(limit=limit)
+    if as_json:
+        emit_json([n.as_dict() for n in notes])
+        return
+    if not notes:
+        typer.echo("no session notes yet")
+    for note in notes:
+        first = note.discussed[0] if note.discussed else ""
+        typer.echo(
+            f"{format_ts(note.started) or '-':20}  {note.messages:4} msgs  {note.session}  ({note.path})"
+        )
+        if first:
+            typer.echo(f"    {first[:120]}")
+
+
+@sessions_app.command("end")
+def sessions_end(
+    session: Annotated[str, typer.Argument(metavar="SESSION", help="The session of the messages.")],
+    source: SourceFilter = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write (or refresh) a session's note now and propose its facts to core memory."""
+    with open_vault(vault_path) as vault:
+        note = vault.end_session(session, source=source)
+        say_warnings(vault)
+    if as_json:
+        emit_json(note.as_dict())
+        return
+    typer.echo(f"{note.path}: {note.messages} messages ({note.summariser})")
+    for title, items in (
+        ("discussed", note.discussed),
+        ("decided", note.decisions),
+        ("open", note.open_items),
+        ("remembered", note.remembered),
+    ):
+        for item in items:
+            typer.echo(f"  {title:10} {item}")
+    for line in note.notes:
+        typer.echo(f"note: {line}")
+
+
+@episodes_app.callback()
+def episodes_cmd(
+    ctx: typer.Context,
+    limit: Annotated[int | None, _limit_opt("At most this many episodes (default: all).")] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Only failed episodes.")] = False,
+    search_for: Annotated[
+        str | None, typer.Option("--search", metavar="QUERY", help="Only episodes matching these words.")
+    ] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Episodes: tasks the agent carried out, newest first.
+
+    `episodes record REQUEST` records one; similar successful ones become a recipe.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    with open_vault(vault_path) as vault:
+        if search_for is not None:
+            hits = vault.search_memory(search_for, kinds=["episode"], k=limit or 10)
+            if as_json:
+                emit_json([h.as_dict() for h in hits])
+            else:
+                _print_hits(hits)
+            return
+        found = vault.episodes(limit=limit, success=False if failed else None)
+    if as_json:
+        emit_json([e.as_dict() for e in found])
+        return
+    if not found:
+        typer.echo("no episodes yet")
+    for ep in found:
+        mark = "ok  " if ep.success else "FAIL"
+        typer.echo(
+            f"{format_ts(ep.ts) or '-':20}  {mark}  {ep.mode:8}  {ep.request[:80]}  [{', '.join(ep.tools)}]"
+        )
+
+
+@episodes_app.command("record")
+def episodes_record(
+    request: Annotated[str, typer.Argument(metavar="REQUEST", help="The user's request.")],
+    mode: Annotated[str, typer.Option("--mode", metavar="MODE", help="agent, ask, plan...")] = "agent",
+    tool: Annotated[
+        list[str] | None, typer.Option("--tool", metavar="NAME", help="A tool called (repeat, in order).")
+    ] = None,
+    outcome: Annotated[
+        list[str] | None, typer.Option("--outcome", metavar="TEXT", help="Its outcome (repeat, in order).")
+    ] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="The task failed.")] = False,
+    recipe: Annotated[
+        str | None, typer.Option("--recipe", metavar="NAME", help="The recipe it followed.")
+    ] = None,
+    session: SessionFilter = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Record one task execution; similar successful ones become a recipe."""
+    with open_vault(vault_path) as vault:
+        record = vault.record_episode(
+            request,
+            mode=mode,
+            tools=tool or [],
+            outcomes=outcome or [],
+            success=not failed,
+            session=session,
+            recipe=recipe,
+        )
+    if as_json:
+        emit_json(record.as_dict())
+        return
+    typer.echo(f"recorded {record.episode.path}")
+    if record.recipe is not None:
+        typer.echo(f"{record.outcome}: recipe {record.recipe.name} ({record.recipe.success_count} successes)")
+    for note in record.notes:
+        typer.echo(f"note: {note}")
+
+
+@recipes_app.callback()
+def recipes_cmd(
+    ctx: typer.Context,
+    archived: Annotated[bool, typer.Option("--archived", help="Archived recipes too.")] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recipes: steps learnt from similar episodes, or written by hand.
+
+    `recipes for REQUEST` matches them to a request, `recipes report NAME` counts a use.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    with open_vault(vault_path) as vault:
+        found = vault.recipes(archived=archived)
+    if as_json:
+        emit_json([r.as_dict() for r in found])
+        return
+    if not found:
+        typer.echo("no recipes yet")
+    for r in found:
+        kind = "archived" if r.archived else ("learned" if r.learned else "by hand")
+        fast = "  fast path" if r.fast_path else ""
+        typer.echo(
+            f"{r.name:32} {r.success_count:3} ok {r.failure_count:3} failed  {kind}{fast}  [{', '.join(r.trigger)}]"
+        )
+
+
+@recipes_app.command("for")
+def recipes_for_cmd(
+    request: Annotated[str, typer.Argument(metavar="REQUEST", help="The user's request.")],
+    limit: Annotated[
+        int | None, _limit_opt("At most this many recipes (default: [recipes] max_in_prompt).")
+    ] = None,
+    max_chars: Annotated[
+        int | None, typer.Option("--max-chars", min=1, metavar="N", help="Characters of the whole block.")
+    ] = None,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The recipes for a request, as the block a prompt would carry."""
+    with open_vault(vault_path) as vault:
+        found = vault.recipes_for(request, limit=limit, max_chars=max_chars)
+    if as_json:
+        emit_json(found.as_dict())
+        return
+    typer.echo(found.text or "no recipe matches")
+
+
+@recipes_app.command("report")
+def recipes_report(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The recipe (its file name without .md).")],
+    failed: Annotated[bool, typer.Option("--failed", help="It failed (default: it succeeded).")] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Count a successful (or --failed) use of a recipe."""
+    with open_vault(vault_path) as vault:
+        recipe = vault.recipe_result(name, success=not failed)
+    if as_json:
+        emit_json(recipe.as_dict())
+        return
+    fit = ", fit for a fast path" if recipe.fast_path else ""
+    typer.echo(f"{recipe.name}: {recipe.success_count} successes, {recipe.failure_count} failures{fit}")
+
+
 @app.command("mcp")
 def mcp_cmd(
     http: Annotated[
@@ -1189,7 +1667,8 @@ def mcp_cmd(
         typer.Option(
             "--tools",
             metavar="PROFILES",
-            help="Add tool profiles: editor (edit, move, forget), admin (compact, reindex, status).",
+            help="Add tool profiles: editor (edit, move, forget), agent (recipes_for, end_session,"
+            " record_episode), admin (compact, reindex, status).",
         ),
     ] = None,
     source: Annotated[
@@ -1206,9 +1685,9 @@ def mcp_cmd(
 ) -> None:
     """Serve the vault to agents over MCP (stdio by default).
 
-    Tools: search, context, read, browse, recent, remember, update (see docs/agents.md). With --http the
-    bearer token is made on first use in .vaultmem/mcp-token (mode 0600) and printed once; --json prints
-    where the server listens as one JSON line.
+    Tools: search, context, read, browse, recent, remember, update, core, core_update (see
+    docs/agents.md). With --http the bearer token is made on first use in .vaultmem/mcp-token (mode 0600)
+    and printed once; --json prints where the server listens as one JSON line.
     """
     from vaultmem.layout import Layout
     from vaultmem.model import safe_name

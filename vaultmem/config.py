@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from vaultmem.entities import KINDS
-from vaultmem.errors import InvalidInput
+from vaultmem.errors import InvalidInput, VaultError
+from vaultmem.model import portable_name
 from vaultmem.scoring import DEFAULT_THRESHOLD
 
 DEFAULT_TEXT = """\
@@ -73,12 +74,37 @@ enabled = true              # keep the global tree: a digest per UTC day, rolled
 half_life_days = 0.0        # > 0: a leaf nobody asked about ranks lower, halving every this many days (0 = off)
 floor = 0.25                # ... never below this share of its score; nothing is ever deleted
 
+[core]
+file_budget = 800           # characters of each in-prompt core file (soul, user-profile, projects, patterns)
+total_budget = 4000         # characters of the whole core block (vault.core_block)
+knowledge_budget = 8000     # knowledge.md: searched on demand, where entries leaving the others go
+ondemand_budget = 2000      # errors.md, tools.md and core files you add
+
+[sessions]
+auto = true                 # write a session note when a chat session has been idle ...
+idle_s = 1800.0             # ... this many seconds (through the job queue: `vaultmem watch` runs it)
+max_age_days = 7.0          # ... unless its newest message is older than this (an imported history)
+
+[recipes]
+similarity = 0.32           # cosine between requests for promotion (measured for MiniLM: bench/recipes.py)
+min_episodes = 3            # similar successful episodes that make a recipe
+max_learned = 50            # learned recipes kept live; the least used beyond it are archived
+max_in_prompt = 3           # recipes recipes_for returns at most ...
+max_chars = 2000            # ... within this many characters
+trigger_min = 0.15          # a trigger matches a request at this weighted share of its keywords (measured)
+
 [llm]
 base_url = ""               # OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp); empty = extractive only
 model = ""
 api_key_env = "OPENAI_API_KEY"
 timeout_s = 60.0            # per request; a slow model falls back to a shorter prompt, then extractive
 max_concurrent = 2          # LLM calls in flight at once across all workers
+
+[sources]
+# Folders (or files) the dashboard's "Run ingest" reads again (through the job queue), one source name
+# each; ~ is your home, a relative path starts at the vault. None by default, e.g.:
+# mail = "~/Mail/inbox.mbox"
+# notes = "~/notes"
 """
 
 _COMPACT_KEYS = (
@@ -116,6 +142,12 @@ _TOPIC_KEYS = (
     "llm_entities",
 )
 
+_MEMORY_KEYS = {
+    "core": ("file_budget", "total_budget", "knowledge_budget", "ondemand_budget"),
+    "sessions": ("auto", "idle_s", "max_age_days"),
+    "recipes": ("similarity", "min_episodes", "max_learned", "max_in_prompt", "max_chars", "trigger_min"),
+}
+
 _SECTIONS = {
     "ingest": {
         "chunk_max_tokens": "chunk_max_tokens",
@@ -129,6 +161,8 @@ _SECTIONS = {
     "topics": {key: f"topics_{key}" for key in _TOPIC_KEYS},
     "digest": {"enabled": "digest_enabled"},
     "decay": {"half_life_days": "decay_half_life_days", "floor": "decay_floor"},
+    **{section: {key: f"{section}_{key}" for key in keys} for section, keys in _MEMORY_KEYS.items()},
+    "sources": {},  # free keys: source name = folder or file to ingest (parsed by ``_sources``)
     "llm": {
         "base_url": "llm_base_url",
         "model": "llm_model",
@@ -186,6 +220,25 @@ class Config:
     digest_enabled: bool = True
     decay_half_life_days: float = 0.0
     decay_floor: float = 0.25
+    core_file_budget: int = 800
+    core_total_budget: int = 4000
+    core_knowledge_budget: int = 8000
+    core_ondemand_budget: int = 2000
+    sessions_auto: bool = True
+    sessions_idle_s: float = 1800.0
+    sessions_max_age_days: float = 7.0
+    recipes_similarity: float = 0.32
+    recipes_min_episodes: int = 3
+    recipes_max_learned: int = 50
+    recipes_max_in_prompt: int = 3
+    recipes_max_chars: int = 2000
+    recipes_trigger_min: float = 0.15
+    # [sources]: (source name, folder or file as written) to ingest again on request, in file order
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def memory_values(self, section: str) -> dict[str, Any]:
+        """The ``[core]``, ``[sessions]`` or ``[recipes]`` section as keyword arguments."""
+        return {key: getattr(self, f"{section}_{key}") for key in _MEMORY_KEYS[section]}
 
     def compact_values(self) -> dict[str, Any]:
         """The ``[compact]`` section as keyword arguments (for ``CompactSettings``)."""
@@ -207,6 +260,9 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
     for section, body in data.items():
         if section not in _SECTIONS or not isinstance(body, dict):
             raise InvalidInput(f"{where}: unknown section [{section}]; known: {', '.join(_SECTIONS)}")
+        if section == "sources":
+            values["sources"] = _sources(body, where)
+            continue
         for key, value in body.items():
             attr = _SECTIONS[section].get(key)
             if attr is None:
@@ -234,6 +290,20 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
             raise InvalidInput(f"{where}: topics.{key} must not be negative")
     if config.topics_half_life_days <= 0 or min(config.topics_keep_recent, config.topics_level_leaves) < 1:
         raise InvalidInput(f"{where}: topics.half_life_days, keep_recent and level_leaves must be positive")
+    if min(config.memory_values("core").values()) < 1:
+        raise InvalidInput(f"{where}: the [core] budgets must be at least 1 character")
+    if config.sessions_idle_s < 0 or config.sessions_max_age_days < 0:
+        raise InvalidInput(f"{where}: sessions.idle_s and sessions.max_age_days must not be negative")
+    if not 0 < config.recipes_similarity <= 1:
+        raise InvalidInput(f"{where}: recipes.similarity must be above 0 and at most 1")
+    if config.recipes_min_episodes < 2 or min(config.recipes_max_learned, config.recipes_max_in_prompt) < 1:
+        raise InvalidInput(
+            f"{where}: recipes.min_episodes must be at least 2, max_learned and max_in_prompt 1"
+        )
+    if not 0 < config.recipes_trigger_min <= 1:
+        raise InvalidInput(f"{where}: recipes.trigger_min must be above 0 and at most 1")
+    if config.recipes_max_chars < 100:
+        raise InvalidInput(f"{where}: recipes.max_chars must be at least 100")
     if config.llm_max_concurrent < 1:
         raise InvalidInput(f"{where}: llm.max_concurrent must be at least 1")
     return config
@@ -247,6 +317,22 @@ def _kinds(value: object, where: str) -> tuple[str, ...]:
     if unknown:
         raise InvalidInput(f"{where}: unknown kind {unknown[0]!r}; known: {', '.join(KINDS)}")
     return tuple(value)
+
+
+def _sources(body: dict[str, Any], where: str) -> tuple[tuple[str, str], ...]:
+    """``[sources]``: each key a portable source name, each value a non-empty path string."""
+    out = []
+    for name, value in body.items():
+        try:
+            portable_name(name)
+        except VaultError as exc:
+            raise InvalidInput(f"{where}: [sources] {exc}") from None
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidInput(
+                f"{where}: sources.{name} must be a folder or file path (a string), got {value!r}"
+            )
+        out.append((name, value))
+    return tuple(out)
 
 
 def load_config(path: Path) -> Config:

@@ -327,7 +327,67 @@ def m012_fts_nav(conn: sqlite3.Connection) -> None:
     )
 
 
-def m013_validity(conn: sqlite3.Connection) -> None:
+def m013_agent_memory(conn: sqlite3.Connection) -> None:
+    # The agent's own memory (core files, session notes, episodes, recipes: ``memindex``). Markdown
+    # files are the truth; these rows are rebuilt from them by reindex. ``agent_entries`` holds the
+    # searchable units (one per core-file entry, one per other file) and ``fts_agent`` indexes them;
+    # ``agent_vectors`` caches embeddings of episode requests by text hash (recomputed when missing).
+    _script(
+        conn,
+        """
+        CREATE TABLE agent_files(
+            path TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            name TEXT NOT NULL,
+            meta TEXT NOT NULL DEFAULT '{}',
+            text TEXT NOT NULL,
+            ts TEXT,
+            file_hash TEXT NOT NULL,
+            file_size INTEGER NOT NULL,
+            file_mtime_ns INTEGER NOT NULL
+        );
+        CREATE INDEX agent_files_kind ON agent_files(kind, name);
+        CREATE TABLE agent_entries(
+            rowid INTEGER PRIMARY KEY,
+            path TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            text TEXT NOT NULL
+        );
+        CREATE INDEX agent_entries_path ON agent_entries(path);
+        CREATE VIRTUAL TABLE fts_agent USING fts5(
+            text, content='agent_entries', content_rowid='rowid',
+            tokenize='porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER agent_entries_ai AFTER INSERT ON agent_entries BEGIN
+            INSERT INTO fts_agent(rowid, text) VALUES (new.rowid, new.text);
+        END;
+        CREATE TRIGGER agent_entries_ad AFTER DELETE ON agent_entries BEGIN
+            INSERT INTO fts_agent(fts_agent, rowid, text) VALUES ('delete', old.rowid, old.text);
+        END;
+        CREATE TABLE agent_vectors(
+            key TEXT PRIMARY KEY,
+            model TEXT NOT NULL,
+            text_hash TEXT NOT NULL,
+            vec BLOB NOT NULL
+        );
+        """,
+    )
+
+
+def m014_count_indexes(conn: sqlite3.Connection) -> None:
+    # Counts by kind, status, source and day (stats, the dashboard's metrics and heatmap) read these
+    # indexes instead of every row: at 100,000 leaves a count went from a scan of the table to one of
+    # an index (bench/dashboard.py).
+    _script(
+        conn,
+        """
+        CREATE INDEX chunks_kind_ts ON chunks(kind, ts, source);
+        CREATE INDEX chunks_kind_source ON chunks(kind, source, status);
+        """,
+    )
+
+
+def m015_validity(conn: sqlite3.Connection) -> None:
     # Validity (issue #20): a leaf's ``valid_from`` / ``valid_to`` (ISO UTC text, so they compare as
     # text) and the versions it replaces / that replace it (JSON lists of leaf ids). Partial indexes make
     # "does any leaf have a window" and "which leaves replace one" cheap in a vault where few do.
@@ -361,7 +421,9 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("010_order", m010_order),
     ("011_entities", m011_entities),
     ("012_fts_nav", m012_fts_nav),
-    ("013_validity", m013_validity),
+    ("013_agent_memory", m013_agent_memory),
+    ("014_count_indexes", m014_count_indexes),
+    ("015_validity", m015_validity),
 ]
 
 

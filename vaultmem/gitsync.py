@@ -337,6 +337,21 @@ def hand_message(paths: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True)
+class CommitInfo:
+    """A commit of the vault's history as a reader sees it: when, what, which files, the patch."""
+
+    sha: str
+    when: str  # the commit time, ISO 8601 with its offset
+    subject: str
+    files: tuple[str, ...]  # ``A path``, ``M path``, ``D path``, ``R old -> new`` (git's letters)
+    diff: str  # the patch (moves as renames), cut at ``max_diff_bytes``
+    truncated: bool  # the patch was longer than what ``diff`` holds
+
+    def as_dict(self) -> dict[str, object]:
+        return {**vars(self), "files": list(self.files)}
+
+
+@dataclass(frozen=True)
 class CommitResult:
     sha: str | None  # None when there was nothing to commit
     message: str
@@ -521,15 +536,56 @@ class GitRecorder:
         """The last ``n`` commits as ``(sha, subject)``, newest first."""
         if n <= 0:
             return []
+        out = self._log("-z", f"--max-count={n}", "--format=%H %s", "--no-show-signature")
+        return [(sha, subject) for sha, _, subject in (rec.partition(" ") for rec in out.split("\0") if rec)]
+
+    def _log(self, *args: str) -> str:
+        """``git log`` with ``args`` ("" when there is no repository or no commit yet)."""
         with self._git_errors("log"):
             repo = self._open()
             if repo is None:
-                return []
+                return ""
             with repo:
                 if _head(repo) is None:
-                    return []
-                out = repo.git.log("-z", f"--max-count={n}", "--format=%H %s", "--no-show-signature")
-        return [(sha, subject) for sha, _, subject in (rec.partition(" ") for rec in out.split("\0") if rec)]
+                    return ""
+                return bytes(repo.git.log(*args, stdout_as_string=False)).decode("utf-8", errors="replace")
+
+    def commits_between(
+        self, start: str, end: str, *, limit: int = 100, max_diff_bytes: int = 100_000
+    ) -> list[CommitInfo]:
+        """The commits made from ``start`` up to ``end`` (ISO 8601 times), newest first, at most
+        ``limit``, each with its changed files and its patch (moved files shown as renames). Reads only."""
+        out = self._log(
+            f"--since={start}",
+            f"--until={end}",
+            f"--max-count={limit}",
+            "--format=%x1e%H%x1f%cI%x1f%s",
+            "--patch-with-raw",
+            "--find-renames",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-show-signature",
+        )
+        found = []
+        for record in out.split("\x1e")[1:]:
+            head, _, body = record.partition("\n")
+            sha, when, subject = head.split("\x1f", 2)
+            lines = body.strip("\n").split("\n")
+            raw = [line[1:] for line in lines if line.startswith(":")]
+            patch = _without_sidecars(
+                "\n".join(line for line in lines if not line.startswith(":")).strip("\n")
+            )
+            found.append(
+                CommitInfo(
+                    sha,
+                    when,
+                    subject,
+                    _raw_files("\n".join(raw)),
+                    patch[:max_diff_bytes],
+                    len(patch) > max_diff_bytes,
+                )
+            )
+        return found
 
     # -- repository --------------------------------------------------------------------------------
     def _pinned_env(self, git_dir: Path) -> dict[str, str]:
@@ -710,6 +766,29 @@ def _feed(
 def _head(repo: Repo) -> str | None:
     out = repo.git.rev_parse("--verify", "--quiet", "HEAD^{commit}", with_exceptions=False)
     return out.strip() or None
+
+
+def _without_sidecars(patch: str) -> str:
+    """A patch without the parts that change ``_embeddings.json`` (base64 vectors: nothing to read).
+    The commit's file list still names them."""
+    first, *rest = patch.split("\ndiff --git ")
+    parts = [first, *(f"diff --git {p}" for p in rest)]
+    kept = [p for p in parts if not (p.splitlines() or [""])[0].rstrip('"').endswith(f"/{SIDECAR_NAME}")]
+    return "\n".join(kept)
+
+
+def _raw_files(raw: str) -> tuple[str, ...]:
+    """``git log --raw`` lines (``:modes shas STATUS\tpath[\tnew path]``) as ``A path``, ``M path``,
+    ``D path``, ``R old -> new``."""
+    files = []
+    for line in raw.splitlines():
+        meta, _, paths = line.partition("\t")
+        letter = meta.split()[-1][:1] if meta.split() else "M"
+        names = paths.split("\t")
+        files.append(
+            f"R {names[0]} -> {names[1]}" if letter in "RC" and len(names) == 2 else f"{letter} {names[0]}"
+        )
+    return tuple(files)
 
 
 def _vault_rel(path: str) -> str:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from vaultmem import validity
@@ -195,11 +197,20 @@ def existing_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> set[str]:
 
 def leaves_by_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Leaf]:
     """The leaves among ``ids``, in the given order (unknown ids are left out)."""
+    return [row_to_leaf(row) for row in rows_by_ids(conn, ids, kind="leaf")]
+
+
+def rows_by_ids(
+    conn: sqlite3.Connection, ids: Sequence[str], *, kind: str | None = None
+) -> list[sqlite3.Row]:
+    """The rows of ``ids`` (of ``kind`` only, when given), in the given order; unknown ids left out."""
     rows: dict[str, sqlite3.Row] = {}
+    only = "" if kind is None else " AND kind = ?"
     for part, marks in in_batches(ids):
-        for row in conn.execute(f"SELECT * FROM chunks WHERE kind = 'leaf' AND id IN ({marks})", part):
+        params = [*part] if kind is None else [*part, kind]
+        for row in conn.execute(f"SELECT * FROM chunks WHERE id IN ({marks}){only}", params):
             rows[row["id"]] = row
-    return [row_to_leaf(rows[i]) for i in dict.fromkeys(ids) if i in rows]
+    return [rows[i] for i in dict.fromkeys(ids) if i in rows]
 
 
 def row_to_leaf(row: sqlite3.Row) -> Leaf:
@@ -271,3 +282,34 @@ def known_emails(conn: sqlite3.Connection, source: str) -> list[KnownEmail]:
         KnownEmail(row["source_id"], row["session"], str(row["subject"] or ""), parse_ts(row["ts"]))
         for row in rows
     ]
+
+
+def leaves_per_day(
+    conn: sqlite3.Connection, first: str, last: str, source: str | None = None
+) -> dict[str, int]:
+    """UTC day (``YYYY-MM-DD``) -> leaves of that day, for days ``first`` to ``last`` inclusive (ISO
+    dates); days without a leaf are left out. A leaf's day is that of its time, or for a leaf without
+    one (a document section that names no date) that of its file's mtime, as the daily digest counts
+    it. One range over the ``(kind, ts)`` index, and one lookup of its undated leaves."""
+    sql = "SELECT substr(ts, 1, 10) AS day, count(*) FROM chunks WHERE kind = 'leaf' AND ts >= ? AND ts < ?"
+    params: list[Any] = [first, last + "\uffff"]
+    undated = "SELECT file_mtime_ns FROM chunks WHERE kind = 'leaf' AND ts IS NULL"
+    if source is not None:
+        sql += " AND source = ?"
+        undated += " AND source = ?"
+        params.append(source)
+    days: Counter[str] = Counter(dict(conn.execute(sql + " GROUP BY day", params)))
+    for (mtime_ns,) in conn.execute(undated, params[2:]):
+        day = datetime.fromtimestamp((mtime_ns or 0) / 1e9, UTC).date().isoformat()
+        if first <= day <= last:
+            days[day] += 1
+    return dict(sorted(days.items()))
+
+
+def leaves_per_source(conn: sqlite3.Connection) -> dict[str, int]:
+    """Source -> its leaves (every source with one)."""
+    return dict(
+        conn.execute(
+            "SELECT source, count(*) FROM chunks WHERE kind = 'leaf' GROUP BY source ORDER BY source"
+        )
+    )

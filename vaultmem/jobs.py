@@ -31,6 +31,8 @@ class JobKind(StrEnum):
     FLUSH_STALE = "flush_stale"
     TOPIC_ROUTE = "topic_route"
     DIGEST_DAILY = "digest_daily"
+    SESSION_END = "session_end"
+    INGEST = "ingest"  # read a configured source folder again ([sources] in config.toml)
 
 
 class JobState(StrEnum):
@@ -86,6 +88,21 @@ def topic_route_job(entity: str) -> NewJob:
 
 def digest_job(day: date) -> NewJob:
     return NewJob(JobKind.DIGEST_DAILY.value, {"day": day.isoformat()}, dedupe_key=f"digest_daily:{day}")
+
+
+def session_end_job(source: str, session: str) -> NewJob:
+    """The note of a chat session, written once it has been idle (``memtiers.schedule``)."""
+    return NewJob(
+        JobKind.SESSION_END.value,
+        {"source": source, "session": session},
+        dedupe_key=f"session_end:{source}\x1f{session}",
+    )
+
+
+def ingest_job(source: str) -> NewJob:
+    """Ingest the folder configured for ``source`` (one at a time: a second request while it is
+    queued or running is the same job). Two attempts: a folder that cannot be read is a person's fix."""
+    return NewJob(JobKind.INGEST.value, {"source": source}, dedupe_key=f"ingest:{source}", max_attempts=2)
 
 
 def owner_alive(owner: str | None) -> bool | None:
@@ -162,6 +179,19 @@ class JobQueue:
     ) -> bool:
         job = NewJob(kind, payload or {}, dedupe_key, priority, max_attempts)
         return self.enqueue_many([job], delay_s=delay_s) == 1
+
+    def postpone(self, dedupe_keys: Iterable[str], run_after: float) -> int:
+        """Move queued jobs (by dedupe key) to run no earlier than ``run_after`` (a debounce: each new
+        message of a session pushes its note back). Returns how many moved."""
+        keys = list(dedupe_keys)
+        with atomic(self.conn):
+            before = self.conn.total_changes
+            self.conn.executemany(
+                "UPDATE jobs SET run_after = max(run_after, ?), updated_at = ? WHERE dedupe_key = ?"
+                " AND state = 'queued'",
+                [(run_after, self.clock(), k) for k in keys],
+            )
+            return self.conn.total_changes - before
 
     def claim(
         self, owner: str, *, kinds: Sequence[str] | None = None, limit: int = 1, lease_s: float = 120.0
@@ -324,6 +354,15 @@ class JobQueue:
         out = {s.value: 0 for s in JobState}
         for state, n in self.conn.execute("SELECT state, count(*) FROM jobs GROUP BY state"):
             out[state] = n
+        return out
+
+    def by_kind(self) -> dict[str, dict[str, int]]:
+        """Job kind -> state -> how many (kinds with no job are left out)."""
+        out: dict[str, dict[str, int]] = {}
+        for kind, state, n in self.conn.execute(
+            "SELECT kind, state, count(*) FROM jobs GROUP BY kind, state ORDER BY kind"
+        ):
+            out.setdefault(kind, {s.value: 0 for s in JobState})[state] = n
         return out
 
     def pending(self) -> int:

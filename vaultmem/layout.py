@@ -13,7 +13,8 @@
     reserve             1 MiB set aside while workers run; freed on a full disk to give jobs back
   sources/<source>/_fresh/<leaf>.md     new leaves
   sources/<source>/NN-slug/_summary.md  sealed levels (compactor)
-  topics/ global/ core/                 reserved for topic trees, the daily digest, core memory
+  topics/ global/                       topic trees, the daily digest
+  core/ sessions/ episodes/ recipes/    the agent's own memory (memindex)
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ FRESH = "_fresh"
 SUMMARY_NAME = "_summary.md"
 SIDECAR_NAME = "_embeddings.json"
 RESERVED_TOP = ("sources", "topics", "global", "core")
+# The agent's own memory (core files, session notes, episodes, recipes): indexed by ``memindex``.
+AGENT_TOPS = ("core", "sessions", "episodes", "recipes")
 # Directories and files the engine never indexes.
 REVIEW = "review"  # the review inbox (vaultmem.review): never indexed
 TOMBSTONES = ".trash/vaultmem/forgotten"  # forgotten leaves, one folder per id (vaultmem.forget)
@@ -115,6 +118,19 @@ def in_sealed_level(rel: str) -> bool:
     """True for a file inside a source tree's sealed level (``sources/<s>/NN-slug/...``), not ``_fresh``."""
     parts = PurePosixPath(rel).parts
     return len(parts) >= 4 and parts[0] == SOURCES and parts[2] != FRESH
+
+
+def file_in(rel: str, top: str, archive: str = "_archive") -> tuple[str, bool] | None:
+    """(name, archived) for ``<top>/<name>.md`` or ``<top>/<archive>/<name>.md``; None for any other path
+    (the agent's core files and recipes are named by their file)."""
+    parts = rel.split("/")
+    if not rel.endswith(".md") or parts[0] != top:
+        return None
+    if len(parts) == 2:
+        return parts[1][:-3], False
+    if len(parts) == 3 and parts[1] == archive:
+        return parts[2][:-3], True
+    return None
 
 
 def is_ignored(rel: str) -> bool:

@@ -64,6 +64,11 @@ class WorkContext:
     topics: TopicSettings = field(default_factory=TopicSettings)
     finder: EntityFinder | None = find_entities  # entities of a leaf as it is admitted
     digest: bool = True  # keep the global tree (a digest per day)
+    # The note of an idle chat session (memtiers.run_session_job with this thread's connection).
+    session_end: Callable[[sqlite3.Connection, Job], bool] | None = None
+    # read a configured source folder again ([sources]), calling the heartbeat as batches are written;
+    # returns the operation's line. None: this process cannot (the job fails)
+    ingest: Callable[[str, Callable[[], None]], str] | None = None
 
 
 @dataclass
@@ -308,6 +313,8 @@ class Pool:
                 JobKind.RESUMMARIZE.value: self._resummarize,
                 JobKind.DIGEST_DAILY.value: self._digest_daily,
                 JobKind.TOPIC_ROUTE.value: self._topic_route,
+                JobKind.SESSION_END.value: self._session_end,
+                JobKind.INGEST.value: self._ingest,
             }.get(kind)
             if handler is None:
                 queue.fail(job, f"no handler for job kind {kind!r} in this version")
@@ -561,6 +568,18 @@ class Pool:
             queue.defer(job, DEFER_S, str(exc))
             return False
         return self._settle(queue, job, result, resummarized=1)
+
+    def _session_end(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        if self.ctx.session_end is None:
+            raise RuntimeError("no session note writer in this work context")
+        return self.ctx.session_end(conn, job)
+
+    def _ingest(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        """The new leaves queue their own ``extract`` jobs; sealing follows from there."""
+        if self.ctx.ingest is None:
+            raise ConflictError("this process cannot ingest configured sources; run `vaultmem jobs --run`")
+        self.report.say(self.ctx.ingest(str(job.payload["source"]), lambda: queue.extend(job)))
+        return True
 
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         ctx = self.ctx

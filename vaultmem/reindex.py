@@ -16,7 +16,7 @@ from vaultmem.db import atomic
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.ingest import extract_job, read_leaf_file, read_summary_file
 from vaultmem.jobs import JobQueue, resummarize_job
-from vaultmem.layout import Layout
+from vaultmem.layout import AGENT_TOPS, Layout
 from vaultmem.model import Status
 from vaultmem.scan import scan
 from vaultmem.summaryfile import SummaryNode
@@ -30,6 +30,7 @@ class ReindexReport:
     requeued: int
     vectors: int = 0  # vectors restored from the _embeddings.json sidecars
     summaries: int = 0
+    memory_files: int = 0  # the agent's own memory files (memindex)
 
 
 @dataclass
@@ -70,6 +71,8 @@ def read_vault(
             dir_summary[node.directory] = node.id
             summaries.append((entry.rel, node, stamp))
             continue
+        if entry.rel.split("/", 1)[0] in AGENT_TOPS and "/" in entry.rel:
+            continue  # the agent's own memory: memindex reads those
         if leaffile.id_from_filename(entry.rel.rsplit("/", 1)[-1]) is None:
             out.skipped.append((entry.rel, "not a leaf file (no leaf id in its name)"))
             continue

@@ -48,6 +48,7 @@ class Node:
     children: int  # direct children (levels and leaves); 0 for a leaf
     descendants: int  # leaves under it (1 for a leaf)
     score: float | None = None  # similarity to the query, when drilling down with one
+    stale: bool = False  # a level whose summary is behind its children (re-summarised by compaction)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -66,6 +67,7 @@ def _node(row: sqlite3.Row, children: int = 0) -> Node:
         return Node(
             row["id"], "summary", row["path"], str(prov.get("title") or ""), row["text"], row["tokens"],
             row["depth"], row["ts"], row["ts_end"], None, children, int(prov.get("descendants") or 0),
+            stale=row["status"] == "stale",
         )  # fmt: skip
     words = " ".join(str(row["text"]).split()[:10])
     return Node(
@@ -106,10 +108,7 @@ def child_rows(
     for child in conn.execute(
         "SELECT * FROM chunks WHERE path >= ? AND path < ?", index.prefix_range(prefix)
     ):
-        rest = child["path"][len(prefix) :]
-        if (child["kind"] == "leaf" and "/" not in rest) or (
-            child["kind"] == "summary" and rest.count("/") == 1 and rest.endswith("/" + SUMMARY_NAME)
-        ):
+        if _direct(child["path"][len(prefix) :], child["kind"]):
             kids.append(child)
     rows_by_id = (
         {
@@ -155,6 +154,60 @@ def drill_down(
         score = float(cache.matrix[pos] @ q) if pos is not None else -1.0
         scored.append(Node(**{**vars(node), "score": score}))
     return sorted(scored, key=lambda n: -(n.score if n.score is not None else -1.0))
+
+
+def children_page(
+    conn: sqlite3.Connection,
+    node_id: str | None,
+    *,
+    source: str | None = None,
+    offset: int = 0,
+    limit: int = 100,
+) -> tuple[list[Node], int]:
+    """One page of a level's children in reading order (``node_id`` None: the top of ``source``: its
+    levels and its ``_fresh/`` leaves), and how many children there are. Orders the siblings on a few
+    columns and reads whole rows for the page only, so a folder of 100,000 leaves stays cheap."""
+    light = "SELECT id, kind, path, ts, seq, ord FROM chunks WHERE path >= ? AND path < ?"
+    if node_id is None:
+        if source is None:
+            raise ValueError("the top of which source?")
+        siblings = conn.execute(
+            light + " AND ((kind = 'summary' AND parent IS NULL)"
+            " OR (kind = 'leaf' AND instr(path, '/" + FRESH + "/') > 0))",
+            index.prefix_range(f"{SOURCES}/{source}/"),
+        ).fetchall()
+    else:
+        row = _row(conn, node_id)
+        if row["kind"] != "summary":
+            return [], 0
+        prefix = row["path"].rsplit("/", 1)[0] + "/"
+        siblings = [
+            r
+            for r in conn.execute(light, index.prefix_range(prefix))
+            if _direct(r["path"][len(prefix) :], r["kind"])
+        ]
+    ordered = sibling_order(siblings)
+    wanted = [r["id"] for r in ordered[max(0, offset) : max(0, offset) + max(0, limit)]]
+    rows = {r["id"]: r for r in index.rows_by_ids(conn, wanted)}
+    nodes = []
+    for node in wanted:
+        full = rows[node]
+        if full["kind"] == "summary":
+            prefix = full["path"].rsplit("/", 1)[0] + "/"
+            paths = conn.execute(
+                "SELECT path, kind FROM chunks WHERE path >= ? AND path < ?", index.prefix_range(prefix)
+            )
+            nodes.append(_node(full, sum(1 for p in paths if _direct(p["path"][len(prefix) :], p["kind"]))))
+        else:
+            nodes.append(_node(full))
+    return nodes, len(ordered)
+
+
+def _direct(rest: str, kind: str) -> bool:
+    """Whether a path under a level's folder (``rest``, relative to it) is one of its own children."""
+    if kind == "leaf":
+        return "/" not in rest
+    return rest.count("/") == 1 and rest.endswith("/" + SUMMARY_NAME)
 
 
 def serialize(conn: sqlite3.Connection, node_id: str) -> str:

@@ -25,6 +25,7 @@ from filelock import FileLock, Timeout
 
 from vaultmem import (
     agentio,
+    coremem,
     daemonstate,
     db,
     decay,
@@ -35,6 +36,8 @@ from vaultmem import (
     gitsync,
     index,
     mdfile,
+    memindex,
+    memtiers,
     purge,
     review,
     sidecar,
@@ -45,10 +48,13 @@ from vaultmem import (
     treeops,
     versions,
 )
+from vaultmem.agentllm import ChatModel
 from vaultmem.check import CheckReport, Problem, check
 from vaultmem.compact import CompactSettings, Planner, SourceState
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import Context, assemble
+from vaultmem.corefile import CoreSettings
+from vaultmem.coremem import CoreBlock, CoreFileView, CoreUpdate, MemoryEnv, MemorySettings, Onboarding
 from vaultmem.docmem import (
     Plan,
     plan_add_summary,
@@ -60,6 +66,7 @@ from vaultmem.docmem import (
 )
 from vaultmem.embed import Embedder, load_embedder
 from vaultmem.entities_llm import LLMEntityExtractor
+from vaultmem.episodes import Episode
 from vaultmem.errors import (
     ConflictError,
     DiskFull,
@@ -86,7 +93,7 @@ from vaultmem.forget import (
     unbury,
     undo_derived,
 )
-from vaultmem.gitsync import GitOperation, GitRecorder
+from vaultmem.gitsync import CommitInfo, GitOperation, GitRecorder
 from vaultmem.ingest import (
     IngestReport,
     Progress,
@@ -100,10 +107,12 @@ from vaultmem.ingest import (
 from vaultmem.inputs import read_path
 from vaultmem.inputs.chat import messages_from_records
 from vaultmem.inputs.mailthread import thread_messages
-from vaultmem.jobs import JobKind, JobQueue, NewJob, release_dead, resummarize_job
+from vaultmem.jobs import JobKind, JobQueue, NewJob, ingest_job, release_dead, resummarize_job
 from vaultmem.layout import FRESH, RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lifecycle import set_status
+from vaultmem.memindex import MemoryHit
+from vaultmem.memtiers import EpisodeRecord
 from vaultmem.model import (
     Leaf,
     Message,
@@ -116,11 +125,13 @@ from vaultmem.model import (
     utc,
 )
 from vaultmem.pool import Pool, PoolReport, WorkContext
+from vaultmem.recipes import Recipe, RecipeMatch
 from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.redact import scrub
 from vaultmem.reindex import ReindexReport, reindex
 from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
+from vaultmem.sessionnote import SessionNote
 from vaultmem.sessions import SessionTree, session_tree
 from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser, Summariser
 from vaultmem.summaryfile import SummaryNode
@@ -231,6 +242,10 @@ class Vault:
         self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
         self.commits = 0  # git commits this vault made (engine batches and hand edits)
         self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
+        # "Now" for the agent memory tiers (entry tags, idle sessions, episode times); tests inject one.
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self._chat_model: ChatModel | None = None
+        self._chat_model_built = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -526,6 +541,7 @@ class Vault:
                         " were not (a file of theirs already written is indexed on the next open); free"
                         " space, then run the same ingest again (what is already in is skipped)"
                     ) from exc
+                self._sessions_touched([leaf for leaf in leaves if leaf.id in set(added)])
                 if added:
                     names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
                     self._commit(f"memory: add {len(added)} leaves from {', '.join(names)}")
@@ -658,24 +674,20 @@ class Vault:
 
     def sources(self) -> list[str]:
         """The source trees (``global`` and topic summaries are not sources)."""
+        # Each distinct source (from an index), kept when a node of it lives under sources/<it>/.
         return [
             r[0]
             for r in self.conn.execute(
-                "SELECT DISTINCT source FROM chunks WHERE path >= ? AND path < ? ORDER BY source",
-                index.prefix_range(f"{SOURCES}/"),
+                "SELECT s.source FROM (SELECT DISTINCT source FROM chunks) s WHERE EXISTS (SELECT 1 FROM"
+                " chunks c WHERE c.path >= ? || s.source || '/' AND c.path < ? || s.source || '0') ORDER BY s.source",
+                (f"{SOURCES}/", f"{SOURCES}/"),
             )
         ]
 
-    def stats(self) -> Stats:
-        storage = 0
-        index_bytes = 0
-        for p in self.layout.root.rglob("*"):
-            if p.is_file() and not p.is_symlink() and p != self.layout.reserve:
-                size = p.stat().st_size
-                if self.layout.state in p.parents:
-                    index_bytes += size
-                elif ".git" not in p.relative_to(self.layout.root).parts:
-                    storage += size
+    def stats(self, *, files: bool = True) -> Stats:
+        """Counts from the index; with ``files``, the bytes in the vault's files and in the index
+        (a walk over every file: ``files=False`` leaves them at -1 and stays cheap at any size)."""
+        storage, index_bytes = self.storage() if files else (-1, -1)
         counts = dict(self.conn.execute("SELECT kind, count(*) FROM chunks GROUP BY kind").fetchall())
         by_status = dict(
             self.conn.execute(
@@ -818,6 +830,8 @@ class Vault:
             topics=self.topic_settings,
             finder=self.entity_finder,
             digest=self.config.digest_enabled,
+            session_end=lambda conn, job: memtiers.run_session_job(self._memory(conn), job),
+            ingest=self._ingest_job,
         )
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
@@ -853,21 +867,7 @@ class Vault:
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
         # them in the buffer (the worker pool runs both kinds of job at once).
         flushed = self.flush()
-        with self._locked():
-            self.jobs.enqueue_many(
-                NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
-            )
-            # Days and topics that lost a leaf are re-digested and re-routed (the topic sweep below
-            # routes every topic anyway).
-            digest.enqueue_out_of_date(self.conn, time.time())
-            # A stale level always has its job (the flag in the file is the truth; the queue follows it).
-            self.jobs.enqueue_many(
-                resummarize_job(r["id"], r["depth"])
-                for r in self.conn.execute(
-                    "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
-                )
-            )
-        self.sweep_topics()  # heat decays with the days: archive the cold, make the newly hot
+        self.queue_compaction()
         report = self.work(progress)
         report.add(embedded=flushed.embedded, admitted=flushed.admitted)
         notes = [f"re-read {p} (changed by hand)" for p in caught.changed]
@@ -1002,15 +1002,28 @@ class Vault:
                     f"git changed the repository of {self.layout.root} while these paths were gathered;"
                     " gather them again once it is quiet"
                 )
+            mine, rest = memindex.reconcile(
+                self.conn, self.layout, rels, self.config.max_file_bytes, self.memory_settings.core
+            )
+            # A person's edits to agent memory files are their own commit, as for notes and leaves.
+            if by_hand:
+                self._commit_by_hand([*mine.new, *mine.changed, *mine.deleted, *(r for r, _ in mine.invalid)])
             report = reconcile_paths(
                 self.conn,
                 self.layout,
-                rels,
+                rest,
                 self.config.max_file_bytes,
                 read_note=self.read_notes,
                 seen=seen,
                 on_hand_edits=self._commit_by_hand if by_hand else None,
             )
+            report.new += mine.new
+            report.changed += mine.changed
+            report.deleted += mine.deleted
+            report.invalid += mine.invalid
+            for rel, _ in mine.invalid:  # reported once, until the file changes again
+                st = self.layout.abs(rel).stat()
+                report.seen[rel] = (st.st_size, st.st_mtime_ns)
             if report.deleted:
                 digest.enqueue_out_of_date(self.conn, time.time())  # their days' digests link them
             if report.deleted or report.changed:
@@ -1033,7 +1046,10 @@ class Vault:
 
     def changed_paths(self, seen: Mapping[str, Stamp]) -> list[str]:
         """Paths that differ from the index (or from ``seen``, the notes already read), by ``stat``."""
-        return changed_paths(self.conn, self.layout, seen)
+        # Agent memory files have rows of their own (memindex): compared there, not read as notes.
+        known = {r[0] for r in self.conn.execute("SELECT path FROM agent_files")}
+        rest = [p for p in changed_paths(self.conn, self.layout, seen) if p not in known]
+        return sorted({*rest, *memindex.changed(self.conn, self.layout)})
 
     def read_notes(self, rels: Iterable[str]) -> list[str]:
         """Ingest Markdown notes of the vault (not vaultmem nodes) as documents; the files stay as they
@@ -1303,12 +1319,24 @@ class Vault:
             )  # an index rebuilt without its heat table
         return topics.query.hot(self.conn, n, at, self.topic_settings)
 
-    def graph(self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None) -> dict[str, Any]:
-        """The entity graph: the ``limit`` most mentioned entities and their co-occurrence edges."""
+    def graph(
+        self, *, limit: int = 200, min_weight: int = 1, now: datetime | None = None, by: str = "mentions"
+    ) -> dict[str, Any]:
+        """The entity graph: the ``limit`` most mentioned (``by="heat"``: hottest) entities and their
+        co-occurrence edges."""
         if limit < 1 or min_weight < 1:
             raise InvalidInput("limit and min_weight must be at least 1")
+        if by not in ("mentions", "heat"):
+            raise InvalidInput(f"graph by {by!r}? one of: mentions, heat")
+        at = now or topics.heat.utcnow()
+        # By heat: the hottest. An index whose heat was never seeded (read-only) falls back to mentions.
+        keys = (
+            [e.key for e in topics.query.hot(self.conn, limit, at, self.topic_settings)]
+            if by == "heat"
+            else []
+        )
         return topics.query.graph(
-            self.conn, now or topics.heat.utcnow(), self.topic_settings, limit=limit, min_weight=min_weight
+            self.conn, at, self.topic_settings, limit=limit, min_weight=min_weight, keys=keys or None
         )
 
     # -- document operations (docmem) ---------------------------------------------------------------
@@ -1785,17 +1813,12 @@ class Vault:
         mode: str | None = None,
     ) -> agentio.Recall:
         """The block an agent puts in its system prompt for a query (or the last turns of a message list):
-        core memory first when the vault has it, then the best remembered text in what is left of
-        ``budget_tokens`` (``context``). Never more than ``budget_tokens``."""
+        core memory first (``core_text``: read only, nothing created), then the best remembered text in
+        what is left of ``budget_tokens`` (``context``). Never more than ``budget_tokens``."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         query = agentio.query_of(query_or_messages)
-        core = ""
-        core_block = getattr(self, "core_block", None)  # core memory (issue #17), once the vault has it
-        if callable(core_block):
-            core = agentio.fit_lines(
-                str(getattr(block := core_block(), "text", block) or "").strip(), budget_tokens
-            )
+        core = agentio.fit_lines(self.core_text().strip(), budget_tokens)
         left = budget_tokens - count_tokens(core)
         ctx = (
             self.context(query, left, source=source, mode=mode)
@@ -1865,6 +1888,10 @@ class Vault:
     def _reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
         with self._locked():
             report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
+            memory, unread = memindex.reindex(
+                self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core
+            )
+            report = replace(report, memory_files=memory, skipped=report.skipped + tuple(unread))
             embedder = self.embedder
             with db.atomic(self.conn):
                 loaded, missing = vectors_from_sidecars(
@@ -1915,12 +1942,276 @@ class Vault:
                         self._commit(
                             f"memory: secrets redacted in {len(rewritten)} files (check --fix --redact)"
                         )
-                    return report
-        return check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
+                    return self._check_memory(report, fix=True)
+        report = check(self.conn, self.layout, self.config.max_file_bytes, model=model, dim=dim)
+        return self._check_memory(report, fix=False)
+
+    # -- agent memory tiers: core memory, session notes, episodes, recipes (coremem, memtiers) ---------
+    @property
+    def memory_settings(self) -> MemorySettings:
+        """The ``[core]``, ``[sessions]`` and ``[recipes]`` sections of the config."""
+        c = self.config
+        return MemorySettings(
+            core=CoreSettings(**c.memory_values("core")),
+            session_auto=c.sessions_auto,
+            session_idle_s=c.sessions_idle_s,
+            session_max_age_days=c.sessions_max_age_days,
+            recipe_similarity=c.recipes_similarity,
+            recipe_min_episodes=c.recipes_min_episodes,
+            recipe_max_learned=c.recipes_max_learned,
+            recipe_max_in_prompt=c.recipes_max_in_prompt,
+            recipe_max_chars=c.recipes_max_chars,
+            recipe_trigger_min=c.recipes_trigger_min,
+        )
+
+    @property
+    def chat_model(self) -> ChatModel | None:
+        """The configured ``[llm]`` endpoint for the memory tiers, or None (offline rules)."""
+        if not self._chat_model_built:
+            self._chat_model_built = True
+            c = self.config
+            self._chat_model = (
+                ChatModel(
+                    c.llm_base_url,
+                    c.llm_model,
+                    api_key=os.environ.get(c.llm_api_key_env) or None,
+                    timeout_s=c.llm_timeout_s,
+                    semaphore=threading.Semaphore(c.llm_max_concurrent),
+                )
+                if c.llm_base_url and c.llm_model
+                else None
+            )
+        return self._chat_model
+
+    def _memory(self, conn: sqlite3.Connection | None = None) -> MemoryEnv:
+        return MemoryEnv(
+            conn=conn if conn is not None else self.conn,
+            layout=self.layout,
+            settings=self.memory_settings,
+            max_bytes=self.config.max_file_bytes,
+            lock=self._locked,
+            commit=self._commit,
+            clock=self.clock,
+            embedder=lambda: self.embedder,
+            model=self.chat_model,
+            read_only=self.read_only is not None,
+            hand_edits=self._commit_by_hand if self._git is not None else None,
+        )
+
+    def core_block(self) -> CoreBlock:
+        """The in-prompt core files (soul, user profile, projects, patterns) as one block, within each
+        file's budget and the total budget (characters); deterministic. Creates missing files."""
+        return coremem.block(self._memory())
+
+    def core_text(self) -> str:
+        """The core block's text as a prompt carries it, reading only: nothing is created, indexed or
+        committed (a missing core file counts as its empty template). For recall, hooks and servers."""
+        return coremem.block(self._memory(), write=False).text
+
+    def core_files(self) -> list[CoreFileView]:
+        """Every core file with its budget, size and entries (missing ones are created first)."""
+        return coremem.files(self._memory())
+
+    def core_file(self, name: str) -> CoreFileView:
+        """One core file (``user-profile``, ``knowledge``...); a missing one is shown as its template."""
+        return coremem.view(self._memory(), name)
+
+    def core_update(self, file: str, entries: str | Sequence[str]) -> CoreUpdate:
+        """Add entries (a list, or text: one per line) to a core file, enforcing its budget as it is
+        written: the LLM condenses when configured (validated, offline fallback), else the offline
+        policy; what leaves goes to knowledge.md or core/_archive/ with its tag, never lost."""
+        return coremem.update(self._memory(), file, entries)
+
+    def onboard(self, answers: Mapping[str, str] | None = None) -> Onboarding:
+        """First run: create the core files; ``answers`` (``name``, ``language``, ``use``; any may be
+        missing) fill the user profile and the soul."""
+        return coremem.onboard(self._memory(), answers)
+
+    def end_session(self, session: str, *, source: str | None = None) -> SessionNote:
+        """Write (or refresh) the note of a chat session and propose its lasting facts to core memory."""
+        return memtiers.end_session(self._memory(), session, source)
+
+    def sessions(self, *, limit: int | None = None) -> list[SessionNote]:
+        """Session notes, newest first."""
+        return memtiers.list_sessions(self._memory(), limit)
+
+    def record_episode(
+        self,
+        request: str,
+        *,
+        mode: str,
+        tools: Sequence[str | Mapping[str, Any]],
+        outcomes: Sequence[str] | str | None,
+        success: bool,
+        session: str | None = None,
+        source: str | None = None,
+        recipe: str | None = None,
+    ) -> EpisodeRecord:
+        """Record one task execution; a successful one may join or make a recipe. ``recipe``: the
+        recipe it followed (its success or failure is counted there)."""
+        return memtiers.record_episode(
+            self._memory(),
+            request,
+            mode=mode,
+            tools=tools,
+            outcomes=outcomes,
+            success=success,
+            session=session,
+            source=source,
+            recipe=recipe,
+        )
+
+    def episodes(self, *, limit: int | None = None, success: bool | None = None) -> list[Episode]:
+        """Recorded episodes, newest first (``success`` to keep only successes or failures)."""
+        return memtiers.list_episodes(self._memory(), limit=limit, success=success)
+
+    def recipes(self, *, archived: bool = False) -> list[Recipe]:
+        """Live recipes by name (``archived``: the archived ones too, after them)."""
+        return memtiers.list_recipes(self._memory(), archived=archived)
+
+    def recipes_for(
+        self, request: str, *, limit: int | None = None, max_chars: int | None = None
+    ) -> RecipeMatch:
+        """The recipes for a request: triggers first, then word overlap; at most ``limit`` (3) and
+        ``max_chars`` (2,000) characters; ``fast_path`` on those used successfully 3 times or more."""
+        return memtiers.recipes_for(self._memory(), request, limit=limit, max_chars=max_chars)
+
+    def recipe_result(self, name: str, *, success: bool) -> Recipe:
+        """Count a successful or failed use of the recipe ``name``."""
+        return memtiers.recipe_result(self._memory(), name, success=success)
+
+    def search_memory(
+        self, query: str, *, kinds: Sequence[str] | None = None, k: int = 10
+    ) -> list[MemoryHit]:
+        """Full-text search over the agent's memory: core entries (knowledge.md included), session
+        notes, episodes, recipes (``kinds`` to restrict)."""
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInput("the query is empty; type a few words to search for")
+        env = self._memory()
+        coremem.sync(env, kinds or memindex.KINDS)
+        return memindex.search(self.conn, query, kinds, k)
+
+    def _sessions_touched(self, leaves: list[Leaf]) -> None:
+        """Ingest hook: chat sessions that just got messages get (or push back) their note's job."""
+        if leaves:
+            memtiers.schedule(self._memory(), leaves)
+
+    def _check_memory(self, report: CheckReport, *, fix: bool) -> CheckReport:
+        """``check`` of the agent memory files, added to the report of the rest."""
+        problems, fixed = memindex.check(
+            self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core, fix=fix
+        )
+        return replace(report, problems=report.problems + tuple(problems), fixed=report.fixed + tuple(fixed))
 
     @property
     def jobs(self) -> JobQueue:
         return JobQueue(self.conn, time.time)
+
+    # -- configured sources, queued requests, and reads for the dashboard ----------------------------
+    def source_folders(self) -> dict[str, Path]:
+        """``[sources]`` of config.toml: source name -> the folder or file it is read from (``~``
+        expanded, a relative path taken from the vault's root), in the order the config lists them."""
+        return {
+            name: Path(os.path.normpath(self.layout.root / os.path.expanduser(where)))
+            for name, where in self.config.sources
+        }
+
+    def ingest_source(self, name: str, progress: Progress | None = None) -> IngestReport:
+        """Read the folder configured for source ``name`` again; what was read before adds nothing."""
+        folders = self.source_folders()
+        if name not in folders:
+            known = ", ".join(folders) or "none; add a [sources] table to .vaultmem/config.toml"
+            raise InvalidInput(f"no configured source {name!r} (configured: {known})")
+        if not folders[name].exists():
+            raise InvalidInput(
+                f"source {name!r}: {folders[name]} does not exist; fix [sources] in config.toml"
+            )
+        return self.ingest_path(folders[name], source=name, progress=progress)
+
+    def queue_ingest(self, name: str) -> bool:
+        """Queue an ``ingest`` job for configured source ``name`` (the watch daemon or `vaultmem jobs
+        --run` runs it); False when one is already queued or running."""
+        self._writable()
+        if name not in self.source_folders():
+            raise InvalidInput(f"no configured source {name!r}; [sources] in config.toml lists them")
+        return self.jobs.enqueue_many([ingest_job(name)]) == 1
+
+    def queue_compaction(self) -> int:
+        """Queue what ``compact`` runs (a seal per source, a re-summary per stale level, out-of-date
+        digests, topic routing) without running it; returns the jobs added."""
+        with self._locked():
+            added = self.jobs.enqueue_many(
+                NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
+            )
+            # Days and topics that lost a leaf are re-digested and re-routed (the topic sweep below
+            # routes every topic anyway).
+            added += digest.enqueue_out_of_date(self.conn, time.time())
+            # A stale level always has its job (the flag in the file is the truth; the queue follows it).
+            added += self.jobs.enqueue_many(
+                resummarize_job(r["id"], r["depth"])
+                for r in self.conn.execute(
+                    "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
+                )
+            )
+        return added + self.sweep_topics()  # heat decays with the days: archive the cold, make the newly hot
+
+    def _ingest_job(self, name: str, heartbeat: Callable[[], None]) -> str:
+        """The ``ingest`` job, on a connection of its own (it runs on a worker thread)."""
+        with Vault.open(self.layout.root, embedder=self._embedder) as other:
+            report = other.ingest_source(name, progress=lambda _done, _total: heartbeat())
+            self.warnings.extend(other.warnings)
+        return f"memory: ingest {name}: {len(report.added)} new leaves ({report.duplicates} already present)"
+
+    def index_version(self) -> tuple[int, int]:
+        """A value that changes whenever the index does (a commit by this or any other connection):
+        what a reader's cache is keyed on."""
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes
+
+    def storage(self) -> tuple[int, int]:
+        """Bytes in the vault's files (not ``.git``) and in ``.vaultmem/`` (the index; the disk reserve
+        left out): a walk over every file, so it takes time in proportion to the vault."""
+        storage = index_bytes = 0
+        for p in self.layout.root.rglob("*"):
+            if p.is_file() and not p.is_symlink() and p != self.layout.reserve:
+                size = p.stat().st_size
+                if self.layout.state in p.parents:
+                    index_bytes += size
+                elif ".git" not in p.relative_to(self.layout.root).parts:
+                    storage += size
+        return storage, index_bytes
+
+    def leaves_per_day(
+        self, first: date | str, last: date | str, *, source: str | None = None
+    ) -> dict[str, int]:
+        """UTC day -> how many leaves were said or written that day, from ``first`` to ``last``
+        (dates or ``YYYY-MM-DD``); days without one are left out."""
+        start, end = digest.parse_day(first), digest.parse_day(last)
+        if end < start:
+            raise InvalidInput(f"the range ends ({end}) before it starts ({start})")
+        return index.leaves_per_day(self.conn, start.isoformat(), end.isoformat(), source)
+
+    def leaves_per_source(self) -> dict[str, int]:
+        """Source -> how many leaves it holds."""
+        return index.leaves_per_source(self.conn)
+
+    def children(
+        self, node_id: str | None = None, *, source: str | None = None, offset: int = 0, limit: int = 100
+    ) -> tuple[list[tree.Node], int]:
+        """One page of a level's children in reading order (without ``node_id``: the top of ``source``,
+        its levels and ``_fresh/`` leaves), with how many there are in all."""
+        if node_id is None and source is None:
+            raise InvalidInput("name a level or a source")
+        if offset < 0 or limit < 1:
+            raise InvalidInput("offset must be 0 or more and limit at least 1")
+        return tree.children_page(self.conn, node_id, source=source, offset=offset, limit=limit)
+
+    def commits_of(self, day: date | str | None = None, *, limit: int = 100) -> list[CommitInfo]:
+        """The vault's git commits of a UTC day (default today), newest first, each with its files and
+        its patch; [] when the vault has no git history."""
+        when = digest.parse_day(day)
+        start = datetime(when.year, when.month, when.day, tzinfo=UTC)
+        end = start + timedelta(days=1) - timedelta(seconds=1)
+        return GitRecorder(self.layout.root).commits_between(start.isoformat(), end.isoformat(), limit=limit)
 
 
 def _git_line(operation: GitOperation | None, root: Path) -> dict[str, Any] | None:

@@ -162,16 +162,23 @@ def topic_view(
 
 
 def graph(
-    conn: sqlite3.Connection, now: datetime, settings: TopicSettings, *, limit: int = 200, min_weight: int = 1
+    conn: sqlite3.Connection,
+    now: datetime,
+    settings: TopicSettings,
+    *,
+    limit: int = 200,
+    min_weight: int = 1,
+    keys: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Entities (the ``limit`` most mentioned) and their co-occurrence edges: two entities mentioned in
-    the same leaf, weighted by how many leaves, with the first and last time they were."""
-    keys = [
-        r[0]
-        for r in conn.execute(
-            "SELECT entity FROM mentions GROUP BY entity ORDER BY count(*) DESC, entity LIMIT ?", (limit,)
-        )
-    ]
+    """Entities (``keys``, or the ``limit`` most mentioned) and their co-occurrence edges: two entities
+    mentioned in the same leaf, weighted by how many leaves, with the first and last time they were."""
+    if keys is None:
+        keys = [
+            r[0]
+            for r in conn.execute(
+                "SELECT entity FROM mentions GROUP BY entity ORDER BY count(*) DESC, entity LIMIT ?", (limit,)
+            )
+        ]
     nodes = [e.as_dict() for e in info(conn, keys, now, settings)]
     if not keys:
         return {"nodes": [], "edges": []}

@@ -1,0 +1,324 @@
+"""Core memory files (``core/*.md``): their format, budgets, templates and archives. Pure: no I/O.
+
+A core file is Markdown with engine-owned frontmatter (``kind: core``, ``file``, ``title``,
+``in_prompt``, ``budget``, ``schema_version``; every other key is the person's and survives rewrites)
+and a body of **entries**, one per line, usually ``- [YYYY-MM] text`` (the tag says when it was learnt,
+so the oldest can go first). Headings (``#``), HTML comments and blank lines are structure: kept in
+place, never entries. A line indented under an entry continues it. Any other line is an entry too (a
+person's prose), with or without a bullet or a tag.
+
+The **prompt text** of a file is what goes into the prompt: its lines without the title heading,
+comments and blank lines, entries as ``- [tag] text`` with secrets redacted. The budget counts its
+characters. An entry the engine keeps is written back as the person wrote it (``raw``); new and moved
+entries are written from their redacted text, so a secret never travels to another file.
+
+An archive (``core/_archive/<file>.md``, ``kind: core-archive``) holds, append-only and unbudgeted,
+every entry that left a file it could not go elsewhere from, with its tag and a trailing
+``<!-- left YYYY-MM-DD: reason -->``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from vaultmem import mdfile
+from vaultmem.errors import FrontmatterError, InvalidInput
+from vaultmem.layout import file_in
+from vaultmem.redact import scrub
+
+CORE_DIR = "core"
+ARCHIVE_DIR = "_archive"
+SCHEMA_VERSION = 1
+KIND = "core"
+ARCHIVE_KIND = "core-archive"
+OWNED = frozenset({"kind", "file", "title", "in_prompt", "budget", "schema_version"})
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
+TAG_RE = re.compile(r"^\[(\d{4}-(?:0[1-9]|1[0-2]))\]\s*")
+_BULLET_RE = re.compile(r"^\s*[-*+]\s+")
+_COMMENT_RE = re.compile(r"<!--.*?-->")
+_SPACE_RE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class CoreSpec:
+    """What a core file is for and its defaults (the file's frontmatter may say otherwise)."""
+
+    name: str
+    title: str
+    in_prompt: bool
+    budget: int
+    purpose: str
+
+
+@dataclass(frozen=True)
+class CoreSettings:
+    """The ``[core]`` section: default budgets (characters) of new files and of the whole block."""
+
+    file_budget: int = 800  # each in-prompt file
+    total_budget: int = 4000  # the whole block core_block() returns
+    knowledge_budget: int = 8000  # knowledge.md (searched on demand, never in the prompt)
+    ondemand_budget: int = 2000  # errors.md, tools.md and files a person adds
+
+    def spec(self, name: str) -> CoreSpec:
+        """The spec of a known file, or of a file a person added (on demand, default budget)."""
+        for known in KNOWN:
+            if known[0] == name:
+                title, in_prompt, purpose = known[1], known[2], known[3]
+                if in_prompt:
+                    budget = self.file_budget
+                elif name == "knowledge":
+                    budget = self.knowledge_budget
+                else:
+                    budget = self.ondemand_budget
+                return CoreSpec(name, title, in_prompt, budget, purpose)
+        return CoreSpec(name, name.replace("-", " ").capitalize(), False, self.ondemand_budget, "notes")
+
+
+# (name, title, in the prompt, purpose), in the order the prompt block shows them.
+KNOWN: tuple[tuple[str, str, bool, str], ...] = (
+    ("soul", "Soul", True, "who the agent is for this person: role, tone, language, what it must never do"),
+    ("user-profile", "User profile", True, "who the person is: name, language, preferences, circumstances"),
+    ("projects", "Projects", True, "what the person is working on: projects, goals, deadlines"),
+    ("patterns", "Patterns", True, "how the person works: habits, recurring requests, what worked"),
+    ("knowledge", "Knowledge", False, "facts kept for search on demand; what leaves the files above"),
+    ("errors", "Errors", False, "what went wrong and how it was fixed (loaded on demand)"),
+    ("tools", "Tools", False, "what the tools do and how to use them (loaded on demand)"),
+)
+KNOWN_NAMES = tuple(k[0] for k in KNOWN)
+OVERFLOW = "knowledge"  # where entries leaving an in-prompt file go
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One memory line. ``text``: the content (redacted, whitespace collapsed, no bullet, tag or comment);
+    ``raw``: the line(s) as written in the file (None for an entry the engine makes)."""
+
+    text: str
+    tag: str | None = None
+    raw: str | None = None
+    bullet: bool = True
+
+    @property
+    def prompt_line(self) -> str:
+        return ("- " if self.bullet else "") + (f"[{self.tag}] " if self.tag else "") + self.text
+
+    @property
+    def line(self) -> str:
+        return self.raw if self.raw is not None else self.prompt_line
+
+    def retagged(self, tag: str) -> Entry:
+        return Entry(self.text, tag, None, True)
+
+
+Item = Entry | str  # an entry, or a structural line (heading, comment, blank)
+
+
+@dataclass(frozen=True)
+class CoreDoc:
+    """A parsed core file (or archive). ``md`` keeps the person's frontmatter keys for rewrites."""
+
+    name: str
+    title: str
+    in_prompt: bool
+    budget: int
+    items: tuple[Item, ...]
+    md: mdfile.MdDoc | None = None
+    archive: bool = False
+
+    @property
+    def entries(self) -> list[Entry]:
+        return [i for i in self.items if isinstance(i, Entry)]
+
+    @property
+    def prompt_text(self) -> str:
+        return prompt_text(self.items)
+
+    @property
+    def chars(self) -> int:
+        return len(self.prompt_text)
+
+
+def month(now: datetime) -> str:
+    return f"{now.year:04d}-{now.month:02d}"
+
+
+def check_name(name: str) -> str:
+    """A core file name: ``user-profile``, ``projects``... (``.md`` and a ``core/`` prefix are accepted)."""
+    if not isinstance(name, str):
+        raise InvalidInput("a core file name must be a string such as 'user-profile'")
+    bare = name.strip().removeprefix(f"{CORE_DIR}/").removesuffix(".md")
+    if not NAME_RE.match(bare):
+        raise InvalidInput(
+            f"{name!r} is not a core file name; use one of {', '.join(KNOWN_NAMES)} (or a lower-case-slug)"
+        )
+    return bare
+
+
+def rel_path(name: str) -> str:
+    return f"{CORE_DIR}/{name}.md"
+
+
+def archive_rel(name: str) -> str:
+    return f"{CORE_DIR}/{ARCHIVE_DIR}/{name}.md"
+
+
+def name_of(rel: str) -> tuple[str, bool] | None:
+    """(file name, is an archive) for a core path, None for anything else."""
+    return file_in(rel, CORE_DIR, ARCHIVE_DIR)
+
+
+def clean(text: str) -> str:
+    """Entry content: comments out, whitespace collapsed, secrets redacted."""
+    return scrub(_SPACE_RE.sub(" ", _COMMENT_RE.sub(" ", text)).strip())
+
+
+def parse_items(body: str) -> tuple[Item, ...]:
+    items: list[Item] = []
+    in_comment = False
+    for line in body.split("\n"):
+        stripped = line.strip()
+        if in_comment:
+            items.append(line)
+            in_comment = "-->" not in stripped
+            continue
+        if stripped.startswith("<!--"):
+            items.append(line)
+            in_comment = "-->" not in stripped
+            continue
+        if not stripped or stripped.startswith("#"):
+            items.append(line)
+            continue
+        previous = items[-1] if items else None
+        if line[0].isspace() and isinstance(previous, Entry) and not _BULLET_RE.match(line):
+            text = clean(f"{previous.text} {stripped}")
+            items[-1] = Entry(text, previous.tag, f"{previous.raw}\n{line}", previous.bullet)
+            continue
+        bullet = _BULLET_RE.match(line)
+        content = line[bullet.end() :] if bullet else stripped
+        tag = TAG_RE.match(content)
+        text = clean(content[tag.end() :] if tag else content)
+        if not text:
+            items.append(line)
+            continue
+        items.append(Entry(text, tag.group(1) if tag else None, line, bullet is not None))
+    while items and isinstance(items[-1], str) and not items[-1].strip():
+        items.pop()
+    return tuple(items)
+
+
+def prompt_text(items: Iterable[Item]) -> str:
+    lines: list[str] = []
+    title_seen = False
+    in_comment = False
+    for item in items:
+        if isinstance(item, Entry):
+            lines.append(item.prompt_line)
+            continue
+        stripped = item.strip()
+        if in_comment or stripped.startswith("<!--"):
+            in_comment = "-->" not in stripped
+            continue
+        if not stripped:
+            continue
+        if stripped.startswith("# ") and not title_seen:
+            title_seen = True
+            continue
+        lines.append(scrub(stripped))
+    return "\n".join(lines)
+
+
+def parse(text: str, rel: str, settings: CoreSettings) -> CoreDoc:
+    """A core file or archive. Raises FrontmatterError for frontmatter that cannot be read or a
+    ``budget``/``in_prompt`` of the wrong type, InvalidInput for a path that is not a core file."""
+    found = name_of(rel)
+    if found is None:
+        raise InvalidInput(f"{rel} is not a core memory file (core/<name>.md)")
+    name, archive = found
+    md = mdfile.split(text, where=rel)
+    spec = settings.spec(name)
+    meta = md.meta
+    budget = meta.get("budget", spec.budget)
+    in_prompt = meta.get("in_prompt", spec.in_prompt)
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        raise FrontmatterError(f"{rel}: budget must be a positive whole number of characters, got {budget!r}")
+    if not isinstance(in_prompt, bool):
+        raise FrontmatterError(f"{rel}: in_prompt must be true or false, got {in_prompt!r}")
+    title = meta.get("title", spec.title)
+    title = scrub(" ".join(str(title).split())) or spec.title
+    return CoreDoc(name, title, in_prompt and not archive, budget, parse_items(md.body), md, archive)
+
+
+def render(doc: CoreDoc, items: Sequence[Item]) -> str:
+    engine: dict[str, Any] = {
+        "kind": ARCHIVE_KIND if doc.archive else KIND,
+        "file": doc.name,
+        "title": doc.title,
+    }
+    if not doc.archive:
+        engine.update({"in_prompt": doc.in_prompt, "budget": doc.budget})
+    engine["schema_version"] = SCHEMA_VERSION
+    lines = [i.line if isinstance(i, Entry) else i for i in items]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return mdfile.render(engine, "\n".join(lines) + "\n", keep=doc.md, owned=OWNED)
+
+
+def template(spec: CoreSpec) -> CoreDoc:
+    """A new, empty file: its title heading and a comment saying what belongs in it."""
+    items: tuple[Item, ...] = (
+        f"# {spec.title}",
+        "",
+        f"<!-- {spec.purpose.capitalize()}. One fact per line: - [YYYY-MM] text."
+        + (
+            f" At most {spec.budget} characters go in the prompt; older entries move to knowledge.md. -->"
+            if spec.in_prompt
+            else " -->"
+        ),
+        "",
+    )
+    return CoreDoc(spec.name, spec.title, spec.in_prompt, spec.budget, items)
+
+
+def archive_template(spec: CoreSpec) -> CoreDoc:
+    items: tuple[Item, ...] = (
+        f"# Archive: {spec.title}",
+        "",
+        f"<!-- Entries that left core/{spec.name}.md, with their tags. Kept, never in the prompt. -->",
+        "",
+    )
+    return CoreDoc(spec.name, f"Archive: {spec.title}", False, spec.budget, items, archive=True)
+
+
+def archived(entry: Entry, day: str, reason: str) -> Entry:
+    """An entry as an archive line: tag and text kept, when and why it left in a trailing comment."""
+    why = " ".join(reason.replace("--", "-").split())
+    return Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- left {day}: {why} -->", entry.bullet)
+
+
+def with_entries(doc: CoreDoc, items: Sequence[Item]) -> CoreDoc:
+    return replace(doc, items=tuple(items))
+
+
+def new_entries(update: str | Sequence[str], tag: str) -> list[Entry]:
+    """Entries from what a caller gives ``core_update``: a list of entries, or text (one entry per
+    line; bullets and a leading ``[YYYY-MM]`` are read). Untagged ones get ``tag`` (this month)."""
+    if isinstance(update, str):
+        pieces = [e for e in parse_items(update) if isinstance(e, Entry)]
+        raw = [p.prompt_line for p in pieces]
+    else:
+        if not all(isinstance(u, str) for u in update):
+            raise InvalidInput("core entries must be strings")
+        raw = [" ".join(u.split()) for u in update]
+    out: list[Entry] = []
+    for line in raw:
+        content = _BULLET_RE.sub("", line, count=1)
+        found = TAG_RE.match(content)
+        text = clean(content[found.end() :] if found else content)
+        if text:
+            given = found.group(1) if found else None
+            out.append(Entry(text, given if given is not None and given <= tag else tag))
+    return out

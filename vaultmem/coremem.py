@@ -1,0 +1,477 @@
+"""Core memory operations: read the block, update a file within its budget, onboard; and what the
+agent-memory tiers share (``MemoryEnv``: the vault's connection, paths, lock, commit, clock, models).
+
+``core_update`` enforces the budget **when writing**. The file is read (its hash kept), the new entries
+merged by the configured LLM (told the budget; its reply validated) or by the offline policy
+(``corepolicy``), outside the write lock; then, under the lock and only if the file still has the hash
+that was read (a person's edit is never overwritten: the update starts again from the edited file, up to
+three times), what leaves goes first to its destination, then the file is written. What leaves an
+in-prompt file goes to ``knowledge.md`` (whose own overflow, like that of every other file and of
+merged entries, goes to ``core/_archive/<file>.md``), so a crash between the two writes leaves an entry
+in two places, never in none. Every write is atomic (``fsio``), indexed at once, and committed to git
+when auto-commit is on. Missing files are created from templates on first use.
+
+``core_block`` reads the in-prompt files and assembles the block deterministically within the budgets
+(``write=False``, the reading path of recall, hooks and MCP, creates and indexes nothing):
+a file over its own budget (a hand edit) is shown cut by the same order the policy evicts in (its
+file is untouched), then the whole block is kept within the total budget the same way. Every piece is
+``frame.neutralise``d.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from vaultmem import corefile, corepolicy, fsio, memindex
+from vaultmem.agentllm import ChatModel
+from vaultmem.corefile import CoreDoc, CoreSettings, Entry, Item
+from vaultmem.embed import Embedder
+from vaultmem.errors import ConflictError, InvalidInput
+from vaultmem.frame import neutralise
+from vaultmem.layout import Layout
+
+ATTEMPTS = 3
+QUESTIONS: tuple[tuple[str, str], ...] = (
+    ("name", "What should I call you?"),
+    ("language", "Which language should I answer in?"),
+    ("use", "What will you mainly use me for?"),
+)
+MAX_ANSWER_CHARS = 200
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    """The ``[core]``, ``[sessions]`` and ``[recipes]`` sections of the config."""
+
+    core: CoreSettings = field(default_factory=CoreSettings)
+    session_auto: bool = True  # a session note when a chat session has been idle for session_idle_s
+    session_idle_s: float = 1800.0
+    session_max_age_days: float = 7.0  # ...unless its newest message is older than this (an import)
+    recipe_similarity: float = 0.32  # cosine of requests for promotion (MiniLM; bench/recipes.py)
+    recipe_min_episodes: int = 3
+    recipe_max_learned: int = 50
+    recipe_max_in_prompt: int = 3
+    recipe_max_chars: int = 2000
+    recipe_trigger_min: float = 0.15
+
+
+@dataclass(frozen=True)
+class MemoryEnv:
+    """What the tiers' operations need from the open vault; the vault builds one per call."""
+
+    conn: sqlite3.Connection
+    layout: Layout
+    settings: MemorySettings
+    max_bytes: int
+    lock: Callable[[], AbstractContextManager[object]]
+    commit: Callable[[str], None]
+    clock: Callable[[], datetime]
+    embedder: Callable[[], Embedder]
+    model: ChatModel | None = None
+    read_only: bool = False
+    # Told the paths of a person's edits the engine is about to build on (git auto-commit commits them
+    # first, as their own commit); None when nothing needs telling.
+    hand_edits: Callable[[list[str]], None] | None = None
+
+
+@dataclass(frozen=True)
+class CoreFileView:
+    name: str
+    path: str
+    title: str
+    in_prompt: bool
+    budget: int
+    chars: int
+    entries: tuple[tuple[str | None, str], ...]  # (tag, text)
+    exists: bool = True
+
+    @property
+    def over_budget(self) -> bool:
+        return self.chars > self.budget
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "title": self.title,
+            "in_prompt": self.in_prompt,
+            "budget": self.budget,
+            "chars": self.chars,
+            "over_budget": self.over_budget,
+            "exists": self.exists,
+            "entries": [{"tag": tag, "text": text} for tag, text in self.entries],
+        }
+
+
+@dataclass(frozen=True)
+class CoreBlock:
+    """The prompt block: ``text`` (``chars`` <= ``budget``), the files in it, entries left out."""
+
+    text: str
+    chars: int
+    budget: int
+    files: tuple[str, ...]
+    left_out: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "chars": self.chars,
+            "budget": self.budget,
+            "files": list(self.files),
+            "left_out": list(self.left_out),
+        }
+
+
+@dataclass(frozen=True)
+class CoreUpdate:
+    file: str
+    added: tuple[str, ...]
+    refreshed: tuple[str, ...]  # entries a duplicate re-tagged with this month
+    moved: tuple[tuple[str, str, str], ...]  # (entry, where it went, why)
+    chars: int
+    budget: int
+    by: str  # "policy" or "llm:<model>"
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "added": list(self.added),
+            "refreshed": list(self.refreshed),
+            "moved": [{"entry": e, "to": to, "why": why} for e, to, why in self.moved],
+            "chars": self.chars,
+            "budget": self.budget,
+            "by": self.by,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Onboarding:
+    created: tuple[str, ...]
+    answered: tuple[str, ...]
+    skipped: tuple[str, ...]
+    updates: tuple[CoreUpdate, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "created": list(self.created),
+            "answered": list(self.answered),
+            "skipped": list(self.skipped),
+            "updates": [u.as_dict() for u in self.updates],
+        }
+
+
+# --- shared helpers ----------------------------------------------------------------------------------
+
+
+def sync(env: MemoryEnv, kinds: Iterable[str]) -> memindex.SyncReport:
+    """Bring the index in step with hand edits of the agent files of ``kinds`` (a ``stat`` each when
+    nothing changed; the write lock only when something did). Nothing on a read-only vault."""
+    if env.read_only:
+        return memindex.SyncReport()
+    stale = memindex.stale(env.conn, env.layout, kinds)
+    if not stale:
+        return memindex.SyncReport()
+    with env.lock():
+        report = memindex.reconcile(env.conn, env.layout, stale, env.max_bytes, env.settings.core)[0]
+        edited = [*report.new, *report.changed, *report.deleted, *(rel for rel, _ in report.invalid)]
+        if edited and env.hand_edits is not None:
+            env.hand_edits(edited)
+        return report
+
+
+def write(env: MemoryEnv, rel: str, text: str, expected: str | None) -> None:
+    """Write an agent file atomically, guarded by the hash read (None: it must not exist), and index it.
+    A file whose bytes are not what the index last saw was edited by a person: ``hand_edits`` hears of
+    it first (their edit is committed as theirs before the engine's change). The caller holds the
+    write lock."""
+    if (
+        expected is not None
+        and env.hand_edits is not None
+        and memindex.indexed_hash(env.conn, rel) != expected
+    ):
+        env.hand_edits([rel])
+    fsio.atomic_write(env.layout.abs(rel), text.encode("utf-8"), root=env.layout.root, expected=expected)
+    memindex.index_file(env.conn, env.layout, rel, env.max_bytes, env.settings.core)
+
+
+def read_text(env: MemoryEnv, rel: str) -> tuple[str, str] | None:
+    try:
+        return fsio.read_text_guarded(env.layout.abs(rel), env.max_bytes)
+    except FileNotFoundError:
+        return None
+
+
+# --- core files ----------------------------------------------------------------------------------------
+
+
+def load(env: MemoryEnv, name: str) -> tuple[CoreDoc, str | None]:
+    """A core file and the hash of its bytes; a template (and None) when it does not exist yet."""
+    found = read_text(env, corefile.rel_path(name))
+    if found is None:
+        return corefile.template(env.settings.core.spec(name)), None
+    text, digest = found
+    return corefile.parse(text, corefile.rel_path(name), env.settings.core), digest
+
+
+def _load_archive(env: MemoryEnv, name: str) -> tuple[CoreDoc, str | None]:
+    rel = corefile.archive_rel(name)
+    found = read_text(env, rel)
+    if found is None:
+        return corefile.archive_template(env.settings.core.spec(name)), None
+    return corefile.parse(found[0], rel, env.settings.core), found[1]
+
+
+def names(env: MemoryEnv) -> list[str]:
+    """Every core file: the known ones in prompt order, then those a person added, by name."""
+    extra = sorted(
+        p.stem
+        for p in (env.layout.root / corefile.CORE_DIR).glob("*.md")
+        if p.stem not in corefile.KNOWN_NAMES and corefile.NAME_RE.match(p.stem) and not p.is_symlink()
+    )
+    return [*corefile.KNOWN_NAMES, *extra]
+
+
+def ensure(env: MemoryEnv, wanted: Sequence[str] | None = None) -> list[str]:
+    """Create missing core files from their templates; returns the paths created."""
+    if env.read_only:
+        return []
+    todo = [n for n in (wanted or corefile.KNOWN_NAMES) if not env.layout.abs(corefile.rel_path(n)).exists()]
+    if not todo:
+        return []
+    created = []
+    with env.lock():
+        for name in todo:
+            doc = corefile.template(env.settings.core.spec(name))
+            rel = corefile.rel_path(name)
+            try:
+                write(env, rel, corefile.render(doc, doc.items), None)
+            except ConflictError:
+                continue  # made meanwhile (by a person, or another process): theirs stands
+            created.append(rel)
+        if created:
+            env.commit(f"memory: core files created ({', '.join(n.split('/')[-1] for n in created)})")
+    return created
+
+
+def view(env: MemoryEnv, name: str) -> CoreFileView:
+    name = corefile.check_name(name)
+    doc, digest = load(env, name)
+    return _view(doc, digest is not None)
+
+
+def _view(doc: CoreDoc, exists: bool) -> CoreFileView:
+    entries = tuple((e.tag, e.text) for e in doc.entries)
+    return CoreFileView(
+        doc.name,
+        corefile.rel_path(doc.name),
+        doc.title,
+        doc.in_prompt,
+        doc.budget,
+        doc.chars,
+        entries,
+        exists,
+    )
+
+
+def files(env: MemoryEnv) -> list[CoreFileView]:
+    ensure(env)
+    sync(env, ["core"])
+    return [view(env, n) for n in names(env)]
+
+
+def block(env: MemoryEnv, *, write: bool = True) -> CoreBlock:
+    """The in-prompt core files as one block within the budgets (module docstring). Deterministic.
+    With ``write``, missing files are created and hand edits indexed on the way (a ``stat`` per file
+    when there are none); without it nothing is written: a missing file counts as its template (which
+    adds nothing to the block), the files are read as they are."""
+    if write:
+        ensure(env)
+        sync(env, ["core"])
+    tag = corefile.month(env.clock())
+    total = env.settings.core.total_budget
+    parts: list[tuple[CoreDoc, list[Item]]] = []
+    left: list[str] = []
+    for name in names(env):
+        doc, _ = load(env, name)
+        if not doc.in_prompt:
+            continue
+        kept, evicted = corepolicy.evict(list(doc.items), doc.budget, tag)
+        left += [f"{name}: {x.entry.text}" for x in evicted]
+        parts.append((doc, kept))
+
+    def render() -> str:
+        sections = []
+        for doc, items in parts:
+            text = corefile.prompt_text(items)
+            if text:
+                sections.append(neutralise(f"## {doc.title}\n{text}"))
+        return "\n\n".join(sections)
+
+    text = render()
+    while len(text) > total:
+        candidates = [
+            (e.tag or tag, corepolicy_score(e), f, i)
+            for f, (_, items) in enumerate(parts)
+            for i, e in enumerate(items)
+            if isinstance(e, Entry)
+        ]
+        if not candidates:
+            text = text[: max(0, total - 1)] + "…" if total else ""
+            break
+        _, _, f, i = min(candidates)
+        doc, items = parts[f]
+        left.append(f"{doc.name}: {items[i].text}")  # type: ignore[union-attr]
+        parts[f] = (doc, items[:i] + items[i + 1 :])
+        text = render()
+    shown = tuple(doc.name for doc, items in parts if corefile.prompt_text(items))
+    return CoreBlock(text, len(text), total, shown, tuple(left))
+
+
+def corepolicy_score(entry: Entry) -> float:
+    from vaultmem.scoring import FastScorer
+
+    return FastScorer().score(entry.text).value
+
+
+def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdate:
+    """Add entries to a core file within its budget (module docstring)."""
+    name = corefile.check_name(name)
+    now = env.clock()
+    tag = corefile.month(now)
+    new = corefile.new_entries(entries, tag)
+    if not new:
+        raise InvalidInput("nothing to add: give at least one entry (a line of text)")
+    for attempt in range(ATTEMPTS):
+        doc, digest = load(env, name)
+        spec = env.settings.core.spec(name)
+        model = env.model
+        if model is not None:
+
+            def ask(system: str, user: str, model: ChatModel = model) -> str:
+                return model.ask(system, user, max_tokens=1024)
+
+            fits = corepolicy.apply(doc.items, new, doc.budget, tag)
+            if fits.leaving:  # over budget or near duplicates: the model condenses
+                outcome = corepolicy.ask_model(
+                    doc.items, new, doc.budget, tag, doc.title, spec.purpose, ask, model.model
+                )
+            else:
+                outcome = fits
+        else:
+            outcome = corepolicy.apply(doc.items, new, doc.budget, tag)
+        with env.lock():
+            rel = corefile.rel_path(name)
+            if fsio.file_hash(env.layout.abs(rel)) != digest:
+                if attempt == ATTEMPTS - 1:
+                    raise ConflictError(f"{rel} kept changing while it was updated; try again")
+                continue  # a person edited it meanwhile: start again from their version
+            moved = _place(env, doc, outcome.leaving, now)
+            write(env, rel, corefile.render(doc, outcome.items), digest)
+            result = CoreUpdate(
+                name,
+                tuple(e.text for e in outcome.added),
+                tuple(e.text for e in outcome.retagged),
+                tuple(moved),
+                corepolicy.size(outcome.items),
+                doc.budget,
+                outcome.by,
+                outcome.notes,
+            )
+            env.commit(_message(result))
+            return result
+    raise ConflictError(f"core/{name}.md kept changing while it was updated; try again")  # pragma: no cover
+
+
+def _message(result: CoreUpdate) -> str:
+    said = [f"{len(result.added)} added"] if result.added else []
+    if result.refreshed:
+        said.append(f"{len(result.refreshed)} refreshed")
+    places = sorted({to for _, to, _ in result.moved})
+    if places:
+        said.append(f"{len(result.moved)} moved to {', '.join(places)}")
+    return f"memory: core {result.file}: {', '.join(said) or 'unchanged'}"
+
+
+def _place(
+    env: MemoryEnv, doc: CoreDoc, leaving: Sequence[corepolicy.Leaving], now: datetime
+) -> list[tuple[str, str, str]]:
+    """Write what leaves ``doc`` where it goes (knowledge.md, or the archive); under the write lock,
+    before ``doc`` itself is written. Returns (entry, destination, reason)."""
+    moved: list[tuple[str, str, str]] = []
+    overflow = [
+        x for x in leaving if x.reason != "merged" and doc.in_prompt and doc.name != corefile.OVERFLOW
+    ]
+    archive = [x for x in leaving if x not in overflow]
+    if overflow:
+        target, digest = load(env, corefile.OVERFLOW)
+        fresh = [Entry(x.entry.text, x.entry.tag) for x in overflow]  # redacted text, never a raw line
+        outcome = corepolicy.apply(target.items, fresh, target.budget, corefile.month(now))
+        _archive(env, target, outcome.leaving, now)
+        write(env, corefile.rel_path(corefile.OVERFLOW), corefile.render(target, outcome.items), digest)
+        moved += [(x.entry.text, corefile.rel_path(corefile.OVERFLOW), x.reason) for x in overflow]
+    if archive:
+        _archive(env, doc, archive, now)
+        moved += [(x.entry.text, corefile.archive_rel(doc.name), x.reason) for x in archive]
+    return moved
+
+
+def _archive(env: MemoryEnv, doc: CoreDoc, leaving: Sequence[corepolicy.Leaving], now: datetime) -> None:
+    if not leaving:
+        return
+    archive, digest = _load_archive(env, doc.name)
+    there = archive.entries
+    day = now.strftime("%Y-%m-%d")
+    add = [
+        corefile.archived(x.entry, day, x.reason)
+        for x in leaving
+        if not any(corepolicy.same(x.entry, e) and x.entry.tag == e.tag for e in there)
+    ]
+    if add:
+        write(env, corefile.archive_rel(doc.name), corefile.render(archive, [*archive.items, *add]), digest)
+
+
+def onboard(env: MemoryEnv, answers: Mapping[str, str] | None = None) -> Onboarding:
+    """First run: create the core files and record the answers given (name, language, use); every
+    question may be skipped (missing or empty)."""
+    given = dict(answers or {})
+    known = [k for k, _ in QUESTIONS]
+    unknown = [k for k in given if k not in known]
+    if unknown:
+        raise InvalidInput(f"unknown onboarding answer {unknown[0]!r}; the questions are {', '.join(known)}")
+    clean: dict[str, str] = {}
+    for key, value in given.items():
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise InvalidInput(f"the answer to {key!r} must be text")
+        text = " ".join(value.split())
+        if len(text) > MAX_ANSWER_CHARS:
+            raise InvalidInput(f"the answer to {key!r} is over {MAX_ANSWER_CHARS} characters; shorten it")
+        if text:
+            clean[key] = text
+    created = ensure(env)
+    profile: list[str] = []
+    soul: list[str] = []
+    if "name" in clean:
+        profile.append(f"Name: {clean['name']}")
+    if "language" in clean:
+        profile.append(f"Preferred language: {clean['language']}")
+        soul.append(f"Answer in {clean['language']} unless asked otherwise.")
+    if "use" in clean:
+        profile.append(f"Uses the agent mainly for: {clean['use']}")
+        soul.append(f"Main job: help with {clean['use']}.")
+    updates = []
+    if profile:
+        updates.append(update(env, "user-profile", profile))
+    if soul:
+        updates.append(update(env, "soul", soul))
+    skipped = tuple(k for k in known if k not in clean)
+    return Onboarding(tuple(created), tuple(k for k in known if k in clean), skipped, tuple(updates))
