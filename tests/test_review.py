@@ -125,7 +125,8 @@ def test_cli_review(pair: tuple[Vault, str, str], tmp_path: Path) -> None:
     found = run_cli("review", "--scan", "--json", "--vault", root)
     assert found.returncode == 0, found.stderr
     data = json.loads(found.stdout)
-    assert [(p["old"], p["new"]) for p in data["proposed"]] == [(old, new)]  # PROPOSE_AT <= confidence < AUTO_APPLY_AT
+    # PROPOSE_AT <= confidence < AUTO_APPLY_AT: it waits for a person
+    assert [(p["old"], p["new"]) for p in data["proposed"]] == [(old, new)]
     listed = run_cli("review", "--list", "--vault", root)
     assert f"waiting: {new} updates {old}" in listed.stdout
     rejected = run_cli("review", "--reject", new, "--json", "--vault", root)
