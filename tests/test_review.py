@@ -15,8 +15,8 @@ from vaultmem import detect
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
-OLD = "The Tidepool launch deadline is 27 March, tell the design team."
-NEW = "Update: the Tidepool launch deadline moved to 3 April."
+OLD = "The Tidepool launch deadline is 27 March."
+NEW = "The Tidepool launch deadline moved to 3 April."
 
 
 def test_judge_needs_a_changed_value_about_the_same_thing() -> None:
