@@ -31,8 +31,12 @@ def run_cli(*args: str, stdin: str | None = None, timeout: float = 120.0) -> sub
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _isolated_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     monkeypatch.delenv("VAULTMEM_VAULT", raising=False)
+    # One model cache for the session: the real model's prepared weights are written once, not per test.
+    monkeypatch.setenv("VAULTMEM_CACHE", str(tmp_path_factory.getbasetemp() / "model-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

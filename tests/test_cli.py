@@ -332,3 +332,70 @@ def test_weak_matches_are_flagged_in_search_and_context(
     assert json.loads(out)["weak"] is True
     code, out, err = run(["context", "boiler service", "--json", *v], capsys)
     assert json.loads(out)["weak"] is False and err == ""
+
+
+def test_search_imports_only_what_it_needs(tmp_path: Path) -> None:
+    """Opening a vault and searching it, as `vaultmem search` does from a cold shell, must not pay for
+    ingest, compaction, topics, git or torch."""
+    import subprocess
+    import sys
+
+    from tests.conftest import chat
+    from vaultmem.embed import FakeEmbedder
+    from vaultmem.vault import Vault
+
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as v:
+        v.ingest_messages(chat(5), source="chat")
+        v.flush()
+    code = (
+        "import sys, vaultmem.cli; from vaultmem import Vault; from vaultmem.embed import FakeEmbedder;"
+        f"v = Vault.open({str(tmp_path / 'v')!r}, embedder=FakeEmbedder());"
+        "assert v.search('roses near the fence', k=3);"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('vaultmem.', 'torch', 'email', 'git')))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(out.split())
+    for module in (
+        "vaultmem.ingest",
+        "vaultmem.compact",
+        "vaultmem.treeops",
+        "vaultmem.topics.plan",
+        "vaultmem.topics.route",
+        "vaultmem.topics.query",
+        "vaultmem.docmem",
+        "vaultmem.sessions",
+        "vaultmem.summarise",
+        "vaultmem.pool",
+        "vaultmem.gitsync",
+        "vaultmem.inputs.email",
+        "vaultmem.inputs.chat",
+        "vaultmem.check",
+        "vaultmem.scoring",
+        "torch",
+        "email",
+    ):
+        assert module not in loaded, f"{module} is imported to open and search a vault"
+    assert "vaultmem.search" in loaded and "vaultmem.vault" in loaded
+
+
+def test_lazy_public_names() -> None:
+    import vaultmem
+    from vaultmem.sessions import SessionTree
+    from vaultmem.summaryfile import SummaryNode
+    from vaultmem.vault import Vault as VaultClass
+
+    assert (vaultmem.Vault, vaultmem.SessionTree, vaultmem.SummaryNode) == (
+        VaultClass,
+        SessionTree,
+        SummaryNode,
+    )
+    assert set(vaultmem.__all__) <= set(dir(vaultmem))
+    with pytest.raises(AttributeError):
+        _ = vaultmem.NoSuchThing  # type: ignore[attr-defined]
+
+
+def test_cli_format_names_are_the_sniffers() -> None:
+    from vaultmem import cli
+    from vaultmem.inputs.sniff import FORMAT_NAMES
+
+    assert cli.FORMAT_NAMES == FORMAT_NAMES

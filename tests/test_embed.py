@@ -331,3 +331,45 @@ def test_sentence_transformers_load_failure_is_model_error(tmp_path: Path) -> No
     (broken / "modules.json").write_text("not json")
     with pytest.raises(ModelError, match="broken"):
         SentenceTransformerEmbedder(str(broken)).embed(["hello"])
+
+
+# --- prepared weights (start-up) and the single-text path -------------------------------------------
+
+
+@pytest.mark.slow
+def test_prepared_weights_give_the_same_vectors(tmp_path: Path, numpy_embedder: NumpyBertEmbedder) -> None:
+    cache = tmp_path / "cache"
+    first = NumpyBertEmbedder(default_model_path(), batch_size=4, cache_dir=cache)
+    expected = numpy_embedder.embed(TEXTS)
+    np.testing.assert_array_equal(first.embed(TEXTS), expected)  # prepared and written
+    assert len(list(cache.glob("numpy-bert-*.npy"))) == 1
+    again = NumpyBertEmbedder(default_model_path(), batch_size=4, cache_dir=cache)
+    np.testing.assert_array_equal(again.embed(TEXTS), expected)  # read back, memory-mapped
+    assert not again._load().word.flags.owndata
+
+
+@pytest.mark.slow
+def test_damaged_prepared_weights_are_rebuilt(tmp_path: Path, numpy_embedder: NumpyBertEmbedder) -> None:
+    cache = tmp_path / "cache"
+    NumpyBertEmbedder(default_model_path(), cache_dir=cache).embed(["warm"])
+    (index_file,) = cache.glob("numpy-bert-*.json")
+    (data_file,) = cache.glob("numpy-bert-*.npy")
+    data_file.write_bytes(data_file.read_bytes()[:4096])  # torn: far shorter than the index says
+    rebuilt = NumpyBertEmbedder(default_model_path(), cache_dir=cache)
+    np.testing.assert_array_equal(rebuilt.embed(TEXTS[:3]), numpy_embedder.embed(TEXTS[:3]))
+    assert data_file.stat().st_size > 80_000_000 and index_file.is_file()
+
+
+@pytest.mark.slow
+def test_unwritable_cache_still_embeds(tmp_path: Path, numpy_embedder: NumpyBertEmbedder) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    embedder = NumpyBertEmbedder(default_model_path(), cache_dir=blocker / "cache")
+    np.testing.assert_array_equal(embedder.embed(["hello"]), numpy_embedder.embed(["hello"]))
+
+
+@pytest.mark.slow
+def test_single_text_path_matches_the_batch(numpy_embedder: NumpyBertEmbedder) -> None:
+    together = numpy_embedder.embed(TEXTS)
+    for i, text in enumerate(TEXTS):
+        np.testing.assert_allclose(numpy_embedder.embed([text])[0], together[i], atol=2e-6)

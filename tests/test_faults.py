@@ -123,6 +123,8 @@ class Child:
 
 def start(argv: list[str], logs: Path, name: str) -> Child:
     out, err = logs / f"{name}.out", logs / f"{name}.err"
+    for path in (out, err):  # a child killed before it opens them has printed (acknowledged) nothing
+        path.touch()
     proc = _context().Process(target=cli_child, args=(argv, str(out), str(err)), daemon=True)
     proc.start()
     return Child(proc, out, err)

@@ -443,3 +443,10 @@ FRAGMENTS = [
 def test_score_never_raises_on_marker_soup(text: str) -> None:
     score = FastScorer().score(text)
     assert 0.0 <= score.value <= 1.0
+
+
+def test_config_default_threshold_is_the_scorer_default() -> None:
+    from vaultmem.config import Config
+    from vaultmem.scoring import DEFAULT_THRESHOLD
+
+    assert Config().score_threshold == DEFAULT_THRESHOLD

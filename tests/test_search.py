@@ -211,3 +211,51 @@ def test_long_neighbours_get_a_smaller_share(tmp_path: Path) -> None:
         long_bonus = scores[ids["a"]]
         assert short_bonus == pytest.approx(0.45)
         assert 0 < long_bonus < short_bonus / 3
+
+
+class CountingEmbedder(FakeEmbedder):
+    """The fake embedder, counting the texts it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+def test_recent_query_vectors_are_remembered_least_recently_used_first() -> None:
+    from vaultmem.search import QueryVectors
+
+    embedder = CountingEmbedder()
+    cache = QueryVectors(size=2)
+    first = cache.get(embedder, "kyoto budget")
+    assert cache.get(embedder, "kyoto budget") is first  # no second forward pass
+    cache.get(embedder, "dentist")
+    cache.get(embedder, "kyoto budget")  # used again: now the most recent
+    cache.get(embedder, "espresso")  # evicts "dentist", the least recently used
+    cache.get(embedder, "kyoto budget")
+    cache.get(embedder, "dentist")
+    assert embedder.texts == ["kyoto budget", "dentist", "espresso", "dentist"]
+    assert (first == embedder.embed(["kyoto budget"])[0]).all()  # exactly the embedder's vector
+    assert not first.flags.writeable  # shared between searches: never changed in place
+
+
+def test_query_vectors_are_shared_between_vaults(tmp_path: Path) -> None:
+    from vaultmem.search import QUERY_VECTORS
+
+    QUERY_VECTORS.clear()
+    embedder = CountingEmbedder()
+    asked: list[list[str]] = []
+    for name in ("a", "b"):
+        v = Vault.init(tmp_path / name, embedder=embedder)
+        v.ingest_messages(chat(3), source="chat")
+        v.flush()
+        embedder.texts.clear()
+        v.search("roses near the fence", k=3)
+        v.context("roses near the fence", 200)
+        asked.append(list(embedder.texts))
+        v.close()
+    # One forward pass in all: context after search, and the second vault, reuse the first vector.
+    assert asked == [["roses near the fence"], []]

@@ -22,7 +22,6 @@ from typer._click import exceptions as click_exceptions
 from vaultmem import db
 from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
 from vaultmem.fsio import is_disk_full
-from vaultmem.inputs.sniff import FORMAT_NAMES
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
 from vaultmem.model import LEAF_ID_RE, Leaf, format_ts
@@ -31,6 +30,23 @@ from vaultmem.tokens import count_tokens
 
 if TYPE_CHECKING:
     from vaultmem.vault import Vault
+
+# The names of ``inputs.sniff.FORMAT_NAMES``, written out: importing the sniffer imports every export
+# parser, which a `vaultmem search` must not pay for (tests/test_cli.py checks that they agree).
+FORMAT_NAMES = (
+    "chatgpt",
+    "claude",
+    "claude-code",
+    "codex",
+    "telegram",
+    "discord",
+    "slack",
+    "whatsapp",
+    "chat",
+    "markdown",
+    "email",
+    "mbox",
+)
 
 app = typer.Typer(
     name="vaultmem",
@@ -1373,6 +1389,14 @@ def core_add(
         typer.echo(f"note: {note}")
 
 
+def _show_memory_hits(hits: list[Any], as_json: bool) -> None:
+    """What `sessions --search` and `episodes --search` print: the hits as JSON or as lines."""
+    if as_json:
+        emit_json([h.as_dict() for h in hits])
+    else:
+        _print_hits(hits)
+
+
 def _print_hits(hits: list[Any]) -> None:
     if not hits:
         typer.echo("no results")
@@ -1459,11 +1483,7 @@ def sessions_cmd(
         return
     with open_vault(vault_path) as vault:
         if search_for is not None:
-            hits = vault.search_memory(search_for, kinds=["session"], k=limit or 10)
-            if as_json:
-                emit_json([h.as_dict() for h in hits])
-            else:
-                _print_hits(hits)
+            _show_memory_hits(vault.search_memory(search_for, kinds=["session"], k=limit or 10), as_json)
             return
         notes = vault.sessions(limit=limit)
     if as_json:
@@ -1526,11 +1546,7 @@ def episodes_cmd(
         return
     with open_vault(vault_path) as vault:
         if search_for is not None:
-            hits = vault.search_memory(search_for, kinds=["episode"], k=limit or 10)
-            if as_json:
-                emit_json([h.as_dict() for h in hits])
-            else:
-                _print_hits(hits)
+            _show_memory_hits(vault.search_memory(search_for, kinds=["episode"], k=limit or 10), as_json)
             return
         found = vault.episodes(limit=limit, success=False if failed else None)
     if as_json:

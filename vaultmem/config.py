@@ -15,7 +15,6 @@ from typing import Any
 from vaultmem.entities import KINDS
 from vaultmem.errors import InvalidInput, VaultError
 from vaultmem.model import portable_name
-from vaultmem.scoring import DEFAULT_THRESHOLD
 
 DEFAULT_TEXT = """\
 # vaultmem configuration. Every key is optional; the values shown are the defaults.
@@ -176,7 +175,9 @@ _SECTIONS = {
 @dataclass(frozen=True)
 class Config:
     chunk_max_tokens: int = 256
-    score_threshold: float = DEFAULT_THRESHOLD
+    # scoring.DEFAULT_THRESHOLD (tests/test_scoring.py checks they agree); not imported from there, since
+    # the scorer's rules cost a read-only command start-up time for nothing.
+    score_threshold: float = 0.3
     max_file_bytes: int = 10 * 1024 * 1024
     max_export_bytes: int = 512 * 1024 * 1024
     embed_model: str = "default"

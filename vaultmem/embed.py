@@ -17,10 +17,12 @@ module, ``load_embedder()`` and a query ``embed`` with the numpy backend stay to
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib
 import importlib.util
+import io
 import json
 import math
 import os
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem.errors import ModelError
+from vaultmem.errors import ModelError, VaultError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -335,8 +337,16 @@ class NumpyBertEmbedder:
     _MAX_BATCH_AREA = 64 * 128 * 128
     _FFN_ROWS = 256
 
-    def __init__(self, model_dir: Path, *, batch_size: int = 64, max_length: int | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        batch_size: int = 64,
+        max_length: int | None = None,
+        cache_dir: Path | None = None,
+    ) -> None:
         self.model_dir = _require_dir(model_dir)
+        self.cache_dir = cache_dir
         reason = _numpy_unsupported(self.model_dir)
         if reason is not None:
             raise ModelError(
@@ -378,7 +388,10 @@ class NumpyBertEmbedder:
         bert = self._load()
         if self._st_settings.get("do_lower_case"):  # sentence-transformers lowers before tokenising
             texts = [t.lower() for t in texts]
-        encodings = bert.tokenizer.encode_batch(_encodable(texts))
+        if len(texts) == 1:  # a query: no batch to dispatch to the tokenizer's threads, nothing to sort
+            encodings = [bert.tokenizer.encode(_encodable(texts)[0])]
+        else:
+            encodings = bert.tokenizer.encode_batch(_encodable(texts))
         lengths = np.array([len(e.ids) for e in encodings])
         order = np.argsort(-lengths, kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
@@ -452,13 +465,38 @@ class NumpyBertEmbedder:
             return self._bert
 
     def _read_model(self) -> _Bert:
-        from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
-        config = self._config
         tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
         tokenizer.no_padding()  # tokenizer.json may pin padding to a fixed width; batches pad themselves
         tokenizer.enable_truncation(max_length=self.max_length)
+        weights = self._prepared() if self.cache_dir is not None else None
+        if weights is None:
+            weights = self._prepare()
+            if self.cache_dir is not None:
+                _store_prepared(self.cache_dir, self._prepared_key(), weights)
+        return self._assemble(tokenizer, weights)
+
+    def _prepared_key(self) -> str:
+        """Names the prepared weights: the model's files as they are now, and this code's layout."""
+        stamp = [_PREPARED_VERSION, str(self.model_dir.resolve())]
+        for name in ("config.json", "model.safetensors"):
+            info = (self.model_dir / name).stat()
+            stamp.append(f"{name}:{info.st_size}:{info.st_mtime_ns}")
+        return hashlib.sha256("\n".join(stamp).encode()).hexdigest()[:24]
+
+    def _prepared(self) -> dict[str, Vectors] | None:
+        assert self.cache_dir is not None
+        try:
+            return _load_prepared(self.cache_dir, self._prepared_key())
+        except OSError:
+            return None
+
+    def _prepare(self) -> dict[str, Vectors]:
+        """The weights in the layout ``_forward`` uses (transposed, query pre-scaled, q/k/v fused)."""
+        from safetensors.numpy import load_file
+
+        config = self._config
         raw = load_file(str(self.model_dir / "model.safetensors"))
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in raw else ""
 
@@ -470,41 +508,109 @@ class NumpyBertEmbedder:
 
         heads = int(config["num_attention_heads"])
         scale = np.float32(1.0 / math.sqrt(int(config["hidden_size"]) // heads))
-        layers = []
+        out: dict[str, Vectors] = {
+            "word": w("embeddings.word_embeddings.weight"),
+            "position": w("embeddings.position_embeddings.weight"),
+            "token_type": w("embeddings.token_type_embeddings.weight")[0],
+            "ln_g": w("embeddings.LayerNorm.weight"),
+            "ln_b": w("embeddings.LayerNorm.bias"),
+        }
         for i in range(int(config["num_hidden_layers"])):
             p = f"encoder.layer.{i}."
             attn = p + "attention.self."
-            layers.append(
-                _Layer(
-                    qkv_w=np.concatenate(
-                        [linear(attn + "query") * scale, linear(attn + "key"), linear(attn + "value")], axis=1
-                    ),
-                    qkv_b=np.concatenate(
-                        [w(attn + "query.bias") * scale, w(attn + "key.bias"), w(attn + "value.bias")]
-                    ),
-                    out_w=linear(p + "attention.output.dense"),
-                    out_b=w(p + "attention.output.dense.bias"),
-                    ln1_g=w(p + "attention.output.LayerNorm.weight"),
-                    ln1_b=w(p + "attention.output.LayerNorm.bias"),
-                    up_w=linear(p + "intermediate.dense"),
-                    up_b=w(p + "intermediate.dense.bias"),
-                    down_w=linear(p + "output.dense"),
-                    down_b=w(p + "output.dense.bias"),
-                    ln2_g=w(p + "output.LayerNorm.weight"),
-                    ln2_b=w(p + "output.LayerNorm.bias"),
-                )
-            )
+            out |= {
+                f"{i}.qkv_w": np.concatenate(
+                    [linear(attn + "query") * scale, linear(attn + "key"), linear(attn + "value")], axis=1
+                ),
+                f"{i}.qkv_b": np.concatenate(
+                    [w(attn + "query.bias") * scale, w(attn + "key.bias"), w(attn + "value.bias")]
+                ),
+                f"{i}.out_w": linear(p + "attention.output.dense"),
+                f"{i}.out_b": w(p + "attention.output.dense.bias"),
+                f"{i}.ln1_g": w(p + "attention.output.LayerNorm.weight"),
+                f"{i}.ln1_b": w(p + "attention.output.LayerNorm.bias"),
+                f"{i}.up_w": linear(p + "intermediate.dense"),
+                f"{i}.up_b": w(p + "intermediate.dense.bias"),
+                f"{i}.down_w": linear(p + "output.dense"),
+                f"{i}.down_b": w(p + "output.dense.bias"),
+                f"{i}.ln2_g": w(p + "output.LayerNorm.weight"),
+                f"{i}.ln2_b": w(p + "output.LayerNorm.bias"),
+            }
+        return out
+
+    def _assemble(self, tokenizer: Tokenizer, weights: dict[str, Vectors]) -> _Bert:
+        config = self._config
+        layers = tuple(
+            _Layer(**{f.name: weights[f"{i}.{f.name}"] for f in dataclasses.fields(_Layer)})
+            for i in range(int(config["num_hidden_layers"]))
+        )
         return _Bert(
             tokenizer=tokenizer,
-            word=w("embeddings.word_embeddings.weight"),
-            position=w("embeddings.position_embeddings.weight"),
-            token_type=w("embeddings.token_type_embeddings.weight")[0],
-            ln_g=w("embeddings.LayerNorm.weight"),
-            ln_b=w("embeddings.LayerNorm.bias"),
-            layers=tuple(layers),
-            heads=heads,
+            word=weights["word"],
+            position=weights["position"],
+            token_type=weights["token_type"],
+            ln_g=weights["ln_g"],
+            ln_b=weights["ln_b"],
+            layers=layers,
+            heads=int(config["num_attention_heads"]),
             eps=np.float32(config.get("layer_norm_eps", 1e-12)),
         )
+
+
+# Prepared weights: one float32 .npy holding every array end to end, and a JSON index of names, offsets
+# and shapes. Memory-mapped on load, so a new process (a `vaultmem search` from a cold shell) starts
+# embedding without reading, transposing and copying the 90 MB safetensors file. Derived and
+# disposable: the key changes with the model's files, a damaged one is rebuilt.
+_PREPARED_VERSION = "numpy-bert-1"
+
+
+def _prepared_paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
+    return cache_dir / f"numpy-bert-{key}.npy", cache_dir / f"numpy-bert-{key}.json"
+
+
+def _load_prepared(cache_dir: Path, key: str) -> dict[str, Vectors] | None:
+    data_path, index_path = _prepared_paths(cache_dir, key)
+    if not index_path.is_file() or not data_path.is_file():
+        return None
+    try:
+        entries = json.loads(index_path.read_text(encoding="utf-8"))
+        flat = np.load(data_path, mmap_mode="r")
+        out: dict[str, Vectors] = {}
+        for name, offset, shape in entries:
+            size = math.prod(shape)
+            if flat.dtype != np.float32 or offset + size > flat.shape[0]:
+                return None
+            out[name] = np.asarray(flat[offset : offset + size]).reshape(shape)
+        return out
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _store_prepared(cache_dir: Path, key: str, weights: dict[str, Vectors]) -> None:
+    """Write the prepared weights (the index last, so a torn write is never taken for a whole one).
+    A cache that cannot be written is skipped: it only saves time."""
+    from vaultmem import fsio
+
+    data_path, index_path = _prepared_paths(cache_dir, key)
+    starts: list[int] = []
+    offset = 0
+    for array in weights.values():
+        offset += -offset % 16  # every array starts on a 64-byte boundary, as BLAS likes
+        starts.append(offset)
+        offset += array.size
+    flat = np.zeros(offset, dtype=np.float32)
+    entries = []
+    for (name, array), start in zip(weights.items(), starts, strict=True):
+        flat[start : start + array.size] = array.ravel()
+        entries.append([name, start, list(array.shape)])
+    buffer = io.BytesIO()
+    np.save(buffer, flat)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fsio.atomic_write(data_path, buffer.getvalue(), root=cache_dir)
+        fsio.atomic_write(index_path, json.dumps(entries).encode("utf-8"), root=cache_dir)
+    except (OSError, VaultError):
+        return
 
 
 # --- sentence-transformers -------------------------------------------------------------------------
@@ -577,8 +683,13 @@ class SentenceTransformerEmbedder:
 # --- choosing ---------------------------------------------------------------------------------------
 
 
-def load_embedder(spec: str | None = None, *, backend: str = "auto", batch_size: int = 64) -> Embedder:
+def load_embedder(
+    spec: str | None = None, *, backend: str = "auto", batch_size: int = 64, cache_dir: Path | None = None
+) -> Embedder:
     """Resolve a model spec to an embedder without loading any weights yet.
+
+    ``cache_dir``: where derived model files (the NumPy backend's prepared weights) are kept between
+    processes; None keeps nothing.
 
     ``spec``: None, "default", "all-MiniLM-L6-v2" (or its full id) for the packaged model; "fake" for
     FakeEmbedder; anything else is a local directory, never a hub id. ``backend``: "auto" picks numpy
@@ -597,5 +708,5 @@ def load_embedder(spec: str | None = None, *, backend: str = "auto", batch_size:
         return FakeEmbedder()
     model_dir = default_model_path() if spec is None or spec in DEFAULT_SPECS else _require_dir(spec)
     if backend == "numpy" or (backend == "auto" and _numpy_unsupported(model_dir) is None):
-        return NumpyBertEmbedder(model_dir, batch_size=batch_size)
+        return NumpyBertEmbedder(model_dir, batch_size=batch_size, cache_dir=cache_dir)
     return SentenceTransformerEmbedder(str(model_dir), batch_size=batch_size)

@@ -144,8 +144,12 @@ class _Rule(_Base):
 @dataclass(frozen=True, slots=True)
 class _Allow:
     target: str  # "secret", "match" or "line", as in gitleaks
-    regexes: tuple[re.Pattern[str], ...]
+    sources: tuple[str, ...]  # compiled on first use (``regexes``)
     stopwords: tuple[str, ...]
+
+    @property
+    def regexes(self) -> tuple[re.Pattern[str], ...]:
+        return tuple(_ascii_pattern(r) for r in self.sources)
 
     def allows(self, text: str, match: re.Match[str], secret: str) -> bool:
         if self.target == "match":
@@ -168,11 +172,15 @@ class _CatalogueRule(_Base):
     matched, else the whole match; it must reach the rule's entropy and pass its allowlists."""
 
     kind: str
-    pattern: re.Pattern[str]
+    source: str  # the regex, compiled the first time the rule's keywords are seen (``pattern``)
     triggers: tuple[str, ...]
     entropy: float
     secret_group: int
     allow: tuple[_Allow, ...]
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return _ascii_pattern(self.source)
 
     def spans(self, text: str) -> Iterator[Span]:
         for m in self.pattern.finditer(text):
@@ -485,30 +493,29 @@ _OWN_RULES: tuple[_Rule, ...] = (
 )
 
 
+@functools.cache
+def _ascii_pattern(source: str) -> re.Pattern[str]:
+    """A catalogue regex, compiled once. Compiling all 240 of them cost more than the rest of a
+    `vaultmem search` start-up, and most texts trigger none."""
+    return re.compile(source, re.ASCII)
+
+
 def _load_catalogue() -> tuple[tuple[_CatalogueRule, ...], _Allow]:
     raw: dict[str, Any] = json.loads(
         resources.files("vaultmem").joinpath("data/gitleaks_rules.json").read_text(encoding="utf-8")
     )
     glob = raw.get("allow", {})
-    global_allow = _Allow(
-        "secret",
-        tuple(re.compile(r, re.ASCII) for r in glob.get("regexes", [])),
-        tuple(glob.get("stopwords", [])),
-    )
+    global_allow = _Allow("secret", tuple(glob.get("regexes", [])), tuple(glob.get("stopwords", [])))
     rules = []
     for entry in raw["rules"]:
         allows = tuple(
-            _Allow(
-                a.get("target", "secret"),
-                tuple(re.compile(r, re.ASCII) for r in a.get("regexes", [])),
-                tuple(a.get("stopwords", [])),
-            )
+            _Allow(a.get("target", "secret"), tuple(a.get("regexes", [])), tuple(a.get("stopwords", [])))
             for a in entry.get("allow", [])
         )
         rules.append(
             _CatalogueRule(
                 kind=entry["kind"],
-                pattern=re.compile(entry["regex"], re.ASCII),
+                source=entry["regex"],
                 triggers=tuple(entry["keywords"]),
                 entropy=float(entry.get("entropy", 0.0)),
                 secret_group=int(entry.get("secret_group", 0)),
@@ -518,21 +525,42 @@ def _load_catalogue() -> tuple[tuple[_CatalogueRule, ...], _Allow]:
     return tuple(rules), global_allow
 
 
-_CATALOGUE, _GLOBAL_ALLOW = _load_catalogue()
-_RULES: tuple[_Base, ...] = (*_OWN_RULES, *_CATALOGUE, _KeywordEntropy(), _BareEntropy())
-# Every trigger in one Aho-Corasick automaton: one pass over the text finds all of them (a loop of
-# `trigger in text` over the catalogue's 230 keywords cost 5x more on LongMemEval's long turns).
-_TRIGGERS = ahocorasick.Automaton()
-for _order, _r in enumerate(_RULES):
-    for _t in _r.triggers:
-        _orders = _TRIGGERS.get(_t) if _t in _TRIGGERS else ()
-        _TRIGGERS.add_word(_t, (*_orders, _order))
-_TRIGGERS.make_automaton()
-_ALWAYS = tuple(order for order, rule in enumerate(_RULES) if not rule.triggers)
+@dataclass(frozen=True)
+class _Rules:
+    rules: tuple[_Base, ...]
+    triggers: Any  # ahocorasick.Automaton: trigger -> orders of the rules it wakes
+    always: tuple[int, ...]  # rules without triggers
+    catalogue_size: int
 
-KINDS: tuple[str, ...] = tuple(dict.fromkeys(rule.kind for rule in _RULES))
+
+@functools.cache
+def _rules() -> _Rules:
+    """Every rule, read on the first text that could hold a secret (not at import: a `vaultmem search`
+    that never redacts a long text never reads the catalogue)."""
+    catalogue, _ = _load_catalogue()
+    rules: tuple[_Base, ...] = (*_OWN_RULES, *catalogue, _KeywordEntropy(), _BareEntropy())
+    # Every trigger in one Aho-Corasick automaton: one pass over the text finds all of them (a loop of
+    # `trigger in text` over the catalogue's 230 keywords cost 5x more on LongMemEval's long turns).
+    triggers = ahocorasick.Automaton()
+    for order, rule in enumerate(rules):
+        for trigger in rule.triggers:
+            orders = triggers.get(trigger) if trigger in triggers else ()
+            triggers.add_word(trigger, (*orders, order))
+    triggers.make_automaton()
+    always = tuple(order for order, rule in enumerate(rules) if not rule.triggers)
+    return _Rules(rules, triggers, always, len(catalogue))
+
+
 OWN_KINDS: tuple[str, ...] = tuple(dict.fromkeys(rule.kind for rule in _OWN_RULES))
-CATALOGUE_SIZE = len(_CATALOGUE)
+
+
+def __getattr__(name: str) -> Any:
+    """``KINDS`` (every kind of secret, own rules first) and ``CATALOGUE_SIZE``, read on first use."""
+    if name == "KINDS":
+        return tuple(dict.fromkeys(rule.kind for rule in _rules().rules))
+    if name == "CATALOGUE_SIZE":
+        return _rules().catalogue_size
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -580,15 +608,16 @@ def _sweep(text: str) -> tuple[str, set[str]]:
     # A match that touches an existing marker is not a secret, so a marker is never redacted again.
     markers = [m.span() for m in MARKER_RE.finditer(text)] if "[redacted:" in lowered else []
     # The rules without triggers look for a bare token of 32+ characters, which short text cannot hold.
-    active = set(_ALWAYS) if len(text) >= BARE_MIN_LEN else set()
-    for _end, orders in _TRIGGERS.iter(lowered):
+    compiled = _rules()
+    active = set(compiled.always) if len(text) >= BARE_MIN_LEN else set()
+    for _end, orders in compiled.triggers.iter(lowered):
         active.update(orders)
     if not active:
         return text, set()
     found: list[tuple[int, int, int, str]] = []  # (start, -length, rule order, kind)
     guesses: list[tuple[int, int, int, str]] = []  # the same, from the entropy rules
     for order in sorted(active):
-        rule = _RULES[order]
+        rule = compiled.rules[order]
         for start, end in rule.spans(text):
             if not any(a < end and start < b for a, b in markers):
                 (guesses if rule.fallback else found).append((start, start - end, order, rule.kind))

@@ -11,9 +11,12 @@ import json
 import math
 import re
 import sqlite3
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +27,7 @@ from vaultmem.db import NAV
 from vaultmem.embed import Embedder
 from vaultmem.errors import InvalidInput
 from vaultmem.model import Status, format_ts
-from vaultmem.vectors import VectorCache
+from vaultmem.vectors import MatrixFile, VectorCache
 
 # Fusion constants, tuned on the LoCoMo dev split (bench/retrieval.py; figures in docs/architecture.md).
 RRF_K = 10
@@ -280,6 +283,41 @@ def _quoted(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
+class QueryVectors:
+    """The vectors of the most recently used queries, per model (least recently used go first).
+
+    Shared by every ``Searcher`` of the process (an MCP server or the daemon open one per request). A
+    vector is a pure function of the model and the text, so a remembered one is exactly what the
+    embedder would return."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._vectors: OrderedDict[tuple[str, str], npt.NDArray[np.float32]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
+        key = (embedder.model_id, query)
+        with self._lock:
+            known = self._vectors.get(key)
+            if known is not None:
+                self._vectors.move_to_end(key)
+                return known
+        vec = np.array(embedder.embed([query])[0], dtype=np.float32)  # a copy: the batch is not kept
+        vec.setflags(write=False)  # shared: nobody may change it in place
+        with self._lock:
+            self._vectors[key] = vec
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+        return vec
+
+    def clear(self) -> None:
+        with self._lock:
+            self._vectors.clear()
+
+
+QUERY_VECTORS = QueryVectors()
+
+
 class SessionOrder:
     """Each leaf's previous and next leaf in its conversation (same source and session, by time).
 
@@ -318,8 +356,17 @@ class SessionOrder:
 class Searcher:
     """Hybrid search over one vault's index. Keeps vectors in memory between queries."""
 
-    def __init__(self, conn: sqlite3.Connection, embedder_factory: Callable[[], Embedder]) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        embedder_factory: Callable[[], Embedder],
+        *,
+        state: Path | None = None,
+    ) -> None:
+        """``state``: the vault's ``.vaultmem`` folder, where a matrix file may let the first search of a
+        process map its vectors instead of reading them from the index (``vectors.MatrixFile``)."""
         self.conn = conn
+        self._state = state
         self._embedder_factory = embedder_factory
         self._cache: VectorCache | None = None
         self._order = SessionOrder()
@@ -327,7 +374,6 @@ class Searcher:
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
         self.neighbor_weight = NEIGHBOR_WEIGHT
-        self._query_vectors: dict[tuple[str, str], npt.NDArray[np.float32]] = {}
         self._count: tuple[int, int] | None = None
 
     def vectors(self, embedder: Embedder) -> VectorCache:
@@ -337,7 +383,8 @@ class Searcher:
     def _vectors(self, embedder: Embedder) -> VectorCache:
         if self._cache is None or self._cache.model != embedder.model_id:
             self._cache = VectorCache(embedder.model_id, embedder.dim)
-        self._cache.refresh(self.conn)
+        files = MatrixFile.of(self._state, embedder.model_id) if self._state is not None else None
+        self._cache.refresh(self.conn, files)
         return self._cache
 
     def lexical(self, query: str, filters: Filters, limit: int) -> dict[str, list[str]]:
@@ -385,15 +432,9 @@ class Searcher:
         ]
 
     def query_vector(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
-        """The query's vector, remembered for the last few queries (search and its evidence share it)."""
-        key = (embedder.model_id, query)
-        vec = self._query_vectors.get(key)
-        if vec is None:
-            vec = embedder.embed([query])[0]
-            if len(self._query_vectors) >= 32:
-                self._query_vectors.pop(next(iter(self._query_vectors)))
-            self._query_vectors[key] = vec
-        return vec
+        """The query's vector, remembered for recent queries (search and its evidence share it; an
+        agent asking again, or `context` after `search`, costs no forward pass)."""
+        return QUERY_VECTORS.get(embedder, query)
 
     def semantic(self, query: str, filters: Filters, limit: int) -> list[str]:
         embedder = self._embedder_factory()

@@ -7,6 +7,7 @@ interrupted batches, and hands explicit values to the modules that do the work. 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -19,54 +20,17 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
-from vaultmem import (
-    agentio,
-    coremem,
-    daemonstate,
-    db,
-    decay,
-    detect,
-    digest,
-    entities,
-    fsio,
-    gitsync,
-    index,
-    mdfile,
-    memindex,
-    memtiers,
-    purge,
-    review,
-    sidecar,
-    timeparse,
-    topics,
-    tree,
-    treectx,
-    treeops,
-    versions,
-)
-from vaultmem.agentllm import ChatModel
-from vaultmem.check import CheckReport, Problem, check
-from vaultmem.compact import CompactSettings, Planner, SourceState
+# Only what opening a vault and searching it need is imported here: `vaultmem search` from a cold shell
+# must not pay for ingest, compaction, topic planning or git (bench/startup.py; tests/test_cli.py checks
+# the list). The rest is imported where it is used; ``topics`` imports each of its modules on first use.
+from vaultmem import agentio, db, decay, entities, fsio, index, mdfile, timeparse, topics, vectors, versions
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
-from vaultmem.context import Context, assemble
-from vaultmem.corefile import CoreSettings
-from vaultmem.coremem import CoreBlock, CoreFileView, CoreUpdate, MemoryEnv, MemorySettings, Onboarding
-from vaultmem.docmem import (
-    Plan,
-    plan_add_summary,
-    plan_append_child,
-    plan_delete,
-    plan_insert_between,
-    plan_update_content,
-    run,
-)
+from vaultmem.context import Context
 from vaultmem.embed import Embedder, load_embedder
-from vaultmem.entities_llm import LLMEntityExtractor
-from vaultmem.episodes import Episode
 from vaultmem.errors import (
     ConflictError,
     DiskFull,
@@ -80,39 +44,9 @@ from vaultmem.errors import (
     VaultLocked,
     VaultNotFound,
 )
-from vaultmem.extract import EntityFinder, find_entities, reload_vectors, vectors_from_sidecars
-from vaultmem.forget import (
-    Tombstone,
-    bury,
-    derived_folders,
-    keep_derived,
-    read_tomb,
-    snapshot,
-    tombstone_stamp,
-    tombstones,
-    unbury,
-    undo_derived,
-)
-from vaultmem.gitsync import CommitInfo, GitOperation, GitRecorder
-from vaultmem.ingest import (
-    IngestReport,
-    Progress,
-    build_leaves,
-    check_new_sources,
-    extract_job,
-    heal_intents,
-    read_summary_file,
-    write_leaves,
-)
-from vaultmem.inputs import read_path
-from vaultmem.inputs.chat import messages_from_records
-from vaultmem.inputs.mailthread import thread_messages
 from vaultmem.jobs import JobKind, JobQueue, NewJob, ingest_job, release_dead, resummarize_job
 from vaultmem.layout import FRESH, RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
-from vaultmem.lifecycle import set_status
-from vaultmem.memindex import MemoryHit
-from vaultmem.memtiers import EpisodeRecord
 from vaultmem.model import (
     Leaf,
     Message,
@@ -124,19 +58,34 @@ from vaultmem.model import (
     safe_name,
     utc,
 )
-from vaultmem.pool import Pool, PoolReport, WorkContext
-from vaultmem.recipes import Recipe, RecipeMatch
-from vaultmem.reconcile import PathsReport, Stamp, catch_up, changed_paths, reconcile_paths
 from vaultmem.redact import scrub
-from vaultmem.reindex import ReindexReport, reindex
-from vaultmem.scoring import FastScorer
 from vaultmem.search import Filters, Hit, Searcher
-from vaultmem.sessionnote import SessionNote
-from vaultmem.sessions import SessionTree, session_tree
-from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser, Summariser
 from vaultmem.summaryfile import SummaryNode
 from vaultmem.tokens import count_tokens
-from vaultmem.worker import WorkReport, drain
+
+if TYPE_CHECKING:
+    from vaultmem import gitsync, purge, review, tree
+    from vaultmem.agentllm import ChatModel
+    from vaultmem.check import CheckReport
+    from vaultmem.compact import CompactSettings
+    from vaultmem.coremem import CoreBlock, CoreFileView, CoreUpdate, MemoryEnv, MemorySettings, Onboarding
+    from vaultmem.docmem import Plan
+    from vaultmem.episodes import Episode
+    from vaultmem.extract import EntityFinder
+    from vaultmem.forget import Tombstone
+    from vaultmem.gitsync import CommitInfo, GitOperation, GitRecorder
+    from vaultmem.ingest import IngestReport, Progress
+    from vaultmem.memindex import MemoryHit
+    from vaultmem.memtiers import EpisodeRecord
+    from vaultmem.pool import PoolReport, WorkContext
+    from vaultmem.recipes import Recipe, RecipeMatch
+    from vaultmem.reconcile import PathsReport, Stamp
+    from vaultmem.reindex import ReindexReport
+    from vaultmem.scoring import FastScorer
+    from vaultmem.sessionnote import SessionNote
+    from vaultmem.sessions import SessionTree
+    from vaultmem.summarise import Summariser
+    from vaultmem.worker import WorkReport
 
 BATCH_MESSAGES = 2000
 DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
@@ -223,19 +172,21 @@ class Vault:
         self.conn = conn
         self._embedder = embedder
         self._searcher: Searcher | None = None
-        self.scorer = FastScorer(threshold=config.score_threshold)
         self._lock = FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S)
         self._turns = FairRLock()
-        self.compact_settings = CompactSettings(**config.compact_values())
-        self.topic_settings = topics.plan.settings_from(config.topic_values())
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
-        self._git = GitRecorder(layout.root) if config.git_auto_commit else None
-        # Engine changes awaiting their commit; fsio reports every file the engine writes, moves or removes.
-        self._journal = gitsync.Journal(layout.root) if self._git is not None else None
-        self._observer = (
-            fsio.observe(layout.root, self._journal.record_paths) if self._journal is not None else None
-        )
+        self._git: GitRecorder | None = None
+        self._journal: gitsync.Journal | None = None
+        self._observer: int | None = None
+        if config.git_auto_commit:
+            from vaultmem import gitsync
+
+            self._git = gitsync.GitRecorder(layout.root)
+            # Engine changes awaiting their commit; fsio reports every file the engine writes, moves or
+            # removes.
+            self._journal = gitsync.Journal(layout.root)
+            self._observer = fsio.observe(layout.root, self._journal.record_paths)
         self._batches = 0  # open commit batches: commits wait for the outermost to end
         self._batches_lock = threading.Lock()
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
@@ -246,6 +197,24 @@ class Vault:
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self._chat_model: ChatModel | None = None
         self._chat_model_built = False
+
+    # Settings and helpers of work a search never does: built on first use, so that opening a vault to
+    # read it imports neither the scorer, the compactor nor the topic planner (each may be replaced).
+    @functools.cached_property
+    def scorer(self) -> FastScorer:
+        from vaultmem.scoring import FastScorer
+
+        return FastScorer(threshold=self.config.score_threshold)
+
+    @functools.cached_property
+    def compact_settings(self) -> CompactSettings:
+        from vaultmem.compact import CompactSettings
+
+        return CompactSettings(**self.config.compact_values())
+
+    @functools.cached_property
+    def topic_settings(self) -> topics.plan.TopicSettings:
+        return topics.plan.settings_from(self.config.topic_values())
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -349,12 +318,21 @@ class Vault:
     def _heal(self) -> None:
         """Finish what a crash interrupted: ingest batches and status rewrites, compaction steps, the
         temp files of a writer that died, and jobs leased by a process that is gone."""
+        from vaultmem import daemonstate
+
         layout = self.layout
+        # The healers are imported only when there is something to heal: opening a vault to search it
+        # must not import ingest and compaction (bench/startup.py).
         if layout.intent.is_dir() and any(layout.intent.iterdir()):
+            from vaultmem.ingest import heal_intents
+
             with self._locked():
                 heal_intents(self.conn, layout, self.config.max_file_bytes)
-        if treeops.pending_notes(layout):
-            self.heal_compaction()
+        if layout.treeops.is_dir() and any(layout.treeops.iterdir()):
+            from vaultmem import treeops
+
+            if treeops.pending_notes(layout):
+                self.heal_compaction()
         if layout.writing.exists():
             with self._locked():
                 pass  # a writer died holding the lock: taking it tidies what it left
@@ -363,6 +341,8 @@ class Vault:
 
     def heal_compaction(self) -> list[str]:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
+        from vaultmem import treeops
+
         with self._locked():
             embedder = self.embedder
             done = treeops.heal(self.conn, self.layout, embedder.model_id, embedder.dim)
@@ -424,6 +404,8 @@ class Vault:
 
     def repo_stamp(self) -> tuple[object, ...] | None:
         """Changes whenever a git command moves HEAD or rewrites the index of the vault's repository."""
+        from vaultmem import gitsync
+
         return gitsync.repo_stamp(self.layout.root)
 
     def git_operation(self) -> GitOperation | None:
@@ -431,6 +413,8 @@ class Vault:
         conflict, a rebase, a cherry-pick, a bisect, a detached HEAD, a live ``index.lock``), or None.
         Every write pauses while there is one, whether or not git auto-commit is on: the tree is half
         restored, and engine writes would make ``--continue``/``--abort`` fail."""
+        from vaultmem import gitsync
+
         return gitsync.operation_in_progress(self.layout.root)
 
     def _writable(self) -> None:
@@ -468,6 +452,8 @@ class Vault:
         Mappings need a ``source`` (argument or per record). Returns what was added, deduplicated,
         dropped and redacted.
         """
+        from vaultmem.inputs.chat import messages_from_records
+
         items = list(messages)
         canonical: list[Message] = []
         records: list[Mapping[str, Any]] = []
@@ -494,6 +480,9 @@ class Vault:
         their content. ``fmt`` forces a format (``vaultmem.inputs.sniff.FORMAT_NAMES``);
         ``all_branches`` keeps ChatGPT's edited and regenerated branches. Re-importing an export adds
         only the turns the vault does not hold yet."""
+        from vaultmem.ingest import IngestReport
+        from vaultmem.inputs import read_path
+
         if source is not None:
             safe_name(source)
         result = read_path(
@@ -520,6 +509,9 @@ class Vault:
             return self._ingest_batches(messages, progress)
 
     def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+        from vaultmem.ingest import IngestReport, build_leaves, check_new_sources, write_leaves
+        from vaultmem.inputs.mailthread import thread_messages
+
         check_new_sources(self.layout, {m.source for m in messages})
         messages = thread_messages(messages, lambda source: index.known_emails(self.conn, source))
         report = IngestReport()
@@ -541,11 +533,11 @@ class Vault:
                         " were not (a file of theirs already written is indexed on the next open); free"
                         " space, then run the same ingest again (what is already in is skipped)"
                     ) from exc
-                self._sessions_touched([leaf for leaf in leaves if leaf.id in set(added)])
+                added_set = set(added)  # once: a set built per leaf made a batch quadratic
+                self._sessions_touched([leaf for leaf in leaves if leaf.id in added_set])
                 if added:
-                    names = sorted({leaf.source for leaf in leaves if leaf.id in set(added)})
+                    names = sorted({leaf.source for leaf in leaves if leaf.id in added_set})
                     self._commit(f"memory: add {len(added)} leaves from {', '.join(names)}")
-            added_set = set(added)
             report = report.merge(
                 IngestReport(
                     messages=len(batch),
@@ -596,6 +588,8 @@ class Vault:
 
     def summary(self, node_id: str) -> SummaryNode:
         """The summary (level) with this id, read from its ``_summary.md``."""
+        from vaultmem.ingest import read_summary_file
+
         check_node_id(node_id)
         row = self.conn.execute(
             "SELECT path FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
@@ -616,6 +610,9 @@ class Vault:
         its digest, or (``period`` ``week`` / ``month``) the week part or month holding it, written now if
         it is missing or behind its leaves; [] for a day nothing was remembered. With ``start`` and/or
         ``end`` instead: the existing digests of ``period`` that cover a day in that range, in time order."""
+        from vaultmem import digest, treeops
+        from vaultmem.ingest import read_summary_file
+
         max_bytes = self.config.max_file_bytes
         if start is not None or end is not None:
             if day is not None:
@@ -687,6 +684,8 @@ class Vault:
     def stats(self, *, files: bool = True) -> Stats:
         """Counts from the index; with ``files``, the bytes in the vault's files and in the index
         (a walk over every file: ``files=False`` leaves them at -1 and stays cheap at any size)."""
+        from vaultmem import daemonstate, gitsync
+
         storage, index_bytes = self.storage() if files else (-1, -1)
         counts = dict(self.conn.execute("SELECT kind, count(*) FROM chunks GROUP BY kind").fetchall())
         by_status = dict(
@@ -745,6 +744,7 @@ class Vault:
                 self.config.embed_model,
                 backend=self.config.embed_backend,
                 batch_size=self.config.embed_batch_size,
+                cache_dir=model_cache_dir(),
             )
         return self._embedder
 
@@ -754,6 +754,9 @@ class Vault:
         Leaves without a vector of the configured model (new ones, or all of them after the model was
         changed) are queued first, so switching models re-embeds the vault instead of leaving search
         without meaning-based hits."""
+        from vaultmem.ingest import extract_job
+        from vaultmem.worker import drain
+
         with (
             self.commit_batch(),
             self._locked(),
@@ -779,12 +782,15 @@ class Vault:
             )
             if report.admitted:
                 self._commit(f"memory: admit {report.admitted} leaves")
+            self.save_vectors()
             return report
 
     # -- compaction ---------------------------------------------------------------------------------
     @property
     def summariser(self) -> Summariser:
         """The configured summariser: extractive, or an OpenAI-compatible endpoint falling back to it."""
+        from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser
+
         if self._summariser is None:
             extractive = ExtractiveSummariser()
             if self.config.llm_base_url and self.config.llm_model:
@@ -803,6 +809,9 @@ class Vault:
     @property
     def entity_finder(self) -> EntityFinder:
         """Rule-based entities, plus the [llm] endpoint's when ``topics.llm_entities`` is on."""
+        from vaultmem.entities_llm import LLMEntityExtractor
+        from vaultmem.extract import find_entities
+
         if self._finder is None:
             self._finder = find_entities
             if self.config.topics_llm_entities and self.config.llm_base_url and self.config.llm_model:
@@ -819,6 +828,9 @@ class Vault:
         return self._finder
 
     def work_context(self) -> WorkContext:
+        from vaultmem import memtiers
+        from vaultmem.pool import WorkContext
+
         return WorkContext(
             layout=self.layout,
             settings=self.compact_settings,
@@ -836,9 +848,27 @@ class Vault:
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
         """Run every queued job (embedding, sealing, re-summarising) with the worker pool until idle."""
+        from vaultmem.pool import Pool
+
         self._writable()
         with self.commit_batch():
-            return Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
+            report = Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
+        self.save_vectors()
+        return report
+
+    def save_vectors(self, *, force: bool = False) -> int:
+        """Rewrite the vector matrix file (``.vaultmem/vectors-*.npy``) when it is missing or behind the
+        index by ``vectors.MATRIX_STALE`` (``force``: always), so that a new process maps the vectors
+        instead of reading them row by row. Returns the rows written (0: nothing to do). Under the write
+        lock; a read-only vault keeps none."""
+        if self.read_only is not None:
+            return 0
+        embedder = self.embedder
+        files = vectors.MatrixFile.of(self.layout.state, embedder.model_id)
+        with self._locked():
+            if not force and not vectors.matrix_behind(self.conn, files, embedder.model_id):
+                return 0
+            return vectors.write_matrix(self.conn, self.layout.root, files, embedder.model_id, embedder.dim)
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
@@ -856,6 +886,9 @@ class Vault:
             return self._compact(progress)
 
     def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
+        from vaultmem import treeops
+        from vaultmem.reconcile import catch_up
+
         with self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
@@ -877,6 +910,9 @@ class Vault:
         return report
 
     def _plan(self) -> PoolReport:
+        from vaultmem.compact import Planner, SourceState
+        from vaultmem.pool import PoolReport
+
         report = PoolReport()
         embedder = self.embedder
         planner = Planner(self.conn, self.layout, self.compact_settings)
@@ -932,6 +968,8 @@ class Vault:
         """Commit what the engine changed and has not committed yet (only its own paths). During a git
         operation nothing is committed and the changes stay recorded for the next commit. Returns the
         new commit, or None."""
+        from vaultmem import gitsync
+
         if self._journal is None or self._git is None:
             return None
         with self._locked(git_guard=False):
@@ -969,6 +1007,8 @@ class Vault:
     def _commit_by_hand(self, paths: list[str]) -> None:
         """Commit a person's edits the engine just read as their own commit ("edit by hand: ..."), before
         anything the engine derives from them, so they never hide inside an engine commit."""
+        from vaultmem import gitsync
+
         if self._git is None or not paths:
             return
         try:
@@ -996,6 +1036,9 @@ class Vault:
         not as a person's edit. With ``repo_stamp`` (what
         ``repo_stamp()`` said when the paths were gathered), a git command that ran since makes it
         raise ``GitBusy`` and change nothing: the paths may describe a tree git was still writing."""
+        from vaultmem import digest, memindex
+        from vaultmem.reconcile import reconcile_paths
+
         with self._locked():
             if repo_stamp is not None and self.repo_stamp() != repo_stamp:
                 raise GitBusy(
@@ -1046,6 +1089,9 @@ class Vault:
 
     def changed_paths(self, seen: Mapping[str, Stamp]) -> list[str]:
         """Paths that differ from the index (or from ``seen``, the notes already read), by ``stat``."""
+        from vaultmem import memindex
+        from vaultmem.reconcile import changed_paths
+
         # Agent memory files have rows of their own (memindex): compared there, not read as notes.
         known = {r[0] for r in self.conn.execute("SELECT path FROM agent_files")}
         rest = [p for p in changed_paths(self.conn, self.layout, seen) if p not in known]
@@ -1055,6 +1101,8 @@ class Vault:
         """Ingest Markdown notes of the vault (not vaultmem nodes) as documents; the files stay as they
         are. The source is the note's top folder (``notes/a.md`` -> ``notes``; a note at the top: ``notes``).
         Returns the leaf ids added (re-reading unchanged text adds nothing)."""
+        from vaultmem.inputs import read_path
+
         messages: list[Message] = []
         for rel in rels:
             top = rel.split("/", 1)[0] if "/" in rel else "notes"
@@ -1073,7 +1121,7 @@ class Vault:
     @property
     def searcher(self) -> Searcher:
         if self._searcher is None:
-            self._searcher = Searcher(self.conn, lambda: self.embedder)
+            self._searcher = Searcher(self.conn, lambda: self.embedder, state=self.layout.state)
         return self._searcher
 
     def search(
@@ -1148,11 +1196,21 @@ class Vault:
 
     def _note_query(self, query: str) -> None:
         """A query that names an entity makes it hotter (the heat formula's query term)."""
-        if not self.topic_settings.enabled or not isinstance(query, str) or self.read_only is not None:
+        if not isinstance(query, str) or self.read_only is not None:
+            return
+        # The topic settings once built (or set) are the truth; before that the config says the same
+        # without importing the topic planner on the search path.
+        built = self.__dict__.get("topic_settings")
+        if built is not None:
+            enabled, heat_settings = built.enabled, built.heat
+        else:
+            enabled = self.config.topics_enabled
+            heat_settings = topics.heat.settings_from(self.config.topic_values())
+        if not enabled:
             return
         keys = [m.key for m in entities.extract(query)]
         if keys:
-            topics.heat.queried(self.conn, keys, topics.heat.utcnow(), self.topic_settings.heat)
+            topics.heat.queried(self.conn, keys, topics.heat.utcnow(), heat_settings)
 
     def context(
         self,
@@ -1174,6 +1232,9 @@ class Vault:
         ``mode``: ``flat`` (leaves only), ``collapsed`` (leaves and summaries ranked together) or
         ``walk`` (top-down through the best branches); see ``treectx``. Chosen nodes never overlap.
         Versions and ``as_of`` as in ``search``."""
+        from vaultmem import treectx
+        from vaultmem.context import assemble
+
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         mode = mode or DEFAULT_CONTEXT_MODE
@@ -1209,6 +1270,8 @@ class Vault:
     def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[tree.Node]:
         """Children of a level (every source's top for ``None``), in reading order or ranked by ``query``.
         A topic or digest node's children are its sub-levels, then the leaves it links."""
+        from vaultmem import tree
+
         linked: list[str] = []
         if node_id is not None and node_id.startswith("s"):
             node = self.summary(node_id)
@@ -1238,10 +1301,14 @@ class Vault:
 
     def serialize(self, node_id: str) -> str:
         """A level and everything under it read as one Markdown document (depth first, reading order)."""
+        from vaultmem import tree
+
         return tree.serialize(self.conn, node_id)
 
     def expand_to_length(self, node_id: str, budget_tokens: int) -> tree.Expansion:
         """A level expanded breadth first (summary, then children, ...) while it fits ``budget_tokens``."""
+        from vaultmem import tree
+
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         return tree.expand_to_length(self.conn, node_id, budget_tokens)
@@ -1254,6 +1321,8 @@ class Vault:
         the index's ``meta``), every admitted leaf is read anew and its list replaced by what the rules
         find now. Returns how many leaves changed; ``compact`` then routes the topics they make hot (and
         archives those no leaf names any more)."""
+        from vaultmem.lifecycle import set_status
+
         row = self.conn.execute("SELECT value FROM meta WHERE key = 'entity_rules'").fetchone()
         stale = row is None or int(row[0]) < entities.RULES_VERSION
         ids = [
@@ -1352,6 +1421,8 @@ class Vault:
     ) -> str:
         """A new leaf as the last child of the level ``parent_id``; returns its id. Session and input
         kind default to the nearest leaf's; ``flush()`` embeds it, as it does ingested leaves."""
+        from vaultmem.docmem import plan_append_child
+
         return self._docmem(
             lambda: plan_append_child(
                 self.conn, self.layout, parent_id, text, role=role, speaker=speaker, ts=ts, session=session
@@ -1370,6 +1441,8 @@ class Vault:
         session: str | None = None,
     ) -> str:
         """A new leaf between two adjacent siblings (``InvalidInput`` if they are not); returns its id."""
+        from vaultmem.docmem import plan_insert_between
+
         return self._docmem(
             lambda: plan_insert_between(
                 self.conn,
@@ -1387,6 +1460,8 @@ class Vault:
     def delete(self, node_id: str) -> list[str]:
         """Delete a node and everything under it; returns the ids removed. A level whose folder holds a
         file that is not a vaultmem node is refused (``InvalidInput``), so no person's file is lost."""
+        from vaultmem.docmem import plan_delete
+
         return list(
             self._docmem(
                 lambda: plan_delete(self.conn, self.layout, node_id, max_bytes=self.config.max_file_bytes)
@@ -1396,6 +1471,8 @@ class Vault:
     def update_content(self, node_id: str, text: str) -> None:
         """Rewrite a node's text: a leaf keeps its id, provenance and your keys and is re-embedded; a
         summary's new text counts as a hand edit, kept under ``## Pinned`` when it is next re-summarised."""
+        from vaultmem.docmem import plan_update_content
+
         self._docmem(
             lambda: plan_update_content(
                 self.conn, self.layout, node_id, text, max_bytes=self.config.max_file_bytes
@@ -1404,6 +1481,8 @@ class Vault:
 
     def add_summary(self, node_ids: Iterable[str], text: str, *, title: str | None = None) -> str:
         """A new level over contiguous sibling leaves, with ``text`` as its summary; returns its id."""
+        from vaultmem.docmem import plan_add_summary
+
         ids = list(node_ids)
         return self._docmem(
             lambda: plan_add_summary(
@@ -1413,14 +1492,21 @@ class Vault:
 
     def session_tree(self, session: str, *, source: str | None = None) -> SessionTree:
         """A chat session read as a tree: its messages and the levels standing for runs of them."""
+        from vaultmem.sessions import session_tree
+
         return session_tree(self.conn, session, source=source)
 
     def build_message_list(self, session: str, *, source: str | None = None) -> list[dict[str, Any]]:
         """The session as an OpenAI-style message list; a level covering a run of it becomes a
         ``recall_memory_summary`` tool call and its result."""
+        from vaultmem.sessions import session_tree
+
         return session_tree(self.conn, session, source=source).messages()
 
     def _docmem(self, plan: Callable[[], Plan]) -> tuple[str, ...]:
+        from vaultmem import digest, treeops
+        from vaultmem.docmem import run
+
         with self.commit_batch(), self._locked():
             if treeops.pending_notes(self.layout):
                 self.heal_compaction()
@@ -1553,6 +1639,8 @@ class Vault:
         each older leaf a new one may update becomes a proposal in ``review/`` (confidence at least
         ``detect.PROPOSE_AT``), applied at once and logged in the week's file when at least
         ``detect.AUTO_APPLY_AT``. Pairs already linked, proposed or decided are skipped."""
+        from vaultmem import detect, review
+
         moment = now or datetime.now(UTC)
         out: dict[str, list[Any]] = {"proposed": [], "applied": []}
         with self.operation("memory: propose updates"):
@@ -1592,11 +1680,15 @@ class Vault:
 
     def proposals(self) -> list[review.Proposal]:
         """The proposals waiting in ``review/``, oldest first."""
+        from vaultmem import review
+
         return review.inbox(self.layout)[0]
 
     def decide(self, key: str, decision: str) -> dict[str, list[Any]]:
         """Record a person's ``decision`` (accept, reject, skip) on a proposal (its file name, its new
         id, or ``new-old``) and apply the inbox. A person's own tool: the MCP server has no way here."""
+        from vaultmem import review
+
         with self.operation(f"memory: review {decision} {key}"):
             review.set_decision(self.layout, review.find(self.layout, key), decision)
             return self.apply_reviews()
@@ -1605,6 +1697,8 @@ class Vault:
         """Carry out the decisions in ``review/`` (a person's edit of ``decision:`` included): accepted
         proposals link the two leaves, rejected ones are dropped, and proposals pending longer than
         ``review.EXPIRE_DAYS`` expire; each outcome goes into the week's log and the file goes."""
+        from vaultmem import review
+
         moment = now or datetime.now(UTC)
         out: dict[str, list[Any]] = {"accepted": [], "rejected": [], "expired": [], "invalid": []}
         with self.operation("memory: review decisions"):
@@ -1645,6 +1739,9 @@ class Vault:
         ``delete`` (its ancestors go stale, its day's digest and its topics are redone). ``settle`` runs
         the queue at once, so the ancestors are re-summarised without it. One commit with git on;
         ``restore`` brings a leaf back exactly."""
+        from vaultmem import sidecar
+        from vaultmem.forget import Tombstone, bury, derived_folders, keep_derived, snapshot, tombstone_stamp
+
         wanted = list(dict.fromkeys(check_node_id(i) for i in ids))
         for node_id in wanted:
             if node_id.startswith("s"):
@@ -1684,6 +1781,10 @@ class Vault:
         """Bring a forgotten leaf back where it was (its own bytes and vector; into its source's
         ``_fresh/`` when its level is gone), remove its tombstone, and re-summarise what it is under
         (``settle``). One commit with git on. Returns the leaf's path."""
+        from vaultmem import sidecar
+        from vaultmem.extract import reload_vectors
+        from vaultmem.forget import read_tomb, unbury, undo_derived
+
         with self.commit_batch(f"memory: restore {check_node_id(leaf_id)}"):
             with self.operation(f"memory: restore {leaf_id}"):
                 tomb, data = read_tomb(self.layout, leaf_id)
@@ -1720,6 +1821,9 @@ class Vault:
         ``rewrite_history`` the vault's git history is rewritten so no commit holds it (refused when the
         repository has a remote, unless ``force``). ``traces`` in the report lists where the text
         still is (empty: nowhere under the vault directory, git objects and ``chunks.db`` included)."""
+        from vaultmem import purge
+        from vaultmem.forget import read_tomb, unbury
+
         check_node_id(leaf_id)
         if leaf_id.startswith("s"):
             raise InvalidInput(f"{leaf_id} is a level; purge its leaves one by one")
@@ -1764,9 +1868,13 @@ class Vault:
 
     def forgotten(self) -> list[Tombstone]:
         """The forgotten leaves (their tombstones), the most recently forgotten first."""
+        from vaultmem.forget import tombstones
+
         return tombstones(self.layout)
 
     def _remember(self, message: Message) -> agentio.Remembered:
+        from vaultmem.ingest import build_leaves, check_new_sources, write_leaves
+
         check_new_sources(self.layout, {message.source})
         ids: list[str] = []
         paths: list[str] = []
@@ -1886,6 +1994,11 @@ class Vault:
         return report
 
     def _reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
+        from vaultmem import memindex
+        from vaultmem.extract import vectors_from_sidecars
+        from vaultmem.ingest import extract_job
+        from vaultmem.reindex import reindex
+
         with self._locked():
             report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
             memory, unread = memindex.reindex(
@@ -1898,11 +2011,15 @@ class Vault:
                     self.conn, self.layout, embedder.model_id, embedder.dim
                 )
                 requeued = self.jobs.enqueue_many(extract_job(i) for i in missing)
+            self.save_vectors()
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
     def check(self, *, fix: bool = False, redact: bool = False) -> CheckReport:
         """Verify the index against the files (``fix``: repair the index side). ``redact`` (with
         ``fix``) also rewrites Markdown files that hold a secret, with the secret replaced."""
+        from vaultmem import treeops
+        from vaultmem.check import CheckReport, Problem, check
+
         if redact and not fix:
             raise InvalidInput(
                 "--redact rewrites files, so it goes with --fix: `vaultmem check --fix --redact`"
@@ -1950,6 +2067,9 @@ class Vault:
     @property
     def memory_settings(self) -> MemorySettings:
         """The ``[core]``, ``[sessions]`` and ``[recipes]`` sections of the config."""
+        from vaultmem.corefile import CoreSettings
+        from vaultmem.coremem import MemorySettings
+
         c = self.config
         return MemorySettings(
             core=CoreSettings(**c.memory_values("core")),
@@ -1968,6 +2088,8 @@ class Vault:
     def chat_model(self) -> ChatModel | None:
         """The configured ``[llm]`` endpoint for the memory tiers, or None (offline rules)."""
         if not self._chat_model_built:
+            from vaultmem.agentllm import ChatModel
+
             self._chat_model_built = True
             c = self.config
             self._chat_model = (
@@ -1984,6 +2106,8 @@ class Vault:
         return self._chat_model
 
     def _memory(self, conn: sqlite3.Connection | None = None) -> MemoryEnv:
+        from vaultmem.coremem import MemoryEnv
+
         return MemoryEnv(
             conn=conn if conn is not None else self.conn,
             layout=self.layout,
@@ -2001,38 +2125,54 @@ class Vault:
     def core_block(self) -> CoreBlock:
         """The in-prompt core files (soul, user profile, projects, patterns) as one block, within each
         file's budget and the total budget (characters); deterministic. Creates missing files."""
+        from vaultmem import coremem
+
         return coremem.block(self._memory())
 
     def core_text(self) -> str:
         """The core block's text as a prompt carries it, reading only: nothing is created, indexed or
         committed (a missing core file counts as its empty template). For recall, hooks and servers."""
+        from vaultmem import coremem
+
         return coremem.block(self._memory(), write=False).text
 
     def core_files(self) -> list[CoreFileView]:
         """Every core file with its budget, size and entries (missing ones are created first)."""
+        from vaultmem import coremem
+
         return coremem.files(self._memory())
 
     def core_file(self, name: str) -> CoreFileView:
         """One core file (``user-profile``, ``knowledge``...); a missing one is shown as its template."""
+        from vaultmem import coremem
+
         return coremem.view(self._memory(), name)
 
     def core_update(self, file: str, entries: str | Sequence[str]) -> CoreUpdate:
         """Add entries (a list, or text: one per line) to a core file, enforcing its budget as it is
         written: the LLM condenses when configured (validated, offline fallback), else the offline
         policy; what leaves goes to knowledge.md or core/_archive/ with its tag, never lost."""
+        from vaultmem import coremem
+
         return coremem.update(self._memory(), file, entries)
 
     def onboard(self, answers: Mapping[str, str] | None = None) -> Onboarding:
         """First run: create the core files; ``answers`` (``name``, ``language``, ``use``; any may be
         missing) fill the user profile and the soul."""
+        from vaultmem import coremem
+
         return coremem.onboard(self._memory(), answers)
 
     def end_session(self, session: str, *, source: str | None = None) -> SessionNote:
         """Write (or refresh) the note of a chat session and propose its lasting facts to core memory."""
+        from vaultmem import memtiers
+
         return memtiers.end_session(self._memory(), session, source)
 
     def sessions(self, *, limit: int | None = None) -> list[SessionNote]:
         """Session notes, newest first."""
+        from vaultmem import memtiers
+
         return memtiers.list_sessions(self._memory(), limit)
 
     def record_episode(
@@ -2049,6 +2189,8 @@ class Vault:
     ) -> EpisodeRecord:
         """Record one task execution; a successful one may join or make a recipe. ``recipe``: the
         recipe it followed (its success or failure is counted there)."""
+        from vaultmem import memtiers
+
         return memtiers.record_episode(
             self._memory(),
             request,
@@ -2063,10 +2205,14 @@ class Vault:
 
     def episodes(self, *, limit: int | None = None, success: bool | None = None) -> list[Episode]:
         """Recorded episodes, newest first (``success`` to keep only successes or failures)."""
+        from vaultmem import memtiers
+
         return memtiers.list_episodes(self._memory(), limit=limit, success=success)
 
     def recipes(self, *, archived: bool = False) -> list[Recipe]:
         """Live recipes by name (``archived``: the archived ones too, after them)."""
+        from vaultmem import memtiers
+
         return memtiers.list_recipes(self._memory(), archived=archived)
 
     def recipes_for(
@@ -2074,10 +2220,14 @@ class Vault:
     ) -> RecipeMatch:
         """The recipes for a request: triggers first, then word overlap; at most ``limit`` (3) and
         ``max_chars`` (2,000) characters; ``fast_path`` on those used successfully 3 times or more."""
+        from vaultmem import memtiers
+
         return memtiers.recipes_for(self._memory(), request, limit=limit, max_chars=max_chars)
 
     def recipe_result(self, name: str, *, success: bool) -> Recipe:
         """Count a successful or failed use of the recipe ``name``."""
+        from vaultmem import memtiers
+
         return memtiers.recipe_result(self._memory(), name, success=success)
 
     def search_memory(
@@ -2087,6 +2237,8 @@ class Vault:
         notes, episodes, recipes (``kinds`` to restrict)."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("the query is empty; type a few words to search for")
+        from vaultmem import coremem, memindex
+
         env = self._memory()
         coremem.sync(env, kinds or memindex.KINDS)
         return memindex.search(self.conn, query, kinds, k)
@@ -2094,10 +2246,14 @@ class Vault:
     def _sessions_touched(self, leaves: list[Leaf]) -> None:
         """Ingest hook: chat sessions that just got messages get (or push back) their note's job."""
         if leaves:
+            from vaultmem import memtiers
+
             memtiers.schedule(self._memory(), leaves)
 
     def _check_memory(self, report: CheckReport, *, fix: bool) -> CheckReport:
         """``check`` of the agent memory files, added to the report of the rest."""
+        from vaultmem import memindex
+
         problems, fixed = memindex.check(
             self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core, fix=fix
         )
@@ -2139,6 +2295,8 @@ class Vault:
     def queue_compaction(self) -> int:
         """Queue what ``compact`` runs (a seal per source, a re-summary per stale level, out-of-date
         digests, topic routing) without running it; returns the jobs added."""
+        from vaultmem import digest
+
         with self._locked():
             added = self.jobs.enqueue_many(
                 NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
@@ -2185,6 +2343,8 @@ class Vault:
     ) -> dict[str, int]:
         """UTC day -> how many leaves were said or written that day, from ``first`` to ``last``
         (dates or ``YYYY-MM-DD``); days without one are left out."""
+        from vaultmem import digest
+
         start, end = digest.parse_day(first), digest.parse_day(last)
         if end < start:
             raise InvalidInput(f"the range ends ({end}) before it starts ({start})")
@@ -2203,11 +2363,16 @@ class Vault:
             raise InvalidInput("name a level or a source")
         if offset < 0 or limit < 1:
             raise InvalidInput("offset must be 0 or more and limit at least 1")
+        from vaultmem import tree
+
         return tree.children_page(self.conn, node_id, source=source, offset=offset, limit=limit)
 
     def commits_of(self, day: date | str | None = None, *, limit: int = 100) -> list[CommitInfo]:
         """The vault's git commits of a UTC day (default today), newest first, each with its files and
         its patch; [] when the vault has no git history."""
+        from vaultmem import digest
+        from vaultmem.gitsync import GitRecorder
+
         when = digest.parse_day(day)
         start = datetime(when.year, when.month, when.day, tzinfo=UTC)
         end = start + timedelta(days=1) - timedelta(seconds=1)
@@ -2260,6 +2425,16 @@ def _set_aside(layout: Layout, why: str) -> tuple[Path, db.Salvage]:
             " make .vaultmem/ writable, then run `vaultmem reindex`"
         ) from exc
     return moved, db.salvage(moved)
+
+
+def model_cache_dir() -> Path:
+    """Where files derived from the embedding model are kept between processes (prepared weights):
+    ``$VAULTMEM_CACHE``, else ``$XDG_CACHE_HOME/vaultmem``, else ``~/.cache/vaultmem``."""
+    override = os.environ.get("VAULTMEM_CACHE")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "vaultmem"
 
 
 def _when(value: datetime | str | None, name: str) -> datetime | None:

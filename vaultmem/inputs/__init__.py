@@ -14,15 +14,15 @@ import codecs
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vaultmem.errors import InvalidInput, UnknownFormat, UnsafePath
-from vaultmem.inputs import archive as zip_archive
-from vaultmem.inputs.chat import parse_chat_bytes
-from vaultmem.inputs.docs import parse_document
-from vaultmem.inputs.email import parse_eml, parse_mbox
-from vaultmem.inputs.exports import SNIFF_CHARS, ExportFile, ExportFormat, ImportOptions, head_text
-from vaultmem.inputs.sniff import check_format, detect, export_format, tree_format, unrecognised
 from vaultmem.model import Message, default_source_name, safe_name
+
+# The adapters and the export sniffer are imported where they are used: the index imports
+# ``inputs.mailthread``, and a `vaultmem search` must not pay for every export parser (bench/startup.py).
+if TYPE_CHECKING:
+    from vaultmem.inputs.exports import ExportFormat, ImportOptions
 
 CHAT_SUFFIXES = frozenset({".json", ".jsonl"})
 DOC_SUFFIXES = frozenset({".md", ".markdown", ".txt"})
@@ -87,6 +87,9 @@ def read_path(
     is given. Files over ``max_bytes`` are read only when they are recognised exports (up to
     ``max_export_bytes``, default ``max_bytes``).
     """
+    from vaultmem.inputs.exports import ImportOptions
+    from vaultmem.inputs.sniff import check_format
+
     path = Path(path)
     if source is not None:
         safe_name(source)
@@ -160,6 +163,9 @@ def _tree_export(
     files: list[tuple[Path, str]], reader: _Reader, skipped: list[Skipped]
 ) -> list[Message] | None:
     """The messages of a folder that is one export (Slack), or None when it is not one."""
+    from vaultmem.inputs.exports import ExportFile
+    from vaultmem.inputs.sniff import export_format, tree_format
+
     forced = export_format(reader.forced) if reader.forced else None
     fmt = forced if forced is not None and forced.parse_tree is not None else None
     if fmt is None and reader.forced is None:
@@ -184,6 +190,9 @@ def _tree_export(
 def _read_file(path: Path, name: str, reader: _Reader) -> tuple[list[Message], list[Skipped]]:
     """Read one file: a ZIP archive member by member, else with the adapter its content or suffix
     calls for. Returns its messages and, for an archive, the members left out."""
+    from vaultmem.inputs import archive as zip_archive
+    from vaultmem.inputs.exports import SNIFF_CHARS
+
     try:
         size = path.stat().st_size
         if size > reader.max_bytes:
@@ -202,6 +211,9 @@ def _read_file(path: Path, name: str, reader: _Reader) -> tuple[list[Message], l
 
 
 def _read_zip(data: bytes, path: Path, reader: _Reader) -> tuple[list[Message], list[Skipped]]:
+    from vaultmem.inputs import archive as zip_archive
+    from vaultmem.inputs.sniff import export_format, tree_format
+
     archive = zip_archive.read_zip(data, str(path), reader.max_export_bytes)
     skipped: list[Skipped] = []
     if archive.left_out:
@@ -238,6 +250,9 @@ def _read_bytes(path: Path, limit: int) -> bytes:
 
 
 def _export_for(name: str, data: bytes, reader: _Reader) -> ExportFormat | None:
+    from vaultmem.inputs.exports import head_text
+    from vaultmem.inputs.sniff import detect, export_format
+
     if reader.forced is not None:
         return export_format(reader.forced)
     return detect(name, head_text(data))
@@ -245,6 +260,8 @@ def _export_for(name: str, data: bytes, reader: _Reader) -> ExportFormat | None:
 
 def _read_bytes_as(data: bytes, path: Path, name: str, reader: _Reader) -> list[Message]:
     """One file's messages: by the export adapter that recognises it, else by its suffix."""
+    from vaultmem.inputs.exports import ExportFile
+
     data = _as_utf8(data, path)
     if not data.strip():
         raise InvalidInput(f"{path}: empty file, nothing to ingest")
@@ -261,6 +278,11 @@ def _read_bytes_as(data: bytes, path: Path, name: str, reader: _Reader) -> list[
 
 
 def _native(data: bytes, path: Path, name: str, reader: _Reader) -> list[Message]:
+    from vaultmem.inputs.chat import parse_chat_bytes
+    from vaultmem.inputs.docs import parse_document
+    from vaultmem.inputs.email import parse_eml, parse_mbox
+    from vaultmem.inputs.sniff import unrecognised
+
     source = reader.source or reader.fallback
     suffix = path.suffix.lower()
     native = reader.forced

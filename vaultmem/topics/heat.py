@@ -22,7 +22,7 @@ from __future__ import annotations
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime
 
 from vaultmem import index
@@ -40,6 +40,12 @@ class HeatSettings:
     create_at: float = 12.0  # a topic tree is made for an entity this hot ...
     min_leaves: int = 5  # ... that at least this many leaves mention
     archive_below: float = 1.0  # a topic tree colder than this is archived (kept, no longer routed)
+
+
+def settings_from(values: Mapping[str, object]) -> HeatSettings:
+    """``HeatSettings`` from the ``[topics]`` keys (``Config.topic_values()``); the other keys are ignored."""
+    names = {f.name for f in fields(HeatSettings)}
+    return HeatSettings(**{k: v for k, v in values.items() if k in names})  # type: ignore[arg-type]
 
 
 def today(now: datetime) -> date:

@@ -47,6 +47,7 @@ from vaultmem.summaryfile import (
     text_hash,
 )
 from vaultmem.topics.heat import HeatSettings
+from vaultmem.topics.heat import settings_from as heat_settings_from
 from vaultmem.treeops import FileWrite, TreeOp
 
 TOPICS = "topics"
@@ -79,9 +80,8 @@ class TopicSettings:
 def settings_from(values: dict[str, object]) -> TopicSettings:
     """``TopicSettings`` from the ``[topics]`` keys (``Config.topic_values()``)."""
     heat_keys = {f.name for f in fields(HeatSettings)}
-    heat_part = {k: v for k, v in values.items() if k in heat_keys}
     rest = {k: v for k, v in values.items() if k not in heat_keys and k != "llm_entities"}
-    return TopicSettings(heat=HeatSettings(**heat_part), **rest)  # type: ignore[arg-type]
+    return TopicSettings(heat=heat_settings_from(values), **rest)  # type: ignore[arg-type]
 
 
 def topic_dir(key: str, *, archived: bool = False) -> str:
