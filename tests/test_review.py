@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import run_cli
 from vaultmem import detect
 from vaultmem.embed import FakeEmbedder
+from vaultmem.jobs import detect_updates_job
 from vaultmem.vault import Vault
 
 OLD = "The Tidepool launch deadline is 27 March."
@@ -142,3 +143,48 @@ def test_the_mcp_server_cannot_approve() -> None:
         assert name not in source
     tools = (Path(__file__).parent.parent / "vaultmem" / "agenttools.py").read_text(encoding="utf-8")
     assert "decide(" not in tools and "apply_reviews" not in tools
+
+
+def test_admission_queues_the_detector_and_the_queue_fills_the_inbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The detector is a queued job after admission: ingest + flush queue it, the worker pool (as
+    `vaultmem jobs --run`, `compact` or the daemon run it) writes the proposal, and a later admission
+    scans only the new leaves."""
+    monkeypatch.setattr(detect, "AUTO_APPLY_AT", 1.01)
+    monkeypatch.setattr(detect, "PROPOSE_AT", 0.3)
+    turns = [
+        ("u1", "user", "Quick one: the Tidepool launch deadline is 27 March, right?", "2024-03-01T09:00:00Z"),
+        ("a1", "assistant", "Yes, 27 March is what the plan says.", "2024-03-01T09:00:20Z"),
+        ("u2", "user", "Booked the ramen place near the station for Friday lunch.", "2024-03-02T12:00:00Z"),
+    ]
+    later = [
+        ("u3", "user", "Heads up: the Tidepool launch deadline moved to 3 April.", "2024-03-10T09:00:00Z")
+    ]
+
+    def records(rows: list[tuple[str, str, str, str]]) -> list[dict[str, object]]:
+        return [{"id": i, "role": r, "content": c, "ts": t, "session": "2024-03"} for i, r, c, t in rows]
+
+    with Vault.init(tmp_path / "vault", '[embed]\nmodel = "fake"\n', embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(records(turns), source="chat")
+        vault.flush()
+        kinds = [r[0] for r in vault.conn.execute("SELECT kind FROM jobs")]
+        assert "detect_updates" in kinds
+        vault.work()
+        assert vault.proposals() == []  # nothing earlier to update yet
+        vault.ingest_messages(records(later), source="chat")
+        vault.flush()
+        assert vault.proposals() == []  # queued, not run by admission itself
+        report = vault.work()
+        found = vault.proposals()
+        old = next(h.id for h in vault.search("deadline is 27 March", k=5) if "27 March, right" in h.text)
+        assert [(p.old, p.new) for p in found] == [(old, found[0].new)]
+        assert "3 April" in vault.get(found[0].new).text
+        assert any(op.startswith("memory: updates: 1 proposed") for op in report.operations)
+        assert not vault.conn.execute("SELECT 1 FROM jobs WHERE kind = 'detect_updates'").fetchone()
+        # A decision written into the file by hand is carried out by the next detector job.
+        path = vault.layout.root / found[0].path
+        path.write_text(path.read_text(encoding="utf-8").replace("decision: pending", "decision: accept"))
+        vault.jobs.enqueue_many([detect_updates_job()])
+        vault.work()
+        assert vault.get(old).superseded_by == (found[0].new,) and vault.proposals() == []

@@ -69,6 +69,9 @@ class WorkContext:
     # read a configured source folder again ([sources]), calling the heartbeat as batches are written;
     # returns the operation's line. None: this process cannot (the job fails)
     ingest: Callable[[str, Callable[[], None]], str] | None = None
+    # the supersede detector over newly admitted leaves and the review inbox's decisions (issue #20),
+    # calling the heartbeat as it goes; returns the operation's line, or None when nothing changed
+    updates: Callable[[Callable[[], None]], str | None] | None = None
 
 
 @dataclass
@@ -315,6 +318,7 @@ class Pool:
                 JobKind.TOPIC_ROUTE.value: self._topic_route,
                 JobKind.SESSION_END.value: self._session_end,
                 JobKind.INGEST.value: self._ingest,
+                JobKind.DETECT_UPDATES.value: self._detect_updates,
             }.get(kind)
             if handler is None:
                 queue.fail(job, f"no handler for job kind {kind!r} in this version")
@@ -579,6 +583,15 @@ class Pool:
         if self.ctx.ingest is None:
             raise ConflictError("this process cannot ingest configured sources; run `vaultmem jobs --run`")
         self.report.say(self.ctx.ingest(str(job.payload["source"]), lambda: queue.extend(job)))
+        return True
+
+    def _detect_updates(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        """Proposals (and updates applied at once) for the leaves admitted since the last look."""
+        if self.ctx.updates is None:
+            return True  # this process keeps no review inbox: the next one that does looks again
+        line = self.ctx.updates(lambda: queue.extend(job))
+        if line:
+            self.report.say(line)
         return True
 
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:

@@ -844,6 +844,7 @@ class Vault:
             digest=self.config.digest_enabled,
             session_end=lambda conn, job: memtiers.run_session_job(self._memory(conn), job),
             ingest=self._ingest_job,
+            updates=self._updates_job,
         )
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
@@ -1634,7 +1635,13 @@ class Vault:
         fsio.atomic_write(path, new.encode("utf-8"), root=self.layout.root, expected=digest)
 
     # -- updates: the supersede detector and the review inbox (issue #20) ------------------------------
-    def propose_updates(self, *, now: datetime | None = None, rescan: bool = False) -> dict[str, list[Any]]:
+    def propose_updates(
+        self,
+        *,
+        now: datetime | None = None,
+        rescan: bool = False,
+        heartbeat: Callable[[], None] | None = None,
+    ) -> dict[str, list[Any]]:
         """Run the offline detector over the leaves indexed since the last scan (all with ``rescan``):
         each older leaf a new one may update becomes a proposal in ``review/`` (confidence at least
         ``detect.PROPOSE_AT``), applied at once and logged in the week's file when at least
@@ -1646,15 +1653,24 @@ class Vault:
         with self.operation("memory: propose updates"):
             mark = self.conn.execute("SELECT value FROM meta WHERE key = 'updates_scanned'").fetchone()
             start = 0 if rescan or mark is None else int(mark[0])
+            # Admitted leaves only (they have their vector and entities); the scan stops before the first
+            # leaf still waiting for admission, so the mark never passes it.
+            waiting_row = self.conn.execute(
+                "SELECT min(rowid) FROM chunks WHERE kind = 'leaf' AND rowid > ? AND status = ?",
+                (start, Status.PENDING.value),
+            ).fetchone()[0]
             rows = self.conn.execute(
                 "SELECT rowid, id, text, speaker, role, entities, path FROM chunks"
-                " WHERE kind = 'leaf' AND rowid > ? AND status <> 'dropped' ORDER BY coalesce(ts, ''), rowid",
-                (start,),
+                " WHERE kind = 'leaf' AND rowid > ? AND rowid < ? AND status IN (?, ?)"
+                " ORDER BY coalesce(ts, ''), rowid",
+                (start, waiting_row or (1 << 62), Status.ADMITTED.value, Status.SEALED.value),
             ).fetchall()
             cache = self.searcher.vectors(self.embedder)
             decided = review.decided_pairs(self.layout)
             waiting = {(p.new, p.old) for p in review.inbox(self.layout)[0]}
             for row in rows:
+                if heartbeat is not None:
+                    heartbeat()
                 for old, verdict in versions.judged(self.conn, cache, row):
                     if (row["id"], old["id"]) in decided | waiting or verdict.confidence < detect.PROPOSE_AT:
                         continue
@@ -2319,6 +2335,18 @@ class Vault:
             report = other.ingest_source(name, progress=lambda _done, _total: heartbeat())
             self.warnings.extend(other.warnings)
         return f"memory: ingest {name}: {len(report.added)} new leaves ({report.duplicates} already present)"
+
+    def _updates_job(self, heartbeat: Callable[[], None]) -> str | None:
+        """The ``detect_updates`` job, on a connection of its own (it runs on a worker thread): the
+        detector over the leaves admitted since the last look, then the inbox's written decisions."""
+        with Vault.open(self.layout.root, embedder=self._embedder) as other:
+            found = other.propose_updates(heartbeat=heartbeat)
+            decided = other.apply_reviews()
+            self.warnings.extend(other.warnings)
+        counts = {k: len(v) for k, v in (found | decided).items() if v and k != "invalid"}
+        if not counts:
+            return None
+        return "memory: updates: " + ", ".join(f"{n} {k}" for k, n in counts.items())
 
     def index_version(self) -> tuple[int, int]:
         """A value that changes whenever the index does (a commit by this or any other connection):

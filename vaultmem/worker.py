@@ -16,7 +16,7 @@ from vaultmem import digest, fsio, topics
 from vaultmem.embed import Embedder
 from vaultmem.errors import DiskFull, VaultError
 from vaultmem.extract import EntityFinder, ExtractReport, extract, find_entities, reread_pending
-from vaultmem.jobs import Job, JobKind, JobQueue, process_owner, reclaim
+from vaultmem.jobs import Job, JobKind, JobQueue, detect_updates_job, process_owner, reclaim
 from vaultmem.layout import Layout
 from vaultmem.topics.plan import TopicSettings
 
@@ -126,6 +126,8 @@ def run_extract(
     queue.complete(j.id for j in done)
     if digest_days:  # the global tree: each day these leaves fall on gets its digest job
         digest.enqueue_days(conn, [str(j.payload.get("id", "")) for j in done], time.time())
+    if result.admitted:  # the supersede detector looks at them next (issue #20)
+        queue.enqueue_many([detect_updates_job()])
     for job in jobs:
         leaf_id = str(job.payload.get("id"))
         if leaf_id in broken:
