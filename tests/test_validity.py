@@ -49,9 +49,11 @@ def updated(tmp_path: Path) -> tuple[Vault, str, str]:
     v = Vault.init(tmp_path / "vault", embedder=FakeEmbedder())
     src = tmp_path / "chat.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in CHAT) + "\n", encoding="utf-8")
+    v.clock = lambda: datetime(2024, 3, 2, 18, 0, tzinfo=UTC)  # the chat was imported that evening
     v.ingest_path(src, source="chat")
     v.flush()
     old = next(h for h in v.search("Tidepool launch deadline", kind="leaf") if "27 March" in h.text)
+    v.clock = lambda: datetime(2024, 3, 10, 9, 0, tzinfo=UTC)
     done = v.supersede(old.id, "Mara: the Tidepool launch deadline moved to 3 April.", source="chat")
     return v, old.id, done.ids[0]
 
@@ -109,6 +111,35 @@ def test_as_of_answers_as_the_vault_stood_then(updated: tuple[Vault, str, str]) 
         vault.close()
 
 
+def test_as_of_counts_from_when_the_vault_learned_it(tmp_path: Path) -> None:
+    """A chat said on 1 March but imported on 20 March was not in the vault on 10 March: ``as_of`` reads
+    the leaf's ``ingested`` (written into its file, so a reindex keeps it) as well as its time."""
+    src = tmp_path / "chat.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in CHAT) + "\n", encoding="utf-8")
+    with Vault.init(tmp_path / "vault", embedder=FakeEmbedder()) as vault:
+        vault.clock = lambda: datetime(2024, 3, 20, 8, 30, tzinfo=UTC)
+        vault.ingest_path(src, source="chat")
+        vault.flush()
+        hit = next(h for h in vault.search("Tidepool launch deadline") if "27 March" in h.text)
+        assert 'ingested: "2024-03-20T08:30:00Z"' in vault.layout.abs(hit.path).read_text(encoding="utf-8")
+        assert vault.search("Tidepool launch deadline", as_of="2024-03-10") == []
+        assert hit.id in _ids(vault.search("Tidepool launch deadline", as_of="2024-03-21"))
+        vault.reindex()
+        assert vault.search("Tidepool launch deadline", as_of="2024-03-10") == []
+        assert vault.get(hit.id).ingested == datetime(2024, 3, 20, 8, 30, tzinfo=UTC)
+        out = run_cli(
+            "search",
+            "Tidepool launch deadline",
+            "--as-of",
+            "2024-03-10",
+            "--json",
+            "--vault",
+            str(vault.layout.root),
+        )
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == []
+
+
 def _set_keys(vault: Vault, leaf_id: str, lines: str) -> Path:
     path = vault.layout.abs(vault.get(leaf_id).path)
     text = path.read_text(encoding="utf-8")
@@ -120,6 +151,7 @@ def _set_keys(vault: Vault, leaf_id: str, lines: str) -> Path:
 def test_hand_set_validity_window(tmp_path: Path) -> None:
     vault = Vault.init(tmp_path / "vault", embedder=FakeEmbedder())
     try:
+        vault.clock = lambda: datetime(2024, 1, 1, 8, 0, tzinfo=UTC)  # remembered on New Year's morning
         a = vault.remember("Office wifi password hint: the name of the cat.", ts="2024-01-01T00:00:00Z")
         b = vault.remember("The office is on Baker Street, second floor.", ts="2024-01-01T00:00:00Z")
         rel = vault.get(b.ids[0]).path
@@ -208,7 +240,8 @@ def test_parse_rejects_what_is_not_validity() -> None:
     st.lists(st.from_regex(r"[0-9a-f]{16}", fullmatch=True), max_size=3),
 )
 def test_row_values_round_trip(moment, ids) -> None:  # type: ignore[no-untyped-def]
-    v = validity.Validity(moment.replace(microsecond=0), None, tuple(dict.fromkeys(ids)), ())
-    start, _end, sup, _by = validity.row_values(v)
-    again = validity.parse({"valid_from": start, "supersedes": json.loads(sup)})
+    moment = moment.replace(microsecond=0)
+    v = validity.Validity(moment, None, tuple(dict.fromkeys(ids)), (), moment)
+    start, _end, sup, _by, learned = validity.row_values(v)
+    again = validity.parse({"valid_from": start, "supersedes": json.loads(sup), "ingested": learned})
     assert again == v

@@ -389,7 +389,8 @@ def m014_count_indexes(conn: sqlite3.Connection) -> None:
 
 def m015_validity(conn: sqlite3.Connection) -> None:
     # Validity (issue #20): a leaf's ``valid_from`` / ``valid_to`` (ISO UTC text, so they compare as
-    # text) and the versions it replaces / that replace it (JSON lists of leaf ids). Partial indexes make
+    # text), the versions it replaces / that replace it (JSON lists of leaf ids), and ``ingested``, when
+    # the vault learned it (``as_of``: what the vault held then). Partial indexes make
     # "does any leaf have a window" and "which leaves replace one" cheap in a vault where few do.
     # Rows of files written before (``Vault.supersede`` already wrote the links) are read again by
     # ``reindex`` or ``check --fix``. ``recall`` is the optional decay's memory (``decay.py``): the day a
@@ -401,6 +402,7 @@ def m015_validity(conn: sqlite3.Connection) -> None:
         ALTER TABLE chunks ADD COLUMN valid_to TEXT;
         ALTER TABLE chunks ADD COLUMN supersedes TEXT NOT NULL DEFAULT '[]';
         ALTER TABLE chunks ADD COLUMN superseded_by TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE chunks ADD COLUMN ingested TEXT;
         CREATE INDEX chunks_windowed ON chunks(id) WHERE valid_from IS NOT NULL OR valid_to IS NOT NULL;
         CREATE INDEX chunks_supersedes ON chunks(id) WHERE supersedes <> '[]';
         CREATE TABLE recall(id TEXT PRIMARY KEY, day TEXT NOT NULL) WITHOUT ROWID;

@@ -55,6 +55,7 @@ ROW_COLUMNS = (
     "valid_to",
     "supersedes",
     "superseded_by",
+    "ingested",
 )
 
 

@@ -70,7 +70,7 @@ def id_from_filename(name: str) -> str | None:
 
 
 def engine_meta(leaf: Leaf) -> dict[str, Any]:
-    return {
+    meta: dict[str, Any] = {
         "id": leaf.id,
         "kind": "leaf",
         "source": leaf.source,
@@ -83,6 +83,7 @@ def engine_meta(leaf: Leaf) -> dict[str, Any]:
         "role": leaf.role,
         "speaker": leaf.speaker,
         "ts": format_ts(leaf.ts),
+        "ingested": format_ts(leaf.ingested),
         "status": leaf.status.value,
         # Right after the status: extract writes both at once, editing two lines of the file in place.
         "entities": list(leaf.entities) or None,
@@ -93,6 +94,9 @@ def engine_meta(leaf: Leaf) -> dict[str, Any]:
         "redactions": list(leaf.redactions) or None,
         "provenance": dict(leaf.meta) or None,
     }
+    if leaf.ingested is None:  # unknown here: a value the file has is kept (not an owned key)
+        del meta["ingested"]
+    return meta
 
 
 def render_leaf(leaf: Leaf, keep: mdfile.MdDoc | None = None) -> str:
@@ -186,6 +190,7 @@ def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, mdfile.MdDoc]:
         valid_to=valid.valid_to,
         supersedes=valid.supersedes,
         superseded_by=valid.superseded_by,
+        ingested=valid.ingested,
     )
     # The kinds the file lists, then any a hand edit added (the index knows the text was redacted).
     listed = _str_list(meta.get("redactions"), "redactions", rel_path)

@@ -192,6 +192,7 @@ class Leaf:
     valid_to: datetime | None = None
     supersedes: tuple[str, ...] = ()
     superseded_by: tuple[str, ...] = ()
+    ingested: datetime | None = None  # when the vault learned it (``as_of`` reads it); None: unknown
 
     @property
     def provenance(self) -> dict[str, Any]:

@@ -100,9 +100,13 @@ class Filters:
                 f" AND ({alias}.valid_to IS NULL OR {alias}.valid_to > ?)"
             )
             params.extend([format_ts(self.valid_at)] * 2)
-        if self.as_of is not None:  # a summary counts from its newest leaf, a leaf from its own time
-            clauses.append(f"coalesce({alias}.ts_end, {alias}.ts, '') <= ?")
-            params.append(format_ts(self.as_of))
+        if self.as_of is not None:
+            # What the vault held then: a leaf said by then and learned by then (``ingested``, when known;
+            # an import of old chats is not known before it was imported), a summary from its newest leaf.
+            clauses.append(
+                f"coalesce({alias}.ts_end, {alias}.ts, '') <= ? AND coalesce({alias}.ingested, '') <= ?"
+            )
+            params.extend([format_ts(self.as_of)] * 2)
         return (" AND ".join(clauses), params)
 
     @property

@@ -21,6 +21,7 @@ VALID_FROM = "valid_from"
 VALID_TO = "valid_to"
 SUPERSEDES = "supersedes"  # the new leaf names the leaves it replaces ...
 SUPERSEDED_BY = "superseded_by"  # ... and an old one names its successors
+INGESTED = "ingested"  # when the vault learned it (written by the engine on new leaves): what ``as_of`` reads
 KEYS = (VALID_FROM, VALID_TO, SUPERSEDES, SUPERSEDED_BY)
 
 
@@ -30,6 +31,7 @@ class Validity:
     valid_to: datetime | None = None
     supersedes: tuple[str, ...] = ()
     superseded_by: tuple[str, ...] = ()
+    ingested: datetime | None = None
 
     def fields(self) -> dict[str, Any]:
         """As the keyword arguments of ``Leaf``."""
@@ -38,6 +40,7 @@ class Validity:
             VALID_TO: self.valid_to,
             SUPERSEDES: self.supersedes,
             SUPERSEDED_BY: self.superseded_by,
+            INGESTED: self.ingested,
         }
 
 
@@ -77,20 +80,22 @@ def parse(meta: Mapping[str, Any], where: str = "file") -> Validity:
         valid_to,
         _ids(meta.get(SUPERSEDES), SUPERSEDES, where),
         _ids(meta.get(SUPERSEDED_BY), SUPERSEDED_BY, where),
+        _moment(meta.get(INGESTED), INGESTED, where),
     )
 
 
 def of(leaf: Leaf) -> Validity:
-    return Validity(leaf.valid_from, leaf.valid_to, leaf.supersedes, leaf.superseded_by)
+    return Validity(leaf.valid_from, leaf.valid_to, leaf.supersedes, leaf.superseded_by, leaf.ingested)
 
 
-def row_values(v: Validity) -> tuple[str | None, str | None, str, str]:
-    """The four index columns of a leaf's validity."""
+def row_values(v: Validity) -> tuple[str | None, str | None, str, str, str | None]:
+    """The five index columns of a leaf's validity (and when the vault learned it)."""
     return (
         format_ts(v.valid_from),
         format_ts(v.valid_to),
         json.dumps(list(v.supersedes)),
         json.dumps(list(v.superseded_by)),
+        format_ts(v.ingested),
     )
 
 
@@ -101,6 +106,7 @@ def from_row(row: sqlite3.Row) -> Validity:
             parse_ts(row["valid_to"]),
             tuple(json.loads(row["supersedes"] or "[]")),
             tuple(json.loads(row["superseded_by"] or "[]")),
+            parse_ts(row["ingested"]),
         )
     except IndexError:  # a read-only connection to an index made before validity had columns
         return Validity()

@@ -518,7 +518,7 @@ class Vault:
         total = len(messages)
         for start in range(0, total, BATCH_MESSAGES):
             batch = messages[start : start + BATCH_MESSAGES]
-            leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens)
+            leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens, self.clock())
             with self._locked():
                 try:
                     added = write_leaves(self.conn, self.layout, leaves)
@@ -1572,7 +1572,7 @@ class Vault:
             session=session,
             role=role,
             speaker=speaker,
-            ts=_when(ts, "ts"),
+            ts=_when(ts, "ts") or self.clock(),
             reason=reason,
             via=via,
         )
@@ -1601,7 +1601,7 @@ class Vault:
         body = agentio.check_text(text, max_tokens=self.config.chunk_max_tokens)
         if " ".join(body.split()) == " ".join(old.text.split()):
             raise InvalidInput(f"the new text is the text of {old_id} already; nothing to update")
-        message = agentio.remembered(body, source=source, reason=reason, via=via)
+        message = agentio.remembered(body, source=source, reason=reason, via=via, ts=self.clock())
         with self.operation(agentio.commit_message(source, f"updated {old_id}", reason)):
             done = self._remember(message)
             new_id, new_path = done.ids[0], done.paths[0]
@@ -1896,7 +1896,9 @@ class Vault:
         paths: list[str] = []
         duplicates: list[str] = []
         new: list[Leaf] = []
-        for leaf in build_leaves([message], self.layout, self.scorer, self.config.chunk_max_tokens):
+        for leaf in build_leaves(
+            [message], self.layout, self.scorer, self.config.chunk_max_tokens, self.clock()
+        ):
             row = self.conn.execute(
                 "SELECT id, path FROM chunks WHERE kind = 'leaf' AND content_hash = ? ORDER BY path LIMIT 1",
                 (leaf.content_hash,),
