@@ -85,9 +85,13 @@ def test_below_the_threshold_it_waits_and_a_hand_edit_decides(
         assert vault.get(old).superseded_by == ()  # not applied yet
         assert vault.check().ok
         broken = vault.layout.root / "review" / f"{new}-updates-0123456789abcdef.md"
-        broken.write_text(text.replace(old, "0123456789abcdef"), encoding="utf-8")
+        broken.write_text(text.replace("decision: pending", "decision: perhaps"), encoding="utf-8")
         assert [p.code for p in vault.check().problems] == ["invalid_proposal"]
-        broken.unlink()
+        # One naming a leaf the vault does not hold is no problem: the next review retires it as gone.
+        broken.write_text(text.replace(old, "0123456789abcdef"), encoding="utf-8")
+        assert vault.check().ok
+        assert [p.old for p in vault.apply_reviews()["gone"]] == ["0123456789abcdef"]
+        assert not broken.exists() and path.exists()
         assert vault.search("Tidepool deadline", k=20, include_superseded=True)  # review/ is never indexed
         assert not any(h.path.startswith("review/") for h in vault.search("Tidepool deadline design", 20))
         # A person accepts it in Obsidian.

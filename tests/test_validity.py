@@ -245,3 +245,54 @@ def test_row_values_round_trip(moment, ids) -> None:  # type: ignore[no-untyped-
     start, _end, sup, _by, learned = validity.row_values(v)
     again = validity.parse({"valid_from": start, "supersedes": json.loads(sup), "ingested": learned})
     assert again == v
+
+
+SMALL_LEVELS = (
+    '[embed]\nmodel = "fake"\n\n[compact]\nfresh_keep_leaves = 1\n'
+    "fresh_keep_tokens = 30\nseal_min_leaves = 3\nseal_min_tokens = 40\n"
+)
+
+
+def test_summaries_and_digests_mark_what_was_replaced(tmp_path: Path) -> None:
+    """A level summary and the day's digest over an old value, once linked to the value that replaced it,
+    are written again and read ``[superseded] ...`` / ``[current] ...`` (as a context block does)."""
+    week = [
+        (
+            "Mara",
+            "The Tidepool launch deadline is 27 March, please keep that in mind.",
+            "2024-03-01T09:00:00Z",
+        ),
+        ("Sam", "The plumber Dario comes on Thursday at 8 to fix the boiler.", "2024-03-01T09:05:00Z"),
+        ("Mara", "Lunch was ramen at the place near the station, very good broth.", "2024-03-01T12:00:00Z"),
+        ("Mara", "Heads up: the Tidepool launch deadline moved to 3 April.", "2024-03-01T16:00:00Z"),
+        ("Sam", "Book club reads Piranesi next, meeting at Ana's flat.", "2024-03-01T18:00:00Z"),
+    ]
+    records = [
+        {"id": f"m{i}", "role": "user", "speaker": who, "content": text, "ts": ts, "session": "2024-03-01"}
+        for i, (who, text, ts) in enumerate(week)
+    ]
+    with Vault.init(tmp_path / "vault", SMALL_LEVELS, embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(records, source="chat")
+        vault.compact()
+        leaves = {h.text: h.id for h in vault.search("Tidepool launch deadline", k=10, kind="leaf")}
+        old = next(i for t, i in leaves.items() if "27 March" in t)
+        new = next(i for t, i in leaves.items() if "3 April" in t)
+        level = vault.get(old).path.rsplit("/", 1)[0]
+        assert not level.endswith("_fresh"), "the old value must be sealed into a level for this test"
+        summary = vault.layout.abs(f"{level}/_summary.md")
+        day = vault.layout.root / "global" / "2024-03" / "2024-W09" / "2024-03-01" / "_summary.md"
+        before = summary.read_text(encoding="utf-8")
+        assert "[superseded]" not in before and "[superseded]" not in day.read_text(encoding="utf-8")
+        with vault.operation("test: link"):
+            vault._link(old, vault.get(old).path, new, vault.get(new).path)
+        vault.work()
+        after = summary.read_text(encoding="utf-8")
+        assert after != before
+        assert "[superseded] " in after and "27 March" in after.split("[superseded] ", 1)[1].split("\n")[0]
+        digest = day.read_text(encoding="utf-8")
+        assert "[superseded] " in digest or "[current] " in digest
+        assert vault.check().ok
+        # Reverting the link writes them again, unmarked.
+        vault.revert_update(f"{new}-{old}")
+        vault.work()
+        assert "[superseded]" not in summary.read_text(encoding="utf-8")

@@ -32,7 +32,8 @@ Invariants:
 - ``dangling_version`` a leaf's ``supersedes`` / ``superseded_by`` names a leaf the vault does not hold
                        (not fixable: correct the key, or restore the leaf; search ignores the link)
 - ``invalid_proposal`` a file of the review inbox (``review/<new>-updates-<old>.md``) that cannot be read
-                       or names a leaf the vault does not hold (not fixable: correct or delete it)
+                       (not fixable: correct or delete it). One naming a leaf the vault no longer holds
+                       is not a problem: the next review retires it into the weekly log as ``gone``
 - ``damaged_index``    chunks.db fails ``PRAGMA quick_check`` (found by ``Vault.check``; fix: move it aside
                        and rebuild it from the files)
 
@@ -213,7 +214,7 @@ def check(
     problems.extend(p for p in dangling if not p.fixable)
     (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
     problems.extend(_dangling_versions(conn, set(files.rows) | _forgotten(layout)))
-    problems.extend(_proposal_problems(layout, set(files.rows)))
+    problems.extend(_proposal_problems(layout))
     return CheckReport(tuple(problems), tuple(fixed), leaves)
 
 
@@ -436,17 +437,9 @@ def _forgotten(layout: Layout) -> set[str]:
     return {p.name for p in base.iterdir() if p.is_dir()} if base.is_dir() else set()
 
 
-def _proposal_problems(layout: Layout, on_disk: set[str]) -> list[Problem]:
-    """Files of the review inbox that cannot be read, or that name a leaf the vault does not hold."""
-    found, bad = review.inbox(layout)
-    out = [Problem("invalid_proposal", rel, why, False) for rel, why in bad]
-    for p in found:
-        gone = [i for i in (p.old, p.new) if i not in on_disk]
-        if gone:
-            out.append(
-                Problem("invalid_proposal", p.path, f"names {', '.join(gone)}, no leaf of the vault", False)
-            )
-    return out
+def _proposal_problems(layout: Layout) -> list[Problem]:
+    """Files of the review inbox that cannot be read."""
+    return [Problem("invalid_proposal", rel, why, False) for rel, why in review.inbox(layout)[1]]
 
 
 def _dangling_versions(conn: sqlite3.Connection, on_disk: set[str]) -> list[Problem]:

@@ -22,7 +22,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import cluster, fsio, index, mdfile, sidecar, treeops, vectors
+from vaultmem import cluster, fsio, index, mdfile, sidecar, treeops, validity, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
@@ -83,6 +83,8 @@ class _Leaf:
     mtime_ns: int
     size: int = -1  # the file's size and hash when it was indexed (an edit since keeps it out of a seal)
     file_hash: str = ""
+    supersedes: str = "[]"  # versions (index columns, JSON lists): how a summary marks it
+    superseded_by: str = "[]"
 
 
 @dataclass
@@ -150,7 +152,7 @@ class SourceState:
         fresh: list[_Leaf] = []
         for row in conn.execute(
             "SELECT c.id, c.path, c.tokens, c.ts, c.status, c.speaker, c.file_mtime_ns, c.file_size,"
-            " c.file_hash, v.vec"
+            " c.file_hash, c.supersedes, c.superseded_by, v.vec"
             " FROM chunks c LEFT JOIN vectors v ON v.id = c.id AND v.model = ?"
             " WHERE c.source = ? AND c.kind = 'leaf'",
             (model, source),
@@ -175,6 +177,8 @@ class SourceState:
                         row["file_mtime_ns"],
                         row["file_size"],
                         row["file_hash"],
+                        row["supersedes"],
+                        row["superseded_by"],
                     )
                 )
                 continue
@@ -378,7 +382,14 @@ class Planner:
     def _new_bucket(self, state: SourceState, leaves: Sequence[_Leaf]) -> tuple[_Level, FileWrite]:
         readable = [leaf for leaf in leaves if leaf.status != Status.DROPPED.value] or list(leaves)
         children = [
-            Child(leaf.text, leaf.vec, speaker=leaf.speaker, ts=parse_ts(leaf.ts)) for leaf in readable
+            Child(
+                validity.marked(leaf.text, leaf.supersedes, leaf.superseded_by),
+                leaf.vec,
+                speaker=leaf.speaker,
+                ts=parse_ts(leaf.ts),
+                weight=validity.SUPERSEDED_WEIGHT if validity.listed(leaf.superseded_by) else 1.0,
+            )
+            for leaf in readable
         ]
         result = self.extractive.summarise(children, 1)
         title = clean_title(result.title)
@@ -401,7 +412,10 @@ class Planner:
             # Only a final summary records its inputs; one the LLM is still to write stays stale.
             children_hash=""
             if self.llm_later
-            else children_fingerprint((leaf.id, text_hash(leaf.text)) for leaf in leaves),
+            else children_fingerprint(
+                (leaf.id, validity.fingerprint_part(text_hash(leaf.text), leaf.superseded_by))
+                for leaf in leaves
+            ),
         )
         level = _Level(
             node.id,
@@ -740,7 +754,14 @@ def resummarize(
     vecs = _vectors_for(conn, [r["id"] for r in leaves] + [r["id"] for r in subs], model)
     readable = [r for r in leaves if r["status"] != Status.DROPPED.value] or leaves
     kids = [
-        Child(r["text"], vecs.get(r["id"]), speaker=r["speaker"], ts=parse_ts(r["ts"])) for r in readable
+        Child(
+            validity.marked(r["text"], r["supersedes"], r["superseded_by"]),
+            vecs.get(r["id"]),
+            speaker=r["speaker"],
+            ts=parse_ts(r["ts"]),
+            weight=validity.SUPERSEDED_WEIGHT if validity.listed(r["superseded_by"]) else 1.0,
+        )
+        for r in readable
     ] + [
         Child(
             r["text"],
@@ -806,7 +827,16 @@ def resummarize(
 
 
 def _fingerprint_rows(rows: Iterable[sqlite3.Row]) -> str:
-    return children_fingerprint((str(r["id"]), str(r["content_hash"])) for r in rows)
+    return children_fingerprint(
+        (str(r["id"]), validity.fingerprint_part(str(r["content_hash"]), _superseded_by(r))) for r in rows
+    )
+
+
+def _superseded_by(row: sqlite3.Row) -> str | None:
+    try:
+        return str(row["superseded_by"])
+    except IndexError:  # a summary's row, or a read-only index made before validity had columns
+        return None
 
 
 def current_fingerprint(conn: sqlite3.Connection, directory: str) -> str:

@@ -32,7 +32,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import fsio, index, mdfile, treeops, vectors
+from vaultmem import fsio, index, mdfile, treeops, validity, vectors
 from vaultmem.compact import Resummarized
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
@@ -218,6 +218,8 @@ class _DayLeaf:
     status: str
     text: str
     content_hash: str
+    supersedes: str = "[]"  # versions (index columns, JSON lists): the digest marks an old value
+    superseded_by: str = "[]"
 
     @property
     def stem(self) -> str:
@@ -228,7 +230,10 @@ def day_leaves(conn: sqlite3.Connection, day: date) -> list[_DayLeaf]:
     """The extracted leaves of a UTC day, every source, by time."""
     start = _midnight(day)
     end = start + timedelta(days=1)
-    cols = "id, path, source, input, session, source_id, speaker, ts, seq, status, text, content_hash"
+    cols = (
+        "id, path, source, input, session, source_id, speaker, ts, seq, status, text, content_hash,"
+        " supersedes, superseded_by"
+    )
     rows = conn.execute(
         f"SELECT {cols}, file_mtime_ns FROM chunks WHERE kind = 'leaf' AND status != ?"
         " AND ts >= ? AND ts < ?",
@@ -253,6 +258,8 @@ def day_leaves(conn: sqlite3.Connection, day: date) -> list[_DayLeaf]:
             r["status"],
             r["text"],
             r["content_hash"],
+            r["supersedes"],
+            r["superseded_by"],
         )
         for r in rows
     ]
@@ -427,7 +434,17 @@ def _day_node(
     linked = _most_central(leaves, vecs, LINK_CAP)
     readable = [leaf for leaf in linked if leaf.status != Status.DROPPED.value] or linked
     result = summariser.summarise(
-        [Child(leaf.text, vecs.get(leaf.id), speaker=leaf.speaker, ts=leaf.when) for leaf in readable], 1
+        [
+            Child(
+                validity.marked(leaf.text, leaf.supersedes, leaf.superseded_by),
+                vecs.get(leaf.id),
+                speaker=leaf.speaker,
+                ts=leaf.when,
+                weight=validity.SUPERSEDED_WEIGHT if validity.listed(leaf.superseded_by) else 1.0,
+            )
+            for leaf in readable
+        ],
+        1,
     )
     counts = [_count_line(src, [x for x in leaves if x.source == src]) for src in _sources(leaves)]
     by_source = sorted(linked, key=lambda leaf: (leaf.source, leaf.when, leaf.seq, leaf.path))

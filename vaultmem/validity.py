@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
@@ -110,3 +110,36 @@ def from_row(row: sqlite3.Row) -> Validity:
         )
     except IndexError:  # a read-only connection to an index made before validity had columns
         return Validity()
+
+
+SUPERSEDED_MARK = "[superseded]"  # what a summary, topic or digest says of an old value ...
+CURRENT_MARK = "[current]"  # ... and of the value that replaced it (as a context block does)
+
+
+def listed(value: str | Sequence[str] | None) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, str):
+        return value not in ("", "[]")
+    return bool(value)
+
+
+def marked(
+    text: str, supersedes: str | Sequence[str] | None, superseded_by: str | Sequence[str] | None
+) -> str:
+    """A leaf's text as a summary reads it: an old value marked ``[superseded]``, the value that
+    replaced one ``[current]`` (``supersedes`` / ``superseded_by`` as index columns or tuples)."""
+    if listed(superseded_by):
+        return f"{SUPERSEDED_MARK} {text}"
+    if listed(supersedes):
+        return f"{CURRENT_MARK} {text}"
+    return text
+
+
+SUPERSEDED_WEIGHT = 0.5  # an old value weighs less when a summary chooses its sentences
+
+
+def fingerprint_part(content_hash: str, superseded_by: str | Sequence[str] | None) -> str:
+    """What a leaf adds to its level's ``children_hash``: its text's hash, and whether it has been
+    replaced (so linking two versions makes the summaries over them out of date)."""
+    return f"{content_hash}~superseded" if listed(superseded_by) else content_hash

@@ -1619,6 +1619,22 @@ class Vault:
             self._drop_id(new_path, agentio.SUPERSEDES, old_id)
             self._drop_id(old_path, agentio.SUPERSEDED_BY, new_id)
         self.reconcile_paths([new_path, old_path], by_hand=False)  # the rows follow the files
+        self._redo_summaries_of([old_id, new_id])
+
+    def _redo_summaries_of(self, leaf_ids: Sequence[str]) -> None:
+        """Queue what summarises these leaves to be written again (a version link changes how a summary
+        reads them: ``[superseded]``, ``[current]``): their levels, their days' digests, their topics."""
+        from vaultmem.compact import ancestors_of, mark_stale
+        from vaultmem.jobs import digest_job, topic_route_job
+
+        levels = [a for leaf_id in leaf_ids for a in ancestors_of(self.conn, leaf_id)]
+        mark_stale(self.conn, self.layout, levels, self.config.max_file_bytes)
+        jobs: list[NewJob] = []
+        for leaf in index.leaves_by_ids(self.conn, list(leaf_ids)):
+            if leaf.ts is not None and self.config.digest_enabled:
+                jobs.append(digest_job(leaf.ts.date()))
+            jobs.extend(topic_route_job(e) for e in leaf.entities)
+        self.jobs.enqueue_many(jobs)
 
     def _drop_id(self, rel: str, key: str, value: str) -> None:
         path = self.layout.abs(rel)
@@ -1711,23 +1727,26 @@ class Vault:
 
     def apply_reviews(self, *, now: datetime | None = None) -> dict[str, list[Any]]:
         """Carry out the decisions in ``review/`` (a person's edit of ``decision:`` included): accepted
-        proposals link the two leaves, rejected ones are dropped, and proposals pending longer than
-        ``review.EXPIRE_DAYS`` expire; each outcome goes into the week's log and the file goes."""
+        proposals link the two leaves, rejected ones are dropped, proposals pending longer than
+        ``review.EXPIRE_DAYS`` expire, and those naming a leaf the vault no longer holds are ``gone``; each
+        outcome goes into the week's log and the file goes."""
         from vaultmem import review
 
         moment = now or datetime.now(UTC)
-        out: dict[str, list[Any]] = {"accepted": [], "rejected": [], "expired": [], "invalid": []}
+        out: dict[str, list[Any]] = {"accepted": [], "rejected": [], "expired": [], "gone": [], "invalid": []}
         with self.operation("memory: review decisions"):
             found, bad = review.inbox(self.layout)
             out["invalid"] = bad
             for p in found:
+                pair = {x.id: x for x in index.leaves_by_ids(self.conn, [p.old, p.new])}
                 outcome = {"accept": "accepted", "reject": "rejected"}.get(p.decision)
                 if outcome is None and review.expired(p, moment):
                     outcome = "expired"
+                if len(pair) < 2:  # a leaf was forgotten, purged or deleted: nothing left to decide
+                    outcome = "gone"
                 if outcome is None:
                     continue
-                pair = {x.id: x for x in index.leaves_by_ids(self.conn, [p.old, p.new])}
-                if outcome == "accepted" and len(pair) == 2:
+                if outcome == "accepted":
                     self._link(p.old, pair[p.old].path, p.new, pair[p.new].path)
                 texts = [pair[i].text if i in pair else "(gone)" for i in (p.old, p.new)]
                 review.log(self.layout, moment, outcome, p, texts[0], texts[1])
