@@ -142,3 +142,73 @@ def test_cli_purge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert data["clean"] is True and data["traces"] == [] and data["rewritten_commits"] > 0
     found = run_cli("search", "grandma Olga", "--json", "--vault", root)
     assert leaf_id not in [h["id"] for h in json.loads(found.stdout)]
+
+
+CN = "我们下周三搬到杭州的新办公室。地址是西湖区文三路，门禁密码提示是外婆家的门牌号。"
+
+
+def _git(root: Path, *args: str, data: str | None = None) -> str:
+    done = subprocess.run(["git", *args], cwd=root, input=data, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_purge_chinese_text_everywhere_tags_signatures_review(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chinese text (its short sentences are needles too), written JSON-escaped in a copy, quoted by an
+    annotated signed tag, by the message of a signed commit and by the review inbox: all gone."""
+    for key, value in (("NAME", "Sam"), ("EMAIL", "sam@example.com")):
+        monkeypatch.setenv(f"GIT_COMMITTER_{key}", value)
+        monkeypatch.setenv(f"GIT_AUTHOR_{key}", value)
+    vault = _vault(tmp_path, monkeypatch, git=True)
+    root = vault.layout.root
+    found = purge.needles(CN)
+    assert (
+        "地址是西湖区文三路，门禁密码提示是外婆家的门牌号。" in found
+        and "我们下周三搬到杭州的新办公室。" in found
+    )
+    try:
+        leaf_id = vault.remember(CN, source="notes").ids[0]
+        other = _secret_id(vault)
+        first = CN.split("。")[0] + "。"
+        (root / ".trash").mkdir()
+        (root / ".trash" / "export.json").write_text(json.dumps({"text": CN}), encoding="utf-8")
+        assert "\\u676d\\u5dde" in (root / ".trash" / "export.json").read_text(encoding="utf-8")
+        # A person's annotated tag, signed, whose message quotes the text.
+        _git(root, "tag", "-a", "before-move", "-m", f"snapshot before the move\n\n{first}")
+        tag_body = _git(root, "cat-file", "tag", "before-move")
+        sig = "-----BEGIN PGP SIGNATURE-----\n\niQEzBAABCAAdFiEEfake\n-----END PGP SIGNATURE-----\n"
+        signed_tag = _git(root, "hash-object", "-t", "tag", "-w", "--stdin", data=tag_body + "\n" + sig)
+        _git(root, "update-ref", "refs/tags/before-move", signed_tag)
+        # A signed commit (gpgsig header) whose message quotes the text.
+        tree, head = _git(root, "rev-parse", "HEAD^{tree}"), _git(root, "rev-parse", "HEAD")
+        who = "Sam <sam@example.com> 1732400000 +0000"
+        commit = (
+            f"tree {tree}\nparent {head}\nauthor {who}\ncommitter {who}\n"
+            "gpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEzBAABCAAdFiEEfake\n -----END PGP SIGNATURE-----\n"
+            f"\nnote to self: {first}\n"
+        )
+        signed = _git(root, "hash-object", "-t", "commit", "-w", "--stdin", data=commit)
+        _git(root, "update-ref", "HEAD", signed, head)
+        # The review inbox quotes it: a proposal naming it and a line of the weekly log.
+        (root / "review" / "weekly").mkdir(parents=True)
+        proposal = root / "review" / f"{leaf_id}-updates-{other}.md"
+        proposal.write_text(f"---\nkind: proposal\n---\n## New\n> {CN}\n", encoding="utf-8")
+        log = root / "review" / "weekly" / "2026-W48.md"
+        log.write_text(f"- applied: {leaf_id} updates {other}\n  > {first}\n- kept line\n", encoding="utf-8")
+        before = purge.traces(root, found)
+        assert ".trash/export.json" in before and "review/weekly/2026-W48.md" in before
+        report = vault.purge(leaf_id, rewrite_history=True)
+        assert report.traces == () and purge.traces(root, found) == []
+        assert ".trash/export.json" in report.removed and f"review/{proposal.name}" in report.removed
+        assert log.read_text(encoding="utf-8") == f"- applied: {leaf_id} updates {other}\n- kept line\n"
+        assert _git(root, "cat-file", "-t", "before-move") == "tag"  # still an annotated tag ...
+        assert "snapshot before the move" in _git(root, "cat-file", "tag", "before-move")  # less the quote
+        assert "PGP SIGNATURE" not in _git(root, "cat-file", "tag", "before-move")
+        assert "gpgsig" not in _git(root, "log", "--format=%H%n%B", "--all") + _git(
+            root, "cat-file", "commit", _git(root, "rev-parse", "HEAD~1")
+        )
+        assert _git(root, "fsck", "--no-progress") == ""
+        assert vault.check().ok
+    finally:
+        vault.close()

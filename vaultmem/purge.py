@@ -1,7 +1,8 @@
 """Purging a text from a vault (issue #20): what must go besides the leaf, history rewriting, the proof.
 
-Owns the needles a purged text is searched by (its whole body and each line or sentence of 24
-characters or more), the files outside the tree that may still hold it (copies in ``.trash/``, the
+Owns the needles a purged text is searched by (its whole body and each line or sentence of 24 bytes
+or more in UTF-8: 24 Latin letters, 8 Chinese characters; each also as JSON writes it with non-ASCII
+escaped), the files outside the tree that may still hold it (copies in ``.trash/``, the
 derived snapshots of other tombstones, ``.vaultmem/duplicates/``, damaged indexes set aside), wiping the
 index's free pages and write-ahead log, rewriting a git history so no commit holds it, and ``traces``:
 every place under the vault directory that still does (files, git objects loose or packed and
@@ -24,10 +25,10 @@ from typing import Any
 
 from vaultmem import fsio
 from vaultmem.errors import GitError, InvalidInput
-from vaultmem.layout import TOMBSTONES, Layout
+from vaultmem.layout import REVIEW, TOMBSTONES, Layout
 
-MIN_NEEDLE = 24  # shorter lines or sentences are too common to prove anything ("ok, thanks!")
-_SENTENCE_RE = re.compile(r"(?<=[.!?。！？])\s+")
+MIN_NEEDLE = 24  # UTF-8 bytes: shorter lines or sentences are too common to prove anything ("ok, thanks!")
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])\s*")
 _FTS_TABLES = ("fts_words", "fts_trigram", "fts_nav_words", "fts_nav_trigram")
 
 
@@ -58,9 +59,13 @@ def needles(text: str) -> list[str]:
     for line in body.splitlines():
         for piece in (line.strip(), *_SENTENCE_RE.split(line.strip())):
             piece = piece.strip().lstrip("-*> ").strip()
-            if len(piece) >= MIN_NEEDLE:
+            if _size(piece) >= MIN_NEEDLE:
                 out.setdefault(piece, None)
-    return [n for n in out if len(n) >= min(MIN_NEEDLE, len(body))]
+    return [n for n in out if _size(n) >= min(MIN_NEEDLE, _size(body))]
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
 
 
 def _holds(data: bytes, encoded: Sequence[bytes]) -> bool:
@@ -68,7 +73,14 @@ def _holds(data: bytes, encoded: Sequence[bytes]) -> bool:
 
 
 def _encoded(found: Sequence[str]) -> list[bytes]:
-    return [n.encode("utf-8") for n in found]
+    """Each needle as UTF-8 and as JSON writes it (non-ASCII as ``\\uXXXX``, quotes escaped): the
+    index's provenance, a sidecar or a tombstone note may hold it either way."""
+    out: dict[bytes, None] = {}
+    for n in found:
+        out.setdefault(n.encode("utf-8"), None)
+        for ascii_only in (True, False):
+            out.setdefault(json.dumps(n, ensure_ascii=ascii_only)[1:-1].encode("utf-8"), None)
+    return list(out)
 
 
 def stray_copies(layout: Layout, found: Sequence[str]) -> list[Path]:
@@ -79,6 +91,28 @@ def stray_copies(layout: Layout, found: Sequence[str]) -> list[Path]:
     out = [p for base in places if base.is_dir() for p in sorted(base.rglob("*")) if p.is_file()]
     out += sorted(layout.state.glob("chunks.db.damaged-*"))
     return [p for p in out if not p.is_symlink() and _holds(p.read_bytes(), encoded)]
+
+
+def scrub_review(layout: Layout, leaf_id: str, found: Sequence[str]) -> list[str]:
+    """The review inbox after a purge: a proposal naming the leaf (or quoting it) goes; every other
+    line of ``review/`` holding the text (the weekly log) goes. Returns the files changed or removed."""
+    encoded = _encoded(found)
+    base = layout.root / REVIEW
+    changed = []
+    for path in sorted(base.rglob("*.md")) if base.is_dir() else []:
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        names_it = path.parent == base and leaf_id in path.name
+        if names_it or (path.parent == base and _holds(data, encoded)):
+            fsio.remove_file(layout.root, path)
+        elif _holds(data, encoded):
+            kept = b"".join(line for line in data.splitlines(keepends=True) if not _holds(line, encoded))
+            fsio.atomic_write(path, kept, root=layout.root, expected=fsio.sha256_bytes(data))
+        else:
+            continue
+        changed.append(layout.rel(path))
+    return changed
 
 
 def remove_copies(layout: Layout, paths: Iterable[Path]) -> list[str]:
@@ -158,7 +192,7 @@ def rewrite_history(root: Path, found: Sequence[str], drop_paths: Sequence[str])
     encoded = _encoded(found)
     blobs = _all_blobs(root)
     bad = {sha for sha, data in blobs.items() if _holds(data, encoded)}
-    if not bad:
+    if not bad and not any(_holds(d, encoded) for d in _all_blobs(root, ("commit", "tag")).values()):
         return 0
     new_blob: dict[str, str | None] = {}
     new_tree: dict[str, str] = {}
@@ -212,13 +246,19 @@ def rewrite_history(root: Path, found: Sequence[str], drop_paths: Sequence[str])
         lines = head.split(b"\n")
         tree = lines[0].split()[1].decode()
         out = [f"tree {clean_tree(tree, '')}".encode()]
+        dropping = False  # inside a header whose continuation lines go with it
         for line in lines[1:]:
+            if line.startswith(b" "):
+                if not dropping:
+                    out.append(line)
+                continue
+            dropping = line.startswith(_UNSIGNABLE)  # a signature cannot survive a rewrite
             if line.startswith(b"parent "):
                 parent = line.split()[1].decode()
                 out.append(f"parent {mapping.get(parent, parent)}".encode())
-            elif not line.startswith(b"gpgsig") and not line.startswith(b" "):
-                out.append(line)  # author, committer, encoding (a signature cannot survive a rewrite)
-        body = b"\n".join(out) + b"\n\n" + message
+            elif not dropping:
+                out.append(line)  # author, committer, encoding
+        body = b"\n".join(out) + b"\n\n" + _without(message, encoded)
         new = _git(root, "hash-object", "-t", "commit", "-w", "--stdin", data=body).decode().strip()
         mapping[commit] = new
         rewritten += new != commit
@@ -227,16 +267,40 @@ def rewrite_history(root: Path, found: Sequence[str], drop_paths: Sequence[str])
     )
     for ref_line in refs.decode().splitlines():
         tip, kind, ref = ref_line.split()
-        if kind != "commit":
-            raise GitError(f"{ref} is an annotated tag; delete it, purge, then tag again")
-        if mapping.get(tip, tip) != tip:
-            _git(root, "update-ref", ref, mapping[tip], tip)
+        new_tip = _retag(root, tip, mapping, encoded) if kind == "tag" else mapping.get(tip, tip)
+        if new_tip != tip:
+            _git(root, "update-ref", ref, new_tip, tip)
     for name in ("ORIG_HEAD", "FETCH_HEAD", "refs/stash"):
         if _has_ref(root, name):
             _git(root, "update-ref", "-d", name)
     _git(root, "reflog", "expire", "--expire=now", "--all")
     _git(root, "gc", "-q", "--prune=now")
     return rewritten
+
+
+_UNSIGNABLE = (b"gpgsig", b"gpgsig-sha256", b"mergetag")
+
+
+def _without(data: bytes, encoded: Sequence[bytes]) -> bytes:
+    """``data`` without its lines holding a needle (a commit or tag message that quoted the text)."""
+    return b"".join(line for line in data.splitlines(keepends=True) if not _holds(line, encoded))
+
+
+def _retag(root: Path, sha: str, mapping: dict[str, str], encoded: Sequence[bytes]) -> str:
+    """An annotated tag pointing at the rewritten commit (or tag): same name, tagger and message less
+    the lines holding the text; its signature cannot survive (it signed the old object)."""
+    raw = _git(root, "cat-file", "tag", sha)
+    head, _, message = raw.partition(b"\n\n")
+    lines = head.split(b"\n")
+    target = lines[0].split()[1].decode()
+    kind = lines[1].split()[1].decode() if len(lines) > 1 else "commit"
+    new_target = _retag(root, target, mapping, encoded) if kind == "tag" else mapping.get(target, target)
+    cut = message.find(b"-----BEGIN ")  # an inline PGP or SSH signature ends the message
+    message = _without(message if cut < 0 else message[:cut], encoded)
+    if new_target == target and message == raw.partition(b"\n\n")[2]:
+        return sha
+    body = b"\n".join([f"object {new_target}".encode(), *lines[1:]]) + b"\n\n" + message
+    return _git(root, "hash-object", "-t", "tag", "-w", "--stdin", data=body).decode().strip()
 
 
 def _has_ref(root: Path, ref: str) -> bool:

@@ -1893,6 +1893,7 @@ class Vault:
             self.work()  # what drew on it is re-summarised without it
             with self.operation(message):
                 removed = purge.remove_copies(self.layout, purge.stray_copies(self.layout, found))
+                removed += purge.scrub_review(self.layout, leaf_id, found)
         purge.wipe_index(self.conn)
         rewritten = purge.rewrite_history(root, found, [leaf.path] if live else []) if rewrite_history else 0
         left = purge.traces(root, found)
