@@ -125,10 +125,36 @@ def test_restore_after_the_tree_moved_on_re_summarises(gv: Vault) -> None:
 def test_forget_refuses_what_it_cannot(gv: Vault) -> None:
     with pytest.raises(NodeNotFound):
         gv.forget(["0123456789abcdef"])
-    level_id = gv.search("plumber", kind="summary")[0].id
-    with pytest.raises(InvalidInput, match="is a level"):
-        gv.forget([level_id])
+    with pytest.raises(NodeNotFound):
+        gv.forget(["s0123456789abcde"])
+    digest = next(h.id for h in gv.search("plumber", kind="summary", k=20) if h.path.startswith("global/"))
+    with pytest.raises(InvalidInput, match="gathers links"):
+        gv.forget([digest])
     assert gv.forgotten() == []
+
+
+def test_forgetting_a_level_forgets_its_leaves_and_restore_undoes_it(gv: Vault) -> None:
+    """What a person means by forgetting a level: every memory under it goes (one commit), and
+    `restore <level id>` brings the level back byte for byte."""
+    root = gv.layout.root
+    level = gv.get(_sealed(gv, "plumber Dario")).path.rsplit("/", 1)[0]
+    level_id = gv.node_at(f"{level}/_summary.md")
+    assert level_id is not None
+    leaves = sorted(x.id for x in gv.ls(limit=100) if x.path.startswith(level + "/"))
+    assert len(leaves) >= 2
+    before = snapshot(root)
+    commits = len(_commits(root))
+    done = gv.forget([level_id], reason="that whole week")
+    assert sorted(t.id for t in done) == leaves and {t.level for t in done} == {level_id}
+    assert len(_commits(root)) == commits + 1 and _commits(root)[0].startswith(f"memory: forget {level_id}")
+    assert not any(h.path.startswith(level + "/") for h in gv.search("plumber Dario boiler", 20, kind="leaf"))
+    assert gv.check().ok
+    out = run_cli("forgotten", "--json", "--vault", str(root))
+    assert {t["level"] for t in json.loads(out.stdout)} == {level_id}
+    gv.restore(level_id)
+    assert len(_commits(root)) == commits + 2 and _commits(root)[0].startswith(f"memory: restore {level_id}")
+    assert snapshot(root) == before
+    assert gv.check().ok and gv.forgotten() == []
 
 
 def test_cli_forget_query_restore(gv: Vault) -> None:

@@ -24,7 +24,7 @@ from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
 from vaultmem.fsio import is_disk_full
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
-from vaultmem.model import LEAF_ID_RE, Leaf, format_ts
+from vaultmem.model import LEAF_ID_RE, SUMMARY_ID_RE, Leaf, format_ts
 from vaultmem.summaryfile import SummaryNode, summary_json
 from vaultmem.tokens import count_tokens
 
@@ -865,7 +865,9 @@ def compact(
 
 @app.command()
 def forget(
-    target: Annotated[str, typer.Argument(metavar="ID|QUERY", help="A leaf id, or words naming the leaves.")],
+    target: Annotated[
+        str, typer.Argument(metavar="ID|QUERY", help="A leaf or level id, or words naming the leaves.")
+    ],
     reason: Annotated[
         str | None, typer.Option("--reason", metavar="TEXT", help="Why (in the commit).")
     ] = None,
@@ -875,9 +877,10 @@ def forget(
     as_json: JsonOpt = False,
 ) -> None:
     """Forget leaves: kept in a tombstone (.trash/vaultmem/forgotten/), out of search, context,
-    topics and digests; what they are under is re-summarised. `vaultmem restore ID` undoes it."""
+    topics and digests; what they are under is re-summarised. A level's id forgets every leaf under it.
+    `vaultmem restore ID` undoes it."""
     with open_vault(vault_path) as vault, interruptible(vault):
-        if LEAF_ID_RE.match(target):
+        if LEAF_ID_RE.match(target) or SUMMARY_ID_RE.match(target):
             ids = [target]
         else:
             hits = [
@@ -900,11 +903,13 @@ def forget(
 
 @app.command()
 def restore(
-    leaf_id: Annotated[str, typer.Argument(metavar="ID", help="A forgotten leaf's id.")],
+    leaf_id: Annotated[
+        str, typer.Argument(metavar="ID", help="A forgotten leaf's id, or a forgotten level's.")
+    ],
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Bring a forgotten leaf back exactly as it was."""
+    """Bring a forgotten leaf (or every leaf of a forgotten level) back exactly as it was."""
     with open_vault(vault_path) as vault, interruptible(vault):
         rel = vault.restore(leaf_id)
         say_warnings(vault)

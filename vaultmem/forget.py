@@ -42,13 +42,15 @@ class Tombstone:
     vector_hash: str | None = None
     vector: str | None = None
     derived: dict[str, str | None] | None = None  # path -> hash forgetting left there (None: removed)
+    level: str | None = None  # the level forgotten as a whole with it (``restore <level id>`` undoes it)
 
     @property
     def name(self) -> str:
         return self.path.rsplit("/", 1)[-1]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "path": self.path, "forgotten_at": self.forgotten_at, "reason": self.reason}
+        out = {"id": self.id, "path": self.path, "forgotten_at": self.forgotten_at, "reason": self.reason}
+        return out | ({"level": self.level} if self.level else {})
 
 
 def folder(layout: Layout, leaf_id: str) -> Path:

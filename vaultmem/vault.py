@@ -1777,16 +1777,41 @@ class Vault:
         from vaultmem import sidecar
         from vaultmem.forget import Tombstone, bury, derived_folders, keep_derived, snapshot, tombstone_stamp
 
-        wanted = list(dict.fromkeys(check_node_id(i) for i in ids))
-        for node_id in wanted:
-            if node_id.startswith("s"):
-                raise InvalidInput(f"{node_id} is a level; forget its leaves (`vaultmem show {node_id}`)")
+        asked = list(dict.fromkeys(check_node_id(i) for i in ids))
+        level_of = {
+            leaf_id: level for level in asked if level.startswith("s") for leaf_id in self._leaves_of(level)
+        }
+        wanted = list(
+            dict.fromkeys(
+                i
+                for n in asked
+                for i in (
+                    [n]
+                    if not n.startswith("s")
+                    else [leaf_id for leaf_id, level in level_of.items() if level == n]
+                )
+            )
+        )
         why = f" ({' '.join(reason.split())[:120]})" if reason and reason.strip() else ""
-        message = scrub(f"memory: forget {', '.join(wanted)}{why}")
+        message = scrub(f"memory: forget {', '.join(asked)}{why}")
         before: list[tuple[Tombstone, dict[str, bytes | None]]] = []
         with self.commit_batch(message):
             with self.operation(message):
                 model, dim = self.embedder.model_id, self.embedder.dim
+                # A level forgotten as a whole keeps what its derived files were before any of its
+                # leaves went, in its first leaf's tombstone: ``restore <level>`` puts back that state.
+                group: dict[str, dict[str, bytes | None]] = {}
+                for leaf in (self.get(i) for i in level_of):
+                    day = leaf.ts.strftime("%Y-%m-%d") if leaf.ts else None
+                    folders = derived_folders(self.conn, leaf.id, leaf.path, leaf.entities, day)
+                    first = next(i for i, lv in level_of.items() if lv == level_of[leaf.id])
+                    group.setdefault(first, {}).update(
+                        {
+                            k: v
+                            for k, v in snapshot(self.layout, folders).items()
+                            if k not in group.get(first, {})
+                        }
+                    )
                 for leaf in (self.get(i) for i in wanted):
                     path = self.layout.abs(leaf.path)
                     data = path.read_bytes()
@@ -1800,10 +1825,14 @@ class Vault:
                         model=model if entry else None,
                         vector_hash=entry.hash if entry else None,
                         vector=entry.raw if entry else None,
+                        level=level_of.get(leaf.id),
                     )
-                    day = leaf.ts.strftime("%Y-%m-%d") if leaf.ts else None
-                    folders = derived_folders(self.conn, leaf.id, leaf.path, leaf.entities, day)
-                    before.append((tomb, snapshot(self.layout, folders)))
+                    if leaf.id in level_of:
+                        before.append((tomb, group.get(leaf.id, {})))
+                    else:
+                        day = leaf.ts.strftime("%Y-%m-%d") if leaf.ts else None
+                        folders = derived_folders(self.conn, leaf.id, leaf.path, leaf.entities, day)
+                        before.append((tomb, snapshot(self.layout, folders)))
                     bury(self.layout, tomb, data)
                     self.delete(leaf.id)
             if settle:
@@ -1812,13 +1841,55 @@ class Vault:
                 done = [keep_derived(self.layout, tomb, old) for tomb, old in before]
         return done
 
+    def _leaves_of(self, level_id: str) -> list[str]:
+        """The leaves under a level of a source tree (what forgetting the level forgets)."""
+        row = self.conn.execute(
+            "SELECT path FROM chunks WHERE id = ? AND kind = 'summary'", (level_id,)
+        ).fetchone()
+        if row is None:
+            raise NodeNotFound(f"no level {level_id} in the vault")
+        if not row["path"].startswith(f"{SOURCES}/") or row["path"].count("/") < 3:
+            raise InvalidInput(
+                f"{level_id} is a topic, a digest or a source's top: it gathers links, not memories;"
+                " forget its leaves, or one of the levels under it"
+            )
+        prefix = row["path"].rsplit("/", 1)[0] + "/"
+        return [
+            r["id"]
+            for r in self.conn.execute(
+                "SELECT id FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ? ORDER BY path",
+                index.prefix_range(prefix),
+            )
+        ]
+
     def restore(self, leaf_id: str, *, settle: bool = True) -> str:
         """Bring a forgotten leaf back where it was (its own bytes and vector; into its source's
         ``_fresh/`` when its level is gone), remove its tombstone, and re-summarise what it is under
-        (``settle``). One commit with git on. Returns the leaf's path."""
+        (``settle``). One commit with git on. Returns the leaf's path. A level's id brings back every
+        leaf forgotten with the level (``forget`` of a level), in one commit; returns the level's folder."""
         from vaultmem import sidecar
         from vaultmem.extract import reload_vectors
-        from vaultmem.forget import read_tomb, unbury, undo_derived
+        from vaultmem.forget import read_tomb, tombstones, unbury, undo_derived
+
+        if check_node_id(leaf_id).startswith("s"):
+            members = [t for t in tombstones(self.layout) if t.level == leaf_id]
+            if not members:
+                raise NodeNotFound(
+                    f"no leaves were forgotten with level {leaf_id}; `vaultmem forgotten` lists them"
+                )
+            with self.commit_batch(f"memory: restore {leaf_id}"):
+                with self.operation(f"memory: restore {leaf_id}"):
+                    # The level's folders first, then what its derived files were before the forget
+                    # (only those still as the forget left them), then its leaves in their places.
+                    for tomb in members:
+                        fsio.make_dirs(self.layout.root, self.layout.abs(tomb.path).parent)
+                    undone = [rel for tomb in members for rel in undo_derived(self.layout, tomb)]
+                    paths = [self.restore(t.id, settle=False) for t in sorted(members, key=lambda t: t.path)]
+                    self.reconcile_paths(undone, by_hand=False)
+                    reload_vectors(self.conn, self.layout, undone, self.embedder.model_id, self.embedder.dim)
+                if settle:
+                    self.work()
+            return paths[0].rsplit("/", 1)[0]
 
         with self.commit_batch(f"memory: restore {check_node_id(leaf_id)}"):
             with self.operation(f"memory: restore {leaf_id}"):
@@ -1831,7 +1902,9 @@ class Vault:
                 target = self.layout.abs(rel)
                 fsio.make_dirs(self.layout.root, target.parent)
                 fsio.atomic_write(target, data, root=self.layout.root, expected=None)
-                undone = undo_derived(self.layout, tomb) if rel == tomb.path else []
+                # A leaf forgotten with its level alone: what it was under is re-summarised instead (the
+                # level's old summaries quote its fellow leaves, still forgotten).
+                undone = undo_derived(self.layout, tomb) if rel == tomb.path and tomb.level is None else []
                 embedder = self.embedder
                 held = sidecar.read(target.parent, embedder.model_id, embedder.dim).entries
                 if (
