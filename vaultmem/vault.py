@@ -2432,12 +2432,11 @@ class Vault:
         return f"memory: ingest {name}: {len(report.added)} new leaves ({report.duplicates} already present)"
 
     def _updates_job(self, heartbeat: Callable[[], None]) -> str | None:
-        """The ``detect_updates`` job, on a connection of its own (it runs on a worker thread): the
-        detector over the leaves admitted since the last look, then the inbox's written decisions."""
-        with Vault.open(self.layout.root, embedder=self._embedder) as other:
-            found = other.propose_updates(heartbeat=heartbeat)
-            decided = other.apply_reviews()
-            self.warnings.extend(other.warnings)
+        """The ``detect_updates`` job (on a worker thread, under this vault's write lock, so its writes
+        join the commit of the run that queued it): the detector over the leaves admitted since the last
+        look, then the inbox's written decisions."""
+        found = self.propose_updates(heartbeat=heartbeat)
+        decided = self.apply_reviews()
         counts = {k: len(v) for k, v in (found | decided).items() if v and k != "invalid"}
         if not counts:
             return None
