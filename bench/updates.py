@@ -271,7 +271,7 @@ def judged(vault: Vault) -> list[tuple[str, str, float]]:
     cache = vault.searcher.vectors(vault.embedder)
     out = []
     for row in vault.conn.execute(
-        "SELECT id, text, speaker, role, entities FROM chunks WHERE kind = 'leaf'"
+        "SELECT id, text, speaker, role, entities, provenance FROM chunks WHERE kind = 'leaf'"
     ).fetchall():
         out.extend((row["id"], old["id"], v.confidence) for old, v in versions.judged(vault.conn, cache, row))
     return out

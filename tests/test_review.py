@@ -192,3 +192,24 @@ def test_admission_queues_the_detector_and_the_queue_fills_the_inbox(
         vault.jobs.enqueue_many([detect_updates_job()])
         vault.work()
         assert vault.get(old).superseded_by == (found[0].new,) and vault.proposals() == []
+
+
+def test_judge_finds_a_count_said_again_inside_long_turns() -> None:
+    """Of long, many-topic turns (as LongMemEval's are), the sentences that say the changed thing are
+    judged: a count written as a word, said again of the same thing, is a change."""
+    old = (
+        "I'm planning a capsule wardrobe for autumn and want to keep it under twenty pieces. "
+        "I've already bought three tops from H&M, I'm really loving their summer collection. "
+        "Do you know if they have a loyalty program or rewards card that I can sign up for?"
+    )
+    new = (
+        "I'm planning to go to the mall this weekend and was wondering about sales at Sephora. "
+        "By the way, I've already got five tops from H&M so far, and I'm thinking of getting a few more."
+    )
+    verdict = detect.judge(old, new, 0.58)
+    assert verdict is not None and "counted again: tops" in verdict.why
+    assert verdict.confidence >= detect.PROPOSE_AT
+    # The same count said again is no change.
+    same = detect.judge(old, new.replace("five tops", "three tops"), 0.58)
+    assert same is None or not any("counted again" in w for w in same.why)
+    assert detect.slots("we caught 9 largemouth bass that day") == {"largemouth": {"9"}}

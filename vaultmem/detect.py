@@ -27,13 +27,47 @@ MIN_OVERLAP = 0.25  # share of the shorter one's content words both must have: t
 _CUE_RE = re.compile(
     r"\b(moved|changed|change[sd]? to|no longer|not anymore|any ?more|instead|now|switched|updated?|"
     r"actually|rescheduled|postponed|pushed (?:back|to)|replaced|upgraded|downgraded|these days|"
-    r"used to|new|latest|recently|currently|finally|turned out|correction|since then)\b",
+    r"used to|new|latest|recently|currently|finally|turned out|correction|since then|so far|by now)\b",
     re.IGNORECASE,
 )
 _NEG_RE = re.compile(
     r"\b(not|no|never|don't|doesn't|didn't|isn't|aren't|wasn't|won't|can't|stopped|quit)\b", re.I
 )
 _NUM_RE = re.compile(r"\d+(?:[.,:]\d+)*")
+# Counts written as words are values too ("three tops" -> "five tops"); "one" is left out ("the red one").
+_NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(
+        [
+            "zero",
+            "_",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+            "thirteen",
+            "fourteen",
+            "fifteen",
+            "sixteen",
+            "seventeen",
+            "eighteen",
+            "nineteen",
+            "twenty",
+        ]
+    )
+    if w != "_"
+} | {"thirty": "30", "forty": "40", "fifty": "50", "hundred": "100", "dozen": "12", "twice": "2"}
+_NUMBER_WORD_RE = re.compile(r"\b(" + "|".join(_NUMBER_WORDS) + r")\b", re.IGNORECASE)
+_SENTENCES_RE = re.compile(r"(?<=[.!?])\s+")
+_TOKEN_RE = re.compile(r"[a-z][a-z']+|\d+(?:[.,:]\d+)*")
+MIN_SENTENCE_WORDS = 3  # a sentence pair is judged on its own only when both have this many content words
 _MONTHS = [  # months and weekdays: values, never the subject
     "january",
     "february",
@@ -124,6 +158,7 @@ def values(text: str) -> set[str]:
     """The values a sentence states: numbers, months and weekdays, capitalised names (not the first
     word of a sentence)."""
     found = {m.group(0).replace(",", "") for m in _NUM_RE.finditer(text)}
+    found |= {_NUMBER_WORDS[m.group(0).lower()] for m in _NUMBER_WORD_RE.finditer(text)}
     found |= {m.group(0).lower() for m in _MONTH_RE.finditer(text)}
     found |= {m.group(1) for m in _NAME_RE.finditer(text) if m.group(1).lower() not in _STOP | set(_MONTHS)}
     return found
@@ -148,10 +183,51 @@ def subject(text: str) -> set[str]:
     for word in _WORD_RE.findall(text.lower()):
         if word in skip or word.removesuffix("'s") in skip:
             continue
-        if word in _STOP or word in _MONTHS or len(word) < 3:
+        if word in _STOP or word in _MONTHS or word in _NUMBER_WORDS or len(word) < 3:
             continue
         out.add(word[:-1] if word.endswith("s") and len(word) > 4 else word)
     return out
+
+
+def slots(text: str) -> dict[str, set[str]]:
+    """What each count counts: the word after a number ("three tops", "7 largemouth bass") -> the numbers
+    said of it. The same thing counted again with another number is the clearest change there is."""
+    tokens = _TOKEN_RE.findall(text.lower())
+    out: dict[str, set[str]] = {}
+    for i, tok in enumerate(tokens[:-1]):
+        number = _NUMBER_WORDS.get(tok) or (tok.replace(",", "") if tok[0].isdigit() else None)
+        unit = tokens[i + 1]
+        if number and not unit[0].isdigit() and unit not in _STOP and len(unit) > 2:
+            out.setdefault(unit[:-1] if unit.endswith("s") and len(unit) > 4 else unit, set()).add(number)
+    return out
+
+
+def _recounted(old: str, new: str) -> set[str]:
+    """The things ``new`` counts again with a number ``old`` did not give them."""
+    a, b = slots(old), slots(new)
+    return {unit for unit, nums in b.items() if unit in a and nums - a[unit]}
+
+
+def _focus(old: str, new: str) -> tuple[str, str]:
+    """The sentences of two texts that say the changed thing: of long, many-topic turns, the pair of
+    sentences sharing the most of their subject where the new one states a value the old one lacks (or
+    counts the same thing again); the whole texts when no pair does."""
+    best: tuple[float, str, str] | None = None
+    olds, news = _SENTENCES_RE.split(old.strip()), _SENTENCES_RE.split(new.strip())
+    if len(olds) == 1 and len(news) == 1:
+        return old, new
+    for so in olds:
+        a = subject(so)
+        if len(a) < MIN_SENTENCE_WORDS:
+            continue
+        for sn in news:
+            b = subject(sn)
+            if len(b) < MIN_SENTENCE_WORDS or not (values(sn) - values(so) or _recounted(so, sn)):
+                continue
+            score = len(a & b) / min(len(a), len(b)) + bool(_recounted(so, sn))
+            if best is None or score > best[0]:
+                best = (score, so, sn)
+    return (best[1], best[2]) if best else (old, new)
 
 
 def judge(
@@ -168,6 +244,9 @@ def judge(
     the reasons (each a short phrase a person reads in the review inbox)."""
     if other_people or _two_people(old, new):
         return None
+    whole_old = old
+    old, new = _focus(old, new)
+    recounted = _recounted(old, new)
     old_values, new_values = values(old), values(new)
     gained, lost = new_values - old_values, old_values - new_values
     negation = bool(_NEG_RE.search(old)) != bool(_NEG_RE.search(new))
@@ -178,7 +257,7 @@ def judge(
     if overlap < MIN_OVERLAP:
         return None
     # A word of change counts when the old text does not have it too ("now" in both says nothing).
-    cue = next((m for m in _CUE_RE.finditer(new) if m.group(0).lower() not in old.lower()), None)
+    cue = next((m for m in _CUE_RE.finditer(new) if m.group(0).lower() not in whole_old.lower()), None)
     names_old, names_new = names(old), names(new)
     if names_old and names_new and not names_old & names_new and cue is None:
         return None  # "Olu's team has 6" and "Mara's team has 23": two people, not a change
@@ -187,6 +266,8 @@ def judge(
         why.append(f"value changed: {', '.join(sorted(lost)[:3])} -> {', '.join(sorted(gained)[:3])}")
     elif gained:
         why.append(f"new value: {', '.join(sorted(gained)[:3])}")
+    if recounted:
+        why.append(f"counted again: {', '.join(sorted(recounted)[:3])}")
     if negation:
         why.append("negation flipped")
     if cue:
@@ -200,6 +281,7 @@ def judge(
         + 0.15 * bool(cue)
         + 0.1 * bool((gained and lost) or negation)
         + 0.05 * (same_speaker or shared_entities > 0)
+        + 0.2 * bool(recounted)
     )
     return Judgement(round(min(1.0, score), 3), tuple(why))
 

@@ -1676,7 +1676,7 @@ class Vault:
                 (start, Status.PENDING.value),
             ).fetchone()[0]
             rows = self.conn.execute(
-                "SELECT rowid, id, text, speaker, role, entities, path FROM chunks"
+                "SELECT rowid, id, text, speaker, role, entities, path, provenance FROM chunks"
                 " WHERE kind = 'leaf' AND rowid > ? AND rowid < ? AND status IN (?, ?)"
                 " ORDER BY coalesce(ts, ''), rowid",
                 (start, waiting_row or (1 << 62), Status.ADMITTED.value, Status.SEALED.value),

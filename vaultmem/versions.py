@@ -201,23 +201,38 @@ def earlier_neighbours(
     linked = set(json.loads(me["supersedes"] or "[]"))
     marks = ",".join("?" * len(by_id))
     rows = conn.execute(
-        f"SELECT id, text, speaker, role, ts, entities, path FROM chunks WHERE kind = 'leaf' AND id IN ({marks})",
+        "SELECT id, text, speaker, role, ts, entities, path, provenance FROM chunks"
+        f" WHERE kind = 'leaf' AND id IN ({marks})",
         list(by_id),
     ).fetchall()
     earlier = [
         r
         for r in rows
-        if r["id"] not in linked and (me["ts"] is None or r["ts"] is None or r["ts"] < me["ts"])
+        if r["id"] not in linked and stated(r) and (me["ts"] is None or r["ts"] is None or r["ts"] < me["ts"])
     ]
     earlier.sort(key=lambda r: -by_id[r["id"]])
     return [(r, by_id[r["id"]]) for r in earlier[:k]]
 
 
+def stated(row: sqlite3.Row) -> bool:
+    """Whether a leaf states a fact someone holds: a person's turn, or what an agent chose to remember
+    (``via`` in its provenance). An assistant's reply in a chat (explanations, lists, suggestions) is not
+    one: measured on LongMemEval, it only brought false proposals (bench/updates.py)."""
+    if (row["role"] or "user") not in ("assistant", "tool", "system"):
+        return True
+    try:
+        return '"via"' in (row["provenance"] or "")
+    except IndexError:
+        return True
+
+
 def judged(
     conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row
 ) -> list[tuple[sqlite3.Row, detect.Judgement]]:
-    """The earlier leaves the leaf ``row`` (id, text, speaker, role, entities) may update, each with the
-    detector's judgement (those it rules out are left out)."""
+    """The earlier leaves the leaf ``row`` (id, text, speaker, role, entities, provenance) may update,
+    each with the detector's judgement (those it rules out are left out)."""
+    if not stated(row):
+        return []
     out = []
     for old, cosine in earlier_neighbours(conn, cache, row["id"]):
         verdict = detect.judge(
