@@ -111,7 +111,11 @@ def test_policy_evicts_oldest_tag_then_lowest_score_and_merges_near_duplicates()
     fresh = [Entry("The Tidepool release is now due on 19 May 2026.", "2026-03")]
     out = corepolicy.apply(items, fresh, 120, "2026-03")
     reasons = [(x.entry.text, x.reason) for x in out.leaving]
-    assert reasons[0] == ("The Tidepool release is due on 12 May 2026.", "merged")  # near duplicate
+    # A near duplicate with a changed value (the date) is a new version of it (issue #20), not a merge.
+    assert reasons[0] == (
+        "The Tidepool release is due on 12 May 2026.",
+        "superseded by [2026-03] The Tidepool release is now due on 19 May 2026.",
+    )
     # Over budget: the oldest tag first, then among 2025-06 the lower score ("ok then" before a preference).
     assert [r for r, why in reasons if why == "over budget"][:2] == [
         "Takes the 7:10 bus to work every weekday morning.",

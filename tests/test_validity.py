@@ -296,3 +296,31 @@ def test_summaries_and_digests_mark_what_was_replaced(tmp_path: Path) -> None:
         vault.revert_update(f"{new}-{old}")
         vault.work()
         assert "[superseded]" not in summary.read_text(encoding="utf-8")
+
+
+def test_core_entries_carry_validity_and_keep_what_they_replaced(tmp_path: Path) -> None:
+    """Core memory entries: a window written in a comment on the line keeps an entry out of the prompt
+    block outside it, and an update that changes an entry's value archives the old one as superseded."""
+    with Vault.init(tmp_path / "vault", embedder=FakeEmbedder()) as vault:
+        vault.clock = lambda: datetime(2026, 3, 9, 10, 0, tzinfo=UTC)
+        vault.core_update("projects", ["The Tidepool release is due on 12 May 2026."])
+        vault.core_update("projects", ["The Tidepool release is now due on 19 May 2026."])
+        block = vault.core_block().text
+        assert "19 May" in block and "12 May" not in block
+        archive = (vault.layout.root / "core" / "_archive" / "projects.md").read_text(encoding="utf-8")
+        assert (
+            "12 May 2026. <!-- left 2026-03-09: superseded by [2026-03] The Tidepool release is now"
+            in archive
+        )
+        # A person gives an entry a window in Obsidian: the block shows it only while it holds.
+        path = vault.layout.root / "core" / "projects.md"
+        text = path.read_text(encoding="utf-8")
+        path.write_text(
+            text.rstrip("\n") + "\n- [2026-03] Office closed for the move. <!-- valid_to: 2026-03-20 -->\n",
+            encoding="utf-8",
+        )
+        assert "Office closed for the move." in vault.core_block().text
+        vault.clock = lambda: datetime(2026, 3, 21, 9, 0, tzinfo=UTC)
+        later = vault.core_block()
+        assert "Office closed" not in later.text and "19 May" in later.text
+        assert "Office closed for the move." in path.read_text(encoding="utf-8")  # the file keeps it

@@ -295,7 +295,8 @@ def block(env: MemoryEnv, *, write: bool = True) -> CoreBlock:
     if write:
         ensure(env)
         sync(env, ["core"])
-    tag = corefile.month(env.clock())
+    now = env.clock()
+    tag = corefile.month(now)
     total = env.settings.core.total_budget
     parts: list[tuple[CoreDoc, list[Item]]] = []
     left: list[str] = []
@@ -303,7 +304,10 @@ def block(env: MemoryEnv, *, write: bool = True) -> CoreBlock:
         doc, _ = load(env, name)
         if not doc.in_prompt:
             continue
-        kept, evicted = corepolicy.evict(list(doc.items), doc.budget, tag)
+        # An entry outside its validity window (a comment on its line) is not shown; the file keeps it.
+        held = [x for x in doc.items if not isinstance(x, Entry) or x.valid_at(now)]
+        left += [f"{name}: {x.text} (not valid now)" for x in doc.entries if not x.valid_at(now)]
+        kept, evicted = corepolicy.evict(held, doc.budget, tag)
         left += [f"{name}: {x.entry.text}" for x in evicted]
         parts.append((doc, kept))
 
@@ -407,7 +411,12 @@ def _place(
     before ``doc`` itself is written. Returns (entry, destination, reason)."""
     moved: list[tuple[str, str, str]] = []
     overflow = [
-        x for x in leaving if x.reason != "merged" and doc.in_prompt and doc.name != corefile.OVERFLOW
+        x
+        for x in leaving
+        if x.reason != "merged"
+        and not x.reason.startswith("superseded")
+        and doc.in_prompt
+        and doc.name != corefile.OVERFLOW
     ]
     archive = [x for x in leaving if x not in overflow]
     if overflow:

@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from vaultmem import detect
 from vaultmem.agentllm import without_thinking
 from vaultmem.corefile import Entry, Item, clean, prompt_text
 from vaultmem.errors import SummariserError
@@ -49,7 +50,7 @@ INVENTED = 0.5  # an entry of the model's reply needs at least this share of its
 @dataclass(frozen=True)
 class Leaving:
     entry: Entry
-    reason: str  # "merged", "over budget", "longer than the budget", "condensed by the model"
+    reason: str  # "merged", "superseded by <entry>", "over budget", "longer than the budget", "condensed by the model"
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,13 @@ def apply(items: Sequence[Item], new: Sequence[Entry], budget: int, now_tag: str
         if close is not None:
             i, old = close
             current[i] = entry
-            leaving.append(Leaving(old, "merged"))
+            # A changed value (detect.judge, on the words alone) is a new version, not a merge.
+            changed = detect.judge(old.text, entry.text, 0.0) is not None
+            leaving.append(
+                Leaving(
+                    old, f"superseded by [{entry.tag or now_tag}] {entry.text[:80]}" if changed else "merged"
+                )
+            )
             added.append(entry)
             continue
         if not entries and current and isinstance(current[-1], str) and current[-1].strip():
