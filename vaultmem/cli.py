@@ -1180,7 +1180,8 @@ def dashboard(
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Serve a local page of the vault: status, metrics, graph, heatmap, search, tree, the day.
+    """Serve a local page of the vault: status, metrics, graph, heatmap, search, tree, the review
+    inbox, the day.
 
     Binds to 127.0.0.1 only; the address printed carries a token made for this run, and requests
     without it are refused. Every script and style is packaged (no network). Run ingest and Compact
