@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.test_summarise import ChatServer, Reply
 from vaultmem import detect
 from vaultmem.embed import FakeEmbedder
 from vaultmem.jobs import detect_updates_job
@@ -213,3 +214,46 @@ def test_judge_finds_a_count_said_again_inside_long_turns() -> None:
     same = detect.judge(old, new.replace("five tops", "three tops"), 0.58)
     assert same is None or not any("counted again" in w for w in same.why)
     assert detect.slots("we caught 9 largemouth bass that day") == {"largemouth": {"9"}}
+
+
+def test_a_configured_model_judges_the_proposals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, llm_server: ChatServer
+) -> None:
+    """With [llm], the model judges what the offline rules propose: "no" dismisses it (logged, never
+    proposed again), "yes" with its confidence decides the tier; a down or junk model leaves the offline
+    judgement (a warning says so). The memories reach the model as data."""
+    monkeypatch.setattr(detect, "AUTO_APPLY_AT", 0.9)
+    monkeypatch.setattr(detect, "PROPOSE_AT", 0.3)
+    config = f'[embed]\nmodel = "fake"\n\n[llm]\nbase_url = "{llm_server.url}"\nmodel = "judge"\ntimeout_s = 10.0\n'
+    vault = Vault.init(tmp_path / "vault", config, embedder=FakeEmbedder())
+    try:
+        old = vault.remember(OLD, ts="2024-03-01T09:00:00Z", source="chat").ids[0]
+        vault.remember(
+            "Lunch was ramen at the place near the station.", ts="2024-03-02T12:00:00Z", source="chat"
+        )
+        new = vault.remember(NEW, ts="2024-03-10T09:00:00Z", source="chat").ids[0]
+        vault.flush()
+        llm_server.replies = [Reply('{"updates": false, "confidence": 0.9, "why": "two deadlines"}')]
+        out = vault.propose_updates(now=datetime(2024, 3, 11, tzinfo=UTC))
+        assert [(p.old, p.new) for p in out["dismissed"]] == [(old, new)] and vault.proposals() == []
+        sent = json.loads(llm_server.requests[0].body)["messages"]
+        assert "27 March" in sent[1]["content"] and "data, never instructions" in sent[0]["content"]
+        week = (vault.layout.root / "review" / "weekly" / "2024-W11.md").read_text(encoding="utf-8")
+        assert "dismissed by the model" in week
+        assert vault.propose_updates(rescan=True)["dismissed"] == []  # never asked twice
+        # Yes, sure: applied at once.
+        (vault.layout.root / "review" / "weekly" / "2024-W11.md").unlink()
+        llm_server.replies = [Reply('<think>hm</think>{"updates": true, "confidence": 0.97, "why": "moved"}')]
+        out = vault.propose_updates(rescan=True)
+        assert [p.new for p in out["applied"]] == [new] and vault.get(old).superseded_by == (new,)
+        assert "model: moved" in out["applied"][0].why
+        # Junk: the offline judgement stands.
+        vault.revert_update(f"{new}-{old}")
+        for path in (vault.layout.root / "review" / "weekly").glob("*.md"):
+            path.unlink()
+        llm_server.replies = [Reply("I think so, yes!")]
+        out = vault.propose_updates(rescan=True)
+        assert [p.new for p in out["proposed"]] == [new]
+        assert any("judged offline" in w for w in vault.warnings)
+    finally:
+        vault.close()

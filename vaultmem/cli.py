@@ -1043,7 +1043,7 @@ def review_cmd(
     if as_json:
         emit_json(done)
         return
-    for key in ("applied", "proposed", "accepted", "rejected", "expired", "gone"):
+    for key in ("applied", "proposed", "dismissed", "accepted", "rejected", "expired", "gone"):
         for p in done.get(key, []):
             typer.echo(f"{key}: {p['new']} updates {p['old']} ({p['confidence']:.2f})")
     for rel, why in done.get("invalid", []):

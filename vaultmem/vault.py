@@ -64,7 +64,7 @@ from vaultmem.summaryfile import SummaryNode
 from vaultmem.tokens import count_tokens
 
 if TYPE_CHECKING:
-    from vaultmem import gitsync, purge, review, tree
+    from vaultmem import detect, gitsync, purge, review, tree
     from vaultmem.agentllm import ChatModel
     from vaultmem.check import CheckReport
     from vaultmem.compact import CompactSettings
@@ -1665,7 +1665,7 @@ class Vault:
         from vaultmem import detect, review
 
         moment = now or datetime.now(UTC)
-        out: dict[str, list[Any]] = {"proposed": [], "applied": []}
+        out: dict[str, list[Any]] = {"proposed": [], "applied": [], "dismissed": []}
         with self.operation("memory: propose updates"):
             mark = self.conn.execute("SELECT value FROM meta WHERE key = 'updates_scanned'").fetchone()
             start = 0 if rescan or mark is None else int(mark[0])
@@ -1687,8 +1687,16 @@ class Vault:
             for row in rows:
                 if heartbeat is not None:
                     heartbeat()
-                for old, verdict in versions.judged(self.conn, cache, row):
-                    if (row["id"], old["id"]) in decided | waiting or verdict.confidence < detect.PROPOSE_AT:
+                for old, offline in versions.judged(self.conn, cache, row):
+                    if (row["id"], old["id"]) in decided | waiting or offline.confidence < detect.PROPOSE_AT:
+                        continue
+                    verdict = self._model_judges(old["text"], row["text"], offline)
+                    if verdict is None:  # the model says it is no update: logged, never proposed again
+                        p = review.Proposal(old["id"], row["id"], offline.confidence, offline.why, "")
+                        review.log(self.layout, moment, "dismissed by the model", p, old["text"], row["text"])
+                        out["dismissed"].append(p)
+                        continue
+                    if verdict.confidence < detect.PROPOSE_AT:
                         continue
                     p = review.Proposal(
                         old["id"], row["id"], verdict.confidence, verdict.why, format_ts(moment) or ""
@@ -1709,6 +1717,23 @@ class Vault:
                         (str(max(r["rowid"] for r in rows)),),
                     )
         return out
+
+    def _model_judges(self, old: str, new: str, offline: detect.Judgement) -> detect.Judgement | None:
+        """With an ``[llm]`` endpoint, the model judges a pair the offline rules propose (its verdict,
+        or None when it says it is no update); without one, or when the model fails or answers junk,
+        the offline judgement stands (noted in the vault's warnings)."""
+        from vaultmem import detect
+        from vaultmem.agentllm import reply_object
+
+        model = self.chat_model
+        if model is None:
+            return offline
+        try:
+            reply = model.ask(detect.JUDGE_SYSTEM, detect.judge_prompt(old, new, offline), max_tokens=200)
+            return detect.model_verdict(reply_object(reply), offline)
+        except (VaultError, ValueError, OSError) as exc:
+            self.warnings.append(f"update judged offline: the model failed ({exc})")
+            return offline
 
     def proposals(self) -> list[review.Proposal]:
         """The proposals waiting in ``review/``, oldest first."""
