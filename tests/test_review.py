@@ -62,7 +62,7 @@ def test_high_confidence_is_applied_at_once_and_revertible(
         assert vault.get(old).superseded_by == (new,) and vault.get(new).supersedes == (old,)
         week = vault.layout.root / "review" / "weekly" / "2024-W11.md"
         assert f"{new} updates {old}" in week.read_text(encoding="utf-8") and "applied" in week.read_text()
-        assert vault.propose_updates(rescan=True) == {"proposed": [], "applied": []}  # never twice
+        assert vault.propose_updates(rescan=True) == {"proposed": [], "applied": [], "dismissed": []}
         vault.revert_update(f"{new}-{old}")
         assert vault.get(old).superseded_by == () and vault.get(new).supersedes == ()
         assert "superseded_by" not in vault.layout.abs(vault.get(old).path).read_text(encoding="utf-8")
