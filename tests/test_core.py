@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_summarise import ChatServer, Reply, Request
-from vaultmem import corefile, corepolicy
+from vaultmem import corefile, coremem, corepolicy
 from vaultmem.corefile import CoreSettings, Entry
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
@@ -109,7 +109,7 @@ def test_policy_evicts_oldest_tag_then_lowest_score_and_merges_near_duplicates()
         Entry("The Tidepool release is due on 12 May 2026.", "2026-02"),
     ]
     fresh = [Entry("The Tidepool release is now due on 19 May 2026.", "2026-03")]
-    out = corepolicy.apply(items, fresh, 120, "2026-03")
+    out = corepolicy.apply(items, fresh, 120, "2026-03", coremem._changed)
     reasons = [(x.entry.text, x.reason) for x in out.leaving]
     # A near duplicate with a changed value (the date) is a new version of it (issue #20), not a merge.
     assert reasons[0] == (

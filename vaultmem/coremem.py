@@ -339,6 +339,13 @@ def block(env: MemoryEnv, *, write: bool = True) -> CoreBlock:
     return CoreBlock(text, len(text), total, shown, tuple(left))
 
 
+def _changed(old: str, new: str) -> bool:
+    """Whether a near duplicate changes a value of the entry (issue #20): the words alone, no vectors."""
+    from vaultmem import detect
+
+    return detect.judge(old, new, 0.0) is not None
+
+
 def corepolicy_score(entry: Entry) -> float:
     from vaultmem.scoring import FastScorer
 
@@ -362,7 +369,7 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
             def ask(system: str, user: str, model: ChatModel = model) -> str:
                 return model.ask(system, user, max_tokens=1024)
 
-            fits = corepolicy.apply(doc.items, new, doc.budget, tag)
+            fits = corepolicy.apply(doc.items, new, doc.budget, tag, _changed)
             if fits.leaving:  # over budget or near duplicates: the model condenses
                 outcome = corepolicy.ask_model(
                     doc.items, new, doc.budget, tag, doc.title, spec.purpose, ask, model.model
@@ -370,7 +377,7 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
             else:
                 outcome = fits
         else:
-            outcome = corepolicy.apply(doc.items, new, doc.budget, tag)
+            outcome = corepolicy.apply(doc.items, new, doc.budget, tag, _changed)
         with env.lock():
             rel = corefile.rel_path(name)
             if fsio.file_hash(env.layout.abs(rel)) != digest:
@@ -422,7 +429,7 @@ def _place(
     if overflow:
         target, digest = load(env, corefile.OVERFLOW)
         fresh = [Entry(x.entry.text, x.entry.tag) for x in overflow]  # redacted text, never a raw line
-        outcome = corepolicy.apply(target.items, fresh, target.budget, corefile.month(now))
+        outcome = corepolicy.apply(target.items, fresh, target.budget, corefile.month(now), _changed)
         _archive(env, target, outcome.leaving, now)
         write(env, corefile.rel_path(corefile.OVERFLOW), corefile.render(target, outcome.items), digest)
         moved += [(x.entry.text, corefile.rel_path(corefile.OVERFLOW), x.reason) for x in overflow]

@@ -17,8 +17,8 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from vaultmem import daemonstate, gitsync, index
-from vaultmem.errors import InvalidInput, ReadOnlyVault
+from vaultmem import daemonstate, gitsync
+from vaultmem.errors import InvalidInput, NodeNotFound, ReadOnlyVault
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Leaf, format_ts
 from vaultmem.summaryfile import SummaryNode, summary_json
@@ -407,10 +407,7 @@ class Panels:
         """The proposals waiting in ``review/`` with both texts, oldest first."""
         with self.lock:
             waiting = self.vault.proposals()
-            texts = {
-                x.id: x
-                for x in index.leaves_by_ids(self.vault.conn, [i for p in waiting for i in (p.old, p.new)])
-            }
+            texts = {i: leaf for p in waiting for i in (p.old, p.new) if (leaf := self._leaf(i)) is not None}
         items = []
         for p in waiting:
             old, new = texts.get(p.old), texts.get(p.new)
@@ -427,6 +424,12 @@ class Panels:
                 }
             )
         return {"proposals": items, "actions": self.actions}
+
+    def _leaf(self, leaf_id: str) -> Leaf | None:
+        try:
+            return self.vault.get(leaf_id)
+        except NodeNotFound:
+            return None
 
     def decide(self, key: str, decision: str) -> dict[str, Any]:
         """Accept, reject or skip a proposal (``key``: its new leaf's id or its file name)."""
