@@ -17,9 +17,9 @@ from vaultmem import entities
 from vaultmem.search import STOPWORDS
 
 # Measured by bench/updates.py (one run, MiniLM, loaded machine; docs/architecture.md): on 300 synthetic
-# changes precision 0.897 / recall 0.762 at 0.7 and 1.000 / 0.448 at 0.9; on LongMemEval's long
-# multi-topic turns the detector finds none of the labelled pairs and every proposal there is false
-# (966 at 0.7, 25 at 0.9 over 6 haystacks), so only the near-certain is applied without a person.
+# changes precision 0.897 / recall 0.762 at 0.7 and 0.976 / 0.598 at 0.9; on LongMemEval's long
+# multi-topic turns 0.074 / 0.833 at 0.7 (68 proposals over 6 haystacks) and 0.200 / 0.167 at 0.9, so a
+# person (or a configured model) decides what is proposed and only the near-certain is applied at once.
 PROPOSE_AT = 0.7  # a proposal is made at or above this confidence ...
 AUTO_APPLY_AT = 0.9  # ... and applied at once (listed, revertible) at or above this one
 MIN_OVERLAP = 0.25  # share of the shorter one's content words both must have: the same subject
