@@ -1618,8 +1618,21 @@ class Vault:
         else:
             self._drop_id(new_path, agentio.SUPERSEDES, old_id)
             self._drop_id(old_path, agentio.SUPERSEDED_BY, new_id)
-        self.reconcile_paths([new_path, old_path], by_hand=False)  # the rows follow the files
+        self._refresh_leaf_rows([new_path, old_path])
         self._redo_summaries_of([old_id, new_id])
+
+    def _refresh_leaf_rows(self, rels: Sequence[str]) -> None:
+        """The rows of leaves whose frontmatter the engine just rewrote (validity keys: the text is the
+        same, so nothing is embedded or admitted again), read back from their files."""
+        from vaultmem.ingest import read_leaf_file
+
+        rows = []
+        for rel in dict.fromkeys(rels):
+            leaf, stamp = read_leaf_file(self.layout, rel, self.config.max_file_bytes)
+            held = self.conn.execute("SELECT parent FROM chunks WHERE id = ?", (leaf.id,)).fetchone()
+            rows.append(index.leaf_row(leaf, stamp, held["parent"] if held is not None else None))
+        with db.atomic(self.conn):
+            index.upsert_rows(self.conn, rows)
 
     def _redo_summaries_of(self, leaf_ids: Sequence[str]) -> None:
         """Queue what summarises these leaves to be written again (a version link changes how a summary
@@ -1633,7 +1646,17 @@ class Vault:
         for leaf in index.leaves_by_ids(self.conn, list(leaf_ids)):
             if leaf.ts is not None and self.config.digest_enabled:
                 jobs.append(digest_job(leaf.ts.date()))
-            jobs.extend(topic_route_job(e) for e in leaf.entities)
+        if self.config.topics_enabled:  # the topics that exist and follow one of their entities
+            marks = ",".join("?" * len(leaf_ids))
+            jobs.extend(
+                topic_route_job(entity)
+                for (entity,) in self.conn.execute(
+                    f"SELECT DISTINCT m.entity FROM mentions m WHERE m.leaf IN ({marks}) AND EXISTS"
+                    " (SELECT 1 FROM chunks s WHERE s.kind = 'summary' AND s.path LIKE 'topics/%'"
+                    " AND json_extract(s.provenance, '$.entity') = m.entity)",
+                    list(leaf_ids),
+                )
+            )
         self.jobs.enqueue_many(jobs)
 
     def _drop_id(self, rel: str, key: str, value: str) -> None:
