@@ -139,7 +139,7 @@ def run(name: str, messages: list[dict[str, Any]], more: list[dict[str, Any]]) -
             report.sealed,
             after_second - commits_at(root, before_second),
             second.merged,
-            second.resummarized,
+            second.resummarised,
             reverted - after_second,
             extra,
             resummaries,

@@ -47,8 +47,8 @@ def durability_comparison(base: Path, n: int = 2000) -> list[tuple[str, int, flo
 def embedding_comparison(base: Path, n: int) -> list[list[object]]:
     """vaultmem's queued embedding (flush: sidecars, vectors table, admission) vs the model on the same
     texts in one call."""
+    from vaultmem.admit import embed_text
     from vaultmem.embed import load_embedder
-    from vaultmem.extract import embed_text
 
     embedder = load_embedder()
     embedder.embed(["warm up"])

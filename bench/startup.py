@@ -38,7 +38,7 @@ HEAVY = [
     "vaultmem.ingest",
     "vaultmem.compact",
     "vaultmem.summarise",
-    "vaultmem.treeops",
+    "vaultmem.steps",
     "vaultmem.topics.plan",
     "vaultmem.docmem",
     "vaultmem.sessions",

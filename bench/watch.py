@@ -76,7 +76,7 @@ def main() -> None:
         proc = subprocess.Popen([sys.executable, "-c", DAEMON, str(root), "real" if args.real else "fake"])
         try:
             wait(lambda: (daemonstate.read_status(vault.layout) or {}).get("last_rescan"))
-            busy = "SELECT 1 FROM jobs WHERE kind IN ('extract', 'append_buffer', 'seal', 'resummarize')"
+            busy = "SELECT 1 FROM jobs WHERE kind IN ('extract', 'append_buffer', 'seal', 'resummarise')"
             wait(lambda: not vault.conn.execute(busy).fetchone(), timeout=600)  # the first compaction
             leaves = vault.ls(limit=2 * args.edits)
             searchable: list[float] = []

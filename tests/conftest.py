@@ -1,33 +1,59 @@
-"""Shared fixtures: every test gets its own vault in tmp_path and a clean environment."""
+"""Shared fixtures: every test gets its own vault in tmp_path and a clean environment.
+
+Helpers shared by several test modules (input builders, ``make_vault``, the CLI runner ``run``,
+``wait_for``/``watching``, the loopback ``ChatServer``) live in ``tests/helpers.py``; no test module
+imports another. Where the tests of a module are (module → test file):
+
+    errors, model, tokens             test_vault.py (errors through the API), test_tokens.py
+    redact                            test_redact.py (+ secret_shapes.py), test_secrets_cli.py
+    frame                             test_frame.py
+    yamlsubset, frontmatter           test_yamlsubset.py, test_frontmatter.py
+    layout, fsio                      test_fsio.py, test_confined.py, test_names.py
+    leaffile, summaryfile, cluster    test_cluster_summaryfile.py, test_vault.py
+    summarise, llm                    test_summarise.py
+    entities_names, entities, entities_llm   test_entities.py
+    timeparse                         test_timeparse.py
+    chunker, scoring                  test_chunker.py, test_scoring.py
+    inputs (read_path), inputs.*      test_inputs.py, test_inputs_chat.py, test_inputs_docs.py, test_inputs_email.py
+    inputs.* exports, sniff, archive  test_imports.py, test_import_ingest.py
+    agentllm, corefile, corepolicy    test_core.py
+    episodes, recipes, sessionnote    test_recipes.py, test_sessionnote.py, test_core.py
+    config                            test_cli.py, test_vault.py
+    db, index, opening                test_damaged_index.py, test_read_only.py, test_reindex_check.py
+    jobs, pool                        test_jobs.py, test_liveness.py, test_interrupt.py
+    vectors, sidecar, embed           test_vectors.py, test_sidecar.py, test_embed.py
+    scan, reindex, check              test_reindex_check.py
+    gitsync, autocommit               test_gitsync.py, test_git_aware.py
+    lock                              test_vault.py (fair turns), test_faults.py
+    ingest, status, admit             test_vault.py, test_sidecar.py
+    steps, stale, compact, order      test_compact.py, test_compact_crash.py, test_docmem.py
+    topics.*                          test_topics.py
+    digest                            test_digest.py
+    reconcile, watch, daemon, daemonstate   test_watch.py, test_git_aware.py
+    docmem, sessions, navigate        test_docmem.py
+    search, context                   test_search.py, test_context.py
+    stats                             test_vault.py, test_cli.py, test_read_only.py
+    memindex, coremem, memtiers       test_core.py, test_recipes.py, test_sessionnote.py, test_memory_cli.py
+    vault                             test_vault.py, test_integration.py, test_sample_vault.py
+    cli                               test_cli.py, test_cli_docs.py (docs/cli.md from --help)
+    agentio                           test_agentio.py
+    agenttools, mcpserver, memtool    test_mcpserver.py, test_memtool.py
+    hooks, exportmd                   test_hooks.py
+    dashboard.*                       test_dashboard.py (browser tests in Debian chromium: slow)
+    every module                      test_architecture.py (import order, docs table, ``__all__``), test_faults.py (kill -9)
+"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.test_summarise import server as llm_server  # noqa: F401  (a loopback chat-completions server)
+from tests.helpers import ChatServer, _Handler, _HTTPServer
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
-
-REPO = Path(__file__).parent.parent
-
-
-def run_cli(*args: str, stdin: str | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """``python -m vaultmem.cli`` in a subprocess (this checkout's code), output captured as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "vaultmem.cli", *args],
-        input=stdin,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture(autouse=True)
@@ -49,43 +75,26 @@ def vault(tmp_path: Path) -> Iterator[Vault]:
     v.close()
 
 
-def chat(
-    n: int, *, source: str = "chat", session: str = "s1", prefix: str = "Message"
-) -> list[dict[str, object]]:
-    """n substantive chat records with ids and timestamps."""
-    return [
-        {
-            "id": f"{session}-m{i}",
-            "role": "user" if i % 2 == 0 else "assistant",
-            "content": f"{prefix} {i}: we talked about the garden project and the roses planted near the fence.",
-            "ts": f"2024-03-{1 + i % 28:02d}T10:{i % 60:02d}:00Z",
-            "session": session,
-            "source": source,
-        }
-        for i in range(n)
-    ]
-
-
-@contextmanager
-def read_only(*paths: Path) -> Iterator[None]:
-    """Make directories unwritable, even for root (which ignores permission bits): chattr +i there."""
-    as_root = os.geteuid() == 0
-    done: list[Path] = []
+@pytest.fixture
+def server() -> Iterator[ChatServer]:
+    before = set(threading.enumerate())
+    state = ChatServer()
+    httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.state = state
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    state.url = f"http://127.0.0.1:{httpd.server_port}/v1/"
     try:
-        for path in paths:
-            if as_root:
-                if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-                    pytest.skip("chattr +i is not supported on this filesystem")
-            else:
-                path.chmod(0o555)
-            done.append(path)
-        yield
+        yield state
     finally:
-        for path in done:
-            if as_root:
-                subprocess.run(["chattr", "-i", str(path)], check=True)
-            else:
-                path.chmod(0o755)
+        state.stop.set()
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+    assert set(threading.enumerate()) <= before
+
+
+llm_server = server  # the same loopback server under the name the other test modules ask for
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vaultmem import agentio, mdfile
+from vaultmem import agentio, frontmatter
 from vaultmem.errors import InvalidInput, NodeNotFound, UnsafePath
 from vaultmem.vault import Vault
 
@@ -19,7 +19,7 @@ def log(root: Path) -> list[str]:
 
 
 def meta(vault: Vault, rel: str) -> dict[str, Any]:
-    return mdfile.split(vault.layout.abs(rel).read_text(encoding="utf-8")).meta
+    return frontmatter.split(vault.layout.abs(rel).read_text(encoding="utf-8")).meta
 
 
 def test_remember_writes_a_leaf_of_the_client_never_dropped(vault: Vault) -> None:
@@ -237,9 +237,9 @@ def test_with_keys_keeps_every_other_byte() -> None:
     text = "---\nid: 0123456789abcdef\ntags: [a, b]   # mine\naliases:\n  - x\n---\nBody line\n\nmore\n"
     out = agentio.with_keys(text, {"supersedes": "1234567890123456"})
     assert out == text.replace("---\nBody", 'supersedes: "1234567890123456"\n---\nBody')
-    assert mdfile.split(out).meta["supersedes"] == "1234567890123456"  # an all-digit id stays a string
+    assert frontmatter.split(out).meta["supersedes"] == "1234567890123456"  # an all-digit id stays a string
     replaced = agentio.with_keys(out, {"supersedes": ["1234567890123456", "abcdefabcdefabcd"]})
-    assert mdfile.split(replaced).meta["supersedes"] == ["1234567890123456", "abcdefabcdefabcd"]
+    assert frontmatter.split(replaced).meta["supersedes"] == ["1234567890123456", "abcdefabcdefabcd"]
     assert replaced.count("supersedes") == 1
 
 

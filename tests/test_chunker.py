@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.test_cli import run
+from tests.helpers import run
 from vaultmem import chunker
 from vaultmem.chunker import DEFAULT_MAX_TOKENS, chunk_id, chunk_message
 from vaultmem.model import Message

@@ -9,34 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from vaultmem.cli import app, main
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
+from tests.helpers import CONFIG, INBOX_CHAT, run, topic_records
+from vaultmem.cli import app
 
 # Two turns of a household chat, as a chat app exports them.
-INBOX_CHAT = [
-    {
-        "id": "1",
-        "speaker": "Mia",
-        "content": "Remember: the boiler service is booked for 12 May.",
-        "ts": "2024-05-01T09:00:00Z",
-    },
-    {
-        "id": "2",
-        "speaker": "Tom",
-        "content": "I prefer the mornings, before 10am if possible.",
-        "ts": "2024-05-01T09:01:00Z",
-    },
-]
 
 
 @pytest.fixture
@@ -209,7 +185,7 @@ def test_jobs_command_lists_retries_and_runs(fake_vault: Path, capsys: pytest.Ca
 
 
 def test_compact_tree_read_and_context_modes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.test_compact import CONFIG, topic_records
+
     from vaultmem.vault import Vault
 
     v = tmp_path / "v"
@@ -340,7 +316,7 @@ def test_search_imports_only_what_it_needs(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from tests.conftest import chat
+    from tests.helpers import chat
     from vaultmem.embed import FakeEmbedder
     from vaultmem.vault import Vault
 
@@ -358,7 +334,7 @@ def test_search_imports_only_what_it_needs(tmp_path: Path) -> None:
     for module in (
         "vaultmem.ingest",
         "vaultmem.compact",
-        "vaultmem.treeops",
+        "vaultmem.steps",
         "vaultmem.topics.plan",
         "vaultmem.topics.route",
         "vaultmem.topics.query",
@@ -371,6 +347,10 @@ def test_search_imports_only_what_it_needs(tmp_path: Path) -> None:
         "vaultmem.inputs.chat",
         "vaultmem.check",
         "vaultmem.scoring",
+        "vaultmem.admit",
+        "vaultmem.autocommit",
+        "vaultmem.stats",
+        "vaultmem.llm",
         "torch",
         "email",
     ):

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vaultmem import mdfile
+from vaultmem import frontmatter
 from vaultmem.cluster import Caps, centroid, group
 from vaultmem.summaryfile import (
     SUMMARY_KEYS,
@@ -135,7 +135,7 @@ def test_user_keys_survive_a_rewrite_and_the_stale_flip_touches_one_line() -> No
     assert parsed.stale and doc.meta["tags"] == ["garden", "mine"]
     again = render_summary(parsed, keep=doc)
     assert "tags: [garden, mine]   # keep\n" in again
-    assert set(mdfile.split(again).meta) - SUMMARY_KEYS == {"tags"}
+    assert set(frontmatter.split(again).meta) - SUMMARY_KEYS == {"tags"}
 
 
 def test_an_edited_summary_text_is_detected_and_pinned_text_is_searchable() -> None:

@@ -8,66 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_summarise import ChatServer, Reply
+from tests.helpers import CONFIG, TOPICS, ChatServer, Reply, make_vault, topic_of, topic_records
 from vaultmem import fsio
 from vaultmem.embed import FakeEmbedder
 from vaultmem.layout import SUMMARY_NAME
 from vaultmem.summaryfile import parse_summary
 from vaultmem.vault import Vault
-
-TOPICS = {
-    "garden": ["roses", "tulips", "compost", "seedlings", "greenhouse", "watering", "hedge", "soil"],
-    "japan": ["kyoto", "ryokan", "shinkansen", "tokyo", "temple", "sushi", "osaka", "onsen"],
-    "piano": ["chopin", "scales", "recital", "metronome", "sonata", "keys", "pedal", "etude"],
-    "taxes": ["deduction", "invoice", "accountant", "receipts", "refund", "irs", "audit", "ledger"],
-}
-
-CONFIG = """
-[compact]
-fresh_keep_leaves = 8
-fresh_keep_tokens = 100000
-seal_min_leaves = 16
-seal_min_tokens = 100000
-bucket_target_leaves = 10
-bucket_min_leaves = 3
-bucket_max_leaves = 40
-bucket_max_tokens = 100000
-merge_threshold = 0.8
-condense_fanout = {fanout}
-condense_target = 3
-workers = {workers}
-"""
-
-
-def topic_records(per_topic: int, *, start: int = 0, source: str = "chat") -> list[dict[str, object]]:
-    """Interleaved turns on four topics with disjoint vocabularies (so clusters are unambiguous)."""
-    records = []
-    names = list(TOPICS)
-    for i in range(start, start + per_topic * len(names)):
-        topic = names[i % len(names)]
-        words = TOPICS[topic]
-        n = i // len(names)
-        text = f"{words[n % 8]} {words[(n + 3) % 8]} {words[(n + 5) % 8]} and {words[(n + 1) % 8]} again."
-        records.append(
-            {
-                "id": f"m{i}",
-                "role": "user",
-                "speaker": "Mara",
-                "content": text,
-                "ts": f"2024-05-{1 + i // 48:02d}T{(i // 4) % 24:02d}:{i % 60:02d}:00Z",
-                "session": f"s{i // 40}",
-                "source": source,
-            }
-        )
-    return records
-
-
-def make_vault(path: Path, *, fanout: int = 50, workers: int = 3) -> Vault:
-    return Vault.init(path, CONFIG.format(fanout=fanout, workers=workers), embedder=FakeEmbedder())
-
-
-def topic_of(text: str) -> str:
-    return next(t for t, words in TOPICS.items() if any(w in text for w in words))
 
 
 def levels(vault: Vault) -> dict[str, list[str]]:
@@ -143,7 +89,7 @@ def test_new_leaves_join_a_close_existing_level_and_make_it_stale_then_fresh(tmp
         vault.ingest_messages(topic_records(20, start=80))
         vault.flush()
         report = vault.compact()
-        assert report.merged > 0 and report.resummarized > 0
+        assert report.merged > 0 and report.resummarised > 0
         tree = levels(vault)
         grown = [d for d in tree_before if len(tree[d]) > len(tree_before[d])]
         assert grown
@@ -214,7 +160,9 @@ def test_buffer_below_thresholds_waits_until_too_old_then_is_force_sealed(tmp_pa
         for leaf in vault.ls():
             os.utime(vault.layout.root / leaf.path, (old, old))
         vault.conn.execute("UPDATE chunks SET file_mtime_ns = ?", (int(old * 1e9),))
+        # The day has passed: the buffer's timer (queued when its leaves were admitted) is due now.
         vault.jobs.enqueue("flush_stale", {"source": "chat"}, dedupe_key="flush_stale:chat")
+        vault.conn.execute("UPDATE jobs SET run_after = 0 WHERE dedupe_key = 'flush_stale:chat'")
         report = vault.work()
         assert report.sealed + report.merged == 8
         assert len(vault.ls(status="admitted")) == 8
@@ -232,7 +180,7 @@ def test_hand_edited_leaf_marks_its_ancestors_stale_and_compact_refreshes_them(t
         path = vault.layout.root / leaf.path
         path.write_text(path.read_text().replace(leaf.text, leaf.text + " The hedge needs trimming."))
         report = vault.compact()
-        assert report.resummarized >= len(ancestors)
+        assert report.resummarised >= len(ancestors)
         assert any("changed by hand" in n for n in report.notes)
         for node_id in ancestors:
             row = vault.conn.execute("SELECT status, path FROM chunks WHERE id = ?", (node_id,)).fetchone()
@@ -259,7 +207,7 @@ def test_stale_flags_survive_a_restart_and_run_deepest_first(tmp_path: Path) -> 
         vault.compact()
         leaf = next(x for x in vault.ls(status="sealed") if x.path.count("/") >= 4)
         ancestors = _ancestors(vault, leaf.id)
-        from vaultmem.compact import mark_stale
+        from vaultmem.stale import mark_stale
 
         mark_stale(vault.conn, vault.layout, ancestors, 1 << 20)
         for node_id in ancestors:
@@ -275,10 +223,10 @@ def test_stale_flags_survive_a_restart_and_run_deepest_first(tmp_path: Path) -> 
     for extra in (path / ".vaultmem").glob("chunks.db-*"):
         extra.unlink()
     with Vault.open(path, embedder=FakeEmbedder()) as vault:
-        queued = [j for j in vault.jobs.list() if j.kind == "resummarize"]
+        queued = [j for j in vault.jobs.list() if j.kind == "resummarise"]
         assert {j.payload["id"] for j in queued} == set(ancestors)
         report = vault.work()
-        assert report.resummarized == len(ancestors)
+        assert report.resummarised == len(ancestors)
         # One chain of ancestors, deepest first: each level was written after the one below it.
         rows = [
             vault.conn.execute("SELECT path, depth FROM chunks WHERE id = ?", (i,)).fetchone()
@@ -305,7 +253,7 @@ def test_hand_edited_summary_is_kept_as_pinned_text_and_said_so(tmp_path: Path) 
         text = path.read_text().replace(node.text, human)
         text = text.replace("---\n", "---\nmood: cheerful\n", 1)  # a user key of her own
         path.write_text(text)
-        from vaultmem.compact import mark_stale
+        from vaultmem.stale import mark_stale
 
         vault.compact()  # catch-up re-reads the edited summary
         mark_stale(vault.conn, vault.layout, [row["id"]], 1 << 20)
@@ -324,7 +272,7 @@ def test_hand_edited_summary_is_kept_as_pinned_text_and_said_so(tmp_path: Path) 
 
 
 def test_a_file_changed_between_plan_and_write_is_never_overwritten(tmp_path: Path) -> None:
-    from vaultmem import treeops
+    from vaultmem import steps
     from vaultmem.errors import ConflictError
 
     with make_vault(tmp_path / "v") as vault:
@@ -336,14 +284,14 @@ def test_a_file_changed_between_plan_and_write_is_never_overwritten(tmp_path: Pa
         ).fetchone()
         path = vault.layout.root / row["path"]
         data = path.read_bytes()
-        op = treeops.TreeOp(
-            "seal", "chat", "memory: test", (treeops.FileWrite(row["path"], "x", fsio.sha256_bytes(data)),)
+        op = steps.TreeOp(
+            "seal", "chat", "memory: test", (steps.FileWrite(row["path"], "x", fsio.sha256_bytes(data)),)
         )
         path.write_text(path.read_text() + "\nA person's note.\n")
         with pytest.raises(ConflictError):
-            treeops.apply(vault.conn, vault.layout, op, "fake-hash-64", 64)
+            steps.apply(vault.conn, vault.layout, op, "fake-hash-64", 64)
         assert "A person's note." in path.read_text()
-        assert not treeops.pending_notes(vault.layout)
+        assert not steps.pending_notes(vault.layout)
 
 
 # -- summarisers in compaction ---------------------------------------------------------------------------
@@ -373,7 +321,7 @@ def test_llm_summaries_replace_the_extractive_ones_and_cap_concurrency(
         for r in rows:
             node, _ = parse_summary((vault.layout.root / r["path"]).read_text(), r["path"])
             assert node.summariser == "llm:tiny" and "Mara keeps notes" in node.text
-        assert report.resummarized == len(rows)
+        assert report.resummarised == len(rows)
         assert len(llm_server.requests) == len(rows)
         assert llm_server.max_active <= 2
         assert vault.check().ok
@@ -455,7 +403,7 @@ def test_check_reports_a_stale_level_whose_job_went_missing_and_fix_queues_it(tm
         vault.ingest_messages(topic_records(20))
         vault.flush()
         vault.compact()
-        from vaultmem.compact import mark_stale
+        from vaultmem.stale import mark_stale
 
         node_id = vault.conn.execute(
             "SELECT id FROM chunks WHERE kind = 'summary' AND path LIKE 'sources/%' LIMIT 1"
@@ -478,3 +426,22 @@ def test_compact_without_a_flush_first_embeds_then_seals(tmp_path: Path) -> None
         report = vault.compact()
         assert report.embedded == 40 and report.sealed + report.merged == 32
         assert len(vault.ls(status="admitted")) == 8 and vault.check().ok
+
+
+def test_flush_then_work_builds_the_tree_work_alone_builds(tmp_path: Path) -> None:
+    """One job runner: an ``admit`` batch queues the same follow-ups whether ``flush`` runs it on the
+    calling thread or ``work``'s threads do, so the tree that follows is the same."""
+    with (
+        make_vault(tmp_path / "a", workers=1) as via_flush,
+        make_vault(tmp_path / "b", workers=1) as via_work,
+    ):
+        for vault in (via_flush, via_work):
+            vault.ingest_messages(topic_records(30))
+        flushed = via_flush.flush()
+        assert flushed.admitted == 120
+        queued = via_flush.jobs.by_kind()
+        assert queued["append_buffer"]["queued"] == 1 and "admit" not in queued
+        assert via_flush.work().jobs_failed == 0 and via_work.work().jobs_failed == 0
+        assert levels(via_flush) == levels(via_work) != {}
+        statuses = [sorted((leaf.id, leaf.status) for leaf in vault.ls()) for vault in (via_flush, via_work)]
+        assert statuses[0] == statuses[1]

@@ -2,7 +2,7 @@
 
 Two kinds of kill moments, each a test of its own (so no single test carries the whole series):
 - moments inside a durable step, chosen by what the step has done, not by time: the child process kills
-  itself right after the n-th call of one of ``treeops._execute``'s stages made inside a step (temp files
+  itself right after the n-th call of one of ``steps._execute``'s stages made inside a step (temp files
   written but not renamed, part of the moves done, removals done, rows written, the step done but its
   write-ahead note not yet removed). The code under test runs unchanged; only the moment of the SIGKILL
   is chosen, and it lands inside a step on any machine, however loaded;
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_compact import make_vault, topic_records
+from tests.helpers import make_vault, nothing_left_to_run, topic_records
 from vaultmem.embed import FakeEmbedder
 from vaultmem.leaffile import id_from_filename
 from vaultmem.vault import Vault
@@ -34,14 +34,14 @@ HANG_S = 280.0  # bounds a hung child only (the per-test timeout is 300 s); no s
 
 COMPACT = """
 import os, signal, sys, threading
-from vaultmem import fsio, treeops
+from vaultmem import fsio, steps
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
-# Stages of a durable step (treeops._execute), counted only while a step runs. "execute" counts steps
+# Stages of a durable step (steps._execute), counted only while a step runs. "execute" counts steps
 # done: killed there, a step is complete but its write-ahead note is not yet removed.
-STAGES = {"syncfs": (fsio, "_syncfs"), "move_file": (fsio, "move_file"), "remove": (treeops, "_remove"),
-          "index": (treeops, "_index"), "execute": (treeops, "_execute")}
+STAGES = {"syncfs": (fsio, "_syncfs"), "move_file": (fsio, "move_file"), "remove": (steps, "_remove"),
+          "index": (steps, "_index"), "execute": (steps, "_execute")}
 kill_at = sys.argv[2] if len(sys.argv) > 2 else ""  # "stage:n", or "" to count the stages
 in_step = threading.local()
 calls = dict.fromkeys(STAGES, 0)
@@ -165,7 +165,8 @@ def _recover(path: Path, ids: frozenset[str]) -> None:
         assert vault.check().ok
         assert len(vault.ls(status="admitted")) == 8  # only the fresh tail is left unsealed
         assert vault.conn.execute("SELECT count(*) FROM chunks WHERE status = 'stale'").fetchone()[0] == 0
-        assert vault.jobs.counts() == {"queued": 0, "running": 0, "parked": 0}
+        assert vault.jobs.counts()["running"] == vault.jobs.counts()["parked"] == 0
+        assert nothing_left_to_run(vault)  # at most the fresh tail's buffer timer, due later
     assert not _pending_steps(path)
     _assert_whole(path, ids)
 

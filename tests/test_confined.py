@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import run
-from tests.test_compact import CONFIG
+from tests.helpers import CONFIG, run, topic_records
 
 MIA = [
     {
@@ -117,7 +116,6 @@ def test_sidecar_lock_folder_symlinked_outside_is_refused(
 def test_compaction_never_moves_leaves_into_a_symlinked_level(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests.test_compact import topic_records
 
     v = _vault(tmp_path, capsys)
     first = _export(tmp_path, topic_records(10))

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_summarise import ChatServer, Reply, Request
+from tests.helpers import ChatServer, Reply, Request
 from vaultmem import corefile, coremem, corepolicy
 from vaultmem.corefile import CoreSettings, Entry
 from vaultmem.embed import FakeEmbedder
@@ -360,7 +360,7 @@ def test_reconcile_indexes_a_hand_edit_and_search_finds_it(small: Vault) -> None
 
 @pytest.mark.slow
 def test_the_watcher_reindexes_a_hand_edited_core_file(tmp_path: Path) -> None:
-    from tests.test_watch import settle, wait_for, watching
+    from tests.helpers import settle, wait_for, watching
 
     vault = Vault.init(tmp_path / "v", SMALL, embedder=FakeEmbedder())
     vault.core_update("patterns", ["Works best in the morning."])

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import chat
-from tests.test_cli import run
+from tests.helpers import chat, run
 from vaultmem import db
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault

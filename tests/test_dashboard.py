@@ -263,7 +263,7 @@ def test_queue_compaction_queues_a_seal_per_source_and_runs_nothing(vault: Vault
     after = vault.jobs.by_kind()
     assert added >= 1
     assert after["seal"]["queued"] == 1 and "seal" not in before
-    assert after.get("extract", {}).get("queued") == before["extract"]["queued"]  # nothing ran
+    assert after.get("admit", {}).get("queued") == before["admit"]["queued"]  # nothing ran
 
 
 def test_leaves_per_day_counts_every_day_with_a_leaf_and_filters_by_source(built: Vault) -> None:

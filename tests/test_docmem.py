@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_compact import make_vault, topic_records
-from vaultmem import docmem, index, leaffile, order, sessions, treeops
+from tests.helpers import make_vault, topic_records
+from vaultmem import docmem, index, leaffile, order, sessions, steps
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import FrontmatterError, InvalidInput, NodeNotFound
 from vaultmem.layout import SIDECAR_NAME
@@ -83,7 +83,7 @@ def assert_consistent(vault: Vault) -> None:
     before = index.all_rows(vault.conn)
     vault.reindex()
     assert index.all_rows(vault.conn) == before
-    assert not treeops.pending_notes(vault.layout)
+    assert not steps.pending_notes(vault.layout)
 
 
 def stale(vault: Vault, node_id: str) -> bool:
@@ -184,7 +184,7 @@ def test_append_child_writes_a_leaf_last_in_reading_order_queues_it_and_stales_t
     text = (vault.layout.root / r["path"]).read_text()
     assert f'\norder: "{len(before) + 1}"\n' in text and text.endswith("The roses need compost in spring.\n")
     assert stale(vault, level)
-    assert any(j.payload == {"id": new_id} for j in vault.jobs.list() if j.kind == "extract")
+    assert any(j.payload == {"id": new_id} for j in vault.jobs.list() if j.kind == "admit")
     vault.flush()
     assert vault.get(new_id).status.value == "sealed"  # admitted, inside a level
     assert vault.conn.execute("SELECT count(*) FROM vectors WHERE id = ?", (new_id,)).fetchone()[0] == 1
@@ -195,7 +195,7 @@ def test_append_child_with_an_embedder_is_admitted_at_once_with_its_vector(vault
     level = level_ids(vault)[0]
     embedder = FakeEmbedder()
     plan = docmem.plan_append_child(
-        vault.conn, vault.layout, level, "Tulips by the hedge.", embedder=embedder
+        vault.conn, vault.layout, level, docmem.NewLeaf("Tulips by the hedge."), embedder=embedder
     )
     docmem.run(vault.conn, vault.layout, plan, model=embedder.model_id, dim=embedder.dim)
     new_id = plan.ids[0]
@@ -203,7 +203,7 @@ def test_append_child_with_an_embedder_is_admitted_at_once_with_its_vector(vault
     rel = row(vault, new_id)["path"]
     sidecar = json.loads((vault.layout.root / rel).parent.joinpath(SIDECAR_NAME).read_text())
     assert sidecar["entries"][rel.rsplit("/", 1)[1]]["hash"] == row(vault, new_id)["content_hash"]
-    assert not [j for j in vault.jobs.list() if j.kind == "extract"]
+    assert not [j for j in vault.jobs.list() if j.kind == "admit"]
     assert_consistent(vault)
 
 
@@ -272,11 +272,11 @@ def test_two_hundred_inserts_into_one_gap_of_a_real_level(vault: Vault) -> None:
 @given(
     st.lists(st.tuples(st.sampled_from(["insert", "append", "delete"]), st.integers(0, 1000)), max_size=10)
 )
-def test_reading_order_always_equals_the_intended_list(template: Path, steps: list[tuple[str, int]]) -> None:
+def test_reading_order_always_equals_the_intended_list(template: Path, edits: list[tuple[str, int]]) -> None:
     with tempfile.TemporaryDirectory() as tmp, copy_of(template, Path(tmp)) as vault:
         level = level_ids(vault)[0]
         intended = children(vault, level)
-        for n, (what, pick) in enumerate(steps):
+        for n, (what, pick) in enumerate(edits):
             if what == "append" or len(intended) < 2:
                 intended.append(vault.append_child(level, f"appended {n}"))
             elif what == "insert":
@@ -389,7 +389,7 @@ def test_update_content_of_a_summary_is_kept_as_pinned_text(vault: Vault) -> Non
     assert node.text == agent_text and node.hand_edited and not node.stale
     assert row(vault, level)["text"] == agent_text
     assert_consistent(vault)
-    from vaultmem.compact import mark_stale
+    from vaultmem.stale import mark_stale
 
     mark_stale(vault.conn, vault.layout, [level], 1 << 20)
     vault.work()
@@ -471,17 +471,19 @@ def test_replaying_a_docmem_note_twice_is_idempotent(vault: Vault, operation: st
         vault.insert_between(kids[0], kids[1], "placed")  # so the delete pins siblings too
         plan = docmem.plan_delete(vault.conn, vault.layout, children(vault, level)[0])
     else:
-        plan = docmem.plan_insert_between(vault.conn, vault.layout, kids[0], kids[1], "between")
+        plan = docmem.plan_insert_between(
+            vault.conn, vault.layout, kids[0], kids[1], docmem.NewLeaf("between")
+        )
     # The crash: the note is durable, nothing else happened. Two opens replay it.
     vault.layout.treeops.mkdir(parents=True, exist_ok=True)
     (vault.layout.treeops / "crashed.json").write_bytes(plan.op.to_json())
     embedder = FakeEmbedder()
-    first = treeops.heal(vault.conn, vault.layout, embedder.model_id, embedder.dim)
+    first = steps.heal(vault.conn, vault.layout, embedder.model_id, embedder.dim)
     assert len(first) == 1 and not first[0].skipped
     files = {p: p.read_bytes() for p in vault.layout.root.joinpath("sources").rglob("*") if p.is_file()}
     rows = index.all_rows(vault.conn)
     (vault.layout.treeops / "crashed.json").write_bytes(plan.op.to_json())
-    second = treeops.heal(vault.conn, vault.layout, embedder.model_id, embedder.dim)
+    second = steps.heal(vault.conn, vault.layout, embedder.model_id, embedder.dim)
     assert len(second) == 1
     assert {
         p: p.read_bytes() for p in vault.layout.root.joinpath("sources").rglob("*") if p.is_file()
@@ -501,7 +503,7 @@ def test_an_old_note_without_removals_still_reads() -> None:
     old = json.dumps(
         {"kind": "seal", "source": "chat", "message": "m", "writes": [], "moves": [], "stale": []}
     )
-    op = treeops.TreeOp.from_json(old.encode())
+    op = steps.TreeOp.from_json(old.encode())
     assert op.removes == () and op.rmdirs == ()
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.test_summarise import ChatServer, Reply
+from tests.helpers import ChatServer, Reply
 from vaultmem.entities import KINDS, Mention, canonical, extract, mention, parse_key, slug_for
 from vaultmem.entities_llm import MAX_ENTITIES, LLMEntityExtractor, parse_entity_reply
 from vaultmem.errors import SummariserError

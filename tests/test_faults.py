@@ -38,8 +38,7 @@ import pytest
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from tests.test_cli import run
-from tests.test_liveness import slack_export
+from tests.helpers import run, slack_export
 from vaultmem.leaffile import id_from_filename
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import read_only
+from tests.helpers import read_only
 from vaultmem import fsio
 from vaultmem.errors import ConflictError, InvalidInput, ReadOnlyVault, UnsafePath
 

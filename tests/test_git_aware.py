@@ -16,10 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import chat
-from tests.test_cli import run
-from tests.test_compact import CONFIG, topic_records
-from tests.test_watch import wait_for, watching
+from tests.helpers import CONFIG, chat, run, topic_records, wait_for, watching
 from vaultmem import gitsync
 from vaultmem.daemon import Daemon
 from vaultmem.embed import FakeEmbedder

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 from vaultmem import hooks
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import ConflictError, InvalidInput

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import run
 from tests.secret_shapes import secrets
-from tests.test_cli import run
 from vaultmem.errors import InvalidInput, UnknownFormat, UnsafePath
 from vaultmem.inputs import archive, read_path
 from vaultmem.inputs.sniff import FORMAT_NAMES

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_sample_vault import EXAMPLES_CONFIG, ingest_examples
+from tests.helpers import EXAMPLES_CONFIG, ingest_examples
 from vaultmem import Vault
 from vaultmem.embed import load_embedder
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import chat
+from tests.helpers import chat
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 

@@ -21,37 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import run
-from tests.test_compact import CONFIG, topic_records
+from tests.helpers import CONFIG, run, slack_export, topic_records
 from vaultmem.embed import FakeEmbedder
 from vaultmem.jobs import JobQueue
 from vaultmem.vault import Vault
 
 ROOT = Path(__file__).resolve().parent.parent
-PEOPLE = ["Mara", "Diego", "Lin Wei", "Priya", "Tomás"]
-PLACES = ["Kyoto", "Lisbon", "the Osaka office", "Porto", "成都"]
-
-
-def slack_export(n: int, *, channel: str = "ops-team", start: int = 0) -> dict[str, object]:
-    """A Slack-style channel export of ``n`` messages with names, places, amounts and dates."""
-    messages = []
-    for i in range(start, start + n):
-        who, where = PEOPLE[i % len(PEOPLE)], PLACES[(i // 3) % len(PLACES)]
-        text = [
-            f"Booked the train to {where} for the {i % 28 + 1}th, {40 + i % 60} EUR return.",
-            f"Reminder: the deploy of build {1000 + i} moves to Thursday morning, never Friday.",
-            f"{where} review notes: latency p95 was {120 + i % 80} ms after the cache change.",
-            f"我们在{where}的会议改到下午{i % 5 + 2}点，请带上第{i}号报告。",
-        ][i % 4]
-        messages.append(
-            {
-                "id": f"{channel}-{i:05d}",
-                "speaker": who,
-                "content": text,
-                "ts": f"2026-03-{1 + i // 300 % 28:02d}T{8 + i // 30 % 10:02d}:{i % 60:02d}:00Z",
-            }
-        )
-    return {"source": "slack", "session": channel, "messages": messages}
 
 
 def cli_vault(tmp_path: Path, capsys: pytest.CaptureFixture[str], *, name: str = "v") -> Path:
@@ -120,7 +95,7 @@ def test_a_leaf_edited_before_admission_is_read_again_and_admitted(
 
 
 # -- stuck work is reported -------------------------------------------------------------------------------
-def _park_extract_job(v: Path) -> str:
+def _park_admit_job(v: Path) -> str:
     """Give up on one leaf's extract job the way the queue does after five failed attempts."""
     with Vault.open(v, embedder=FakeEmbedder()) as vault:
         leaf = vault.ls()[0]
@@ -142,7 +117,7 @@ def test_check_reports_a_parked_job_and_fix_requeues_it(
     v = cli_vault(tmp_path, capsys)
     export = write_json(tmp_path / "slack.json", slack_export(4))
     assert run(["ingest", str(export), "--vault", str(v)], capsys)[0] == 0
-    stuck = _park_extract_job(v)
+    stuck = _park_admit_job(v)
     assert run(["jobs", "--run", "--vault", str(v)], capsys)[0] == 0  # the other leaves go through
     code, out, _ = run(["check", "--vault", str(v), "--json"], capsys)
     assert code == 1

@@ -24,8 +24,8 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
-from tests.conftest import run_cli
-from vaultmem import agentio, daemonstate, hooks, mdfile
+from tests.helpers import run_cli
+from vaultmem import agentio, daemonstate, frontmatter, hooks
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
 from vaultmem.frame import CLOSE, OPEN
@@ -281,7 +281,7 @@ def test_remember_and_update_name_the_client(vault: Vault) -> None:
                 )
             )
             assert new["supersedes"] == deadline.id
-            old_meta = mdfile.split(vault.layout.abs(deadline.path).read_text(encoding="utf-8")).meta
+            old_meta = frontmatter.split(vault.layout.abs(deadline.path).read_text(encoding="utf-8")).meta
             assert old_meta[agentio.SUPERSEDED_BY] == new["ids"][0]
             found = text_of(await client.call_tool("search", {"query": "Tidepool patch due"}))
             assert f"superseded by {new['ids'][0]}" in found and f"supersedes {deadline.id}" in found

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import run
+from tests.helpers import run
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 

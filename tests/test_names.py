@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_cli import run
+from tests.helpers import run
 from vaultmem.entities import slug_for
 from vaultmem.errors import InvalidInput, UnsafePath
 from vaultmem.ingest import check_new_sources

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 from vaultmem import purge
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import read_only
-from tests.test_cli import INBOX_CHAT, run
+from tests.helpers import INBOX_CHAT, read_only, run
 
 
 def _filled_vault(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.test_summarise import ChatServer, Reply
+from tests.helpers import ChatServer, Reply
 from vaultmem import recipes
 from vaultmem.embed import FakeEmbedder
 from vaultmem.episodes import Episode, Step

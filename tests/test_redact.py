@@ -295,7 +295,7 @@ def test_a_leaf_is_read_back_redacted_and_rewritten_with_its_own_bytes() -> None
 
 
 def test_redact_document_keeps_clean_keys_byte_for_byte() -> None:
-    from vaultmem.mdfile import redact_document, split
+    from vaultmem.frontmatter import redact_document, split
 
     text = (
         f"---\nid: 0123456789abcdef\nkind: leaf\nspeaker: {GH_PAT}\ndate: 2024-05-01   # mine\n"

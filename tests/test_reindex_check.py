@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import chat
+from tests.helpers import chat
 from vaultmem import Vault, index
 from vaultmem.fsio import TMP_PREFIX
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
-from tests.test_summarise import ChatServer, Reply
+from tests.helpers import ChatServer, Reply, run_cli
 from vaultmem import detect
 from vaultmem.embed import FakeEmbedder
 from vaultmem.jobs import detect_updates_job

@@ -7,10 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.helpers import EXAMPLES_CONFIG, ROOT, ingest_examples
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _sample_leaves() -> dict[str, tuple[str, str]]:
@@ -23,18 +22,6 @@ def _sample_leaves() -> dict[str, tuple[str, str]]:
         values = {k: m.group(1).strip("'\"") if m else "" for k, m in fields.items()}
         leaves[values["id"]] = (values["source"], values["session"])
     return leaves
-
-
-EXAMPLES = ROOT / "docs" / "examples"
-EXAMPLES_CONFIG = (EXAMPLES / "config.toml").read_text()
-
-
-def ingest_examples(vault: Vault) -> None:
-    """What `just sample` ingests, with the same source names."""
-    vault.ingest_path(EXAMPLES / "assistant-chat.jsonl", source="assistant-chat")
-    vault.ingest_path(EXAMPLES / "team-slack.json")
-    vault.ingest_path(EXAMPLES / "notes", source="notes")
-    vault.ingest_path(EXAMPLES / "mail", source="mail")
 
 
 def test_ingesting_the_examples_again_gives_the_sample_vault_leaves(tmp_path: Path) -> None:

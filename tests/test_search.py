@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import chat
+from tests.helpers import chat
 from vaultmem import Vault
 from vaultmem.context import assemble
 from vaultmem.embed import FakeEmbedder

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import CONFIG, run, topic_records
 from tests.secret_shapes import ALNUM, B64URL, rand
-from tests.test_cli import run
-from tests.test_compact import CONFIG, topic_records
 from vaultmem.vault import Vault
 
 GIT_CONFIG = '\n[embed]\nmodel = "fake"\n\n[git]\nauto_commit = true\n'

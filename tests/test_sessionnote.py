@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_summarise import ChatServer, Reply
+from tests.helpers import ChatServer, Reply
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import NodeNotFound
 from vaultmem.jobs import JobKind

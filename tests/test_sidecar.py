@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tests.conftest import chat
+from tests.helpers import chat
 from vaultmem import Vault, sidecar
 from vaultmem.embed import FakeEmbedder
 from vaultmem.layout import Layout
@@ -232,7 +232,7 @@ def test_switching_models_reembeds_and_rebuilds_sidecars(tmp_path: Path) -> None
 
 
 def test_directory_members_are_matched_exactly_not_by_like_pattern(tmp_path: Path) -> None:
-    from vaultmem.extract import _nodes_in_dir
+    from vaultmem.admit import _nodes_in_dir
 
     with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
         vault.ingest_messages(chat(3), source="chat")

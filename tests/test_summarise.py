@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -17,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import ChatServer, Reply, Request
 from vaultmem.embed import FakeEmbedder
+from vaultmem.llm import OpenAICompatSummariser, parse_reply
 from vaultmem.summarise import (
     Child,
     ExtractiveSummariser,
-    OpenAICompatSummariser,
     Summariser,
     Summary,
-    parse_reply,
     split_sentences,
     token_bound,
 )
@@ -368,99 +364,6 @@ def test_never_exceeds_the_bound(items: list[tuple[str, bool, str | None]], dept
 
 
 # --- a real chat-completions server ----------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    content: str | None = "TITLE: Garden roses\nCaroline and Melanie planted roses by the fence."
-    status: int = 200
-    raw: bytes | None = None  # sent as the body instead of a chat-completions object
-    delay_s: float = 0.0
-
-
-@dataclass
-class Request:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-@dataclass
-class ChatServer:
-    url: str = ""
-    replies: list[Reply] = field(default_factory=lambda: [Reply()])  # in turn; the last one repeats
-    requests: list[Request] = field(default_factory=list)
-    active: int = 0
-    max_active: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def take(self, request: Request) -> Reply:
-        with self.lock:
-            self.requests.append(request)
-            self.active += 1
-            self.max_active = max(self.max_active, self.active)
-            return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = False  # so server_close() joins every handler and no thread outlives a test
-    state: ChatServer
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that timed out closes its socket before the slow reply is written
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _HTTPServer
-
-    def do_POST(self) -> None:
-        state = self.server.state
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        reply = state.take(Request(self.path, dict(self.headers.items()), body))
-        try:
-            if reply.delay_s:
-                state.stop.wait(reply.delay_s)  # teardown sets stop, so no handler is left waiting
-        finally:
-            # Counted down before replying: the client frees its semaphore slot only after the reply.
-            with state.lock:
-                state.active -= 1
-        if reply.raw is not None:
-            payload = reply.raw
-        else:
-            message = {"role": "assistant", "content": reply.content}
-            payload = json.dumps({"id": "x", "choices": [{"index": 0, "message": message}]}).encode()
-        self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def server() -> Iterator[ChatServer]:
-    before = set(threading.enumerate())
-    state = ChatServer()
-    httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-    httpd.state = state
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    state.url = f"http://127.0.0.1:{httpd.server_port}/v1/"
-    try:
-        yield state
-    finally:
-        state.stop.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(timeout=5)
-    assert set(threading.enumerate()) <= before
 
 
 def leaves(n: int = 6, words: int = 10) -> list[Child]:

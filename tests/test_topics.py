@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.test_summarise import ChatServer, Reply
+from tests.helpers import ChatServer, Reply, nothing_left_to_run, wait_for, watching
 from vaultmem import topics
 from vaultmem.cli import app, main
 from vaultmem.embed import FakeEmbedder
@@ -243,18 +244,11 @@ def test_a_cold_topic_is_archived_and_revived_when_it_heats_up(vault: Vault) -> 
     root = vault.layout.root
     assert (root / "topics" / "project-tidepool" / "_summary.md").exists()
     later = topics.heat.utcnow() + timedelta(days=60)  # seven half-lives: far below archive_below
-    ctx = vault.work_context()
+    ctx = vault.job_env()
 
     def route() -> topics.route.Routed:
         return topics.route.route(
-            vault.conn,
-            vault.layout,
-            "project:tidepool",
-            ctx.topics,
-            vault.embedder,
-            vault._locked,
-            1 << 20,
-            later,
+            replace(ctx, max_bytes=1 << 20, commit=None), vault.conn, "project:tidepool", ctx.topics, later
         )
 
     routed = route()
@@ -461,7 +455,7 @@ def test_a_hand_edit_seen_by_the_watcher_re_routes_the_topic(vault: Vault) -> No
 def test_the_midnight_sweep_queues_every_topic(vault: Vault) -> None:
     vault.ingest_messages(records(12), source="chat")
     vault.compact()
-    assert vault.jobs.pending() == 0
+    assert nothing_left_to_run(vault)
     queued = vault.sweep_topics()
     assert queued == len(topics.plan.existing(vault.conn)) >= 3  # Caroline, Melanie, TidePool
     vault.work()
@@ -531,8 +525,6 @@ def test_a_topic_folder_renamed_by_hand_stays_where_the_person_put_it(vault: Vau
 
 def test_the_daemon_archives_a_topic_gone_cold_at_midnight(vault: Vault) -> None:
     import time
-
-    from tests.test_watch import wait_for, watching
 
     vault.ingest_messages(records(12), source="chat")
     vault.compact()

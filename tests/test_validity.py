@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 from vaultmem import validity
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import FrontmatterError

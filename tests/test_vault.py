@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import chat, read_only
+from tests.helpers import chat, read_only
 from vaultmem import Vault, index
 from vaultmem.errors import (
     FrontmatterError,
@@ -291,7 +291,7 @@ def test_write_lock_turns_go_in_arrival_order() -> None:
     import threading
     import time
 
-    from vaultmem.vault import FairRLock
+    from vaultmem.lock import FairRLock
 
     lock = FairRLock()
     order: list[str] = []

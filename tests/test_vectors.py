@@ -112,7 +112,7 @@ def test_sequence_numbers_never_repeat(tmp_path: Path) -> None:
 
 
 def matrix_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str = "v", n: int = 40):  # type: ignore[no-untyped-def]
-    from tests.conftest import chat
+    from tests.helpers import chat
     from vaultmem.embed import FakeEmbedder
     from vaultmem.vault import Vault
 
@@ -155,7 +155,7 @@ def test_matrix_file_is_mapped_by_a_new_process(tmp_path: Path, monkeypatch: pyt
 
 
 def test_matrix_file_plus_newer_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.conftest import chat
+    from tests.helpers import chat
 
     vault = matrix_vault(tmp_path, monkeypatch)
     files = vectors.MatrixFile.of(vault.layout.state, vault.embedder.model_id)
@@ -176,7 +176,7 @@ def test_matrix_file_plus_newer_rows(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_matrix_file_is_rewritten_when_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.conftest import chat
+    from tests.helpers import chat
 
     vault = matrix_vault(tmp_path, monkeypatch)
     vault.ingest_messages(chat(10, session="s2", prefix="later note"), source="chat")  # 25% more

@@ -11,112 +11,35 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from watchdog.observers import Observer
 
-from tests.conftest import chat
-from tests.test_compact import make_vault, topic_records
+from tests.helpers import (
+    BULK_S,
+    DEADLINE_S,
+    chat,
+    make_vault,
+    nothing_left_to_run,
+    settle,
+    topic_records,
+    wait_for,
+    watching,
+)
 from vaultmem import daemonstate
 from vaultmem.cli import app
 from vaultmem.daemon import Daemon, midnight_jobs
-from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import VaultLocked
 from vaultmem.jobs import JobKind
 from vaultmem.layout import Layout
 from vaultmem.pool import Pool
-from vaultmem.reconcile import PathsReport
 from vaultmem.vault import Vault
 from vaultmem.watch import Debouncer, Watcher
 
 # Deadlines only bound a hang: every wait below ends as soon as its condition holds, on any machine.
-DEADLINE_S = 60.0
-BULK_S = 240.0  # for a thousand notes on a loaded machine
-
-
-def wait_for(cond: Callable[[], object], timeout: float = DEADLINE_S, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-class ObservedDaemon(Daemon):
-    """The daemon under test, unchanged, that also tells the test what it has done: the paths of each
-    batch it reconciled, and how many turns of its loop it finished (its status is written once a turn)."""
-
-    def __init__(self, vault: Vault, **kw: object) -> None:
-        super().__init__(vault, **kw)  # type: ignore[arg-type]
-        self.reconciled: list[str] = []
-        self.turns = 0
-
-    def process(self, rels: list[str], *, final: bool = False) -> PathsReport:
-        report = super().process(rels, final=final)
-        self.reconciled.extend(rels)
-        return report
-
-    def write_status(self, *, force: bool = False, running: bool = True) -> None:
-        super().write_status(force=force, running=running)
-        self.turns += 1
-
-
-@contextmanager
-def watching(root: Path, **kw: object) -> Iterator[ObservedDaemon]:
-    """A daemon on its own thread and connection (the test uses another Vault, like another process)."""
-    v = Vault.open(root, embedder=FakeEmbedder())
-    daemon = ObservedDaemon(v, quiet_s=0.1, delete_grace_s=0.5, status_s=0.2, **kw)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            daemon.run(stop)
-        except BaseException as exc:  # surfaced in the test thread below
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="test-daemon")
-    thread.start()
-    try:
-        wait_for(lambda: errors or (daemon.watcher.alive() and daemon.last_rescan is not None), what="start")
-        assert not errors, errors
-        yield daemon
-    finally:
-        stop.set()
-        thread.join(timeout=BULK_S)
-        v.close()
-    assert not thread.is_alive()
-    assert not errors, errors
-    assert not [t for t in threading.enumerate() if t.name.startswith("vaultmem-worker")]
-
-
-def settle(daemon: ObservedDaemon) -> None:
-    """Wait until every file event so far has been reconciled, however slowly events arrive.
-
-    A fence: an empty folder made now. Its event comes after every earlier event (one inotify queue, in
-    order), and the debouncer hands out a path only once it went quiet, with every path that went quiet
-    before it; so when a batch holding the fence has been reconciled, so has every earlier event. Then
-    deletions held for their grace period are waited out, and one whole turn of the loop after that (a
-    due deletion may be in the middle of being reconciled)."""
-    fence = daemon.layout.root / f"settle-fence-{len(daemon.reconciled)}-{time.monotonic_ns()}"
-    fence.mkdir()
-    try:
-        wait_for(lambda: fence.name in daemon.reconciled, what="the daemon to reach the fence")
-    finally:
-        fence.rmdir()  # its removal is one more event, reconciled to nothing
-    end = time.monotonic() + DEADLINE_S
-    while True:
-        wait_for(lambda: not daemon.pending_deletes and len(daemon.debouncer) == 0, what="the held deletions")
-        wait_for(
-            lambda since=daemon.turns: daemon.turns >= since + 2, what="a whole turn of the daemon's loop"
-        )
-        if not daemon.pending_deletes and len(daemon.debouncer) == 0:
-            return
-        assert time.monotonic() < end, "the daemon never settled: events keep coming"
 
 
 def row(vault: Vault, leaf_id: str) -> dict[str, object] | None:
@@ -280,22 +203,22 @@ def test_invalid_file_is_reported_and_never_touched(seeded: Vault) -> None:
 
 def test_own_writes_never_trigger_work(tmp_path: Path) -> None:
     vault = make_vault(tmp_path / "v")
-    vault.ingest_messages(topic_records(10))
-    vault.flush()
     with watching(vault.layout.root) as daemon:
         settle(daemon)
         start = daemon.report.as_dict()
+        vault.ingest_messages(topic_records(10))
+        vault.flush()
         vault.compact()
-        # The daemon's pool claims from the same queue and may run the seal this call queued; either
-        # way, once the queue is empty everything beyond the fresh tail is sealed.
-        wait_for(lambda: not vault.jobs.pending(), what="the compaction's jobs")
+        # The daemon's pool claims from the same queue and may run the seals the admitted leaves and this
+        # call queued; either way, once nothing is left to run everything beyond the fresh tail is sealed.
+        wait_for(lambda: nothing_left_to_run(vault), what="the compaction's jobs")
         assert len(vault.ls(status="admitted")) == 8 and len(vault.ls()) == 40
         settle(daemon)
         end = daemon.report.as_dict()
         assert end["unchanged"] > start["unchanged"]  # it saw the compaction's files...
         for key in ("new", "moved", "changed", "deleted", "notes", "added", "stale"):
             assert end[key] == start[key] == 0, key  # ...and found nothing to do
-        assert vault.jobs.pending() == 0
+        assert nothing_left_to_run(vault)
     assert vault.check().ok
     vault.close()
 
@@ -393,7 +316,7 @@ def test_scheduler_enqueues_and_pool_runs_the_digest(seeded: Vault) -> None:
     jobs = midnight_jobs(datetime(2026, 3, 5, tzinfo=UTC), seeded.sources())
     assert seeded.jobs.enqueue_many(jobs) == 2
     assert seeded.jobs.enqueue_many(jobs) == 0  # the same midnight twice queues nothing
-    Pool(seeded.work_context()).run_until_idle()
+    Pool(seeded.job_env()).run_until_idle()
     assert seeded.jobs.list() == []  # 2026-03-04 has no leaves: its digest job completes, writing nothing
     assert (seeded.layout.root / "global" / "2024-03").is_dir()  # the seeded days got theirs
     assert not (seeded.layout.root / "global" / "2026-03").exists()

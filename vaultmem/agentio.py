@@ -164,11 +164,13 @@ def commit_message(client: str, action: str, reason: str | None) -> str:
 def with_keys(text: str, keys: Mapping[str, Any], *, where: str = "file") -> str:
     """A Markdown file's text with top-level frontmatter ``keys`` set (replaced where present, else added
     after the others); every other key keeps its YAML text byte for byte, and the body is unchanged."""
-    from vaultmem import mdfile  # YAML: loaded by the writes that need it, not by `vaultmem mcp` at start
+    from vaultmem import (
+        frontmatter,  # YAML: loaded by the writes that need it, not by `vaultmem mcp` at start
+    )
 
-    doc = mdfile.split(text, where=where)
+    doc = frontmatter.split(text, where=where)
     blocks = [raw if raw.endswith("\n") else raw + "\n" for key, raw in doc.raw_blocks if key not in keys]
-    return "---\n" + "".join(blocks) + mdfile.dump_mapping(dict(keys)) + "---\n" + doc.body
+    return "---\n" + "".join(blocks) + frontmatter.dump_mapping(dict(keys)) + "---\n" + doc.body
 
 
 def id_list(value: Any) -> list[str]:

@@ -1,27 +1,22 @@
 """The chat-completions call the agent-memory tiers make (core condensing, session notes, recipes).
 
 One method, ``ask(system, user) -> reply text``, raising ``SummariserError`` for any trouble (timeout,
-HTTP error, malformed reply). The HTTP exchange is the summariser's (proxy bypass for a local server,
-1 MiB cap, timeouts, the shared concurrency semaphore), so every LLM client of vaultmem behaves alike.
+HTTP error, malformed reply). The HTTP exchange is ``llm.ChatClient``'s (proxy bypass for a local
+server, 1 MiB cap, timeouts, the shared concurrency semaphore), so every LLM client of vaultmem behaves
+alike.
 Callers validate what the model says and fall back to their offline rules; this module never does.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
 from typing import Any
 
 from vaultmem.errors import SummariserError
-from vaultmem.summarise import OpenAICompatSummariser, _content
+from vaultmem.llm import ChatClient, without_thinking
 
-_THINK_RE = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL | re.IGNORECASE)
-
-
-def without_thinking(reply: str) -> str:
-    """A reply without the ``<think>`` blocks reasoning models put before their answer."""
-    return _THINK_RE.sub("", reply)
+__all__ = ["ChatModel", "reply_object", "without_thinking"]
 
 
 def reply_object(reply: str) -> dict[str, Any]:
@@ -55,9 +50,7 @@ class ChatModel:
         self.model = model
         self.name = f"llm:{model}"
         # Raises SummariserError for a base URL that is not http(s): a configuration error.
-        self._client = OpenAICompatSummariser(
-            base_url, model, api_key=api_key, timeout_s=timeout_s, semaphore=semaphore
-        )
+        self._client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, semaphore=semaphore)
 
     def ask(self, system: str, user: str, *, max_tokens: int = 1024) -> str:
         body = {
@@ -66,4 +59,4 @@ class ChatModel:
             "temperature": 0.2,
             "max_tokens": max_tokens,
         }
-        return _content(self._client._post(json.dumps(body, ensure_ascii=False).encode("utf-8")))
+        return self._client.complete(json.dumps(body, ensure_ascii=False).encode("utf-8"))

@@ -60,13 +60,13 @@ def framed(sections: Sequence[str], empty: str) -> str:
 
 def validity(vault: Vault, rel: str) -> list[str]:
     """What a leaf's file says of its versions (``supersedes`` / ``superseded_by``, issue #20's keys)."""
-    from vaultmem import mdfile
+    from vaultmem import frontmatter
 
     try:
         data = vault.layout.abs(rel).read_bytes()
         if b"supersede" not in data:  # most leaves: no YAML to parse
             return []
-        meta = mdfile.split(data.decode("utf-8"), where=rel).meta
+        meta = frontmatter.split(data.decode("utf-8"), where=rel).meta
     except (OSError, UnicodeDecodeError, VaultError):
         return []
     out = []

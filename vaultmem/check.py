@@ -40,7 +40,7 @@ Invariants:
 Stuck work (the queue is in chunks.db, so these are index-side too):
 - ``parked_job``       a job gave up after its attempts; nothing retries it  (fix: requeue it with fresh
                        attempts, as ``vaultmem jobs --retry`` does)
-- ``pending_unqueued`` a leaf waits for extraction but no job will do it     (fix: queue its extract job)
+- ``pending_unqueued`` a leaf waits for extraction but no job will do it     (fix: queue its admit job)
 - ``dead_lease``       a job is leased by a process that is gone, or its lease expired (fix: put it back
                        in the queue; opening the vault does this for killed processes of this host)
 """
@@ -59,8 +59,9 @@ import numpy as np
 from vaultmem import daemonstate, fsio, index, review, sidecar
 from vaultmem.db import NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
-from vaultmem.ingest import extract_job, heal_intents
-from vaultmem.jobs import Job, JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
+from vaultmem.frontmatter import redact_document
+from vaultmem.ingest import heal_intents
+from vaultmem.jobs import Job, JobQueue, NewJob, admit_job, digest_job, resummarise_job, topic_route_job
 from vaultmem.layout import (
     DB_NAME,
     RESERVED_TOP,
@@ -72,11 +73,10 @@ from vaultmem.layout import (
     Layout,
 )
 from vaultmem.leaffile import LEAF_KEYS, id_from_filename, parse_leaf, render_leaf
-from vaultmem.mdfile import redact_document
 from vaultmem.reindex import VaultFiles, read_vault
 from vaultmem.scan import ScanEntry, scan
+from vaultmem.steps import pending_notes
 from vaultmem.summaryfile import SUMMARY_KEYS, parse_summary, render_summary, summary_id
-from vaultmem.treeops import pending_notes
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ def check(
         (row["id"], row["path"], row["depth"])
         for row in conn.execute(
             "SELECT id, path, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
-            " AND 'resummarize:' || id NOT IN (SELECT dedupe_key FROM jobs WHERE dedupe_key IS NOT NULL)"
+            " AND 'resummarise:' || id NOT IN (SELECT dedupe_key FROM jobs WHERE dedupe_key IS NOT NULL)"
         )
     ]
     stale_problems = [
@@ -193,10 +193,10 @@ def check(
 
     if fix:
         with atomic(conn):
-            JobQueue(conn).enqueue_many(resummarize_job(node_id, depth) for node_id, _, depth in unqueued)
+            JobQueue(conn).enqueue_many(resummarise_job(node_id, depth) for node_id, _, depth in unqueued)
             conn.executemany("DELETE FROM chunks WHERE id = ?", [(row["id"],) for row in orphans])
             index.upsert_rows(conn, refresh)
-            JobQueue(conn).enqueue_many(extract_job(i) for i in reembed)  # copies made nodes of their own
+            JobQueue(conn).enqueue_many(admit_job(i) for i in reembed)  # copies made nodes of their own
             if fts_problem is not None:
                 rebuild_fts(conn)
         fixed.extend(refresh_problems + orphan_problems + stale_problems)
@@ -295,7 +295,7 @@ def _make_own_node(layout: Layout, rel: str, max_bytes: int) -> tuple[str, str]:
 
 
 def _stuck_work(conn: sqlite3.Connection, *, fix: bool) -> list[Problem]:
-    """Work that will never finish by itself: parked jobs, pending leaves without an extract job, and
+    """Work that will never finish by itself: parked jobs, pending leaves without an admit job, and
     jobs leased by nobody alive. ``fix`` requeues them."""
     queue = JobQueue(conn)
     out: list[Problem] = []
@@ -312,7 +312,8 @@ def _stuck_work(conn: sqlite3.Connection, *, fix: bool) -> list[Problem]:
         )
     unqueued = conn.execute(
         "SELECT id, path FROM chunks WHERE kind = 'leaf' AND status = 'pending_extraction'"
-        " AND 'extract:' || id NOT IN (SELECT dedupe_key FROM jobs WHERE dedupe_key IS NOT NULL)"
+        " AND 'admit:' || id NOT IN (SELECT dedupe_key FROM jobs WHERE dedupe_key IS NOT NULL)"
+        " AND 'extract:' || id NOT IN (SELECT dedupe_key FROM jobs WHERE dedupe_key IS NOT NULL)"  # older name
     ).fetchall()
     for row in unqueued:
         out.append(
@@ -337,7 +338,7 @@ def _stuck_work(conn: sqlite3.Connection, *, fix: bool) -> list[Problem]:
         with atomic(conn):
             for job in parked:
                 queue.retry(job.id)
-            queue.enqueue_many(extract_job(row["id"]) for row in unqueued)
+            queue.enqueue_many(admit_job(row["id"]) for row in unqueued)
             for owner in sorted({str(job.lease_owner) for job in dead}):
                 queue.release_owner(owner)
     return out
@@ -489,7 +490,7 @@ def _sidecar_problems(
                 if r["vec"] is not None
             }
             sidecar.update(layout, path.parent, model, dim, put)
-            JobQueue(conn).enqueue_many(extract_job(r["id"]) for r in mine if r["vec"] is None)
+            JobQueue(conn).enqueue_many(admit_job(r["id"]) for r in mine if r["vec"] is None)
     return out
 
 

@@ -854,7 +854,7 @@ def compact(
         return
     typer.echo(
         f"sealed {report.sealed} leaves into {report.levels} new levels, merged {report.merged} into existing"
-        f" ones, condensed {report.condensed} levels, re-summarised {report.resummarized}"
+        f" ones, condensed {report.condensed} levels, re-summarised {report.resummarised}"
         + (f"; {report.jobs_failed} jobs failed (see `vaultmem jobs`)" if report.jobs_failed else "")
     )
     for note in report.notes:

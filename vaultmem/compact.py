@@ -2,10 +2,10 @@
 
 Owns the decisions. ``SourceState`` is an in-memory picture of one source tree (the ``_fresh/`` buffer,
 every level with its centroid and size); the planners turn it into ``TreeOp`` steps and update the
-picture as they go, so a dry run and a real run plan the same steps. ``treeops.apply`` makes each step
+picture as they go, so a dry run and a real run plan the same steps. ``steps.apply`` makes each step
 durable. Sealing always writes an extractive summary at once (fast, deterministic, inside the write
 lock); when an LLM summariser is configured the new level is marked stale and re-summarised by a
-``resummarize`` job, whose model call runs outside the lock. Never prints.
+``resummarise`` job, whose model call runs outside the lock. Never prints.
 """
 
 from __future__ import annotations
@@ -22,15 +22,17 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import cluster, fsio, index, mdfile, sidecar, treeops, validity, vectors
+from vaultmem import cluster, fsio, index, sidecar, steps, validity, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
-from vaultmem.jobs import JobQueue, resummarize_job
+from vaultmem.jobs import JobQueue, resummarise_job
 from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, slug
 from vaultmem.model import Status, parse_ts
 from vaultmem.order import sibling_order
-from vaultmem.summarise import Child, ExtractiveSummariser, Summariser
+from vaultmem.stale import Resummarised, children_of, current_fingerprint, fingerprint_rows
+from vaultmem.steps import FileWrite, StepEnv, TreeOp
+from vaultmem.summarise import Child, ExtractiveSummariser
 from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
@@ -43,7 +45,6 @@ from vaultmem.summaryfile import (
     summary_id,
     text_hash,
 )
-from vaultmem.treeops import FileWrite, TreeOp
 
 Vector = npt.NDArray[np.float32]
 _NUMBERED = re.compile(r"^(\d+)-")
@@ -158,7 +159,7 @@ class SourceState:
             (model, source),
         ):
             if row["vec"] is None:
-                continue  # not embedded yet: it waits in _fresh/ for its extract job
+                continue  # not embedded yet: it waits in _fresh/ for its admit job
             vec = np.frombuffer(row["vec"], dtype="<f4").astype(np.float32)
             path = row["path"]
             if path.startswith(fresh_prefix):
@@ -681,50 +682,23 @@ def prune_sidecars(conn: sqlite3.Connection, layout: Layout, source: str, model:
 
 
 # -- re-summarisation and stale marking -----------------------------------------------------------------
-@dataclass(frozen=True)
-class Resummarized:
-    outcome: str  # "done" | "defer" | "gone" (its row went) | "missing" (row without a file)
-    message: str = ""
-    notes: tuple[str, ...] = ()
-
-
-def _children_of(conn: sqlite3.Connection, directory: str) -> tuple[list[sqlite3.Row], list[sqlite3.Row]]:
-    """(leaf rows directly in ``directory``, summary rows of the levels directly under it)."""
-    prefix = directory + "/"
-    leaves = []
-    subs = []
-    for row in conn.execute(
-        "SELECT * FROM chunks WHERE path >= ? AND path < ? ORDER BY coalesce(ts, ''), path",
-        index.prefix_range(prefix),
-    ):
-        rest = row["path"][len(prefix) :]
-        if row["kind"] == "leaf" and "/" not in rest:
-            leaves.append(row)
-        elif row["kind"] == "summary" and rest.count("/") == 1:
-            subs.append(row)
-    return leaves, subs
 
 
 def _vectors_for(conn: sqlite3.Connection, ids: Sequence[str], model: str) -> dict[str, Vector]:
     return vectors.by_ids(conn, model, ids)
 
 
-def resummarize(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    node_id: str,
-    summariser: Summariser,
-    embedder: Embedder,
-    write_lock: Callable[[], AbstractContextManager[object]],
-    max_bytes: int,
-) -> Resummarized:
-    """Write a fresh summary of one level from its current children. The summariser (maybe a slow
-    LLM) runs without the write lock; the write then checks that the file is still what was read."""
+def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resummarised:
+    """A source tree's own re-summarise: write a fresh summary of one level from its current children.
+    The summariser (maybe a slow LLM) runs without the write lock; the write then checks that the file
+    is still what was read."""
+    layout, summariser, write_lock, max_bytes = env.layout, env.summariser, env.lock, env.max_bytes
+    embedder = env.embedder()
     row = conn.execute(
         "SELECT path, depth, parent FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
     ).fetchone()
     if row is None:
-        return Resummarized("gone")
+        return Resummarised("gone")
     rel = row["path"]
     path = layout.abs(rel)
     try:
@@ -734,18 +708,18 @@ def resummarize(
             moved = conn.execute("SELECT path FROM chunks WHERE id = ?", (node_id,)).fetchone()
             still_missing = not layout.abs(rel).exists()
         if moved is None:
-            return Resummarized("gone")
+            return Resummarised("gone")
         if moved[0] != rel or not still_missing:
             # Condensation moved the folder between the two reads: try again at its new place.
-            return Resummarized("defer", notes=(f"{rel} moved to {moved[0]}; retrying there",))
+            return Resummarised("defer", notes=(f"{rel} moved to {moved[0]}; retrying there",))
         # The file is gone but its row is not (deleted by hand): an attempt that counts, so a vault
         # that never gets reconciled parks this job instead of retrying it for ever.
-        return Resummarized("missing", notes=(f"{rel} is missing; `vaultmem check --fix` reconciles it",))
+        return Resummarised("missing", notes=(f"{rel} is missing; `vaultmem check --fix` reconciles it",))
     node, doc = parse_summary(text, rel)
-    leaves, subs = _children_of(conn, node.directory)
+    leaves, subs = children_of(conn, node.directory)
     if _children_pending(conn, [(sub["id"], sub["depth"]) for sub in subs if sub["status"] == "stale"]):
-        return Resummarized("defer", notes=("a child level is still stale; its parent waits",))
-    fingerprint = _fingerprint_rows([*leaves, *subs])
+        return Resummarised("defer", notes=("a child level is still stale; its parent waits",))
+    fingerprint = fingerprint_rows([*leaves, *subs])
     if node.children_hash == fingerprint and not node.hand_edited:
         # Written from exactly these children (git restored both, or the change that marked it was
         # undone): the summary is current as it is; only its stale flag goes.
@@ -808,7 +782,7 @@ def resummarize(
     data = render_summary(new, keep=doc).encode("utf-8")
     vec = embedder.embed([new.searchable])[0]
     op = TreeOp(
-        "resummarize",
+        "resummarise",
         node.source,
         f"memory: re-summarise {PurePosixPath(node.directory).name}/ ({node.source})",
         (FileWrite(rel, data.decode("utf-8"), digest),),
@@ -818,31 +792,12 @@ def resummarize(
         if current_fingerprint(conn, node.directory) != fingerprint:
             # A child was written (re-summarised, moved in or out) after its row was read: this text
             # would summarise what is gone, and nothing would mark it stale again.
-            return Resummarized("defer", notes=(f"the children of {rel} changed meanwhile; retrying",))
+            return Resummarised("defer", notes=(f"the children of {rel} changed meanwhile; retrying",))
         try:
-            treeops.apply(conn, layout, op, model, embedder.dim)
+            steps.apply(conn, layout, op, model, embedder.dim)
         except ConflictError:
-            return Resummarized("defer", notes=(f"{rel} changed while it was being summarised; retrying",))
-    return Resummarized("done", op.message, tuple(notes))
-
-
-def _fingerprint_rows(rows: Iterable[sqlite3.Row]) -> str:
-    return children_fingerprint(
-        (str(r["id"]), validity.fingerprint_part(str(r["content_hash"]), _superseded_by(r))) for r in rows
-    )
-
-
-def _superseded_by(row: sqlite3.Row) -> str | None:
-    try:
-        return str(row["superseded_by"])
-    except IndexError:  # a summary's row, or a read-only index made before validity had columns
-        return None
-
-
-def current_fingerprint(conn: sqlite3.Connection, directory: str) -> str:
-    """The ``children_fingerprint`` of a level's children as the index has them now."""
-    leaves, subs = _children_of(conn, directory)
-    return _fingerprint_rows([*leaves, *subs])
+            return Resummarised("defer", notes=(f"{rel} changed while it was being summarised; retrying",))
+    return Resummarised("done", op.message, tuple(notes))
 
 
 def _unstale(
@@ -852,10 +807,10 @@ def _unstale(
     text: str,
     digest: str,
     write_lock: Callable[[], AbstractContextManager[object]],
-) -> Resummarized:
+) -> Resummarised:
     """Clear the stale flag of a summary that still matches its children (no model call, no new text)."""
     if not node.stale:
-        return Resummarized("done")
+        return Resummarised("done")
     data = text.encode("utf-8")
     new = set_stale_line(data, False)
     if new is None:
@@ -864,12 +819,12 @@ def _unstale(
     op = TreeOp("stale", node.source, "", (FileWrite(node.path, new.decode("utf-8"), digest),))
     with write_lock():
         if current_fingerprint(conn, node.directory) != node.children_hash:
-            return Resummarized("defer", notes=(f"the children of {node.path} changed meanwhile; retrying",))
+            return Resummarised("defer", notes=(f"the children of {node.path} changed meanwhile; retrying",))
         try:
-            treeops.apply(conn, layout, op, "", 0)
+            steps.apply(conn, layout, op, "", 0)
         except ConflictError:
-            return Resummarized("defer", notes=(f"{node.path} changed meanwhile; looking again",))
-    return Resummarized("done")  # no message: nothing worth a line in the history
+            return Resummarised("defer", notes=(f"{node.path} changed meanwhile; looking again",))
+    return Resummarised("done")  # no message: nothing worth a line in the history
 
 
 def _children_pending(conn: sqlite3.Connection, stale: Sequence[tuple[str, int]]) -> bool:
@@ -890,10 +845,10 @@ def _children_pending(conn: sqlite3.Connection, stale: Sequence[tuple[str, int]]
             )
         }
         stale = [(i, depth) for i, depth in stale if i in still]
-        JobQueue(conn).enqueue_many(resummarize_job(i, depth) for i, depth in stale)
+        JobQueue(conn).enqueue_many(resummarise_job(i, depth) for i, depth in stale)
     if not stale:
         return False
-    keys = [f"resummarize:{i}" for i, _ in stale]
+    keys = [f"resummarise:{i}" for i, _ in stale]
     marks = ",".join("?" * len(keys))
     row = conn.execute(
         f"SELECT count(*) FROM jobs WHERE dedupe_key IN ({marks}) AND state IN ('queued', 'running')", keys
@@ -914,80 +869,3 @@ def _leaf_label_row(row: sqlite3.Row) -> str:
     words = " ".join(str(row["text"]).split()[:10])
     who = f"{row['speaker']}: " if row["speaker"] else ""
     return f"{day} {who}{words}".strip()
-
-
-def mark_stale(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    ids: Sequence[str],
-    max_bytes: int,
-    *,
-    unless_current: bool = False,
-) -> list[str]:
-    """Flag summaries stale in their files and rows and queue their re-summarisation. With
-    ``unless_current`` (catching up with edits made outside the engine), a summary whose recorded
-    ``children_hash`` still matches its children is left alone (a revert restored both), unless a level
-    below it is marked here: its text is about to change, so this one will be out of date too.
-
-    Each file is read, only its ``stale:`` line changes, and it is written back guarded by the hash
-    that was read (one durable step for all of them). Returns the ids marked."""
-    found: dict[str, tuple[bytes, SummaryNode, mdfile.MdDoc, str | None]] = {}
-    for node_id in dict.fromkeys(ids):
-        row = conn.execute(
-            "SELECT path, parent FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
-        ).fetchone()
-        if row is None:
-            continue
-        try:
-            data = layout.abs(row["path"]).read_bytes()
-            node, doc = parse_summary(data.decode("utf-8-sig"), row["path"])
-        except (FileNotFoundError, FrontmatterError, UnicodeDecodeError):
-            continue
-        found[node_id] = (data, node, doc, row["parent"])
-    current = {
-        node_id
-        for node_id, (_data, node, _doc, _parent) in found.items()
-        if unless_current
-        and not node.stale
-        and node.children_hash
-        and node.children_hash == current_fingerprint(conn, node.directory)
-    }
-    changed = True
-    while changed:  # a level marked below a current one makes it stale after all
-        changed = False
-        for node_id, (_data, _node, _doc, parent) in found.items():
-            if node_id not in current and parent in current:
-                current.discard(parent)
-                changed = True
-    writes: list[FileWrite] = []
-    queued: list[tuple[str, int]] = []
-    source = ""
-    for node_id, (data, node, doc, _parent) in found.items():
-        if node_id in current:
-            continue
-        new = set_stale_line(data, True)
-        if new is None:
-            new = render_summary(replace(node, stale=True), keep=doc).encode("utf-8")
-        if new != data:
-            writes.append(FileWrite(node.path, new.decode("utf-8"), fsio.sha256_bytes(data)))
-        queued.append((node_id, node.depth))
-        source = source or node.source
-    if not queued:
-        return []
-    op = TreeOp(
-        "stale", source, f"memory: mark {len(queued)} summaries stale", tuple(writes), (), tuple(queued)
-    )
-    try:
-        treeops.apply(conn, layout, op, "", 0)
-    except ConflictError:
-        return []  # a person is editing one of them; the next catch-up sees it and tries again
-    return [node_id for node_id, _ in queued]
-
-
-def ancestors_of(conn: sqlite3.Connection, node_id: str) -> list[str]:
-    out: list[str] = []
-    row = conn.execute("SELECT parent FROM chunks WHERE id = ?", (node_id,)).fetchone()
-    while row is not None and row["parent"] is not None and row["parent"] not in out:
-        out.append(row["parent"])
-        row = conn.execute("SELECT parent FROM chunks WHERE id = ?", (row["parent"],)).fetchone()
-    return out

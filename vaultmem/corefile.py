@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from vaultmem import mdfile
+from vaultmem import frontmatter
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.layout import file_in
 from vaultmem.model import parse_ts
@@ -149,7 +149,7 @@ class CoreDoc:
     in_prompt: bool
     budget: int
     items: tuple[Item, ...]
-    md: mdfile.MdDoc | None = None
+    md: frontmatter.MdDoc | None = None
     archive: bool = False
 
     @property
@@ -261,7 +261,7 @@ def parse(text: str, rel: str, settings: CoreSettings) -> CoreDoc:
     if found is None:
         raise InvalidInput(f"{rel} is not a core memory file (core/<name>.md)")
     name, archive = found
-    md = mdfile.split(text, where=rel)
+    md = frontmatter.split(text, where=rel)
     spec = settings.spec(name)
     meta = md.meta
     budget = meta.get("budget", spec.budget)
@@ -287,7 +287,7 @@ def render(doc: CoreDoc, items: Sequence[Item]) -> str:
     lines = [i.line if isinstance(i, Entry) else i for i in items]
     while lines and not lines[-1].strip():
         lines.pop()
-    return mdfile.render(engine, "\n".join(lines) + "\n", keep=doc.md, owned=OWNED)
+    return frontmatter.render(engine, "\n".join(lines) + "\n", keep=doc.md, owned=OWNED)
 
 
 def template(spec: CoreSpec) -> CoreDoc:

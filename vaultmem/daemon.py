@@ -31,7 +31,7 @@ from vaultmem.db import connect
 from vaultmem.errors import GitBusy
 from vaultmem.gitsync import GitOperation
 from vaultmem.index import prefix_range
-from vaultmem.jobs import JobKind, NewJob, reclaim
+from vaultmem.jobs import NewJob, digest_job, flush_stale_job, reclaim
 from vaultmem.model import format_ts
 from vaultmem.pool import Pool
 from vaultmem.reconcile import PathsReport, Stamp
@@ -88,10 +88,7 @@ class WatchReport:
 def midnight_jobs(day: datetime, sources: list[str]) -> list[NewJob]:
     """What the scheduler queues at 00:00 UTC of ``day``: yesterday's digest and a stale flush of
     every source (their dedupe keys make a second run of the same midnight a no-op)."""
-    yesterday = (day - timedelta(days=1)).date().isoformat()
-    jobs = [NewJob(JobKind.DIGEST_DAILY.value, {"day": yesterday}, dedupe_key=f"digest_daily:{yesterday}")]
-    jobs += [NewJob(JobKind.FLUSH_STALE.value, {"source": s}, dedupe_key=f"flush_stale:{s}") for s in sources]
-    return jobs
+    return [digest_job((day - timedelta(days=1)).date()), *(flush_stale_job(s) for s in sources)]
 
 
 def _next_midnight(now: float) -> float:
@@ -264,7 +261,7 @@ class Daemon:
                 reclaim(conn)  # jobs of a daemon killed by -9 go back to the queue
             finally:
                 conn.close()
-            pool = self.pool = Pool(self.vault.work_context(), self.workers)
+            pool = self.pool = Pool(self.vault.job_env(), self.workers)
             with self.vault.commit_batch():  # engine commits wait for _commit_if_due
                 if self._git_paused():
                     pool.pause()

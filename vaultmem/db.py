@@ -387,7 +387,19 @@ def m014_count_indexes(conn: sqlite3.Connection) -> None:
     )
 
 
-def m015_validity(conn: sqlite3.Connection) -> None:
+def m015_job_kind_names(conn: sqlite3.Connection) -> None:
+    # The ``extract`` job became ``admit`` and ``resummarize`` became ``resummarise`` (one spelling);
+    # queued rows and their dedupe keys follow, so a job queued by an older version is neither lost nor
+    # queued twice.
+    for old, new in (("extract", "admit"), ("resummarize", "resummarise")):
+        conn.execute(
+            "UPDATE OR IGNORE jobs SET kind = ?, dedupe_key = CASE WHEN dedupe_key LIKE ? THEN ? || substr(dedupe_key, ?)"
+            " ELSE dedupe_key END WHERE kind = ?",
+            (new, f"{old}:%", f"{new}:", len(old) + 2, old),
+        )
+
+
+def m016_validity(conn: sqlite3.Connection) -> None:
     # Validity (issue #20): a leaf's ``valid_from`` / ``valid_to`` (ISO UTC text, so they compare as
     # text), the versions it replaces / that replace it (JSON lists of leaf ids), and ``ingested``, when
     # the vault learned it (``as_of``: what the vault held then). Partial indexes make
@@ -425,7 +437,8 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("012_fts_nav", m012_fts_nav),
     ("013_agent_memory", m013_agent_memory),
     ("014_count_indexes", m014_count_indexes),
-    ("015_validity", m015_validity),
+    ("015_job_kind_names", m015_job_kind_names),
+    ("016_validity", m016_validity),
 ]
 
 

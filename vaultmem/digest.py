@@ -23,8 +23,7 @@ import json
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import PurePosixPath
@@ -32,14 +31,15 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import fsio, index, mdfile, treeops, validity, vectors
-from vaultmem.compact import Resummarized
+from vaultmem import frontmatter, fsio, index, steps, validity, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput
 from vaultmem.jobs import JobQueue, digest_job
 from vaultmem.layout import SUMMARY_NAME, Layout
 from vaultmem.model import Status, parse_ts
+from vaultmem.stale import Resummarised
+from vaultmem.steps import FileWrite, StepEnv, TreeOp
 from vaultmem.summarise import Child, Summariser
 from vaultmem.summaryfile import (
     ChildLink,
@@ -51,7 +51,6 @@ from vaultmem.summaryfile import (
     summary_id,
     text_hash,
 )
-from vaultmem.treeops import FileWrite, TreeOp
 
 GLOBAL = "global"  # the tree's top folder, and the ``source`` of every digest
 PERIODS = ("day", "week", "month")
@@ -59,7 +58,7 @@ LINK_CAP = 200  # a day with more leaves links this many (``descendants`` keeps 
 ATTEMPTS = 4  # a step that lost a race with another writer is planned again this often
 AFTER_MIDNIGHT_S = 60.0  # today's digest is written this long after the day is over
 Vector = npt.NDArray[np.float32]
-LockFactory = Callable[[], AbstractContextManager[object]]
+
 
 _MONTH_RE = re.compile(r"^\d{4}-\d{2}$")
 _WEEK_RE = re.compile(r"^\d{4}-W\d{2}$")
@@ -267,7 +266,9 @@ def day_leaves(conn: sqlite3.Connection, day: date) -> list[_DayLeaf]:
 
 
 def _signature(leaves: Sequence[_DayLeaf]) -> str:
-    keys = sorted(f"{leaf.id}:{leaf.content_hash}" for leaf in leaves)
+    keys = sorted(
+        f"{leaf.id}:{validity.fingerprint_part(leaf.content_hash, leaf.superseded_by)}" for leaf in leaves
+    )
     return hashlib.sha256("\n".join(keys).encode()).hexdigest()
 
 
@@ -288,7 +289,7 @@ def day_out_of_date(conn: sqlite3.Connection, node: SummaryNode | None, day: dat
 class _File:
     rel: str
     node: SummaryNode | None
-    doc: mdfile.MdDoc | None
+    doc: frontmatter.MdDoc | None
     hash: str | None  # of the bytes read; None: there is no file yet
     data: str | None
 
@@ -603,21 +604,19 @@ def _mean(parts: Sequence[tuple[Vector, float]], embedder: Embedder, node: Summa
     return np.asarray(total / norm if norm > 0 else total, dtype=np.float32)
 
 
-def _rebuild(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    dirs: Sequence[str],
-    day: date | None,
-    summariser: Summariser,
-    embedder: Embedder,
-    write_lock: LockFactory,
-    max_bytes: int,
-    commit: Callable[[str], None] | None = None,
-) -> Resummarized:
+def _rebuild(env: StepEnv, conn: sqlite3.Connection, dirs: Sequence[str], day: date | None) -> Resummarised:
     """Rewrite the nodes at ``dirs`` (bottom-up: a day, its week, its month; or a week and its month; or a
     month) in one durable step. State is read under the write lock (so rows and files agree), the
     summariser runs without it, and the write checks that nothing it read has changed since. ``commit``
     (git) records the step while the lock is still held, so no other step's files join its commit."""
+    layout, summariser, write_lock, max_bytes, commit = (
+        env.layout,
+        env.summariser,
+        env.lock,
+        env.max_bytes,
+        env.commit,
+    )
+    embedder = env.embedder()
     what = PurePosixPath(dirs[0]).name
     model = embedder.model_id
     for _ in range(ATTEMPTS):
@@ -625,9 +624,9 @@ def _rebuild(
             try:
                 snap = _snapshot(conn, layout, dirs, day, model, max_bytes)
             except (FrontmatterError, InvalidInput) as exc:
-                return Resummarized("missing", notes=(f"{exc}; fix that file by hand",))
+                return Resummarised("missing", notes=(f"{exc}; fix that file by hand",))
         if day is not None and not snap.leaves and snap.files[0].node is None:
-            return Resummarized("done", notes=(f"nothing was remembered on {day}: no digest written",))
+            return Resummarised("done", notes=(f"nothing was remembered on {day}: no digest written",))
         vecs = vectors.by_ids(conn, model, [leaf.id for leaf in snap.leaves])
         built, new_vecs, notes = _plan(snap, dirs, day, summariser, embedder, vecs)
         writes = []
@@ -636,100 +635,62 @@ def _rebuild(
             if data != current.data:
                 writes.append(FileWrite(current.rel, data, current.hash))
         if not writes:
-            return Resummarized("done", notes=tuple(notes))  # already up to date
+            return Resummarised("done", notes=tuple(notes))  # already up to date
         op = TreeOp("digest", GLOBAL, f"memory: digest {what}", tuple(writes), vectors=new_vecs)
         with write_lock():
             if day is not None and _signature(day_leaves(conn, day)) != _signature(snap.leaves):
                 continue  # leaves of the day arrived or changed meanwhile: read them again
             try:
-                treeops.apply(conn, layout, op, model, embedder.dim)
+                steps.apply(conn, layout, op, model, embedder.dim)
             except ConflictError:
                 continue  # another writer changed one of the files: plan again from what is there now
             if commit is not None:
                 commit(op.message)
-        return Resummarized("done", op.message, tuple(notes))
-    return Resummarized(
+        return Resummarised("done", op.message, tuple(notes))
+    return Resummarised(
         "defer", notes=(f"the digest of {what} kept changing while it was written; retrying",)
     )
 
 
-def build_day(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    day: date,
-    summariser: Summariser,
-    embedder: Embedder,
-    write_lock: LockFactory,
-    max_bytes: int,
-    commit: Callable[[str], None] | None = None,
-) -> Resummarized:
+def build_day(env: StepEnv, conn: sqlite3.Connection, day: date) -> Resummarised:
     """Write the digest of ``day`` from its leaves, and its week and month from the digests under them.
     A day without leaves and without a digest writes nothing."""
-    return _rebuild(
-        conn,
-        layout,
-        [day_dir(day), week_dir(day), month_dir(day)],
-        day,
-        summariser,
-        embedder,
-        write_lock,
-        max_bytes,
-        commit,
-    )
+    return _rebuild(env, conn, [day_dir(day), week_dir(day), month_dir(day)], day)
 
 
-def redigest(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    node_id: str,
-    summariser: Summariser,
-    embedder: Embedder,
-    write_lock: LockFactory,
-    max_bytes: int,
-    commit: Callable[[str], None] | None = None,
-) -> Resummarized:
-    """Re-summarise one node of the global tree (the ``resummarize`` job of a stale digest): a day from
+def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resummarised:
+    """Re-summarise one node of the global tree (the ``resummarise`` job of a stale digest): a day from
     its leaves, never from its folder; a week or a month from the digests under it. The nodes above it
-    are rewritten in the same step. Same contract as ``compact.resummarize``."""
+    are rewritten in the same step. Same contract as ``compact.resummarise``: the global tree's own re-summarise."""
     row = conn.execute("SELECT path FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)).fetchone()
     if row is None:
-        return Resummarized("gone")
+        return Resummarised("gone")
     directory = str(PurePosixPath(row["path"]).parent)
     period = period_of(directory)
     if period is None:
-        return Resummarized("missing", notes=(f"{row['path']} is not laid out as the global tree",))
+        return Resummarised("missing", notes=(f"{row['path']} is not laid out as the global tree",))
     parts = directory.split("/")
     if period == "day":
         day = date.fromisoformat(parts[3])
-        return build_day(conn, layout, day, summariser, embedder, write_lock, max_bytes, commit)
+        return build_day(env, conn, day)
     dirs = ["/".join(parts[: n + 1]) for n in range(len(parts) - 1, 0, -1)]
-    return _rebuild(conn, layout, dirs, None, summariser, embedder, write_lock, max_bytes, commit)
+    return _rebuild(env, conn, dirs, None)
 
 
-def refresh(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    day: date,
-    period: str,
-    summariser: Summariser,
-    embedder: Callable[[], Embedder],
-    write_lock: LockFactory,
-    max_bytes: int,
-    commit: Callable[[str], None] | None = None,
-) -> Resummarized | None:
+def refresh(env: StepEnv, conn: sqlite3.Connection, day: date, period: str) -> Resummarised | None:
     """Bring the digest of ``day`` (or its week part or month) up to date when someone asks for it: the
     day is rebuilt when it is missing, stale or behind its leaves; a stale week or month is rolled up
     again. None when it is current (the embedder is then never loaded)."""
-    current = _read(layout, node_path(day, "day"), max_bytes).node
+    current = _read(env.layout, node_path(day, "day"), env.max_bytes).node
     if day_out_of_date(conn, current, day):
-        return build_day(conn, layout, day, summariser, embedder(), write_lock, max_bytes, commit)
+        return build_day(env, conn, day)
     if _period(period) == "day":
         return None
-    node = _read(layout, node_path(day, period), max_bytes).node
+    node = _read(env.layout, node_path(day, period), env.max_bytes).node
     if node is None or not node.stale:
         return None
     dirs = [week_dir(day), month_dir(day)] if period == "week" else [month_dir(day)]
-    return _rebuild(conn, layout, dirs, None, summariser, embedder(), write_lock, max_bytes, commit)
+    return _rebuild(env, conn, dirs, None)
 
 
 # -- reading --------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Document operations on the tree (docmem): an agent's edits, reflected in files and index at once.
 
 Operations: append a child, insert between two siblings, delete a subtree, update a node's text,
-summarise a run of leaves under a new level. Each is planned, read-only, as one ``treeops.TreeOp``
+summarise a run of leaves under a new level. Each is planned, read-only, as one ``steps.TreeOp``
 (``plan_append_child``, ``plan_insert_between``, ``plan_delete``, ``plan_update_content``,
 ``plan_add_summary``) and done by ``run``: the ancestors of what changes are marked stale first (a crash
 in between costs at most a needless re-summarisation), then the step is applied durably (write-ahead
@@ -29,13 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from vaultmem import fsio, index, leaffile, mdfile, treeops
+from vaultmem import frontmatter, fsio, index, leaffile, steps
+from vaultmem.admit import embed_text
 from vaultmem.chunker import chunk_id
-from vaultmem.compact import ancestors_of, mark_stale
 from vaultmem.embed import Embedder
 from vaultmem.errors import FrontmatterError, InvalidInput, NodeNotFound
-from vaultmem.extract import embed_text
-from vaultmem.ingest import read_leaf_file, read_summary_file
 from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, slug
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import InputKind, Leaf, Status, check_node_id, format_ts, parse_ts
@@ -49,7 +47,10 @@ from vaultmem.order import (
     pins_for,
 )
 from vaultmem.redact import redact
+from vaultmem.scan import read_leaf_file, read_summary_file
 from vaultmem.scoring import FastScorer
+from vaultmem.stale import ancestors_of, mark_stale
+from vaultmem.steps import FileWrite, TreeOp
 from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
@@ -60,7 +61,6 @@ from vaultmem.summaryfile import (
     text_hash,
 )
 from vaultmem.tokens import count_tokens
-from vaultmem.treeops import FileWrite, TreeOp
 
 MAX_BYTES = 10 * 1024 * 1024  # the default ``ingest.max_file_bytes``
 _NUMBERED = re.compile(r"^(\d+)-")
@@ -135,6 +135,18 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class NewLeaf:
+    """The leaf an agent asks to add: its text and what it says about itself (``session`` and the input
+    kind default to the nearest leaf's, ``ts`` to the place's time)."""
+
+    text: str
+    role: str | None = None
+    speaker: str | None = None
+    ts: datetime | str | None = None
+    session: str | None = None
+
+
+@dataclass(frozen=True)
 class _Placed:
     """A new leaf's place: its folder, its order, and what it inherits from its neighbours."""
 
@@ -154,24 +166,16 @@ def _clean(text: str) -> tuple[str, tuple[str, ...]]:
 
 
 def _new_leaf(
-    layout: Layout,
-    place: _Placed,
-    text: str,
-    *,
-    role: str | None,
-    speaker: str | None,
-    ts: datetime | str | None,
-    session: str | None,
-    embedder: Embedder | None,
+    layout: Layout, place: _Placed, new: NewLeaf, embedder: Embedder | None
 ) -> tuple[Leaf, FileWrite, dict[str, Any]]:
-    body, kinds = _clean(text)
-    when = parse_ts(ts) if ts is not None else place.ts
-    if ts is not None and when is None:
-        raise InvalidInput(f"ts {ts!r} is not a date; use ISO 8601 such as 2024-05-01T09:00Z")
+    body, kinds = _clean(new.text)
+    when = parse_ts(new.ts) if new.ts is not None else place.ts
+    if new.ts is not None and when is None:
+        raise InvalidInput(f"ts {new.ts!r} is not a date; use ISO 8601 such as 2024-05-01T09:00Z")
     source_id = f"docmem:{uuid.uuid4().hex}"
     leaf_id = chunk_id(place.source, source_id, 0, body)
     score = FastScorer().score(body)
-    name = leaffile.leaf_filename(leaf_id, body, format_ts(when), speaker)
+    name = leaffile.leaf_filename(leaf_id, body, format_ts(when), new.speaker)
     leaf = Leaf(
         id=leaf_id,
         source=place.source,
@@ -179,9 +183,9 @@ def _new_leaf(
         path=f"{place.folder}/{name}",
         kind=place.kind,
         source_id=source_id,
-        session=session if session is not None else place.session,
-        role=role,
-        speaker=speaker,
+        session=new.session if new.session is not None else place.session,
+        role=new.role,
+        speaker=new.speaker,
         ts=when,
         message_ids=(source_id,),
         # An agent asked for this node: it is never dropped by the fast score.
@@ -221,7 +225,7 @@ def _order_writes(
     return writes
 
 
-def _read_leaf(layout: Layout, rel: str, max_bytes: int) -> tuple[Leaf, mdfile.MdDoc, str]:
+def _read_leaf(layout: Layout, rel: str, max_bytes: int) -> tuple[Leaf, frontmatter.MdDoc, str]:
     try:
         data, digest = fsio.read_text_guarded(layout.abs(rel), max_bytes)
         leaf, doc = leaffile.parse_leaf(data, rel)
@@ -237,11 +241,11 @@ def _leaf_write(layout: Layout, rel: str, max_bytes: int, **changes: Any) -> Fil
     new = replace(leaf, **changes)
     # Keep the body's exact bytes when the text is unchanged (as a status change does).
     body = leaffile.keep_body(doc, new.text)
-    data = mdfile.render(leaffile.engine_meta(new), body, keep=doc, owned=leaffile.LEAF_KEYS)
+    data = frontmatter.render(leaffile.engine_meta(new), body, keep=doc, owned=leaffile.LEAF_KEYS)
     return FileWrite(rel, data, digest)
 
 
-def _read_summary(layout: Layout, rel: str, max_bytes: int) -> tuple[SummaryNode, mdfile.MdDoc, str]:
+def _read_summary(layout: Layout, rel: str, max_bytes: int) -> tuple[SummaryNode, frontmatter.MdDoc, str]:
     try:
         data, digest = fsio.read_text_guarded(layout.abs(rel), max_bytes)
         node, doc = parse_summary(data, rel)
@@ -317,12 +321,8 @@ def plan_append_child(
     conn: sqlite3.Connection,
     layout: Layout,
     parent_id: str,
-    text: str,
+    new: NewLeaf,
     *,
-    role: str | None = None,
-    speaker: str | None = None,
-    ts: datetime | str | None = None,
-    session: str | None = None,
     embedder: Embedder | None = None,
 ) -> Plan:
     """A new leaf as the last child of the level ``parent_id`` (order: the last sibling's + 1)."""
@@ -336,9 +336,7 @@ def plan_append_child(
     last = order_after(ordered[-1][0]) if ordered else Decimal(1)
     inherited, kind = _inherit([row for _, row in reversed(ordered)])
     place = _Placed(folder, parent["source"], last, inherited, kind, datetime.now(UTC))
-    leaf, write, vectors = _new_leaf(
-        layout, place, text, role=role, speaker=speaker, ts=ts, session=session, embedder=embedder
-    )
+    leaf, write, vectors = _new_leaf(layout, place, new, embedder)
     op = _make(
         leaf.source,
         f"memory: append a leaf to {_label(parent['path'])} ({leaf.source})",
@@ -353,12 +351,8 @@ def plan_insert_between(
     layout: Layout,
     first_id: str,
     second_id: str,
-    text: str,
+    new: NewLeaf,
     *,
-    role: str | None = None,
-    speaker: str | None = None,
-    ts: datetime | str | None = None,
-    session: str | None = None,
     embedder: Embedder | None = None,
 ) -> Plan:
     """A new leaf between two adjacent siblings, a fifth of the way from the first's order to the
@@ -387,9 +381,7 @@ def plan_insert_between(
     inherited, kind = _inherit([first, second, *(row for _, row in reversed(ordered[:at]))])
     when = parse_ts(first["ts_end"] or first["ts"]) or parse_ts(second["ts"]) or datetime.now(UTC)
     place = _Placed(folder, first["source"], order_between(low, high), inherited, kind, when)
-    leaf, write, vectors = _new_leaf(
-        layout, place, text, role=role, speaker=speaker, ts=ts, session=session, embedder=embedder
-    )
+    leaf, write, vectors = _new_leaf(layout, place, new, embedder)
     op = _make(
         leaf.source,
         f"memory: insert a leaf in {PurePosixPath(folder).name}/ ({leaf.source})",
@@ -644,13 +636,13 @@ def run(
     model: str = "",
     dim: int = 0,
     max_bytes: int = MAX_BYTES,
-) -> treeops.Applied:
+) -> steps.Applied:
     """Mark the plan's summaries stale, then apply its step. ``model``/``dim`` name the vector space whose
     sidecar entries travel with moved and removed files (the vault's embedding model)."""
     fresh = [i for i in plan.stale if not _is_stale(conn, i)]  # a stale level already has its job
     if fresh:
         mark_stale(conn, layout, fresh, max_bytes)
-    return treeops.apply(conn, layout, plan.op, model, dim)
+    return steps.apply(conn, layout, plan.op, model, dim)
 
 
 def _is_stale(conn: sqlite3.Connection, node_id: str) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from vaultmem import mdfile
+from vaultmem import frontmatter
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.layout import slug
 from vaultmem.model import format_ts, parse_ts
@@ -176,7 +176,7 @@ def rel_path(episode_id: str, ts: datetime, request: str) -> str:
     return f"{EPISODES_DIR}/{ts:%Y-%m}/{ts:%Y-%m-%d}-{name}-{episode_id}.md"
 
 
-def render(ep: Episode, keep: mdfile.MdDoc | None = None) -> str:
+def render(ep: Episode, keep: frontmatter.MdDoc | None = None) -> str:
     engine: dict[str, Any] = {
         "kind": KIND,
         "id": ep.id,
@@ -197,13 +197,13 @@ def render(ep: Episode, keep: mdfile.MdDoc | None = None) -> str:
         lines += [f"Followed the recipe [[{ep.recipe}]].", ""]
     lines += ["## Steps", ""]
     lines += [f"{n}. {s.readable}" for n, s in enumerate(ep.steps, 1)] or ["(no tool calls)"]
-    return mdfile.render(engine, "\n".join(lines) + "\n", keep=keep, owned=OWNED)
+    return frontmatter.render(engine, "\n".join(lines) + "\n", keep=keep, owned=OWNED)
 
 
 def parse(text: str, rel: str) -> Episode | None:
     """The episode in a file; None when it is not one (no ``kind: episode``: a person's note).
     FrontmatterError when it says it is one but a field is wrong."""
-    doc = mdfile.split(text, where=rel)
+    doc = frontmatter.split(text, where=rel)
     meta = doc.meta
     if meta.get("kind") != KIND:
         return None

@@ -17,9 +17,8 @@ user what happened and what to do. Anything else escaping the library is a bug.
     ├── NodeNotFound         no leaf or summary with that id
     ├── ModelError           the embedding model is missing, mismatched or failed to load
     ├── SummariserError      the LLM endpoint failed or answered junk (callers fall back to extractive)
-    ├── GitError             git is missing or a commit failed (the vault's files are unaffected)
-    │   └── GitBusy          a git operation (revert, merge, rebase...) is under way: writes pause
-    └── IndexError_          chunks.db disagrees with the files in a way that needs `vaultmem reindex`
+    └── GitError             git is missing or a commit failed (the vault's files are unaffected)
+        └── GitBusy          a git operation (revert, merge, rebase...) is under way: writes pause
 """
 
 from __future__ import annotations
@@ -88,7 +87,3 @@ class GitError(VaultError):
 class GitBusy(GitError):
     """A git operation is in progress in the vault's repository (a revert or merge stopped on a conflict,
     a rebase, a bisect, a detached HEAD, a live ``index.lock``): vaultmem writes nothing until it ends."""
-
-
-class IndexError_(VaultError):
-    pass

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from vaultmem import fsio
-from vaultmem.compact import ancestors_of
 from vaultmem.errors import InvalidInput, NodeNotFound
 from vaultmem.layout import SIDECAR_NAME, SUMMARY_NAME, TOMBSTONES, Layout
 from vaultmem.model import LEAF_ID_RE, check_node_id
+from vaultmem.stale import ancestors_of
 
 NOTE = "tombstone.json"
 FORMAT = "vaultmem-tombstone/1"

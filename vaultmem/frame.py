@@ -3,8 +3,8 @@
 ``context`` wraps what it recalls in ``<memory note="...">`` ... ``</memory>`` so a model reads it as
 data, not instructions. Memory text is whatever a chat, an email or a person wrote, so a stored
 ``</memory>`` would close the frame early and whatever follows it would sit outside, looking like
-instructions. Every renderer of memory for a model (``context``, ``tree.serialize``,
-``tree.expand_to_length``, and the MCP server and hooks to come) passes each piece of memory text
+instructions. Every renderer of memory for a model (``context``, ``navigate.serialize``,
+``navigate.expand_to_length``, and the MCP server and hooks to come) passes each piece of memory text
 through ``neutralise`` before it counts tokens or joins pieces.
 
 ``neutralise`` replaces the ``<`` of anything that reads as the frame's tag with ``&lt;``: ``</memory>``,

@@ -1,7 +1,7 @@
 """The ingest hot path: messages -> redacted, scored chunks -> leaf files -> index rows -> jobs.
 
 Owns the order that makes a batch crash-safe: an intent note is written first, then every leaf file is
-made durable at once, then all rows and their ``extract`` jobs commit in one transaction, then the
+made durable at once, then all rows and their ``admit`` jobs commit in one transaction, then the
 intent note goes. A crash anywhere leaves either nothing, or files that ``heal_intents`` indexes on the
 next open. The same notes cover leaf files the engine rewrites in place (``lifecycle``): a note names
 each file with the hash written, and healing re-reads the files that have it into their rows. No LLM
@@ -23,12 +23,12 @@ from vaultmem.chunker import chunk_message
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
 from vaultmem.inputs import Skipped
-from vaultmem.jobs import JobKind, JobQueue, NewJob
+from vaultmem.jobs import JobQueue, admit_job
 from vaultmem.layout import SOURCES, Layout
 from vaultmem.model import Leaf, Message, Status, format_ts, portable_name, safe_name, slugify_name
 from vaultmem.redact import has_secret, redact
+from vaultmem.scan import read_leaf_file
 from vaultmem.scoring import FastScorer
-from vaultmem.summaryfile import SummaryNode, parse_summary
 
 Progress = Callable[[int, int], None]
 
@@ -155,12 +155,8 @@ def redact_message(message: Message) -> tuple[Message, tuple[str, ...]]:
     return cleaned, tuple(kinds)
 
 
-def extract_job(leaf_id: str) -> NewJob:
-    return NewJob(JobKind.EXTRACT.value, {"id": leaf_id}, dedupe_key=f"extract:{leaf_id}")
-
-
 def write_leaves(conn: sqlite3.Connection, layout: Layout, leaves: list[Leaf]) -> list[str]:
-    """Make the files of new leaves durable, then commit their rows and extract jobs in one transaction.
+    """Make the files of new leaves durable, then commit their rows and admit jobs in one transaction.
 
     Leaves whose id is already indexed (or repeated in the batch) are skipped: re-ingesting identical
     input creates nothing. Returns the ids actually added.
@@ -185,7 +181,7 @@ def write_leaves(conn: sqlite3.Connection, layout: Layout, leaves: list[Leaf]) -
         rows.append(index.leaf_row(leaf, index.FileStamp(done.hash, done.size, done.mtime_ns)))
     with atomic(conn):
         index.insert_rows(conn, rows)
-        JobQueue(conn).enqueue_many(extract_job(leaf.id) for leaf in new)
+        JobQueue(conn).enqueue_many(admit_job(leaf.id) for leaf in new)
     fsio.remove_file(layout.root, intent)
     return [leaf.id for leaf in new]
 
@@ -204,24 +200,6 @@ def write_intent(
 
 def done_intent(layout: Layout, note: Path) -> None:
     fsio.remove_file(layout.root, note)
-
-
-def read_leaf_file(layout: Layout, rel: str, max_bytes: int) -> tuple[Leaf, index.FileStamp]:
-    """Read and validate one leaf file from disk (FrontmatterError / InvalidInput when it is not one)."""
-    path = layout.abs(rel)
-    text, digest = fsio.read_text_guarded(path, max_bytes)
-    st = path.stat()
-    leaf, _doc = leaffile.parse_leaf(text, rel)
-    return leaf, index.FileStamp(digest, st.st_size, st.st_mtime_ns)
-
-
-def read_summary_file(layout: Layout, rel: str, max_bytes: int) -> tuple[SummaryNode, index.FileStamp]:
-    """Read and validate one ``_summary.md`` (FrontmatterError / InvalidInput when it is not one)."""
-    path = layout.abs(rel)
-    text, digest = fsio.read_text_guarded(path, max_bytes)
-    st = path.stat()
-    node, _doc = parse_summary(text, rel)
-    return node, index.FileStamp(digest, st.st_size, st.st_mtime_ns)
 
 
 def heal_intents(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> list[str]:
@@ -259,7 +237,7 @@ def heal_intents(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> li
             if index.existing_ids(conn, [leaf.id]):
                 continue
             rows.append(index.leaf_row(leaf, stamp))
-            jobs.append(extract_job(leaf.id))
+            jobs.append(admit_job(leaf.id))
             healed.append(leaf.id)
         with atomic(conn):
             index.upsert_rows(conn, rows)

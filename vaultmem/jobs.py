@@ -24,16 +24,26 @@ from vaultmem.errors import DiskFull
 
 
 class JobKind(StrEnum):
-    EXTRACT = "extract"
+    ADMIT = "admit"
     APPEND_BUFFER = "append_buffer"
     SEAL = "seal"
-    RESUMMARIZE = "resummarize"
+    RESUMMARISE = "resummarise"
     FLUSH_STALE = "flush_stale"
     TOPIC_ROUTE = "topic_route"
     DIGEST_DAILY = "digest_daily"
     SESSION_END = "session_end"
     INGEST = "ingest"  # read a configured source folder again ([sources] in config.toml)
     DETECT_UPDATES = "detect_updates"  # newly admitted leaves that may update older ones (issue #20)
+
+
+# Kind names earlier versions stored in chunks.db: migration 015 renames queued rows, and a row or a
+# caller still using one (a queue copied back from a damaged index, an older script) is read as the new one.
+KIND_ALIASES = {"extract": JobKind.ADMIT.value, "resummarize": JobKind.RESUMMARISE.value}
+
+
+def kind_name(kind: str) -> str:
+    """The current name of a job kind (an old spelling mapped to its new one)."""
+    return KIND_ALIASES.get(kind, kind)
 
 
 class JobState(StrEnum):
@@ -70,21 +80,37 @@ class NewJob:
     max_attempts: int = 5
 
 
+def admit_job(leaf_id: str) -> NewJob:
+    return NewJob(JobKind.ADMIT.value, {"id": leaf_id}, dedupe_key=f"admit:{leaf_id}")
+
+
 # Re-summarisation runs deepest level first: a parent is summarised from its children's new text.
-RESUMMARIZE_PRIORITY = 100
+RESUMMARISE_PRIORITY = 100
 
 
-def resummarize_job(summary_id: str, depth: int) -> NewJob:
+def resummarise_job(summary_id: str, depth: int) -> NewJob:
     return NewJob(
-        JobKind.RESUMMARIZE.value,
+        JobKind.RESUMMARISE.value,
         {"id": summary_id},
-        dedupe_key=f"resummarize:{summary_id}",
-        priority=RESUMMARIZE_PRIORITY - depth,
+        dedupe_key=f"resummarise:{summary_id}",
+        priority=RESUMMARISE_PRIORITY - depth,
     )
 
 
 def topic_route_job(entity: str) -> NewJob:
     return NewJob(JobKind.TOPIC_ROUTE.value, {"entity": entity}, dedupe_key=f"topic_route:{entity}")
+
+
+def append_buffer_job(source: str) -> NewJob:
+    return NewJob(JobKind.APPEND_BUFFER.value, {"source": source}, dedupe_key=f"append_buffer:{source}")
+
+
+def seal_job(source: str) -> NewJob:
+    return NewJob(JobKind.SEAL.value, {"source": source}, dedupe_key=f"seal:{source}")
+
+
+def flush_stale_job(source: str) -> NewJob:
+    return NewJob(JobKind.FLUSH_STALE.value, {"source": source}, dedupe_key=f"flush_stale:{source}")
 
 
 def digest_job(day: date) -> NewJob:
@@ -130,7 +156,7 @@ def owner_alive(owner: str | None) -> bool | None:
 def _row(row: sqlite3.Row) -> Job:
     return Job(
         id=row["id"],
-        kind=row["kind"],
+        kind=kind_name(row["kind"]),
         payload=json.loads(row["payload"]),
         dedupe_key=row["dedupe_key"],
         state=row["state"],
@@ -154,7 +180,7 @@ class JobQueue:
         now = self.clock()
         rows = [
             (
-                j.kind,
+                kind_name(j.kind),
                 json.dumps(j.payload, sort_keys=True),
                 j.dedupe_key,
                 j.priority,
@@ -208,8 +234,10 @@ class JobQueue:
         kind_sql = ""
         params: list[Any] = [now, now]
         if kinds:
-            kind_sql = f" AND kind IN ({','.join('?' * len(kinds))})"
-            params.extend(kinds)
+            current = {kind_name(k) for k in kinds}
+            names = sorted(current | {old for old, new in KIND_ALIASES.items() if new in current})
+            kind_sql = f" AND kind IN ({','.join('?' * len(names))})"
+            params.extend(names)
         params.append(limit)
         with atomic(self.conn):
             rows = self.conn.execute(

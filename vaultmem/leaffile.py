@@ -17,7 +17,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from vaultmem import mdfile
+from vaultmem import frontmatter
 from vaultmem.entities import KINDS, canonical
 from vaultmem.errors import FrontmatterError
 from vaultmem.layout import slug
@@ -99,8 +99,8 @@ def engine_meta(leaf: Leaf) -> dict[str, Any]:
     return meta
 
 
-def render_leaf(leaf: Leaf, keep: mdfile.MdDoc | None = None) -> str:
-    return mdfile.render(engine_meta(leaf), leaf.text.strip() + "\n", keep=keep, owned=LEAF_KEYS)
+def render_leaf(leaf: Leaf, keep: frontmatter.MdDoc | None = None) -> str:
+    return frontmatter.render(engine_meta(leaf), leaf.text.strip() + "\n", keep=keep, owned=LEAF_KEYS)
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -122,7 +122,7 @@ class _Cleaner:
         return None if value is None else self.text(str(value))
 
 
-def keep_body(doc: mdfile.MdDoc, text: str) -> str:
+def keep_body(doc: frontmatter.MdDoc, text: str) -> str:
     """The body to write when the engine re-renders a leaf whose text is ``text``: the file's own body
     (its exact bytes, a secret typed by hand included: the file is the person's) when ``text`` is what
     the engine read from it, else ``text``."""
@@ -140,9 +140,9 @@ def _str_list(value: Any, key: str, where: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, mdfile.MdDoc]:
+def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, frontmatter.MdDoc]:
     """Read a leaf file. Raises FrontmatterError when it is not a valid leaf."""
-    doc = mdfile.split(text, where=rel_path)
+    doc = frontmatter.split(text, where=rel_path)
     meta = doc.meta
     leaf_id = meta.get("id")
     if not isinstance(leaf_id, str) or not LEAF_ID_RE.match(leaf_id):

@@ -1,6 +1,10 @@
-"""The worker pool: a few threads that claim queued jobs and run them until the queue is idle.
+"""The one job runner: a few threads (or, for ``flush``, the calling thread limited to ``admit`` jobs)
+that claim queued jobs and run them until the queue is idle.
 
-Owns dispatch of every job kind to its handler, the write lock around file changes, waking on new work
+Owns dispatch of every job kind to its handler and each kind's follow-up jobs, declared once, in its
+handler (an ``admit`` batch queues its days' digests, routes its topics and queues ``append_buffer`` for
+its sources, whoever runs it). ``admit`` jobs are claimed in large batches so the embedding model runs on
+many texts at once. Also owns the write lock around file changes, waking on new work
 (an event, with a short polling fallback for jobs queued by other processes), and recovery of jobs
 leased by workers that died (their lease expired, or their process is gone). Each thread has its own
 SQLite connection. A handler's error fails that job (backoff, then parked); the pool itself never dies
@@ -17,30 +21,40 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
-from vaultmem import db, digest, fsio, topics, treeops
+from vaultmem import db, digest, fsio, steps, topics
+from vaultmem.admit import AdmitReport, EntityFinder, admit, find_entities, reread_pending
 from vaultmem.compact import (
     CompactSettings,
     Planner,
-    Resummarized,
     SourceState,
     buffer_age,
     buffer_ready,
     prune_sidecars,
-    resummarize,
+    resummarise,
     summary_vectors,
 )
 from vaultmem.embed import Embedder
-from vaultmem.errors import ConflictError, DiskFull, GitBusy
-from vaultmem.extract import EntityFinder, find_entities
-from vaultmem.jobs import Job, JobKind, JobQueue, NewJob, process_owner, reclaim
-from vaultmem.layout import Layout
-from vaultmem.summarise import Summariser
+from vaultmem.errors import ConflictError, DiskFull, GitBusy, VaultError
+from vaultmem.jobs import (
+    Job,
+    JobKind,
+    JobQueue,
+    append_buffer_job,
+    detect_updates_job,
+    flush_stale_job,
+    process_owner,
+    reclaim,
+    seal_job,
+)
+from vaultmem.stale import Resummarised
+from vaultmem.steps import StepEnv
 from vaultmem.topics.plan import TopicSettings
-from vaultmem.worker import EXTRACT_BATCH, RESERVE_BYTES, WorkReport, run_extract
 
+ADMIT_BATCH = 2048  # one model call sorts more texts by length: less padding, fewer sidecar rewrites
+RESERVE_BYTES = 1 << 20  # disk set aside while jobs run, freed on a full disk to give them back
+BUSY_RETRY_S = 5.0  # a leaf whose file is being saved is looked at again this soon (not an attempt)
 POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
@@ -52,15 +66,12 @@ WAITING_KINDS: tuple[str, ...] = ()
 CLAIMABLE_KINDS = [k.value for k in JobKind if k.value not in WAITING_KINDS]
 
 
-@dataclass
-class WorkContext:
-    layout: Layout
+@dataclass(frozen=True, kw_only=True)
+class JobEnv(StepEnv):
+    """What every job handler works with: a ``StepEnv`` (layout, summariser, embedder, write lock, file
+    size limit, commit) and the settings of compaction, topics, entities and the global tree."""
+
     settings: CompactSettings
-    embedder: Callable[[], Embedder]
-    summariser: Summariser
-    lock: Callable[[], AbstractContextManager[object]]  # the vault's write lock
-    max_bytes: int
-    commit: Callable[[str], None] | None = None  # git auto-commit of one logical operation
     topics: TopicSettings = field(default_factory=TopicSettings)
     finder: EntityFinder | None = find_entities  # entities of a leaf as it is admitted
     digest: bool = True  # keep the global tree (a digest per day)
@@ -75,6 +86,18 @@ class WorkContext:
 
 
 @dataclass
+class WorkReport:
+    """What ``admit`` batches did (``Vault.flush`` returns it)."""
+
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    embedded: int = 0
+    reused: int = 0
+    admitted: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class PoolReport:
     jobs_done: int = 0
     jobs_failed: int = 0
@@ -84,7 +107,7 @@ class PoolReport:
     merged: int = 0  # leaves moved into existing levels
     levels: int = 0  # new levels (buckets and parents)
     condensed: int = 0  # levels moved under a parent
-    resummarized: int = 0
+    resummarised: int = 0
     topics: int = 0  # topic tree steps (links, seals, archiving)
     operations: list[str] = field(default_factory=list)  # one line per logical operation
     notes: list[str] = field(default_factory=list)
@@ -109,10 +132,11 @@ class PoolReport:
 class Pool:
     """``workers`` threads running jobs; ``run_until_idle`` returns when nothing is left to do."""
 
-    def __init__(self, ctx: WorkContext, workers: int = 3) -> None:
+    def __init__(self, ctx: JobEnv, workers: int = 3) -> None:
         self.ctx = ctx
         self.workers = max(1, workers)
         self.report = PoolReport()
+        self.admitted = WorkReport()  # what the admit batches did (``flush`` returns it)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._running = threading.Event()  # cleared while paused (a git operation is under way)
@@ -201,13 +225,46 @@ class Pool:
                     JobQueue(conn).give_back(process_owner(), process=True)
                 finally:
                     conn.close()
-            steps = len(self.report.operations)
+            finished = len(self.report.operations)
             raise DiskFull(
-                f"{self._disk_full}, after {steps} finished step{'s' if steps != 1 else ''}"
+                f"{self._disk_full}, after {finished} finished step{'s' if finished != 1 else ''}"
             ) from (self._disk_full)
         if self.git_busy is not None:
             raise self.git_busy  # what ran before it is done and kept; the rest stays queued
         return self.report
+
+    def run_here(
+        self,
+        conn: sqlite3.Connection,
+        kinds: Sequence[str] = (JobKind.ADMIT.value,),
+        progress: Callable[[int, int], None] | None = None,
+    ) -> WorkReport:
+        """Run ready jobs of ``kinds`` on the calling thread, through ``conn``, until none is left (jobs
+        waiting on backoff are left for later): ``Vault.flush``. The same dispatch and handlers as the
+        threads; the caller may hold the write lock (it is re-entrant). Jobs leased by dead processes are
+        taken back first; on a full disk or an interrupt (Ctrl-C) the jobs this call holds go back to the
+        queue before the exception goes on."""
+        layout = self.ctx.layout
+        queue = JobQueue(conn)
+        owner = process_owner()
+        reclaim(conn)
+        fsio.reserve_space(layout.root, layout.reserve, RESERVE_BYTES)
+        total = queue.pending()
+        batch = ADMIT_BATCH if JobKind.ADMIT.value in kinds else 1
+        try:
+            while jobs := queue.claim(owner, kinds=list(kinds), limit=batch):
+                self._run(conn, queue, jobs, reraise=True)
+                if progress is not None:
+                    done = self.admitted.jobs_done + self.admitted.jobs_failed
+                    progress(done, max(total, done))
+        except DiskFull:
+            fsio.free_reserve(layout.root, layout.reserve)  # room to give the jobs back (not their fault)
+            queue.give_back(owner)
+            raise
+        except BaseException:
+            queue.release_owner(owner)
+            raise
+        return self.admitted
 
     def start(self) -> list[threading.Thread]:
         """Run until ``stop()`` (the daemon's mode); returns the started threads."""
@@ -238,7 +295,7 @@ class Pool:
                     continue
                 try:
                     with self._state:
-                        jobs = queue.claim(owner, kinds=[JobKind.EXTRACT.value], limit=EXTRACT_BATCH)
+                        jobs = queue.claim(owner, kinds=[JobKind.ADMIT.value], limit=ADMIT_BATCH)
                         if not jobs:
                             jobs = queue.claim(owner, kinds=CLAIMABLE_KINDS, limit=1)
                         if jobs:
@@ -302,18 +359,22 @@ class Pool:
             ).fetchone()
             return int(row[0]) == 0
 
-    def _run(self, conn: sqlite3.Connection, queue: JobQueue, jobs: list[Job]) -> None:
+    def _run(
+        self, conn: sqlite3.Connection, queue: JobQueue, jobs: list[Job], *, reraise: bool = False
+    ) -> None:
+        """Run one claimed batch with its kind's handler. ``reraise``: a git operation under way is raised
+        to the caller (``run_here``) instead of pausing the pool."""
         kind = jobs[0].kind
         try:
-            if kind == JobKind.EXTRACT.value:
-                self._extract(conn, queue, jobs)
+            if kind == JobKind.ADMIT.value:
+                self._admit(conn, queue, jobs)
                 return
             job = jobs[0]
             handler = {
                 JobKind.APPEND_BUFFER.value: self._append_buffer,
                 JobKind.SEAL.value: self._seal,
                 JobKind.FLUSH_STALE.value: self._flush_stale,
-                JobKind.RESUMMARIZE.value: self._resummarize,
+                JobKind.RESUMMARISE.value: self._resummarise,
                 JobKind.DIGEST_DAILY.value: self._digest_daily,
                 JobKind.TOPIC_ROUTE.value: self._topic_route,
                 JobKind.SESSION_END.value: self._session_end,
@@ -331,6 +392,8 @@ class Pool:
             # Not the job's fault: it goes back as it was and runs once the git operation is over.
             for job in jobs:
                 queue.defer(job, 0.0, str(exc))
+            if reraise:
+                raise
             self.pause(exc)
             if self._until_idle:
                 self._stop.set()
@@ -346,20 +409,10 @@ class Pool:
             self.report.say(notes=[f"{kind} failed: {type(exc).__name__}: {exc}"])
 
     # -- handlers (return True when the job is finished) -------------------------------------------------
-    def _extract(self, conn: sqlite3.Connection, queue: JobQueue, jobs: list[Job]) -> None:
+    def _admit(self, conn: sqlite3.Connection, queue: JobQueue, jobs: list[Job]) -> None:
         work = WorkReport()
         with self.ctx.lock():
-            result = run_extract(
-                conn,
-                self.ctx.layout,
-                self.ctx.embedder,
-                queue,
-                jobs,
-                work,
-                self.ctx.topics,
-                self.ctx.finder,
-                self.ctx.digest,
-            )
+            result = run_admit(self.ctx, conn, queue, jobs, work)
         self.report.add(
             jobs_done=work.jobs_done,
             jobs_failed=work.jobs_failed,
@@ -367,17 +420,14 @@ class Pool:
             admitted=work.admitted,
         )
         self.report.say(notes=work.notes)
-        if result is None:
-            return
-        busy = set(result.busy)
-        sources = _sources_of(
-            conn, [str(j.payload.get("id", "")) for j in jobs if j.payload.get("id") not in busy]
-        )
-        queue.enqueue_many(
-            NewJob(JobKind.APPEND_BUFFER.value, {"source": s}, dedupe_key=f"append_buffer:{s}")
-            for s in sources
-        )
-        if self.ctx.commit is not None and result.admitted:
+        with self._state:
+            self.admitted.jobs_done += work.jobs_done
+            self.admitted.jobs_failed += work.jobs_failed
+            self.admitted.embedded += work.embedded
+            self.admitted.reused += work.reused
+            self.admitted.admitted += work.admitted
+            self.admitted.notes.extend(work.notes)
+        if self.ctx.commit is not None and result is not None and result.admitted:
             with self.ctx.lock():
                 self.ctx.commit(f"memory: admit {result.admitted} leaves")
 
@@ -390,16 +440,11 @@ class Pool:
         state = self._state_of(conn, source)
         s = self.ctx.settings
         if buffer_ready(state, s, time.time()):
-            queue.enqueue(JobKind.SEAL.value, {"source": source}, dedupe_key=f"seal:{source}")
+            queue.enqueue_many([seal_job(source)])
         buffer, _ = state.tail_and_buffer(s)
         if buffer:
             wait = max(0.0, s.max_wait_s - buffer_age(state, s, time.time()))
-            queue.enqueue(
-                JobKind.FLUSH_STALE.value,
-                {"source": source},
-                dedupe_key=f"flush_stale:{source}",
-                delay_s=wait,
-            )
+            queue.enqueue_many([flush_stale_job(source)], delay_s=wait)
         return True
 
     def _seal(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
@@ -473,10 +518,10 @@ class Pool:
         to ``applied`` as it is made durable)."""
         # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
         # between steps; each step's writes are guarded by the hashes it read.
-        for steps in (planner.seal(state, force=force), planner.condense(state)):
+        for planned in (planner.seal(state, force=force), planner.condense(state)):
             while True:
                 with self.ctx.lock():
-                    op = next(steps, None)
+                    op = next(planned, None)
                     if op is None:
                         break
                     self._apply(planner.conn, op, embedder)
@@ -488,9 +533,9 @@ class Pool:
         with self._state:
             return self._source_locks.setdefault(source, threading.Lock())
 
-    def _apply(self, conn: sqlite3.Connection, op: treeops.TreeOp, embedder: Embedder) -> None:
+    def _apply(self, conn: sqlite3.Connection, op: steps.TreeOp, embedder: Embedder) -> None:
         summary_vectors(op, embedder)
-        result = treeops.apply(conn, self.ctx.layout, op, embedder.model_id, embedder.dim)
+        result = steps.apply(conn, self.ctx.layout, op, embedder.model_id, embedder.dim)
         new_levels = sum(1 for w in op.writes if w.expected is None)
         leaf_moves = sum(1 for _, dst in op.moves if dst.endswith(".md"))
         if op.kind == "seal":
@@ -504,74 +549,40 @@ class Pool:
             self.ctx.commit(op.message)
 
     def _topic_route(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
-        ctx = self.ctx
-        result = topics.route.route(
-            conn,
-            ctx.layout,
-            str(job.payload["entity"]),
-            ctx.topics,
-            ctx.embedder(),
-            ctx.lock,
-            ctx.max_bytes,
-            topics.heat.utcnow(),
-            ctx.commit,
-            ctx.summariser,
+        self._report_route(
+            topics.route.route(
+                self.ctx, conn, str(job.payload["entity"]), self.ctx.topics, topics.heat.utcnow()
+            )
         )
+        return True
+
+    def _report_route(self, result: topics.route.Routed) -> None:
         for message in result.messages:
             self.report.add(topics=1)
             self.report.say(message)
         self.report.say(notes=result.notes)
-        return True
 
-    def _resummarize(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
-        ctx = self.ctx
+    def _resummarise(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        """Each tree kind re-summarises its own nodes: a digest from its own inputs (a day from its
+        leaves, never from its folder), a topic node by its topic, a source level from its children."""
         node_id = str(job.payload["id"])
         if digest.in_global_tree(conn, node_id):
-            # A digest is rebuilt from its own inputs (a day from its leaves), never from its folder.
-            result = digest.redigest(
-                conn, ctx.layout, node_id, ctx.summariser, ctx.embedder(), ctx.lock, ctx.max_bytes, ctx.commit
-            )
-            return self._settle(queue, job, result, committed=True, resummarized=1)
+            result = digest.resummarise(self.ctx, conn, node_id)
+            return self._settle(queue, job, result, committed=True, resummarised=1)
         entity = topics.plan.entity_of_node(conn, node_id)
         if entity is not None:
-            row = conn.execute("SELECT path, status FROM chunks WHERE id = ?", (node_id,)).fetchone()
-            if (
-                ctx.summariser.name != "extractive"
-                and row["status"] != "stale"
-                and topics.plan.is_root(row["path"])
-            ):
-                # The LLM pass a route asked for: the model writes the root's summary outside the lock.
-                embedder = ctx.embedder()
-                result = topics.route.llm_refresh(
-                    conn,
-                    ctx.layout,
-                    entity,
-                    ctx.topics,
-                    ctx.summariser,
-                    embedder.model_id,
-                    embedder.dim,
-                    ctx.lock,
-                    ctx.max_bytes,
-                )
-                return self._settle(queue, job, result, resummarized=1)
-            # A stale topic node is rewritten by routing its topic (its children are links, not its folder).
-            done = self._topic_route(conn, queue, replace(job, payload={"entity": entity}))
-            self.report.add(resummarized=1)
-            return done
+            done = topics.route.resummarise(self.ctx, conn, node_id, entity, self.ctx.topics)
+            if isinstance(done, Resummarised):
+                return self._settle(queue, job, done, resummarised=1)
+            self._report_route(done)
+            self.report.add(resummarised=1)
+            return True
         try:
-            result = resummarize(
-                conn,
-                ctx.layout,
-                node_id,
-                ctx.summariser,
-                ctx.embedder(),
-                ctx.lock,
-                ctx.max_bytes,
-            )
+            result = resummarise(self.ctx, conn, node_id)
         except ConflictError as exc:
             queue.defer(job, DEFER_S, str(exc))
             return False
-        return self._settle(queue, job, result, resummarized=1)
+        return self._settle(queue, job, result, resummarised=1)
 
     def _session_end(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         if self.ctx.session_end is None:
@@ -579,7 +590,7 @@ class Pool:
         return self.ctx.session_end(conn, job)
 
     def _ingest(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
-        """The new leaves queue their own ``extract`` jobs; sealing follows from there."""
+        """The new leaves queue their own ``admit`` jobs; sealing follows from there."""
         if self.ctx.ingest is None:
             raise ConflictError("this process cannot ingest configured sources; run `vaultmem jobs --run`")
         self.report.say(self.ctx.ingest(str(job.payload["source"]), lambda: queue.extend(job)))
@@ -595,15 +606,11 @@ class Pool:
         return True
 
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
-        ctx = self.ctx
         day = digest.parse_day(str(job.payload["day"]))
-        result = digest.build_day(
-            conn, ctx.layout, day, ctx.summariser, ctx.embedder(), ctx.lock, ctx.max_bytes, ctx.commit
-        )
-        return self._settle(queue, job, result, committed=True)
+        return self._settle(queue, job, digest.build_day(self.ctx, conn, day), committed=True)
 
     def _settle(
-        self, queue: JobQueue, job: Job, result: Resummarized, *, committed: bool = False, **counts: int
+        self, queue: JobQueue, job: Job, result: Resummarised, *, committed: bool = False, **counts: int
     ) -> bool:
         """Defer, fail or finish a job that rewrites summaries; report (and commit, unless the step
         already did) what it wrote."""
@@ -636,3 +643,66 @@ def _sources_of(conn: sqlite3.Connection, ids: Sequence[str]) -> list[str]:
             )
         )
     return sorted(found)
+
+
+def run_admit(
+    env: JobEnv, conn: sqlite3.Connection, queue: JobQueue, jobs: list[Job], report: WorkReport
+) -> AdmitReport | None:
+    """Run one batch of ``admit`` jobs and queue what follows them: complete them, or fail them all when
+    the batch failed (then None). A leaf whose file was edited since it was indexed is re-read and
+    admitted with its new text; one that cannot be yet (its file is mid-save, or it sits in a level the
+    catch-up re-reads) is put back for ``BUSY_RETRY_S`` without using an attempt, and one whose file is
+    no longer a leaf (or is now over the vault's ``max_file_bytes``, as for every read) fails. Follow-ups of the admitted leaves, whoever runs the batch (the threads or
+    ``flush``): the digest of each day they fall on (with ``env.digest``), their entities' topics routed,
+    ``append_buffer`` for each of their sources (which seals once the buffer is ready), and one
+    ``detect_updates`` (the supersede detector over what was admitted). Adds to
+    ``report``. A full disk is raised (nothing to retry until space returns)."""
+    layout = env.layout
+    embedder = env.embedder()
+    try:
+        result = admit(conn, layout, embedder, [str(j.payload.get("id", "")) for j in jobs], env.finder)
+        broken: dict[str, str] = {}
+        if result.busy:
+            again = reread_pending(conn, layout, result.busy, env.max_bytes)
+            broken = again.broken
+            if again.ids:
+                second = admit(conn, layout, embedder, again.ids, env.finder)
+                result = replace(
+                    result,
+                    embedded=result.embedded + second.embedded,
+                    admitted=result.admitted + second.admitted,
+                    rebuilt_sidecars=result.rebuilt_sidecars + second.rebuilt_sidecars,
+                    busy=tuple(i for i in result.busy if i not in set(again.ids)) + second.busy,
+                )
+    except DiskFull:
+        raise
+    except (VaultError, OSError, ValueError) as exc:
+        for job in jobs:
+            queue.fail(job, f"{type(exc).__name__}: {exc}")
+        report.jobs_failed += len(jobs)
+        report.notes.append(f"admit failed: {exc}")
+        return None
+    busy = set(result.busy)
+    done = [j for j in jobs if j.payload.get("id") not in busy]
+    done_ids = [str(j.payload.get("id", "")) for j in done]
+    queue.complete(j.id for j in done)
+    if env.digest:  # the global tree: each day these leaves fall on gets its digest job
+        digest.enqueue_days(conn, done_ids, time.time())
+    for job in jobs:
+        leaf_id = str(job.payload.get("id"))
+        if leaf_id in broken:
+            queue.fail(job, f"the leaf file is no longer a valid leaf: {broken[leaf_id]}")
+            report.jobs_failed += 1
+            report.notes.append(f"leaf {leaf_id} was not admitted: {broken[leaf_id]}")
+        elif leaf_id in busy:
+            queue.defer(job, BUSY_RETRY_S, "leaf file changed on disk while it was admitted; retried shortly")
+    report.jobs_done += len(done)
+    topics.route.after_admit(conn, layout, done_ids, topics.heat.utcnow(), env.topics)
+    queue.enqueue_many(append_buffer_job(s) for s in _sources_of(conn, done_ids))
+    if result.admitted:  # the supersede detector looks at them next (issue #20)
+        queue.enqueue_many([detect_updates_job()])
+    report.embedded += result.embedded
+    report.reused += result.reused
+    report.admitted += result.admitted
+    report.notes.extend(result.rebuilt_sidecars)
+    return result

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import mdfile
+from vaultmem import frontmatter
 from vaultmem.agentllm import reply_object
 from vaultmem.episodes import Episode
 from vaultmem.errors import FrontmatterError, SummariserError
@@ -161,12 +161,12 @@ def _count(value: Any, where: str, key: str) -> int:
     return value
 
 
-def parse(text: str, rel: str) -> tuple[Recipe, mdfile.MdDoc] | None:
+def parse(text: str, rel: str) -> tuple[Recipe, frontmatter.MdDoc] | None:
     """The recipe in a file, or None when it is not one (neither ``kind: recipe`` nor a ``trigger``)."""
     found = name_of(rel)
     if found is None:
         return None
-    doc = mdfile.split(text, where=rel)
+    doc = frontmatter.split(text, where=rel)
     meta = doc.meta
     if meta.get("kind") != KIND and "trigger" not in meta:
         return None
@@ -231,7 +231,7 @@ def _body_parts(body: str) -> tuple[list[str], str, str]:
     return (steps or numbered), heading, first
 
 
-def render(recipe: Recipe, keep: mdfile.MdDoc | None = None, body: str | None = None) -> str:
+def render(recipe: Recipe, keep: frontmatter.MdDoc | None = None, body: str | None = None) -> str:
     """The file; ``body`` (the body as it is on disk) is kept as it is when given (a count update)."""
     engine: dict[str, Any] = {
         "kind": KIND,
@@ -250,7 +250,7 @@ def render(recipe: Recipe, keep: mdfile.MdDoc | None = None, body: str | None = 
     }
     if body is None:
         body = render_body(recipe, ())
-    return mdfile.render(engine, body, keep=keep, owned=OWNED)
+    return frontmatter.render(engine, body, keep=keep, owned=OWNED)
 
 
 def render_body(recipe: Recipe, links: Sequence[tuple[str, str]]) -> str:

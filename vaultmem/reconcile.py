@@ -25,14 +25,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vaultmem import fsio, index
-from vaultmem.compact import ancestors_of, mark_stale
 from vaultmem.db import atomic
 from vaultmem.errors import FrontmatterError, InvalidInput
-from vaultmem.ingest import extract_job, read_leaf_file, read_summary_file
-from vaultmem.jobs import JobQueue, resummarize_job
+from vaultmem.jobs import JobQueue, admit_job, resummarise_job
 from vaultmem.layout import SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, is_ignored
 from vaultmem.leaffile import id_from_filename
-from vaultmem.scan import scan
+from vaultmem.scan import read_leaf_file, read_summary_file, scan
+from vaultmem.stale import ancestors_of, mark_stale
 
 
 @dataclass
@@ -95,7 +94,7 @@ def catch_up(
     with atomic(conn):
         conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in gone])
         index.upsert_rows(conn, upserts)
-        JobQueue(conn).enqueue_many(extract_job(i) for i in reembed)
+        JobQueue(conn).enqueue_many(admit_job(i) for i in reembed)
     if on_hand_edits is not None and (out.changed or out.deleted or out.invalid):
         on_hand_edits([*out.changed, *out.deleted, *out.invalid])
     stale = [a for node_id in touched for a in parents[node_id] if a not in gone]
@@ -196,7 +195,7 @@ def reconcile_paths(
     present.sort(key=lambda p: (not p[0].endswith("/" + SUMMARY_NAME), p[0].count("/"), p[0]))
     upserts = 0
     reembed: list[str] = []
-    resummarize: list[tuple[str, int]] = []
+    resummarise: list[tuple[str, int]] = []
     touched: set[str] = set()  # summary ids that go stale
     gone: set[str] = set()
     notes: list[tuple[str, Stamp]] = []
@@ -265,7 +264,7 @@ def reconcile_paths(
                 out.new.append(rel)
                 reembed.append(node_id)
                 if is_stale:
-                    resummarize.append((node_id, depth))
+                    resummarise.append((node_id, depth))
             index.upsert_rows(conn, [new_row])
             upserts += 1
             touched.update(ancestors_of(conn, node_id))
@@ -278,8 +277,8 @@ def reconcile_paths(
             gone.add(row["id"])
             out.deleted.append(rel)
         queue = JobQueue(conn)
-        queue.enqueue_many(extract_job(i) for i in reembed)
-        queue.enqueue_many(resummarize_job(i, d) for i, d in resummarize)
+        queue.enqueue_many(admit_job(i) for i in reembed)
+        queue.enqueue_many(resummarise_job(i, d) for i, d in resummarise)
     if on_hand_edits is not None:
         hand = [
             *out.new,

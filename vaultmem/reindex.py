@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from vaultmem import index, leaffile
 from vaultmem.db import atomic
 from vaultmem.errors import FrontmatterError, InvalidInput
-from vaultmem.ingest import extract_job, read_leaf_file, read_summary_file
-from vaultmem.jobs import JobQueue, resummarize_job
+from vaultmem.jobs import JobQueue, admit_job, resummarise_job
 from vaultmem.layout import AGENT_TOPS, Layout
 from vaultmem.model import Status
-from vaultmem.scan import scan
+from vaultmem.scan import read_leaf_file, read_summary_file, scan
 from vaultmem.summaryfile import SummaryNode
 
 
@@ -122,8 +121,8 @@ def reindex(
         conn.execute("DELETE FROM chunks")
         index.insert_rows(conn, files.rows.values())
         queue = JobQueue(conn)
-        requeued = queue.enqueue_many(extract_job(i) for i in files.pending)
-        requeued += queue.enqueue_many(resummarize_job(i, depth) for i, depth in files.stale)
+        requeued = queue.enqueue_many(admit_job(i) for i in files.pending)
+        requeued += queue.enqueue_many(resummarise_job(i, depth) for i, depth in files.stale)
     return ReindexReport(
         files.leaves,
         tuple(files.skipped),

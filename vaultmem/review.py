@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from vaultmem import fsio, mdfile
+from vaultmem import frontmatter, fsio
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.layout import REVIEW, Layout
 from vaultmem.model import LEAF_ID_RE, format_ts, parse_ts
@@ -70,7 +70,7 @@ def render(p: Proposal, old_text: str, new_text: str, old_path: str, new_path: s
         f"## New\n\n{_quoted(new_text)}\n\n[{p.new}](../{new_path})\n"
     )
     # decision last: the one line a person edits
-    return "---\n" + mdfile.dump_mapping(meta) + f"decision: {p.decision}\n---\n" + body
+    return "---\n" + frontmatter.dump_mapping(meta) + f"decision: {p.decision}\n---\n" + body
 
 
 def _quoted(text: str) -> str:
@@ -78,7 +78,7 @@ def _quoted(text: str) -> str:
 
 
 def parse(text: str, rel: str) -> Proposal:
-    meta = mdfile.split(text, where=rel).meta
+    meta = frontmatter.split(text, where=rel).meta
     old, new = str(meta.get("old", "")), str(meta.get("new", ""))
     decision = str(meta.get("decision", "pending")).strip().lower()
     if not (LEAF_ID_RE.match(old) and LEAF_ID_RE.match(new)) or decision not in DECISIONS:

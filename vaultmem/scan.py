@@ -11,7 +11,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from vaultmem import fsio, index, leaffile
 from vaultmem.layout import SUMMARY_NAME, Layout, is_ignored
+from vaultmem.model import Leaf
+from vaultmem.summaryfile import SummaryNode, parse_summary
 
 
 @dataclass(frozen=True)
@@ -66,3 +69,21 @@ def leaf_candidates(layout: Layout) -> Iterator[str]:
     for entry in scan(layout).entries:
         if not entry.is_summary:
             yield entry.rel
+
+
+def read_leaf_file(layout: Layout, rel: str, max_bytes: int) -> tuple[Leaf, index.FileStamp]:
+    """Read and validate one leaf file from disk (FrontmatterError / InvalidInput when it is not one)."""
+    path = layout.abs(rel)
+    text, digest = fsio.read_text_guarded(path, max_bytes)
+    st = path.stat()
+    leaf, _doc = leaffile.parse_leaf(text, rel)
+    return leaf, index.FileStamp(digest, st.st_size, st.st_mtime_ns)
+
+
+def read_summary_file(layout: Layout, rel: str, max_bytes: int) -> tuple[SummaryNode, index.FileStamp]:
+    """Read and validate one ``_summary.md`` (FrontmatterError / InvalidInput when it is not one)."""
+    path = layout.abs(rel)
+    text, digest = fsio.read_text_guarded(path, max_bytes)
+    st = path.stat()
+    node, _doc = parse_summary(text, rel)
+    return node, index.FileStamp(digest, st.st_size, st.st_mtime_ns)

@@ -15,18 +15,18 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import index
+from vaultmem import index, timeparse
 from vaultmem.db import NAV
 from vaultmem.embed import Embedder
 from vaultmem.errors import InvalidInput
-from vaultmem.model import Status, format_ts
+from vaultmem.model import Status, format_ts, utc
 from vaultmem.vectors import MatrixFile, VectorCache
 
 # Fusion constants, tuned on the LoCoMo dev split (bench/retrieval.py; figures in docs/architecture.md).
@@ -632,3 +632,21 @@ class Searcher:
                 )
             )
         return out
+
+
+def window_first(
+    query: str, filters: Filters, now: datetime | None, ranked: Callable[[str, Filters], list[Hit]]
+) -> list[Hit]:
+    """``ranked(query, filters)``, led by ``ranked`` over the time window the query names ("last
+    Tuesday", "in May 2023", "上周三"; searched without the time words) when it names one and no explicit
+    ``since``/``until`` is given. ``now`` is the reference for relative times (default: the current time)."""
+    window = None
+    if filters.since is None and filters.until is None and isinstance(query, str):
+        window = timeparse.find_range(query, utc(now) if now is not None else datetime.now(UTC))
+    found = ranked(query, filters)
+    if window is None:
+        return found
+    within = replace(filters, since=window.start, until=window.end - timedelta(microseconds=1))
+    first = ranked(timeparse.strip_range(query, window) or query, within)
+    seen = {h.id for h in first}
+    return [*first, *(h for h in found if h.id not in seen)]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from vaultmem import mdfile
+from vaultmem import frontmatter
 from vaultmem.agentllm import reply_object
 from vaultmem.corepolicy import words
 from vaultmem.errors import FrontmatterError, SummariserError
@@ -388,9 +388,9 @@ def body_hash(body: str) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
 
 
-def render(note_meta: Mapping[str, Any], body: str, keep: mdfile.MdDoc | None = None) -> str:
+def render(note_meta: Mapping[str, Any], body: str, keep: frontmatter.MdDoc | None = None) -> str:
     engine = {**note_meta, "content_hash": body_hash(body)}
-    return mdfile.render(engine, body, keep=keep, owned=OWNED)
+    return frontmatter.render(engine, body, keep=keep, owned=OWNED)
 
 
 def meta_for(
@@ -425,9 +425,9 @@ def _sections(body: str) -> dict[str, list[str]]:
     return out
 
 
-def parse(text: str, rel: str) -> tuple[SessionNote, mdfile.MdDoc] | None:
+def parse(text: str, rel: str) -> tuple[SessionNote, frontmatter.MdDoc] | None:
     """The note in a file; None when it is not one (no ``kind: session``)."""
-    doc = mdfile.split(text, where=rel)
+    doc = frontmatter.split(text, where=rel)
     meta = doc.meta
     if meta.get("kind") != KIND:
         return None

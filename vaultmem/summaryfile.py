@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from vaultmem import mdfile
+from vaultmem import frontmatter
 from vaultmem.errors import FrontmatterError
 from vaultmem.model import SUMMARY_ID_RE, format_ts, parse_order, parse_ts, safe_name
 from vaultmem.redact import scrub
@@ -181,8 +181,8 @@ def render_body(node: SummaryNode) -> str:
     return "".join(parts)
 
 
-def render_summary(node: SummaryNode, keep: mdfile.MdDoc | None = None) -> str:
-    return mdfile.render(engine_meta(node), render_body(node), keep=keep, owned=SUMMARY_KEYS)
+def render_summary(node: SummaryNode, keep: frontmatter.MdDoc | None = None) -> str:
+    return frontmatter.render(engine_meta(node), render_body(node), keep=keep, owned=SUMMARY_KEYS)
 
 
 def _label(text: str) -> str:
@@ -226,9 +226,9 @@ def split_body(body: str) -> tuple[str, str, tuple[ChildLink, ...]]:
     return pinned.strip(), text.strip(), tuple(children)
 
 
-def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, mdfile.MdDoc]:
+def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, frontmatter.MdDoc]:
     """Read a summary file. Raises FrontmatterError when it is not a valid one."""
-    doc = mdfile.split(text, where=rel_path)
+    doc = frontmatter.split(text, where=rel_path)
     meta = doc.meta
     node_id = meta.get("id")
     if not isinstance(node_id, str) or not SUMMARY_ID_RE.match(node_id):

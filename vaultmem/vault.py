@@ -6,47 +6,42 @@ interrupted batches, and hands explicit values to the modules that do the work. 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from filelock import FileLock, Timeout
-
 # Only what opening a vault and searching it need is imported here: `vaultmem search` from a cold shell
 # must not pay for ingest, compaction, topic planning or git (bench/startup.py; tests/test_cli.py checks
 # the list). The rest is imported where it is used; ``topics`` imports each of its modules on first use.
-from vaultmem import agentio, db, decay, entities, fsio, index, mdfile, timeparse, topics, vectors, versions
+from vaultmem import agentio, db, decay, entities, frontmatter, fsio, index, topics, vectors, versions
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
-from vaultmem.context import Context
+from vaultmem.context import MODES, Context, gather
 from vaultmem.embed import Embedder, load_embedder
 from vaultmem.errors import (
     ConflictError,
     DiskFull,
     GitBusy,
-    GitError,
     InvalidInput,
     NodeNotFound,
     ReadOnlyVault,
     VaultError,
     VaultExists,
-    VaultLocked,
     VaultNotFound,
 )
-from vaultmem.jobs import JobKind, JobQueue, NewJob, ingest_job, release_dead, resummarize_job
+from vaultmem.jobs import JobQueue, NewJob, admit_job, ingest_job, release_dead, resummarise_job, seal_job
 from vaultmem.layout import FRESH, RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
+from vaultmem.lock import WriteLock
 from vaultmem.model import (
     Leaf,
     Message,
@@ -56,109 +51,40 @@ from vaultmem.model import (
     format_ts,
     parse_ts,
     safe_name,
-    utc,
 )
+from vaultmem.opening import Damaged, open_index, set_aside
 from vaultmem.redact import scrub
-from vaultmem.search import Filters, Hit, Searcher
+from vaultmem.search import Filters, Hit, Searcher, window_first
 from vaultmem.summaryfile import SummaryNode
 from vaultmem.tokens import count_tokens
 
 if TYPE_CHECKING:
-    from vaultmem import detect, gitsync, purge, review, tree
+    from vaultmem import detect, navigate, purge, review
+    from vaultmem.admit import EntityFinder
     from vaultmem.agentllm import ChatModel
+    from vaultmem.autocommit import AutoCommit
     from vaultmem.check import CheckReport
     from vaultmem.compact import CompactSettings
     from vaultmem.coremem import CoreBlock, CoreFileView, CoreUpdate, MemoryEnv, MemorySettings, Onboarding
     from vaultmem.docmem import Plan
     from vaultmem.episodes import Episode
-    from vaultmem.extract import EntityFinder
     from vaultmem.forget import Tombstone
-    from vaultmem.gitsync import CommitInfo, GitOperation, GitRecorder
+    from vaultmem.gitsync import CommitInfo, GitOperation
     from vaultmem.ingest import IngestReport, Progress
     from vaultmem.memindex import MemoryHit
     from vaultmem.memtiers import EpisodeRecord
-    from vaultmem.pool import PoolReport, WorkContext
+    from vaultmem.pool import JobEnv, PoolReport, WorkReport
     from vaultmem.recipes import Recipe, RecipeMatch
     from vaultmem.reconcile import PathsReport, Stamp
     from vaultmem.reindex import ReindexReport
     from vaultmem.scoring import FastScorer
     from vaultmem.sessionnote import SessionNote
     from vaultmem.sessions import SessionTree
+    from vaultmem.stats import Stats
     from vaultmem.summarise import Summariser
-    from vaultmem.worker import WorkReport
 
 BATCH_MESSAGES = 2000
 DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
-LOCK_TIMEOUT_S = 30.0
-
-
-class FairRLock:
-    """A re-entrant lock handed to waiting threads in arrival order (``threading.RLock`` is not fair: a
-    thread that releases and re-acquires in a loop can keep it for as long as it likes)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._queue: deque[int] = deque()
-        self._owner: int | None = None
-        self._depth = 0
-
-    def acquire(self) -> None:
-        me = threading.get_ident()
-        with self._cond:
-            if self._owner == me:
-                self._depth += 1
-                return
-            self._queue.append(me)
-            while self._owner is not None or self._queue[0] != me:
-                self._cond.wait()
-            self._queue.popleft()
-            self._owner, self._depth = me, 1
-
-    @property
-    def depth(self) -> int:
-        """How many times the calling thread holds the lock (0 when it does not)."""
-        return self._depth if self._owner == threading.get_ident() else 0
-
-    def release(self) -> None:
-        with self._cond:
-            self._depth -= 1
-            if self._depth == 0:
-                self._owner = None
-                self._cond.notify_all()
-
-
-@dataclass(frozen=True)
-class Stats:
-    path: str
-    storage_bytes: int
-    index_bytes: int
-    sources: tuple[str, ...]
-    leaves: int
-    summaries: int
-    topics: int
-    by_status: dict[str, int]
-    first_memory: str | None
-    latest_memory: str | None
-    jobs: dict[str, int]
-    daemon: dict[str, Any] = field(default_factory=dict)  # the watch daemon: running, pid, last event...
-    git: dict[str, Any] | None = None  # a git operation under way (writes pause): what, marker, advice
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "storage_bytes": self.storage_bytes,
-            "index_bytes": self.index_bytes,
-            "sources": list(self.sources),
-            "chunks": self.leaves,
-            "summaries": self.summaries,
-            "topics": self.topics,
-            "by_status": self.by_status,
-            "first_memory": self.first_memory,
-            "latest_memory": self.latest_memory,
-            "jobs": self.jobs,
-            "daemon": self.daemon,
-            "git": self.git,
-        }
 
 
 class Vault:
@@ -172,26 +98,17 @@ class Vault:
         self.conn = conn
         self._embedder = embedder
         self._searcher: Searcher | None = None
-        self._lock = FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S)
-        self._turns = FairRLock()
+        self._write_lock = WriteLock(layout, self._git_error)
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
-        self._git: GitRecorder | None = None
-        self._journal: gitsync.Journal | None = None
-        self._observer: int | None = None
-        if config.git_auto_commit:
-            from vaultmem import gitsync
-
-            self._git = gitsync.GitRecorder(layout.root)
-            # Engine changes awaiting their commit; fsio reports every file the engine writes, moves or
-            # removes.
-            self._journal = gitsync.Journal(layout.root)
-            self._observer = fsio.observe(layout.root, self._journal.record_paths)
-        self._batches = 0  # open commit batches: commits wait for the outermost to end
-        self._batches_lock = threading.Lock()
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
-        self.git_notes: list[str] = []  # what git auto-commit did besides committing (a repo created)
-        self.commits = 0  # git commits this vault made (engine batches and hand edits)
+        # Git auto-commit (``autocommit``), only when [git] auto_commit is on: opening a vault to search
+        # it imports no git code.
+        self._autocommit: AutoCommit | None = None
+        if config.git_auto_commit:
+            from vaultmem.autocommit import AutoCommit
+
+            self._autocommit = AutoCommit(layout.root, self._locked, self.warnings)
         self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
         # "Now" for the agent memory tiers (entry tags, idle sessions, episode times); tests inject one.
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
@@ -257,41 +174,9 @@ class Vault:
         config = load_config(layout.config)
         fsio.ensure_inside(layout.root, layout.db)  # SQLite writes there (and beside it): never elsewhere
         new_index = not layout.db.exists()
-        damaged: tuple[str, Path, db.Salvage] | None = None
-        read_only: str | None = None
-        try:
-            conn = _open_index(layout)
-        except ReadOnlyVault as exc:
-            # Reading needs no write: open the index read-only (immutable on read-only media).
-            read_only = str(exc)
-            try:
-                conn = db.connect(layout.db, readonly=True)
-            except (sqlite3.DatabaseError, ReadOnlyVault) as ro_exc:
-                raise ReadOnlyVault(
-                    f"{layout.root} is read-only and its index cannot be read ({ro_exc}); open it once where"
-                    " it is writable (or copy it) to build chunks.db"
-                ) from ro_exc
-        except DiskFull as exc:
-            raise DiskFull(
-                f"{exc}: the index cannot be opened; nothing was changed; free space, then run the command again"
-            ) from exc
-        except sqlite3.DatabaseError as exc:
-            if not db.is_damage(exc):
-                raise
-            # The index is derived: a damaged one is moved aside and rebuilt from the files. Under the
-            # write lock, and only if it is still damaged (another process may have just done it, or a
-            # writer was restarting the log while it was read).
-            fsio.ensure_inside(layout.root, layout.lock)
-            with FileLock(str(layout.lock), timeout=LOCK_TIMEOUT_S):
-                try:
-                    conn = _open_index(layout)
-                except sqlite3.DatabaseError as again:
-                    if not db.is_damage(again):
-                        raise
-                    moved, salvage = _set_aside(layout, str(again))
-                    conn = db.connect(layout.db)
-                    damaged = (str(again), moved, salvage)
-        vault = cls(layout, config, conn, embedder)
+        opened = open_index(layout)
+        read_only, damaged = opened.read_only, opened.damaged
+        vault = cls(layout, config, opened.conn, embedder)
         if read_only is not None:
             vault.read_only = read_only
             vault.warnings.append(
@@ -302,7 +187,7 @@ class Vault:
         # operation (the daemon, or the next `compact`, catches up once it is over).
         if damaged is not None:
             with vault._locked(git_guard=False):
-                vault._rebuilt(*damaged)
+                vault._rebuilt(damaged)
         elif new_index and any((layout.root / SOURCES).glob("*/")):
             # A cloned or copied vault arrives without its index: rebuild it from the files.
             with vault._locked(git_guard=False):
@@ -329,9 +214,9 @@ class Vault:
             with self._locked():
                 heal_intents(self.conn, layout, self.config.max_file_bytes)
         if layout.treeops.is_dir() and any(layout.treeops.iterdir()):
-            from vaultmem import treeops
+            from vaultmem import steps
 
-            if treeops.pending_notes(layout):
+            if steps.pending_notes(layout):
                 self.heal_compaction()
         if layout.writing.exists():
             with self._locked():
@@ -341,19 +226,18 @@ class Vault:
 
     def heal_compaction(self) -> list[str]:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
-        from vaultmem import treeops
+        from vaultmem import steps
 
         with self._locked():
             embedder = self.embedder
-            done = treeops.heal(self.conn, self.layout, embedder.model_id, embedder.dim)
+            done = steps.heal(self.conn, self.layout, embedder.model_id, embedder.dim)
             for step in done:
                 self._commit(f"{step.message} (finished after a crash)")
             return [step.message for step in done]
 
     def close(self) -> None:
-        if self._observer is not None:
-            fsio.unobserve(self._observer)
-            self._observer = None
+        if self._autocommit is not None:
+            self._autocommit.close()
         self.conn.close()
 
     def __enter__(self) -> Vault:
@@ -364,43 +248,16 @@ class Vault:
     ) -> None:
         self.close()
 
-    @contextmanager
-    def _locked(self, *, git_guard: bool = True) -> Iterator[None]:
-        """Hold the vault's write lock (re-entrant within a thread). Threads of this process take turns
-        in arrival order, so a long seal pass (many short steps) cannot starve a re-summarise.
-
-        While a git operation is under way in the vault's repository (see ``gitsync``) the outermost
-        acquisition raises ``GitBusy``: nothing writes into a half-restored tree."""
+    def _locked(self, *, git_guard: bool = True) -> AbstractContextManager[None]:
+        """Hold the vault's write lock (``lock.WriteLock``: re-entrant, fair between threads). While a
+        git operation is under way in the vault's repository (see ``gitsync``) the outermost acquisition
+        raises ``GitBusy``: nothing writes into a half-restored tree."""
         self._writable()
-        self._turns.acquire()
-        try:
-            if self._turns.depth == 1:
-                fsio.ensure_inside(self.layout.root, self.layout.lock)  # never a lock file elsewhere
-            try:
-                self._lock.acquire()
-            except Timeout as exc:
-                raise VaultLocked(
-                    f"another process is writing to {self.layout.root} (lock {self.layout.lock}); try again"
-                ) from exc
-            outermost = self._turns.depth == 1
-            try:
-                if outermost and git_guard:
-                    operation = self.git_operation()
-                    if operation is not None:
-                        raise operation.error(self.layout.root)
-            except BaseException:
-                self._lock.release()
-                raise
-            try:
-                if outermost:
-                    self._begin_writing()
-                yield
-            finally:
-                if outermost:
-                    fsio.remove_file(self.layout.root, self.layout.writing)
-                self._lock.release()
-        finally:
-            self._turns.release()
+        return self._write_lock.hold(git_guard=git_guard)
+
+    def _git_error(self) -> GitBusy | None:
+        operation = self.git_operation()
+        return operation.error(self.layout.root) if operation is not None else None
 
     def repo_stamp(self) -> tuple[object, ...] | None:
         """Changes whenever a git command moves HEAD or rewrites the index of the vault's repository."""
@@ -424,19 +281,6 @@ class Vault:
                 f"{self.layout.root} is read-only, so this cannot run (it writes); reading, searching and"
                 " `check` work. Make the vault writable to ingest, compact or repair"
             )
-
-    def _begin_writing(self) -> None:
-        """Mark that a writer holds the lock. A mark that is already there was left by a writer that died
-        holding it: its temp files (never real files) are removed first, so ``check`` stays clean."""
-        marker = self.layout.writing
-        if marker.exists():
-            for tmp in fsio.stray_temp_files(self.layout.root):
-                if ".git" not in tmp.relative_to(self.layout.root).parts:
-                    fsio.remove_file(self.layout.root, tmp)
-        with contextlib.suppress(
-            OSError, DiskFull
-        ):  # a read-only or full disk: the write that follows says so
-            fsio.touch(self.layout.root, marker)
 
     # -- ingest ------------------------------------------------------------------------------------
     def ingest_messages(
@@ -588,7 +432,7 @@ class Vault:
 
     def summary(self, node_id: str) -> SummaryNode:
         """The summary (level) with this id, read from its ``_summary.md``."""
-        from vaultmem.ingest import read_summary_file
+        from vaultmem.scan import read_summary_file
 
         check_node_id(node_id)
         row = self.conn.execute(
@@ -610,8 +454,8 @@ class Vault:
         its digest, or (``period`` ``week`` / ``month``) the week part or month holding it, written now if
         it is missing or behind its leaves; [] for a day nothing was remembered. With ``start`` and/or
         ``end`` instead: the existing digests of ``period`` that cover a day in that range, in time order."""
-        from vaultmem import digest, treeops
-        from vaultmem.ingest import read_summary_file
+        from vaultmem import digest, steps
+        from vaultmem.scan import read_summary_file
 
         max_bytes = self.config.max_file_bytes
         if start is not None or end is not None:
@@ -633,19 +477,10 @@ class Vault:
                 ) from None
         try:
             with self.commit_batch():
-                if treeops.pending_notes(self.layout):
+                if steps.pending_notes(self.layout):
                     self.heal_compaction()
-                result = digest.refresh(
-                    self.conn,
-                    self.layout,
-                    when,
-                    period,
-                    self.summariser,
-                    lambda: self.embedder,
-                    self._locked,
-                    max_bytes,
-                    self._commit,
-                )
+                env = replace(self.job_env(), max_bytes=max_bytes, commit=self._commit)
+                result = digest.refresh(env, self.conn, when, period)
         except GitBusy:
             # Reading goes on during a git operation: the digest as it is on disk, if there is one.
             if not self.layout.abs(rel).exists():
@@ -684,36 +519,9 @@ class Vault:
     def stats(self, *, files: bool = True) -> Stats:
         """Counts from the index; with ``files``, the bytes in the vault's files and in the index
         (a walk over every file: ``files=False`` leaves them at -1 and stays cheap at any size)."""
-        from vaultmem import daemonstate, gitsync
+        from vaultmem.stats import read_stats
 
-        storage, index_bytes = self.storage() if files else (-1, -1)
-        counts = dict(self.conn.execute("SELECT kind, count(*) FROM chunks GROUP BY kind").fetchall())
-        by_status = dict(
-            self.conn.execute(
-                "SELECT status, count(*) FROM chunks WHERE kind = 'leaf' GROUP BY status"
-            ).fetchall()
-        )
-        first, latest = self.conn.execute(
-            "SELECT min(ts), max(ts) FROM chunks WHERE ts IS NOT NULL"
-        ).fetchone()
-        live_topics = sum(
-            1 for p in topics.plan.existing(self.conn).values() if f"/{topics.plan.ARCHIVE}/" not in p
-        )
-        return Stats(
-            path=str(self.layout.root),
-            storage_bytes=storage,
-            index_bytes=index_bytes,
-            sources=tuple(self.sources()),
-            leaves=counts.get("leaf", 0),
-            summaries=counts.get("summary", 0),
-            topics=live_topics,
-            by_status=by_status,
-            first_memory=first,
-            latest_memory=latest,
-            jobs=JobQueue(self.conn).counts(),
-            daemon=daemonstate.status(self.layout),
-            git=_git_line(gitsync.operation_in_progress(self.layout.root, lock_wait_s=0.0), self.layout.root),
-        )
+        return read_stats(self.conn, self.layout, self.sources(), files=files)
 
     def tally(self) -> dict[str, int]:
         """Leaves, vectors and jobs still to run, read on a connection of its own: usable after an
@@ -754,8 +562,7 @@ class Vault:
         Leaves without a vector of the configured model (new ones, or all of them after the model was
         changed) are queued first, so switching models re-embeds the vault instead of leaving search
         without meaning-based hits."""
-        from vaultmem.ingest import extract_job
-        from vaultmem.worker import drain
+        from vaultmem.pool import Pool
 
         with (
             self.commit_batch(),
@@ -770,16 +577,11 @@ class Vault:
                     (model,),
                 )
             ]
-            self.jobs.enqueue_many(extract_job(i) for i in missing)
-            report = drain(
-                self.conn,
-                self.layout,
-                lambda: self.embedder,
-                progress=progress,
-                topic_settings=self.topic_settings,
-                finder=self.entity_finder,
-                digest_days=self.config.digest_enabled,
-            )
+            self.jobs.enqueue_many(admit_job(i) for i in missing)
+            # The pool's own runner on this thread, admit jobs only (their follow-ups are queued as the
+            # threads queue them, and left for `work`, `compact` or the daemon); one commit at the end.
+            pool = Pool(replace(self.job_env(), commit=None), workers=1)
+            report = pool.run_here(self.conn, progress=progress)
             if report.admitted:
                 self._commit(f"memory: admit {report.admitted} leaves")
             self.save_vectors()
@@ -789,7 +591,8 @@ class Vault:
     @property
     def summariser(self) -> Summariser:
         """The configured summariser: extractive, or an OpenAI-compatible endpoint falling back to it."""
-        from vaultmem.summarise import ExtractiveSummariser, OpenAICompatSummariser
+        from vaultmem.llm import OpenAICompatSummariser
+        from vaultmem.summarise import ExtractiveSummariser
 
         if self._summariser is None:
             extractive = ExtractiveSummariser()
@@ -809,8 +612,8 @@ class Vault:
     @property
     def entity_finder(self) -> EntityFinder:
         """Rule-based entities, plus the [llm] endpoint's when ``topics.llm_entities`` is on."""
+        from vaultmem.admit import find_entities
         from vaultmem.entities_llm import LLMEntityExtractor
-        from vaultmem.extract import find_entities
 
         if self._finder is None:
             self._finder = find_entities
@@ -827,18 +630,19 @@ class Vault:
                 )
         return self._finder
 
-    def work_context(self) -> WorkContext:
+    def job_env(self) -> JobEnv:
+        """What the job runner's handlers work with (``pool.JobEnv``), built from the config."""
         from vaultmem import memtiers
-        from vaultmem.pool import WorkContext
+        from vaultmem.pool import JobEnv
 
-        return WorkContext(
+        return JobEnv(
             layout=self.layout,
             settings=self.compact_settings,
             embedder=lambda: self.embedder,
             summariser=self.summariser,
             lock=self._locked,
             max_bytes=self.config.max_file_bytes,
-            commit=self._commit if self._git is not None else None,
+            commit=self._commit if self._autocommit is not None else None,
             topics=self.topic_settings,
             finder=self.entity_finder,
             digest=self.config.digest_enabled,
@@ -853,7 +657,7 @@ class Vault:
 
         self._writable()
         with self.commit_batch():
-            report = Pool(self.work_context(), self.compact_settings.workers).run_until_idle(progress)
+            report = Pool(self.job_env(), self.compact_settings.workers).run_until_idle(progress)
         self.save_vectors()
         return report
 
@@ -874,10 +678,15 @@ class Vault:
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
     ) -> PoolReport:
-        """Seal every source's buffer into levels, condense, and re-summarise what is stale.
+        """Compact now: seal every source's buffer into levels, condense, and re-summarise what is stale.
 
-        Catches up with hand edits first (edited summaries and leaves make their ancestors stale), then
-        runs the queue to idle. ``dry_run`` plans the same steps and changes nothing."""
+        Catches up with hand edits first (edited summaries and leaves make their ancestors stale), embeds
+        and admits what waits (``flush``), then queues what a person asking for compaction wants whether
+        or not a job asked for it (``queue_compaction``: a seal of every source, a re-summary of every
+        stale level, out-of-date digests, the topic sweep) and runs the queue to idle. Between two
+        compactions, admitted leaves seal their own source once its buffer is ready (``append_buffer``,
+        queued by every ``admit`` batch, whoever runs it). ``dry_run`` plans the same steps and changes
+        nothing."""
         if dry_run:
             return self._plan()
         with (
@@ -887,11 +696,11 @@ class Vault:
             return self._compact(progress)
 
     def _compact(self, progress: Callable[[int, int], None] | None) -> PoolReport:
-        from vaultmem import treeops
+        from vaultmem import steps
         from vaultmem.reconcile import catch_up
 
         with self._locked():
-            if treeops.pending_notes(self.layout):
+            if steps.pending_notes(self.layout):
                 self.heal_compaction()
             caught = catch_up(
                 self.conn, self.layout, self.config.max_file_bytes, on_hand_edits=self._commit_by_hand
@@ -899,7 +708,7 @@ class Vault:
             if caught.stale:
                 self._commit(f"memory: mark {len(caught.stale)} summaries stale (what is below them changed)")
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
-        # them in the buffer (the worker pool runs both kinds of job at once).
+        # them in the buffer (the threads run both kinds of job at once).
         flushed = self.flush()
         self.queue_compaction()
         report = self.work(progress)
@@ -927,99 +736,46 @@ class Vault:
                     report.planned.append(f"{directory}/ ({count} moved in)")
         return report
 
-    # -- git auto-commit --------------------------------------------------------------------------------
+    # -- git auto-commit (``autocommit``) -------------------------------------------------------------
+    @property
+    def git_notes(self) -> list[str]:
+        """What git auto-commit did besides committing (a repo created)."""
+        return self._autocommit.notes if self._autocommit is not None else []
+
+    @property
+    def commits(self) -> int:
+        """Git commits this vault made (engine batches and hand edits)."""
+        return self._autocommit.commits if self._autocommit is not None else 0
+
     def _commit(self, message: str) -> None:
         """Record one logical operation for git auto-commit: committed at once, or with the rest of the
         batch when one is open (``commit_batch``)."""
-        if self._journal is None:
+        if self._autocommit is None:
             return
         if self._deferred is not None and self._deferred_thread == threading.get_ident():
             self._deferred.append(message)  # inside an ``operation``: its own message names the commit
             return
-        # The message names titles and entities, which come from memory: never a secret in history.
-        self._journal.record_message(scrub(message))
-        with self._batches_lock:
-            batched = self._batches > 0
-        if not batched:
-            self.commit_pending()
+        self._autocommit.record(message)
 
-    @contextmanager
-    def commit_batch(self, subject: str | None = None) -> Iterator[None]:
+    def commit_batch(self, subject: str | None = None) -> AbstractContextManager[None]:
         """Everything the engine changes inside (in any thread of this vault) becomes one git commit at
         the end of the outermost batch; its subject is ``subject`` when several operations ran."""
-        with self._batches_lock:
-            self._batches += 1
-        try:
-            yield
-        finally:
-            with self._batches_lock:
-                self._batches -= 1
-                last = self._batches == 0
-            if last and self._journal is not None and self._journal.pending():
-                try:
-                    self.commit_pending(subject)
-                except VaultError as exc:  # never hide the error of the work itself
-                    self.warnings.append(f"git auto-commit failed: {exc}")
+        return self._autocommit.batch(subject) if self._autocommit is not None else nullcontext()
 
     def has_uncommitted(self) -> bool:
         """True when git auto-commit is on and engine changes wait for their commit."""
-        return self._journal is not None and self._journal.pending()
+        return self._autocommit is not None and self._autocommit.pending()
 
     def commit_pending(self, subject: str | None = None) -> str | None:
-        """Commit what the engine changed and has not committed yet (only its own paths). During a git
-        operation nothing is committed and the changes stay recorded for the next commit. Returns the
-        new commit, or None."""
-        from vaultmem import gitsync
-
-        if self._journal is None or self._git is None:
-            return None
-        with self._locked(git_guard=False):
-            paths, messages, size = self._journal.read()
-            if not size:
-                return None
-            try:
-                if self._git.head() is None:
-                    # A new history starts with the whole vault as it is (ignored files excepted).
-                    result = self._git.commit(gitsync.commit_message(messages, subject), None)
-                else:
-                    result = self._git.commit(gitsync.commit_message(messages, subject), paths)
-            except GitBusy as exc:
-                note = f"not committed yet: {exc}"
-                if note not in self.warnings:
-                    self.warnings.append(note)
-                return None
-            except GitError as exc:
-                self.warnings.append(f"git auto-commit failed: {exc}")
-                self._journal.squash()  # kept for the next commit, without growing on every attempt
-                return None
-            self._journal.consume(size)
-            self._after_commit(result)
-            return result.sha
-
-    def _after_commit(self, result: gitsync.CommitResult) -> None:
-        self.git_notes.extend(result.notes)
-        self.commits += result.sha is not None
-        for path, kinds in result.held:
-            self.warnings.append(
-                f"git: {path} not committed: it holds a secret ({', '.join(kinds)}); "
-                "`vaultmem check` lists it, `vaultmem check --fix --redact` redacts it"
-            )
+        """Commit what the engine changed and has not committed yet (only its own paths); None when
+        nothing was committed (see ``autocommit.AutoCommit.commit_pending``)."""
+        return self._autocommit.commit_pending(subject) if self._autocommit is not None else None
 
     def _commit_by_hand(self, paths: list[str]) -> None:
         """Commit a person's edits the engine just read as their own commit ("edit by hand: ..."), before
         anything the engine derives from them, so they never hide inside an engine commit."""
-        from vaultmem import gitsync
-
-        if self._git is None or not paths:
-            return
-        try:
-            if self._git.head() is None:
-                return  # the first engine commit snapshots the whole vault, these edits included
-            result = self._git.commit(scrub(gitsync.hand_message(paths)), paths)
-        except GitError as exc:  # GitBusy included: the edits stay uncommitted, as the person left them
-            self.warnings.append(f"git commit of hand edits failed: {exc}")
-            return
-        self._after_commit(result)
+        if self._autocommit is not None:
+            self._autocommit.commit_by_hand(paths)
 
     # -- hand edits (the watch daemon) ---------------------------------------------------------------
     def reconcile_paths(
@@ -1153,9 +909,9 @@ class Vault:
         filters = versions.scoped(
             self.conn, filters, as_of=_as_of(as_of), now=now, include_superseded=include_superseded
         )
-        self._note_query(query)
-        found = self._window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))
+        found = window_first(query, filters, now, lambda q, f: self.searcher.search(q, k, f))
         hits = self._versions(query, self._decayed(found, now), filters, include_superseded)[:k]
+        self.record_query(query)
         self._asked(hits, now)
         return hits
 
@@ -1179,24 +935,10 @@ class Vault:
 
         return versions.arrange(self.conn, hits, filters, fetch, include_superseded=include_superseded)
 
-    def _window_first(
-        self, query: str, filters: Filters, now: datetime | None, ranked: Callable[[str, Filters], list[Hit]]
-    ) -> list[Hit]:
-        """``ranked(query, filters)``, led by ``ranked`` over the time window the query names (searched
-        without the time words) when it names one and no explicit ``since``/``until`` is given."""
-        window = None
-        if filters.since is None and filters.until is None and isinstance(query, str):
-            window = timeparse.find_range(query, utc(now) if now is not None else topics.heat.utcnow())
-        found = ranked(query, filters)
-        if window is None:
-            return found
-        within = replace(filters, since=window.start, until=window.end - timedelta(microseconds=1))
-        first = ranked(timeparse.strip_range(query, window) or query, within)
-        seen = {h.id for h in first}
-        return [*first, *(h for h in found if h.id not in seen)]
-
-    def _note_query(self, query: str) -> None:
-        """A query that names an entity makes it hotter (the heat formula's query term)."""
+    def record_query(self, query: str) -> None:
+        """Make the entities ``query`` names hotter (the heat formula's query term). ``search`` and
+        ``context`` call it after they have read (the retrieval modules never write); nothing is
+        recorded in a read-only vault or with topics off."""
         if not isinstance(query, str) or self.read_only is not None:
             return
         # The topic settings once built (or set) are the truth; before that the config says the same
@@ -1231,16 +973,13 @@ class Vault:
         """The best remembered text for ``query`` within ``budget_tokens``, with provenance per item.
 
         ``mode``: ``flat`` (leaves only), ``collapsed`` (leaves and summaries ranked together) or
-        ``walk`` (top-down through the best branches); see ``treectx``. Chosen nodes never overlap.
+        ``walk`` (top-down through the best branches); see ``context``. Chosen nodes never overlap.
         Versions and ``as_of`` as in ``search``."""
-        from vaultmem import treectx
-        from vaultmem.context import assemble
-
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         mode = mode or DEFAULT_CONTEXT_MODE
-        if mode not in treectx.MODES:
-            raise InvalidInput(f"unknown context mode {mode!r}; one of {', '.join(treectx.MODES)}")
+        if mode not in MODES:
+            raise InvalidInput(f"unknown context mode {mode!r}; one of {', '.join(MODES)}")
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("the query is empty; type a few words to search for")
         entity = topics.query.resolve(self.conn, topic) if topic is not None else None
@@ -1248,36 +987,31 @@ class Vault:
         filters = versions.scoped(
             self.conn, filters, as_of=_as_of(as_of), now=now, include_superseded=include_superseded
         )
-        self._note_query(query)
-        # Enough candidates to fill the budget several times over with short turns.
-        k = max(50, budget_tokens // 8)
-        tree = treectx.Tree.load(self.conn) if mode != "flat" else None
-        found = self._window_first(  # what was said in a time the query names comes first
+        ctx = gather(
+            self.searcher,
             query,
-            filters,
-            now,
-            lambda q, f: treectx.candidates(
-                mode, self.searcher, self.conn, q, k, f, lambda: self.embedder, tree
-            ),
+            budget_tokens,
+            mode=mode,
+            filters=filters,
+            now=now,
+            embedder=lambda: self.embedder,
+            rank=lambda found: self._versions(query, self._decayed(found, now), filters, include_superseded),
         )
-        found = self._versions(query, self._decayed(found, now), filters, include_superseded)
-        overlap = treectx.ancestors_of(self.conn, tree, found) if tree is not None else None
-        ctx = assemble(query, found, budget_tokens, overlap)
+        self.record_query(query)
         self._asked([item.hit for item in ctx.items], now)
-        judged = {h.id: h for h in self.searcher.evidence(query, [item.hit for item in ctx.items])}
-        return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))
+        return ctx
 
     # -- navigation ----------------------------------------------------------------------------------
-    def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[tree.Node]:
+    def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[navigate.Node]:
         """Children of a level (every source's top for ``None``), in reading order or ranked by ``query``.
         A topic or digest node's children are its sub-levels, then the leaves it links."""
-        from vaultmem import tree
+        from vaultmem import navigate
 
         linked: list[str] = []
         if node_id is not None and node_id.startswith("s"):
             node = self.summary(node_id)
             linked = [i for i in (id_from_filename(c.target) for c in node.children if c.wiki) if i]
-        return tree.drill_down(
+        return navigate.drill_down(
             self.conn,
             node_id,
             query=query,
@@ -1302,17 +1036,17 @@ class Vault:
 
     def serialize(self, node_id: str) -> str:
         """A level and everything under it read as one Markdown document (depth first, reading order)."""
-        from vaultmem import tree
+        from vaultmem import navigate
 
-        return tree.serialize(self.conn, node_id)
+        return navigate.serialize(self.conn, node_id)
 
-    def expand_to_length(self, node_id: str, budget_tokens: int) -> tree.Expansion:
+    def expand_to_length(self, node_id: str, budget_tokens: int) -> navigate.Expansion:
         """A level expanded breadth first (summary, then children, ...) while it fits ``budget_tokens``."""
-        from vaultmem import tree
+        from vaultmem import navigate
 
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
-        return tree.expand_to_length(self.conn, node_id, budget_tokens)
+        return navigate.expand_to_length(self.conn, node_id, budget_tokens)
 
     # -- entities and topics -------------------------------------------------------------------------
     def rescan_entities(self, progress: Callable[[int, int], None] | None = None) -> int:
@@ -1322,7 +1056,7 @@ class Vault:
         the index's ``meta``), every admitted leaf is read anew and its list replaced by what the rules
         find now. Returns how many leaves changed; ``compact`` then routes the topics they make hot (and
         archives those no leaf names any more)."""
-        from vaultmem.lifecycle import set_status
+        from vaultmem.status import set_status
 
         row = self.conn.execute("SELECT value FROM meta WHERE key = 'entity_rules'").fetchone()
         stale = row is None or int(row[0]) < entities.RULES_VERSION
@@ -1422,13 +1156,10 @@ class Vault:
     ) -> str:
         """A new leaf as the last child of the level ``parent_id``; returns its id. Session and input
         kind default to the nearest leaf's; ``flush()`` embeds it, as it does ingested leaves."""
-        from vaultmem.docmem import plan_append_child
+        from vaultmem.docmem import NewLeaf, plan_append_child
 
-        return self._docmem(
-            lambda: plan_append_child(
-                self.conn, self.layout, parent_id, text, role=role, speaker=speaker, ts=ts, session=session
-            )
-        )[0]
+        new = NewLeaf(text, role=role, speaker=speaker, ts=ts, session=session)
+        return self._docmem(lambda: plan_append_child(self.conn, self.layout, parent_id, new))[0]
 
     def insert_between(
         self,
@@ -1442,21 +1173,10 @@ class Vault:
         session: str | None = None,
     ) -> str:
         """A new leaf between two adjacent siblings (``InvalidInput`` if they are not); returns its id."""
-        from vaultmem.docmem import plan_insert_between
+        from vaultmem.docmem import NewLeaf, plan_insert_between
 
-        return self._docmem(
-            lambda: plan_insert_between(
-                self.conn,
-                self.layout,
-                first_id,
-                second_id,
-                text,
-                role=role,
-                speaker=speaker,
-                ts=ts,
-                session=session,
-            )
-        )[0]
+        new = NewLeaf(text, role=role, speaker=speaker, ts=ts, session=session)
+        return self._docmem(lambda: plan_insert_between(self.conn, self.layout, first_id, second_id, new))[0]
 
     def delete(self, node_id: str) -> list[str]:
         """Delete a node and everything under it; returns the ids removed. A level whose folder holds a
@@ -1505,11 +1225,11 @@ class Vault:
         return session_tree(self.conn, session, source=source).messages()
 
     def _docmem(self, plan: Callable[[], Plan]) -> tuple[str, ...]:
-        from vaultmem import digest, treeops
+        from vaultmem import digest, steps
         from vaultmem.docmem import run
 
         with self.commit_batch(), self._locked():
-            if treeops.pending_notes(self.layout):
+            if steps.pending_notes(self.layout):
                 self.heal_compaction()
             planned = plan()
             op = planned.op
@@ -1624,7 +1344,7 @@ class Vault:
     def _refresh_leaf_rows(self, rels: Sequence[str]) -> None:
         """The rows of leaves whose frontmatter the engine just rewrote (validity keys: the text is the
         same, so nothing is embedded or admitted again), read back from their files."""
-        from vaultmem.ingest import read_leaf_file
+        from vaultmem.scan import read_leaf_file
 
         rows = []
         for rel in dict.fromkeys(rels):
@@ -1637,8 +1357,8 @@ class Vault:
     def _redo_summaries_of(self, leaf_ids: Sequence[str]) -> None:
         """Queue what summarises these leaves to be written again (a version link changes how a summary
         reads them: ``[superseded]``, ``[current]``): their levels, their days' digests, their topics."""
-        from vaultmem.compact import ancestors_of, mark_stale
         from vaultmem.jobs import digest_job, topic_route_job
+        from vaultmem.stale import ancestors_of, mark_stale
 
         levels = [a for leaf_id in leaf_ids for a in ancestors_of(self.conn, leaf_id)]
         mark_stale(self.conn, self.layout, levels, self.config.max_file_bytes)
@@ -1662,7 +1382,7 @@ class Vault:
     def _drop_id(self, rel: str, key: str, value: str) -> None:
         path = self.layout.abs(rel)
         text, digest = fsio.read_text_guarded(path, self.config.max_file_bytes)
-        doc = mdfile.split(text, where=rel)
+        doc = frontmatter.split(text, where=rel)
         ids = [i for i in agentio.id_list(doc.meta.get(key)) if i != value]
         if ids == agentio.id_list(doc.meta.get(key)):
             return
@@ -1916,7 +1636,7 @@ class Vault:
         (``settle``). One commit with git on. Returns the leaf's path. A level's id brings back every
         leaf forgotten with the level (``forget`` of a level), in one commit; returns the level's folder."""
         from vaultmem import sidecar
-        from vaultmem.extract import reload_vectors
+        from vaultmem.admit import reload_vectors
         from vaultmem.forget import read_tomb, tombstones, unbury, undo_derived
 
         if check_node_id(leaf_id).startswith("s"):
@@ -1985,7 +1705,7 @@ class Vault:
             raise InvalidInput(f"{leaf_id} is a level; purge its leaves one by one")
         root = self.layout.root
         if rewrite_history:
-            if self._git is None or not purge.is_repo_top(root):
+            if self._autocommit is None or not purge.is_repo_top(root):
                 raise InvalidInput(
                     "--rewrite-history needs git auto-commit on and the vault's own repository"
                 )
@@ -1999,10 +1719,10 @@ class Vault:
         if live:
             leaf = self.get(leaf_id)
             raw = self.layout.abs(leaf.path).read_text(encoding="utf-8")
-            texts = [mdfile.split(raw, where=leaf.path).body, leaf.text]
+            texts = [frontmatter.split(raw, where=leaf.path).body, leaf.text]
         else:
             tomb, data = read_tomb(self.layout, leaf_id)
-            texts = [mdfile.split(data.decode("utf-8"), where=tomb.path).body]
+            texts = [frontmatter.split(data.decode("utf-8"), where=tomb.path).body]
         found = list(dict.fromkeys(n for t in texts for n in purge.needles(t)))
         message = f"memory: purge {leaf_id}"
         with self.commit_batch(message):
@@ -2062,7 +1782,7 @@ class Vault:
         hash that was read; every other byte of the file is kept)."""
         path = self.layout.abs(rel)
         text, digest = fsio.read_text_guarded(path, self.config.max_file_bytes)
-        current = mdfile.split(text, where=rel).meta.get(key)
+        current = frontmatter.split(text, where=rel).meta.get(key)
         new = agentio.with_keys(text, {key: agentio.added_id(current, value)}, where=rel)
         fsio.atomic_write(path, new.encode("utf-8"), root=self.layout.root, expected=digest)
 
@@ -2124,19 +1844,14 @@ class Vault:
         """Under the write lock: move the damaged index aside, open a new one, rebuild it."""
         self.conn.close()
         self._searcher = None
-        moved, salvage = _set_aside(self.layout, why)
+        damaged = set_aside(self.layout, why)
         self.conn = db.connect(self.layout.db)
-        return self._rebuilt(why, moved, salvage, progress)
+        return self._rebuilt(damaged, progress)
 
-    def _rebuilt(
-        self,
-        why: str,
-        moved: Path,
-        salvage: db.Salvage,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> ReindexReport:
+    def _rebuilt(self, damaged: Damaged, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
         """A new index after a damaged one: what could be read of the job queue and the heat first, then
         everything from the files; one warning says what happened and what was lost."""
+        why, moved, salvage = damaged.why, damaged.moved, damaged.salvage
         kept = db.restore(self.conn, salvage)
         report = self._reindex(progress)
         said = [
@@ -2154,8 +1869,7 @@ class Vault:
 
     def _reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
         from vaultmem import memindex
-        from vaultmem.extract import vectors_from_sidecars
-        from vaultmem.ingest import extract_job
+        from vaultmem.admit import vectors_from_sidecars
         from vaultmem.reindex import reindex
 
         with self._locked():
@@ -2169,14 +1883,14 @@ class Vault:
                 loaded, missing = vectors_from_sidecars(
                     self.conn, self.layout, embedder.model_id, embedder.dim
                 )
-                requeued = self.jobs.enqueue_many(extract_job(i) for i in missing)
+                requeued = self.jobs.enqueue_many(admit_job(i) for i in missing)
             self.save_vectors()
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
     def check(self, *, fix: bool = False, redact: bool = False) -> CheckReport:
         """Verify the index against the files (``fix``: repair the index side). ``redact`` (with
         ``fix``) also rewrites Markdown files that hold a secret, with the secret replaced."""
-        from vaultmem import treeops
+        from vaultmem import steps
         from vaultmem.check import CheckReport, Problem, check
 
         if redact and not fix:
@@ -2199,7 +1913,7 @@ class Vault:
         model, dim = embedder.model_id, embedder.dim
         if fix:
             with self.commit_batch("memory: check --fix"):
-                if treeops.pending_notes(self.layout):
+                if steps.pending_notes(self.layout):
                     self.heal_compaction()
                 with self._locked():
                     report = check(
@@ -2278,7 +1992,7 @@ class Vault:
             embedder=lambda: self.embedder,
             model=self.chat_model,
             read_only=self.read_only is not None,
-            hand_edits=self._commit_by_hand if self._git is not None else None,
+            hand_edits=self._commit_by_hand if self._autocommit is not None else None,
         )
 
     def core_block(self) -> CoreBlock:
@@ -2457,15 +2171,13 @@ class Vault:
         from vaultmem import digest
 
         with self._locked():
-            added = self.jobs.enqueue_many(
-                NewJob(JobKind.SEAL.value, {"source": s}, dedupe_key=f"seal:{s}") for s in self.sources()
-            )
+            added = self.jobs.enqueue_many(seal_job(s) for s in self.sources())
             # Days and topics that lost a leaf are re-digested and re-routed (the topic sweep below
             # routes every topic anyway).
             added += digest.enqueue_out_of_date(self.conn, time.time())
             # A stale level always has its job (the flag in the file is the truth; the queue follows it).
             added += self.jobs.enqueue_many(
-                resummarize_job(r["id"], r["depth"])
+                resummarise_job(r["id"], r["depth"])
                 for r in self.conn.execute(
                     "SELECT id, depth FROM chunks WHERE kind = 'summary' AND status = 'stale'"
                 )
@@ -2496,17 +2208,10 @@ class Vault:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes
 
     def storage(self) -> tuple[int, int]:
-        """Bytes in the vault's files (not ``.git``) and in ``.vaultmem/`` (the index; the disk reserve
-        left out): a walk over every file, so it takes time in proportion to the vault."""
-        storage = index_bytes = 0
-        for p in self.layout.root.rglob("*"):
-            if p.is_file() and not p.is_symlink() and p != self.layout.reserve:
-                size = p.stat().st_size
-                if self.layout.state in p.parents:
-                    index_bytes += size
-                elif ".git" not in p.relative_to(self.layout.root).parts:
-                    storage += size
-        return storage, index_bytes
+        """Bytes in the vault's files (not ``.git``) and in ``.vaultmem/`` (``stats.storage``)."""
+        from vaultmem.stats import storage
+
+        return storage(self.layout)
 
     def leaves_per_day(
         self, first: date | str, last: date | str, *, source: str | None = None
@@ -2526,16 +2231,16 @@ class Vault:
 
     def children(
         self, node_id: str | None = None, *, source: str | None = None, offset: int = 0, limit: int = 100
-    ) -> tuple[list[tree.Node], int]:
+    ) -> tuple[list[navigate.Node], int]:
         """One page of a level's children in reading order (without ``node_id``: the top of ``source``,
         its levels and ``_fresh/`` leaves), with how many there are in all."""
         if node_id is None and source is None:
             raise InvalidInput("name a level or a source")
         if offset < 0 or limit < 1:
             raise InvalidInput("offset must be 0 or more and limit at least 1")
-        from vaultmem import tree
+        from vaultmem import navigate
 
-        return tree.children_page(self.conn, node_id, source=source, offset=offset, limit=limit)
+        return navigate.children_page(self.conn, node_id, source=source, offset=offset, limit=limit)
 
     def commits_of(self, day: date | str | None = None, *, limit: int = 100) -> list[CommitInfo]:
         """The vault's git commits of a UTC day (default today), newest first, each with its files and
@@ -2547,12 +2252,6 @@ class Vault:
         start = datetime(when.year, when.month, when.day, tzinfo=UTC)
         end = start + timedelta(days=1) - timedelta(seconds=1)
         return GitRecorder(self.layout.root).commits_between(start.isoformat(), end.isoformat(), limit=limit)
-
-
-def _git_line(operation: GitOperation | None, root: Path) -> dict[str, Any] | None:
-    if operation is None:
-        return None
-    return {**operation.as_dict(), "why": operation.describe(), "error": str(operation.error(root))}
 
 
 @contextmanager
@@ -2567,34 +2266,6 @@ def _on_full_disk(what: str, kept: str, again: str) -> Iterator[None]:
             f"disk full during {what}: {exc}; {kept}, queued work stays queued and a step cut short"
             f" finishes on the next open; free space, then run {again} again"
         ) from exc
-
-
-def _open_index(layout: Layout) -> sqlite3.Connection:
-    """chunks.db, checked as far as is cheap: its write-ahead log's headers, then the first row of every
-    table. Raises ``sqlite3.DatabaseError`` (``db.is_damage``) when it is damaged."""
-    why = db.wal_problem(layout.db)
-    if why is not None:
-        raise db.DamagedLog(why)
-    conn = db.connect(layout.db)
-    try:
-        db.probe(conn)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _set_aside(layout: Layout, why: str) -> tuple[Path, db.Salvage]:
-    """Move a damaged chunks.db aside (the caller holds the write lock) and read back what no file holds."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    try:
-        moved = db.set_aside(layout.db, stamp)
-    except OSError as exc:
-        raise ReadOnlyVault(
-            f"chunks.db is damaged ({why}) and cannot be moved aside to rebuild it: {exc.strerror};"
-            " make .vaultmem/ writable, then run `vaultmem reindex`"
-        ) from exc
-    return moved, db.salvage(moved)
 
 
 def model_cache_dir() -> Path:

@@ -21,8 +21,8 @@ from vaultmem import daemonstate, gitsync
 from vaultmem.errors import InvalidInput, NodeNotFound, ReadOnlyVault
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Leaf, format_ts
+from vaultmem.navigate import Node
 from vaultmem.summaryfile import SummaryNode, summary_json
-from vaultmem.tree import Node
 from vaultmem.vault import Vault
 
 T = TypeVar("T")
@@ -38,13 +38,14 @@ CACHE_ENTRIES = 256  # views kept while the index does not change  # the walk ov
 # What a running job of a kind means, for the one-word state at the top of the status panel.
 _DOING = {
     "ingest": "ingesting",
-    "extract": "embedding",
+    "admit": "embedding",
     "append_buffer": "compacting",
     "seal": "compacting",
     "flush_stale": "compacting",
-    "resummarize": "summarising",
+    "resummarise": "summarising",
     "topic_route": "routing topics",
     "digest_daily": "writing digests",
+    "session_end": "writing session notes",
     "detect_updates": "looking for updates",
 }
 

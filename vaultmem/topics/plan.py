@@ -35,6 +35,7 @@ from vaultmem.errors import FrontmatterError
 from vaultmem.layout import SUMMARY_NAME, Layout, slug
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Status, parse_ts
+from vaultmem.steps import FileWrite, TreeOp
 from vaultmem.summarise import Child, ExtractiveSummariser
 from vaultmem.summaryfile import (
     ChildLink,
@@ -48,7 +49,6 @@ from vaultmem.summaryfile import (
 )
 from vaultmem.topics.heat import HeatSettings
 from vaultmem.topics.heat import settings_from as heat_settings_from
-from vaultmem.treeops import FileWrite, TreeOp
 
 TOPICS = "topics"
 ARCHIVE = "_archive"

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from vaultmem import entities, fsio, index, treeops, vectors
-from vaultmem.compact import Resummarized
-from vaultmem.embed import Embedder
+from vaultmem import entities, fsio, index, steps, vectors
 from vaultmem.errors import ConflictError, FrontmatterError
-from vaultmem.jobs import JobQueue, resummarize_job, topic_route_job
+from vaultmem.jobs import JobQueue, resummarise_job, topic_route_job
 from vaultmem.layout import SUMMARY_NAME, Layout
 from vaultmem.model import Status
-from vaultmem.summarise import Summariser
+from vaultmem.stale import Resummarised
+from vaultmem.steps import FileWrite, StepEnv, TreeOp
 from vaultmem.summaryfile import parse_summary, render_summary, text_hash
 from vaultmem.topics import heat
 from vaultmem.topics.plan import (
@@ -40,7 +38,6 @@ from vaultmem.topics.plan import (
     topic_dir,
     worth_a_tree,
 )
-from vaultmem.treeops import FileWrite, TreeOp
 
 
 # -- archiving ----------------------------------------------------------------------------------------
@@ -70,47 +67,25 @@ class Routed:
     notes: tuple[str, ...] = ()
 
 
-def route(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    key: str,
-    settings: TopicSettings,
-    embedder: Embedder,
-    write_lock: Callable[[], AbstractContextManager[object]],
-    max_bytes: int,
-    now: datetime,
-    commit: Callable[[str], None] | None = None,
-    summariser: Summariser | None = None,
-) -> Routed:
+def route(env: StepEnv, conn: sqlite3.Connection, key: str, settings: TopicSettings, now: datetime) -> Routed:
     """Make, update, archive or revive the topic tree of ``key`` as its heat says, step by step. With an
-    LLM ``summariser``, a topic whose root was rewritten gets a re-summarise job: the model writes its
+    LLM summariser, a topic whose root was rewritten gets a re-summarise job: the model writes its
     summary later, outside the write lock (``llm_refresh``)."""
-    routed = _route(conn, layout, key, settings, embedder, write_lock, max_bytes, now, commit)
-    if (
-        routed.messages
-        and routed.state == "live"
-        and summariser is not None
-        and summariser.name != "extractive"
-    ):
+    routed = _route(env, conn, key, settings, now)
+    if routed.messages and routed.state == "live" and env.summariser.name != "extractive":
         row = conn.execute(
             "SELECT id, depth FROM chunks WHERE path = ?", (existing(conn).get(key, ""),)
         ).fetchone()
         if row is not None:
-            JobQueue(conn).enqueue_many([resummarize_job(row["id"], row["depth"])])
+            JobQueue(conn).enqueue_many([resummarise_job(row["id"], row["depth"])])
     return routed
 
 
 def _route(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    key: str,
-    settings: TopicSettings,
-    embedder: Embedder,
-    write_lock: Callable[[], AbstractContextManager[object]],
-    max_bytes: int,
-    now: datetime,
-    commit: Callable[[str], None] | None,
+    env: StepEnv, conn: sqlite3.Connection, key: str, settings: TopicSettings, now: datetime
 ) -> Routed:
+    layout, write_lock, max_bytes, commit = env.layout, env.lock, env.max_bytes, env.commit
+    embedder = env.embedder()
     hot = heat.heat_of(conn, key, now, settings.heat)
     messages: list[str] = []
     for _ in range(64):  # each step makes progress; the bound only guards against a bug looping
@@ -136,7 +111,7 @@ def _route(
             if op is None:
                 return Routed(tuple(messages), "live")
             try:
-                treeops.apply(conn, layout, op, embedder.model_id, embedder.dim)
+                steps.apply(conn, layout, op, embedder.model_id, embedder.dim)
             except ConflictError as exc:  # a person is editing it; the next route retries
                 return Routed(tuple(messages), "live", (f"topic {key}: {exc}",))
             if commit is not None:
@@ -145,24 +120,34 @@ def _route(
     return Routed(tuple(messages), "live")
 
 
-def llm_refresh(
-    conn: sqlite3.Connection,
-    layout: Layout,
-    key: str,
-    settings: TopicSettings,
-    summariser: Summariser,
-    model: str,
-    dim: int,
-    write_lock: Callable[[], AbstractContextManager[object]],
-    max_bytes: int,
-) -> Resummarized:
-    """Rewrite a topic root's summary with ``summariser`` (an LLM): its inputs are read under the write
+def resummarise(
+    env: StepEnv, conn: sqlite3.Connection, node_id: str, key: str, settings: TopicSettings
+) -> Resummarised | Routed:
+    """The topic tree's own re-summarise of its node ``node_id`` (of the topic of ``key``): the LLM pass
+    a route asked for writes a live root's summary outside the lock (``llm_refresh``); a stale topic
+    node is rewritten by routing its topic (its children are links, not its folder)."""
+    row = conn.execute("SELECT path, status FROM chunks WHERE id = ?", (node_id,)).fetchone()
+    if (
+        row is not None
+        and env.summariser.name != "extractive"
+        and row["status"] != "stale"
+        and is_root(row["path"])
+    ):
+        return llm_refresh(env, conn, key, settings)
+    return route(env, conn, key, settings, heat.utcnow())
+
+
+def llm_refresh(env: StepEnv, conn: sqlite3.Connection, key: str, settings: TopicSettings) -> Resummarised:
+    """Rewrite a topic root's summary with the summariser (an LLM): its inputs are read under the write
     lock, the model runs without it, and the write is guarded by the hash read (a route or a person
     writing meanwhile makes it try again later). Links, vector and hand edits are kept."""
+    layout, summariser, write_lock, max_bytes = env.layout, env.summariser, env.lock, env.max_bytes
+    embedder = env.embedder()
+    model, dim = embedder.model_id, embedder.dim
     with write_lock():
         state = TopicState.load(conn, layout, key, max_bytes)
         if state.root is None or state.archived:
-            return Resummarized("gone")
+            return Resummarised("gone")
         planner = TopicPlanner(conn, layout, settings, model)
         newest_first = [i for i in state.root.links if i in state.members]
         top = top_levels(state)
@@ -193,10 +178,10 @@ def llm_refresh(
     )
     with write_lock():
         try:
-            treeops.apply(conn, layout, op, model, dim)
+            steps.apply(conn, layout, op, model, dim)
         except ConflictError:
-            return Resummarized("defer", notes=(f"{base.path} changed while it was summarised; retrying",))
-    return Resummarized("done", message, tuple(result.notes) if result else ())
+            return Resummarised("defer", notes=(f"{base.path} changed while it was summarised; retrying",))
+    return Resummarised("done", message, tuple(result.notes) if result else ())
 
 
 def candidates(

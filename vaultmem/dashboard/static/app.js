@@ -338,8 +338,9 @@
 
   // -- 1 status -----------------------------------------------------------------------------------
   const KIND_LABEL = {
-    ingest: "ingest", extract: "embed & admit", append_buffer: "check buffer", seal: "seal", flush_stale: "seal stale",
-    resummarize: "re-summarise", topic_route: "route topic", digest_daily: "daily digest", detect_updates: "look for updates",
+    ingest: "ingest", admit: "embed & admit", append_buffer: "check buffer", seal: "seal", flush_stale: "seal stale",
+    resummarise: "re-summarise", topic_route: "route topic", digest_daily: "daily digest", session_end: "session note",
+    detect_updates: "look for updates",
   };
 
   async function loadStatus() {

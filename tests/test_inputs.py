@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_cli import run
+from tests.helpers import run
 from vaultmem.errors import InvalidInput, UnsafePath
 from vaultmem.inputs import CanonResult, Skipped, read_path
 from vaultmem.inputs.email import split_mbox

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from vaultmem import fsio, index, leaffile, mdfile
+from vaultmem import frontmatter, fsio, index, leaffile
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, UnsafePath
 from vaultmem.ingest import done_intent, write_intent
@@ -63,9 +63,11 @@ def set_status(
         if new_data is not None and merged != leaf.entities:
             new_data = _add_entities_line(new_data, status, merged)
         if new_data is None:
-            doc = mdfile.split(data.decode("utf-8-sig"), where=leaf.path)
+            doc = frontmatter.split(data.decode("utf-8-sig"), where=leaf.path)
             body = leaffile.keep_body(doc, leaf.text)
-            text = mdfile.render(leaffile.engine_meta(new_leaf), body, keep=doc, owned=leaffile.LEAF_KEYS)
+            text = frontmatter.render(
+                leaffile.engine_meta(new_leaf), body, keep=doc, owned=leaffile.LEAF_KEYS
+            )
             new_data = text.encode("utf-8")
         writes.append(fsio.PendingWrite(path, new_data, expected=digest))
         changed.append(new_leaf)
@@ -95,7 +97,7 @@ def _add_entities_line(data: bytes, status: Status, keys: tuple[str, ...]) -> by
     if b"\nentities:" in head:
         return None
     line = b"\nstatus: " + status.value.encode() + b"\n"
-    added = mdfile.dump_mapping({"entities": list(keys)}).encode("utf-8")
+    added = frontmatter.dump_mapping({"entities": list(keys)}).encode("utf-8")
     return head.replace(line, line + added, 1) + data[end + 1 :]
 
 

@@ -4,20 +4,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vaultmem import mdfile
+from vaultmem import frontmatter
 from vaultmem.errors import FrontmatterError
 
 OWNED = frozenset({"id", "status"})
 
 
 def test_split_plain_markdown_has_empty_meta() -> None:
-    doc = mdfile.split("# Title\n\nbody\n")
+    doc = frontmatter.split("# Title\n\nbody\n")
     assert doc.meta == {}
     assert doc.body == "# Title\n\nbody\n"
 
 
 def test_bom_and_crlf_are_tolerated() -> None:
-    doc = mdfile.split("\ufeff---\r\nid: abc\r\ntags: [x]\r\n---\r\nline one\r\nline two\r\n")
+    doc = frontmatter.split("\ufeff---\r\nid: abc\r\ntags: [x]\r\n---\r\nline one\r\nline two\r\n")
     assert doc.meta == {"id": "abc", "tags": ["x"]}
     assert doc.body == "line one\nline two\n"
 
@@ -33,7 +33,7 @@ def test_bom_and_crlf_are_tolerated() -> None:
 )
 def test_bad_frontmatter_is_a_clear_error(text: str, message: str) -> None:
     with pytest.raises(FrontmatterError, match=message):
-        mdfile.split(text, where="notes/x.md")
+        frontmatter.split(text, where="notes/x.md")
 
 
 def test_user_keys_survive_rewrite_byte_for_byte() -> None:
@@ -49,13 +49,13 @@ def test_user_keys_survive_rewrite_byte_for_byte() -> None:
         "---\n"
         "body\n"
     )
-    doc = mdfile.split(original)
-    rendered = mdfile.render({"id": "abc", "status": "sealed"}, doc.body, keep=doc, owned=OWNED)
+    doc = frontmatter.split(original)
+    rendered = frontmatter.render({"id": "abc", "status": "sealed"}, doc.body, keep=doc, owned=OWNED)
     assert "status: sealed\n" in rendered
     assert "created: 2024-01-02   # a person's comment\n" in rendered
     assert "aliases:\n  - First\n  - 'Second: quoted'\n" in rendered
     assert "rating: 05\n" in rendered
-    again = mdfile.split(rendered)
+    again = frontmatter.split(rendered)
     assert again.meta["aliases"] == ["First", "Second: quoted"]
 
 
@@ -72,10 +72,10 @@ values = st.one_of(
 
 @given(meta=st.dictionaries(keys, values, max_size=8), body=st.text(max_size=200))
 def test_frontmatter_round_trip(meta: dict[str, object], body: str) -> None:
-    body = mdfile.normalise_newlines(body)
+    body = frontmatter.normalise_newlines(body)
     engine = {k: v for k, v in meta.items() if v is not None}
-    rendered = mdfile.render(engine, body, owned=frozenset(engine))
-    doc = mdfile.split(rendered)
+    rendered = frontmatter.render(engine, body, owned=frozenset(engine))
+    doc = frontmatter.split(rendered)
     assert doc.meta == engine
     expected_body = body if body.endswith("\n") or not body else body + "\n"
     assert doc.body == expected_body
@@ -83,7 +83,7 @@ def test_frontmatter_round_trip(meta: dict[str, object], body: str) -> None:
 
 @given(user=st.dictionaries(keys.filter(lambda k: k not in OWNED), st.text(max_size=20), max_size=5))
 def test_user_keys_round_trip_through_engine_rewrite(user: dict[str, str]) -> None:
-    first = mdfile.render({"id": "x", **user}, "b", owned=frozenset({"id"}))
-    doc = mdfile.split(first)
-    second = mdfile.render({"id": "y", "status": "sealed"}, doc.body, keep=doc, owned=OWNED)
-    assert mdfile.split(second).meta == {"id": "y", "status": "sealed", **user}
+    first = frontmatter.render({"id": "x", **user}, "b", owned=frozenset({"id"}))
+    doc = frontmatter.split(first)
+    second = frontmatter.render({"id": "y", "status": "sealed"}, doc.body, keep=doc, owned=OWNED)
+    assert frontmatter.split(second).meta == {"id": "y", "status": "sealed", **user}

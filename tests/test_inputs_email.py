@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import run
+from tests.helpers import run
 from vaultmem.errors import InvalidInput
 from vaultmem.inputs.email import html_to_text, parse_eml, parse_mbox
 from vaultmem.inputs.mailreply import trim_reply

@@ -1,4 +1,4 @@
-"""The ``extract`` job: embed leaves and summaries (reusing sidecar vectors) and admit leaves.
+"""The ``admit`` job: embed leaves and summaries (reusing sidecar vectors) and admit leaves.
 
 Owns the order: vectors first go to each directory's ``_embeddings.json`` (the truth), then to the
 ``vectors`` cache table, then ``pending_extraction`` leaves become ``admitted``. A vector whose content
@@ -18,14 +18,14 @@ from vaultmem import entities, index, sidecar, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import FrontmatterError, InvalidInput
-from vaultmem.ingest import read_leaf_file
 from vaultmem.layout import Layout
-from vaultmem.lifecycle import set_status
 from vaultmem.model import Leaf, Status
+from vaultmem.scan import read_leaf_file
+from vaultmem.status import set_status
 
 
 @dataclass(frozen=True)
-class ExtractReport:
+class AdmitReport:
     leaves: int
     embedded: int
     reused: int
@@ -80,13 +80,13 @@ def find_entities(leaf: Leaf) -> tuple[str, ...]:
     return tuple(m.key for m in entities.extract(leaf.text, speaker=leaf.speaker, ts=leaf.ts))
 
 
-def extract(
+def admit(
     conn: sqlite3.Connection,
     layout: Layout,
     embedder: Embedder,
     ids: Sequence[str],
     finder: EntityFinder | None = find_entities,
-) -> ExtractReport:
+) -> AdmitReport:
     """Embed the leaves and summaries ``ids`` (reusing sidecar vectors) and admit pending leaves,
     writing the entities ``finder`` finds in each into its frontmatter as it is admitted."""
     nodes = _nodes_by_ids(conn, ids)
@@ -131,7 +131,7 @@ def extract(
     pending = [leaf for leaf in leaves if leaf.status is Status.PENDING]
     found = {leaf.id: finder(leaf) for leaf in pending} if finder is not None else None
     busy = set_status(conn, layout, pending, Status.ADMITTED, found)
-    return ExtractReport(
+    return AdmitReport(
         leaves=len(nodes),
         embedded=len(todo),
         reused=len(rows) - len(todo),

@@ -6,7 +6,7 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from vaultmem import fastyaml
+from vaultmem import yamlsubset
 
 scalars = st.one_of(
     st.text(max_size=30),
@@ -48,11 +48,11 @@ keys = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(keys, values, max_size=8))
 def test_dump_round_trips_through_full_yaml(mapping: dict[str, object]) -> None:
-    text = fastyaml.dump(mapping)
+    text = yamlsubset.dump(mapping)
     if text is None:
         return
     assert (yaml.safe_load(text) or {}) == mapping
-    assert fastyaml.load(text) == mapping
+    assert yamlsubset.load(text) == mapping
 
 
 lines = st.one_of(
@@ -90,7 +90,7 @@ lines = st.one_of(
 @given(st.lists(lines, min_size=1, max_size=5))
 def test_load_agrees_with_full_yaml_or_declines(raw_lines: list[str]) -> None:
     raw = "\n".join(raw_lines) + "\n"
-    fast = fastyaml.load(raw)
+    fast = yamlsubset.load(raw)
     if fast is None:
         return
     try:
@@ -110,15 +110,15 @@ def test_engine_frontmatter_takes_the_fast_path() -> None:
         "speaker": "陈静",
         "provenance": {"subject": "Re: rent"},
     }
-    text = fastyaml.dump(mapping)
+    text = yamlsubset.dump(mapping)
     assert text is not None and "kind: leaf\n" in text and "reasons: [remember, datetime]" in text
-    assert fastyaml.load(text) == mapping
+    assert yamlsubset.load(text) == mapping
 
 
 def test_user_yaml_declines_to_full_parser() -> None:
-    assert fastyaml.load("tags:\n  - a\n") is None
-    assert fastyaml.load("created: 2024-01-02\n") is None
-    assert fastyaml.load("note: hi # comment\n") is None
+    assert yamlsubset.load("tags:\n  - a\n") is None
+    assert yamlsubset.load("created: 2024-01-02\n") is None
+    assert yamlsubset.load("note: hi # comment\n") is None
 
 
 @given(
@@ -128,4 +128,4 @@ def test_user_yaml_declines_to_full_parser() -> None:
 )
 def test_tag_shortcut_matches_pyyaml_resolver(text: str) -> None:
     expected = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))
-    assert fastyaml._tag(text) == expected
+    assert yamlsubset._tag(text) == expected

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from vaultmem import fastyaml
+from vaultmem import yamlsubset
 from vaultmem.errors import FrontmatterError
 from vaultmem.redact import redact, scrub
 
@@ -67,7 +67,7 @@ def split(text: str, *, where: str = "file") -> MdDoc:
     if body.startswith("\n"):
         body = body[1:]
     try:
-        meta = fastyaml.load(raw)
+        meta = yamlsubset.load(raw)
         if meta is None:
             meta = yaml.load(raw, Loader=_Loader) if raw.strip() else {}
     except yaml.YAMLError as exc:
@@ -100,7 +100,7 @@ def dump_mapping(values: Mapping[str, Any]) -> str:
     """Render engine-owned keys as YAML in the given order (flow style for lists keeps them short)."""
     if not values:
         return ""
-    fast = fastyaml.dump(values)
+    fast = yamlsubset.dump(values)
     if fast is not None:
         return fast
     text: str = yaml.dump(

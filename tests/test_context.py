@@ -8,11 +8,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_compact import make_vault, topic_of, topic_records
-from vaultmem.context import assemble
+from tests.helpers import make_vault, topic_of, topic_records
+from vaultmem.context import MODES, assemble
 from vaultmem.search import Hit
 from vaultmem.tokens import count_tokens
-from vaultmem.treectx import MODES
 from vaultmem.vault import Vault
 
 

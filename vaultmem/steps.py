@@ -16,7 +16,8 @@ import json
 import secrets
 import sqlite3
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -26,15 +27,39 @@ import numpy.typing as npt
 
 from vaultmem import fsio, index, sidecar, vectors
 from vaultmem.db import atomic
+from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
-from vaultmem.ingest import extract_job, read_leaf_file, read_summary_file
-from vaultmem.jobs import JobQueue, NewJob, digest_job, resummarize_job, topic_route_job
+from vaultmem.jobs import JobQueue, NewJob, admit_job, digest_job, resummarise_job, topic_route_job
 from vaultmem.layout import SIDECAR_NAME, SUMMARY_NAME, Layout
 from vaultmem.leaffile import id_from_filename, parse_leaf
 from vaultmem.model import parse_ts
+from vaultmem.scan import read_leaf_file, read_summary_file
+from vaultmem.summarise import Summariser
 from vaultmem.summaryfile import parse_summary, text_hash
 
 Vector = npt.NDArray[np.float32]
+# Files a step has just written (or replays after a crash) are read back to index them whatever the
+# vault's ``max_file_bytes``: the engine wrote them, and a step half-indexed because of a read cap would
+# leave the index behind its files. The bound is only a guard against reading a runaway file whole.
+OWN_FILE_MAX_BYTES = 1 << 30
+
+
+LockFactory = Callable[[], AbstractContextManager[object]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepEnv:
+    """What a job that writes the tree works with (one object instead of the same six arguments on
+    every re-summarise, digest and topic route): where, with which summariser and embedder (a factory:
+    the model loads on first use), under the vault's write lock, the largest file it reads, and how a
+    finished step is recorded (git auto-commit; None when off)."""
+
+    layout: Layout
+    summariser: Summariser
+    embedder: Callable[[], Embedder]
+    lock: LockFactory
+    max_bytes: int
+    commit: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,7 +76,7 @@ class TreeOp:
     old place, then moved. ``removes`` lists node files and sidecars as (path, hash that was read; None
     only for an engine-owned ``_embeddings.json``); ``rmdirs`` are directories removed once empty."""
 
-    kind: str  # "seal" | "condense" | "resummarize" | "stale" | "docmem"
+    kind: str  # "seal" | "condense" | "resummarise" | "stale" | "docmem"
     source: str
     message: str  # one line, also the git commit message
     writes: tuple[FileWrite, ...] = ()
@@ -339,7 +364,7 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
         summary_rows = []
         for rel in dict.fromkeys(touched_summaries):
             try:
-                node, stamp = read_summary_file(layout, rel, 1 << 30)
+                node, stamp = read_summary_file(layout, rel, OWN_FILE_MAX_BYTES)
             except (FileNotFoundError, FrontmatterError, InvalidInput):
                 continue
             summary_rows.append((node, stamp))
@@ -367,7 +392,7 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
             )
         for rel in leaf_paths:
             try:
-                leaf, stamp = read_leaf_file(layout, rel, 1 << 30)
+                leaf, stamp = read_leaf_file(layout, rel, OWN_FILE_MAX_BYTES)
             except (FileNotFoundError, FrontmatterError, InvalidInput):
                 continue
             parent = conn.execute(
@@ -396,5 +421,5 @@ def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> 
             if n.id not in op.vectors and before.get(n.id) != text_hash(n.searchable)
         ]
         queue = JobQueue(conn)
-        queue.enqueue_many(extract_job(i) for i in [*reembed, *missing])
-        queue.enqueue_many(resummarize_job(i, d) for i, d in op.stale)
+        queue.enqueue_many(admit_job(i) for i in [*reembed, *missing])
+        queue.enqueue_many(resummarise_job(i, d) for i, d in op.stale)
