@@ -121,7 +121,7 @@ def _damage_deep(f: Path) -> None:
         pages = [
             int(pageno)
             for pageno, path in conn.execute(
-                "SELECT pageno, path FROM dbstat WHERE name = 'fts_trigram_data' AND pagetype = 'leaf'"
+                "SELECT pageno, path FROM dbstat WHERE name = 'fts_words_data' AND pagetype = 'leaf'"
             )
             if set(str(path).strip("/").split("/")) != {"000"}
         ]

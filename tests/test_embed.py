@@ -233,13 +233,13 @@ def test_import_does_not_load_torch() -> None:
 def test_overlapping_query_blas_limits_restore_the_original() -> None:
     from threadpoolctl import threadpool_info
 
-    from vaultmem.embed import _one_blas_thread
+    from vaultmem.embed import one_blas_thread
 
     def blas_threads() -> list[int]:
         return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
 
     before = blas_threads()
-    first, second = _one_blas_thread, _one_blas_thread
+    first, second = one_blas_thread, one_blas_thread
     first.__enter__()
     second.__enter__()  # a second query on another thread
     assert set(blas_threads()) == {1}

@@ -259,3 +259,100 @@ def test_query_vectors_are_shared_between_vaults(tmp_path: Path) -> None:
         v.close()
     # One forward pass in all: context after search, and the second vault, reuse the first vector.
     assert asked == [["roses near the fence"], []]
+
+
+def test_vectors_written_by_another_connection_are_seen(vault: Vault) -> None:
+    """The vector cache skips its refresh while nothing was written; a write by another process (here a
+    second connection deleting a vector) is seen on the next search."""
+    import sqlite3
+
+    first = vault.search("kitten shelter", k=3)
+    cache = vault.searcher._cache
+    assert cache is not None and first[0].cosine is not None
+    other = sqlite3.connect(vault.layout.db)
+    with other:
+        other.execute("DELETE FROM vectors WHERE id = ?", (first[0].id,))
+    other.close()
+    vault.search("kitten shelter", k=3)
+    assert first[0].id not in cache.pos
+    again = vault.search("kitten shelter", k=3)
+    assert next(h for h in again if h.id == first[0].id).cosine is None
+
+
+def test_word_counts_follow_a_changed_text(vault: Vault) -> None:
+    """The df of a query word is remembered only until the index is written: a leaf whose text changes
+    (same rows, so the session-order counter does not move) changes the word's weight at once."""
+    before = {h.id: h.coverage for h in vault.search("kitten pasta", k=8)}
+    vault.conn.execute("UPDATE chunks SET text = text || ' kitten' WHERE text LIKE '%pasta%'")
+    vault.conn.commit()
+    after = {h.id: h.coverage for h in vault.search("kitten pasta", k=8)}
+    kitten = next(i for i, t in vault.conn.execute("SELECT id, text FROM chunks") if "kitten from" in t)
+    # kitten is now on two leaves: a smaller share of what the query is about than pasta's
+    assert before[kitten] == pytest.approx(0.5) and 0 < after[kitten] < 0.5
+
+
+@pytest.mark.parametrize("scan", [0, 10_000])
+def test_both_ways_of_finding_word_holders_agree(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch, scan: int
+) -> None:
+    """Which hits hold a word is read either from every row holding it or by matching the hits' rows
+    (``HOLDERS_SCAN`` picks by the word's count); both give the same coverage."""
+    from vaultmem import search
+
+    expected = {(h.id, h.coverage, h.matched) for h in vault.search("invoice plumbing kitten", k=8)}
+    monkeypatch.setattr(search, "HOLDERS_SCAN", scan)
+    vault.searcher._dfs = (None, {})
+    assert {(h.id, h.coverage, h.matched) for h in vault.search("invoice plumbing kitten", k=8)} == expected
+    assert any(c > 0 for _, c, _ in expected) and any(c == 0 for _, c, _ in expected)
+
+
+def test_a_narrow_filter_ranks_as_the_join_does(vault: Vault) -> None:
+    """With a source filter the word index picks the source's rows first; the order is the one the plain
+    join gives (every match joined, then filtered and sorted)."""
+    searcher = vault.searcher
+    where, params = Filters(source="work").sql()
+    found = []
+    for match in ('"pepper" OR "kitten" OR "invoice"', '"garden" OR "roses" OR "message"', '"zzz"'):
+        joined = [
+            r[0]
+            for r in vault.conn.execute(
+                "SELECT c.id FROM fts_words f JOIN chunks c ON c.rowid = f.rowid"
+                f" WHERE fts_words MATCH ? AND {where} ORDER BY bm25(fts_words) LIMIT 5",
+                [match, *params],
+            )
+        ]
+        assert searcher._fts("fts_words", match, where, params, 5, narrow=True) == joined
+        assert searcher._fts("fts_words", match, where, params, 5) == joined
+        found.append(joined)
+    assert found[0] == [] and len(found[1]) == 3 and found[2] == []
+
+
+def test_a_filter_sees_leaves_ingested_after_it_was_used(vault: Vault) -> None:
+    """The vector rows of a filter are remembered between searches, and listed again once rows came."""
+    vault.search("kitten", k=3, source="home")
+    vault.ingest_messages(
+        [{"id": "y", "speaker": "Yan", "content": "Yellow kayaks drift on the lake at dawn."}], source="home"
+    )
+    vault.flush()
+    hits = vault.search("yellow kayaks lake", k=3, source="home")
+    assert hits[0].message_ids == ("y",) and hits[0].vector_rank == 1
+
+
+def test_only_texts_with_cjk_are_trigram_indexed(vault: Vault) -> None:
+    """The trigram index is read only for CJK runs, so it holds only texts that have CJK characters
+    (the SQL test ``db.HAS_CJK`` agrees with the query side's ``_CJK_RE`` on every character)."""
+    import re
+
+    from vaultmem import db, search
+
+    indexed = {r[0] for r in vault.conn.execute("SELECT rowid FROM fts_trigram")}
+    cjk = {r[0] for r in vault.conn.execute("SELECT rowid, text FROM chunks") if search._CJK_RE.search(r[1])}
+    assert indexed == cjk and len(cjk) == 2
+    assert ids(vault.search("雾凇拼音", k=1)) == ["d"]
+    vault.conn.execute("UPDATE chunks SET text = text || ' 好' WHERE text LIKE '%pasta%'")
+    assert len({r[0] for r in vault.conn.execute("SELECT rowid FROM fts_trigram")}) == 3
+    class_re = re.compile(search._CJK_RE.pattern.rstrip("+"))
+    chars = [chr(c) for c in [*range(0x20, 0xD800), *range(0xE000, 0x10000), 0x1F600, 0x20000]]
+    glob = db.CJK_GLOB
+    found = [bool(vault.conn.execute("SELECT ? GLOB ?", (f"a{ch}b", glob)).fetchone()[0]) for ch in chars]
+    assert found == [class_re.search(ch) is not None for ch in chars]

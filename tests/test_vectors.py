@@ -70,6 +70,16 @@ def test_approximate_top_overlaps_exact_on_real_embeddings(monkeypatch: pytest.M
         exact = set(np.argsort(-(m @ m[i]), kind="stable")[:10].tolist())
         overlaps.append(len(exact & set(cache.top(m[i], 10).tolist())) / 10)
     assert np.mean(overlaps) >= 0.99  # recall@10 against brute force (#22)
+    # Among some rows only (leaves, or one source): the same pre-selection, within those rows.
+    rows = np.arange(0, 1500, 1, dtype=np.intp)[np.arange(1500) % 5 != 0]
+    overlaps = []
+    for i in range(1, 1500, 50):
+        sims = m[rows] @ m[i]
+        exact = set(rows[np.argsort(-sims, kind="stable")[:10]].tolist())
+        got = cache.top(m[i], 10, rows).tolist()
+        assert all(g % 5 != 0 for g in got)
+        overlaps.append(len(exact & set(got)) / 10)
+    assert np.mean(overlaps) >= 0.99
 
 
 def test_rows_restrict_the_search() -> None:

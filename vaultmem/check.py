@@ -57,7 +57,7 @@ from pathlib import PurePosixPath
 import numpy as np
 
 from vaultmem import daemonstate, fsio, index, review, sidecar
-from vaultmem.db import NAV, atomic
+from vaultmem.db import HAS_CJK, NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.frontmatter import redact_document
 from vaultmem.ingest import heal_intents
@@ -529,6 +529,8 @@ def _fts_problem(conn: sqlite3.Connection) -> Problem | None:
     for table in _FTS_TABLES:
         # Topic and digest rows live in the fts_nav_* tables, every other row in the others.
         belongs = nav if table.startswith("fts_nav") else f"NOT {nav}"
+        if table.endswith("trigram"):  # only texts with CJK characters are trigram-indexed
+            belongs += f" AND {HAS_CJK.format(text='c.text')}"
         missing = conn.execute(
             f"SELECT count(*) FROM chunks c WHERE {belongs} AND rowid NOT IN (SELECT rowid FROM {table})"
         ).fetchone()[0]
@@ -550,6 +552,11 @@ def rebuild_fts(conn: sqlite3.Connection) -> None:
         "INSERT INTO fts_words(rowid, body) SELECT rowid, coalesce(speaker || ': ', '') || text FROM chunks c"
         f" WHERE NOT {nav}"
     )
-    conn.execute(f"INSERT INTO fts_trigram(rowid, body) SELECT rowid, text FROM chunks c WHERE NOT {nav}")
+    cjk = HAS_CJK.format(text="c.text")
+    conn.execute(
+        f"INSERT INTO fts_trigram(rowid, body) SELECT rowid, text FROM chunks c WHERE NOT {nav} AND {cjk}"
+    )
     conn.execute(f"INSERT INTO fts_nav_words(rowid, body) SELECT rowid, text FROM chunks c WHERE {nav}")
-    conn.execute(f"INSERT INTO fts_nav_trigram(rowid, body) SELECT rowid, text FROM chunks c WHERE {nav}")
+    conn.execute(
+        f"INSERT INTO fts_nav_trigram(rowid, body) SELECT rowid, text FROM chunks c WHERE {nav} AND {cjk}"
+    )

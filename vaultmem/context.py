@@ -34,8 +34,9 @@ default:
 Every bonus is scaled by the leaf's size (``min(1, SIZE_FULL / tokens)``): a long leaf pulled in by its
 topic would take the budget of several short ones that match the question directly.
 
-Candidates are ``Hit`` values in rank order; ``ancestors`` tells the assembler which nodes overlap. Never
-writes anything.
+Candidates are ``Hit`` values in rank order, without their evidence (``Searcher.find``: ``gather`` judges
+only the few dozen it assembles); ``ancestors`` tells the assembler which nodes overlap. Never writes
+anything.
 
 Never writes anything (a query's entity heat is recorded by the caller, ``Vault.record_query``).
 """
@@ -327,7 +328,7 @@ def _rescore(searcher: Searcher, base: Sequence[Hit], bonus: dict[str, float]) -
     for hit in searcher.hits([(i, 0.0, None, None) for i in missing]):
         known[hit.id] = hit
     ranked = sorted((i for i in scores if i in known), key=lambda i: (-scores[i], i))
-    return [replace(known[i], score=scores[i]) for i in ranked]
+    return [known[i] if known[i].score == scores[i] else replace(known[i], score=scores[i]) for i in ranked]
 
 
 def candidates(
@@ -343,12 +344,12 @@ def candidates(
     """Ranked candidates (leaves, and summaries in the tree modes) for ``query``."""
     conn = searcher.conn
     if mode == "flat":
-        return searcher.search(query, k, replace(filters, kind="leaf"))
+        return searcher.find(query, k, replace(filters, kind="leaf"))
     tree = tree or Tree.load(conn)
     if mode == "collapsed":
         hits = [
             h
-            for h in searcher.search(query, k, replace(filters, kind=None))
+            for h in searcher.find(query, k, replace(filters, kind=None))
             if h.id in tree.depth or h.kind == "leaf"
         ]
         best = [h for h in hits if h.kind == "summary" and tree.depth.get(h.id) == 1][:ATTRACTORS]
@@ -360,7 +361,7 @@ def candidates(
         ranked = _rescore(searcher, hits, bonus)
         return ranked if SUMMARIES_CHOSEN else [h for h in ranked if h.kind == "leaf"]
     if mode == "walk":
-        leaves = searcher.search(query, k, replace(filters, kind="leaf"))
+        leaves = searcher.find(query, k, replace(filters, kind="leaf"))
         levels = _walk(searcher, tree, query, embedder)
         bonus = {
             leaf: WALK * share * levels[parent]
@@ -376,7 +377,7 @@ def _walk(searcher: Searcher, tree: Tree, query: str, embedder: Callable[[], Emb
         return {}
     model = embedder()
     cache = searcher.vectors(model)
-    q = model.embed([query])[0]
+    q = searcher.query_vector(model, query)  # shared with the search it follows: one forward pass
     sims: dict[str, float] = {}
     rows = [cache.pos[i] for i in tree.parent if i in cache.pos]
     if rows:

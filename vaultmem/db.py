@@ -422,6 +422,53 @@ def m016_validity(conn: sqlite3.Connection) -> None:
     )
 
 
+# A text holds a CJK character (the ranges of ``search._CJK_RE``; SQLite's GLOB compares code points).
+# Only such texts go into the trigram indexes: they are searched only for CJK runs, which no other text
+# can contain.
+CJK_GLOB = "*[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]*"
+HAS_CJK = "({text} GLOB '" + CJK_GLOB + "')"
+
+
+def m018_trigram_cjk_only(conn: sqlite3.Connection) -> None:
+    # Trigram-indexing every text was 72% of the FTS cost of an insert on English chat (bench/hotpath.py,
+    # index.insert_rows), for an index only CJK queries read. Rows without CJK leave it.
+    new = NAV.format(row="new")
+    cjk = HAS_CJK.format(text="new.text")
+    _script(
+        conn,
+        f"""
+        DROP TRIGGER chunks_ai;
+        DROP TRIGGER chunks_ai_nav;
+        DROP TRIGGER chunks_au;
+        DROP TRIGGER chunks_au_nav;
+        CREATE TRIGGER chunks_ai AFTER INSERT ON chunks WHEN NOT {new} BEGIN
+            INSERT INTO fts_words(rowid, body) VALUES (new.rowid, coalesce(new.speaker || ': ', '') || new.text);
+            INSERT INTO fts_trigram(rowid, body) SELECT new.rowid, new.text WHERE {cjk};
+        END;
+        CREATE TRIGGER chunks_ai_nav AFTER INSERT ON chunks WHEN {new} BEGIN
+            INSERT INTO fts_nav_words(rowid, body) VALUES (new.rowid, new.text);
+            INSERT INTO fts_nav_trigram(rowid, body) SELECT new.rowid, new.text WHERE {cjk};
+        END;
+        CREATE TRIGGER chunks_au AFTER UPDATE OF text, speaker ON chunks
+        WHEN NOT {new} AND (old.text IS NOT new.text OR old.speaker IS NOT new.speaker) BEGIN
+            DELETE FROM fts_words WHERE rowid = old.rowid;
+            DELETE FROM fts_trigram WHERE rowid = old.rowid;
+            INSERT INTO fts_words(rowid, body) VALUES (new.rowid, coalesce(new.speaker || ': ', '') || new.text);
+            INSERT INTO fts_trigram(rowid, body) SELECT new.rowid, new.text WHERE {cjk};
+        END;
+        CREATE TRIGGER chunks_au_nav AFTER UPDATE OF text ON chunks
+        WHEN {new} AND old.text IS NOT new.text BEGIN
+            DELETE FROM fts_nav_words WHERE rowid = old.rowid;
+            DELETE FROM fts_nav_trigram WHERE rowid = old.rowid;
+            INSERT INTO fts_nav_words(rowid, body) VALUES (new.rowid, new.text);
+            INSERT INTO fts_nav_trigram(rowid, body) SELECT new.rowid, new.text WHERE {cjk};
+        END;
+        DELETE FROM fts_trigram WHERE rowid IN (SELECT rowid FROM chunks c WHERE NOT {HAS_CJK.format(text="c.text")});
+        DELETE FROM fts_nav_trigram WHERE rowid IN (SELECT rowid FROM chunks c WHERE NOT {HAS_CJK.format(text="c.text")});
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -439,6 +486,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("014_count_indexes", m014_count_indexes),
     ("015_job_kind_names", m015_job_kind_names),
     ("016_validity", m016_validity),
+    ("018_trigram_cjk_only", m018_trigram_cjk_only),
 ]
 
 
@@ -534,6 +582,15 @@ def _db_path(conn: sqlite3.Connection) -> Path | None:
     except sqlite3.Error:
         return None
     return Path(row[2]) if row is not None and row[2] else None
+
+
+def write_stamp(conn: sqlite3.Connection) -> tuple[int, int, int] | None:
+    """A value that changes whenever the index is written: by this connection (its change counter) or by
+    any other (the file's data version). ``None`` inside a transaction (a rollback would not move the
+    counter back), so what is remembered against a stamp is always a committed state."""
+    if conn.in_transaction:
+        return None
+    return (id(conn), int(conn.execute("PRAGMA data_version").fetchone()[0]), conn.total_changes)
 
 
 @contextmanager

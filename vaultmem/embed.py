@@ -18,7 +18,6 @@ module, ``load_embedder()`` and a query ``embed`` with the numpy backend stay to
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import importlib
 import importlib.util
@@ -27,6 +26,7 @@ import json
 import math
 import os
 import re
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -287,15 +287,23 @@ def _gelu(x: Vectors) -> Vectors:
     return x
 
 
-@functools.lru_cache(maxsize=1)
-def _blas_controller() -> Any:
-    from threadpoolctl import ThreadpoolController
+_controller: tuple[int, Any] | None = None
 
-    return ThreadpoolController()
+
+def _blas_controller() -> Any:
+    """threadpoolctl's view of the loaded BLAS libraries, looked for again when modules were imported
+    since (a library loaded later, torch's say, would otherwise keep its threads)."""
+    global _controller
+    if _controller is None or _controller[0] != len(sys.modules):
+        from threadpoolctl import ThreadpoolController
+
+        _controller = (len(sys.modules), ThreadpoolController())
+    return _controller[1]
 
 
 class _OneBlasThread:
-    """While any embed is in flight, BLAS runs on one thread (process-wide).
+    """While any embed (or a search's scoring, ``search.Searcher.semantic``) is in flight, BLAS runs on
+    one thread (process-wide).
 
     threadpoolctl's ``limit`` restores the count it saw on entry, so two overlapping queries on
     different threads could restore in the wrong order and leave BLAS on one thread for good. A
@@ -322,7 +330,7 @@ class _OneBlasThread:
                 self._limiter = None
 
 
-_one_blas_thread = _OneBlasThread()
+one_blas_thread = _OneBlasThread()
 
 
 class NumpyBertEmbedder:
@@ -381,7 +389,7 @@ class NumpyBertEmbedder:
         # One BLAS thread for every call: BERT-small's matrices are too small for OpenBLAS threads to pay
         # off. Measured on 400 LoCoMo turns: 75 texts/s with 1 thread, 30 with 2, 15 with the default;
         # single queries p50 16 ms instead of 90 ms on a busy machine.
-        with _one_blas_thread:
+        with one_blas_thread:
             return self._embed(texts)
 
     def _embed(self, texts: Sequence[str]) -> Vectors:

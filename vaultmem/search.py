@@ -23,8 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem import index, timeparse
-from vaultmem.db import NAV
-from vaultmem.embed import Embedder
+from vaultmem.db import NAV, write_stamp
+from vaultmem.embed import Embedder, one_blas_thread
 from vaultmem.errors import InvalidInput
 from vaultmem.model import Status, format_ts, utc
 from vaultmem.vectors import MatrixFile, VectorCache
@@ -35,6 +35,10 @@ RRF_K = 10
 # facts they rest on sit in adjacent turns of a conversation (and adjacent sections of a document).
 NEIGHBOR_WEIGHT = 0.45
 NEIGHBOR_FULL_TOKENS = 64
+# A word's holders among the hits are read from all its rows when it is on at most this many rows per
+# hit, else matched against the hits' rowids (reading a row costs about 1/80 of matching one listed row,
+# measured at 2,760 and 100,000 leaves).
+HOLDERS_SCAN = 64
 MAX_QUERY_TERMS = 64
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
@@ -332,13 +336,14 @@ class SessionOrder:
         self._prev: dict[str, str] = {}
         self._next: dict[str, str] = {}
         self.tokens: dict[str, int] = {}
+        self._spread: dict[str, tuple[tuple[str, float], ...]] = {}
 
     def refresh(self, conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
         stamp = (int(row[0]) if row else 0, 0)
         if stamp == self._stamp:
             return
-        self._prev, self._next, self.tokens = {}, {}, {}
+        self._prev, self._next, self.tokens, self._spread = {}, {}, {}, {}
         last_key: tuple[str, str] | None = None
         last_id = ""
         for row_id, source, session, tokens in conn.execute(
@@ -355,6 +360,17 @@ class SessionOrder:
 
     def neighbors(self, node_id: str) -> tuple[str, ...]:
         return tuple(n for n in (self._prev.get(node_id), self._next.get(node_id)) if n is not None)
+
+    def spread(self, node_id: str) -> tuple[tuple[str, float], ...]:
+        """The node's neighbours with their size share ``min(1, NEIGHBOR_FULL_TOKENS / tokens)`` (a long
+        neighbour is worth less context than a short one), remembered until the next refresh."""
+        known = self._spread.get(node_id)
+        if known is None:
+            known = self._spread[node_id] = tuple(
+                (n, min(1.0, NEIGHBOR_FULL_TOKENS / max(1, self.tokens.get(n, 1))))
+                for n in self.neighbors(node_id)
+            )
+        return known
 
 
 class Searcher:
@@ -379,6 +395,14 @@ class Searcher:
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
         self.neighbor_weight = NEIGHBOR_WEIGHT
         self._count: tuple[int, int] | None = None
+        self._dfs: tuple[tuple[int, int, int] | None, dict[tuple[str, str], int]] = (None, {})
+        self._rows: tuple[
+            tuple[int, int, int] | None, VectorCache | None, dict[Filters, npt.NDArray[np.intp]]
+        ] = (
+            None,
+            None,
+            {},
+        )
 
     def vectors(self, embedder: Embedder) -> VectorCache:
         """The in-memory vectors of ``embedder``'s model, refreshed from the index."""
@@ -396,22 +420,24 @@ class Searcher:
         words, cjk = fts_terms(query)
         where, params = filters.sql()
         extra = f" AND {where}" if where else ""
+        # A narrow filter (a source, session or topic) picks its rows first, so only they are scored.
+        narrow = any(v is not None for v in (filters.source, filters.session, filters.entity))
         out: dict[str, list[str]] = {"words": [], "trigram": []}
         # Topic and digest nodes have their own word indexes (their text repeats their leaves'):
         # searched only when summaries may be returned, each ranking fused like the others.
         nav = filters.kind != "leaf"
         if words:
             match = " OR ".join(_quoted(w) for w in words)
-            out["words"] = self._fts("fts_words", match, extra, params, limit)
+            out["words"] = self._fts("fts_words", match, where, params, limit, narrow)
             if nav:
-                out["nav_words"] = self._fts("fts_nav_words", match, extra, params, limit)
+                out["nav_words"] = self._fts("fts_nav_words", match, where, params, limit, narrow)
         long_runs = [r for r in cjk if len(r) >= 3]
         short_runs = [r for r in cjk if len(r) < 3]
         if long_runs:
             match = " OR ".join(_quoted(r) for r in long_runs)
-            out["trigram"] = self._fts("fts_trigram", match, extra, params, limit)
+            out["trigram"] = self._fts("fts_trigram", match, where, params, limit, narrow)
             if nav:
-                out["nav_trigram"] = self._fts("fts_nav_trigram", match, extra, params, limit)
+                out["nav_trigram"] = self._fts("fts_nav_trigram", match, where, params, limit, narrow)
         elif short_runs:
             # Trigrams need three characters; one- or two-character CJK queries scan with LIKE.
             like = " OR ".join("c.text LIKE ?" for _ in short_runs)
@@ -424,16 +450,31 @@ class Searcher:
             ]
         return out
 
-    def _fts(self, table: str, match: str, extra: str, params: list[Any], limit: int) -> list[str]:
-        """Ids matching ``match`` in one FTS5 table, best BM25 first."""
-        return [
-            r[0]
-            for r in self.conn.execute(
-                f"SELECT c.id FROM {table} f JOIN chunks c ON c.rowid = f.rowid"
-                f" WHERE {table} MATCH ?{extra} ORDER BY bm25({table}) LIMIT ?",
-                [match, *params, limit],
+    def _fts(
+        self, table: str, match: str, where: str, params: list[Any], limit: int, narrow: bool = False
+    ) -> list[str]:
+        """Ids matching ``match`` in one FTS5 table, best BM25 first.
+
+        The best rows are picked in the FTS table and only they are joined to ``chunks`` (joining every
+        match first read a chunk row per match: 2-3.5x slower at 100,000 leaves). A ``narrow`` filter
+        names its rows by a subquery (``+rowid``: FTS5 must not take it as a rowid lookup per row); a
+        broad one (kind, time) is checked on the join, as before. Same order either way (SQLite's sorts
+        are stable; ties keep the FTS scan order)."""
+        if not where or narrow:
+            inside = f" AND +rowid IN (SELECT c.rowid FROM chunks c WHERE {where})" if where else ""
+            sql = (
+                f"SELECT c.id FROM (SELECT rowid, bm25({table}) AS score FROM {table}"
+                f" WHERE {table} MATCH ?{inside} ORDER BY score LIMIT ?) f"
+                " JOIN chunks c ON c.rowid = f.rowid ORDER BY f.score"
             )
-        ]
+            args = [match, *params, limit]
+        else:
+            sql = (
+                f"SELECT c.id FROM {table} f JOIN chunks c ON c.rowid = f.rowid"
+                f" WHERE {table} MATCH ? AND {where} ORDER BY bm25({table}) LIMIT ?"
+            )
+            args = [match, *params, limit]
+        return [r[0] for r in self.conn.execute(sql, args)]
 
     def query_vector(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
         """The query's vector, remembered for recent queries (search and its evidence share it; an
@@ -445,13 +486,33 @@ class Searcher:
         cache = self._vectors(embedder)
         if not cache.ids:
             return []
+        # One BLAS thread for the query's forward pass and the scoring after it: waking OpenBLAS's
+        # other thread for one matrix-vector product cost more than the product on a busy machine.
+        with one_blas_thread:
+            return self._semantic(embedder, cache, query, filters, limit)
+
+    def _semantic(
+        self, embedder: Embedder, cache: VectorCache, query: str, filters: Filters, limit: int
+    ) -> list[str]:
         q = self.query_vector(embedder, query)
         rows = None
         if filters.kind is not None and replace(filters, kind=None).empty:
             rows = cache.kind_rows(filters.kind)  # the common "leaves only" case needs no SQL
         elif not filters.empty:
+            rows = self._filtered_rows(cache, filters)
+        top = cache.top(q, limit, rows)
+        return [cache.ids[i] for i in top]
+
+    def _filtered_rows(self, cache: VectorCache, filters: Filters) -> npt.NDArray[np.intp]:
+        """The vector rows that pass ``filters``, remembered per filter until the index is written (a
+        source of 10,000 leaves took 60 ms to list again for every search in it)."""
+        stamp = write_stamp(self.conn)
+        if stamp is None or self._rows[:2] != (stamp, cache) or len(self._rows[2]) > 32:
+            self._rows = (stamp, cache, {})  # positions are the cache's: a new cache starts afresh
+        known = self._rows[2].get(filters)
+        if known is None:
             where, params = filters.sql()
-            rows = np.array(
+            known = np.array(
                 [
                     cache.pos[r[0]]
                     for r in self.conn.execute(f"SELECT c.id FROM chunks c WHERE {where}", params)
@@ -459,8 +520,8 @@ class Searcher:
                 ],
                 dtype=np.intp,
             )
-        top = cache.top(q, limit, rows)
-        return [cache.ids[i] for i in top]
+            self._rows[2][filters] = known
+        return known
 
     def rank(
         self, query: str, filters: Filters, pool: int
@@ -486,16 +547,20 @@ class Searcher:
     def _spread_to_neighbors(self, scores: dict[str, float], filters: Filters) -> None:
         self._order.refresh(self.conn)
         bonus: dict[str, float] = {}
+        spread = self._order.spread
+        weight = self.neighbor_weight
         for node_id, score in scores.items():
-            for neighbor in self._order.neighbors(node_id):
-                # The stronger neighbour counts, not the sum: a weak turn wedged between two strong
-                # ones must not outrank them.
-                # A long neighbour is worth less context than a short one: scale its bonus by size.
-                share = min(1.0, NEIGHBOR_FULL_TOKENS / max(1, self._order.tokens.get(neighbor, 1)))
-                bonus[neighbor] = max(bonus.get(neighbor, 0.0), self.neighbor_weight * share * score)
+            # The stronger neighbour counts, not the sum: a weak turn wedged between two strong ones must
+            # not outrank them. A long neighbour is worth less context than a short one (its share).
+            for neighbor, share in spread(node_id):
+                value = weight * share * score
+                if value > bonus.get(neighbor, 0.0):
+                    bonus[neighbor] = value
         if not bonus:
             return
-        if not filters.empty:
+        # Every id in ``scores`` passed the filters, and a neighbour is a leaf of the same source and
+        # session: only the other filters can leave a neighbour out.
+        if (filters.status, filters.entity, filters.since, filters.until) != (None, None, None, None):
             where, params = filters.sql()
             allowed: set[str] = set()
             for part, marks in index.in_batches(list(bonus)):
@@ -512,12 +577,16 @@ class Searcher:
     def search(
         self, query: str, k: int = 10, filters: Filters | None = None, *, pool: int = 100
     ) -> list[Hit]:
+        return self.evidence(query, self.find(query, k, filters, pool=pool))
+
+    def find(self, query: str, k: int = 10, filters: Filters | None = None, *, pool: int = 100) -> list[Hit]:
+        """``search`` without the evidence (cosine, coverage, weak): for callers that judge only the hits
+        they keep (`context` assembles a few dozen of its candidates and judges those)."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidInput("the query is empty; type a few words to search for")
         if k < 1:
             raise InvalidInput("k must be at least 1")
-        ranked = self.rank(query, filters or Filters(), max(pool, 2 * k))[:k]
-        return self.evidence(query, self.hits(ranked))
+        return self.hits(self.rank(query, filters or Filters(), max(pool, 2 * k))[:k])
 
     def evidence(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
         """``hits`` with their own evidence filled in: the cosine of each to the query, how much of what
@@ -571,28 +640,39 @@ class Searcher:
     ) -> tuple[dict[str, float], dict[str, set[int]]]:
         """Each content word's idf in the word index, and which of ``rowids`` hold it (word or nav index)."""
         n = self._leaf_count()
-        marks = ",".join(str(int(r)) for r in rowids)
+        wanted = set(rowids)
         weights: dict[str, float] = {}
         holders: dict[str, set[int]] = {}
         for word in words:
             quoted = _quoted(word)
-            df = int(
-                self.conn.execute(
-                    "SELECT count(*) FROM fts_words WHERE fts_words MATCH ?", [quoted]
-                ).fetchone()[0]
-            )
-            weights[word] = _idf(df, n)
+            weights[word] = _idf(self._df("fts_words", quoted), n)
             holders[word] = set()
-            if marks:
+            if wanted:
                 for table in ("fts_words", "fts_nav_words"):
-                    holders[word].update(
-                        r[0]
-                        for r in self.conn.execute(
-                            f"SELECT rowid FROM {table} WHERE {table} MATCH ? AND rowid IN ({marks})",
-                            [quoted],
-                        )
-                    )
+                    holders[word].update(self._holding(table, quoted, wanted))
         return weights, holders
+
+    def _df(self, table: str, quoted: str) -> int:
+        """Rows of ``table`` holding the word, remembered until the index is written (``db.write_stamp``)."""
+        stamp = write_stamp(self.conn)
+        if stamp is None or self._dfs[0] != stamp or len(self._dfs[1]) > 4096:
+            self._dfs = (stamp, {})
+        known = self._dfs[1].get((table, quoted))
+        if known is None:
+            sql = f"SELECT count(*) FROM {table} WHERE {table} MATCH ?"
+            known = self._dfs[1][(table, quoted)] = int(self.conn.execute(sql, [quoted]).fetchone()[0])
+        return known
+
+    def _holding(self, table: str, quoted: str, wanted: set[int]) -> set[int]:
+        """Which of the rows ``wanted`` hold the word. ``MATCH ? AND rowid IN (...)`` runs the match once
+        per listed row (about 60 us each); reading every row that holds the word is cheaper unless the
+        word is on many more rows than are wanted."""
+        if self._df(table, quoted) <= HOLDERS_SCAN * len(wanted):
+            sql = f"SELECT rowid FROM {table} WHERE {table} MATCH ?"
+            return wanted.intersection(r[0] for r in self.conn.execute(sql, [quoted]))
+        marks = ",".join(str(int(r)) for r in wanted)
+        sql = f"SELECT rowid FROM {table} WHERE {table} MATCH ? AND rowid IN ({marks})"
+        return {r[0] for r in self.conn.execute(sql, [quoted])}
 
     def hits(self, ranked: Sequence[tuple[str, float, int | None, int | None]]) -> list[Hit]:
         if not ranked:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem.db import atomic
+from vaultmem.db import atomic, write_stamp
 
 Matrix = npt.NDArray[np.float32]
 
@@ -104,23 +104,33 @@ class VectorCache:
         self.seq = 0
         self._bits: npt.NDArray[np.uint64] | None = None  # built lazily for large caches
         self._kinds: npt.NDArray[np.bool_] | None = None  # True for summaries, built lazily
+        self._stamp: tuple[int, int, int] | None = None  # the index's state at the last refresh
 
     def top(self, query: Matrix, n: int, rows: npt.NDArray[np.intp] | None = None) -> npt.NDArray[np.intp]:
         """Indices of the ``n`` rows most similar to ``query`` (best first), among ``rows`` if given.
 
-        Exact below ``APPROX_ABOVE`` rows; above, the best ``RESCORE * n`` by sign-bit Hamming distance
-        are re-scored exactly (tests check the overlap with the exact answer)."""
+        Exact below ``APPROX_ABOVE`` rows (of ``rows`` when given); above, the best ``RESCORE * n`` by
+        sign-bit Hamming distance are re-scored exactly (tests check the overlap with the exact answer)."""
         total = len(self.ids) if rows is None else len(rows)
         n = min(n, total)
         if n <= 0:
             return np.zeros(0, dtype=np.intp)
         candidates: npt.NDArray[np.intp] | None = rows
-        if rows is None and total > APPROX_ABOVE and RESCORE * n < total:
-            if self._bits is None or len(self._bits) != total:
+        if total > APPROX_ABOVE and RESCORE * n < total:
+            if self._bits is None or len(self._bits) != len(self.ids):
                 self._bits = sign_bits(self.matrix)
-            distance = np.bitwise_count(self._bits ^ sign_bits(query[None, :])[0]).sum(axis=1, dtype=np.int32)
+            bits = self._bits if rows is None else self._bits[rows]
+            distance = np.bitwise_count(bits ^ sign_bits(query[None, :])[0]).sum(axis=1, dtype=np.int32)
             candidates = np.argpartition(distance, RESCORE * n)[: RESCORE * n]
-        sims = self.matrix @ query if candidates is None else self.matrix[candidates] @ query
+            if rows is not None:
+                candidates = rows[candidates]
+        if candidates is None:
+            sims = self.matrix @ query
+        elif 2 * len(candidates) >= len(self.ids):
+            # Most rows (leaves only, say): scoring all of them beats copying the rows out first.
+            sims = (self.matrix @ query)[candidates]
+        else:
+            sims = self.matrix[candidates] @ query
         best = np.argpartition(-sims, n - 1)[:n]
         best = best[np.argsort(-sims[best], kind="stable")]
         return np.asarray(best if candidates is None else candidates[best], dtype=np.intp)
@@ -143,12 +153,18 @@ class VectorCache:
                 self.pos = {row_id: i for i, row_id in enumerate(self.ids)}
                 self._bits = None
                 self._kinds = None
+        # Nothing was written since the last refresh (by this connection: its change counter; by any
+        # other: the file's data version) -> nothing to read. Counting 100,000 vectors took 5-70 ms.
+        stamp = write_stamp(conn)
+        if stamp is not None and stamp == self._stamp:
+            return
         count = conn.execute("SELECT count(*) FROM vectors WHERE model = ?", (self.model,)).fetchone()[0]
         rows = conn.execute(
             "SELECT id, vec, seq FROM vectors WHERE model = ? AND seq > ? ORDER BY seq",
             (self.model, self.seq),
         ).fetchall()
         if not rows and count == len(self.ids):
+            self._stamp = stamp
             return
         new_ids: list[str] = []
         new_vecs: list[bytes] = []
@@ -169,6 +185,7 @@ class VectorCache:
             self._bits = None
         if count != len(self.ids):
             self._reload(conn)
+        self._stamp = stamp
 
     def _reload(self, conn: sqlite3.Connection) -> None:
         rows = conn.execute(
