@@ -559,8 +559,16 @@ class Searcher:
         if not bonus:
             return
         # Every id in ``scores`` passed the filters, and a neighbour is a leaf of the same source and
-        # session: only the other filters can leave a neighbour out.
-        if (filters.status, filters.entity, filters.since, filters.until) != (None, None, None, None):
+        # session: only the other filters (validity and as_of too) can leave a neighbour out.
+        others = (
+            filters.status,
+            filters.entity,
+            filters.since,
+            filters.until,
+            filters.valid_at,
+            filters.as_of,
+        )
+        if any(v is not None for v in others):
             where, params = filters.sql()
             allowed: set[str] = set()
             for part, marks in index.in_batches(list(bonus)):
