@@ -70,6 +70,10 @@ llm_entities = false        # also ask the [llm] endpoint for entities as leaves
 [digest]
 enabled = true              # keep the global tree: a digest per UTC day, rolled up into weeks and months
 
+[decay]
+half_life_days = 0.0        # > 0: a leaf nobody asked about ranks lower, halving every this many days (0 = off)
+floor = 0.25                # ... never below this share of its score; nothing is ever deleted
+
 [core]
 file_budget = 800           # characters of each in-prompt core file (soul, user-profile, projects, patterns)
 total_budget = 4000         # characters of the whole core block (vault.core_block)
@@ -157,6 +161,7 @@ _SECTIONS = {
     "compact": {key: f"compact_{key}" for key in _COMPACT_KEYS},
     "topics": {key: f"topics_{key}" for key in _TOPIC_KEYS},
     "digest": {"enabled": "digest_enabled"},
+    "decay": {"half_life_days": "decay_half_life_days", "floor": "decay_floor"},
     **{section: {key: f"{section}_{key}" for key in keys} for section, keys in _MEMORY_KEYS.items()},
     "sources": {},  # free keys: source name = folder or file to ingest (parsed by ``_sources``)
     "llm": {
@@ -217,6 +222,8 @@ class Config:
     topics_level_leaves: int = 12
     topics_llm_entities: bool = False
     digest_enabled: bool = True
+    decay_half_life_days: float = 0.0
+    decay_floor: float = 0.25
     core_file_budget: int = 800
     core_total_budget: int = 4000
     core_knowledge_budget: int = 8000

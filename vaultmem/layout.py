@@ -37,6 +37,8 @@ RESERVED_TOP = ("sources", "topics", "global", "core")
 # The agent's own memory (core files, session notes, episodes, recipes): indexed by ``memindex``.
 AGENT_TOPS = ("core", "sessions", "episodes", "recipes")
 # Directories and files the engine never indexes.
+REVIEW = "review"  # the review inbox (vaultmem.review): never indexed
+TOMBSTONES = ".trash/vaultmem/forgotten"  # forgotten leaves, one folder per id (vaultmem.forget)
 IGNORED_DIRS = frozenset({".vaultmem", ".obsidian", ".git", ".trash", "node_modules"})
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
@@ -132,9 +134,10 @@ def file_in(rel: str, top: str, archive: str = "_archive") -> tuple[str, bool] |
 
 
 def is_ignored(rel: str) -> bool:
-    """True for paths the engine never indexes: engine state, editor and VCS folders, temp files."""
+    """True for paths the engine never indexes: engine state, editor and VCS folders, temp files, the
+    review inbox (``review/`` at the top)."""
     parts = PurePosixPath(rel).parts
-    if any(part in IGNORED_DIRS or part.startswith(".") for part in parts):
+    if any(part in IGNORED_DIRS or part.startswith(".") for part in parts) or parts[:1] == (REVIEW,):
         return True
     name = parts[-1] if parts else ""
     return (

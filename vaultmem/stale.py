@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from vaultmem import frontmatter, fsio, index, steps
+from vaultmem import frontmatter, fsio, index, steps, validity
 from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.layout import Layout
 from vaultmem.steps import FileWrite, TreeOp
@@ -50,7 +50,16 @@ def children_of(conn: sqlite3.Connection, directory: str) -> tuple[list[sqlite3.
 
 
 def fingerprint_rows(rows: Iterable[sqlite3.Row]) -> str:
-    return children_fingerprint((str(r["id"]), str(r["content_hash"])) for r in rows)
+    return children_fingerprint(
+        (str(r["id"]), validity.fingerprint_part(str(r["content_hash"]), _superseded_by(r))) for r in rows
+    )
+
+
+def _superseded_by(row: sqlite3.Row) -> str | None:
+    try:
+        return str(row["superseded_by"])
+    except IndexError:  # a summary's row, or a read-only index made before validity had columns
+        return None
 
 
 def current_fingerprint(conn: sqlite3.Connection, directory: str) -> str:
