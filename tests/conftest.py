@@ -31,6 +31,7 @@ imports another. Where the tests of a module are (module → test file):
     digest                            test_digest.py
     reconcile, watch, daemon, daemonstate   test_watch.py, test_git_aware.py
     docmem, sessions, navigate        test_docmem.py
+    docsync, wikilinks                test_docsync.py (+ docs_vault.py: the documentation vault it and bench/docs.py use)
     search, context                   test_search.py, test_context.py
     stats                             test_vault.py, test_cli.py, test_read_only.py
     memindex, coremem, memtiers       test_core.py, test_recipes.py, test_sessionnote.py, test_memory_cli.py

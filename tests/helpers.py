@@ -362,3 +362,28 @@ def run_cli(*args: str, stdin: str | None = None, timeout: float = 120.0) -> sub
         text=True,
         timeout=timeout,
     )
+
+
+def hits(vault: Vault, query: str) -> list[str]:
+    """Ids of hits that contain the word (vector search alone would return every leaf of a small vault)."""
+    return [h.id for h in vault.search(query, k=5) if query.lower() in h.text.lower()]
+
+
+# -- save styles --------------------------------------------------------------------------------------
+def save_in_place(path: Path, data: bytes) -> None:
+    with open(path, "r+b") as fh:
+        fh.write(data)
+        fh.truncate()
+
+
+def save_temp_rename(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def save_vim_backup(path: Path, data: bytes) -> None:
+    backup = path.with_name(path.name + "~")
+    os.rename(path, backup)
+    path.write_bytes(data)
+    backup.unlink()

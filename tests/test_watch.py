@@ -22,8 +22,12 @@ from tests.helpers import (
     BULK_S,
     DEADLINE_S,
     chat,
+    hits,
     make_vault,
     nothing_left_to_run,
+    save_in_place,
+    save_temp_rename,
+    save_vim_backup,
     settle,
     topic_records,
     wait_for,
@@ -63,31 +67,6 @@ def seeded(vault: Vault) -> Vault:
     vault.ingest_messages(chat(4), source="chat")
     vault.flush()
     return vault
-
-
-def hits(vault: Vault, query: str) -> list[str]:
-    """Ids of hits that contain the word (vector search alone would return every leaf of a small vault)."""
-    return [h.id for h in vault.search(query, k=5) if query.lower() in h.text.lower()]
-
-
-# -- save styles --------------------------------------------------------------------------------------
-def save_in_place(path: Path, data: bytes) -> None:
-    with open(path, "r+b") as fh:
-        fh.write(data)
-        fh.truncate()
-
-
-def save_temp_rename(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def save_vim_backup(path: Path, data: bytes) -> None:
-    backup = path.with_name(path.name + "~")
-    os.rename(path, backup)
-    path.write_bytes(data)
-    backup.unlink()
 
 
 @pytest.mark.parametrize("save", [save_in_place, save_temp_rename, save_vim_backup])

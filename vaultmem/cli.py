@@ -290,6 +290,8 @@ def ingest(
             {
                 "messages": total.messages,
                 "added": len(total.added),
+                "updated": len(total.updated),
+                "removed": len(total.removed),
                 "duplicates": total.duplicates,
                 "dropped": total.dropped,
                 "redacted": total.redacted,
@@ -306,6 +308,10 @@ def ingest(
         f"{total.messages} messages -> {len(total.added)} new leaves ({total.duplicates} already present, "
         f"{total.dropped} dropped as low-value, {total.redacted} redacted) in {', '.join(total.sources) or '-'}"
     )
+    if total.updated or total.removed:
+        typer.echo(
+            f"documents: {len(total.updated)} sections replaced in place, {len(total.removed)} removed"
+        )
     if work is not None:
         typer.echo(
             f"embedded {work.embedded} leaves ({work.reused} vectors reused), admitted {work.admitted}"

@@ -131,7 +131,9 @@ class SourceState:
         by_dir: dict[str, _Level] = {}
         for row in conn.execute(
             "SELECT id, path, depth, text, parent, ts, ts_end, status, provenance FROM chunks"
-            " WHERE source = ? AND kind = 'summary'",
+            " WHERE source = ? AND kind = 'summary'"
+            # Documents and their folders (docsync) keep their own shape: never joined nor condensed.
+            " AND json_extract(provenance, '$.document') IS NULL",
             (source,),
         ):
             directory = str(PurePosixPath(row["path"]).parent)
@@ -793,7 +795,8 @@ def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resumma
     ]
     new_text = result.text if result else "(no memories left in this level)"
     # A title a person gave the level stays, as does its recorded engine hash (so it stays theirs).
-    title = node.title if node.title_edited or result is None else clean_title(result.title)
+    # A document's page and folder levels keep the document's own titles.
+    title = node.title if node.title_edited or node.document or result is None else clean_title(result.title)
     new = replace(
         node,
         title=title,

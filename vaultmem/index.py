@@ -125,6 +125,8 @@ def summary_row(node: SummaryNode, stamp: FileStamp, parent: str | None = None) 
         provenance["archived"] = node.archived
     if node.period:
         provenance["period"] = node.period
+    if node.document:
+        provenance["document"] = node.document
     return (
         node.id,
         "summary",

@@ -42,6 +42,8 @@ class IngestReport:
     redacted: int = 0
     skipped: tuple[Skipped, ...] = ()
     sources: tuple[str, ...] = field(default=())
+    updated: tuple[str, ...] = ()  # document leaves replaced in place (docsync)
+    removed: tuple[str, ...] = ()  # document leaves whose sections left their file
 
     def merge(self, other: IngestReport) -> IngestReport:
         return IngestReport(
@@ -52,6 +54,8 @@ class IngestReport:
             self.redacted + other.redacted,
             self.skipped + other.skipped,
             tuple(sorted(set(self.sources) | set(other.sources))),
+            self.updated + other.updated,
+            self.removed + other.removed,
         )
 
 

@@ -10,8 +10,8 @@ person's file; only summary ``stale:`` flags are written.
 ``reconcile_paths`` does the same for a set of paths the watcher reported, and also handles files the
 index does not know: a valid node file (moved, restored by git) is indexed by its frontmatter id (a moved
 node keeps its id; its row's path and parent follow it), and a Markdown file outside ``sources/`` that is
-not a node (a note written in Obsidian) is handed to ``read_note`` to be ingested as a document (the
-file itself is left untouched). ``changed_paths`` finds, by ``stat`` alone, which paths need that.
+not a node (a note written in Obsidian) is handed to ``read_note`` to be kept as a document (the
+file itself is left untouched), and so is a note that is gone (its document leaves the index). ``changed_paths`` finds, by ``stat`` alone, which paths need that.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def reconcile_paths(
     layout: Layout,
     rels: Iterable[str],
     max_bytes: int,
-    read_note: Callable[[list[str]], list[str]] | None = None,
+    read_note: Callable[[list[str], list[str]], list[str]] | None = None,
     seen: Mapping[str, Stamp] | None = None,
     on_hand_edits: HandEdits | None = None,
 ) -> PathsReport:
@@ -200,6 +200,7 @@ def reconcile_paths(
     gone: set[str] = set()
     notes: list[tuple[str, Stamp]] = []
     missing_set = set(missing)
+    gone_notes: list[str] = []
     sidecars: dict[str, set[str]] = {}
     with atomic(conn):
         for rel, st in present:
@@ -271,6 +272,8 @@ def reconcile_paths(
         for rel in missing:
             row = conn.execute("SELECT id FROM chunks WHERE path = ?", (rel,)).fetchone()
             if row is None:
+                if rel.split("/", 1)[0] != SOURCES:
+                    gone_notes.append(rel)  # a note deleted or renamed: its document goes with it
                 continue  # never indexed, or its node already moved on in this batch
             touched.update(ancestors_of(conn, row["id"]))
             conn.execute("DELETE FROM chunks WHERE id = ?", (row["id"],))
@@ -290,8 +293,8 @@ def reconcile_paths(
         hand += [p for move in out.moved for p in move]
         if hand:
             on_hand_edits(hand)
-    if notes and read_note is not None:
-        out.added = read_note([rel for rel, _ in notes])
+    if (notes or gone_notes) and read_note is not None:
+        out.added = read_note([rel for rel, _ in notes], gone_notes)
         out.notes = [rel for rel, _ in notes]
         out.seen.update(notes)
     stale = sorted(touched - gone)

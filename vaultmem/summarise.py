@@ -135,17 +135,30 @@ def _join_wrapped(paragraph: str, line: str) -> str:
     return f"{paragraph} {line}"
 
 
+_FENCE_LINE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
 def split_sentences(text: str) -> list[str]:
     """Sentences of ``text`` in order, without bullet, numbering, quote and heading marks.
 
     Each bullet, heading and short line stands alone. A long line followed by an unmarked one is taken
     as hard-wrapped prose (notes and emails wrap at 72-100 columns) and joined with a space, so its
     sentences come out whole; a sentence then differs from the child's text at most in whitespace.
+    Fenced code is no sentence: quoted out of its fence, a code sample would read as prose (and an
+    example link in it as a real one).
     """
     out: list[str] = []
     paragraph = ""
     wrapped = False  # the previous line was long enough to be hard-wrapped prose
+    fence = ""
     for raw in text.splitlines():
+        opening = _FENCE_LINE_RE.match(raw)
+        if fence or opening:
+            if opening and not fence:
+                fence = opening.group(1)[0] * len(opening.group(1))
+            elif opening and opening.group(1).startswith(fence) and not opening.group(2).strip():
+                fence = ""
+            continue
         marker = LINE_MARK_RE.match(raw)
         line = raw[marker.end() :].strip() if marker else raw.strip()
         if paragraph and (marker or not line or not wrapped):

@@ -52,6 +52,7 @@ SUMMARY_KEYS = frozenset(
         "entity",
         "archived",
         "period",
+        "document",
     }
 )
 PINNED_HEADING = "## Pinned"
@@ -94,6 +95,9 @@ class SummaryNode:
     entity: str | None = None  # topic trees: the entity key the topic follows
     archived: bool = False  # topic trees: gone cold; kept, no longer routed into
     period: str | None = None  # the global tree: "day" | "week" | "month"
+    document: str | None = (
+        None  # documents: the file (``Plugins/Canvas.md``) or folder (``Plugins/``) mirrored
+    )
     user_aliases: tuple[str, ...] = field(default=(), compare=False)
     # ``## Related``: the most similar levels elsewhere in the vault (engine-owned; never children).
     related: tuple[ChildLink, ...] = ()
@@ -175,6 +179,7 @@ def engine_meta(node: SummaryNode) -> dict[str, Any]:
         "entity": node.entity,
         "archived": True if node.archived else None,
         "period": node.period,
+        "document": node.document,
     }
 
 
@@ -303,6 +308,7 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, frontmatter.Md
         entity=scrub(str(meta["entity"])) if meta.get("entity") else None,
         archived=meta.get("archived") is True,
         period=str(meta["period"]) if meta.get("period") else None,
+        document=scrub(str(meta["document"])) if meta.get("document") else None,
         user_aliases=user_aliases,
         related=related,
     )

@@ -43,6 +43,7 @@ from vaultmem.layout import FRESH, RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lock import WriteLock
 from vaultmem.model import (
+    InputKind,
     Leaf,
     Message,
     Status,
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
     from vaultmem.compact import CompactSettings
     from vaultmem.coremem import CoreBlock, CoreFileView, CoreUpdate, MemoryEnv, MemorySettings, Onboarding
     from vaultmem.docmem import Plan
+    from vaultmem.docsync import Syncer
     from vaultmem.episodes import Episode
     from vaultmem.forget import Tombstone
     from vaultmem.gitsync import CommitInfo, GitOperation
@@ -324,7 +326,6 @@ class Vault:
         their content. ``fmt`` forces a format (``vaultmem.inputs.sniff.FORMAT_NAMES``);
         ``all_branches`` keeps ChatGPT's edited and regenerated branches. Re-importing an export adds
         only the turns the vault does not hold yet."""
-        from vaultmem.ingest import IngestReport
         from vaultmem.inputs import read_path
 
         if source is not None:
@@ -337,20 +338,71 @@ class Vault:
             all_branches=all_branches,
             max_export_bytes=self.config.max_export_bytes,
         )
-        report = self._ingest(result.messages, progress)
-        return IngestReport(
-            report.messages,
-            report.added,
-            report.duplicates,
-            report.dropped,
-            report.redacted,
-            tuple(result.skipped),
-            report.sources,
-        )
+        # A folder is the whole of its source's documents: a page gone from it leaves the vault.
+        report = self._ingest(result.messages, progress, complete=Path(path).is_dir())
+        return replace(report, skipped=tuple(result.skipped))
 
-    def _ingest(self, messages: list[Message], progress: Progress | None) -> IngestReport:
+    def _ingest(
+        self, messages: list[Message], progress: Progress | None, *, complete: bool = False
+    ) -> IngestReport:
+        from vaultmem.ingest import IngestReport
+
+        docs = [m for m in messages if m.kind is InputKind.DOC and m.session]
+        rest = [m for m in messages if not (m.kind is InputKind.DOC and m.session)]
         with self.commit_batch():
-            return self._ingest_batches(messages, progress)
+            report = self._ingest_batches(rest, progress) if rest or not docs else IngestReport()
+            if docs:
+                report = report.merge(self._sync_documents(docs, complete=complete))
+            return report
+
+    def _sync_documents(
+        self, messages: list[Message], *, complete: bool = False, gone: Iterable[tuple[str, str]] = ()
+    ) -> IngestReport:
+        """Documents into their subtrees, updated in place (``docsync``). ``complete``: the messages hold
+        every document of their sources, so a document of theirs not among them is removed. ``gone``:
+        (source, document) pairs whose files were deleted."""
+        from vaultmem import digest, docsync
+        from vaultmem.ingest import IngestReport, check_new_sources, redact_message
+
+        cleaned = [redact_message(m) for m in messages]
+        redacted = sum(1 for _m, kinds in cleaned if kinds)
+        docs, _rest = docsync.split_documents(m for m, _kinds in cleaned)
+        gone_by: dict[str, list[str]] = {}
+        for source, name in gone:
+            gone_by.setdefault(source, []).append(name)
+        sources = sorted({d.source for d in docs} | set(gone_by))
+        check_new_sources(self.layout, {d.source for d in docs})
+        report = IngestReport(messages=len(messages), redacted=redacted)
+        embedder = self.embedder
+        for source in sources:
+            mine = [d for d in docs if d.source == source]
+            with self._locked():
+                syncer = self._syncer(source, embedder)
+                names = {d.name for d in mine}
+                vanished = list(gone_by.get(source, []))
+                if complete:
+                    vanished += [n for n in syncer.nodes if not n.endswith("/") and n not in names]
+                done = syncer.sync(mine, gone=vanished)
+                self.warnings.extend(done.warnings)
+                if done.removed or done.deleted_documents:
+                    digest.enqueue_out_of_date(self.conn, time.time())
+                    topics.route.enqueue_out_of_date(self.conn)
+                if done.documents or done.deleted_documents:
+                    self._commit(
+                        f"memory: {done.documents} documents updated, {len(done.deleted_documents)} removed"
+                        f" ({source}): {len(done.added)} sections added, {len(done.updated)} replaced,"
+                        f" {len(done.removed)} removed"
+                    )
+            report = report.merge(
+                IngestReport(
+                    added=tuple(done.added),
+                    duplicates=done.unchanged,
+                    sources=(source,),
+                    updated=tuple(done.updated),
+                    removed=tuple(done.removed),
+                )
+            )
+        return report
 
     def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
         from vaultmem.ingest import IngestReport, build_leaves, check_new_sources, write_leaves
@@ -708,6 +760,11 @@ class Vault:
             )
             if caught.stale:
                 self._commit(f"memory: mark {len(caught.stale)} summaries stale (what is below them changed)")
+        # Notes edited or deleted while no watcher ran: their documents catch up (sections replaced).
+        behind = self.documents_out_of_step()
+        if behind:
+            present = [rel for rel in behind if self.layout.abs(rel).exists()]
+            self.read_notes(present, gone=[rel for rel in behind if rel not in present])
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
         # them in the buffer (the threads run both kinds of job at once).
         flushed = self.flush()
@@ -862,27 +919,107 @@ class Vault:
         # Agent memory files have rows of their own (memindex): compared there, not read as notes.
         known = {r[0] for r in self.conn.execute("SELECT path FROM agent_files")}
         rest = [p for p in changed_paths(self.conn, self.layout, seen) if p not in known]
+        rest += self._vanished_notes()  # deleted while nobody watched: their documents must leave too
         return sorted({*rest, *memindex.changed(self.conn, self.layout)})
 
-    def read_notes(self, rels: Iterable[str]) -> list[str]:
-        """Ingest Markdown notes of the vault (not vaultmem nodes) as documents; the files stay as they
-        are. The source is the note's top folder (``notes/a.md`` -> ``notes``; a note at the top: ``notes``).
-        Returns the leaf ids added (re-reading unchanged text adds nothing)."""
+    def _syncer(self, source: str, embedder: Embedder | None = None) -> Syncer:
+        """The documents of ``source`` (``embedder``: the vector space whose sidecar entries follow
+        removed files; none for a read-only comparison)."""
+        from vaultmem.docsync import Syncer
+
+        return Syncer(
+            self.conn,
+            self.layout,
+            source,
+            scorer=self.scorer,
+            max_tokens=self.config.chunk_max_tokens,
+            max_bytes=self.config.max_file_bytes,
+            model=embedder.model_id if embedder is not None else "",
+            dim=embedder.dim if embedder is not None else 0,
+            trash=self._autocommit is None,  # with git on, its history keeps what a document loses
+        )
+
+    def _note_messages(self, rels: Iterable[str], *, warn: bool = False) -> list[Message]:
         from vaultmem.inputs import read_path
 
         messages: list[Message] = []
         for rel in rels:
-            top = rel.split("/", 1)[0] if "/" in rel else "notes"
-            source = default_source_name(top, fallback="notes")
+            source, name = self.note_document(rel)
             try:
                 result = read_path(
                     self.layout.abs(rel), source=source, max_bytes=self.config.max_file_bytes, fmt="markdown"
                 )
             except InvalidInput as exc:
-                self.warnings.append(str(exc))
+                if warn and "no text found" not in str(exc):
+                    self.warnings.append(str(exc))
                 continue
-            messages.extend(replace(m, meta={**m.meta, "file": rel}) for m in result.messages)
-        return list(self._ingest(messages, None).added)
+            messages.extend(replace(m, session=name, meta={**m.meta, "note": rel}) for m in result.messages)
+        return messages
+
+    def _noted(self) -> list[str]:
+        """Vault paths of the notes that have a document."""
+        return [
+            str(note)
+            for (note,) in self.conn.execute(
+                "SELECT DISTINCT json_extract(provenance, '$.note') FROM chunks"
+                " WHERE kind = 'leaf' AND input = 'doc' AND json_extract(provenance, '$.note') IS NOT NULL"
+            )
+        ]
+
+    def documents_out_of_step(self) -> list[str]:
+        """Notes whose document disagrees with the note file (or whose file is gone): what ``check``
+        reports as ``document_out_of_step``. Documents ingested from outside the vault are not compared
+        (their files are not here); ingest their folder again to update them."""
+        from vaultmem import docsync
+        from vaultmem.ingest import redact_message
+
+        notes = self._noted()
+        gone = [n for n in notes if not self.layout.abs(n).exists()]
+        present = [n for n in notes if n not in set(gone)]
+        messages = [redact_message(m)[0] for m in self._note_messages(present)]
+        emptied = set(present) - {str(m.meta.get("note")) for m in messages}  # no text left: no document
+        gone += sorted(emptied)
+        present = [n for n in present if n not in emptied]
+        docs, _rest = docsync.split_documents(messages)
+        behind: set[tuple[str, str]] = set()
+        for source in sorted({d.source for d in docs}):
+            syncer = self._syncer(source)
+            behind.update(
+                (source, name) for name in syncer.out_of_step([d for d in docs if d.source == source])
+            )
+        return sorted([*gone, *(n for n in present if self.note_document(n) in behind)])
+
+    def _vanished_notes(self) -> list[str]:
+        """Notes of the vault that have a document but no file any more."""
+        return [note for note in self._noted() if not self.layout.abs(note).exists()]
+
+    @staticmethod
+    def note_document(rel: str) -> tuple[str, str]:
+        """(source, document name) of a note of the vault: its top folder is the source and the rest of
+        its path the document (``Plugins/Core/Canvas.md`` -> ``plugins``, ``Core/Canvas.md``); a note at
+        the top is in ``notes``."""
+        if "/" not in rel:
+            return "notes", rel
+        top, rest = rel.split("/", 1)
+        return default_source_name(top, fallback="notes"), rest
+
+    def read_notes(self, rels: Iterable[str], gone: Iterable[str] = ()) -> list[str]:
+        """Keep the documents of Markdown notes of the vault (not vaultmem nodes) in step with them: a
+        new note becomes a document subtree, an edited one replaces its sections in place, and the notes
+        in ``gone`` (deleted) take their documents out of search. An empty note (Obsidian makes one when a
+        dead link is clicked) is no document. Returns the leaf ids added."""
+        rels = list(rels)
+        messages = self._note_messages(rels, warn=True)
+        # A note emptied by hand holds no document any more, like a deleted one.
+        emptied = set(rels) - {str(m.meta.get("note")) for m in messages}
+        # A note renamed or moved: its old path may come in a later batch (deletions are held a moment);
+        # given now, the new note is recognised as the same document and takes over its leaves.
+        vanished = self._vanished_notes() if rels else []
+        gone_docs = [self.note_document(rel) for rel in sorted({*gone, *emptied, *vanished})]
+        if not messages and not gone_docs:
+            return []
+        with self.commit_batch():
+            return list(self._sync_documents(messages, gone=gone_docs).added)
 
     # -- retrieval ---------------------------------------------------------------------------------
     @property
@@ -2137,10 +2274,22 @@ class Vault:
     def _check_memory(self, report: CheckReport, *, fix: bool) -> CheckReport:
         """``check`` of the agent memory files, added to the report of the rest."""
         from vaultmem import memindex
+        from vaultmem.check import Problem
 
         problems, fixed = memindex.check(
             self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core, fix=fix
         )
+        behind = self.documents_out_of_step()
+        found = [
+            Problem("document_out_of_step", rel, "its document's leaves disagree with the note", True)
+            for rel in behind
+        ]
+        if fix and behind:
+            present = [rel for rel in behind if self.layout.abs(rel).exists()]
+            self.read_notes(present, gone=[rel for rel in behind if rel not in present])
+            fixed += found
+        else:
+            problems += found
         return replace(report, problems=report.problems + tuple(problems), fixed=report.fixed + tuple(fixed))
 
     @property

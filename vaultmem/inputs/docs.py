@@ -44,8 +44,10 @@ def parse_document(text: str, *, source: str, doc_name: str) -> list[Message]:
     if not isinstance(doc_name, str) or not doc_name.strip():
         raise InvalidInput("a document needs a non-empty name")
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
-    front, text = _split_frontmatter(text)
+    front, text, raw_front = _split_frontmatter(text)
     meta = {"file": doc_name}
+    if raw_front.strip():
+        meta["frontmatter"] = raw_front  # the page's own keys, kept on its document node (docsync)
     title = front.get("title")
     if isinstance(title, str | int | float) and not isinstance(title, bool) and str(title).strip():
         meta["title"] = str(title).strip()
@@ -126,25 +128,27 @@ def _is_setext_text(body: list[str]) -> bool:
     return len(body) == 1 or not body[-2].strip()
 
 
-def _split_frontmatter(text: str) -> tuple[dict[str, Any], str]:
-    """Return (frontmatter mapping, rest). A block that is not a YAML mapping is left in the text."""
+def _split_frontmatter(text: str) -> tuple[dict[str, Any], str, str]:
+    """Return (frontmatter mapping, rest, the frontmatter's YAML text). A block that is not a YAML
+    mapping is left in the text."""
     lines = text.split("\n")
     if not lines or lines[0].rstrip() != "---":
-        return {}, text
+        return {}, text, ""
     for end in range(1, len(lines)):
         if lines[end].rstrip() in _FRONTMATTER_END:
             break
     else:
-        return {}, text
+        return {}, text, ""
+    raw = "\n".join(lines[1:end])
     try:
-        data = yaml.safe_load("\n".join(lines[1:end]))
+        data = yaml.safe_load(raw)
     except (yaml.YAMLError, ValueError, RecursionError):
-        return {}, text
+        return {}, text, ""
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        return {}, text
-    return data, "\n".join(lines[end + 1 :])
+        return {}, text, ""
+    return data, "\n".join(lines[end + 1 :]), raw
 
 
 def _frontmatter_date(value: Any) -> datetime | None:

@@ -1,0 +1,893 @@
+"""Documents kept whole and current: one source file, one subtree, updated in place.
+
+A document (a Markdown or text file: a note in the vault, or a file of an ingested folder) is one level
+folder ``sources/<source>/<folder>/.../<document>/``: its ``_summary.md`` is the document node (the
+page's title, its own frontmatter keys kept byte for byte, ``document: <path>`` naming the file it
+mirrors) and its leaves are the page's sections in reading order (``order``), each headed by the page
+title and its heading path. Each folder of the original tree is a level too (``document: <path>/``), so
+the folder structure is the upper levels. The compactor never clusters these levels (they are not
+buffer leaves and their summaries carry ``document``).
+
+A leaf is keyed by (document, heading path, chunk number): when the file changes, a section that
+survives keeps its leaf (id, file, user keys) and its text is replaced in place; a section whose heading
+was renamed or that moved keeps its leaf when its text matches; removed sections leave the index and the
+vault (a copy goes to ``.trash/vaultmem/<time>/``, and git keeps the history); new sections join. The
+document node and the folders above go stale once (one re-summarisation each).
+
+Links are rewritten by one rule (docs/format.md, "Documents"): a wikilink or Markdown link to a page of
+the same source points at the document node (``[[sources/.../_summary|Page]]``), a heading link at the
+leaf that holds the heading, a link to a file that exists in the vault stays as written, and anything
+else becomes its label as plain text, so a link never makes a ghost note in Obsidian.
+
+Never: renames a leaf file or changes an id; writes or removes a file it did not read (hash-guarded
+steps through ``steps``); removes a file that is not kept elsewhere: git's history when the vault
+commits, else a copy in ``.trash/vaultmem/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path, PurePosixPath
+
+from vaultmem import docmem, frontmatter, fsio, leaffile, steps, wikilinks
+from vaultmem.chunker import chunk_id, chunk_message
+from vaultmem.errors import ConflictError, FrontmatterError
+from vaultmem.layout import IGNORED_DIRS, SOURCES, SUMMARY_NAME, Layout
+from vaultmem.model import InputKind, Leaf, Message, Status, format_ts
+from vaultmem.order import format_order, ord_of, order_after, order_between
+from vaultmem.redact import scrub
+from vaultmem.scoring import FastScorer
+from vaultmem.stale import ancestors_of, mark_stale
+from vaultmem.steps import FileWrite, TreeOp
+from vaultmem.summaryfile import (
+    SUMMARY_KEYS,
+    ChildLink,
+    SummaryNode,
+    clean_title,
+    parse_summary,
+    render_summary,
+    summary_id,
+    text_hash,
+)
+from vaultmem.tokens import count_tokens
+
+TRASH = ".trash/vaultmem"
+STEP_DOCUMENTS = 64  # documents written as one durable step (one fsync of their files)
+_DEVICE = re.compile(r"^(con|prn|aux|nul|com\d|lpt\d)(\..*)?$")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*)$")
+
+
+# -- documents from messages ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Section:
+    key: str  # the heading path, with ``#2``... for a repeated one ("" for the text before any heading)
+    path: tuple[str, ...]  # heading path
+    body: str  # the section's text without its heading line
+
+
+@dataclass(frozen=True)
+class Document:
+    source: str
+    name: str  # the file's path within its folder (posix), e.g. ``Plugins/Canvas.md``
+    title: str
+    front: str  # the page's frontmatter as YAML text ("" for none), redacted
+    sections: tuple[Section, ...]
+    ts: datetime | None = None
+    note: str = ""  # a note of the vault: its vault path (its leaves say so; its deletion removes them)
+
+
+def split_documents(messages: Iterable[Message]) -> tuple[list[Document], list[Message]]:
+    """Document sections (``InputKind.DOC``, one message per section as ``inputs.docs`` reads them)
+    grouped into documents, and every other message as it was. Messages must be redacted already."""
+    groups: dict[tuple[str, str], list[Message]] = {}
+    rest: list[Message] = []
+    for message in messages:
+        if message.kind is InputKind.DOC and message.session:
+            groups.setdefault((message.source, message.session), []).append(message)
+        else:
+            rest.append(message)
+    docs = []
+    for (source, name), parts in groups.items():
+        sections: list[Section] = []
+        seen: dict[str, int] = {}
+        h1 = ""
+        for part in parts:
+            path = tuple(p.strip() for p in part.meta.get("heading_path", "").split(" > ") if p.strip())
+            text = part.text.strip()
+            first, _, after = text.partition("\n")
+            heading = _HEADING.match(first)
+            if path and heading:
+                text = after.strip()
+                if len(heading.group(1)) == 1 and not h1:
+                    h1 = heading.group(2).strip()
+            key = " > ".join(path)
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > 1:
+                key = f"{key}#{seen[key]}"
+            sections.append(Section(key, path, text))
+        meta = parts[0].meta
+        stem = PurePosixPath(name).stem
+        title = meta.get("title") or h1 or stem
+        docs.append(
+            Document(
+                source,
+                name,
+                title,
+                meta.get("frontmatter", ""),
+                tuple(sections),
+                parts[0].ts,
+                meta.get("note", ""),
+            )
+        )
+    return docs, rest
+
+
+# -- where a document lives -------------------------------------------------------------------------------
+def folder_slug(name: str) -> str:
+    """A folder name kept readable: letters of any script, digits, ``-``; secrets scrubbed first."""
+    cleaned = re.sub(r"[^\w]+", "-", scrub(name).lower()).strip("-_.")[:60].strip("-_.")
+    cleaned = cleaned or "untitled"
+    return f"{cleaned}-doc" if _DEVICE.match(cleaned) else cleaned
+
+
+def _doc_rows(conn: sqlite3.Connection, source: str) -> dict[str, sqlite3.Row]:
+    """Document and folder nodes of ``source`` by the path they mirror."""
+    out = {}
+    for row in conn.execute(
+        "SELECT id, path, depth, status, json_extract(provenance, '$.document') AS document FROM chunks"
+        " WHERE kind = 'summary' AND source = ? AND json_extract(provenance, '$.document') IS NOT NULL",
+        (source,),
+    ):
+        out[str(row["document"])] = row
+    return out
+
+
+def _leaf_rows(conn: sqlite3.Connection, directory: str) -> list[sqlite3.Row]:
+    prefix = directory + "/"
+    return [
+        row
+        for row in conn.execute(
+            "SELECT * FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?",
+            (prefix, prefix[:-1] + "0"),
+        )
+        if "/" not in row["path"][len(prefix) :]
+    ]
+
+
+# -- planning --------------------------------------------------------------------------------------------
+@dataclass
+class _Chunk:
+    key: str  # section key
+    seq: int
+    path: tuple[str, ...]
+    raw: str  # the chunk's text as in the file (links not yet rewritten)
+    leaf_id: str = ""
+    file: str = ""  # vault-relative leaf path
+    row: sqlite3.Row | None = None  # the leaf it replaces in place
+    order: Decimal = Decimal(0)
+
+
+@dataclass
+class _DocPlan:
+    doc: Document
+    directory: str
+    node_id: str
+    chunks: list[_Chunk]
+    existing: sqlite3.Row | None
+    removed: list[sqlite3.Row] = field(default_factory=list)
+    headings: dict[str, str] = field(default_factory=dict)  # heading (casefolded) -> leaf stem
+
+
+@dataclass(frozen=True)
+class _Step:
+    name: str
+    node_id: str
+    message: str
+    writes: list[FileWrite]
+    removes: list[tuple[str, str | None]]
+    queued: list[tuple[str, int]]
+    ancestors: list[str]  # levels above the document that go stale once it is written
+
+
+@dataclass
+class SyncReport:
+    documents: int = 0
+    added: list[str] = field(default_factory=list)  # leaf ids
+    updated: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    deleted_documents: list[str] = field(default_factory=list)
+    trash: list[str] = field(default_factory=list)  # copies of what left the vault
+    warnings: list[str] = field(default_factory=list)
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def _similar(a: str, b: str) -> float:
+    wa, wb = _words(a), _words(b)
+    return len(wa & wb) / len(wa | wb) if wa | wb else 1.0
+
+
+def _body_of(text: str) -> str:
+    return text.split("\n\n", 1)[1] if "\n\n" in text else ""
+
+
+class Syncer:
+    """Keeps the documents of one source in step with their files (the caller holds the write lock)."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        layout: Layout,
+        source: str,
+        *,
+        scorer: FastScorer,
+        max_tokens: int,
+        max_bytes: int,
+        model: str = "",
+        dim: int = 0,
+        trash: bool = True,
+    ) -> None:
+        self.conn, self.layout, self.source = conn, layout, source
+        self.trash = trash  # copy what leaves into .trash/ (off when git keeps the history)
+        self.scorer, self.max_tokens, self.max_bytes = scorer, max_tokens, max_bytes
+        self.model, self.dim = model, dim
+        self.root = f"{SOURCES}/{source}"
+        self.nodes = _doc_rows(conn, source)
+        self.report = SyncReport()
+        self._vault_names: set[str] | None = None
+        self._name_index: tuple[dict[str, _DocPlan], dict[str, list[str]]] | None = None
+        self._trashed: set[str] = set()
+        self._taken: set[str] = {PurePosixPath(r["path"]).parent.as_posix() for r in self.nodes.values()}
+
+    # -- the whole run ---------------------------------------------------------------------------------
+    def sync(self, docs: Sequence[Document], *, gone: Iterable[str] = ()) -> SyncReport:
+        """Bring these documents in step (new, changed, unchanged) and delete the documents named in
+        ``gone`` (files that no longer exist). A document that vanished while a new one of mostly the
+        same sections appeared was renamed or moved: its subtree moves and keeps its leaves."""
+        gone = [g for g in gone if g in self.nodes and not g.endswith("/")]
+        fresh = [d for d in docs if d.name not in self.nodes]
+        for doc in fresh:
+            old = self._renamed_from(doc, gone)
+            if old is not None:
+                gone.remove(old)
+                self._move_document(old, doc.name)
+        plans = [self._plan(doc) for doc in docs]
+        headings = {p.doc.name: p for p in plans}
+        built = [step for plan in plans if (step := self._build(plan, headings)) is not None]
+        for start in range(0, len(built), STEP_DOCUMENTS):
+            self._run(built[start : start + STEP_DOCUMENTS])
+        for name in gone:
+            self.delete(name)
+        return self.report
+
+    def delete(self, name: str) -> None:
+        row = self.nodes.get(name)
+        if row is None:
+            return
+        directory = str(PurePosixPath(row["path"]).parent)
+        self._to_trash([directory])
+        plan = docmem.plan_delete(self.conn, self.layout, row["id"], max_bytes=self.max_bytes)
+        docmem.run(self.conn, self.layout, plan, model=self.model, dim=self.dim, max_bytes=self.max_bytes)
+        self.report.deleted_documents.append(name)
+        self.report.removed.extend(i for i in plan.ids if not i.startswith("s"))
+        del self.nodes[name]
+
+    # -- renames ----------------------------------------------------------------------------------------
+    def _renamed_from(self, doc: Document, gone: list[str]) -> str | None:
+        bodies = {text_hash(s.body) for s in doc.sections if s.body}
+        best, score = None, 0.5
+        for name in gone:
+            directory = str(PurePosixPath(self.nodes[name]["path"]).parent)
+            old = {text_hash(_body_of(r["text"])) for r in _leaf_rows(self.conn, directory)}
+            if not old or not bodies:
+                continue
+            share = len(old & bodies) / max(len(old), len(bodies))
+            if share >= score:
+                best, score = name, share
+        return best
+
+    def _move_document(self, old: str, new: str) -> None:
+        row = self.nodes.pop(old)
+        src = str(PurePosixPath(row["path"]).parent)
+        writes: list[FileWrite] = []
+        queued = self._ensure_folders(new, writes)
+        dst = self._place(new)
+        op = TreeOp(
+            "docmem",
+            self.source,
+            f"memory: move the document {old} to {new} ({self.source})",
+            tuple(writes),
+            ((src, dst),),
+            tuple(queued),
+        )
+        stale = ancestors_of(self.conn, row["id"])
+        steps.apply(self.conn, self.layout, op, self.model, self.dim)
+        self._mark(stale)
+        self.nodes[new] = self.conn.execute(
+            "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?", (new, row["id"])
+        ).fetchone()
+
+    # -- one document -----------------------------------------------------------------------------------
+    def _place(self, name: str) -> str:
+        """The folder of a new document: its folders' levels, then a name free on disk and in the index."""
+        parent = self._folder_dir(name)
+        base = f"{parent}/{folder_slug(PurePosixPath(name).stem)}"
+        candidate, n = base, 1
+        while candidate in self._taken or self.layout.abs(candidate).exists():
+            n += 1
+            candidate = f"{base}-{n}"
+        self._taken.add(candidate)
+        return candidate
+
+    def _folder_dir(self, name: str) -> str:
+        directory = self.root
+        parts = PurePosixPath(name).parts[:-1]
+        for n in range(len(parts)):
+            key = "/".join(parts[: n + 1]) + "/"
+            row = self.nodes.get(key)
+            directory = (
+                str(PurePosixPath(row["path"]).parent)
+                if row is not None
+                else f"{directory}/{folder_slug(parts[n])}"
+            )
+        return directory
+
+    def _ensure_folders(self, name: str, writes: list[FileWrite]) -> list[tuple[str, int]]:
+        """Level files for the folders above ``name`` that have none yet (written stale, queued)."""
+        queued: list[tuple[str, int]] = []
+        parts = PurePosixPath(name).parts[:-1]
+        directory = self.root
+        for n in range(len(parts)):
+            key = "/".join(parts[: n + 1]) + "/"
+            row = self.nodes.get(key)
+            if row is not None:
+                directory = str(PurePosixPath(row["path"]).parent)
+                continue
+            directory = f"{directory}/{folder_slug(parts[n])}"
+            if self.layout.abs(f"{directory}/{SUMMARY_NAME}").exists():
+                continue  # a level of another kind holds the name: the document goes under it
+            node = SummaryNode(
+                id=summary_id(self.source, f"folder:{key}"),
+                source=self.source,
+                path=f"{directory}/{SUMMARY_NAME}",
+                depth=len(parts) - n + 1,
+                title=clean_title(scrub(parts[n])),
+                text=f"The folder {clean_title(scrub(parts[n]))}.",
+                stale=True,
+                document=key,
+            )
+            writes.append(FileWrite(node.path, render_summary(node), None))
+            queued.append((node.id, node.depth))
+            self._taken.add(directory)
+            self.nodes[key] = {"id": node.id, "path": node.path, "depth": node.depth}  # type: ignore[assignment]
+        return queued
+
+    def _chunks(self, doc: Document) -> list[_Chunk]:
+        out = []
+        for section in doc.sections:
+            if not section.body:
+                continue
+            head = self._heading(doc, section)
+            budget = max(32, self.max_tokens - count_tokens(head))
+            message = Message(source=doc.source, text=section.body, kind=InputKind.DOC, source_id=section.key)
+            for chunk in chunk_message(message, budget):
+                out.append(_Chunk(section.key, chunk.seq, section.path, chunk.text.strip()))
+        return out
+
+    @staticmethod
+    def _heading(doc: Document, section: Section) -> str:
+        path = list(section.path)
+        if path and path[0].casefold() == doc.title.casefold():
+            path = path[1:]
+        level = min(6, max(1, len(section.path)))
+        return f"{'#' * level} {' › '.join([doc.title, *path])}"
+
+    def _plan(self, doc: Document) -> _DocPlan:
+        existing = self.nodes.get(doc.name)
+        chunks = self._chunks(doc)
+        if existing is not None:
+            directory = str(PurePosixPath(existing["path"]).parent)
+            node_id = str(existing["id"])
+            old = _leaf_rows(self.conn, directory)
+        else:
+            directory = self._place(doc.name)
+            node_id = summary_id(self.source, f"document:{doc.name}")
+            old = []
+        plan = _DocPlan(doc, directory, node_id, chunks, existing)
+        self._match(plan, old)
+        for chunk in chunks:
+            if chunk.seq == 0 and chunk.path:
+                plan.headings.setdefault(chunk.path[-1].casefold(), PurePosixPath(chunk.file).stem)
+        return plan
+
+    def _match(self, plan: _DocPlan, old: list[sqlite3.Row]) -> None:
+        def local(row: sqlite3.Row) -> tuple[str, int]:
+            return str(row["source_id"] or "").partition("#")[2], int(row["seq"])
+
+        by_key = {local(r): r for r in old}
+        free = dict(by_key)
+        waiting: list[_Chunk] = []
+        for chunk in plan.chunks:
+            row = free.pop((chunk.key, chunk.seq), None)
+            if row is not None:
+                chunk.row = row
+            else:
+                waiting.append(chunk)
+        # A section renamed or moved: the same body (or most of its words) under another key.
+        pairs = sorted(
+            (
+                (_similar(chunk.raw, _body_of(r["text"])), n, k)
+                for n, chunk in enumerate(waiting)
+                for k, r in free.items()
+            ),
+            key=lambda t: -t[0],
+        )
+        used: set[int] = set()
+        for score, n, k in pairs:
+            if score < 0.5:
+                break
+            if n in used or k not in free:
+                continue
+            waiting[n].row = free.pop(k)
+            used.add(n)
+        plan.removed = list(free.values())
+        taken = {str(r["id"]) for r in old}
+        for chunk in plan.chunks:
+            if chunk.row is not None:
+                chunk.leaf_id, chunk.file = str(chunk.row["id"]), str(chunk.row["path"])
+                continue
+            source_id = f"{plan.doc.name}#{chunk.key}"
+            leaf_id = chunk_id(self.source, source_id, chunk.seq, chunk.raw)
+            while (
+                leaf_id in taken
+                or self.conn.execute("SELECT 1 FROM chunks WHERE id = ?", (leaf_id,)).fetchone()
+            ):
+                leaf_id = chunk_id(self.source, source_id, chunk.seq, chunk.raw + "\x1f" + leaf_id)
+            taken.add(leaf_id)
+            chunk.leaf_id = leaf_id
+            name = leaffile.leaf_filename(leaf_id, chunk.raw, format_ts(plan.doc.ts), None)
+            chunk.file = f"{plan.directory}/{name}"
+        _assign_orders(plan.chunks)
+
+    # -- links ------------------------------------------------------------------------------------------
+    def _vault_has(self, link: wikilinks.Link) -> bool:
+        if self._vault_names is None:
+            names: set[str] = set()
+            for dirpath, dirnames, filenames in os.walk(self.layout.root):
+                rel = os.path.relpath(dirpath, self.layout.root).replace(os.sep, "/")
+                dirnames[:] = [
+                    d
+                    for d in dirnames
+                    if d not in IGNORED_DIRS and not d.startswith(".") and not (rel == "." and d == SOURCES)
+                ]
+                for name in filenames:
+                    path = name if rel == "." else f"{rel}/{name}"
+                    for form in (path, name):
+                        names.add(form.casefold())
+                        if form.endswith(".md"):
+                            names.add(form[:-3].casefold())
+            self._vault_names = names
+        return link.target.casefold() in self._vault_names
+
+    def _names(self, plans: dict[str, _DocPlan]) -> dict[str, list[str]]:
+        """Page names by what a link may call them: the path without ``.md``, the file stem."""
+        if self._name_index is None or self._name_index[0] is not plans:
+            index: dict[str, list[str]] = {}
+            for name in set(plans) | {n for n in self.nodes if not n.endswith("/")}:
+                bare = (name[:-3] if name.endswith(".md") else name).casefold()
+                index.setdefault(bare, []).append(name)
+                stem = PurePosixPath(name).stem.casefold()
+                if stem != bare:
+                    index.setdefault(stem, []).append(name)
+            self._name_index = (plans, index)
+        return self._name_index[1]
+
+    def _lookup(self, target: str, plans: dict[str, _DocPlan]) -> tuple[str, dict[str, str]] | None:
+        """(document folder, headings) of the page a link names: by path, else by file name."""
+        wanted = re.sub(r"^(\.\.?/)+", "", target).casefold()
+        names = self._names(plans)
+        matches = list(names.get(wanted, ()))
+        if not matches and "/" in wanted:
+            matches = [n for key, found in names.items() if key.endswith("/" + wanted) for n in found]
+        if not matches:
+            return None
+        name = sorted(matches, key=lambda n: (n.count("/"), n))[0]
+        if name in plans:
+            return plans[name].directory, plans[name].headings
+        directory = str(PurePosixPath(self.nodes[name]["path"]).parent)
+        headings: dict[str, str] = {}
+        for row in _leaf_rows(self.conn, directory):
+            if int(row["seq"]) == 0:
+                path = str(row["source_id"] or "").partition("#")[2].split("#")[0]
+                if path:
+                    headings.setdefault(path.split(" > ")[-1].casefold(), PurePosixPath(row["path"]).stem)
+        return directory, headings
+
+    def _link_rule(self, plan: _DocPlan, plans: dict[str, _DocPlan]) -> wikilinks.Resolve:
+        def resolve(link: wikilinks.Link) -> str:
+            found = (plan.directory, plan.headings) if not link.target else self._lookup(link.target, plans)
+            if found is not None:
+                directory, headings = found
+                anchor = link.anchor.split("#")[-1].strip().casefold()
+                stem = headings.get(anchor) if anchor and not anchor.startswith("^") else None
+                target = f"{directory}/{stem}" if stem else f"{directory}/{SUMMARY_NAME}"
+                return wikilinks.wikilink(target, link.label, embed=link.embed)
+            if link.target and self._vault_has(link):
+                return link.raw
+            return link.label or link.target.rsplit("/", 1)[-1]
+
+        return resolve
+
+    # -- writing ----------------------------------------------------------------------------------------
+    def _build(self, plan: _DocPlan, plans: dict[str, _DocPlan]) -> _Step | None:
+        """The writes and removals that bring one document in step; None when it already is."""
+        doc = plan.doc
+        rule = self._link_rule(plan, plans)
+        writes: list[FileWrite] = []
+        queued: list[tuple[str, int]] = []
+        if plan.existing is None:
+            queued += self._ensure_folders(doc.name, writes)
+        changed = False
+        children = []
+        for chunk in plan.chunks:
+            section = next(s for s in doc.sections if s.key == chunk.key)
+            body = wikilinks.rewrite(chunk.raw, rule)
+            text = f"{self._heading(doc, section)}\n\n{body}"
+            redacted_kinds: tuple[str, ...] = ()
+            meta = {"file": doc.note or doc.name, "title": doc.title, "heading_path": " > ".join(chunk.path)}
+            if doc.note:
+                meta["note"] = doc.note
+            source_id = f"{doc.name}#{chunk.key}"
+            order = format_order(chunk.order)
+            children.append(ChildLink(" › ".join(chunk.path) or doc.title, PurePosixPath(chunk.file).name))
+            if chunk.row is None:
+                score = self.scorer.score(text)
+                leaf = Leaf(
+                    id=chunk.leaf_id,
+                    source=self.source,
+                    text=text,
+                    path=chunk.file,
+                    kind=InputKind.DOC,
+                    seq=chunk.seq,
+                    source_id=source_id,
+                    session=doc.name,
+                    ts=doc.ts,
+                    message_ids=(source_id,),
+                    status=Status.PENDING if self.scorer.admits(score) else Status.DROPPED,
+                    score=score.value,
+                    reasons=score.reasons,
+                    tokens=count_tokens(text),
+                    content_hash=leaffile.content_hash(text),
+                    redactions=redacted_kinds,
+                    meta=meta,
+                    order=order,
+                )
+                writes.append(FileWrite(chunk.file, leaffile.render_leaf(leaf), None))
+                self.report.added.append(leaf.id)
+                changed = True
+                continue
+            row = chunk.row
+            same = (
+                row["text"] == text
+                and row["source_id"] == source_id
+                and int(row["seq"]) == chunk.seq
+                and row["session"] == doc.name
+                and _row_order(row) == order
+            )
+            if same:
+                self.report.unchanged += 1
+                continue
+            try:
+                data, digest = fsio.read_text_guarded(self.layout.abs(row["path"]), self.max_bytes)
+                old, kept = leaffile.parse_leaf(data, row["path"])
+            except (FileNotFoundError, FrontmatterError) as exc:
+                self.report.warnings.append(f"{row['path']}: not updated ({exc})")
+                continue
+            new = replace(
+                old,
+                text=text,
+                seq=chunk.seq,
+                source_id=source_id,
+                session=doc.name,
+                message_ids=(source_id,),
+                tokens=count_tokens(text),
+                content_hash=leaffile.content_hash(text),
+                meta={**old.meta, **meta},
+                order=order,
+            )
+            body = leaffile.keep_body(kept, new.text)
+            rendered = frontmatter.render(
+                leaffile.engine_meta(new), body, keep=kept, owned=leaffile.LEAF_KEYS
+            )
+            writes.append(FileWrite(row["path"], rendered, digest))
+            self.report.updated.append(new.id)
+            changed = True
+        removes: list[tuple[str, str | None]] = []
+        for row in plan.removed:
+            found = fsio.file_hash(self.layout.abs(row["path"]))
+            if found is not None:
+                removes.append((row["path"], found))
+            self.report.removed.append(str(row["id"]))
+            changed = True
+        changed = changed or plan.existing is None
+        summary_write = self._summary_write(plan, children, changed)
+        if summary_write is not None:
+            writes.append(summary_write)
+            if changed:
+                queued.append((plan.node_id, 1))
+        if not writes and not removes:
+            return None
+        what = "add" if plan.existing is None else "update"
+        return _Step(
+            doc.name,
+            plan.node_id,
+            f"{what} the document {doc.name}",
+            writes,
+            removes,
+            queued,
+            ancestors_of(self.conn, plan.node_id) if plan.existing is not None else [],
+        )
+
+    def _run(self, batch: list[_Step]) -> None:
+        """Apply a batch of document steps as one durable step; when a file changed meanwhile, each on its own."""
+        if not batch:
+            return
+        self._to_trash([rel for step in batch for rel, _ in step.removes if rel not in self._trashed])
+        message = batch[0].message if len(batch) == 1 else f"{len(batch)} documents"
+        op = TreeOp(
+            "docmem",
+            self.source,
+            f"memory: {message} ({self.source})",
+            tuple(w for step in batch for w in step.writes),
+            (),
+            tuple(q for step in batch for q in step.queued),
+            {},
+            tuple(r for step in batch for r in step.removes),
+        )
+        try:
+            steps.apply(self.conn, self.layout, op, self.model, self.dim)
+        except ConflictError as exc:
+            if len(batch) == 1:
+                self.report.warnings.append(f"{batch[0].name}: {exc}")
+                return
+            for step in batch:
+                self._run([step])
+            return
+        self.report.documents += len(batch)
+        self._mark([a for step in batch for a in step.ancestors])
+        for step in batch:
+            self.nodes[step.name] = self.conn.execute(
+                "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?",
+                (step.name, step.node_id),
+            ).fetchone()
+
+    def out_of_step(self, docs: Sequence[Document]) -> list[str]:
+        """Names of the documents whose subtree disagrees with their file (nothing is written)."""
+        plans = [self._plan(doc) for doc in docs]
+        by_name = {p.doc.name: p for p in plans}
+        return [p.doc.name for p in plans if self._build(p, by_name) is not None]
+
+    def _summary_write(self, plan: _DocPlan, children: list[ChildLink], changed: bool) -> FileWrite | None:
+        doc = plan.doc
+        front = _front_doc(doc.front)
+        aliases = front.meta.get("aliases") if front is not None else None
+        title = clean_title(doc.title)
+        named = aliases if isinstance(aliases, list) else [aliases] if isinstance(aliases, str) else []
+        user_aliases = tuple(a for a in (scrub(str(x)) for x in named) if a != title)
+        description = front.meta.get("description") if front is not None else None
+        # The page's own description, else its title: a copy of the first section would compete with
+        # that section's leaf in search (re-summarising writes the node's real summary).
+        text = (
+            scrub(str(description)).strip() if isinstance(description, str) and description.strip() else title
+        )
+        rel = f"{plan.directory}/{SUMMARY_NAME}"
+        if plan.existing is not None:
+            try:
+                data, digest = fsio.read_text_guarded(self.layout.abs(rel), self.max_bytes)
+                node, kept = parse_summary(data, rel)
+            except (FileNotFoundError, FrontmatterError) as exc:
+                self.report.warnings.append(f"{rel}: not updated ({exc})")
+                return None
+            keep = _merge_keys(front, kept)
+            if not changed:
+                # No section changed: only what the page itself says of the node may need writing.
+                ours = dict(kept.raw_blocks)
+                page = [(k, v) for k, v in (front.raw_blocks if front else ()) if k not in SUMMARY_KEYS]
+                if (
+                    node.title == title
+                    and node.user_aliases == user_aliases
+                    and node.document == doc.name
+                    and all(ours.get(k) == v for k, v in page)
+                ):
+                    return None
+                new = replace(node, title=title, user_aliases=user_aliases, document=doc.name)
+                return FileWrite(rel, self._checked(new, keep), digest)
+            new = replace(
+                node,
+                title=title,
+                user_aliases=user_aliases,
+                children=tuple(children),
+                stale=True,
+                descendants=len(children),
+                document=doc.name,
+            )
+            if not node.hand_edited:
+                # The old summary would still be found for text the page no longer holds: until it is
+                # re-summarised, the node reads like the new page.
+                fresh = text or title
+                new = replace(new, text=fresh, content_hash=text_hash(fresh), children_hash="")
+            return FileWrite(rel, self._checked(new, keep), digest)
+        node = SummaryNode(
+            id=plan.node_id,
+            source=self.source,
+            path=rel,
+            depth=1,
+            title=title,
+            text=text or title,
+            children=tuple(children),
+            descendants=len(children),
+            earliest=doc.ts,
+            latest=doc.ts,
+            stale=True,
+            summariser="extractive",
+            content_hash=text_hash(text or title),
+            document=doc.name,
+            user_aliases=user_aliases,
+        )
+        return FileWrite(rel, self._checked(node, front), None)
+
+    def _checked(self, node: SummaryNode, keep: frontmatter.MdDoc | None) -> str:
+        """The node's file with the page's keys; without them when they would not read back (a key
+        redacted into something YAML cannot parse): a node file must always be valid."""
+        data = render_summary(node, keep=keep)
+        try:
+            parse_summary(data, node.path)
+        except FrontmatterError as exc:
+            self.report.warnings.append(f"{node.path}: the page's own keys were left out ({exc})")
+            data = render_summary(node)
+        return data
+
+    def _mark(self, ids: Sequence[str]) -> None:
+        wanted = [
+            i
+            for i in ids
+            if self.conn.execute("SELECT 1 FROM chunks WHERE id = ? AND status != 'stale'", (i,)).fetchone()
+        ]
+        if wanted:
+            mark_stale(self.conn, self.layout, wanted, self.max_bytes)
+
+    def _to_trash(self, rels: Sequence[str]) -> None:
+        """Copy files or folders about to leave the vault into ``.trash/vaultmem/<time>/`` (Obsidian's
+        trash, which the engine never reads), so a replaced text is recoverable without git."""
+        if not rels or not self.trash:
+            return
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        for rel in rels:
+            src = self.layout.abs(rel)
+            copy = self.layout.root / TRASH / stamp / rel
+            fsio.make_dirs(self.layout.root, copy.parent)
+            if src.is_dir():
+                shutil.copytree(src, copy)
+            elif src.is_file():
+                shutil.copy2(src, copy)
+            self._trashed.add(rel)
+            self.report.trash.append(self.layout.rel(copy))
+
+
+def _row_order(row: sqlite3.Row) -> str | None:
+    return ord_of(row)
+
+
+def _assign_orders(chunks: list[_Chunk]) -> None:
+    """1, 2, 3... for a new document; for an updated one the orders its surviving leaves had are kept
+    where they still increase, and the others are placed between them (no needless rewrite)."""
+    olds: list[Decimal | None] = []
+    for chunk in chunks:
+        value = _row_order(chunk.row) if chunk.row is not None else None
+        olds.append(Decimal(value) if value else None)
+    keep = _increasing(olds)
+    prev: Decimal | None = None
+    for n, chunk in enumerate(chunks):
+        if n in keep:
+            chunk.order = olds[n]  # type: ignore[assignment]
+        else:
+            nxt = next((olds[m] for m in range(n + 1, len(chunks)) if m in keep), None)
+            if prev is None and nxt is None:
+                chunk.order = Decimal(n + 1)
+            elif nxt is None:
+                chunk.order = order_after(prev)  # type: ignore[arg-type]
+            elif prev is None:
+                chunk.order = nxt - 1 if nxt > 1 else order_between(Decimal(0), nxt)
+            else:
+                chunk.order = order_between(prev, nxt)
+        prev = chunk.order
+
+
+def _increasing(values: list[Decimal | None]) -> set[int]:
+    """Positions of a longest strictly increasing run of the known values (patience sort)."""
+    tails: list[int] = []
+    back: dict[int, int | None] = {}
+    for n, value in enumerate(values):
+        if value is None:
+            continue
+        lo, hi = 0, len(tails)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if values[tails[mid]] < value:  # type: ignore[operator]
+                lo = mid + 1
+            else:
+                hi = mid
+        back[n] = tails[lo - 1] if lo else None
+        if lo == len(tails):
+            tails.append(n)
+        else:
+            tails[lo] = n
+    out: set[int] = set()
+    at = tails[-1] if tails else None
+    while at is not None:
+        out.add(at)
+        at = back[at]
+    return out
+
+
+def _front_doc(front: str) -> frontmatter.MdDoc | None:
+    if not front.strip():
+        return None
+    try:
+        return frontmatter.split(f"---\n{front.rstrip()}\n---\n")
+    except FrontmatterError:
+        return None
+
+
+def _merge_keys(front: frontmatter.MdDoc | None, kept: frontmatter.MdDoc) -> frontmatter.MdDoc:
+    """The page's own keys (as the file now has them) first, then keys a person added to the node."""
+    if front is None:
+        return kept
+    page = dict(front.raw_blocks)
+    blocks = list(front.raw_blocks) + [(k, v) for k, v in kept.raw_blocks if k not in page]
+    return frontmatter.MdDoc({**kept.meta, **front.meta}, tuple(blocks), kept.body)
+
+
+def vault_links(layout: Layout) -> tuple[int, list[tuple[str, str]]]:
+    """(links checked, unresolved (file, link)) over every Markdown file of the vault, by Obsidian's rule:
+    a link resolves to a file of that vault path, or of that name anywhere."""
+    names: set[str] = set()
+    files: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(layout.root):
+        dirnames[:] = [d for d in dirnames if d not in IGNORED_DIRS and not d.startswith(".")]
+        for name in filenames:
+            path = Path(dirpath) / name
+            rel = layout.rel(path)
+            for form in (rel, name):
+                names.add(form.casefold())
+                if form.endswith(".md"):
+                    names.add(form[:-3].casefold())
+            if name.endswith(".md"):
+                files.append(path)
+    checked = 0
+    bad: list[tuple[str, str]] = []
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for _s, _e, link in wikilinks.find_links(frontmatter.normalise_newlines(text)):
+            if not link.target:
+                continue
+            checked += 1
+            if link.markdown:
+                target = os.path.normpath(
+                    os.path.join(os.path.dirname(layout.rel(path)), link.target + ".md")
+                )
+                if not os.path.isfile(layout.root / target):
+                    bad.append((layout.rel(path), link.raw))
+            elif link.target.casefold() not in names:
+                bad.append((layout.rel(path), link.raw))
+    return checked, bad
