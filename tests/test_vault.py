@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import chat, read_only
+from tests.helpers import ChatServer, Reply, chat, read_only
 from vaultmem import Vault, index
+from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import (
     FrontmatterError,
     InvalidInput,
@@ -21,6 +23,7 @@ from vaultmem.errors import (
 )
 from vaultmem.ingest import build_leaves
 from vaultmem.model import Message, Status
+from vaultmem.summarise import Child
 
 
 def files(vault: Vault) -> list[Path]:
@@ -332,3 +335,34 @@ def test_temp_files_of_a_writer_that_died_holding_the_lock_are_tidied_on_open(tm
     with Vault.open(tmp_path / "v", embedder=FakeEmbedder()) as vault:
         assert not stray.exists() and vault.check().ok
         assert not vault.layout.writing.exists()
+
+
+def test_one_cap_on_llm_calls_in_flight_across_the_summariser_and_the_memory_model(
+    tmp_path: Path, server: ChatServer
+) -> None:
+    """``[llm] max_concurrent`` counts "across all workers": the summariser and the memory tiers' model
+    share one cap, so two of them at once never have more calls in flight than it allows."""
+    server.replies = [Reply(content='{"ok": true}', delay_s=0.2)]
+    config = f'[llm]\nbase_url = "{server.url}"\nmodel = "m"\ntimeout_s = 10.0\nmax_concurrent = 1\n'
+    vault = Vault.init(tmp_path / "v", config, embedder=FakeEmbedder())
+    summariser, model = vault.summariser, vault.chat_model
+    assert model is not None
+    children = [Child("Caroline planted roses by the fence on Saturday.", None, speaker="Caroline")]
+    start = threading.Barrier(4)
+
+    def summarise() -> None:
+        start.wait(timeout=5)
+        summariser.summarise(children, 1)
+
+    def ask() -> None:
+        start.wait(timeout=5)
+        model.ask("system", "user")
+
+    threads = [threading.Thread(target=f) for f in (summarise, ask, summarise, ask)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert len(server.requests) == 4
+    assert server.max_active == 1

@@ -116,6 +116,23 @@ class Vault:
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self._chat_model: ChatModel | None = None
         self._chat_model_built = False
+        # One cap on [llm] calls in flight for the whole vault ("across all workers"): the summariser, the
+        # entity extractor and the memory tiers' model share it.
+        self._llm_slots = threading.Semaphore(config.llm_max_concurrent)
+
+    def _llm_endpoint(self) -> dict[str, Any] | None:
+        """The ``[llm]`` endpoint's client settings (``llm.ChatClient``'s arguments), or None when none
+        is configured."""
+        c = self.config
+        if not (c.llm_base_url and c.llm_model):
+            return None
+        return {
+            "base_url": c.llm_base_url,
+            "model": c.llm_model,
+            "api_key": os.environ.get(c.llm_api_key_env) or None,
+            "timeout_s": c.llm_timeout_s,
+            "semaphore": self._llm_slots,
+        }
 
     # Settings and helpers of work a search never does: built on first use, so that opening a vault to
     # read it imports neither the scorer, the compactor nor the topic planner (each may be replaced).
@@ -649,17 +666,12 @@ class Vault:
         if self._summariser is None:
             # Sentence vectors for centrality and titles; the model loads only when a summary is written.
             extractive = ExtractiveSummariser(lambda texts: self.embedder.embed(texts))
-            if self.config.llm_base_url and self.config.llm_model:
-                self._summariser = OpenAICompatSummariser(
-                    self.config.llm_base_url,
-                    self.config.llm_model,
-                    api_key=os.environ.get(self.config.llm_api_key_env) or None,
-                    timeout_s=self.config.llm_timeout_s,
-                    semaphore=threading.Semaphore(self.config.llm_max_concurrent),
-                    fallback=extractive,
-                )
-            else:
-                self._summariser = extractive
+            endpoint = self._llm_endpoint()
+            self._summariser = (
+                OpenAICompatSummariser(**endpoint, fallback=extractive)
+                if endpoint is not None
+                else extractive
+            )
         return self._summariser
 
     @property
@@ -670,14 +682,9 @@ class Vault:
 
         if self._finder is None:
             self._finder = find_entities
-            if self.config.topics_llm_entities and self.config.llm_base_url and self.config.llm_model:
-                extractor = LLMEntityExtractor(
-                    self.config.llm_base_url,
-                    self.config.llm_model,
-                    api_key=os.environ.get(self.config.llm_api_key_env) or None,
-                    timeout_s=self.config.llm_timeout_s,
-                    semaphore=threading.Semaphore(self.config.llm_max_concurrent),
-                )
+            endpoint = self._llm_endpoint()
+            if self.config.topics_llm_entities and endpoint is not None:
+                extractor = LLMEntityExtractor(**endpoint)
                 self._finder = lambda leaf: tuple(
                     m.key for m in extractor.extract(leaf.text, speaker=leaf.speaker, ts=leaf.ts)
                 )
@@ -2112,18 +2119,8 @@ class Vault:
             from vaultmem.agentllm import ChatModel
 
             self._chat_model_built = True
-            c = self.config
-            self._chat_model = (
-                ChatModel(
-                    c.llm_base_url,
-                    c.llm_model,
-                    api_key=os.environ.get(c.llm_api_key_env) or None,
-                    timeout_s=c.llm_timeout_s,
-                    semaphore=threading.Semaphore(c.llm_max_concurrent),
-                )
-                if c.llm_base_url and c.llm_model
-                else None
-            )
+            endpoint = self._llm_endpoint()
+            self._chat_model = ChatModel(**endpoint) if endpoint is not None else None
         return self._chat_model
 
     def _memory(self, conn: sqlite3.Connection | None = None) -> MemoryEnv:
