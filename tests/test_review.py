@@ -5,6 +5,9 @@ expired into the weekly log, reverted; never reachable from the MCP server. Real
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,6 +15,7 @@ import pytest
 
 from tests.helpers import ChatServer, Reply, run_cli
 from vaultmem import detect
+from vaultmem.config import Config
 from vaultmem.embed import FakeEmbedder
 from vaultmem.jobs import detect_updates_job
 from vaultmem.vault import Vault
@@ -40,9 +44,16 @@ def test_judge_needs_a_changed_value_about_the_same_thing() -> None:
     assert strong is not None and weak is not None and strong.confidence > weak.confidence
 
 
+AUTO_APPLY = "[updates]\nauto_apply = true\nauto_apply_at = 0.5\n"
+
+
 @pytest.fixture
 def pair(tmp_path: Path) -> tuple[Vault, str, str]:
-    v = Vault.init(tmp_path / "vault", '[embed]\nmodel = "fake"\n', embedder=FakeEmbedder())
+    return _pair(tmp_path, "")
+
+
+def _pair(tmp_path: Path, config: str) -> tuple[Vault, str, str]:
+    v = Vault.init(tmp_path / "vault", '[embed]\nmodel = "fake"\n' + config, embedder=FakeEmbedder())
     old = v.remember(OLD, ts="2024-03-01T09:00:00Z", source="chat").ids[0]
     v.remember("Lunch was ramen at the place near the station.", ts="2024-03-02T12:00:00Z", source="chat")
     new = v.remember(NEW, ts="2024-03-10T09:00:00Z", source="chat").ids[0]
@@ -50,12 +61,25 @@ def pair(tmp_path: Path) -> tuple[Vault, str, str]:
     return v, old, new
 
 
-def test_high_confidence_is_applied_at_once_and_revertible(
-    pair: tuple[Vault, str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    vault, old, new = pair
+def test_auto_apply_is_off_unless_configured(tmp_path: Path) -> None:
+    """Off by default (measured: on long real chats 4 of 5 pairs at 0.9 were wrong): a pair above the
+    auto-apply confidence still waits in review/ for a person."""
+    with Vault.init(tmp_path / "default", embedder=FakeEmbedder()) as default:
+        assert default.config.updates_auto_apply is False
+    assert Config().updates_auto_apply_at == detect.AUTO_APPLY_AT
+    vault, old, new = _pair(tmp_path, "[updates]\nauto_apply_at = 0.5\n")
     try:
-        monkeypatch.setattr(detect, "AUTO_APPLY_AT", 0.5)
+        done = vault.propose_updates(now=datetime(2024, 3, 11, tzinfo=UTC))
+        assert done["applied"] == [] and [(p.old, p.new) for p in done["proposed"]] == [(old, new)]
+        assert done["proposed"][0].confidence >= 0.5
+        assert vault.get(old).superseded_by == ()
+    finally:
+        vault.close()
+
+
+def test_high_confidence_is_applied_at_once_and_revertible(tmp_path: Path) -> None:
+    vault, old, new = _pair(tmp_path, AUTO_APPLY)
+    try:
         done = vault.propose_updates(now=datetime(2024, 3, 11, tzinfo=UTC))
         assert [(p.old, p.new) for p in done["applied"]] == [(old, new)] and done["proposed"] == []
         assert vault.get(old).superseded_by == (new,) and vault.get(new).supersedes == (old,)
@@ -68,6 +92,57 @@ def test_high_confidence_is_applied_at_once_and_revertible(
         assert vault.check().ok
     finally:
         vault.close()
+
+
+# A person's accept (or an undo) killed with SIGKILL once the leaf files are written and before their
+# index rows are: the first write of rows inside the link kills the process, so only the moment is chosen.
+KILLED_LINK = """
+import os, signal, sys
+from vaultmem import index
+from vaultmem.embed import FakeEmbedder
+from vaultmem.vault import Vault
+
+vault = Vault.open(sys.argv[1], embedder=FakeEmbedder())
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+index.upsert_rows = killed
+if sys.argv[2] == "accept":
+    vault.decide(sys.argv[3], "accept")
+else:
+    vault.revert_update(sys.argv[3])
+"""
+
+
+@pytest.mark.parametrize("action", ["accept", "revert"])
+def test_a_link_killed_between_files_and_rows_heals_on_open(
+    pair: tuple[Vault, str, str], monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    """The link is one durable step: after a kill -9 between the leaf files and their rows, opening the
+    vault finishes it (files and rows agree, ``check`` without ``--fix`` is clean)."""
+    vault, old, new = pair
+    root = vault.layout.root
+    monkeypatch.setattr(detect, "PROPOSE_AT", 0.3)
+    vault.propose_updates(now=datetime(2024, 3, 11, tzinfo=UTC))
+    if action == "revert":
+        vault.decide(new, "accept")
+        assert vault.get(old).superseded_by == (new,)
+    vault.close()
+    key = new if action == "accept" else f"{new}-{old}"
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_LINK, str(root), action, key],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    old_file = next(root.glob(f"sources/chat/**/*-{old}.md")).read_text(encoding="utf-8")
+    assert ("superseded_by" in old_file) == (action == "accept")  # the file was written before the kill
+    with Vault.open(root, embedder=FakeEmbedder()) as reopened:
+        report = reopened.check()
+        assert report.ok, report.problems
+        linked = (new,) if action == "accept" else ()
+        assert reopened.get(old).superseded_by == linked
+        assert reopened.get(new).supersedes == ((old,) if action == "accept" else ())
 
 
 def test_below_the_threshold_it_waits_and_a_hand_edit_decides(
@@ -221,9 +296,8 @@ def test_a_configured_model_judges_the_proposals(
     """With [llm], the model judges what the offline rules propose: "no" dismisses it (logged, never
     proposed again), "yes" with its confidence decides the tier; a down or junk model leaves the offline
     judgement (a warning says so). The memories reach the model as data."""
-    monkeypatch.setattr(detect, "AUTO_APPLY_AT", 0.9)
     monkeypatch.setattr(detect, "PROPOSE_AT", 0.3)
-    config = f'[embed]\nmodel = "fake"\n\n[llm]\nbase_url = "{llm_server.url}"\nmodel = "judge"\ntimeout_s = 10.0\n'
+    config = f'[embed]\nmodel = "fake"\n\n[updates]\nauto_apply = true\n\n[llm]\nbase_url = "{llm_server.url}"\nmodel = "judge"\ntimeout_s = 10.0\n'
     vault = Vault.init(tmp_path / "vault", config, embedder=FakeEmbedder())
     try:
         old = vault.remember(OLD, ts="2024-03-01T09:00:00Z", source="chat").ids[0]

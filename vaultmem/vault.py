@@ -38,7 +38,7 @@ from vaultmem.errors import (
     VaultExists,
     VaultNotFound,
 )
-from vaultmem.jobs import JobQueue, NewJob, admit_job, ingest_job, release_dead, resummarise_job, seal_job
+from vaultmem.jobs import JobQueue, admit_job, ingest_job, release_dead, resummarise_job, seal_job
 from vaultmem.layout import FRESH, RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lock import WriteLock
@@ -1485,68 +1485,21 @@ class Vault:
             self._link(old_id, old.path, new_id, new_path)
         return replace(done, supersedes=old_id)
 
-    def _link(self, old_id: str, old_path: str, new_id: str, new_path: str, *, add: bool = True) -> None:
-        """Write (or with ``add=False`` remove) the version link between two leaves, both sides."""
-        if add:
-            self._add_keys(new_path, agentio.SUPERSEDES, old_id)
-            self._add_keys(old_path, agentio.SUPERSEDED_BY, new_id)
-        else:
-            self._drop_id(new_path, agentio.SUPERSEDES, old_id)
-            self._drop_id(old_path, agentio.SUPERSEDED_BY, new_id)
-        self._refresh_leaf_rows([new_path, old_path])
-        self._redo_summaries_of([old_id, new_id])
+    def _link(self, old_id: str, old_path: str, new_id: str, new_path: str, *, add: bool = True) -> bool:
+        """Write (or with ``add=False`` remove) the version link between two leaves, both sides, as one
+        durable step (``supersede.link``; healed on open). False when both files said so already."""
+        from vaultmem import supersede
 
-    def _refresh_leaf_rows(self, rels: Sequence[str]) -> None:
-        """The rows of leaves whose frontmatter the engine just rewrote (validity keys: the text is the
-        same, so nothing is embedded or admitted again), read back from their files."""
-        from vaultmem.scan import read_leaf_file
-
-        rows = []
-        for rel in dict.fromkeys(rels):
-            leaf, stamp = read_leaf_file(self.layout, rel, self.config.max_file_bytes)
-            held = self.conn.execute("SELECT parent FROM chunks WHERE id = ?", (leaf.id,)).fetchone()
-            rows.append(index.leaf_row(leaf, stamp, held["parent"] if held is not None else None))
-        with db.atomic(self.conn):
-            index.upsert_rows(self.conn, rows)
-
-    def _redo_summaries_of(self, leaf_ids: Sequence[str]) -> None:
-        """Queue what summarises these leaves to be written again (a version link changes how a summary
-        reads them: ``[superseded]``, ``[current]``): their levels, their days' digests, their topics."""
-        from vaultmem.jobs import digest_job, topic_route_job
-        from vaultmem.stale import ancestors_of, mark_stale
-
-        levels = [a for leaf_id in leaf_ids for a in ancestors_of(self.conn, leaf_id)]
-        mark_stale(self.conn, self.layout, levels, self.config.max_file_bytes)
-        jobs: list[NewJob] = []
-        for leaf in index.leaves_by_ids(self.conn, list(leaf_ids)):
-            if leaf.ts is not None and self.config.digest_enabled:
-                jobs.append(digest_job(leaf.ts.date()))
-        if self.config.topics_enabled:  # the topics that exist and follow one of their entities
-            marks = ",".join("?" * len(leaf_ids))
-            jobs.extend(
-                topic_route_job(entity)
-                for (entity,) in self.conn.execute(
-                    f"SELECT DISTINCT m.entity FROM mentions m WHERE m.leaf IN ({marks}) AND EXISTS"
-                    " (SELECT 1 FROM chunks s WHERE s.kind = 'summary' AND s.path LIKE 'topics/%'"
-                    " AND json_extract(s.provenance, '$.entity') = m.entity)",
-                    list(leaf_ids),
-                )
-            )
-        self.jobs.enqueue_many(jobs)
-
-    def _drop_id(self, rel: str, key: str, value: str) -> None:
-        path = self.layout.abs(rel)
-        text, digest = fsio.read_text_guarded(path, self.config.max_file_bytes)
-        doc = frontmatter.split(text, where=rel)
-        ids = [i for i in agentio.id_list(doc.meta.get(key)) if i != value]
-        if ids == agentio.id_list(doc.meta.get(key)):
-            return
-        if ids:
-            new = agentio.with_keys(text, {key: ids[0] if len(ids) == 1 else ids}, where=rel)
-        else:
-            blocks = [raw if raw.endswith("\n") else raw + "\n" for k, raw in doc.raw_blocks if k != key]
-            new = "---\n" + "".join(blocks) + "---\n" + doc.body
-        fsio.atomic_write(path, new.encode("utf-8"), root=self.layout.root, expected=digest)
+        return supersede.link(
+            self.conn,
+            self.layout,
+            (old_id, old_path),
+            (new_id, new_path),
+            add=add,
+            max_bytes=self.config.max_file_bytes,
+            digests=self.config.digest_enabled,
+            topics=self.config.topics_enabled,
+        )
 
     # -- updates: the supersede detector and the review inbox (issue #20) ------------------------------
     def propose_updates(
@@ -1558,12 +1511,14 @@ class Vault:
     ) -> dict[str, list[Any]]:
         """Run the offline detector over the leaves indexed since the last scan (all with ``rescan``):
         each older leaf a new one may update becomes a proposal in ``review/`` (confidence at least
-        ``detect.PROPOSE_AT``), applied at once and logged in the week's file when at least
-        ``detect.AUTO_APPLY_AT``. Pairs already linked, proposed or decided are skipped."""
+        ``detect.PROPOSE_AT``). With ``[updates] auto_apply`` on (off by default), one at least
+        ``auto_apply_at`` sure is linked at once instead and logged in the week's file. Pairs already
+        linked, proposed or decided are skipped."""
         from vaultmem import detect, review
 
         moment = now or datetime.now(UTC)
         out: dict[str, list[Any]] = {"proposed": [], "applied": [], "dismissed": []}
+        auto_at = self.config.updates_auto_apply_at if self.config.updates_auto_apply else None
         with self.operation("memory: propose updates"):
             mark = self.conn.execute("SELECT value FROM meta WHERE key = 'updates_scanned'").fetchone()
             start = 0 if rescan or mark is None else int(mark[0])
@@ -1600,8 +1555,7 @@ class Vault:
                         old["id"], row["id"], verdict.confidence, verdict.why, format_ts(moment) or ""
                     )
                     waiting.add((p.new, p.old))
-                    if verdict.confidence >= detect.AUTO_APPLY_AT:
-                        self._link(p.old, old["path"], p.new, row["path"])
+                    if auto_at is not None and verdict.confidence >= auto_at and self._linked(p, old, row):
                         review.log(self.layout, moment, "applied", p, old["text"], row["text"])
                         out["applied"].append(p)
                     else:
@@ -1615,6 +1569,16 @@ class Vault:
                         (str(max(r["rowid"] for r in rows)),),
                     )
         return out
+
+    def _linked(self, p: review.Proposal, old: sqlite3.Row, new: sqlite3.Row) -> bool:
+        """Auto-apply one proposal; False (it waits in ``review/`` instead) when a leaf's file changed
+        since it was indexed."""
+        try:
+            self._link(p.old, old["path"], p.new, new["path"])
+        except ConflictError as exc:
+            self.warnings.append(f"update {p.new} of {p.old} left for review: {exc}")
+            return False
+        return True
 
     def _model_judges(self, old: str, new: str, offline: detect.Judgement) -> detect.Judgement | None:
         """With an ``[llm]`` endpoint, the model judges a pair the offline rules propose (its verdict,
@@ -1670,7 +1634,11 @@ class Vault:
                 if outcome is None:
                     continue
                 if outcome == "accepted":
-                    self._link(p.old, pair[p.old].path, p.new, pair[p.new].path)
+                    try:
+                        self._link(p.old, pair[p.old].path, p.new, pair[p.new].path)
+                    except ConflictError as exc:  # the file stays, decided: carried out next time
+                        self.warnings.append(f"{p.path}: not applied yet: {exc}")
+                        continue
                 texts = [pair[i].text if i in pair else "(gone)" for i in (p.old, p.new)]
                 review.log(self.layout, moment, outcome, p, texts[0], texts[1])
                 fsio.remove_file(self.layout.root, self.layout.root / p.path)
@@ -1931,15 +1899,6 @@ class Vault:
             paths.append(leaf.path)
         write_leaves(self.conn, self.layout, new)
         return agentio.Remembered(tuple(ids), tuple(paths), tuple(duplicates))
-
-    def _add_keys(self, rel: str, key: str, value: str) -> None:
-        """Add ``value`` to the top-level frontmatter ``key`` of the node file ``rel`` (guarded by the
-        hash that was read; every other byte of the file is kept)."""
-        path = self.layout.abs(rel)
-        text, digest = fsio.read_text_guarded(path, self.config.max_file_bytes)
-        current = frontmatter.split(text, where=rel).meta.get(key)
-        new = agentio.with_keys(text, {key: agentio.added_id(current, value)}, where=rel)
-        fsio.atomic_write(path, new.encode("utf-8"), root=self.layout.root, expected=digest)
 
     def node_at(self, rel: str) -> str | None:
         """The id of the node indexed at the vault-relative path ``rel``, or None."""
