@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,6 +108,49 @@ def test_forget_then_restore_is_a_byte_identical_round_trip(gv: Vault) -> None:
     assert gv.check().ok and gv.forgotten() == []
     with pytest.raises(NodeNotFound, match="not forgotten"):
         gv.restore(leaf_id)
+
+
+# A restore killed with SIGKILL once the leaf and its derived files are back and before their rows are:
+# the first reconcile inside the restore kills the process, so only the moment is chosen.
+KILLED_RESTORE = """
+import os, signal, sys
+from vaultmem import reconcile
+from vaultmem.embed import FakeEmbedder
+from vaultmem.vault import Vault
+
+vault = Vault.open(sys.argv[1], embedder=FakeEmbedder())
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+reconcile.reconcile_paths = killed
+vault.restore(sys.argv[2])
+"""
+
+
+def test_a_restore_killed_before_its_rows_is_finished_on_open(gv: Vault) -> None:
+    root = gv.layout.root
+    leaf_id = _sealed(gv, "plumber Dario")
+    before = snapshot(root)
+    gv.forget([leaf_id])
+    gv.close()
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_RESTORE, str(root), leaf_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert (root / before_path(before, leaf_id)).is_file()  # the leaf file was back before the kill
+    with Vault.open(root, embedder=FakeEmbedder()) as vault:
+        report = vault.check()
+        assert report.ok, report.problems
+        assert vault.forgotten() == [] and vault.get(leaf_id).text
+        vault.work()
+        assert snapshot(root) == before  # the round trip is still byte for byte
+        assert leaf_id in [h.id for h in vault.search("plumber Dario boiler Thursday", 5)]
+
+
+def before_path(files: dict[str, str], leaf_id: str) -> str:
+    return next(rel for rel in files if rel.endswith(f"-{leaf_id}.md") and rel.startswith("sources/"))
 
 
 def test_restore_after_the_tree_moved_on_re_summarises(gv: Vault) -> None:

@@ -8,14 +8,16 @@ forgetting left), so a restore with nothing changed in between puts the vault ba
 changed since is re-summarised instead. ``.trash/`` is never indexed, so a
 forgotten leaf is out of search, context, topics and digests; the engine commits the tombstone with git
 like any file it writes. Writes only through ``fsio``; the caller holds the write lock and removes the
-leaf from the tree (``Vault.delete``) or puts it back.
+leaf from the tree (``Vault.delete``) or puts it back. A restore writes its note in
+``.vaultmem/restoring/`` first (``begin_restore``), so one a crash interrupts is finished on the next open.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -180,6 +182,51 @@ def undo_derived(layout: Layout, tomb: Tombstone) -> list[str]:
         fsio.atomic_write(target, data, root=layout.root, expected=left)
         done.append(rel)
     return done
+
+
+def begin_restore(layout: Layout, leaves: Mapping[str, str], derived: Sequence[str]) -> Path:
+    """Write (durably) the note of a restore about to put ``leaves`` (id -> the path it goes back to) and
+    the ``derived`` files forgetting rewrote back in place; ``end_restore`` removes it once their rows
+    are committed. A note a crash left is finished on the next open (``pending_restores``)."""
+    note = layout.restoring / f"{secrets.token_hex(8)}.json"
+    fsio.make_dirs(layout.root, layout.restoring)
+    body = {"leaves": dict(leaves), "derived": list(dict.fromkeys(derived))}
+    fsio.atomic_write(note, json.dumps(body).encode("utf-8"), root=layout.root)
+    return note
+
+
+def end_restore(layout: Layout, note: Path) -> None:
+    fsio.remove_file(layout.root, note)
+
+
+def pending_restores(layout: Layout) -> list[tuple[Path, dict[str, str], list[str]]]:
+    """The notes of restores a crash interrupted: (note, leaves, derived paths). A note torn by the
+    crash itself (its restore never began) comes empty."""
+    out = []
+    for note in sorted(layout.restoring.glob("*.json")) if layout.restoring.is_dir() else []:
+        try:
+            body = json.loads(note.read_text(encoding="utf-8"))
+            leaves = {str(k): str(v) for k, v in body["leaves"].items()}
+            derived = [str(p) for p in body["derived"]]
+        except (ValueError, KeyError, TypeError, AttributeError, OSError):
+            leaves, derived = {}, []
+        out.append((note, leaves, derived))
+    return out
+
+
+def finish_restore(layout: Layout, leaf_id: str, rel: str) -> bool:
+    """After a crash: remove the tombstone of a leaf whose file is back at ``rel`` with its exact bytes
+    (the restore got that far; its rows are the caller's). Returns whether the leaf is back."""
+    try:
+        tomb, _data = read_tomb(layout, leaf_id)
+    except NodeNotFound:
+        return fsio.file_hash(layout.abs(rel)) is not None  # removed before the crash
+    except (InvalidInput, OSError):
+        return False
+    if fsio.file_hash(layout.abs(rel)) != tomb.hash:
+        return False  # never written: the leaf is still forgotten
+    unbury(layout, tomb)
+    return True
 
 
 def unbury(layout: Layout, tomb: Tombstone) -> list[str]:

@@ -5,6 +5,7 @@
     chunks.db           SQLite index: rows, FTS5, vectors, jobs (rebuildable from the files)
     config.toml         vault configuration
     intent/             write-ahead notes of batches in flight (healed on open)
+    restoring/          write-ahead notes of restores of forgotten leaves in flight (finished on open)
     write.lock          held while a process writes
     daemon.lock         held by the running `vaultmem watch` (one per vault)
     daemon.json         the daemon's status: pid, host, last event, queue depth, warnings
@@ -63,6 +64,10 @@ class Layout:
     @property
     def intent(self) -> Path:
         return self.state / "intent"
+
+    @property
+    def restoring(self) -> Path:
+        return self.state / "restoring"
 
     @property
     def lock(self) -> Path:

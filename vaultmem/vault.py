@@ -237,11 +237,29 @@ class Vault:
 
             if steps.pending_notes(layout):
                 self.heal_compaction()
+        if layout.restoring.is_dir() and any(layout.restoring.iterdir()):
+            self._finish_restores()
         if layout.writing.exists():
             with self._locked():
                 pass  # a writer died holding the lock: taking it tidies what it left
         daemonstate.remove_stale_temps(layout)  # a daemon killed while it wrote its status
         release_dead(self.conn)
+
+    def _finish_restores(self) -> None:
+        """Finish the restores a crash interrupted (``forget.begin_restore``'s notes): the files already
+        back (leaves, derived files) are read into their rows and vectors, the tombstone of a leaf back
+        in place goes; a leaf never written stays forgotten."""
+        from vaultmem.admit import reload_vectors
+        from vaultmem.forget import end_restore, finish_restore, pending_restores
+
+        for note, leaves, derived in pending_restores(self.layout):
+            back = [rel for leaf_id, rel in leaves.items() if finish_restore(self.layout, leaf_id, rel)]
+            with self.operation(f"memory: restore {', '.join(leaves) or '?'} (finished after a crash)"):
+                rels = [*back, *(r for r in derived if self.layout.abs(r).exists())]
+                if rels:  # derived files put back before a leaf was: their rows follow them too
+                    self.reconcile_paths(rels, by_hand=False)
+                    reload_vectors(self.conn, self.layout, rels, self.embedder.model_id, self.embedder.dim)
+                end_restore(self.layout, note)
 
     def heal_compaction(self) -> list[str]:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
@@ -1760,8 +1778,10 @@ class Vault:
         leaf forgotten with the level (``forget`` of a level), in one commit; returns the level's folder."""
         from vaultmem import sidecar
         from vaultmem.admit import reload_vectors
-        from vaultmem.forget import read_tomb, tombstones, unbury, undo_derived
+        from vaultmem.forget import begin_restore, end_restore, read_tomb, tombstones, unbury, undo_derived
 
+        # Each restore writes its note first (forget.begin_restore): a crash before the rows are committed
+        # is finished on the next open (``_finish_restores``), so files and rows never stay apart.
         if check_node_id(leaf_id).startswith("s"):
             members = [t for t in tombstones(self.layout) if t.level == leaf_id]
             if not members:
@@ -1772,12 +1792,18 @@ class Vault:
                 with self.operation(f"memory: restore {leaf_id}"):
                     # The level's folders first, then what its derived files were before the forget
                     # (only those still as the forget left them), then its leaves in their places.
+                    note = begin_restore(
+                        self.layout,
+                        {t.id: t.path for t in members},
+                        [rel for t in members for rel in t.derived or {}],
+                    )
                     for tomb in members:
                         fsio.make_dirs(self.layout.root, self.layout.abs(tomb.path).parent)
                     undone = [rel for tomb in members for rel in undo_derived(self.layout, tomb)]
                     paths = [self.restore(t.id, settle=False) for t in sorted(members, key=lambda t: t.path)]
                     self.reconcile_paths(undone, by_hand=False)
                     reload_vectors(self.conn, self.layout, undone, self.embedder.model_id, self.embedder.dim)
+                    end_restore(self.layout, note)
                 if settle:
                     self.work()
             return paths[0].rsplit("/", 1)[0]
@@ -1790,12 +1816,16 @@ class Vault:
                 rel = tomb.path
                 if not self.layout.abs(rel).parent.is_dir():  # its level was merged or removed since
                     rel = f"{SOURCES}/{rel.split('/')[1]}/{FRESH}/{tomb.name}"
+                # A leaf forgotten with its level alone: what it was under is re-summarised instead (the
+                # level's old summaries quote its fellow leaves, still forgotten).
+                put_back = rel == tomb.path and tomb.level is None
+                note = begin_restore(
+                    self.layout, {leaf_id: rel}, list(tomb.derived or {}) if put_back else []
+                )
                 target = self.layout.abs(rel)
                 fsio.make_dirs(self.layout.root, target.parent)
                 fsio.atomic_write(target, data, root=self.layout.root, expected=None)
-                # A leaf forgotten with its level alone: what it was under is re-summarised instead (the
-                # level's old summaries quote its fellow leaves, still forgotten).
-                undone = undo_derived(self.layout, tomb) if rel == tomb.path and tomb.level is None else []
+                undone = undo_derived(self.layout, tomb) if put_back else []
                 embedder = self.embedder
                 held = sidecar.read(target.parent, embedder.model_id, embedder.dim).entries
                 if (
@@ -1809,6 +1839,7 @@ class Vault:
                 unbury(self.layout, tomb)
                 self.reconcile_paths([rel, *undone], by_hand=False)
                 reload_vectors(self.conn, self.layout, [rel, *undone], embedder.model_id, embedder.dim)
+                end_restore(self.layout, note)
             if settle:
                 self.work()
         return rel
