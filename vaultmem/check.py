@@ -17,7 +17,7 @@ Invariants:
                        deleted.)
 - ``fts_mismatch``     FTS tables disagree with the rows                   (fix: rebuild FTS)
 - ``stray_temp``       a temp file left by a crash                         (fix: delete it)
-- ``pending_intent``   a batch or compaction step interrupted by a crash   (fix: finish it)
+- ``pending_intent``   a batch, step or restore cut short by a crash       (fix: finish it)
 - ``outside_link``     a symlink pointing outside the vault                (not fixable: remove the link)
 - ``stale_unqueued``   a stale summary without its re-summarise job        (fix: queue it)
 - ``dangling_link``    a topic or digest links a leaf that is gone         (fix: queue its re-route or
@@ -120,6 +120,11 @@ def check(
         problems.append(
             Problem("pending_intent", layout.rel(note), "compaction step interrupted by a crash", True)
         )
+    if layout.restoring.is_dir():  # finished by Vault.open / Vault.check(fix=True) (the embedding model)
+        for note in sorted(layout.restoring.glob("*.json")):
+            problems.append(
+                Problem("pending_intent", layout.rel(note), "restore interrupted by a crash", True)
+            )
     if fix and any(p.code == "pending_intent" and "/intent/" in f"/{p.path}" for p in problems):
         heal_intents(conn, layout, max_bytes)
         fixed.extend(p for p in problems if p.code == "pending_intent")

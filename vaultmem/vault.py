@@ -2060,6 +2060,8 @@ class Vault:
             with self.commit_batch("memory: check --fix"):
                 if steps.pending_notes(self.layout):
                     self.heal_compaction()
+                if self.layout.restoring.is_dir() and any(self.layout.restoring.iterdir()):
+                    self._finish_restores()
                 with self._locked():
                     report = check(
                         self.conn,
