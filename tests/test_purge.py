@@ -113,18 +113,32 @@ def test_purge_with_history_rewrite(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_rewrite_refused_with_a_remote_unless_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forced, the rewrite also reaches what a remote and git notes hold: the remote-tracking branch
+    moves to the rewritten commits, and a note quoting the text moves to the commit it annotated,
+    less that line."""
+    for key, value in (("NAME", "Sam"), ("EMAIL", "sam@example.com")):
+        monkeypatch.setenv(f"GIT_COMMITTER_{key}", value)
+        monkeypatch.setenv(f"GIT_AUTHOR_{key}", value)
     vault = _vault(tmp_path, monkeypatch, git=True)
     root = vault.layout.root
     try:
-        subprocess.run(
-            ["git", "remote", "add", "origin", str(tmp_path / "elsewhere.git")], cwd=root, check=True
-        )
+        _git(tmp_path, "init", "-q", "--bare", str(tmp_path / "elsewhere.git"))
+        _git(root, "remote", "add", "origin", str(tmp_path / "elsewhere.git"))
+        branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
+        _git(root, "push", "-q", "origin", branch)  # refs/remotes/origin/<branch> holds the text too
+        _git(root, "notes", "add", "-m", f"checked by Sam\n\n{SECRET}", "HEAD")
         leaf_id = _secret_id(vault)
         with pytest.raises(InvalidInput, match="remotes"):
             vault.purge(leaf_id, rewrite_history=True)
         assert vault.get(leaf_id)  # refused before anything changed
+        annotated = _git(root, "log", "-1", "--format=%s", "HEAD")
         report = vault.purge(leaf_id, rewrite_history=True, force=True)
-        assert report.traces == ()
+        assert report.traces == () and purge.traces(root, purge.needles(SECRET)) == []
+        tracking = _git(root, "rev-parse", f"refs/remotes/origin/{branch}")
+        assert _git(root, "merge-base", "--is-ancestor", tracking, "HEAD") == ""  # moved onto the new history
+        old_head = _git(root, "log", "-1", "--format=%H", "--grep", annotated, "--fixed-strings", "HEAD")
+        assert _git(root, "notes", "show", old_head) == "checked by Sam"
+        assert _git(root, "fsck", "--no-progress") == ""
     finally:
         vault.close()
 

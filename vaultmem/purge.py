@@ -4,7 +4,8 @@ Owns the needles a purged text is searched by (its whole body and each line or s
 or more in UTF-8: 24 Latin letters, 8 Chinese characters; each also as JSON writes it with non-ASCII
 escaped), the files outside the tree that may still hold it (copies in ``.trash/``, the
 derived snapshots of other tombstones, ``.vaultmem/duplicates/``, damaged indexes set aside), wiping the
-index's free pages and write-ahead log, rewriting a git history so no commit holds it, and ``traces``:
+index's free pages and write-ahead log, rewriting a git history so no commit holds it (every ref, git
+notes moved to the rewritten commits they annotate), and ``traces``:
 every place under the vault directory that still does (files, git objects loose or packed and
 reachable or not, ``chunks.db`` and its WAL). Destructive by design; ``Vault.purge`` drives it under the
 write lock. Never prints.
@@ -18,7 +19,7 @@ import re
 import sqlite3
 import subprocess
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,8 @@ def _all_blobs(root: Path, kinds: tuple[str, ...] = ("blob",)) -> dict[str, byte
 
 
 def rewrite_history(root: Path, found: Sequence[str], drop_paths: Sequence[str]) -> int:
-    """Rewrite every commit of every branch and tag so no blob holds the text: files at ``drop_paths``
+    """Rewrite every commit any ref reaches (branches, tags, remote-tracking refs; notes after them) so no
+    blob holds the text: files at ``drop_paths``
     go, lines holding a needle in other files go. Then the reflogs are expired and unreachable objects
     pruned (``git gc --prune=now``). Returns the number of commits rewritten."""
     encoded = _encoded(found)
@@ -237,7 +239,13 @@ def rewrite_history(root: Path, found: Sequence[str], drop_paths: Sequence[str])
         new_tree[key] = result
         return result
 
-    commits = _git(root, "rev-list", "--topo-order", "--reverse", "--branches", "--tags").decode().split()
+    # Every commit any ref reaches (branches, tags, remote-tracking refs, anything else) but git notes,
+    # whose commits annotate the others by name: they are rewritten after them (``_renote``).
+    commits = (
+        _git(root, "rev-list", "--topo-order", "--reverse", "--exclude=refs/notes/*", "--all")
+        .decode()
+        .split()
+    )
     mapping: dict[str, str] = {}
     rewritten = 0
     for commit in commits:
@@ -262,12 +270,17 @@ def rewrite_history(root: Path, found: Sequence[str], drop_paths: Sequence[str])
         new = _git(root, "hash-object", "-t", "commit", "-w", "--stdin", data=body).decode().strip()
         mapping[commit] = new
         rewritten += new != commit
-    refs = _git(
-        root, "for-each-ref", "--format=%(objectname) %(objecttype) %(refname)", "refs/heads", "refs/tags"
-    )
+    refs = _git(root, "for-each-ref", "--format=%(objectname) %(objecttype) %(refname)")
     for ref_line in refs.decode().splitlines():
         tip, kind, ref = ref_line.split()
-        new_tip = _retag(root, tip, mapping, encoded) if kind == "tag" else mapping.get(tip, tip)
+        if ref.startswith("refs/notes/"):
+            new_tip = _renote(
+                root, tip, mapping, lambda obj, path: clean_blob(obj, path) if obj in bad else obj
+            )
+        elif kind == "tag":
+            new_tip = _retag(root, tip, mapping, encoded)
+        else:
+            new_tip = mapping.get(tip, tip)
         if new_tip != tip:
             _git(root, "update-ref", ref, new_tip, tip)
     for name in ("ORIG_HEAD", "FETCH_HEAD", "refs/stash"):
@@ -279,6 +292,44 @@ def rewrite_history(root: Path, found: Sequence[str], drop_paths: Sequence[str])
 
 
 _UNSIGNABLE = (b"gpgsig", b"gpgsig-sha256", b"mergetag")
+
+
+def _renote(
+    root: Path, tip: str, mapping: dict[str, str], clean_blob: Callable[[str, str], str | None]
+) -> str:
+    """A notes ref's history rewritten: each note moved to the rewritten commit it annotates (notes are
+    named by the object they annotate) and cleaned like any file; messages less the lines holding the
+    text. Each notes tree is written flat (git reads flat and fanned-out notes alike)."""
+    done: dict[str, str] = {}
+    for commit in _git(root, "rev-list", "--topo-order", "--reverse", tip).decode().split():
+        raw = _git(root, "cat-file", "commit", commit)
+        head, _, message = raw.partition(b"\n\n")
+        lines = head.split(b"\n")
+        entries = []
+        for line in _git(root, "ls-tree", "-r", "-z", lines[0].split()[1].decode()).split(b"\0"):
+            if not line:
+                continue
+            meta, name = line.split(b"\t", 1)
+            mode, kind, obj = meta.decode().split()
+            path = name.decode("utf-8", "surrogateescape")
+            target = path.replace("/", "")
+            if kind == "blob":
+                cleaned = clean_blob(obj, path)
+                if cleaned is None:
+                    continue
+                obj = cleaned
+            entries.append(f"{mode} {kind} {obj}\t".encode() + mapping.get(target, target).encode())
+        tree = _git(root, "mktree", "-z", data=b"".join(e + b"\0" for e in entries)).decode().strip()
+        out = [f"tree {tree}".encode()]
+        for line in lines[1:]:
+            if line.startswith(b"parent "):
+                parent = line.split()[1].decode()
+                out.append(f"parent {done.get(parent, parent)}".encode())
+            elif not line.startswith((b" ", *_UNSIGNABLE)):
+                out.append(line)
+        body = b"\n".join(out) + b"\n\n" + message
+        done[commit] = _git(root, "hash-object", "-t", "commit", "-w", "--stdin", data=body).decode().strip()
+    return done.get(tip, tip)
 
 
 def _without(data: bytes, encoded: Sequence[bytes]) -> bytes:
