@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from vaultmem import entities
 from vaultmem.search import STOPWORDS
+from vaultmem.timeparse import CALENDAR_WORDS
 
 # Measured by bench/updates.py (one run, MiniLM, loaded machine; docs/architecture.md): on 300 synthetic
 # changes precision 0.897 / recall 0.762 at 0.7 and 0.976 / 0.598 at 0.9; on LongMemEval's long
@@ -68,39 +69,7 @@ _NUMBER_WORD_RE = re.compile(r"\b(" + "|".join(_NUMBER_WORDS) + r")\b", re.IGNOR
 _SENTENCES_RE = re.compile(r"(?<=[.!?])\s+")
 _TOKEN_RE = re.compile(r"[a-z][a-z']+|\d+(?:[.,:]\d+)*")
 MIN_SENTENCE_WORDS = 3  # a sentence pair is judged on its own only when both have this many content words
-_MONTHS = [  # months and weekdays: values, never the subject
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-    "jan",
-    "feb",
-    "mar",
-    "apr",
-    "jun",
-    "jul",
-    "aug",
-    "sep",
-    "sept",
-    "oct",
-    "nov",
-    "dec",
-    "monday",
-    "tuesday",
-    "wednesday",
-    "thursday",
-    "friday",
-    "saturday",
-    "sunday",
-]
+_MONTHS = list(CALENDAR_WORDS)  # months and weekdays: values, never the subject
 _MONTH_RE = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
 _NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s[A-Z][a-z]+)*)")
 _WORD_RE = re.compile(r"[a-z][a-z']+")
