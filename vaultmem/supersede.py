@@ -5,8 +5,9 @@ other byte kept), the levels above them are marked stale (a summary reads a repl
 ``[superseded]``), and the index rows follow, all as one ``steps`` step: its write-ahead note goes first
 and ``Vault.open`` replays it, so a kill or a full disk between a file and its row never leaves them
 apart. The days' digests and the topics that read the two leaves are queued before the step (a job run
-without the link rewrites the same text). A leaf whose file differs from its row (a person's edit the
-catch-up has not read yet) is not written: ``ConflictError``, nothing changed.
+without the link rewrites the same text). Only the key changes: a person's edit the catch-up has not
+read yet is kept, and the step reads it into the row (re-embedded when the text changed). A file that
+changes between its read and the step is a ``ConflictError``, with nothing changed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from vaultmem import agentio, frontmatter, fsio, index, stale, steps
-from vaultmem.errors import ConflictError
 from vaultmem.jobs import JobQueue, NewJob, digest_job, topic_route_job
 from vaultmem.layout import Layout
 from vaultmem.steps import FileWrite, TreeOp
@@ -35,7 +35,7 @@ def link(
 ) -> bool:
     """Write (``add``) or remove the link between the leaves ``old`` and ``new`` (each ``(id, path)``),
     both sides, as one durable step. Returns False when both files already said so (nothing written).
-    Raises ConflictError, before changing anything, when a file changed since it was indexed."""
+    Raises ConflictError, before changing anything, when a file changed since it was read here."""
     (old_id, old_rel), (new_id, new_rel) = old, new
     writes: list[FileWrite] = []
     for rel, key, value in (
@@ -43,11 +43,6 @@ def link(
         (old_rel, agentio.SUPERSEDED_BY, new_id),
     ):
         text, digest = fsio.read_text_guarded(layout.abs(rel), max_bytes)
-        row = conn.execute("SELECT file_hash FROM chunks WHERE path = ?", (rel,)).fetchone()
-        if row is None or row["file_hash"] != digest:
-            raise ConflictError(
-                f"{rel} changed since it was indexed (an edit not read yet); its link is left for later"
-            )
         changed = _with_id(text, key, value, add=add, where=rel)
         if changed is not None:
             writes.append(FileWrite(rel, changed, digest))
