@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import ChatServer, Reply, Request
-from vaultmem import corefile, corepolicy
+from vaultmem import corefile, coremem, corepolicy
 from vaultmem.corefile import CoreSettings, Entry
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
@@ -109,9 +109,13 @@ def test_policy_evicts_oldest_tag_then_lowest_score_and_merges_near_duplicates()
         Entry("The Tidepool release is due on 12 May 2026.", "2026-02"),
     ]
     fresh = [Entry("The Tidepool release is now due on 19 May 2026.", "2026-03")]
-    out = corepolicy.apply(items, fresh, 120, "2026-03")
+    out = corepolicy.apply(items, fresh, 120, "2026-03", coremem._changed)
     reasons = [(x.entry.text, x.reason) for x in out.leaving]
-    assert reasons[0] == ("The Tidepool release is due on 12 May 2026.", "merged")  # near duplicate
+    # A near duplicate with a changed value (the date) is a new version of it (issue #20), not a merge.
+    assert reasons[0] == (
+        "The Tidepool release is due on 12 May 2026.",
+        "superseded by [2026-03] The Tidepool release is now due on 19 May 2026.",
+    )
     # Over budget: the oldest tag first, then among 2025-06 the lower score ("ok then" before a preference).
     assert [r for r, why in reasons if why == "over budget"][:2] == [
         "Takes the 7:10 bus to work every weekday morning.",

@@ -841,3 +841,55 @@ def test_chromium_is_installed_by_setup_not_at_run_time() -> None:
     ci = (root / ".ci" / "run").read_text(encoding="utf-8")
     assert "apt-get install -y chromium" in justfile
     assert "playwright install" not in justfile + ci
+
+
+# -- the review inbox (issue #20) -----------------------------------------------------------------------
+def _with_proposal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Vault, str, str]:
+    from vaultmem import detect
+
+    monkeypatch.setattr(detect, "AUTO_APPLY_AT", 1.01)
+    monkeypatch.setattr(detect, "PROPOSE_AT", 0.3)
+    vault = Vault.init(tmp_path / "rv", '[embed]\nmodel = "fake"\n', embedder=FakeEmbedder())
+    old = vault.remember("The Tidepool launch deadline is 27 March.", ts="2024-03-01T09:00:00Z").ids[0]
+    new = vault.remember("The Tidepool launch deadline moved to 3 April.", ts="2024-03-10T09:00:00Z").ids[0]
+    vault.flush()
+    vault.work()  # the detector job admission queued writes the proposal
+    assert [p.new for p in vault.proposals()] == [new]
+    return vault, old, new
+
+
+def test_review_panel_lists_and_decides_over_http(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    vault, old, new = _with_proposal(tmp_path, monkeypatch)
+    with vault, Dashboard(vault, run_queue=False, embedder=FakeEmbedder()) as dash:
+        headers = {"X-Vaultmem-Token": dash.token}
+        status, _, body = request(dash, "/api/review", headers=headers)
+        [p] = json.loads(body)["proposals"]
+        assert status == 200 and (p["old"], p["new"], p["key"]) == (old, new, new)
+        assert "27 March" in p["old_text"] and "3 April" in p["new_text"]
+        status, _, body = request(
+            dash, "/api/review", method="POST", headers=headers, body={"key": new, "decision": "perhaps"}
+        )
+        assert status == 400 and "accept, reject or skip" in json.loads(body)["error"]
+        status, _, body = request(
+            dash, "/api/review", method="POST", headers=headers, body={"key": new, "decision": "accept"}
+        )
+        assert status == 200 and json.loads(body)["outcome"] == "accepted"
+        assert vault.get(old).superseded_by == (new,) and vault.proposals() == []
+        with pytest.raises(ReadOnlyVault):
+            Panels(vault, actions=False).decide(new, "reject")
+
+
+@pytest.mark.slow
+def test_review_in_chromium_rejects_with_a_click(
+    tmp_path: Path, page: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vault, old, new = _with_proposal(tmp_path, monkeypatch)
+    with vault, Dashboard(vault, run_queue=False, embedder=FakeEmbedder()) as dash:
+        _open(page, dash.url, "review")
+        page.wait_for_selector('html[data-ready-review="1"]')
+        card = page.locator(f'article.proposal[data-key="{new}"]')
+        assert "27 March" in card.inner_text() and "3 April" in card.inner_text()
+        card.locator('button[data-decision="reject"]').click()
+        page.wait_for_selector('html[data-ready-review="0"]')
+        assert "rejected" in page.inner_text("#review-flash")
+        assert vault.proposals() == [] and vault.get(old).superseded_by == ()

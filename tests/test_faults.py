@@ -64,6 +64,11 @@ bucket_max_leaves = 24
 condense_fanout = 4
 condense_target = 2
 workers = 2
+
+# The supersede detector links the template messages' near-twins at once: its writes (leaf files, levels
+# marked stale, rows) are killed and filled up too, not only proposals in review/.
+[updates]
+auto_apply = true
 """
 
 

@@ -233,6 +233,28 @@ def reread_pending(conn: sqlite3.Connection, layout: Layout, ids: Sequence[str],
     return Reread(tuple(str(r[0]) for r in refreshed), broken, tuple(waiting))
 
 
+def reload_vectors(
+    conn: sqlite3.Connection, layout: Layout, rels: Sequence[str], model: str, dim: int
+) -> int:
+    """Load into the ``vectors`` table the sidecar vectors of the nodes in the folders of ``rels`` whose
+    entry matches their row (files put back as they were, e.g. by ``Vault.restore``)."""
+    loaded: list[vectors.VectorRow] = []
+    for rel_dir in sorted({str(PurePosixPath(r).parent) for r in rels}):
+        current = sidecar.read(Path(layout.abs(rel_dir)), model, dim)
+        lo, hi = index.prefix_range(rel_dir + "/")
+        for row in conn.execute(
+            "SELECT id, path, content_hash FROM chunks WHERE path >= ? AND path < ?", (lo, hi)
+        ):
+            if str(PurePosixPath(row["path"]).parent) != rel_dir:
+                continue
+            entry = current.entries.get(PurePosixPath(row["path"]).name)
+            if entry is not None and entry.hash == row["content_hash"]:
+                loaded.append(vectors.VectorRow(row["id"], entry.hash, entry.vector(dim)))
+    with atomic(conn):
+        vectors.upsert(conn, model, loaded)
+    return len(loaded)
+
+
 def vectors_from_sidecars(
     conn: sqlite3.Connection, layout: Layout, model: str, dim: int
 ) -> tuple[int, list[str]]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from vaultmem import agentio, fsio
 from vaultmem.errors import InvalidInput, UnsafePath, VaultError
 from vaultmem.frame import CLOSE, OPEN, neutralise
+from vaultmem.layout import TOMBSTONES
 from vaultmem.model import LEAF_ID_RE, SUMMARY_ID_RE, Leaf, format_ts
 from vaultmem.redact import scrub
 from vaultmem.tokens import count_tokens
@@ -346,11 +347,17 @@ def move(vault: Vault, leaf_id: str, to: str, client: str, reason: str | None) -
 
 
 def forget(vault: Vault, node_id: str, client: str, reason: str | None) -> str:
-    """``Vault.delete``, after a copy of what goes (a leaf's file, a level's folder) is put in
-    ``.trash/vaultmem/<time>/`` (Obsidian's trash folder, which vaultmem never reads)."""
+    """A leaf: ``Vault.forget`` (its tombstone in ``.trash/vaultmem/forgotten/<id>/``; a person brings it
+    back with ``vaultmem restore``; its ancestors are re-summarised by the queue). A level:
+    ``Vault.delete``, after a copy of its folder is put in ``.trash/vaultmem/<time>/`` (Obsidian's trash
+    folder, which vaultmem never reads)."""
     from vaultmem.layout import SUMMARY_NAME
 
     with vault.operation(agentio.commit_message(client, f"forgot {node_id}", reason)):
+        if not node_id.startswith("s"):
+            [tomb] = vault.forget([node_id], reason=reason, settle=False)
+            kept = f"{TOMBSTONES}/{node_id}/{tomb.name}"
+            return json.dumps({"removed": [node_id], "copy": kept, "restore": f"vaultmem restore {node_id}"})
         node = vault.fetch([node_id])[0]
         is_level = node.path.endswith("/" + SUMMARY_NAME)
         rel = node.path.rsplit("/", 1)[0] if is_level else node.path

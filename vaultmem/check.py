@@ -17,7 +17,7 @@ Invariants:
                        deleted.)
 - ``fts_mismatch``     FTS tables disagree with the rows                   (fix: rebuild FTS)
 - ``stray_temp``       a temp file left by a crash                         (fix: delete it)
-- ``pending_intent``   a batch or compaction step interrupted by a crash   (fix: finish it)
+- ``pending_intent``   a batch, step or restore cut short by a crash       (fix: finish it)
 - ``outside_link``     a symlink pointing outside the vault                (not fixable: remove the link)
 - ``stale_unqueued``   a stale summary without its re-summarise job        (fix: queue it)
 - ``dangling_link``    a topic or digest links a leaf that is gone         (fix: queue its re-route or
@@ -29,6 +29,11 @@ Invariants:
                        (guarded by the hash read, keys without a secret kept byte for byte)
 - ``bad_sidecar``      an ``_embeddings.json`` that cannot be read          (fix: rewrite it from the index's
                        vectors; leaves the index has no vector for are queued to be embedded)
+- ``dangling_version`` a leaf's ``supersedes`` / ``superseded_by`` names a leaf the vault does not hold
+                       (not fixable: correct the key, or restore the leaf; search ignores the link)
+- ``invalid_proposal`` a file of the review inbox (``review/<new>-updates-<old>.md``) that cannot be read
+                       (not fixable: correct or delete it). One naming a leaf the vault no longer holds
+                       is not a problem: the next review retires it into the weekly log as ``gone``
 - ``damaged_index``    chunks.db fails ``PRAGMA quick_check`` (found by ``Vault.check``; fix: move it aside
                        and rebuild it from the files)
 
@@ -51,13 +56,22 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import daemonstate, fsio, index, sidecar
+from vaultmem import daemonstate, fsio, index, review, sidecar
 from vaultmem.db import HAS_CJK, NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.frontmatter import redact_document
 from vaultmem.ingest import heal_intents
 from vaultmem.jobs import Job, JobQueue, NewJob, admit_job, digest_job, resummarise_job, topic_route_job
-from vaultmem.layout import DB_NAME, RESERVED_TOP, SIDECAR_NAME, SOURCES, STATE_DIR, SUMMARY_NAME, Layout
+from vaultmem.layout import (
+    DB_NAME,
+    RESERVED_TOP,
+    SIDECAR_NAME,
+    SOURCES,
+    STATE_DIR,
+    SUMMARY_NAME,
+    TOMBSTONES,
+    Layout,
+)
 from vaultmem.leaffile import LEAF_KEYS, id_from_filename, parse_leaf, render_leaf
 from vaultmem.reindex import VaultFiles, read_vault
 from vaultmem.scan import ScanEntry, scan
@@ -106,6 +120,11 @@ def check(
         problems.append(
             Problem("pending_intent", layout.rel(note), "compaction step interrupted by a crash", True)
         )
+    if layout.restoring.is_dir():  # finished by Vault.open / Vault.check(fix=True) (the embedding model)
+        for note in sorted(layout.restoring.glob("*.json")):
+            problems.append(
+                Problem("pending_intent", layout.rel(note), "restore interrupted by a crash", True)
+            )
     if fix and any(p.code == "pending_intent" and "/intent/" in f"/{p.path}" for p in problems):
         heal_intents(conn, layout, max_bytes)
         fixed.extend(p for p in problems if p.code == "pending_intent")
@@ -199,6 +218,8 @@ def check(
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
     (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
+    problems.extend(_dangling_versions(conn, set(files.rows) | _forgotten(layout)))
+    problems.extend(_proposal_problems(layout))
     return CheckReport(tuple(problems), tuple(fixed), leaves)
 
 
@@ -413,6 +434,33 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
                 jobs.append(job)
     if fix and jobs:
         JobQueue(conn).enqueue_many(jobs)
+    return out
+
+
+def _forgotten(layout: Layout) -> set[str]:
+    """Ids of forgotten leaves (their tombstones): a version link to one is not dangling."""
+    base = layout.root / TOMBSTONES
+    return {p.name for p in base.iterdir() if p.is_dir()} if base.is_dir() else set()
+
+
+def _proposal_problems(layout: Layout) -> list[Problem]:
+    """Files of the review inbox that cannot be read."""
+    return [Problem("invalid_proposal", rel, why, False) for rel, why in review.inbox(layout)[1]]
+
+
+def _dangling_versions(conn: sqlite3.Connection, on_disk: set[str]) -> list[Problem]:
+    """A ``supersedes`` / ``superseded_by`` naming a leaf the vault does not hold (a typo, a leaf
+    deleted; a forgotten leaf is not dangling): the link is ignored by search until a person corrects
+    it or the leaf comes back."""
+    out = []
+    for row in conn.execute(
+        "SELECT c.path, c.id, j.value AS other FROM chunks c, json_each(c.supersedes) j WHERE c.supersedes <> '[]'"
+        " UNION ALL SELECT c.path, c.id, j.value FROM chunks c, json_each(c.superseded_by) j"
+        " WHERE c.superseded_by <> '[]'"
+    ):
+        if row["other"] not in on_disk:
+            message = f"{row['id']} names {row['other']} as a version of it, and no leaf has that id"
+            out.append(Problem("dangling_version", row["path"], message, False))
     return out
 
 

@@ -24,7 +24,7 @@ from vaultmem.errors import InvalidInput, VaultError, VaultNotFound
 from vaultmem.fsio import is_disk_full
 from vaultmem.layout import STATE_DIR
 from vaultmem.leaffile import leaf_json
-from vaultmem.model import Leaf, format_ts
+from vaultmem.model import LEAF_ID_RE, SUMMARY_ID_RE, Leaf, format_ts
 from vaultmem.summaryfile import SummaryNode, summary_json
 from vaultmem.tokens import count_tokens
 
@@ -453,6 +453,20 @@ def _when_opt(help_text: str) -> Any:
 
 SinceOpt = Annotated[str | None, _when_opt("Only memories at or after this time")]
 UntilOpt = Annotated[str | None, _when_opt("Only memories at or before this time")]
+AsOfOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--as-of",
+        metavar="DATE",
+        help="Answer as the vault stood then: what it held, valid at that moment (a date is its whole day).",
+    ),
+]
+IncludeSupersededOpt = Annotated[
+    bool,
+    typer.Option(
+        "--include-superseded", help="Rank superseded and expired memories as found (still marked)."
+    ),
+]
 
 
 @app.command()
@@ -472,11 +486,15 @@ def search(
         typer.Option("--status", metavar="STATUS", help="pending_extraction|admitted|sealed|dropped|stale"),
     ] = None,
     topic: TopicFilter = None,
+    as_of: AsOfOpt = None,
+    include_superseded: IncludeSupersededOpt = False,
     k: Annotated[int | None, _alias("--k", "-k")] = None,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Hybrid search: full-text (BM25) and embeddings, fused."""
+    """Hybrid search: full-text (BM25) and embeddings, fused.
+
+    A superseded memory comes right after the one that replaced it, marked (superseded by ...)."""
     with open_vault(vault_path) as vault:
         hits = vault.search(
             query,
@@ -488,6 +506,8 @@ def search(
             kind=kind,
             status=status,
             topic=topic,
+            as_of=as_of,
+            include_superseded=include_superseded,
         )
     if as_json:
         emit_json([hit.as_dict() for hit in hits])
@@ -500,6 +520,8 @@ def search(
         who = hit.speaker or hit.role or "-"
         text = " ".join(hit.text.split())
         mark = "  (weak)" if hit.weak else ""
+        if "superseded_by" in hit.extra:
+            mark += f"  (superseded by {hit.extra['superseded_by']})"
         typer.echo(f"{n:2}. {hit.score:.4f}  {hit.id}  {hit.ts or '-':20}  {who[:14]:14}  {hit.source}{mark}")
         typer.echo(f"    {text[:200]}{'...' if len(text) > 200 else ''}")
 
@@ -519,6 +541,8 @@ def context(
         typer.Option("--mode", metavar="MODE", help="flat | collapsed | walk (default: the measured best)"),
     ] = None,
     topic: TopicFilter = None,
+    as_of: AsOfOpt = None,
+    include_superseded: IncludeSupersededOpt = False,
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -528,7 +552,16 @@ def context(
     """
     with open_vault(vault_path) as vault:
         ctx = vault.context(
-            query, budget, source=source, session=session, since=since, until=until, mode=mode, topic=topic
+            query,
+            budget,
+            source=source,
+            session=session,
+            since=since,
+            until=until,
+            mode=mode,
+            topic=topic,
+            as_of=as_of,
+            include_superseded=include_superseded,
         )
         root = vault.layout.root
     if as_json:
@@ -836,6 +869,207 @@ def compact(
         typer.echo(f"warning: {warning}", err=True)
 
 
+@app.command()
+def forget(
+    target: Annotated[
+        str, typer.Argument(metavar="ID|QUERY", help="A leaf or level id, or words naming the leaves.")
+    ],
+    reason: Annotated[
+        str | None, typer.Option("--reason", metavar="TEXT", help="Why (in the commit).")
+    ] = None,
+    limit: Annotated[int, _limit_opt("With QUERY: forget at most this many matching leaves.")] = 5,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (QUERY); for scripts.")] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Forget leaves: kept in a tombstone (.trash/vaultmem/forgotten/), out of search, context,
+    topics and digests; what they are under is re-summarised. A level's id forgets every leaf under it.
+    `vaultmem restore ID` undoes it."""
+    with open_vault(vault_path) as vault, interruptible(vault):
+        if LEAF_ID_RE.match(target) or SUMMARY_ID_RE.match(target):
+            ids = [target]
+        else:
+            hits = [
+                h for h in vault.search(target, limit, kind="leaf", include_superseded=True) if not h.weak
+            ]
+            if not hits:
+                raise InvalidInput(f"no leaf matches {target!r} well; nothing forgotten")
+            for hit in hits:
+                typer.echo(f"  {hit.id}  {hit.ts or '-':20}  {' '.join(hit.text.split())[:90]}", err=True)
+            _confirm(f"forget these {len(hits)} leaves?", yes)
+            ids = [h.id for h in hits]
+        done = vault.forget(ids, reason=reason)
+        say_warnings(vault)
+    if as_json:
+        emit_json([t.as_dict() for t in done])
+        return
+    for tomb in done:
+        typer.echo(f"forgot {tomb.id} ({tomb.path}); `vaultmem restore {tomb.id}` brings it back")
+
+
+@app.command()
+def restore(
+    leaf_id: Annotated[
+        str, typer.Argument(metavar="ID", help="A forgotten leaf's id, or a forgotten level's.")
+    ],
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Bring a forgotten leaf (or every leaf of a forgotten level) back exactly as it was."""
+    with open_vault(vault_path) as vault, interruptible(vault):
+        rel = vault.restore(leaf_id)
+        say_warnings(vault)
+    if as_json:
+        emit_json({"id": leaf_id, "path": rel})
+        return
+    typer.echo(f"restored {leaf_id} at {rel}")
+
+
+@app.command()
+def forgotten(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
+    """The forgotten leaves, most recent first."""
+    with open_vault(vault_path) as vault:
+        found = vault.forgotten()
+    if as_json:
+        emit_json([t.as_dict() for t in found])
+        return
+    if not found:
+        typer.echo("nothing forgotten")
+    for tomb in found:
+        typer.echo(f"{tomb.forgotten_at}  {tomb.id}  {tomb.path}  {tomb.reason or ''}".rstrip())
+
+
+@app.command()
+def purge(
+    leaf_id: Annotated[str, typer.Argument(metavar="ID", help="The leaf to erase (live or forgotten).")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask; for scripts.")] = False,
+    rewrite_history: Annotated[
+        bool,
+        typer.Option(
+            "--rewrite-history",
+            help="DESTRUCTIVE: rewrite the vault's git history so no commit holds the text.",
+        ),
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rewrite history even though the repository has a remote.")
+    ] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Erase a leaf's text everywhere: the leaf, what drew on it (re-summarised), copies, the index.
+
+    Then proves it: every file under the vault, git objects, chunks.db and its WAL are searched.
+    Exit 1 when the text is still somewhere (listed)."""
+    with open_vault(vault_path) as vault, interruptible(vault):
+        what = "and rewrite the git history " if rewrite_history else ""
+        _confirm(f"purge {leaf_id} {what}for good? (not undoable)", yes)
+        report = vault.purge(leaf_id, rewrite_history=rewrite_history, force=force)
+        say_warnings(vault)
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        typer.echo(f"purged {leaf_id}; {report.rewritten} commits rewritten")
+        for rel in report.removed:
+            typer.echo(f"removed copy {rel}")
+        for where in report.traces:
+            typer.echo(f"still holds the text: {where}")
+        for note in report.notes:
+            typer.echo(note)
+        if not report.traces:
+            typer.echo("the text is nowhere under the vault (files, git objects, chunks.db, WAL)")
+    if report.traces:
+        raise typer.Exit(1)
+
+
+@app.command("review")
+def review_cmd(
+    scan: Annotated[
+        bool,
+        typer.Option("--scan", help="First look for memories that update older ones (offline detector)."),
+    ] = False,
+    accept: Annotated[
+        list[str] | None, typer.Option("--accept", metavar="KEY", help="Accept a proposal.")
+    ] = None,
+    reject: Annotated[
+        list[str] | None, typer.Option("--reject", metavar="KEY", help="Reject a proposal.")
+    ] = None,
+    skip: Annotated[
+        list[str] | None, typer.Option("--skip", metavar="KEY", help="Leave it for later.")
+    ] = None,
+    revert: Annotated[
+        str | None,
+        typer.Option("--revert", metavar="NEW-OLD", help="Undo an applied update (from the weekly log)."),
+    ] = None,
+    list_only: Annotated[bool, typer.Option("--list", help="Only list the waiting proposals.")] = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The review inbox: proposals that a new memory replaces an older one.
+
+    Decisions a person wrote into review/*.md (decision: accept|reject) are carried out first. On a
+    terminal, without --accept/--reject/--skip, each proposal is shown and a key decides:
+    a accept, r reject, s skip, o open the file, q quit. KEY: the proposal's new id or file name."""
+    done: dict[str, Any] = {}
+    with open_vault(vault_path) as vault:
+        if revert:
+            vault.revert_update(revert)
+            done["reverted"] = revert
+        if scan:
+            found = vault.propose_updates()
+            done |= {k: [p.as_dict() for p in v] for k, v in found.items()}
+        decided = vault.apply_reviews()
+        for decision, keys in (("accept", accept), ("reject", reject), ("skip", skip)):
+            for key in keys or []:
+                for k, v in vault.decide(key, decision).items():
+                    decided.setdefault(k, []).extend(v)
+        interactive = not (list_only or as_json or accept or reject or skip) and sys.stdin.isatty()
+        if interactive:
+            for p in vault.proposals():
+                typer.echo(f"\n{p.new} updates {p.old}  ({p.confidence:.2f}: {'; '.join(p.why)})")
+                typer.echo((vault.layout.root / p.path).read_text(encoding="utf-8").split("---\n", 2)[-1])
+                while True:
+                    key = (
+                        typer.prompt("[a]ccept [r]eject [s]kip [o]pen [q]uit", default="s")
+                        .strip()
+                        .lower()[:1]
+                    )
+                    if key == "o":
+                        typer.launch(str(vault.layout.root / p.path))
+                        continue
+                    break
+                if key == "q":
+                    break
+                choice = {"a": "accept", "r": "reject"}.get(key, "skip")
+                for k, v in vault.decide(p.new, choice).items():
+                    decided.setdefault(k, []).extend(v)
+        waiting = vault.proposals()
+        say_warnings(vault)
+    done |= {k: [p if isinstance(p, tuple) else p.as_dict() for p in v] for k, v in decided.items()}
+    done["waiting"] = [p.as_dict() for p in waiting]
+    if as_json:
+        emit_json(done)
+        return
+    for key in ("applied", "proposed", "dismissed", "accepted", "rejected", "expired", "gone"):
+        for p in done.get(key, []):
+            typer.echo(f"{key}: {p['new']} updates {p['old']} ({p['confidence']:.2f})")
+    for rel, why in done.get("invalid", []):
+        typer.echo(f"invalid proposal {rel}: {why}", err=True)
+    for p in waiting:
+        typer.echo(f"waiting: {p.new} updates {p.old} ({p.confidence:.2f}: {'; '.join(p.why)})  {p.path}")
+    if not waiting:
+        typer.echo("nothing waiting for review")
+
+
+def _confirm(question: str, yes: bool) -> None:
+    """Ask on a terminal; without one, ``--yes`` is required (a script never hangs on a prompt)."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise InvalidInput(f"{question} (no terminal to ask on: pass --yes)")
+    if not typer.confirm(question, default=False, err=True):
+        raise InvalidInput("nothing done")
+
+
 @app.command("reindex")
 def reindex_cmd(vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
     """Rebuild chunks.db from the vault's files."""
@@ -952,7 +1186,8 @@ def dashboard(
     vault_path: VaultOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Serve a local page of the vault: status, metrics, graph, heatmap, search, tree, the day.
+    """Serve a local page of the vault: status, metrics, graph, heatmap, search, tree, the review
+    inbox, the day.
 
     Binds to 127.0.0.1 only; the address printed carries a token made for this run, and requests
     without it are refused. Every script and style is packaged (no network). Run ingest and Compact

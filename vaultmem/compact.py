@@ -23,7 +23,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import cluster, fsio, index, sidecar, steps, vectors
+from vaultmem import cluster, fsio, index, sidecar, steps, validity, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
@@ -89,6 +89,8 @@ class _Leaf:
     size: int = -1  # the file's size and hash when it was indexed (an edit since keeps it out of a seal)
     file_hash: str = ""
     session: str | None = None
+    supersedes: str = "[]"  # versions (index columns, JSON lists): how a summary marks it
+    superseded_by: str = "[]"
 
 
 @dataclass
@@ -158,7 +160,7 @@ class SourceState:
         fresh: list[_Leaf] = []
         for row in conn.execute(
             "SELECT c.id, c.path, c.tokens, c.ts, c.status, c.speaker, c.file_mtime_ns, c.file_size,"
-            " c.file_hash, c.session, v.vec"
+            " c.file_hash, c.session, c.supersedes, c.superseded_by, v.vec"
             " FROM chunks c LEFT JOIN vectors v ON v.id = c.id AND v.model = ?"
             " WHERE c.source = ? AND c.kind = 'leaf'",
             (model, source),
@@ -184,6 +186,8 @@ class SourceState:
                         row["file_size"],
                         row["file_hash"],
                         row["session"],
+                        row["supersedes"],
+                        row["superseded_by"],
                     )
                 )
                 continue
@@ -389,7 +393,14 @@ class Planner:
     def _new_bucket(self, state: SourceState, leaves: Sequence[_Leaf]) -> tuple[_Level, FileWrite]:
         readable = [leaf for leaf in leaves if leaf.status != Status.DROPPED.value] or list(leaves)
         children = [
-            Child(leaf.text, leaf.vec, speaker=leaf.speaker, ts=parse_ts(leaf.ts)) for leaf in readable
+            Child(
+                validity.marked(leaf.text, leaf.supersedes, leaf.superseded_by),
+                leaf.vec,
+                speaker=leaf.speaker,
+                ts=parse_ts(leaf.ts),
+                weight=validity.SUPERSEDED_WEIGHT if validity.listed(leaf.superseded_by) else 1.0,
+            )
+            for leaf in readable
         ]
         result = self.extractive.summarise(children, 1)
         title = clean_title(result.title)
@@ -412,7 +423,10 @@ class Planner:
             # Only a final summary records its inputs; one the LLM is still to write stays stale.
             children_hash=""
             if self.llm_later
-            else children_fingerprint((leaf.id, text_hash(leaf.text)) for leaf in leaves),
+            else children_fingerprint(
+                (leaf.id, validity.fingerprint_part(text_hash(leaf.text), leaf.superseded_by))
+                for leaf in leaves
+            ),
         )
         level = _Level(
             node.id,
@@ -743,7 +757,14 @@ def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resumma
     vecs = _vectors_for(conn, [r["id"] for r in leaves] + [r["id"] for r in subs], model)
     readable = [r for r in leaves if r["status"] != Status.DROPPED.value] or leaves
     kids = [
-        Child(r["text"], vecs.get(r["id"]), speaker=r["speaker"], ts=parse_ts(r["ts"])) for r in readable
+        Child(
+            validity.marked(r["text"], r["supersedes"], r["superseded_by"]),
+            vecs.get(r["id"]),
+            speaker=r["speaker"],
+            ts=parse_ts(r["ts"]),
+            weight=validity.SUPERSEDED_WEIGHT if validity.listed(r["superseded_by"]) else 1.0,
+        )
+        for r in readable
     ] + [
         Child(
             r["text"],

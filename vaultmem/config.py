@@ -70,6 +70,14 @@ llm_entities = false        # also ask the [llm] endpoint for entities as leaves
 [digest]
 enabled = true              # keep the global tree: a digest per UTC day, rolled up into weeks and months
 
+[decay]
+half_life_days = 0.0        # > 0: a leaf nobody asked about ranks lower, halving every this many days (0 = off)
+floor = 0.25                # ... never below this share of its score; nothing is ever deleted
+
+[updates]
+auto_apply = false          # link a supersede proposal at once (no review) when its confidence is at least ...
+auto_apply_at = 0.9         # ... this; off by default: on long real chats 4 of 5 such links were wrong
+
 [core]
 file_budget = 800           # characters of each in-prompt core file (soul, user-profile, projects, patterns)
 total_budget = 4000         # characters of the whole core block (vault.core_block)
@@ -157,6 +165,8 @@ _SECTIONS = {
     "compact": {key: f"compact_{key}" for key in _COMPACT_KEYS},
     "topics": {key: f"topics_{key}" for key in _TOPIC_KEYS},
     "digest": {"enabled": "digest_enabled"},
+    "decay": {"half_life_days": "decay_half_life_days", "floor": "decay_floor"},
+    "updates": {"auto_apply": "updates_auto_apply", "auto_apply_at": "updates_auto_apply_at"},
     **{section: {key: f"{section}_{key}" for key in keys} for section, keys in _MEMORY_KEYS.items()},
     "sources": {},  # free keys: source name = folder or file to ingest (parsed by ``_sources``)
     "llm": {
@@ -217,6 +227,11 @@ class Config:
     topics_level_leaves: int = 12
     topics_llm_entities: bool = False
     digest_enabled: bool = True
+    decay_half_life_days: float = 0.0
+    decay_floor: float = 0.25
+    # detect.AUTO_APPLY_AT (not imported: the detector's rules are loaded by the writes that need them)
+    updates_auto_apply: bool = False
+    updates_auto_apply_at: float = 0.9
     core_file_budget: int = 800
     core_total_budget: int = 4000
     core_knowledge_budget: int = 8000
@@ -303,6 +318,8 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
         raise InvalidInput(f"{where}: recipes.max_chars must be at least 100")
     if config.llm_max_concurrent < 1:
         raise InvalidInput(f"{where}: llm.max_concurrent must be at least 1")
+    if not 0 < config.updates_auto_apply_at <= 1:
+        raise InvalidInput(f"{where}: updates.auto_apply_at must be above 0 and at most 1")
     return config
 
 

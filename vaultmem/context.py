@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from vaultmem import index
+from vaultmem import index, versions
 from vaultmem.embed import Embedder
 from vaultmem.frame import CLOSE, OPEN, neutralise
 from vaultmem.search import Filters, Hit, Searcher, window_ranked
@@ -107,7 +107,7 @@ def group_header(key: tuple[str, str, str], with_source: bool, with_session: boo
 
 def render_line(hit: Hit) -> str:
     who = hit.speaker or hit.role
-    body = " ".join(hit.text.split())
+    body = versions.marker(hit) + " ".join(hit.text.split())
     return neutralise(f"{who}: {body}" if who else body)
 
 
@@ -407,9 +407,11 @@ def gather(
     filters: Filters,
     now: datetime | None,
     embedder: Callable[[], Embedder],
+    rank: Callable[[list[Hit]], list[Hit]] | None = None,
 ) -> Context:
     """The context of ``query`` within ``budget_tokens``: candidates of ``mode`` (what was said in a
-    time the query names ranked higher), assembled without overlap, each item judged as evidence."""
+    time the query names ranked higher), ranked again by ``rank`` when given (versions, decay), assembled
+    without overlap, each item judged as evidence."""
     conn = searcher.conn
     # Enough candidates to fill the budget several times over with short turns.
     k = max(50, budget_tokens // 8)
@@ -421,6 +423,8 @@ def gather(
         now,
         lambda q, f: candidates(mode, searcher, q, k, f, embedder=embedder, tree=tree),
     )
+    if rank is not None:
+        found = rank(found)
     overlap = hit_ancestors(conn, tree, found) if tree is not None else None
     ctx = assemble(query, found, budget_tokens, overlap)
     judged = {h.id: h for h in searcher.evidence(query, [item.hit for item in ctx.items])}

@@ -22,12 +22,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from vaultmem import frontmatter
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.layout import file_in
+from vaultmem.model import parse_ts
 from vaultmem.redact import scrub
 
 CORE_DIR = "core"
@@ -102,6 +103,16 @@ class Entry:
     raw: str | None = None
     bullet: bool = True
 
+    def valid_at(self, moment: datetime) -> bool:
+        """Whether the entry holds at ``moment``: a person may give it a window in a comment on its line,
+        ``<!-- valid_from: 2026-04-01 -->``, ``<!-- valid_to: 2026-06-01 -->`` (exclusive); a value that
+        is not a date is ignored (the entry holds)."""
+        if self.raw is None or "valid_" not in self.raw:
+            return True
+        window = {key: _window_moment(value) for key, value in _WINDOW_RE.findall(self.raw)}
+        start, end = window.get("from"), window.get("to")
+        return (start is None or start <= moment) and (end is None or moment < end)
+
     @property
     def prompt_line(self) -> str:
         return ("- " if self.bullet else "") + (f"[{self.tag}] " if self.tag else "") + self.text
@@ -112,6 +123,18 @@ class Entry:
 
     def retagged(self, tag: str) -> Entry:
         return Entry(self.text, tag, None, True)
+
+
+_WINDOW_RE = re.compile(r"\bvalid_(from|to):\s*([0-9][0-9:TZ+.\-]*)")
+
+
+def _window_moment(value: str) -> datetime | None:
+    if len(value) == 10:  # a bare date: midnight UTC, as a leaf's valid_from / valid_to
+        try:
+            return datetime.fromisoformat(value).replace(tzinfo=UTC)
+        except ValueError:
+            return None
+    return parse_ts(value)
 
 
 Item = Entry | str  # an entry, or a structural line (heading, comment, blank)

@@ -295,7 +295,8 @@ def block(env: MemoryEnv, *, write: bool = True) -> CoreBlock:
     if write:
         ensure(env)
         sync(env, ["core"])
-    tag = corefile.month(env.clock())
+    now = env.clock()
+    tag = corefile.month(now)
     total = env.settings.core.total_budget
     parts: list[tuple[CoreDoc, list[Item]]] = []
     left: list[str] = []
@@ -303,7 +304,10 @@ def block(env: MemoryEnv, *, write: bool = True) -> CoreBlock:
         doc, _ = load(env, name)
         if not doc.in_prompt:
             continue
-        kept, evicted = corepolicy.evict(list(doc.items), doc.budget, tag)
+        # An entry outside its validity window (a comment on its line) is not shown; the file keeps it.
+        held = [x for x in doc.items if not isinstance(x, Entry) or x.valid_at(now)]
+        left += [f"{name}: {x.text} (not valid now)" for x in doc.entries if not x.valid_at(now)]
+        kept, evicted = corepolicy.evict(held, doc.budget, tag)
         left += [f"{name}: {x.entry.text}" for x in evicted]
         parts.append((doc, kept))
 
@@ -335,6 +339,13 @@ def block(env: MemoryEnv, *, write: bool = True) -> CoreBlock:
     return CoreBlock(text, len(text), total, shown, tuple(left))
 
 
+def _changed(old: str, new: str) -> bool:
+    """Whether a near duplicate changes a value of the entry (issue #20): the words alone, no vectors."""
+    from vaultmem import detect
+
+    return detect.judge(old, new, 0.0) is not None
+
+
 def corepolicy_score(entry: Entry) -> float:
     from vaultmem.scoring import FastScorer
 
@@ -358,7 +369,7 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
             def ask(system: str, user: str, model: ChatModel = model) -> str:
                 return model.ask(system, user, max_tokens=1024)
 
-            fits = corepolicy.apply(doc.items, new, doc.budget, tag)
+            fits = corepolicy.apply(doc.items, new, doc.budget, tag, _changed)
             if fits.leaving:  # over budget or near duplicates: the model condenses
                 outcome = corepolicy.ask_model(
                     doc.items, new, doc.budget, tag, doc.title, spec.purpose, ask, model.model
@@ -366,7 +377,7 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
             else:
                 outcome = fits
         else:
-            outcome = corepolicy.apply(doc.items, new, doc.budget, tag)
+            outcome = corepolicy.apply(doc.items, new, doc.budget, tag, _changed)
         with env.lock():
             rel = corefile.rel_path(name)
             if fsio.file_hash(env.layout.abs(rel)) != digest:
@@ -407,13 +418,18 @@ def _place(
     before ``doc`` itself is written. Returns (entry, destination, reason)."""
     moved: list[tuple[str, str, str]] = []
     overflow = [
-        x for x in leaving if x.reason != "merged" and doc.in_prompt and doc.name != corefile.OVERFLOW
+        x
+        for x in leaving
+        if x.reason != "merged"
+        and not x.reason.startswith("superseded")
+        and doc.in_prompt
+        and doc.name != corefile.OVERFLOW
     ]
     archive = [x for x in leaving if x not in overflow]
     if overflow:
         target, digest = load(env, corefile.OVERFLOW)
         fresh = [Entry(x.entry.text, x.entry.tag) for x in overflow]  # redacted text, never a raw line
-        outcome = corepolicy.apply(target.items, fresh, target.budget, corefile.month(now))
+        outcome = corepolicy.apply(target.items, fresh, target.budget, corefile.month(now), _changed)
         _archive(env, target, outcome.leaving, now)
         write(env, corefile.rel_path(corefile.OVERFLOW), corefile.render(target, outcome.items), digest)
         moved += [(x.entry.text, corefile.rel_path(corefile.OVERFLOW), x.reason) for x in overflow]

@@ -49,7 +49,7 @@ INVENTED = 0.5  # an entry of the model's reply needs at least this share of its
 @dataclass(frozen=True)
 class Leaving:
     entry: Entry
-    reason: str  # "merged", "over budget", "longer than the budget", "condensed by the model"
+    reason: str  # "merged", "superseded by <entry>", "over budget", "longer than the budget", "condensed by the model"
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,16 @@ def size(items: Sequence[Item]) -> int:
     return len(prompt_text(items))
 
 
-def apply(items: Sequence[Item], new: Sequence[Entry], budget: int, now_tag: str) -> Outcome:
-    """The offline policy (module docstring): ``items`` with ``new`` merged in, within ``budget``."""
+def apply(
+    items: Sequence[Item],
+    new: Sequence[Entry],
+    budget: int,
+    now_tag: str,
+    changed: Callable[[str, str], bool] | None = None,
+) -> Outcome:
+    """The offline policy (module docstring): ``items`` with ``new`` merged in, within ``budget``.
+    ``changed(old, new)``: whether a near duplicate changes a value (``detect.judge``): the older entry
+    then leaves as ``superseded by <new entry>`` instead of ``merged``."""
     current: list[Item] = list(items)
     leaving: list[Leaving] = []
     added: list[Entry] = []
@@ -113,7 +121,11 @@ def apply(items: Sequence[Item], new: Sequence[Entry], budget: int, now_tag: str
         if close is not None:
             i, old = close
             current[i] = entry
-            leaving.append(Leaving(old, "merged"))
+            # A changed value is a new version of the entry, not a merge.
+            if changed is not None and changed(old.text, entry.text):
+                leaving.append(Leaving(old, f"superseded by [{entry.tag or now_tag}] {entry.text[:80]}"))
+            else:
+                leaving.append(Leaving(old, "merged"))
             added.append(entry)
             continue
         if not entries and current and isinstance(current[-1], str) and current[-1].strip():

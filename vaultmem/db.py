@@ -400,6 +400,29 @@ def m015_job_kind_names(conn: sqlite3.Connection) -> None:
         )
 
 
+def m016_validity(conn: sqlite3.Connection) -> None:
+    # Validity (issue #20): a leaf's ``valid_from`` / ``valid_to`` (ISO UTC text, so they compare as
+    # text), the versions it replaces / that replace it (JSON lists of leaf ids), and ``ingested``, when
+    # the vault learned it (``as_of``: what the vault held then). Partial indexes make
+    # "does any leaf have a window" and "which leaves replace one" cheap in a vault where few do.
+    # Rows of files written before (``Vault.supersede`` already wrote the links) are read again by
+    # ``reindex`` or ``check --fix``. ``recall`` is the optional decay's memory (``decay.py``): the day a
+    # leaf was last returned by a query; not derived from files, so a rebuilt index starts it afresh.
+    _script(
+        conn,
+        """
+        ALTER TABLE chunks ADD COLUMN valid_from TEXT;
+        ALTER TABLE chunks ADD COLUMN valid_to TEXT;
+        ALTER TABLE chunks ADD COLUMN supersedes TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE chunks ADD COLUMN superseded_by TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE chunks ADD COLUMN ingested TEXT;
+        CREATE INDEX chunks_windowed ON chunks(id) WHERE valid_from IS NOT NULL OR valid_to IS NOT NULL;
+        CREATE INDEX chunks_supersedes ON chunks(id) WHERE supersedes <> '[]';
+        CREATE TABLE recall(id TEXT PRIMARY KEY, day TEXT NOT NULL) WITHOUT ROWID;
+        """,
+    )
+
+
 # A text holds a CJK character (the ranges of ``search._CJK_RE``; SQLite's GLOB compares code points).
 # Only such texts go into the trigram indexes: they are searched only for CJK runs, which no other text
 # can contain.
@@ -463,6 +486,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("013_agent_memory", m013_agent_memory),
     ("014_count_indexes", m014_count_indexes),
     ("015_job_kind_names", m015_job_kind_names),
+    ("016_validity", m016_validity),
     ("018_trigram_cjk_only", m018_trigram_cjk_only),
 ]
 

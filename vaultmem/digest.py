@@ -31,7 +31,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import frontmatter, fsio, index, steps, vectors
+from vaultmem import frontmatter, fsio, index, steps, validity, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput
@@ -217,6 +217,8 @@ class _DayLeaf:
     status: str
     text: str
     content_hash: str
+    supersedes: str = "[]"  # versions (index columns, JSON lists): the digest marks an old value
+    superseded_by: str = "[]"
 
     @property
     def stem(self) -> str:
@@ -227,7 +229,10 @@ def day_leaves(conn: sqlite3.Connection, day: date) -> list[_DayLeaf]:
     """The extracted leaves of a UTC day, every source, by time."""
     start = _midnight(day)
     end = start + timedelta(days=1)
-    cols = "id, path, source, input, session, source_id, speaker, ts, seq, status, text, content_hash"
+    cols = (
+        "id, path, source, input, session, source_id, speaker, ts, seq, status, text, content_hash,"
+        " supersedes, superseded_by"
+    )
     rows = conn.execute(
         f"SELECT {cols}, file_mtime_ns FROM chunks WHERE kind = 'leaf' AND status != ?"
         " AND ts >= ? AND ts < ?",
@@ -252,6 +257,8 @@ def day_leaves(conn: sqlite3.Connection, day: date) -> list[_DayLeaf]:
             r["status"],
             r["text"],
             r["content_hash"],
+            r["supersedes"],
+            r["superseded_by"],
         )
         for r in rows
     ]
@@ -259,7 +266,9 @@ def day_leaves(conn: sqlite3.Connection, day: date) -> list[_DayLeaf]:
 
 
 def _signature(leaves: Sequence[_DayLeaf]) -> str:
-    keys = sorted(f"{leaf.id}:{leaf.content_hash}" for leaf in leaves)
+    keys = sorted(
+        f"{leaf.id}:{validity.fingerprint_part(leaf.content_hash, leaf.superseded_by)}" for leaf in leaves
+    )
     return hashlib.sha256("\n".join(keys).encode()).hexdigest()
 
 
@@ -430,7 +439,17 @@ def _day_node(
     linked = _most_central(leaves, vecs, LINK_CAP)
     readable = [leaf for leaf in linked if leaf.status != Status.DROPPED.value] or linked
     result = summariser.summarise(
-        [Child(leaf.text, vecs.get(leaf.id), speaker=leaf.speaker, ts=leaf.when) for leaf in readable], 1
+        [
+            Child(
+                validity.marked(leaf.text, leaf.supersedes, leaf.superseded_by),
+                vecs.get(leaf.id),
+                speaker=leaf.speaker,
+                ts=leaf.when,
+                weight=validity.SUPERSEDED_WEIGHT if validity.listed(leaf.superseded_by) else 1.0,
+            )
+            for leaf in readable
+        ],
+        1,
     )
     counts = [_count_line(src, [x for x in leaves if x.source == src]) for src in _sources(leaves)]
     by_source = sorted(linked, key=lambda leaf: (leaf.source, leaf.when, leaf.seq, leaf.path))

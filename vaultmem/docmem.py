@@ -196,6 +196,7 @@ def _new_leaf(
         content_hash=leaffile.content_hash(body),
         redactions=kinds,
         order=format_order(place.order),
+        ingested=datetime.now(UTC).replace(microsecond=0),
     )
     vectors = {leaf.id: np.asarray(embedder.embed([embed_text(leaf)])[0])} if embedder is not None else {}
     return leaf, FileWrite(leaf.path, leaffile.render_leaf(leaf), None), vectors

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from vaultmem import validity
 from vaultmem.errors import NodeNotFound
 from vaultmem.inputs.mailthread import KnownEmail
 from vaultmem.layout import in_sealed_level
@@ -50,6 +51,11 @@ ROW_COLUMNS = (
     "file_mtime_ns",
     "ord",
     "entities",
+    "valid_from",
+    "valid_to",
+    "supersedes",
+    "superseded_by",
+    "ingested",
 )
 
 
@@ -101,6 +107,7 @@ def leaf_row(leaf: Leaf, stamp: FileStamp, parent: str | None = None) -> tuple[A
         stamp.mtime_ns,
         leaf.order,
         json.dumps(list(leaf.entities), ensure_ascii=False),
+        *validity.row_values(validity.of(leaf)),
     )
 
 
@@ -149,6 +156,7 @@ def summary_row(node: SummaryNode, stamp: FileStamp, parent: str | None = None) 
         stamp.mtime_ns,
         node.order,
         "[]",
+        *validity.row_values(validity.Validity()),
     )
 
 
@@ -231,6 +239,7 @@ def row_to_leaf(row: sqlite3.Row) -> Leaf:
         order=_ord(row),
         entities=_entities(row),
         meta=json.loads(row["provenance"]),
+        **validity.from_row(row).fields(),
     )
 
 

@@ -15,6 +15,7 @@ import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from vaultmem import fsio, index, leaffile
@@ -59,9 +60,14 @@ class IngestReport:
 
 
 def build_leaves(
-    messages: Iterable[Message], layout: Layout, scorer: FastScorer, max_tokens: int
+    messages: Iterable[Message],
+    layout: Layout,
+    scorer: FastScorer,
+    max_tokens: int,
+    ingested: datetime | None = None,
 ) -> list[Leaf]:
-    """Redact, chunk and score messages into leaves (not yet written)."""
+    """Redact, chunk and score messages into leaves (not yet written), learned ``ingested`` (now)."""
+    learned = (ingested or datetime.now(UTC)).replace(microsecond=0)
     leaves: list[Leaf] = []
     for message in messages:
         safe_name(message.source)
@@ -91,6 +97,7 @@ def build_leaves(
                     content_hash=leaffile.content_hash(text),
                     redactions=kinds,
                     meta=dict(message.meta),
+                    ingested=learned,
                 )
             )
     return leaves

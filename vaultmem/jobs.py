@@ -33,6 +33,7 @@ class JobKind(StrEnum):
     DIGEST_DAILY = "digest_daily"
     SESSION_END = "session_end"
     INGEST = "ingest"  # read a configured source folder again ([sources] in config.toml)
+    DETECT_UPDATES = "detect_updates"  # newly admitted leaves that may update older ones (issue #20)
 
 
 # Kind names earlier versions stored in chunks.db: migration 015 renames queued rows, and a row or a
@@ -129,6 +130,12 @@ def ingest_job(source: str) -> NewJob:
     """Ingest the folder configured for ``source`` (one at a time: a second request while it is
     queued or running is the same job). Two attempts: a folder that cannot be read is a person's fix."""
     return NewJob(JobKind.INGEST.value, {"source": source}, dedupe_key=f"ingest:{source}", max_attempts=2)
+
+
+def detect_updates_job() -> NewJob:
+    """Look for older leaves the leaves admitted since the last look may update (one job for all of
+    them: it scans from where the last one stopped), and carry out decisions written into ``review/``."""
+    return NewJob(JobKind.DETECT_UPDATES.value, {}, dedupe_key="detect_updates", max_attempts=3)
 
 
 def owner_alive(owner: str | None) -> bool | None:

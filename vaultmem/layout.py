@@ -5,6 +5,7 @@
     chunks.db           SQLite index: rows, FTS5, vectors, jobs (rebuildable from the files)
     config.toml         vault configuration
     intent/             write-ahead notes of batches in flight (healed on open)
+    restoring/          write-ahead notes of restores of forgotten leaves in flight (finished on open)
     write.lock          held while a process writes
     daemon.lock         held by the running `vaultmem watch` (one per vault)
     daemon.json         the daemon's status: pid, host, last event, queue depth, warnings
@@ -37,6 +38,8 @@ RESERVED_TOP = ("sources", "topics", "global", "core")
 # The agent's own memory (core files, session notes, episodes, recipes): indexed by ``memindex``.
 AGENT_TOPS = ("core", "sessions", "episodes", "recipes")
 # Directories and files the engine never indexes.
+REVIEW = "review"  # the review inbox (vaultmem.review): never indexed
+TOMBSTONES = ".trash/vaultmem/forgotten"  # forgotten leaves, one folder per id (vaultmem.forget)
 IGNORED_DIRS = frozenset({".vaultmem", ".obsidian", ".git", ".trash", "node_modules"})
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
@@ -61,6 +64,10 @@ class Layout:
     @property
     def intent(self) -> Path:
         return self.state / "intent"
+
+    @property
+    def restoring(self) -> Path:
+        return self.state / "restoring"
 
     @property
     def lock(self) -> Path:
@@ -132,9 +139,10 @@ def file_in(rel: str, top: str, archive: str = "_archive") -> tuple[str, bool] |
 
 
 def is_ignored(rel: str) -> bool:
-    """True for paths the engine never indexes: engine state, editor and VCS folders, temp files."""
+    """True for paths the engine never indexes: engine state, editor and VCS folders, temp files, the
+    review inbox (``review/`` at the top)."""
     parts = PurePosixPath(rel).parts
-    if any(part in IGNORED_DIRS or part.startswith(".") for part in parts):
+    if any(part in IGNORED_DIRS or part.startswith(".") for part in parts) or parts[:1] == (REVIEW,):
         return True
     name = parts[-1] if parts else ""
     return (

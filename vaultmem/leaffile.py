@@ -24,6 +24,7 @@ from vaultmem.layout import slug
 from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Status, format_ts, parse_order, parse_ts, safe_name
 from vaultmem.redact import Redaction, has_secret, redact
 from vaultmem.tokens import count_tokens
+from vaultmem.validity import parse as parse_validity
 
 LEAF_KEYS = frozenset(
     {
@@ -69,7 +70,7 @@ def id_from_filename(name: str) -> str | None:
 
 
 def engine_meta(leaf: Leaf) -> dict[str, Any]:
-    return {
+    meta: dict[str, Any] = {
         "id": leaf.id,
         "kind": "leaf",
         "source": leaf.source,
@@ -82,6 +83,7 @@ def engine_meta(leaf: Leaf) -> dict[str, Any]:
         "role": leaf.role,
         "speaker": leaf.speaker,
         "ts": format_ts(leaf.ts),
+        "ingested": format_ts(leaf.ingested),
         "status": leaf.status.value,
         # Right after the status: extract writes both at once, editing two lines of the file in place.
         "entities": list(leaf.entities) or None,
@@ -92,6 +94,9 @@ def engine_meta(leaf: Leaf) -> dict[str, Any]:
         "redactions": list(leaf.redactions) or None,
         "provenance": dict(leaf.meta) or None,
     }
+    if leaf.ingested is None:  # unknown here: a value the file has is kept (not an owned key)
+        del meta["ingested"]
+    return meta
 
 
 def render_leaf(leaf: Leaf, keep: frontmatter.MdDoc | None = None) -> str:
@@ -156,6 +161,7 @@ def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, frontmatter.MdDoc]:
     provenance = meta.get("provenance") or {}
     if not isinstance(provenance, dict):
         raise FrontmatterError(f"{rel_path}: 'provenance' must be a mapping")
+    valid = parse_validity(meta, rel_path)
     clean = _Cleaner()
     body = clean.text(doc.body.strip())
     leaf = Leaf(
@@ -180,6 +186,11 @@ def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, frontmatter.MdDoc]:
         order=order,
         entities=entity_keys(_str_list(meta.get("entities"), "entities", rel_path)),
         meta={str(k): clean.text(str(v)) for k, v in provenance.items()},
+        valid_from=valid.valid_from,
+        valid_to=valid.valid_to,
+        supersedes=valid.supersedes,
+        superseded_by=valid.superseded_by,
+        ingested=valid.ingested,
     )
     # The kinds the file lists, then any a hand edit added (the index knows the text was redacted).
     listed = _str_list(meta.get("redactions"), "redactions", rel_path)

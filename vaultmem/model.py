@@ -187,6 +187,12 @@ class Leaf:
     order: str | None = None  # reading position among its siblings (a decimal number), when set
     entities: tuple[str, ...] = ()  # canonical entity keys ("person:caroline"), found during extract
     meta: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    # Validity (issue #20): when the fact holds, and the versions it replaces / that replace it.
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    supersedes: tuple[str, ...] = ()
+    superseded_by: tuple[str, ...] = ()
+    ingested: datetime | None = None  # when the vault learned it (``as_of`` reads it); None: unknown
 
     @property
     def provenance(self) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from vaultmem.jobs import (
     JobKind,
     JobQueue,
     append_buffer_job,
+    detect_updates_job,
     flush_stale_job,
     process_owner,
     reclaim,
@@ -80,6 +81,9 @@ class JobEnv(StepEnv):
     # read a configured source folder again ([sources]), calling the heartbeat as batches are written;
     # returns the operation's line. None: this process cannot (the job fails)
     ingest: Callable[[str, Callable[[], None]], str] | None = None
+    # the supersede detector over newly admitted leaves and the review inbox's decisions (issue #20),
+    # calling the heartbeat as it goes; returns the operation's line, or None when nothing changed
+    updates: Callable[[Callable[[], None]], str | None] | None = None
 
 
 @dataclass
@@ -376,6 +380,7 @@ class Pool:
                 JobKind.TOPIC_ROUTE.value: self._topic_route,
                 JobKind.SESSION_END.value: self._session_end,
                 JobKind.INGEST.value: self._ingest,
+                JobKind.DETECT_UPDATES.value: self._detect_updates,
             }.get(kind)
             if handler is None:
                 queue.fail(job, f"no handler for job kind {kind!r} in this version")
@@ -626,6 +631,15 @@ class Pool:
         self.report.say(self.ctx.ingest(str(job.payload["source"]), lambda: queue.extend(job)))
         return True
 
+    def _detect_updates(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
+        """Proposals (and updates applied at once) for the leaves admitted since the last look."""
+        if self.ctx.updates is None:
+            return True  # this process keeps no review inbox: the next one that does looks again
+        line = self.ctx.updates(lambda: queue.extend(job))
+        if line:
+            self.report.say(line)
+        return True
+
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         day = digest.parse_day(str(job.payload["day"]))
         return self._settle(queue, job, digest.build_day(self.ctx, conn, day), committed=True)
@@ -675,7 +689,8 @@ def run_admit(
     catch-up re-reads) is put back for ``BUSY_RETRY_S`` without using an attempt, and one whose file is
     no longer a leaf (or is now over the vault's ``max_file_bytes``, as for every read) fails. Follow-ups of the admitted leaves, whoever runs the batch (the threads or
     ``flush``): the digest of each day they fall on (with ``env.digest``), their entities' topics routed,
-    and ``append_buffer`` for each of their sources (which seals once the buffer is ready). Adds to
+    ``append_buffer`` for each of their sources (which seals once the buffer is ready), and one
+    ``detect_updates`` (the supersede detector over what was admitted). Adds to
     ``report``. A full disk is raised (nothing to retry until space returns)."""
     layout = env.layout
     embedder = env.embedder()
@@ -719,6 +734,8 @@ def run_admit(
     report.jobs_done += len(done)
     topics.route.after_admit(conn, layout, done_ids, topics.heat.utcnow(), env.topics)
     queue.enqueue_many(append_buffer_job(s) for s in _sources_of(conn, done_ids))
+    if result.admitted:  # the supersede detector looks at them next (issue #20)
+        queue.enqueue_many([detect_updates_job()])
     report.embedded += result.embedded
     report.reused += result.reused
     report.admitted += result.admitted

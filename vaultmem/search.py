@@ -126,6 +126,8 @@ class Filters:
     # since/until also admit a leaf that mentions a day in that span ("last Saturday" said on 8 May
     # mentions 6 May; entities.py resolves it at ingest): an event can be told weeks after it happened.
     mentioned: bool = False
+    valid_at: datetime | None = None  # only leaves whose validity window holds this moment (issue #20)
+    as_of: datetime | None = None  # only what the vault held then: nodes whose time is not after it
 
     def sql(self, alias: str = "c") -> tuple[str, list[Any]]:
         clauses: list[str] = []
@@ -163,13 +165,36 @@ class Filters:
         else:
             clauses.extend(when)
             params.extend(when_params)
+        if self.valid_at is not None:
+            clauses.append(
+                f"({alias}.valid_from IS NULL OR {alias}.valid_from <= ?)"
+                f" AND ({alias}.valid_to IS NULL OR {alias}.valid_to > ?)"
+            )
+            params.extend([format_ts(self.valid_at)] * 2)
+        if self.as_of is not None:
+            # What the vault held then: a leaf said by then and learned by then (``ingested``, when known;
+            # an import of old chats is not known before it was imported), a summary from its newest leaf.
+            clauses.append(
+                f"coalesce({alias}.ts_end, {alias}.ts, '') <= ? AND coalesce({alias}.ingested, '') <= ?"
+            )
+            params.extend([format_ts(self.as_of)] * 2)
         return (" AND ".join(clauses), params)
 
     @property
     def empty(self) -> bool:
         return all(
             v is None
-            for v in (self.source, self.session, self.since, self.until, self.kind, self.status, self.entity)
+            for v in (
+                self.source,
+                self.session,
+                self.since,
+                self.until,
+                self.kind,
+                self.status,
+                self.entity,
+                self.valid_at,
+                self.as_of,
+            )
         )
 
 
@@ -679,8 +704,16 @@ class Searcher:
         if not bonus:
             return
         # Every id in ``scores`` passed the filters, and a neighbour is a leaf of the same source and
-        # session: only the other filters can leave a neighbour out.
-        if (filters.status, filters.entity, filters.since, filters.until) != (None, None, None, None):
+        # session: only the other filters (validity and as_of too) can leave a neighbour out.
+        others = (
+            filters.status,
+            filters.entity,
+            filters.since,
+            filters.until,
+            filters.valid_at,
+            filters.as_of,
+        )
+        if any(v is not None for v in others):
             where, params = filters.sql()
             allowed: set[str] = set()
             for part, marks in index.in_batches(list(bonus)):

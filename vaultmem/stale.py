@@ -3,7 +3,7 @@
 Owns the re-summarise result every tree kind returns (``Resummarised``), the fingerprint of a level's
 children as the index has them (``current_fingerprint``, compared with a summary's ``children_hash``),
 ``mark_stale`` (the ``stale:`` line of each file and its row, one durable step, and their re-summarise
-jobs) and ``ancestors_of`` (a node's parents up to its root, from the index).
+jobs; ``stale_writes`` plans the same for a caller's own step) and ``ancestors_of`` (a node's parents up to its root, from the index).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from vaultmem import frontmatter, fsio, index, steps
+from vaultmem import frontmatter, fsio, index, steps, validity
 from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.layout import Layout
 from vaultmem.steps import FileWrite, TreeOp
@@ -50,7 +50,16 @@ def children_of(conn: sqlite3.Connection, directory: str) -> tuple[list[sqlite3.
 
 
 def fingerprint_rows(rows: Iterable[sqlite3.Row]) -> str:
-    return children_fingerprint((str(r["id"]), str(r["content_hash"])) for r in rows)
+    return children_fingerprint(
+        (str(r["id"]), validity.fingerprint_part(str(r["content_hash"]), _superseded_by(r))) for r in rows
+    )
+
+
+def _superseded_by(row: sqlite3.Row) -> str | None:
+    try:
+        return str(row["superseded_by"])
+    except IndexError:  # a summary's row, or a read-only index made before validity had columns
+        return None
 
 
 def current_fingerprint(conn: sqlite3.Connection, directory: str) -> str:
@@ -74,6 +83,30 @@ def mark_stale(
 
     Each file is read, only its ``stale:`` line changes, and it is written back guarded by the hash
     that was read (one durable step for all of them). Returns the ids marked."""
+    writes, queued, source = stale_writes(conn, layout, ids, max_bytes, unless_current=unless_current)
+    if not queued:
+        return []
+    op = TreeOp(
+        "stale", source, f"memory: mark {len(queued)} summaries stale", tuple(writes), (), tuple(queued)
+    )
+    try:
+        steps.apply(conn, layout, op, "", 0)
+    except ConflictError:
+        return []  # a person is editing one of them; the next catch-up sees it and tries again
+    return [node_id for node_id, _ in queued]
+
+
+def stale_writes(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    ids: Sequence[str],
+    max_bytes: int,
+    *,
+    unless_current: bool = False,
+) -> tuple[list[FileWrite], list[tuple[str, int]], str]:
+    """What ``mark_stale`` does, planned and not applied: the summary files' new bytes (guarded by the
+    hash read), the (id, depth) to re-summarise, and a source named by one of them ("" when none), for a
+    caller that makes the marking part of its own durable step."""
     found: dict[str, tuple[bytes, SummaryNode, frontmatter.MdDoc, str | None]] = {}
     for node_id in dict.fromkeys(ids):
         row = conn.execute(
@@ -115,16 +148,7 @@ def mark_stale(
             writes.append(FileWrite(node.path, new.decode("utf-8"), fsio.sha256_bytes(data)))
         queued.append((node_id, node.depth))
         source = source or node.source
-    if not queued:
-        return []
-    op = TreeOp(
-        "stale", source, f"memory: mark {len(queued)} summaries stale", tuple(writes), (), tuple(queued)
-    )
-    try:
-        steps.apply(conn, layout, op, "", 0)
-    except ConflictError:
-        return []  # a person is editing one of them; the next catch-up sees it and tries again
-    return [node_id for node_id, _ in queued]
+    return writes, queued, source
 
 
 def ancestors_of(conn: sqlite3.Connection, node_id: str) -> list[str]:

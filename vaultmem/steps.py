@@ -76,7 +76,7 @@ class TreeOp:
     old place, then moved. ``removes`` lists node files and sidecars as (path, hash that was read; None
     only for an engine-owned ``_embeddings.json``); ``rmdirs`` are directories removed once empty."""
 
-    kind: str  # "seal" | "condense" | "resummarise" | "stale" | "docmem"
+    kind: str  # "seal" | "condense" | "resummarise" | "stale" | "docmem" | "link"
     source: str
     message: str  # one line, also the git commit message
     writes: tuple[FileWrite, ...] = ()

@@ -150,6 +150,8 @@ _MONTH_NO = {name: i for i, name in enumerate(_MONTHS, 1)} | _ABBR
 _MON = r"(?P<mon>" + "|".join(_MONTHS + sorted(_ABBR, key=len, reverse=True)) + r")\b"
 _WEEKDAY_ALT = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _WEEKDAYS = _WEEKDAY_ALT.split("|")
+# The English words of the calendar, lower case: month names, their abbreviations, weekdays.
+CALENDAR_WORDS: tuple[str, ...] = (*_MONTHS, *_ABBR, *_WEEKDAYS)
 _PRE = r"(?:\b(?P<pre>in|on|at|of|during|since|from|over|until|by|earlier|later)\s+)?"
 # "may" and "march" are also verbs: as months they need a preposition, a day or a year with them
 _VERBISH = {"may", "march"}

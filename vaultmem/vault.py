@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 # Only what opening a vault and searching it need is imported here: `vaultmem search` from a cold shell
 # must not pay for ingest, compaction, topic planning or git (bench/startup.py; tests/test_cli.py checks
 # the list). The rest is imported where it is used; ``topics`` imports each of its modules on first use.
-from vaultmem import agentio, db, entities, frontmatter, fsio, index, topics, vectors
+from vaultmem import agentio, db, decay, entities, frontmatter, fsio, index, topics, vectors, versions
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import MODES, Context, gather
 from vaultmem.embed import Embedder, load_embedder
@@ -34,11 +34,12 @@ from vaultmem.errors import (
     InvalidInput,
     NodeNotFound,
     ReadOnlyVault,
+    VaultError,
     VaultExists,
     VaultNotFound,
 )
 from vaultmem.jobs import JobQueue, admit_job, ingest_job, release_dead, resummarise_job, seal_job
-from vaultmem.layout import RESERVED_TOP, SOURCES, Layout
+from vaultmem.layout import FRESH, RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lock import WriteLock
 from vaultmem.model import (
@@ -48,16 +49,18 @@ from vaultmem.model import (
     Status,
     check_node_id,
     default_source_name,
+    format_ts,
     parse_ts,
     safe_name,
 )
 from vaultmem.opening import Damaged, open_index, set_aside
+from vaultmem.redact import scrub
 from vaultmem.search import Filters, Hit, Searcher, window_ranked
 from vaultmem.summaryfile import SummaryNode
 from vaultmem.tokens import count_tokens
 
 if TYPE_CHECKING:
-    from vaultmem import navigate
+    from vaultmem import detect, navigate, purge, review
     from vaultmem.admit import EntityFinder
     from vaultmem.agentllm import ChatModel
     from vaultmem.autocommit import AutoCommit
@@ -67,6 +70,7 @@ if TYPE_CHECKING:
     from vaultmem.docmem import Plan
     from vaultmem.docsync import Syncer
     from vaultmem.episodes import Episode
+    from vaultmem.forget import Tombstone
     from vaultmem.gitsync import CommitInfo, GitOperation
     from vaultmem.ingest import IngestReport, Progress
     from vaultmem.llm import Endpoint
@@ -232,11 +236,29 @@ class Vault:
 
             if steps.pending_notes(layout):
                 self.heal_compaction()
+        if layout.restoring.is_dir() and any(layout.restoring.iterdir()):
+            self._finish_restores()
         if layout.writing.exists():
             with self._locked():
                 pass  # a writer died holding the lock: taking it tidies what it left
         daemonstate.remove_stale_temps(layout)  # a daemon killed while it wrote its status
         release_dead(self.conn)
+
+    def _finish_restores(self) -> None:
+        """Finish the restores a crash interrupted (``forget.begin_restore``'s notes): the files already
+        back (leaves, derived files) are read into their rows and vectors, the tombstone of a leaf back
+        in place goes; a leaf never written stays forgotten."""
+        from vaultmem.admit import reload_vectors
+        from vaultmem.forget import end_restore, finish_restore, pending_restores
+
+        for note, leaves, derived in pending_restores(self.layout):
+            back = [rel for leaf_id, rel in leaves.items() if finish_restore(self.layout, leaf_id, rel)]
+            with self.operation(f"memory: restore {', '.join(leaves) or '?'} (finished after a crash)"):
+                rels = [*back, *(r for r in derived if self.layout.abs(r).exists())]
+                if rels:  # derived files put back before a leaf was: their rows follow them too
+                    self.reconcile_paths(rels, by_hand=False)
+                    reload_vectors(self.conn, self.layout, rels, self.embedder.model_id, self.embedder.dim)
+                end_restore(self.layout, note)
 
     def heal_compaction(self) -> list[str]:
         """Finish compaction steps a crash interrupted (runs on open; idempotent)."""
@@ -426,7 +448,7 @@ class Vault:
         total = len(messages)
         for start in range(0, total, BATCH_MESSAGES):
             batch = messages[start : start + BATCH_MESSAGES]
-            leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens)
+            leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens, self.clock())
             with self._locked():
                 try:
                     added = write_leaves(self.conn, self.layout, leaves)
@@ -703,6 +725,7 @@ class Vault:
             digest=self.config.digest_enabled,
             session_end=lambda conn, job: memtiers.run_session_job(self._memory(conn), job),
             ingest=self._ingest_job,
+            updates=self._updates_job,
         )
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
@@ -1042,18 +1065,47 @@ class Vault:
         status: str | None = None,
         topic: str | None = None,
         now: datetime | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
     ) -> list[Hit]:
         """Hybrid search (BM25 + embeddings) over leaves and summaries, with filters.
 
         ``topic`` (an entity name or key) keeps the leaves that mention it. A query that names a time
         ("last Tuesday", "in May 2023", "上周三") ranks what was said then above the rest; ``now`` is the
-        reference for relative times (default: the current time). A query that names a speaker ranks
-        that speaker's words first (``Searcher._boost_speakers``)."""
+        reference for relative times (default: the current time). A superseded leaf comes right after
+        the leaf that replaces it (``superseded_by`` in its provenance) and a leaf outside its validity
+        window is left out, unless ``include_superseded``; ``as_of`` answers as the vault stood then. A query
+        that names a speaker ranks that speaker's words first (``Searcher._boost_speakers``)."""
         entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), kind, status, entity)
-        hits = window_ranked(self.conn, query, filters, now, lambda q, f: self.searcher.search(q, k, f))[:k]
+        filters = versions.scoped(
+            self.conn, filters, as_of=_as_of(as_of), now=now, include_superseded=include_superseded
+        )
+        found = window_ranked(self.conn, query, filters, now, lambda q, f: self.searcher.search(q, k, f))
+        hits = self._versions(query, self._decayed(found, now), filters, include_superseded)[:k]
         self.record_query(query)
+        self._asked(hits, now)
         return hits
+
+    def _decayed(self, hits: list[Hit], now: datetime | None) -> list[Hit]:
+        """With ``[decay]`` on, leaves nobody asked about for long rank lower (``decay.py``)."""
+        half_life = self.config.decay_half_life_days
+        if half_life <= 0:
+            return hits
+        moment = now or datetime.now(UTC)
+        return decay.reweigh(hits, decay.weights(self.conn, hits, moment, half_life, self.config.decay_floor))
+
+    def _asked(self, hits: Sequence[Hit], now: datetime | None) -> None:
+        if self.config.decay_half_life_days > 0 and self.read_only is None:
+            decay.noted(self.conn, hits, now or datetime.now(UTC))
+
+    def _versions(self, query: str, hits: list[Hit], filters: Filters, include_superseded: bool) -> list[Hit]:
+        """``versions.arrange`` with successors the search did not find fetched from the index."""
+
+        def fetch(ids: list[str]) -> list[Hit]:
+            return self.searcher.evidence(query, self.searcher.hits([(i, 0.0, None, None) for i in ids]))
+
+        return versions.arrange(self.conn, hits, filters, fetch, include_superseded=include_superseded)
 
     def record_query(self, query: str) -> None:
         """Make the entities ``query`` names hotter (the heat formula's query term). ``search`` and
@@ -1087,11 +1139,14 @@ class Vault:
         until: datetime | str | None = None,
         topic: str | None = None,
         now: datetime | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
     ) -> Context:
         """The best remembered text for ``query`` within ``budget_tokens``, with provenance per item.
 
         ``mode``: ``flat`` (leaves only), ``collapsed`` (leaves and summaries ranked together) or
-        ``walk`` (top-down through the best branches); see ``context``. Chosen nodes never overlap."""
+        ``walk`` (top-down through the best branches); see ``context``. Chosen nodes never overlap.
+        Versions and ``as_of`` as in ``search``."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         mode = mode or DEFAULT_CONTEXT_MODE
@@ -1101,7 +1156,10 @@ class Vault:
             raise InvalidInput("the query is empty; type a few words to search for")
         entity = topics.query.resolve(self.conn, topic) if topic is not None else None
         filters = Filters(source, session, _when(since, "since"), _when(until, "until"), entity=entity)
-        found = gather(
+        filters = versions.scoped(
+            self.conn, filters, as_of=_as_of(as_of), now=now, include_superseded=include_superseded
+        )
+        ctx = gather(
             self.searcher,
             query,
             budget_tokens,
@@ -1109,9 +1167,11 @@ class Vault:
             filters=filters,
             now=now,
             embedder=lambda: self.embedder,
+            rank=lambda found: self._versions(query, self._decayed(found, now), filters, include_superseded),
         )
         self.record_query(query)
-        return found
+        self._asked([item.hit for item in ctx.items], now)
+        return ctx
 
     # -- navigation ----------------------------------------------------------------------------------
     def drill_down(self, node_id: str | None = None, *, query: str | None = None) -> list[navigate.Node]:
@@ -1387,7 +1447,7 @@ class Vault:
             session=session,
             role=role,
             speaker=speaker,
-            ts=_when(ts, "ts"),
+            ts=_when(ts, "ts") or self.clock(),
             reason=reason,
             via=via,
         )
@@ -1416,16 +1476,414 @@ class Vault:
         body = agentio.check_text(text, max_tokens=self.config.chunk_max_tokens)
         if " ".join(body.split()) == " ".join(old.text.split()):
             raise InvalidInput(f"the new text is the text of {old_id} already; nothing to update")
-        message = agentio.remembered(body, source=source, reason=reason, via=via)
+        message = agentio.remembered(body, source=source, reason=reason, via=via, ts=self.clock())
         with self.operation(agentio.commit_message(source, f"updated {old_id}", reason)):
             done = self._remember(message)
             new_id, new_path = done.ids[0], done.paths[0]
             if new_id == old_id:
                 raise InvalidInput(f"the new text is the text of {old_id} already; nothing to update")
-            self._add_keys(new_path, agentio.SUPERSEDES, old_id)
-            self._add_keys(old.path, agentio.SUPERSEDED_BY, new_id)
-            self.reconcile_paths([new_path, old.path], by_hand=False)  # the rows follow the files
+            self._link(old_id, old.path, new_id, new_path)
         return replace(done, supersedes=old_id)
+
+    def _link(self, old_id: str, old_path: str, new_id: str, new_path: str, *, add: bool = True) -> bool:
+        """Write (or with ``add=False`` remove) the version link between two leaves, both sides, as one
+        durable step (``supersede.link``; healed on open). False when both files said so already."""
+        from vaultmem import supersede
+
+        return supersede.link(
+            self.conn,
+            self.layout,
+            (old_id, old_path),
+            (new_id, new_path),
+            add=add,
+            max_bytes=self.config.max_file_bytes,
+            digests=self.config.digest_enabled,
+            topics=self.config.topics_enabled,
+        )
+
+    # -- updates: the supersede detector and the review inbox (issue #20) ------------------------------
+    def propose_updates(
+        self,
+        *,
+        now: datetime | None = None,
+        rescan: bool = False,
+        heartbeat: Callable[[], None] | None = None,
+    ) -> dict[str, list[Any]]:
+        """Run the offline detector over the leaves indexed since the last scan (all with ``rescan``):
+        each older leaf a new one may update becomes a proposal in ``review/`` (confidence at least
+        ``detect.PROPOSE_AT``). With ``[updates] auto_apply`` on (off by default), one at least
+        ``auto_apply_at`` sure is linked at once instead and logged in the week's file. Pairs already
+        linked, proposed or decided are skipped."""
+        from vaultmem import detect, review
+
+        moment = now or datetime.now(UTC)
+        out: dict[str, list[Any]] = {"proposed": [], "applied": [], "dismissed": []}
+        auto_at = self.config.updates_auto_apply_at if self.config.updates_auto_apply else None
+        with self.operation("memory: propose updates"):
+            mark = self.conn.execute("SELECT value FROM meta WHERE key = 'updates_scanned'").fetchone()
+            start = 0 if rescan or mark is None else int(mark[0])
+            # Admitted leaves only (they have their vector and entities); the scan stops before the first
+            # leaf still waiting for admission, so the mark never passes it.
+            waiting_row = self.conn.execute(
+                "SELECT min(rowid) FROM chunks WHERE kind = 'leaf' AND rowid > ? AND status = ?",
+                (start, Status.PENDING.value),
+            ).fetchone()[0]
+            rows = self.conn.execute(
+                "SELECT rowid, id, text, speaker, role, entities, path, provenance FROM chunks"
+                " WHERE kind = 'leaf' AND rowid > ? AND rowid < ? AND status IN (?, ?)"
+                " ORDER BY coalesce(ts, ''), rowid",
+                (start, waiting_row or (1 << 62), Status.ADMITTED.value, Status.SEALED.value),
+            ).fetchall()
+            cache = self.searcher.vectors(self.embedder)
+            decided = review.decided_pairs(self.layout)
+            waiting = {(p.new, p.old) for p in review.inbox(self.layout)[0]}
+            for row in rows:
+                if heartbeat is not None:
+                    heartbeat()
+                for old, offline in versions.judged(self.conn, cache, row):
+                    if (row["id"], old["id"]) in decided | waiting or offline.confidence < detect.PROPOSE_AT:
+                        continue
+                    verdict = self._model_judges(old["text"], row["text"], offline)
+                    if verdict is None:  # the model says it is no update: logged, never proposed again
+                        p = review.Proposal(old["id"], row["id"], offline.confidence, offline.why, "")
+                        review.log(self.layout, moment, "dismissed by the model", p, old["text"], row["text"])
+                        out["dismissed"].append(p)
+                        continue
+                    if verdict.confidence < detect.PROPOSE_AT:
+                        continue
+                    p = review.Proposal(
+                        old["id"], row["id"], verdict.confidence, verdict.why, format_ts(moment) or ""
+                    )
+                    waiting.add((p.new, p.old))
+                    if auto_at is not None and verdict.confidence >= auto_at and self._linked(p, old, row):
+                        review.log(self.layout, moment, "applied", p, old["text"], row["text"])
+                        out["applied"].append(p)
+                    else:
+                        review.write(self.layout, p, old["text"], row["text"], old["path"], row["path"])
+                        out["proposed"].append(p)
+            if rows:
+                with db.atomic(self.conn):
+                    self.conn.execute(
+                        "INSERT INTO meta(key, value) VALUES ('updates_scanned', ?)"
+                        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                        (str(max(r["rowid"] for r in rows)),),
+                    )
+        return out
+
+    def _linked(self, p: review.Proposal, old: sqlite3.Row, new: sqlite3.Row) -> bool:
+        """Auto-apply one proposal; False (it waits in ``review/`` instead) when a leaf's file changed
+        since it was indexed."""
+        try:
+            self._link(p.old, old["path"], p.new, new["path"])
+        except ConflictError as exc:
+            self.warnings.append(f"update {p.new} of {p.old} left for review: {exc}")
+            return False
+        return True
+
+    def _model_judges(self, old: str, new: str, offline: detect.Judgement) -> detect.Judgement | None:
+        """With an ``[llm]`` endpoint, the model judges a pair the offline rules propose (its verdict,
+        or None when it says it is no update); without one, or when the model fails or answers junk,
+        the offline judgement stands (noted in the vault's warnings)."""
+        from vaultmem import detect
+        from vaultmem.agentllm import reply_object
+
+        model = self.chat_model
+        if model is None:
+            return offline
+        try:
+            reply = model.ask(detect.JUDGE_SYSTEM, detect.judge_prompt(old, new, offline), max_tokens=200)
+            return detect.model_verdict(reply_object(reply), offline)
+        except (VaultError, ValueError, OSError) as exc:
+            self.warnings.append(f"update judged offline: the model failed ({exc})")
+            return offline
+
+    def proposals(self) -> list[review.Proposal]:
+        """The proposals waiting in ``review/``, oldest first."""
+        from vaultmem import review
+
+        return review.inbox(self.layout)[0]
+
+    def decide(self, key: str, decision: str) -> dict[str, list[Any]]:
+        """Record a person's ``decision`` (accept, reject, skip) on a proposal (its file name, its new
+        id, or ``new-old``) and apply the inbox. A person's own tool: the MCP server has no way here."""
+        from vaultmem import review
+
+        with self.operation(f"memory: review {decision} {key}"):
+            review.set_decision(self.layout, review.find(self.layout, key), decision)
+            return self.apply_reviews()
+
+    def apply_reviews(self, *, now: datetime | None = None) -> dict[str, list[Any]]:
+        """Carry out the decisions in ``review/`` (a person's edit of ``decision:`` included): accepted
+        proposals link the two leaves, rejected ones are dropped, proposals pending longer than
+        ``review.EXPIRE_DAYS`` expire, and those naming a leaf the vault no longer holds are ``gone``; each
+        outcome goes into the week's log and the file goes."""
+        from vaultmem import review
+
+        moment = now or datetime.now(UTC)
+        out: dict[str, list[Any]] = {"accepted": [], "rejected": [], "expired": [], "gone": [], "invalid": []}
+        with self.operation("memory: review decisions"):
+            found, bad = review.inbox(self.layout)
+            out["invalid"] = bad
+            for p in found:
+                pair = {x.id: x for x in index.leaves_by_ids(self.conn, [p.old, p.new])}
+                outcome = {"accept": "accepted", "reject": "rejected"}.get(p.decision)
+                if outcome is None and review.expired(p, moment):
+                    outcome = "expired"
+                if len(pair) < 2:  # a leaf was forgotten, purged or deleted: nothing left to decide
+                    outcome = "gone"
+                if outcome is None:
+                    continue
+                if outcome == "accepted":
+                    try:
+                        self._link(p.old, pair[p.old].path, p.new, pair[p.new].path)
+                    except ConflictError as exc:  # the file stays, decided: carried out next time
+                        self.warnings.append(f"{p.path}: not applied yet: {exc}")
+                        continue
+                texts = [pair[i].text if i in pair else "(gone)" for i in (p.old, p.new)]
+                review.log(self.layout, moment, outcome, p, texts[0], texts[1])
+                fsio.remove_file(self.layout.root, self.layout.root / p.path)
+                out[outcome].append(p)
+        return out
+
+    def revert_update(self, key: str) -> None:
+        """Undo a link between two leaves (``new-old`` ids, as the weekly log writes it)."""
+        new_id, _, old_id = key.partition("-")
+        pair = {
+            x.id: x for x in index.leaves_by_ids(self.conn, [check_node_id(old_id), check_node_id(new_id)])
+        }
+        if len(pair) != 2:
+            raise NodeNotFound(f"{key}: both leaves must be in the vault to undo their link")
+        with self.operation(f"memory: revert update {new_id} of {old_id}"):
+            self._link(old_id, pair[old_id].path, new_id, pair[new_id].path, add=False)
+
+    # -- forget and restore (issue #20) ---------------------------------------------------------------
+    def forget(
+        self, ids: Iterable[str], *, reason: str | None = None, settle: bool = True
+    ) -> list[Tombstone]:
+        """Forget leaves: each is moved, byte for byte, into its tombstone
+        (``.trash/vaultmem/forgotten/<id>/``, never indexed) with its vector, and leaves the tree like
+        ``delete`` (its ancestors go stale, its day's digest and its topics are redone). ``settle`` runs
+        the queue at once, so the ancestors are re-summarised without it. One commit with git on;
+        ``restore`` brings a leaf back exactly."""
+        from vaultmem import sidecar
+        from vaultmem.forget import Tombstone, bury, derived_folders, keep_derived, snapshot, tombstone_stamp
+
+        asked = list(dict.fromkeys(check_node_id(i) for i in ids))
+        level_of = {
+            leaf_id: level for level in asked if level.startswith("s") for leaf_id in self._leaves_of(level)
+        }
+        wanted = list(
+            dict.fromkeys(
+                i
+                for n in asked
+                for i in (
+                    [n]
+                    if not n.startswith("s")
+                    else [leaf_id for leaf_id, level in level_of.items() if level == n]
+                )
+            )
+        )
+        why = f" ({' '.join(reason.split())[:120]})" if reason and reason.strip() else ""
+        message = scrub(f"memory: forget {', '.join(asked)}{why}")
+        before: list[tuple[Tombstone, dict[str, bytes | None]]] = []
+        with self.commit_batch(message):
+            with self.operation(message):
+                model, dim = self.embedder.model_id, self.embedder.dim
+                # A level forgotten as a whole keeps what its derived files were before any of its
+                # leaves went, in its first leaf's tombstone: ``restore <level>`` puts back that state.
+                group: dict[str, dict[str, bytes | None]] = {}
+                for leaf in (self.get(i) for i in level_of):
+                    day = leaf.ts.strftime("%Y-%m-%d") if leaf.ts else None
+                    folders = derived_folders(self.conn, leaf.id, leaf.path, leaf.entities, day)
+                    first = next(i for i, lv in level_of.items() if lv == level_of[leaf.id])
+                    group.setdefault(first, {}).update(
+                        {
+                            k: v
+                            for k, v in snapshot(self.layout, folders).items()
+                            if k not in group.get(first, {})
+                        }
+                    )
+                for leaf in (self.get(i) for i in wanted):
+                    path = self.layout.abs(leaf.path)
+                    data = path.read_bytes()
+                    entry = sidecar.read(path.parent, model, dim).entries.get(path.name)
+                    tomb = Tombstone(
+                        id=leaf.id,
+                        path=leaf.path,
+                        hash=fsio.sha256_bytes(data),
+                        forgotten_at=tombstone_stamp(),
+                        reason=scrub(reason) if reason else None,
+                        model=model if entry else None,
+                        vector_hash=entry.hash if entry else None,
+                        vector=entry.raw if entry else None,
+                        level=level_of.get(leaf.id),
+                    )
+                    if leaf.id in level_of:
+                        before.append((tomb, group.get(leaf.id, {})))
+                    else:
+                        day = leaf.ts.strftime("%Y-%m-%d") if leaf.ts else None
+                        folders = derived_folders(self.conn, leaf.id, leaf.path, leaf.entities, day)
+                        before.append((tomb, snapshot(self.layout, folders)))
+                    bury(self.layout, tomb, data)
+                    self.delete(leaf.id)
+            if settle:
+                self.work()
+            with self.operation(message):  # what forgetting rewrote, kept for an exact restore
+                done = [keep_derived(self.layout, tomb, old) for tomb, old in before]
+        return done
+
+    def _leaves_of(self, level_id: str) -> list[str]:
+        """The leaves under a level of a source tree (what forgetting the level forgets)."""
+        row = self.conn.execute(
+            "SELECT path FROM chunks WHERE id = ? AND kind = 'summary'", (level_id,)
+        ).fetchone()
+        if row is None:
+            raise NodeNotFound(f"no level {level_id} in the vault")
+        if not row["path"].startswith(f"{SOURCES}/") or row["path"].count("/") < 3:
+            raise InvalidInput(
+                f"{level_id} is a topic, a digest or a source's top: it gathers links, not memories;"
+                " forget its leaves, or one of the levels under it"
+            )
+        prefix = row["path"].rsplit("/", 1)[0] + "/"
+        return [
+            r["id"]
+            for r in self.conn.execute(
+                "SELECT id FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ? ORDER BY path",
+                index.prefix_range(prefix),
+            )
+        ]
+
+    def restore(self, leaf_id: str, *, settle: bool = True) -> str:
+        """Bring a forgotten leaf back where it was (its own bytes and vector; into its source's
+        ``_fresh/`` when its level is gone), remove its tombstone, and re-summarise what it is under
+        (``settle``). One commit with git on. Returns the leaf's path. A level's id brings back every
+        leaf forgotten with the level (``forget`` of a level), in one commit; returns the level's folder."""
+        from vaultmem import sidecar
+        from vaultmem.admit import reload_vectors
+        from vaultmem.forget import begin_restore, end_restore, read_tomb, tombstones, unbury, undo_derived
+
+        # Each restore writes its note first (forget.begin_restore): a crash before the rows are committed
+        # is finished on the next open (``_finish_restores``), so files and rows never stay apart.
+        if check_node_id(leaf_id).startswith("s"):
+            members = [t for t in tombstones(self.layout) if t.level == leaf_id]
+            if not members:
+                raise NodeNotFound(
+                    f"no leaves were forgotten with level {leaf_id}; `vaultmem forgotten` lists them"
+                )
+            with self.commit_batch(f"memory: restore {leaf_id}"):
+                with self.operation(f"memory: restore {leaf_id}"):
+                    # The level's folders first, then what its derived files were before the forget
+                    # (only those still as the forget left them), then its leaves in their places.
+                    note = begin_restore(
+                        self.layout,
+                        {t.id: t.path for t in members},
+                        [rel for t in members for rel in t.derived or {}],
+                    )
+                    for tomb in members:
+                        fsio.make_dirs(self.layout.root, self.layout.abs(tomb.path).parent)
+                    undone = [rel for tomb in members for rel in undo_derived(self.layout, tomb)]
+                    paths = [self.restore(t.id, settle=False) for t in sorted(members, key=lambda t: t.path)]
+                    self.reconcile_paths(undone, by_hand=False)
+                    reload_vectors(self.conn, self.layout, undone, self.embedder.model_id, self.embedder.dim)
+                    end_restore(self.layout, note)
+                if settle:
+                    self.work()
+            return paths[0].rsplit("/", 1)[0]
+
+        with self.commit_batch(f"memory: restore {check_node_id(leaf_id)}"):
+            with self.operation(f"memory: restore {leaf_id}"):
+                tomb, data = read_tomb(self.layout, leaf_id)
+                if self.node_at(tomb.path) is not None or index.existing_ids(self.conn, [leaf_id]):
+                    raise InvalidInput(f"{leaf_id} is in the vault already; its tombstone is left as it is")
+                rel = tomb.path
+                if not self.layout.abs(rel).parent.is_dir():  # its level was merged or removed since
+                    rel = f"{SOURCES}/{rel.split('/')[1]}/{FRESH}/{tomb.name}"
+                # A leaf forgotten with its level alone: what it was under is re-summarised instead (the
+                # level's old summaries quote its fellow leaves, still forgotten).
+                put_back = rel == tomb.path and tomb.level is None
+                note = begin_restore(
+                    self.layout, {leaf_id: rel}, list(tomb.derived or {}) if put_back else []
+                )
+                target = self.layout.abs(rel)
+                fsio.make_dirs(self.layout.root, target.parent)
+                fsio.atomic_write(target, data, root=self.layout.root, expected=None)
+                undone = undo_derived(self.layout, tomb) if put_back else []
+                embedder = self.embedder
+                held = sidecar.read(target.parent, embedder.model_id, embedder.dim).entries
+                if (
+                    tomb.vector
+                    and tomb.vector_hash
+                    and tomb.model == embedder.model_id
+                    and tomb.name not in held
+                ):
+                    entry = {tomb.name: sidecar.Entry(tomb.vector_hash, tomb.vector)}
+                    sidecar.update(self.layout, target.parent, embedder.model_id, embedder.dim, entry)
+                unbury(self.layout, tomb)
+                self.reconcile_paths([rel, *undone], by_hand=False)
+                reload_vectors(self.conn, self.layout, [rel, *undone], embedder.model_id, embedder.dim)
+                end_restore(self.layout, note)
+            if settle:
+                self.work()
+        return rel
+
+    def purge(self, leaf_id: str, *, rewrite_history: bool = False, force: bool = False) -> purge.PurgeReport:
+        """Erase a leaf (live or forgotten) and every copy of its text: the leaf goes, what drew on it is
+        re-summarised, copies outside the tree (``.trash/``, other tombstones' snapshots, duplicates set
+        aside, damaged indexes) are removed, the index's free pages and WAL are wiped. With
+        ``rewrite_history`` the vault's git history is rewritten so no commit holds it (refused when the
+        repository has a remote, unless ``force``). ``traces`` in the report lists where the text
+        still is (empty: nowhere under the vault directory, git objects and ``chunks.db`` included)."""
+        from vaultmem import purge
+        from vaultmem.forget import read_tomb, unbury
+
+        check_node_id(leaf_id)
+        if leaf_id.startswith("s"):
+            raise InvalidInput(f"{leaf_id} is a level; purge its leaves one by one")
+        root = self.layout.root
+        if rewrite_history:
+            if self._autocommit is None or not purge.is_repo_top(root):
+                raise InvalidInput(
+                    "--rewrite-history needs git auto-commit on and the vault's own repository"
+                )
+            remotes = purge.upstreams(root)
+            if remotes and not force:
+                raise InvalidInput(
+                    f"the vault's repository has remotes ({', '.join(remotes)}): the text stays in every"
+                    " clone already pushed; pass --force to rewrite this history anyway"
+                )
+        live = bool(index.existing_ids(self.conn, [leaf_id]))
+        if live:
+            leaf = self.get(leaf_id)
+            raw = self.layout.abs(leaf.path).read_text(encoding="utf-8")
+            texts = [frontmatter.split(raw, where=leaf.path).body, leaf.text]
+        else:
+            tomb, data = read_tomb(self.layout, leaf_id)
+            texts = [frontmatter.split(data.decode("utf-8"), where=tomb.path).body]
+        found = list(dict.fromkeys(n for t in texts for n in purge.needles(t)))
+        message = f"memory: purge {leaf_id}"
+        with self.commit_batch(message):
+            with self.operation(message):
+                if live:
+                    self.delete(leaf_id)
+                else:
+                    unbury(self.layout, tomb)
+            self.work()  # what drew on it is re-summarised without it
+            with self.operation(message):
+                removed = purge.remove_copies(self.layout, purge.stray_copies(self.layout, found))
+                removed += purge.scrub_review(self.layout, leaf_id, found)
+        purge.wipe_index(self.conn)
+        rewritten = purge.rewrite_history(root, found, [leaf.path] if live else []) if rewrite_history else 0
+        left = purge.traces(root, found)
+        notes = []
+        if left and not rewrite_history and any(t.startswith(".git") for t in left):
+            notes.append("git history still holds the text: purge again with --rewrite-history")
+        return purge.PurgeReport(leaf_id, tuple(removed), rewritten, tuple(left), tuple(notes))
+
+    def forgotten(self) -> list[Tombstone]:
+        """The forgotten leaves (their tombstones), the most recently forgotten first."""
+        from vaultmem.forget import tombstones
+
+        return tombstones(self.layout)
 
     def _remember(self, message: Message) -> agentio.Remembered:
         from vaultmem.ingest import build_leaves, check_new_sources, write_leaves
@@ -1435,7 +1893,9 @@ class Vault:
         paths: list[str] = []
         duplicates: list[str] = []
         new: list[Leaf] = []
-        for leaf in build_leaves([message], self.layout, self.scorer, self.config.chunk_max_tokens):
+        for leaf in build_leaves(
+            [message], self.layout, self.scorer, self.config.chunk_max_tokens, self.clock()
+        ):
             row = self.conn.execute(
                 "SELECT id, path FROM chunks WHERE kind = 'leaf' AND content_hash = ? ORDER BY path LIMIT 1",
                 (leaf.content_hash,),
@@ -1452,15 +1912,6 @@ class Vault:
             paths.append(leaf.path)
         write_leaves(self.conn, self.layout, new)
         return agentio.Remembered(tuple(ids), tuple(paths), tuple(duplicates))
-
-    def _add_keys(self, rel: str, key: str, value: str) -> None:
-        """Add ``value`` to the top-level frontmatter ``key`` of the node file ``rel`` (guarded by the
-        hash that was read; every other byte of the file is kept)."""
-        path = self.layout.abs(rel)
-        text, digest = fsio.read_text_guarded(path, self.config.max_file_bytes)
-        current = frontmatter.split(text, where=rel).meta.get(key)
-        new = agentio.with_keys(text, {key: agentio.added_id(current, value)}, where=rel)
-        fsio.atomic_write(path, new.encode("utf-8"), root=self.layout.root, expected=digest)
 
     def node_at(self, rel: str) -> str | None:
         """The id of the node indexed at the vault-relative path ``rel``, or None."""
@@ -1591,6 +2042,8 @@ class Vault:
             with self.commit_batch("memory: check --fix"):
                 if steps.pending_notes(self.layout):
                     self.heal_compaction()
+                if self.layout.restoring.is_dir() and any(self.layout.restoring.iterdir()):
+                    self._finish_restores()
                 with self._locked():
                     report = check(
                         self.conn,
@@ -1869,6 +2322,17 @@ class Vault:
             self.warnings.extend(other.warnings)
         return f"memory: ingest {name}: {len(report.added)} new leaves ({report.duplicates} already present)"
 
+    def _updates_job(self, heartbeat: Callable[[], None]) -> str | None:
+        """The ``detect_updates`` job (on a worker thread, under this vault's write lock, so its writes
+        join the commit of the run that queued it): the detector over the leaves admitted since the last
+        look, then the inbox's written decisions."""
+        found = self.propose_updates(heartbeat=heartbeat)
+        decided = self.apply_reviews()
+        counts = {k: len(v) for k, v in (found | decided).items() if v and k != "invalid"}
+        if not counts:
+            return None
+        return "memory: updates: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+
     def index_version(self) -> tuple[int, int]:
         """A value that changes whenever the index does (a commit by this or any other connection):
         what a reader's cache is keyed on."""
@@ -1954,3 +2418,11 @@ def _when(value: datetime | str | None, name: str) -> datetime | None:
             f"--{name} {value!r} is not a date; use ISO 8601 such as 2024-05-01 or 2024-05-01T09:00Z"
         )
     return parsed
+
+
+def _as_of(value: datetime | str | None) -> datetime | None:
+    """``--as-of``: a moment; a bare date stands for the end of that UTC day (what the vault held on it)."""
+    moment = _when(value, "as-of")
+    if isinstance(value, str) and len(value.strip()) == 10 and moment is not None:
+        return moment + timedelta(days=1) - timedelta(microseconds=1)
+    return moment

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from vaultmem import daemonstate, gitsync
-from vaultmem.errors import InvalidInput, ReadOnlyVault
+from vaultmem.errors import InvalidInput, NodeNotFound, ReadOnlyVault
 from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Leaf, format_ts
 from vaultmem.navigate import Node
@@ -46,6 +46,7 @@ _DOING = {
     "topic_route": "routing topics",
     "digest_daily": "writing digests",
     "session_end": "writing session notes",
+    "detect_updates": "looking for updates",
 }
 
 
@@ -402,6 +403,45 @@ class Panels:
             "message": f"compaction queued ({added} jobs)" if added else "nothing new to queue",
         }
 
+    # -- the review inbox (issue #20): a person's decisions, never an agent's --------------------------
+    def review(self) -> dict[str, Any]:
+        """The proposals waiting in ``review/`` with both texts, oldest first."""
+        with self.lock:
+            waiting = self.vault.proposals()
+            texts = {i: leaf for p in waiting for i in (p.old, p.new) if (leaf := self._leaf(i)) is not None}
+        items = []
+        for p in waiting:
+            old, new = texts.get(p.old), texts.get(p.new)
+            items.append(
+                {
+                    **p.as_dict(),
+                    "key": p.new,
+                    "old_text": old.text if old else None,
+                    "new_text": new.text if new else None,
+                    "old_path": old.path if old else None,
+                    "new_path": new.path if new else None,
+                    "old_ts": format_ts(old.ts) if old else None,
+                    "new_ts": format_ts(new.ts) if new else None,
+                }
+            )
+        return {"proposals": items, "actions": self.actions}
+
+    def _leaf(self, leaf_id: str) -> Leaf | None:
+        try:
+            return self.vault.get(leaf_id)
+        except NodeNotFound:
+            return None
+
+    def decide(self, key: str, decision: str) -> dict[str, Any]:
+        """Accept, reject or skip a proposal (``key``: its new leaf's id or its file name)."""
+        self._allowed()
+        if decision not in ("accept", "reject", "skip"):
+            raise InvalidInput("decision must be accept, reject or skip")
+        with self.lock:
+            done = self.vault.decide(key, decision)
+        outcome = next((k for k, v in done.items() if v and k != "invalid"), None)
+        return {"outcome": outcome or "skipped", "message": f"{key}: {outcome or 'left for later'}"}
+
     def _allowed(self) -> None:
         if not self.actions:
             raise ReadOnlyVault("the dashboard is read-only: start it without --read-only to queue work")
@@ -450,6 +490,7 @@ class Panels:
             "tree": tree,
             "days": days,
             "today": today["day"],
+            "review": {**self.review(), "actions": False},
         }
 
 

@@ -179,6 +179,7 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
             q.get("node") or None, q.get("source") or None, number(q, "offset", 0), number(q, "limit", 100)
         ),
         "day": lambda q: panels.day(q.get("day") or None),
+        "review": lambda q: panels.review(),
     }
 
     class Handler(BaseHTTPRequestHandler):
@@ -259,6 +260,9 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
                 self._json(lambda: run(lambda: panels.request_ingest(str(body.get("source", "")))))
             elif url.path == "/api/compact":
                 self._json(lambda: run(panels.request_compact))
+            elif url.path == "/api/review":
+                key, decision = str(body.get("key", "")), str(body.get("decision", ""))
+                self._json(lambda: panels.decide(key, decision))
             else:
                 self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
 

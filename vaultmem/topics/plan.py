@@ -30,7 +30,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import entities, fsio, index, vectors
+from vaultmem import entities, fsio, index, validity, vectors
 from vaultmem.errors import FrontmatterError
 from vaultmem.layout import SUMMARY_NAME, Layout, slug
 from vaultmem.leaffile import id_from_filename
@@ -107,6 +107,8 @@ class _Member:
     speaker: str | None
     source: str
     session: str | None = None
+    supersedes: str = "[]"  # versions (index columns): a topic's summary marks an old value
+    superseded_by: str = "[]"
 
 
 @dataclass
@@ -158,7 +160,7 @@ class TopicState:
         root = nodes.pop(base, None)
         members: dict[str, _Member] = {}
         for row in conn.execute(
-            "SELECT c.id, c.path, c.ts, c.text, c.speaker, c.source, c.session"
+            "SELECT c.id, c.path, c.ts, c.text, c.speaker, c.source, c.session, c.supersedes, c.superseded_by"
             " FROM mentions m JOIN chunks c ON c.id = m.leaf"
             " WHERE m.entity = ? AND c.kind = 'leaf' AND c.status <> ? ORDER BY coalesce(c.ts, ''), c.path",
             (key, Status.PENDING.value),
@@ -173,6 +175,8 @@ class TopicState:
                 row["speaker"],
                 row["source"],
                 row["session"],
+                row["supersedes"],
+                row["superseded_by"],
             )
         return cls(key, base, archived, root, nodes, members)
 
@@ -343,10 +347,13 @@ class TopicPlanner:
         vecs = vectors.by_ids(self.conn, self.model, ids)
         return [
             Child(
-                state.members[i].text,
+                validity.marked(
+                    state.members[i].text, state.members[i].supersedes, state.members[i].superseded_by
+                ),
                 vecs.get(i),
                 speaker=state.members[i].speaker,
                 ts=parse_ts(state.members[i].ts),
+                weight=validity.SUPERSEDED_WEIGHT if validity.listed(state.members[i].superseded_by) else 1.0,
             )
             for i in ids
         ]

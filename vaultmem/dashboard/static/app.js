@@ -69,6 +69,7 @@
       const items = list.slice(offset, offset + limit).map((x) => (typeof x === "string" ? leafNode(LEAVES.get(x)) : x));
       return { items, total: list.length, offset };
     },
+    review: () => SNAP.review || { proposals: [], actions: false },
     day: (p) => {
       const day = p.day || SNAP.today;
       if (SNAP.days[day]) return SNAP.days[day];
@@ -318,7 +319,7 @@
   const cssVar = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
 
   // -- routing ------------------------------------------------------------------------------------
-  const PANELS = ["status", "metrics", "graph", "heatmap", "search", "tree", "today"];
+  const PANELS = ["status", "metrics", "graph", "heatmap", "search", "tree", "review", "today"];
   const RENDER = {};
   function route() {
     const [name, ...rest] = location.hash.replace(/^#/, "").split("/");
@@ -339,6 +340,7 @@
   const KIND_LABEL = {
     ingest: "ingest", admit: "embed & admit", append_buffer: "check buffer", seal: "seal", flush_stale: "seal stale",
     resummarise: "re-summarise", topic_route: "route topic", digest_daily: "daily digest", session_end: "session note",
+    detect_updates: "look for updates",
   };
 
   async function loadStatus() {
@@ -923,6 +925,45 @@
     }
     if (!r.total) list.append(h("li", { class: "muted small tmore", text: "empty" }));
   }
+
+  // -- review: proposals that a memory replaces an older one ---------------------------------------
+  RENDER.review = async function () {
+    const d = await api("review");
+    const body = $("review-body");
+    const flash = h("p", { class: "flash", id: "review-flash", role: "status" });
+    if (!d.proposals.length) {
+      fill(body, h("p", { class: "muted", id: "review-empty", text: "Nothing waits for review." }), flash);
+      ready("review", 0);
+      return;
+    }
+    const cards = d.proposals.map((p) => {
+      const buttons = d.actions ? h("div", { class: "row" },
+        ["accept", "reject", "skip"].map((decision) => h("button", {
+          class: "btn btn-small" + (decision === "accept" ? "" : " btn-ghost"), type: "button", data: { decision },
+          text: decision[0].toUpperCase() + decision.slice(1),
+          onclick: async (ev) => {
+            ev.target.disabled = true;
+            try {
+              const r = await post("review", { key: p.key, decision });
+              await RENDER.review();
+              $("review-flash").textContent = r.message;
+            } catch (err) {
+              $("review-flash").className = "flash bad";
+              $("review-flash").textContent = err.message;
+              ev.target.disabled = false;
+            }
+          },
+        }))) : h("p", { class: "muted small", text: "Decide in Obsidian: set decision: to accept or reject in " + p.path });
+      return h("article", { class: "card proposal", data: { key: p.key } },
+        h("div", { class: "meta" }, h("span", { class: "badge badge-accent", text: "confidence " + Number(p.confidence).toFixed(2) }),
+          h("span", { class: "faint", text: p.why.join("; ") })),
+        h("h2", { text: "Old" }), memText(p.old_text || "(gone)", {}), p.old_path ? fileLinks(p.old_path) : null,
+        h("h2", { text: "New" }), memText(p.new_text || "(gone)", {}), p.new_path ? fileLinks(p.new_path) : null,
+        buttons);
+    });
+    fill(body, flash, h("div", { class: "grid" }, cards));
+    ready("review", d.proposals.length);
+  };
 
   // -- 7 today ------------------------------------------------------------------------------------
   RENDER.today = async function (arg) {

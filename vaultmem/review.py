@@ -1,0 +1,199 @@
+"""The review inbox (issue #20): supersede proposals as small Markdown files a person decides on.
+
+Owns ``review/<new>-updates-<old>.md`` (old text, new text, why, links, ``decision: pending``; a person
+sets ``decision: accept`` or ``reject`` in Obsidian, or ``vaultmem review`` does) and the weekly log
+``review/weekly/<YYYY>-W<ww>.md`` that every outcome goes into (applied at once, accepted, rejected,
+expired), so the inbox never piles up. ``review/`` is never indexed. Writes only through ``fsio``; the
+caller holds the write lock and applies the links. Approval exists here and in the CLI only: nothing in
+the MCP server can reach it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from vaultmem import frontmatter, fsio
+from vaultmem.errors import FrontmatterError, InvalidInput
+from vaultmem.layout import REVIEW, Layout
+from vaultmem.model import LEAF_ID_RE, format_ts, parse_ts
+
+DECISIONS = ("pending", "accept", "reject", "skip")
+EXPIRE_DAYS = 7  # a proposal nobody decided on this long goes into the weekly log as expired
+_NAME_RE = re.compile(r"^([0-9a-f]{16})-updates-([0-9a-f]{16})\.md$")
+_PAIR_RE = re.compile(r"\b([0-9a-f]{16}) updates ([0-9a-f]{16})\b")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    old: str
+    new: str
+    confidence: float
+    why: tuple[str, ...]
+    created: str
+    decision: str = "pending"
+
+    @property
+    def name(self) -> str:
+        return f"{self.new}-updates-{self.old}.md"
+
+    @property
+    def path(self) -> str:
+        return f"{REVIEW}/{self.name}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "old": self.old,
+            "new": self.new,
+            "confidence": self.confidence,
+            "why": list(self.why),
+            "created": self.created,
+            "decision": self.decision,
+            "path": self.path,
+        }
+
+
+def render(p: Proposal, old_text: str, new_text: str, old_path: str, new_path: str) -> str:
+    meta = {
+        "kind": "proposal",
+        "old": p.old,
+        "new": p.new,
+        "confidence": p.confidence,
+        "why": list(p.why),
+        "created": p.created,
+    }
+    body = (
+        f"Does the new memory replace the old one? Set `decision:` to accept or reject.\n\n"
+        f"## Old\n\n{_quoted(old_text)}\n\n[{p.old}](../{old_path})\n\n"
+        f"## New\n\n{_quoted(new_text)}\n\n[{p.new}](../{new_path})\n"
+    )
+    # decision last: the one line a person edits
+    return "---\n" + frontmatter.dump_mapping(meta) + f"decision: {p.decision}\n---\n" + body
+
+
+def _quoted(text: str) -> str:
+    return "\n".join("> " + line for line in text.strip().splitlines())
+
+
+def parse(text: str, rel: str) -> Proposal:
+    meta = frontmatter.split(text, where=rel).meta
+    old, new = str(meta.get("old", "")), str(meta.get("new", ""))
+    decision = str(meta.get("decision", "pending")).strip().lower()
+    if not (LEAF_ID_RE.match(old) and LEAF_ID_RE.match(new)) or decision not in DECISIONS:
+        raise FrontmatterError(
+            f"{rel}: a proposal needs leaf ids old/new and decision: {'|'.join(DECISIONS)}"
+        )
+    why = meta.get("why") or []
+    return Proposal(
+        old,
+        new,
+        float(meta.get("confidence", 0.0)),
+        tuple(str(w) for w in why) if isinstance(why, list) else (str(why),),
+        str(meta.get("created", "")),
+        decision,
+    )
+
+
+def inbox(layout: Layout) -> tuple[list[Proposal], list[tuple[str, str]]]:
+    """The proposals in ``review/`` (oldest first) and the files that are not valid ones (path, why)."""
+    base = layout.root / REVIEW
+    found, bad = [], []
+    for path in sorted(base.glob("*.md")) if base.is_dir() else []:
+        if not _NAME_RE.match(path.name):
+            continue
+        rel = layout.rel(path)
+        try:
+            found.append(parse(path.read_text(encoding="utf-8"), rel))
+        except (FrontmatterError, ValueError, OSError) as exc:
+            bad.append((rel, str(exc)))
+    return sorted(found, key=lambda p: (p.created, p.name)), bad
+
+
+def write(layout: Layout, p: Proposal, old_text: str, new_text: str, old_path: str, new_path: str) -> bool:
+    """Write a proposal unless one for the pair is there already; True when written."""
+    target = layout.root / p.path
+    if target.exists():
+        return False
+    fsio.make_dirs(layout.root, target.parent)
+    fsio.atomic_write(
+        target, render(p, old_text, new_text, old_path, new_path).encode(), root=layout.root, expected=None
+    )
+    return True
+
+
+def set_decision(layout: Layout, p: Proposal, decision: str) -> Proposal:
+    """Write ``decision`` into the proposal's file (only that line changes)."""
+    if decision not in DECISIONS:
+        raise InvalidInput(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
+    path = layout.root / p.path
+    text, digest = fsio.read_text_guarded(path, 1 << 20)
+    new = re.sub(r"(?m)^decision:.*$", f"decision: {decision}", text, count=1)
+    fsio.atomic_write(path, new.encode("utf-8"), root=layout.root, expected=digest)
+    return Proposal(p.old, p.new, p.confidence, p.why, p.created, decision)
+
+
+def find(layout: Layout, key: str) -> Proposal:
+    """A proposal by its file name, its new id, or ``new-old``."""
+    found, _bad = inbox(layout)
+    hits = [p for p in found if key in (p.name, p.name[:-3], p.new, p.path)]
+    if len(hits) != 1:
+        raise InvalidInput(
+            f"{'no' if not hits else 'several'} proposals match {key!r}; `vaultmem review --list` names them"
+        )
+    return hits[0]
+
+
+def weekly_path(layout: Layout, when: datetime) -> Path:
+    year, week, _ = when.isocalendar()
+    return layout.root / REVIEW / "weekly" / f"{year}-W{week:02d}.md"
+
+
+def log(layout: Layout, when: datetime, outcome: str, p: Proposal, old_text: str, new_text: str) -> str:
+    """Append one outcome to the week's log; returns its vault-relative path."""
+    path = weekly_path(layout, when)
+    fsio.make_dirs(layout.root, path.parent)
+    try:
+        data: bytes | None = path.read_bytes()
+    except FileNotFoundError:
+        data = None
+    year, week, _ = when.isocalendar()
+    head = f"# Memory updates, week {week} of {year}\n\n" if data is None else ""
+    line = (
+        f"- {format_ts(when)} **{outcome}** ({p.confidence:.2f}): {p.new} updates {p.old}: "
+        f'"{_short(old_text)}" -> "{_short(new_text)}"'
+        + (
+            f" (undo: `vaultmem review --revert {p.new}-{p.old}`)"
+            if outcome in ("applied", "accepted")
+            else ""
+        )
+        + "\n"
+    )
+    text = (data or b"").decode("utf-8") + head + line
+    fsio.atomic_write(
+        path,
+        text.encode("utf-8"),
+        root=layout.root,
+        expected=None if data is None else fsio.sha256_bytes(data),
+    )
+    return layout.rel(path)
+
+
+def _short(text: str, n: int = 80) -> str:
+    flat = " ".join(text.split()).replace('"', "'")
+    return flat if len(flat) <= n else flat[: n - 1] + "…"
+
+
+def decided_pairs(layout: Layout) -> set[tuple[str, str]]:
+    """(new, old) pairs the weekly logs already name (decided or expired: never proposed again)."""
+    base = layout.root / REVIEW / "weekly"
+    out: set[tuple[str, str]] = set()
+    for path in base.glob("*.md") if base.is_dir() else []:
+        out.update((m.group(1), m.group(2)) for m in _PAIR_RE.finditer(path.read_text(encoding="utf-8")))
+    return out
+
+
+def expired(p: Proposal, now: datetime, days: int = EXPIRE_DAYS) -> bool:
+    created = parse_ts(p.created)
+    return p.decision in ("pending", "skip") and created is not None and now - created >= timedelta(days=days)

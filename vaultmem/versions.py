@@ -1,0 +1,248 @@
+"""Versions in retrieval (issue #20): a superseded leaf ranked right after the leaf that replaces it.
+
+Owns how search and context treat validity: which leaves replace which (from either side of the link),
+which successors count at a moment (``Filters``: valid then, held then), and the arranged ranking with
+``supersedes`` / ``superseded_by`` in each hit's provenance. Reads the index; never writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import numpy as np
+
+from vaultmem import detect
+from vaultmem.search import Filters, Hit
+from vaultmem.validity import SUPERSEDED_BY, SUPERSEDES
+from vaultmem.vectors import VectorCache
+
+MAX_CHAIN = 16  # a chain of versions longer than this is followed no further (a cycle typed by hand)
+
+
+def windowed(conn: sqlite3.Connection) -> bool:
+    """Whether any leaf has a validity window (answered by a partial index: no scan)."""
+    try:
+        row = conn.execute(
+            "SELECT 1 FROM chunks WHERE valid_from IS NOT NULL OR valid_to IS NOT NULL LIMIT 1"
+        ).fetchone()
+    except sqlite3.OperationalError:  # an index made before validity had columns (read-only vault)
+        return False
+    return row is not None
+
+
+def successors(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list[str]]:
+    """Each of ``ids`` -> the leaves that say they replace it, from either side of the link (the old
+    leaf's ``superseded_by`` or the new one's ``supersedes``: a person may write only one of them)."""
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    out: dict[str, list[str]] = {}
+    try:
+        rows = conn.execute(
+            "SELECT c.id AS new, j.value AS old FROM chunks c, json_each(c.supersedes) j"
+            f" WHERE c.supersedes <> '[]' AND j.value IN ({marks})"
+            " UNION SELECT j.value AS new, c.id AS old FROM chunks c, json_each(c.superseded_by) j"
+            f" WHERE c.id IN ({marks}) AND c.superseded_by <> '[]'",
+            [*ids, *ids],
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    for row in rows:
+        if row["new"] != row["old"] and row["new"] not in out.setdefault(row["old"], []):
+            out[row["old"]].append(row["new"])
+    return out
+
+
+def current(conn: sqlite3.Connection, ids: Iterable[str], filters: Filters) -> set[str]:
+    """Which of ``ids`` are indexed leaves that ``filters`` keep (valid at its moment, held then)."""
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        return set()
+    where, params = filters.sql()
+    extra = f" AND {where}" if where else ""
+    marks = ",".join("?" * len(wanted))
+    return {
+        r[0]
+        for r in conn.execute(
+            f"SELECT c.id FROM chunks c WHERE c.kind = 'leaf' AND c.id IN ({marks}){extra}",
+            [*wanted, *params],
+        )
+    }
+
+
+def arrange(
+    conn: sqlite3.Connection,
+    hits: Sequence[Hit],
+    filters: Filters,
+    fetch: Callable[[list[str]], list[Hit]],
+    *,
+    include_superseded: bool = False,
+) -> list[Hit]:
+    """``hits`` with validity in their provenance; unless ``include_superseded``, a superseded leaf right
+    after its current successor (fetched with ``fetch`` when the search did not find it, and ranked
+    where the old one was), so the old value never outranks the new one. A successor counts when
+    ``filters`` keep it (``as_of``: it existed then and was valid)."""
+    if not hits:
+        return []
+    leaf_ids = [h.id for h in hits if h.kind == "leaf"]
+    links: dict[str, list[str]] = {}
+    frontier = leaf_ids
+    for _ in range(MAX_CHAIN):  # follow chains of versions: A -> B -> C
+        found = successors(conn, [i for i in frontier if i not in links])
+        if not found:
+            break
+        links.update(found)
+        frontier = [n for news in found.values() for n in news]
+    live = current(conn, [n for news in links.values() for n in news], filters)
+    links = {old: [n for n in news if n in live] for old, news in links.items()}
+    links = {old: news for old, news in links.items() if news}
+    by_id = {h.id: h for h in hits}
+    missing = [n for news in links.values() for n in news if n not in by_id]
+    if missing and not include_superseded:
+        by_id.update({h.id: h for h in fetch(list(dict.fromkeys(missing)))})
+    replaced = _predecessors(conn, [i for i, h in by_id.items() if h.kind == "leaf"])
+    marked = {i: _marked(h, links.get(i, ()), replaced.get(i, ())) for i, h in by_id.items()}
+    if include_superseded:
+        return [marked[h.id] for h in hits]
+    out: list[Hit] = []
+    emitted: set[str] = set()
+
+    def emit(node_id: str, score: float, depth: int) -> None:
+        if node_id in emitted or node_id not in marked or depth > MAX_CHAIN:
+            return
+        emitted.add(node_id)  # before its successors: a cycle typed by hand ends here
+        hit = marked[node_id]
+        for new in links.get(node_id, ()):
+            emit(new, max(score, hit.score), depth + 1)
+        top = out[-1].score if out else score
+        own = max(hit.score, score) if depth else hit.score
+        if any(new in emitted for new in links.get(node_id, ())):
+            top = math.nextafter(top, -math.inf)  # strictly below the version that replaced it
+        out.append(replace(hit, score=min(own, top)))
+
+    for hit in hits:
+        emit(hit.id, hit.score, 0)
+    return out
+
+
+def _predecessors(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    try:
+        rows = conn.execute(
+            f"SELECT id, supersedes FROM chunks WHERE id IN ({marks}) AND supersedes <> '[]'", list(ids)
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    return {r["id"]: tuple(json.loads(r["supersedes"])) for r in rows}
+
+
+def _marked(hit: Hit, successors_: Sequence[str], replaces: Sequence[str]) -> Hit:
+    extra = dict(hit.extra)
+    if successors_:
+        extra[SUPERSEDED_BY] = ", ".join(successors_)
+    if replaces:
+        extra[SUPERSEDES] = ", ".join(replaces)
+    return hit if extra == hit.extra else replace(hit, extra=extra)
+
+
+def is_superseded(hit: Hit) -> bool:
+    return SUPERSEDED_BY in hit.extra
+
+
+def marker(hit: Hit) -> str:
+    """What a context line says of a version: ``[superseded]`` on an old value, ``[current]`` on the
+    value that replaced one."""
+    if SUPERSEDED_BY in hit.extra:
+        return "[superseded] "
+    if SUPERSEDES in hit.extra:
+        return "[current] "
+    return ""
+
+
+def scoped(
+    conn: sqlite3.Connection,
+    filters: Filters,
+    *,
+    as_of: datetime | None = None,
+    now: datetime | None = None,
+    include_superseded: bool = False,
+) -> Filters:
+    """``filters`` for a query at a moment: ``as_of`` keeps only what the vault held then; unless
+    ``include_superseded``, leaves outside their validity window at ``as_of`` (else ``now``, else the
+    current time) are left out (checked only when some leaf has a window: most vaults pay nothing)."""
+    valid_at = None
+    if not include_superseded and windowed(conn):
+        valid_at = as_of or now or datetime.now(UTC)
+    return replace(filters, valid_at=valid_at, as_of=as_of)
+
+
+def earlier_neighbours(
+    conn: sqlite3.Connection, cache: VectorCache, leaf_id: str, k: int = 8
+) -> list[tuple[sqlite3.Row, float]]:
+    """The ``k`` leaves said before ``leaf_id`` that are closest to it in meaning, with their cosine:
+    the candidates it may update (``detect.judge`` decides). Leaves already linked to it are left out."""
+    pos = cache.pos.get(leaf_id)
+    me = conn.execute("SELECT ts, supersedes FROM chunks WHERE id = ?", (leaf_id,)).fetchone()
+    if pos is None or me is None:
+        return []
+    leaves = cache.kind_rows("leaf")
+    sims = cache.matrix[leaves] @ cache.matrix[pos]
+    order = leaves[np.argsort(-sims)][: 4 * k + 1]
+    by_id = {
+        cache.ids[i]: float(cache.matrix[i] @ cache.matrix[pos]) for i in order if cache.ids[i] != leaf_id
+    }
+    linked = set(json.loads(me["supersedes"] or "[]"))
+    marks = ",".join("?" * len(by_id))
+    rows = conn.execute(
+        "SELECT id, text, speaker, role, ts, entities, path, provenance FROM chunks"
+        f" WHERE kind = 'leaf' AND id IN ({marks})",
+        list(by_id),
+    ).fetchall()
+    earlier = [
+        r
+        for r in rows
+        if r["id"] not in linked and stated(r) and (me["ts"] is None or r["ts"] is None or r["ts"] < me["ts"])
+    ]
+    earlier.sort(key=lambda r: -by_id[r["id"]])
+    return [(r, by_id[r["id"]]) for r in earlier[:k]]
+
+
+def stated(row: sqlite3.Row) -> bool:
+    """Whether a leaf states a fact someone holds: a person's turn, or what an agent chose to remember
+    (``via`` in its provenance). An assistant's reply in a chat (explanations, lists, suggestions) is not
+    one: measured on LongMemEval, it only brought false proposals (bench/updates.py)."""
+    if (row["role"] or "user") not in ("assistant", "tool", "system"):
+        return True
+    try:
+        return '"via"' in (row["provenance"] or "")
+    except IndexError:
+        return True
+
+
+def judged(
+    conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row
+) -> list[tuple[sqlite3.Row, detect.Judgement]]:
+    """The earlier leaves the leaf ``row`` (id, text, speaker, role, entities, provenance) may update,
+    each with the detector's judgement (those it rules out are left out)."""
+    if not stated(row):
+        return []
+    out = []
+    for old, cosine in earlier_neighbours(conn, cache, row["id"]):
+        verdict = detect.judge(
+            old["text"],
+            row["text"],
+            cosine,
+            same_speaker=(old["speaker"] or old["role"]) == (row["speaker"] or row["role"]),
+            shared_entities=len(set(json.loads(old["entities"])) & set(json.loads(row["entities"]))),
+            other_people=detect.other_people(json.loads(old["entities"]), json.loads(row["entities"])),
+        )
+        if verdict is not None:
+            out.append((old, verdict))
+    return out
