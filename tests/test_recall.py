@@ -188,3 +188,24 @@ def test_a_day_mentioned_in_a_later_message_counts_for_that_day(work_vault: Vaul
     now = datetime(2026, 3, 24, 9, 0, tzinfo=UTC)
     hits = work_vault.search("how did the rollback drill go on 18 March", k=3, now=now)
     assert "rollback drill" in hits[0].text
+
+
+def test_a_speaker_corrected_by_hand_is_named_at_once(work_vault: Vault) -> None:
+    """The export credited the ferry message to Mara; she fixes the leaf's ``speaker`` by hand. The next
+    question naming the real sender finds it: the speakers search remembers follow the edit (they were
+    stale until the next insert, as the counter they wait on did not move on a speaker change)."""
+    query = "what did Tomás say about the ferry?"
+    assert work_vault.search(query, k=3)  # the searcher has read the speakers once
+    assert work_vault.searcher._speakers.named(query) == frozenset()
+    row = work_vault.conn.execute("SELECT path FROM chunks WHERE source_id = 'm6'").fetchone()
+    leaf = work_vault.layout.abs(row["path"])
+    text = leaf.read_text(encoding="utf-8")
+    assert "\nspeaker: Mara\n" in text
+    leaf.write_text(text.replace("\nspeaker: Mara\n", "\nspeaker: Tomás Silva\n"), encoding="utf-8")
+    work_vault.reconcile_paths([row["path"]])
+    assert work_vault.conn.execute("SELECT speaker FROM chunks WHERE source_id = 'm6'").fetchone()[0] == (
+        "Tomás Silva"
+    )
+    hits = work_vault.search(query, k=3)
+    assert work_vault.searcher._speakers.named(query) == {"Tomás Silva"}
+    assert hits[0].speaker == "Tomás Silva"
