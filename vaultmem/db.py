@@ -460,6 +460,7 @@ def m019_chunks_gen_speaker(conn: sqlite3.Connection) -> None:
         """,
     )
 
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),

@@ -56,9 +56,9 @@ class LeafGraph:
         entity_pos: dict[str, int] = {}
         pairs: list[tuple[int, int]] = []
         for entity, leaf_id in conn.execute("SELECT entity, leaf FROM mentions"):
-            pos = leaf_pos.get(leaf_id)
-            if pos is not None:
-                pairs.append((pos, len(leaf_pos) + entity_pos.setdefault(entity, len(entity_pos))))
+            leaf = leaf_pos.get(leaf_id)
+            if leaf is not None:
+                pairs.append((leaf, len(leaf_pos) + entity_pos.setdefault(entity, len(entity_pos))))
         base = len(leaf_pos) + len(entity_pos)
         numbers: dict[tuple[str, str], int] = {}
         for pos, key in conversations:
@@ -117,10 +117,10 @@ class LeafGraph:
             offsets = np.arange(int(degree.sum())) - np.repeat(np.cumsum(degree) - degree, degree)
             reached = self._next[np.repeat(self._start[nodes], degree) + offsets]
             nodes, inverse = np.unique(reached, return_inverse=True)
-            mass = np.bincount(inverse, weights=np.repeat(mass, degree))
+            mass = np.asarray(np.bincount(inverse, weights=np.repeat(mass, degree)), dtype=np.float64)
             share *= 1.0 - RESTART
-        reached = np.flatnonzero(found)
-        if len(reached) > limit:
-            reached = reached[np.argpartition(-found[reached], limit - 1)[:limit]]
-        best = sorted(reached.tolist(), key=lambda p: (-found[p], self.leaf_ids[p]))
+        hit = np.flatnonzero(found)
+        if len(hit) > limit:
+            hit = hit[np.argpartition(-found[hit], limit - 1)[:limit]]
+        best = sorted(hit.tolist(), key=lambda p: (-found[p], self.leaf_ids[p]))
         return [self.leaf_ids[p] for p in best]

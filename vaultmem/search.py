@@ -23,10 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem import index, timeparse
-from vaultmem.graph import LeafGraph
 from vaultmem.db import NAV, write_stamp
 from vaultmem.embed import Embedder, one_blas_thread
 from vaultmem.errors import InvalidInput
+from vaultmem.graph import LeafGraph
 from vaultmem.model import Status, format_ts, utc
 from vaultmem.timeparse import TimeRange
 from vaultmem.vectors import MatrixFile, VectorCache
