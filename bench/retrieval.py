@@ -1,6 +1,7 @@
 """Retrieval benchmark on LoCoMo or LongMemEval (format detected), with flat baselines in the same run.
 
-    python bench/retrieval.py DATASET_PATH [--out FILE.json] [--limit N] [--model default] [--compact]
+    python bench/retrieval.py DATASET_PATH [--out FILE.json] [--limit N] [--per-category N] [--category C]
+        [--model default] [--compact]
 
 Each conversation (LoCoMo) or question haystack (LongMemEval) is ingested into a fresh vault through the
 public API, one message per turn with its id, speaker/role, session and timestamp; the queue is run;
@@ -562,6 +563,12 @@ def main() -> None:
         default=None,
         help="only the first N items of each category (a stratified subset)",
     )
+    parser.add_argument(
+        "--category",
+        action="append",
+        default=None,
+        help="only items of this category (LongMemEval: question type); repeatable",
+    )
     parser.add_argument("--model", default="default")
     parser.add_argument("--compact", action="store_true", help="compact each vault before asking")
     parser.add_argument(
@@ -590,6 +597,8 @@ def main() -> None:
         name, items = "longmemeval", load_longmemeval(data)
     else:
         raise SystemExit(f"{args.dataset}: neither LoCoMo nor LongMemEval")
+    if args.category:
+        items = [item for item in items if any(q.category in args.category for q in item.questions)]
     if args.per_category:
         # Stratified subset: the first N items of each category (LongMemEval: question type).
         taken: dict[str, int] = {}

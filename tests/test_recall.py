@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from vaultmem import Vault
+from vaultmem import graph as graph_module
 from vaultmem.embed import FakeEmbedder
+from vaultmem.graph import LeafGraph
 from vaultmem.search import Filters, Speakers, name_words, remembered_window
 from vaultmem.timeparse import find_range
 
@@ -188,3 +190,97 @@ def test_a_day_mentioned_in_a_later_message_counts_for_that_day(work_vault: Vaul
     now = datetime(2026, 3, 24, 9, 0, tzinfo=UTC)
     hits = work_vault.search("how did the rollback drill go on 18 March", k=3, now=now)
     assert "rollback drill" in hits[0].text
+
+
+def test_a_speaker_corrected_by_hand_is_named_at_once(work_vault: Vault) -> None:
+    """The export credited the ferry message to Mara; she fixes the leaf's ``speaker`` by hand. The next
+    question naming the real sender finds it: the speakers search remembers follow the edit (they were
+    stale until the next insert, as the counter they wait on did not move on a speaker change)."""
+    query = "what did Tomás say about the ferry?"
+    assert work_vault.search(query, k=3)  # the searcher has read the speakers once
+    assert work_vault.searcher._speakers.named(query) == frozenset()
+    row = work_vault.conn.execute("SELECT path FROM chunks WHERE source_id = 'm6'").fetchone()
+    leaf = work_vault.layout.abs(row["path"])
+    text = leaf.read_text(encoding="utf-8")
+    assert "\nspeaker: Mara\n" in text
+    leaf.write_text(text.replace("\nspeaker: Mara\n", "\nspeaker: Tomás Silva\n"), encoding="utf-8")
+    work_vault.reconcile_paths([row["path"]])
+    assert work_vault.conn.execute("SELECT speaker FROM chunks WHERE source_id = 'm6'").fetchone()[0] == (
+        "Tomás Silva"
+    )
+    hits = work_vault.search(query, k=3)
+    assert work_vault.searcher._speakers.named(query) == {"Tomás Silva"}
+    assert hits[0].speaker == "Tomás Silva"
+
+
+def test_the_question_names_its_subject_first(work_vault: Vault) -> None:
+    """Asked "what did Diego tell Mara", Diego's words are wanted, not Mara's; "Mara and Priya": both."""
+    speakers = Speakers()
+    speakers.refresh(work_vault.conn)
+    assert speakers.subject("what did Diego tell Mara about the cutover?") == {"Diego Ferreira"}
+    assert speakers.subject("What did Mara and Priya say on Tuesday?") == {
+        "Mara",
+        "Mara Lind",
+        "Priya",
+        "Priya Raman",
+    }
+    assert speakers.subject("what was decided about the cutover") == frozenset()
+
+
+def _leaf(vault: Vault, message_id: str) -> str:
+    return str(vault.conn.execute("SELECT id FROM chunks WHERE source_id = ?", [message_id]).fetchone()[0])
+
+
+def test_the_graph_walk_follows_conversations_and_entities(work_vault: Vault) -> None:
+    graph = LeafGraph()
+    graph.refresh(work_vault.conn)
+    chen, mara_ok, priya = _leaf(work_vault, "m2"), _leaf(work_vault, "m3"), _leaf(work_vault, "m4")
+    ferry = _leaf(work_vault, "m6")
+    # From Chen Jing's message: first itself, then what shares its conversation and a name (Priya's chat
+    # line: the 17th's chat and Diego) or its rarest name (Priya's mail: Chen Jing and Diego), then the
+    # rest of its conversation before anything linked to it only at a distance.
+    swap_mail = str(
+        work_vault.conn.execute("SELECT id FROM chunks WHERE speaker = 'Priya Raman'").fetchone()[0]
+    )
+    walked = graph.walk({chen: 1.0}, {}, 10)
+    assert walked[0] == chen
+    assert set(walked[1:3]) == {priya, swap_mail}
+    assert mara_ok in walked
+    assert ferry not in walked or walked.index(mara_ok) < walked.index(ferry)
+    # Lisbon, named by the question, reaches the ferry message and the mails that mention it.
+    by_place = graph.walk({}, {"place:lisbon": 1.0}, 10)
+    assert ferry in by_place[:3]
+    assert graph.entities_named({"tickets", "to", "lisbon"}) == ["place:lisbon"]
+
+
+def test_a_hub_passes_nothing_on(work_vault: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Diego is mentioned on most leaves: past the hub limit he receives but passes nothing on, so a walk
+    from a seed that only he connects to the rest reaches nothing beyond its own conversation."""
+    graph = LeafGraph()
+    graph.refresh(work_vault.conn)
+    swap = _leaf(work_vault, "m4")  # Priya's chat message about Diego, in the 17th's chat
+    before = set(graph.walk({swap: 1.0}, {}, 20))
+    monkeypatch.setattr(graph_module, "HUB_EDGES", 3)
+    after = set(graph.walk({swap: 1.0}, {}, 20))
+    assert _leaf(work_vault, "m5") in before - after  # Diego's own chat line, linked through "diego"
+    assert {_leaf(work_vault, "m2"), _leaf(work_vault, "m3")} <= after  # its conversation stays
+
+
+def test_the_graph_follows_new_leaves(work_vault: Vault) -> None:
+    graph = LeafGraph()
+    graph.refresh(work_vault.conn)
+    work_vault.ingest_messages(
+        [
+            {
+                "id": "m8",
+                "speaker": "Mara",
+                "content": "Lisbon ferry moved to the 22nd, same time.",
+                "ts": "2026-03-18T18:00:00Z",
+                "session": "team-2026-03-18",
+            }
+        ],
+        source="team-slack",
+    )
+    work_vault.flush()
+    graph.refresh(work_vault.conn)
+    assert _leaf(work_vault, "m8") in graph.walk({_leaf(work_vault, "m6"): 1.0}, {}, 10)[:2]

@@ -470,6 +470,21 @@ def m018_trigram_cjk_only(conn: sqlite3.Connection) -> None:
     )
 
 
+def m019_chunks_gen_speaker(conn: sqlite3.Connection) -> None:
+    # Search keeps the vault's speakers in memory until ``chunks_gen`` moves. A leaf's speaker corrected by
+    # hand (the watcher or a reindex updates the row in place) changes who a query names, so it bumps the
+    # counter like a move does; without it the speakers were stale until the next insert.
+    _script(
+        conn,
+        """
+        CREATE TRIGGER chunks_gen_au_speaker AFTER UPDATE OF speaker ON chunks
+        WHEN old.speaker IS NOT new.speaker BEGIN
+            UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'chunks_gen';
+        END;
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -488,6 +503,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("015_job_kind_names", m015_job_kind_names),
     ("016_validity", m016_validity),
     ("018_trigram_cjk_only", m018_trigram_cjk_only),
+    ("019_chunks_gen_speaker", m019_chunks_gen_speaker),
 ]
 
 

@@ -26,6 +26,7 @@ from vaultmem import index, timeparse
 from vaultmem.db import NAV, write_stamp
 from vaultmem.embed import Embedder, one_blas_thread
 from vaultmem.errors import InvalidInput
+from vaultmem.graph import LeafGraph
 from vaultmem.model import Status, format_ts, utc
 from vaultmem.timeparse import TimeRange
 from vaultmem.vectors import MatrixFile, VectorCache
@@ -44,6 +45,10 @@ MAX_QUERY_TERMS = 64
 # A leaf said or written by someone the query names ("what did Diego say on 17 March") gains this share of
 # its fused score: a remark *about* Diego must not outrank Diego's own words (the name is in both).
 SPEAKER_BOOST = 0.5
+# Graph propagation (``graph.LeafGraph``): Personalized PageRank from the best GRAPH_SEEDS fused leaves
+# (weighted by their scores) and the entities the query names; its ranking is fused with this weight.
+GRAPH_WEIGHT = 1.0
+GRAPH_SEEDS = 10
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
 WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
@@ -468,6 +473,22 @@ class Speakers:
             out.update(self._by_word.get(word, ()))
         return frozenset(out)
 
+    def subject(self, query: str) -> frozenset[str]:
+        """The speakers the query asks about: the first one it names, with those joined to it by "and"
+        ("what did Tim and John play"); one named later is an object ("what did Tim suggest to John")."""
+        words = _WORD_RE.findall(query.lower())
+        out: set[str] = set()
+        for i, word in enumerate(words):
+            if word in self._by_word:
+                out.update(self._by_word[word])
+                for later, after in zip(words[i + 1 :], [*words[i + 2 :], ""], strict=False):
+                    if later in self._by_word:
+                        out.update(self._by_word[later])
+                    elif not (later in {"and", "&"} and after in self._by_word):
+                        break
+                break
+        return frozenset(out)
+
 
 def name_words(speaker: str) -> list[str]:
     """The words that name a speaker: "Diego Ramos" -> diego, ramos; an address by its local part."""
@@ -496,6 +517,9 @@ class Searcher:
         self._order = SessionOrder()
         self._speakers = Speakers()
         self.speaker_boost = SPEAKER_BOOST
+        self._graph = LeafGraph()
+        self.graph_weight = GRAPH_WEIGHT
+        self.graph_seeds = GRAPH_SEEDS
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
@@ -646,6 +670,8 @@ class Searcher:
         for rank, node_id in enumerate(semantic, 1):
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
+        if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
+            self._propagate(query, scores, pool)
         if self.neighbor_weight:
             self._spread_to_neighbors(scores, filters)
         if self.speaker_boost:
@@ -660,7 +686,7 @@ class Searcher:
         may misattribute, and a multiplied score alone pushed those out: LoCoMo adversarial -0.06).
         Only the best ``limit`` are reranked; the rest (never returned) are dropped."""
         self._speakers.refresh(self.conn)
-        named = self._speakers.named(query)
+        named = self._speakers.subject(query)
         if not named:
             return
         plain = sorted(scores, key=lambda i: (-scores[i], i))
@@ -688,6 +714,22 @@ class Searcher:
         lead = boosted[0]
         fused[lead] = max(fused.values()) * (1.0 + 1e-6)
         scores.update(fused)
+
+    def _propagate(self, query: str, scores: dict[str, float], limit: int) -> None:
+        """Fuse the Personalized PageRank ranking of the leaf graph, seeded by the best fused leaves and
+        the entities the query names, into ``scores``. Only for a ranking of leaves without filters (the
+        walk knows no filter, and ranks no summary: with summaries among the candidates it would push
+        them all down)."""
+        graph = self._graph
+        graph.refresh(self.conn)
+        if any(i not in graph.leaf_pos for i in scores):
+            return
+        top = sorted(scores, key=lambda i: (-scores[i], i))[: int(self.graph_seeds)]
+        seeds = {i: scores[i] for i in top}
+        named = dict.fromkeys(graph.entities_named(set(_WORD_RE.findall(query.lower()))), 1.0)
+        weight = self.graph_weight
+        for rank, node_id in enumerate(graph.walk(seeds, named, limit), 1):
+            scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
 
     def _spread_to_neighbors(self, scores: dict[str, float], filters: Filters) -> None:
         self._order.refresh(self.conn)
