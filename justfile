@@ -55,7 +55,7 @@ demo: setup
     {{venv}}/bin/vaultmem stats --vault demo_vault
     {{venv}}/bin/vaultmem check --vault demo_vault
 
-# Rebuild sample_vault/ from docs/examples/ (deterministic: same input, same files).
+# Rebuild sample_vault/ from docs/examples/ (same input, same files, except each leaf's `ingested:` stamp: when it was learned).
 sample: setup
     rm -rf sample_vault && {{venv}}/bin/vaultmem init sample_vault
     cp docs/examples/config.toml sample_vault/.vaultmem/config.toml
