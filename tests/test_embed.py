@@ -303,6 +303,25 @@ def test_order_preserved_with_mixed_lengths(numpy_embedder: NumpyBertEmbedder) -
 
 
 @pytest.mark.slow
+def test_worker_processes_give_the_same_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large call's batches shared with worker processes (one per core) come back bit for bit as this
+    process alone computes them, in input order."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
+    texts = [f"turn {i}: {TEXTS[i % len(TEXTS)]} {'and then some more ' * (i % 7)}" for i in range(40)]
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1).embed(texts)
+    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=3)
+    try:
+        together = shared.embed(texts)
+        assert shared._pool is not None  # worker processes ran two of every three batches
+        assert shared.embed(texts[:5]).shape == (5, 384)  # a small call stays here
+    finally:
+        shared.close()
+    np.testing.assert_array_equal(together, alone)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [0, 1, 5])  # batch_size is 4
 def test_batch_boundaries(numpy_embedder: NumpyBertEmbedder, n: int) -> None:
     texts = [f"note number {i} about {'cats ' * i}" for i in range(n)]

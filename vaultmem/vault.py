@@ -253,6 +253,9 @@ class Vault:
     def close(self) -> None:
         if self._autocommit is not None:
             self._autocommit.close()
+        owned = self.__dict__.pop("_owned_embedder", None)
+        if owned is not None and hasattr(owned, "close"):
+            owned.close()
         self.conn.close()
 
     def __enter__(self) -> Vault:
@@ -619,6 +622,7 @@ class Vault:
                 batch_size=self.config.embed_batch_size,
                 cache_dir=model_cache_dir(),
             )
+            self._owned_embedder = self._embedder  # its worker processes stop with the vault
         return self._embedder
 
     def flush(self, progress: Callable[[int, int], None] | None = None) -> WorkReport:
