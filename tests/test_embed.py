@@ -322,6 +322,24 @@ def test_worker_processes_give_the_same_vectors(monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.slow
+def test_workers_that_cannot_start_leave_the_work_here(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A worker process that fails to start (a user's script without a ``__main__`` guard, a model it
+    cannot read) costs nothing but time: its batches run here, and later calls stay here."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
+    texts = [f"note {i}: {'the garden and the roses ' * (i % 5)}" for i in range(30)]
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1).embed(texts)
+    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=2)
+    shared.embed(texts[:2])  # weights loaded here
+    shared.model_dir = tmp_path / "gone"  # where the workers would look for them
+    np.testing.assert_array_equal(shared.embed(texts), alone)
+    assert shared.workers == 1 and shared._pool is None
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [0, 1, 5])  # batch_size is 4
 def test_batch_boundaries(numpy_embedder: NumpyBertEmbedder, n: int) -> None:
     texts = [f"note number {i} about {'cats ' * i}" for i in range(n)]

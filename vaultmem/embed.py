@@ -458,8 +458,17 @@ class NumpyBertEmbedder:
         for n, (batch, ids, mask) in enumerate(batches):
             if n not in sent:
                 out[batch] = self._forward(bert, ids, mask)
+        broken = False
         for n, future in sent.items():
-            out[batches[n][0]] = future.result()
+            batch, ids, mask = batches[n]
+            try:
+                out[batch] = future.result()
+            except Exception:  # a worker that could not start (a script without a __main__ guard) or died
+                broken = True
+                out[batch] = self._forward(bert, ids, mask)
+        if broken:  # this process alone from now on
+            self.close()
+            self.workers = 1
         return _unit_rows(out)
 
     def _worker_pool(self) -> Any:
