@@ -340,6 +340,41 @@ def test_workers_that_cannot_start_leave_the_work_here(
 
 
 @pytest.mark.slow
+def test_a_script_without_a_main_guard_embeds_alone(tmp_path: Path) -> None:
+    """A spawned worker imports the main module: a script without the ``__main__`` guard would run again
+    in it, writes and all. Such a script embeds in its own process; one with the guard gets workers."""
+    body = (
+        "import pathlib, sys\n"
+        "from vaultmem import embed\n"
+        "embed.PARALLEL_MIN = 8\n"
+        f"log = pathlib.Path({str(tmp_path / 'runs.txt')!r})\n"
+        "log.open('a').write('ran\\n')  # a side effect a second run would repeat\n"
+        "e = embed.NumpyBertEmbedder(embed.default_model_path(), batch_size=4, workers=2)\n"
+        "texts = [f'note {i} about the garden' for i in range(24)]\n"
+    )
+    for guarded in (False, True):
+        script = tmp_path / f"script_{guarded}.py"
+        run = "e.embed(texts); print(e._pool is not None); e.close()\n"
+        if guarded:
+            run = "if __name__ == '__main__':\n    " + run
+        script.write_text(body + run, encoding="utf-8")
+        (tmp_path / "runs.txt").unlink(missing_ok=True)
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == str(guarded)  # workers only with the guard
+        runs = (tmp_path / "runs.txt").read_text().splitlines()
+        assert (
+            runs == ["ran"] if not guarded else len(runs) == 2
+        )  # the guarded one: its worker re-imported it
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [0, 1, 5])  # batch_size is 4
 def test_batch_boundaries(numpy_embedder: NumpyBertEmbedder, n: int) -> None:
     texts = [f"note number {i} about {'cats ' * i}" for i in range(n)]

@@ -340,6 +340,23 @@ PARALLEL_MIN = 256
 _WORKER: NumpyBertEmbedder | None = None
 
 
+def _spawn_safe() -> bool:
+    """Whether a spawned process may import this program's main module: a spawned worker imports it
+    first, and a script without an ``if __name__ == "__main__"`` guard would run again there (its writes
+    included). Run with ``-m``, from ``-c`` or a prompt, or a script with the guard (the ``vaultmem``
+    command's is): yes."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return True
+    try:
+        return "__main__" in Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
 def _worker_start(model_dir: str, batch_size: int, max_length: int, cache_dir: Path | None) -> None:
     global _WORKER
     _WORKER = NumpyBertEmbedder(
@@ -473,7 +490,7 @@ class NumpyBertEmbedder:
 
     def _worker_pool(self) -> Any:
         """The processes that share large calls (started on the first one; None with one worker)."""
-        if self.workers < 2:
+        if self.workers < 2 or not _spawn_safe():
             return None
         with self._lock:
             if self._pool is None:
