@@ -300,9 +300,11 @@ def main() -> None:
     factories: dict[str, Callable[[], Embedder]] = {
         "torch b64 (reference)": lambda: SentenceTransformerEmbedder(str(model_dir), batch_size=64),
         "torch b256": lambda: SentenceTransformerEmbedder(str(model_dir), batch_size=256),
-        "numpy b32": lambda: NumpyBertEmbedder(model_dir, batch_size=32),
-        "numpy b64": lambda: NumpyBertEmbedder(model_dir, batch_size=64),
-        "numpy b128": lambda: NumpyBertEmbedder(model_dir, batch_size=128),
+        "numpy b32": lambda: NumpyBertEmbedder(model_dir, batch_size=32, workers=1),
+        "numpy b64": lambda: NumpyBertEmbedder(model_dir, batch_size=64, workers=1),
+        "numpy b128": lambda: NumpyBertEmbedder(model_dir, batch_size=128, workers=1),
+        # The default: a process per core shares the batches of a large call (``embed.PARALLEL_MIN``).
+        f"numpy b64, {os.cpu_count()} processes": lambda: NumpyBertEmbedder(model_dir, batch_size=64),
     }
     onnx_paths: dict[str, Path] = {}
     scratch = None

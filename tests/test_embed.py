@@ -303,6 +303,77 @@ def test_order_preserved_with_mixed_lengths(numpy_embedder: NumpyBertEmbedder) -
 
 
 @pytest.mark.slow
+def test_worker_processes_give_the_same_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large call's batches shared with worker processes (one per core) come back bit for bit as this
+    process alone computes them, in input order."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
+    texts = [f"turn {i}: {TEXTS[i % len(TEXTS)]} {'and then some more ' * (i % 7)}" for i in range(40)]
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1).embed(texts)
+    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=3)
+    try:
+        together = shared.embed(texts)
+        assert shared._pool is not None  # worker processes ran two of every three batches
+        assert shared.embed(texts[:5]).shape == (5, 384)  # a small call stays here
+    finally:
+        shared.close()
+    np.testing.assert_array_equal(together, alone)
+
+
+@pytest.mark.slow
+def test_workers_that_cannot_start_leave_the_work_here(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A worker process that fails to start (a user's script without a ``__main__`` guard, a model it
+    cannot read) costs nothing but time: its batches run here, and later calls stay here."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
+    texts = [f"note {i}: {'the garden and the roses ' * (i % 5)}" for i in range(30)]
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1).embed(texts)
+    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=2)
+    shared.embed(texts[:2])  # weights loaded here
+    shared.model_dir = tmp_path / "gone"  # where the workers would look for them
+    np.testing.assert_array_equal(shared.embed(texts), alone)
+    assert shared.workers == 1 and shared._pool is None
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_embeds_alone(tmp_path: Path) -> None:
+    """A spawned worker imports the main module: a script without the ``__main__`` guard would run again
+    in it, writes and all. Such a script embeds in its own process; one with the guard gets workers."""
+    body = (
+        "import pathlib, sys\n"
+        "from vaultmem import embed\n"
+        "embed.PARALLEL_MIN = 8\n"
+        f"log = pathlib.Path({str(tmp_path / 'runs.txt')!r})\n"
+        "log.open('a').write('ran\\n')  # a side effect a second run would repeat\n"
+        "e = embed.NumpyBertEmbedder(embed.default_model_path(), batch_size=4, workers=2)\n"
+        "texts = [f'note {i} about the garden' for i in range(24)]\n"
+    )
+    for guarded in (False, True):
+        script = tmp_path / f"script_{guarded}.py"
+        run = "e.embed(texts); print(e._pool is not None); e.close()\n"
+        if guarded:
+            run = "if __name__ == '__main__':\n    " + run
+        script.write_text(body + run, encoding="utf-8")
+        (tmp_path / "runs.txt").unlink(missing_ok=True)
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == str(guarded)  # workers only with the guard
+        runs = (tmp_path / "runs.txt").read_text().splitlines()
+        # Unguarded: ran once. Guarded: the worker imported it too (what is above the guard ran again).
+        assert len(runs) == (2 if guarded else 1)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [0, 1, 5])  # batch_size is 4
 def test_batch_boundaries(numpy_embedder: NumpyBertEmbedder, n: int) -> None:
     texts = [f"note number {i} about {'cats ' * i}" for i in range(n)]

@@ -292,19 +292,33 @@ def test_word_counts_follow_a_changed_text(vault: Vault) -> None:
     assert before[kitten] == pytest.approx(0.5) and 0 < after[kitten] < 0.5
 
 
-@pytest.mark.parametrize("scan", [0, 10_000])
-def test_both_ways_of_finding_word_holders_agree(
-    vault: Vault, monkeypatch: pytest.MonkeyPatch, scan: int
-) -> None:
-    """Which hits hold a word is read either from every row holding it or by matching the hits' rows
-    (``HOLDERS_SCAN`` picks by the word's count); both give the same coverage."""
-    from vaultmem import search
-
-    expected = {(h.id, h.coverage, h.matched) for h in vault.search("invoice plumbing kitten", k=8)}
-    monkeypatch.setattr(search, "HOLDERS_SCAN", scan)
-    vault.searcher._dfs = (None, {})
-    assert {(h.id, h.coverage, h.matched) for h in vault.search("invoice plumbing kitten", k=8)} == expected
-    assert any(c > 0 for _, c, _ in expected) and any(c == 0 for _, c, _ in expected)
+def test_word_holders_are_the_word_indexes_own_answer(vault: Vault) -> None:
+    """Which hits hold a word is told by tokenizing their texts as the word index does (a private
+    in-memory table): the same answer as matching the word against each hit's row in the index, a
+    stemmed form ("kittens", "repairs"), a speaker's name (leaves are indexed as "speaker: text") and a
+    topic or digest node (its own index) included."""
+    vault.compact()  # digest nodes: the nav word index
+    words = ["kittens", "ana", "repairs", "invoice", "message", "pepper"]
+    hits = vault.searcher.find(" ".join(words), k=30)
+    assert any(h.path.startswith("global/") for h in hits)
+    bodies = {}
+    expected: dict[str, set[int]] = {w: set() for w in words}
+    for h in hits:
+        rowid = vault.conn.execute("SELECT rowid FROM chunks WHERE id = ?", [h.id]).fetchone()[0]
+        bodies[rowid] = (
+            h.text
+            if h.path.startswith(("topics/", "global/")) or h.speaker is None
+            else f"{h.speaker}: {h.text}"
+        )
+        for w in words:
+            for table in ("fts_words", "fts_nav_words"):
+                sql = f"SELECT 1 FROM {table} WHERE {table} MATCH ? AND rowid = ?"
+                if vault.conn.execute(sql, [f'"{w}"', rowid]).fetchone():
+                    expected[w].add(rowid)
+    _, holders = vault.searcher._term_evidence(words, bodies)
+    assert holders == expected
+    assert all(expected[w] for w in words)  # each word is on some hit: the comparison means something
+    assert expected["kittens"] != set(bodies) and expected["ana"] != set(bodies)
 
 
 def test_a_narrow_filter_ranks_as_the_join_does(vault: Vault) -> None:
@@ -401,3 +415,25 @@ def test_a_summary_that_only_quotes_its_leaves_is_listed_as_the_leaf_a_hand_edit
         vault.compact()
         again = vault.search(query, k=10)
         assert quoting[0].id in {h.id for h in again}
+
+
+def test_a_word_on_half_the_rows_is_not_scored_in_a_large_vault(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From ``PRUNE_ABOVE`` rows, a query word on half the rows or more (FTS5's idf: zero) is left out of
+    BM25 when a rarer one remains: the rows holding the rarer word keep their order, and rows holding
+    only the common word (last, at a score of ~1e-6) are no longer listed."""
+    from vaultmem import search
+
+    vault.ingest_messages(chat(6, source="work", session="w2", prefix="Kitten note"))
+    vault.flush()  # "garden" is now on 9 of 14 rows, "kitten" on 7, "pepper" on 1
+    searcher = vault.searcher
+    full = searcher.lexical("pepper garden", Filters(), 20)["words"]
+    assert searcher._scored_words(["pepper", "garden"]) == ["pepper", "garden"]  # a small vault: all
+    monkeypatch.setattr(search, "PRUNE_ABOVE", 1)
+    assert searcher._scored_words(["pepper", "garden"]) == ["pepper"]
+    assert searcher._scored_words(["kitten", "garden", "pepper"]) == ["pepper"]  # kitten: 7 of 14, half
+    assert searcher._scored_words(["kitten", "garden"]) == ["kitten", "garden"]  # nothing rarer: kept
+    pruned = searcher.lexical("pepper garden", Filters(), 20)["words"]
+    pepper = {r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE text LIKE '%pepper%'")}
+    assert len(full) == 10 and pruned == [i for i in full if i in pepper] and len(pruned) == 1

@@ -272,6 +272,28 @@ def test_stats(vault: Vault) -> None:
     assert s.jobs["queued"] == 6
 
 
+def test_storage_counts_files_and_index_apart(vault: Vault) -> None:
+    """The walk behind ``stats`` and the dashboard's metrics: the vault's files (not ``.git``, symbolic
+    links not followed) and ``.vaultmem/`` (the disk reserve left out), each byte once."""
+    from vaultmem.stats import storage
+
+    root, state = vault.layout.root, vault.layout.state
+    vault.ingest_messages(chat(3), source="chat")
+    vault.close()
+    files = [p for p in root.rglob("*") if p.is_file() and state not in p.parents]
+    expected_files = sum(p.stat().st_size for p in files)
+    expected_index = sum(
+        p.stat().st_size for p in state.rglob("*") if p.is_file() and p != vault.layout.reserve
+    )
+    (root / ".git" / "objects").mkdir(parents=True)
+    (root / ".git" / "objects" / "pack").write_bytes(b"x" * 5000)  # git's, not the vault's
+    (root / "notes").mkdir()
+    (root / "notes" / "todo.md").write_text("buy oat milk\n", encoding="utf-8")
+    os.symlink(root / "notes" / "todo.md", root / "notes" / "link.md")  # counted once, as its target
+    os.symlink(root / "notes", root / "mirror")
+    assert storage(vault.layout) == (expected_files + len("buy oat milk\n"), expected_index)
+
+
 def test_progress_is_reported(vault: Vault) -> None:
     seen: list[tuple[int, int]] = []
     vault.ingest_messages(chat(3), source="chat", progress=lambda d, t: seen.append((d, t)))

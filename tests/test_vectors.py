@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vaultmem import db, vectors
+from vaultmem import ann, db, vectors
 from vaultmem.vectors import VectorCache, VectorRow
 
 
@@ -223,4 +223,139 @@ def test_reindex_rewrites_the_matrix_file(tmp_path: Path, monkeypatch: pytest.Mo
     assert report.vectors == 40
     cache = fresh_cache(vault)
     assert isinstance(cache.matrix, np.memmap) and set(cache.ids) == before and same_as_index(cache, vault)
+    vault.close()
+
+
+# --- the HNSW graph (ann) -------------------------------------------------------------------------------
+
+
+def graph_of(tmp_path: Path, matrix: np.ndarray) -> ann.Graph:
+    """A graph built over ``matrix`` and opened as a new process opens it (mapped from its file)."""
+    files = ann.GraphFile.beside(tmp_path / "vectors-m.npy")
+    key = ann.matrix_key("m", matrix.shape[1], "e", 1, [str(i) for i in range(len(matrix))])
+    files.data.write_bytes(ann.build(matrix))
+    files.header.write_bytes(ann.header_bytes(key))
+    graph = ann.open_graph(files, key)
+    assert graph is not None
+    return graph
+
+
+def recall_at_10(cache: VectorCache, queries: np.ndarray, rows: np.ndarray | None = None) -> float:
+    found = []
+    for q in queries:
+        among = np.arange(len(cache.ids)) if rows is None else rows
+        sims = np.asarray(cache.matrix[among] @ q)
+        exact = set(among[np.argsort(-sims, kind="stable")[:10]].tolist())
+        got = cache.top(q, 10, rows).tolist()
+        if rows is not None:
+            assert set(got) <= set(rows.tolist())
+        found.append(len(exact & set(got)) / 10)
+    return float(np.mean(found))
+
+
+def test_graph_candidates_rescored_have_recall_at_10_of_brute_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """recall@10 >= 0.99 against brute force (#22): over all rows, over most rows (leaves only), and with
+    rows added and changed since the graph was built (always candidates)."""
+    monkeypatch.setattr(vectors, "APPROX_ABOVE", 1000)
+    m = clustered(6000, dim=64)
+    cache = cache_of(m.copy())
+    cache.graph = graph_of(tmp_path, m[:5000])  # the last 1,000 rows came after it
+    cache.matrix[:5000:97] = clustered(52, dim=64, seed=9)  # and some of its rows changed since
+    cache._moved = set(range(0, 5000, 97))
+    rng = np.random.default_rng(11)
+    queries = unit(m[rng.choice(6000, 60, replace=False)] + 0.3 * rng.normal(size=(60, 64)))
+    queries[:5] = cache.matrix[[0, 97, 5001, 5500, 5999]]  # a changed row and rows the graph never saw
+    assert recall_at_10(cache, queries) >= 0.99
+    assert [cache.top(q, 1)[0] for q in queries[:5]] == [0, 97, 5001, 5500, 5999]
+    leaves = np.flatnonzero(np.arange(6000) % 10 != 0).astype(np.intp)  # 90% of the rows
+    assert recall_at_10(cache, queries, leaves) >= 0.99
+    # The graph really served them: with a graph that proposes nothing useful, recall collapses.
+    cache.graph = graph_of(tmp_path, clustered(5000, dim=64, seed=21))
+    cache._moved = set()
+    assert recall_at_10(cache, queries[5:]) < 0.9
+
+
+def test_graph_is_not_used_for_a_narrow_filter_or_when_far_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vectors, "APPROX_ABOVE", 1000)
+    m = clustered(3000, dim=32)
+    cache = cache_of(m)
+    cache.graph = graph_of(tmp_path, m)
+    one_source = np.arange(0, 3000, 3, dtype=np.intp)  # a third of the rows: exact within them
+    assert cache._graph_candidates(m[0], 10, one_source) is None
+    assert cache._graph_candidates(m[0], 10, None) is not None
+    cache.graph = ann.Graph(cache.graph._index, 2000)  # 1,000 rows (a third) newer than the graph
+    assert cache._graph_candidates(m[0], 10, None) is None
+    assert all(list(cache.top(q, 10)) == list(cache_of(m).top(q, 10)) for q in m[:20])  # as with no graph
+
+
+def graph_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int = 40):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(ann, "GRAPH_MIN", 10)
+    return matrix_vault(tmp_path, monkeypatch, n=n)
+
+
+def test_a_new_process_maps_the_graph_of_the_matrix_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vectors, "APPROX_ABOVE", 10)
+    vault = graph_vault(tmp_path, monkeypatch)
+    files = vectors.MatrixFile.of(vault.layout.state, vault.embedder.model_id)
+    assert files.graph.data.is_file() and files.graph.header.is_file()
+    cache = fresh_cache(vault)
+    assert cache.graph is not None and cache.graph.count == 40 and same_as_index(cache, vault)
+    hits = vault.search("note 7", k=3)
+    assert hits and "note 7" in hits[0].text
+    vault.close()
+
+
+def test_a_graph_of_another_matrix_or_damaged_is_never_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.helpers import chat
+
+    vault = graph_vault(tmp_path, monkeypatch)
+    files = vectors.MatrixFile.of(vault.layout.state, vault.embedder.model_id)
+    old_graph, old_header = files.graph.data.read_bytes(), files.graph.header.read_bytes()
+    vault.ingest_messages(chat(10, session="s2", prefix="later note"), source="chat")
+    vault.flush()  # 25% more: the matrix file and its graph are rewritten
+    assert fresh_cache(vault).graph is not None
+    files.graph.data.write_bytes(old_graph)  # the graph of the matrix before (a copy, a torn rewrite)
+    files.graph.header.write_bytes(old_header)
+    cache = fresh_cache(vault)
+    assert cache.graph is None and same_as_index(cache, vault)
+    assert [p.code for p in vault.check().problems] == ["vector_graph_behind"]
+    report = vault.check(fix=True)
+    assert [p.code for p in report.fixed] == ["vector_graph_behind"] and vault.check().ok
+    assert fresh_cache(vault).graph is not None
+    files.graph.data.write_bytes(files.graph.data.read_bytes()[:300])  # damaged, its header current
+    assert fresh_cache(vault).graph is None
+    assert [p.code for p in vault.check().problems] == ["vector_graph_behind"]
+    vault.close()
+
+
+def test_reindex_rebuilds_the_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    vault = graph_vault(tmp_path, monkeypatch)
+    files = vectors.MatrixFile.of(vault.layout.state, vault.embedder.model_id)
+    files.graph.data.unlink()
+    vault.reindex()
+    cache = fresh_cache(vault)
+    assert cache.graph is not None and same_as_index(cache, vault)
+    vault.close()
+
+
+def test_deleting_a_row_drops_the_graph_until_it_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vectors, "APPROX_ABOVE", 10)
+    vault = graph_vault(tmp_path, monkeypatch)
+    cache = fresh_cache(vault)
+    assert cache.graph is not None
+    victim = vault.ls()[0]
+    (vault.layout.root / victim.path).unlink()
+    vault.reconcile_paths([victim.path])
+    cache.refresh(vault.conn)
+    assert cache.graph is None and victim.id not in cache.pos and same_as_index(cache, vault)
     vault.close()

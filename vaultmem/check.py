@@ -34,6 +34,9 @@ Invariants:
 - ``invalid_proposal`` a file of the review inbox (``review/<new>-updates-<old>.md``) that cannot be read
                        (not fixable: correct or delete it). One naming a leaf the vault no longer holds
                        is not a problem: the next review retires it into the weekly log as ``gone``
+- ``vector_graph_behind`` the matrix file of the vectors (``.vaultmem/vectors-*.npy``, from 50,000 rows)
+                       has no HNSW graph of its own: none, one of an earlier matrix, or a damaged one
+                       (search scores without it meanwhile; fix: build it)
 - ``damaged_index``    chunks.db fails ``PRAGMA quick_check`` (found by ``Vault.check``; fix: move it aside
                        and rebuild it from the files)
 
@@ -56,7 +59,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import daemonstate, fsio, index, review, sidecar
+from vaultmem import ann, daemonstate, fsio, index, review, sidecar, vectors
 from vaultmem.db import HAS_CJK, NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.frontmatter import redact_document
@@ -214,6 +217,9 @@ def check(
     if model is not None:
         for problem in _sidecar_problems(conn, layout, model, dim, fix=fix):
             (fixed if fix else problems).append(problem)
+        graph = _graph_problem(conn, layout, model, dim, fix=fix)
+        if graph is not None:
+            (fixed if fix else problems).append(graph)
     dangling = _dangling_links(conn, layout, max_bytes, fix=fix)
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
@@ -401,6 +407,34 @@ def _secrets(
         )
         out.append((Problem("secret_in_file", entry.rel, message, False), False))
     return out
+
+
+def _graph_problem(
+    conn: sqlite3.Connection, layout: Layout, model: str, dim: int, *, fix: bool
+) -> Problem | None:
+    """The vectors' matrix file without a usable graph of its own (``ann``); ``fix`` builds it."""
+    files = vectors.MatrixFile.of(layout.state, model)
+    found = vectors.read_matrix(conn, files, model, dim)
+    if found is None:
+        return None
+    ids, _, seq = found
+    key = ann.matrix_key(model, dim, vectors.epoch(conn) or "", seq, ids)
+    if not ann.graph_behind(files.graph, key) and ann.open_graph(files.graph, key) is not None:
+        return None
+    if key["count"] < ann.GRAPH_MIN or not ann.available():
+        return None
+    problem = Problem(
+        "vector_graph_behind",
+        layout.rel(files.graph.data),
+        "the vectors' HNSW graph is missing, of an earlier matrix or damaged; search runs without it",
+        True,
+    )
+    if fix:
+        if files.graph.header.exists():  # a damaged graph with a current header is rebuilt
+            fsio.remove_file(layout.root, files.graph.header)
+        if not vectors.write_graph(conn, layout.root, files, model, dim):
+            return replace(problem, fixable=False, message=problem.message + " (it could not be built)")
+    return problem
 
 
 def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *, fix: bool) -> list[Problem]:

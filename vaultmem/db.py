@@ -273,6 +273,9 @@ def m011_entities(conn: sqlite3.Connection) -> None:
 
 
 # Topic and digest nodes: navigation over leaves that live elsewhere, written from their sentences.
+# The tokenizer of the word indexes (fts_words, fts_nav_words) since migration 006; search tokenizes its
+# hits' texts with it to tell which hold a word.
+WORDS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 NAV = "(substr({row}.path, 1, 7) = 'topics/' OR substr({row}.path, 1, 7) = 'global/')"
 
 

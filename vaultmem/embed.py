@@ -333,6 +333,43 @@ class _OneBlasThread:
 one_blas_thread = _OneBlasThread()
 
 
+# A call with this many texts or more shares its batches with worker processes (``workers``): starting
+# them costs about a second once, each then embeds as fast as this one (one core each).
+PARALLEL_MIN = 256
+
+_WORKER: NumpyBertEmbedder | None = None
+
+
+def _spawn_safe() -> bool:
+    """Whether a spawned process may import this program's main module: a spawned worker imports it
+    first, and a script without an ``if __name__ == "__main__"`` guard would run again there (its writes
+    included). Run with ``-m``, from ``-c`` or a prompt, or a script with the guard (the ``vaultmem``
+    command's is): yes."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return True
+    try:
+        return "__main__" in Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def _worker_start(model_dir: str, batch_size: int, max_length: int, cache_dir: Path | None) -> None:
+    global _WORKER
+    _WORKER = NumpyBertEmbedder(
+        Path(model_dir), batch_size=batch_size, max_length=max_length, cache_dir=cache_dir, workers=1
+    )
+    _blas_controller().limit(limits=1, user_api="blas")  # this process only ever runs batches
+
+
+def _worker_forward(ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
+    assert _WORKER is not None
+    return _WORKER._forward(_WORKER._load(), ids, mask)
+
+
 class NumpyBertEmbedder:
     """BERT encoder + mean pooling + L2 normalisation in NumPy float32; matches sentence-transformers.
 
@@ -352,9 +389,15 @@ class NumpyBertEmbedder:
         batch_size: int = 64,
         max_length: int | None = None,
         cache_dir: Path | None = None,
+        workers: int | None = None,
     ) -> None:
+        """``workers``: processes that share a large call's batches (``PARALLEL_MIN`` texts or more), this
+        one included; None: one per core, 1: this process alone. A batch is the same batch wherever it
+        runs, on one BLAS thread, so the vectors are the same."""
         self.model_dir = _require_dir(model_dir)
         self.cache_dir = cache_dir
+        self.workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
+        self._pool: Any = None
         reason = _numpy_unsupported(self.model_dir)
         if reason is not None:
             raise ModelError(
@@ -403,6 +446,7 @@ class NumpyBertEmbedder:
         lengths = np.array([len(e.ids) for e in encodings])
         order = np.argsort(-lengths, kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        batches = []
         start = 0
         while start < len(order):
             longest = int(lengths[order[start]])
@@ -414,9 +458,60 @@ class NumpyBertEmbedder:
                 token_ids = encodings[index].ids
                 ids[row, : len(token_ids)] = token_ids
                 mask[row, : len(token_ids)] = 1.0
-            out[batch] = self._forward(bert, ids, mask)
+            batches.append((batch, ids, mask))
             start += size
+        pool = self._worker_pool() if len(texts) >= PARALLEL_MIN and len(batches) > 1 else None
+        if pool is None:
+            for batch, ids, mask in batches:
+                out[batch] = self._forward(bert, ids, mask)
+            return _unit_rows(out)
+        # Every ``workers``-th batch (the longest first) stays here, the others go to the worker
+        # processes; the batches themselves are the ones this process would run.
+        sent = {
+            n: pool.submit(_worker_forward, ids, mask)
+            for n, (_, ids, mask) in enumerate(batches)
+            if n % self.workers
+        }
+        for n, (batch, ids, mask) in enumerate(batches):
+            if n not in sent:
+                out[batch] = self._forward(bert, ids, mask)
+        broken = False
+        for n, future in sent.items():
+            batch, ids, mask = batches[n]
+            try:
+                out[batch] = future.result()
+            except Exception:  # a worker that could not start (a script without a __main__ guard) or died
+                broken = True
+                out[batch] = self._forward(bert, ids, mask)
+        if broken:  # this process alone from now on
+            self.close()
+            self.workers = 1
         return _unit_rows(out)
+
+    def _worker_pool(self) -> Any:
+        """The processes that share large calls (started on the first one; None with one worker)."""
+        if self.workers < 2 or not _spawn_safe():
+            return None
+        with self._lock:
+            if self._pool is None:
+                import multiprocessing
+                from concurrent.futures import ProcessPoolExecutor
+
+                # spawn: a fork of a process with threads (watchers, the job pool) may deadlock.
+                self._pool = ProcessPoolExecutor(
+                    self.workers - 1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_worker_start,
+                    initargs=(str(self.model_dir), self.batch_size, self.max_length, self.cache_dir),
+                )
+            return self._pool
+
+    def close(self) -> None:
+        """Stop the worker processes (they stop with this process anyway)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _forward(self, bert: _Bert, ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
         batch, length = ids.shape
@@ -692,12 +787,18 @@ class SentenceTransformerEmbedder:
 
 
 def load_embedder(
-    spec: str | None = None, *, backend: str = "auto", batch_size: int = 64, cache_dir: Path | None = None
+    spec: str | None = None,
+    *,
+    backend: str = "auto",
+    batch_size: int = 64,
+    cache_dir: Path | None = None,
+    workers: int | None = None,
 ) -> Embedder:
     """Resolve a model spec to an embedder without loading any weights yet.
 
     ``cache_dir``: where derived model files (the NumPy backend's prepared weights) are kept between
-    processes; None keeps nothing.
+    processes; None keeps nothing. ``workers``: processes sharing large calls (NumPy backend; None: one per
+    core).
 
     ``spec``: None, "default", "all-MiniLM-L6-v2" (or its full id) for the packaged model; "fake" for
     FakeEmbedder; anything else is a local directory, never a hub id. ``backend``: "auto" picks numpy
@@ -716,5 +817,5 @@ def load_embedder(
         return FakeEmbedder()
     model_dir = default_model_path() if spec is None or spec in DEFAULT_SPECS else _require_dir(spec)
     if backend == "numpy" or (backend == "auto" and _numpy_unsupported(model_dir) is None):
-        return NumpyBertEmbedder(model_dir, batch_size=batch_size, cache_dir=cache_dir)
+        return NumpyBertEmbedder(model_dir, batch_size=batch_size, cache_dir=cache_dir, workers=workers)
     return SentenceTransformerEmbedder(str(model_dir), batch_size=batch_size)

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem import index, timeparse
-from vaultmem.db import NAV, write_stamp
+from vaultmem.db import NAV, WORDS_TOKENIZER, write_stamp
 from vaultmem.embed import Embedder, one_blas_thread
 from vaultmem.errors import InvalidInput
 from vaultmem.graph import LeafGraph
@@ -37,11 +37,10 @@ RRF_K = 10
 # facts they rest on sit in adjacent turns of a conversation (and adjacent sections of a document).
 NEIGHBOR_WEIGHT = 0.45
 NEIGHBOR_FULL_TOKENS = 64
-# A word's holders among the hits are read from all its rows when it is on at most this many rows per
-# hit, else matched against the hits' rowids (reading a row costs about 1/80 of matching one listed row,
-# measured at 2,760 and 100,000 leaves).
-HOLDERS_SCAN = 64
 MAX_QUERY_TERMS = 64
+# From this many rows in the word index, BM25 leaves out a query word on half of them or more
+# (``Searcher._scored_words``): never in a vault the size of the LoCoMo dev benchmark.
+PRUNE_ABOVE = 20_000
 # A leaf said or written by someone the query names ("what did Diego say on 17 March") gains this share of
 # its fused score: a remark *about* Diego must not outrank Diego's own words (the name is in both).
 SPEAKER_BOOST = 0.5
@@ -445,6 +444,38 @@ class SessionOrder:
         return known
 
 
+class WordHolders:
+    """Which of a few texts hold a word, found by SQLite's own FTS5 tokenizer (the word index's) in a
+    private in-memory table: the same answer as matching the word in the index against the hits' rows,
+    without reading the word's rows there (9,000 rows per word at 100,000 leaves: 2 ms a word, loaded)
+    or matching row by row. Its own connection: the index's change counter (``db.write_stamp``) stays
+    still."""
+
+    def __init__(self) -> None:
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def holding(self, bodies: dict[int, str], words: Sequence[str]) -> dict[str, set[int]]:
+        """Word -> the keys of ``bodies`` whose text holds it (as a quoted FTS5 term)."""
+        if not words:
+            return {}
+        if not bodies:
+            return {w: set() for w in words}
+        with self._lock:
+            if self._conn is None:
+                self._conn = sqlite3.connect(":memory:", check_same_thread=False)
+                self._conn.execute(
+                    f"CREATE VIRTUAL TABLE hits USING fts5(body, tokenize='{WORDS_TOKENIZER}')"
+                )
+            conn = self._conn
+            conn.execute("DELETE FROM hits")
+            conn.executemany("INSERT INTO hits(rowid, body) VALUES (?, ?)", bodies.items())
+            return {
+                w: {r[0] for r in conn.execute("SELECT rowid FROM hits WHERE hits MATCH ?", [_quoted(w)])}
+                for w in words
+            }
+
+
 class Speakers:
     """The vault's speakers (chat names, email senders) by the words of their names.
 
@@ -525,6 +556,7 @@ class Searcher:
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
         self.neighbor_weight = NEIGHBOR_WEIGHT
         self._count: tuple[int, int] | None = None
+        self._holders = WordHolders()
         self._dfs: tuple[tuple[int, int, int] | None, dict[tuple[str, str], int]] = (None, {})
         self._quotes: tuple[tuple[int, int, int] | None, dict[str, list[str] | None]] = (None, {})
         self._rows: tuple[
@@ -534,6 +566,10 @@ class Searcher:
             None,
             {},
         )
+
+    def forget_vectors(self) -> None:
+        """Drop the in-memory vectors: the next search starts again from the matrix file (and its graph)."""
+        self._cache = None
 
     def vectors(self, embedder: Embedder) -> VectorCache:
         """The in-memory vectors of ``embedder``'s model, refreshed from the index."""
@@ -558,8 +594,9 @@ class Searcher:
         # searched only when summaries may be returned, each ranking fused like the others.
         nav = filters.kind != "leaf"
         if words:
-            match = " OR ".join(_quoted(w) for w in words)
+            match = " OR ".join(_quoted(w) for w in self._scored_words(words))
             out["words"] = self._fts("fts_words", match, where, params, limit, narrow)
+            match = " OR ".join(_quoted(w) for w in words)
             if nav:
                 out["nav_words"] = self._fts("fts_nav_words", match, where, params, limit, narrow)
         long_runs = [r for r in cjk if len(r) >= 3]
@@ -580,6 +617,18 @@ class Searcher:
                 )
             ]
         return out
+
+    def _scored_words(self, words: list[str]) -> list[str]:
+        """The words BM25 scores in the leaves' word index: all of them, except in a vault of
+        ``PRUNE_ABOVE`` rows or more, where a word on half the rows or more is left out when a rarer one
+        remains. FTS5's idf of such a word is zero (clamped to 1e-6), so it adds nothing to any score
+        but the time to score every row it is on (a speaker's name on every other turn: 50,000 rows at
+        100,000 leaves); only rows holding nothing but such words, ranked last, are no longer listed."""
+        n = self._leaf_count()
+        if n < PRUNE_ABOVE or len(words) < 2:
+            return words
+        kept = [w for w in words if 2 * self._df("fts_words", _quoted(w)) < n]
+        return kept or words
 
     def _fts(
         self, table: str, match: str, where: str, params: list[Any], limit: int, narrow: bool = False
@@ -898,14 +947,16 @@ class Searcher:
         if not hits:
             return []
         words, cjk = content_terms(query)
-        rowids = {
-            r[0]: r[1]
-            for r in self.conn.execute(
-                f"SELECT id, rowid FROM chunks WHERE id IN ({','.join('?' * len(hits))})",
-                [h.id for h in hits],
-            )
-        }
-        weights, holders = self._term_evidence(words, list(rowids.values()))
+        rowids: dict[str, int] = {}
+        bodies: dict[int, str] = {}  # each hit's text as its word index holds it
+        for node_id, rowid, path, speaker, text in self.conn.execute(
+            f"SELECT id, rowid, path, speaker, text FROM chunks WHERE id IN ({','.join('?' * len(hits))})",
+            [h.id for h in hits],
+        ):
+            rowids[node_id] = rowid
+            nav = path.startswith(("topics/", "global/"))  # db.NAV: topic and digest nodes
+            bodies[rowid] = text if nav or speaker is None else f"{speaker}: {text}"
+        weights, holders = self._term_evidence(words, bodies)
         top = max(weights.values(), default=_idf(0, self._leaf_count()))
         for run in cjk:  # a CJK run is as telling as the rarest word
             weights[run] = top
@@ -936,21 +987,13 @@ class Searcher:
         return self._count[1]
 
     def _term_evidence(
-        self, words: list[str], rowids: list[int]
+        self, words: list[str], bodies: dict[int, str]
     ) -> tuple[dict[str, float], dict[str, set[int]]]:
-        """Each content word's idf in the word index, and which of ``rowids`` hold it (word or nav index)."""
+        """Each content word's idf in the word index, and which of the rows ``bodies`` (rowid -> the text
+        its word index holds) hold it."""
         n = self._leaf_count()
-        wanted = set(rowids)
-        weights: dict[str, float] = {}
-        holders: dict[str, set[int]] = {}
-        for word in words:
-            quoted = _quoted(word)
-            weights[word] = _idf(self._df("fts_words", quoted), n)
-            holders[word] = set()
-            if wanted:
-                for table in ("fts_words", "fts_nav_words"):
-                    holders[word].update(self._holding(table, quoted, wanted))
-        return weights, holders
+        weights = {word: _idf(self._df("fts_words", _quoted(word)), n) for word in words}
+        return weights, self._holders.holding(bodies, words)
 
     def _df(self, table: str, quoted: str) -> int:
         """Rows of ``table`` holding the word, remembered until the index is written (``db.write_stamp``)."""
@@ -962,17 +1005,6 @@ class Searcher:
             sql = f"SELECT count(*) FROM {table} WHERE {table} MATCH ?"
             known = self._dfs[1][(table, quoted)] = int(self.conn.execute(sql, [quoted]).fetchone()[0])
         return known
-
-    def _holding(self, table: str, quoted: str, wanted: set[int]) -> set[int]:
-        """Which of the rows ``wanted`` hold the word. ``MATCH ? AND rowid IN (...)`` runs the match once
-        per listed row (about 60 us each); reading every row that holds the word is cheaper unless the
-        word is on many more rows than are wanted."""
-        if self._df(table, quoted) <= HOLDERS_SCAN * len(wanted):
-            sql = f"SELECT rowid FROM {table} WHERE {table} MATCH ?"
-            return wanted.intersection(r[0] for r in self.conn.execute(sql, [quoted]))
-        marks = ",".join(str(int(r)) for r in wanted)
-        sql = f"SELECT rowid FROM {table} WHERE {table} MATCH ? AND rowid IN ({marks})"
-        return {r[0] for r in self.conn.execute(sql, [quoted])}
 
     def hits(self, ranked: Sequence[tuple[str, float, int | None, int | None]]) -> list[Hit]:
         if not ranked:

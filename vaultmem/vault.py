@@ -274,6 +274,9 @@ class Vault:
     def close(self) -> None:
         if self._autocommit is not None:
             self._autocommit.close()
+        owned = self.__dict__.pop("_owned_embedder", None)
+        if owned is not None and hasattr(owned, "close"):
+            owned.close()
         self.conn.close()
 
     def __enter__(self) -> Vault:
@@ -640,6 +643,7 @@ class Vault:
                 batch_size=self.config.embed_batch_size,
                 cache_dir=model_cache_dir(),
             )
+            self._owned_embedder = self._embedder  # its worker processes stop with the vault
         return self._embedder
 
     def flush(self, progress: Callable[[int, int], None] | None = None) -> WorkReport:
@@ -741,16 +745,29 @@ class Vault:
     def save_vectors(self, *, force: bool = False) -> int:
         """Rewrite the vector matrix file (``.vaultmem/vectors-*.npy``) when it is missing or behind the
         index by ``vectors.MATRIX_STALE`` (``force``: always), so that a new process maps the vectors
-        instead of reading them row by row. Returns the rows written (0: nothing to do). Under the write
-        lock; a read-only vault keeps none."""
+        instead of reading them row by row; then, from ``ann.GRAPH_MIN`` rows, build its HNSW graph
+        (``.hnsw``) when it has none. Returns the matrix rows written (0: nothing to do). The matrix under
+        the write lock, the graph after it (it names the matrix it was built from); a read-only vault
+        keeps none."""
         if self.read_only is not None:
             return 0
         embedder = self.embedder
-        files = vectors.MatrixFile.of(self.layout.state, embedder.model_id)
+        model, dim = embedder.model_id, embedder.dim
+        files = vectors.MatrixFile.of(self.layout.state, model)
+        written = 0
         with self._locked():
-            if not force and not vectors.matrix_behind(self.conn, files, embedder.model_id):
-                return 0
-            return vectors.write_matrix(self.conn, self.layout.root, files, embedder.model_id, embedder.dim)
+            if force or vectors.matrix_behind(self.conn, files, model):
+                written = vectors.write_matrix(self.conn, self.layout.root, files, model, dim)
+        # Looked at only when the matrix was just written or has no graph yet (reading its header costs
+        # tens of milliseconds at 100,000 rows); `check` finds a stale or damaged graph otherwise.
+        if (
+            (written or not files.graph.header.exists())
+            and files.header.exists()
+            and vectors.write_graph(self.conn, self.layout.root, files, model, dim)
+            and self._searcher is not None
+        ):
+            self._searcher.forget_vectors()  # the next search maps the new matrix and its graph
+        return written
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None

@@ -19,10 +19,12 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from vaultmem import ann
 from vaultmem.db import atomic, write_stamp
 
 Matrix = npt.NDArray[np.float32]
@@ -81,6 +83,13 @@ APPROX_ABOVE = 50_000
 RESCORE = (
     40  # candidates re-scored exactly per result asked for (20 gave recall@10 0.983 on MiniLM, under 0.99)
 )
+# With an HNSW graph (``ann``): it is asked for this many times the results wanted (divided by the share of
+# rows a filter keeps); it is not used for a filter keeping under GRAPH_SHARE of the rows (a source: exact
+# or sign bits within it), nor when more than GRAPH_UNKNOWN of the rows were added or changed since it was
+# built (the matrix file and its graph are rewritten at ``MATRIX_STALE``, well before).
+GRAPH_MARGIN = 1.25
+GRAPH_SHARE = 0.5
+GRAPH_UNKNOWN = 0.2
 
 
 def sign_bits(matrix: Matrix) -> npt.NDArray[np.uint64]:
@@ -105,25 +114,35 @@ class VectorCache:
         self._bits: npt.NDArray[np.uint64] | None = None  # built lazily for large caches
         self._kinds: npt.NDArray[np.bool_] | None = None  # True for summaries, built lazily
         self._stamp: tuple[int, int, int] | None = None  # the index's state at the last refresh
+        # The HNSW graph over the first ``graph.count`` rows as the matrix file held them (``ann``), and
+        # those of its rows whose vector changed since: always scored exactly, as are rows added since.
+        self.graph: ann.Graph | None = None
+        self._moved: set[int] = set()
 
     def top(self, query: Matrix, n: int, rows: npt.NDArray[np.intp] | None = None) -> npt.NDArray[np.intp]:
         """Indices of the ``n`` rows most similar to ``query`` (best first), among ``rows`` if given.
 
-        Exact below ``APPROX_ABOVE`` rows (of ``rows`` when given); above, the best ``RESCORE * n`` by
-        sign-bit Hamming distance are re-scored exactly (tests check the overlap with the exact answer)."""
+        Exact below ``APPROX_ABOVE`` rows (of ``rows`` when given). Above, candidates are re-scored
+        exactly: those the HNSW graph proposes when there is one (``ann``; rows added or changed since it
+        was built are always candidates), else the best ``RESCORE * n`` by sign-bit Hamming distance
+        (tests check both against the exact answer)."""
         total = len(self.ids) if rows is None else len(rows)
         n = min(n, total)
         if n <= 0:
             return np.zeros(0, dtype=np.intp)
         candidates: npt.NDArray[np.intp] | None = rows
         if total > APPROX_ABOVE and RESCORE * n < total:
-            if self._bits is None or len(self._bits) != len(self.ids):
-                self._bits = sign_bits(self.matrix)
-            bits = self._bits if rows is None else self._bits[rows]
-            distance = np.bitwise_count(bits ^ sign_bits(query[None, :])[0]).sum(axis=1, dtype=np.int32)
-            candidates = np.argpartition(distance, RESCORE * n)[: RESCORE * n]
-            if rows is not None:
-                candidates = rows[candidates]
+            proposed = self._graph_candidates(query, n, rows)
+            if proposed is not None:
+                candidates = proposed
+            else:
+                if self._bits is None or len(self._bits) != len(self.ids):
+                    self._bits = sign_bits(self.matrix)
+                bits = self._bits if rows is None else self._bits[rows]
+                distance = np.bitwise_count(bits ^ sign_bits(query[None, :])[0]).sum(axis=1, dtype=np.int32)
+                candidates = np.argpartition(distance, RESCORE * n)[: RESCORE * n]
+                if rows is not None:
+                    candidates = rows[candidates]
         if candidates is None:
             sims = self.matrix @ query
         elif 2 * len(candidates) >= len(self.ids):
@@ -134,6 +153,32 @@ class VectorCache:
         best = np.argpartition(-sims, n - 1)[:n]
         best = best[np.argsort(-sims[best], kind="stable")]
         return np.asarray(best if candidates is None else candidates[best], dtype=np.intp)
+
+    def _graph_candidates(
+        self, query: Matrix, n: int, rows: npt.NDArray[np.intp] | None
+    ) -> npt.NDArray[np.intp] | None:
+        """Candidate rows from the graph (with every row it does not know as it is now), or None when
+        there is no graph, it is too far behind, or ``rows`` are too few of all for it to find them."""
+        graph = self.graph
+        if graph is None:
+            return None
+        unknown = len(self.ids) - graph.count + len(self._moved)
+        if unknown > GRAPH_UNKNOWN * len(self.ids):
+            return None
+        share = 1.0 if rows is None else len(rows) / max(1, len(self.ids))
+        if share < GRAPH_SHARE:
+            return None
+        # Asked for more than n, and more again when only some rows count (leaves of leaves+summaries).
+        found = graph.search(query, int(n * GRAPH_MARGIN / share) + 16)
+        extra = [np.arange(graph.count, len(self.ids), dtype=np.intp)]
+        if self._moved:
+            extra.append(np.fromiter(self._moved, dtype=np.intp, count=len(self._moved)))
+        candidates = np.unique(np.concatenate([found, *extra]))
+        if rows is not None:
+            member = np.zeros(len(self.ids), dtype=bool)
+            member[rows] = True
+            candidates = candidates[member[candidates]]
+        return candidates if len(candidates) >= n else None
 
     def kind_rows(self, kind: str) -> npt.NDArray[np.intp]:
         """Rows of one node kind, without asking the index: summary ids start with ``s``, leaf ids are
@@ -153,6 +198,8 @@ class VectorCache:
                 self.pos = {row_id: i for i, row_id in enumerate(self.ids)}
                 self._bits = None
                 self._kinds = None
+                self._moved_clear()
+                self.graph = ann.open_graph(files.graph, self._key(conn))
         # Nothing was written since the last refresh (by this connection: its change counter; by any
         # other: the file's data version) -> nothing to read. Counting 100,000 vectors took 5-70 ms.
         stamp = write_stamp(conn)
@@ -173,6 +220,8 @@ class VectorCache:
             if row_id in self.pos:
                 self.matrix[self.pos[row_id]] = np.frombuffer(blob, dtype="<f4")
                 self._bits = None
+                if self.graph is not None and self.pos[row_id] < self.graph.count:
+                    self._moved.add(self.pos[row_id])
             else:
                 new_ids.append(row_id)
                 new_vecs.append(blob)
@@ -187,10 +236,19 @@ class VectorCache:
             self._reload(conn)
         self._stamp = stamp
 
+    def _moved_clear(self) -> None:
+        self._moved = set()
+
+    def _key(self, conn: sqlite3.Connection) -> dict[str, Any]:
+        """The name of the matrix this cache holds (``ann.matrix_key``), as a graph built from it has."""
+        return ann.matrix_key(self.model, self.dim, epoch(conn) or "", self.seq, self.ids)
+
     def _reload(self, conn: sqlite3.Connection) -> None:
         rows = conn.execute(
             "SELECT id, vec, seq FROM vectors WHERE model = ? ORDER BY seq", (self.model,)
         ).fetchall()
+        self.graph = None  # rows moved: the graph's keys no longer name them
+        self._moved_clear()
         self._bits = None
         self._kinds = None
         self.ids = [r[0] for r in rows]
@@ -228,8 +286,14 @@ class MatrixFile:
         key = hashlib.sha256(model.encode("utf-8")).hexdigest()[:16]
         return cls(state / f"vectors-{key}.npy", state / f"vectors-{key}.json")
 
+    @property
+    def graph(self) -> ann.GraphFile:
+        """The HNSW graph built from this matrix file (``vectors-<key>.hnsw``, ``.hnsw.json``)."""
+        return ann.GraphFile.beside(self.data)
 
-def _epoch(conn: sqlite3.Connection) -> str | None:
+
+def epoch(conn: sqlite3.Connection) -> str | None:
+    """The index's ``vectors_epoch`` (None until a matrix file was first written)."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'vectors_epoch'").fetchone()
     return str(row[0]) if row else None
 
@@ -241,8 +305,8 @@ def read_matrix(
     model, or it does not hold what its header says (torn, damaged: the index is read instead)."""
     try:
         header = json.loads(files.header.read_text(encoding="utf-8"))
-        epoch = _epoch(conn)
-        if epoch is None or header.get("epoch") != epoch or header.get("model") != model:
+        current = epoch(conn)
+        if current is None or header.get("epoch") != current or header.get("model") != model:
             return None
         if header.get("dim") != dim:
             return None
@@ -268,7 +332,7 @@ def matrix_behind(conn: sqlite3.Connection, files: MatrixFile, model: str) -> bo
         seq, rows = int(header["seq"]), int(header["count"])
     except (OSError, ValueError, KeyError, TypeError):
         return True
-    if header.get("epoch") != _epoch(conn) or header.get("model") != model:
+    if header.get("epoch") != epoch(conn) or header.get("model") != model:
         return True
     newer = conn.execute("SELECT count(*) FROM vectors WHERE model = ? AND seq > ?", (model, seq)).fetchone()[
         0
@@ -283,11 +347,11 @@ def write_matrix(conn: sqlite3.Connection, root: Path, files: MatrixFile, model:
     from vaultmem import fsio
     from vaultmem.errors import VaultError
 
-    epoch = _epoch(conn)
-    if epoch is None:
-        epoch = secrets.token_hex(8)
+    current = epoch(conn)
+    if current is None:
+        current = secrets.token_hex(8)
         with atomic(conn):
-            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vectors_epoch', ?)", (epoch,))
+            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vectors_epoch', ?)", (current,))
     rows = conn.execute("SELECT id, vec, seq FROM vectors WHERE model = ? ORDER BY seq", (model,)).fetchall()
     ids = [r[0] for r in rows]
     matrix = (
@@ -298,7 +362,7 @@ def write_matrix(conn: sqlite3.Connection, root: Path, files: MatrixFile, model:
     header = {
         "model": model,
         "dim": dim,
-        "epoch": epoch,
+        "epoch": current,
         "seq": rows[-1][2] if rows else 0,
         "count": len(rows),
         "ids": "\n".join(ids),
@@ -313,3 +377,36 @@ def write_matrix(conn: sqlite3.Connection, root: Path, files: MatrixFile, model:
     except (OSError, VaultError):
         return 0
     return len(rows)
+
+
+def write_graph(conn: sqlite3.Connection, root: Path, files: MatrixFile, model: str, dim: int) -> int:
+    """Build the HNSW graph of the current matrix file when it has ``ann.GRAPH_MIN`` rows or more and
+    none of its own (atomically: the graph, then its header). Returns the rows (0: nothing done).
+
+    Outside the write lock (at 100,000 rows it takes a minute or two): the header names the matrix it was
+    built from, so a graph built while the matrix was rewritten is simply never opened. One process
+    builds at a time (a lock file beside it; the others skip); a graph that cannot be written is skipped.
+    """
+    from filelock import Timeout
+
+    from vaultmem import fsio
+    from vaultmem.errors import VaultError
+
+    found = read_matrix(conn, files, model, dim)
+    if found is None:
+        return 0
+    ids, matrix, seq = found
+    key = ann.matrix_key(model, dim, epoch(conn) or "", seq, ids)
+    graph = files.graph
+    if not ann.graph_behind(graph, key):
+        return 0
+    try:
+        with fsio.file_lock(root, graph.data.with_suffix(".hnsw.lock"), timeout=0):
+            if not ann.graph_behind(graph, key):
+                return 0
+            data = ann.build(matrix)
+            fsio.atomic_write(graph.data, data, root=root)
+            fsio.atomic_write(graph.header, ann.header_bytes(key), root=root)
+    except (OSError, VaultError, Timeout):
+        return 0
+    return len(ids)
