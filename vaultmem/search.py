@@ -923,7 +923,9 @@ class Searcher:
             return None
         directory = row["path"].rsplit("/", 1)[0] + "/"
         leaves = self.conn.execute(
-            "SELECT id, text FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?",
+            # "+kind": by the path index. On kind's index SQLite read every leaf of the vault for each
+            # summary (a search at 100k leaves took 230-385 ms instead of about 30).
+            "SELECT id, text FROM chunks WHERE +kind = 'leaf' AND path >= ? AND path < ?",
             index.prefix_range(directory),
         ).fetchall()
         texts = [(r["id"], " ".join(r["text"].split())) for r in leaves]
