@@ -604,6 +604,14 @@ def _db_path(conn: sqlite3.Connection) -> Path | None:
     return Path(row[2]) if row is not None and row[2] else None
 
 
+def chunks_generation(conn: sqlite3.Connection) -> int:
+    """The ``chunks_gen`` counter: moves whenever a node appears or goes, or a leaf changes place or speaker
+    (the triggers of migrations 009, 010 and 019). What is built from the rows' places (session order,
+    speakers, the leaf graph, the count of rows) is kept until it moves."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
+    return int(row[0]) if row else 0
+
+
 def write_stamp(conn: sqlite3.Connection) -> tuple[int, int, int] | None:
     """A value that changes whenever the index is written: by this connection (its change counter) or by
     any other (the file's data version). ``None`` inside a transaction (a rollback would not move the

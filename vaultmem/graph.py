@@ -14,6 +14,8 @@ import sqlite3
 import numpy as np
 import numpy.typing as npt
 
+from vaultmem.db import chunks_generation
+
 # The walk restarts at its seeds with this probability at each step (HippoRAG 2 uses 0.5) and is cut
 # after STEPS steps: leaf to entity or conversation to leaf, twice. The mass a longer walk would still
 # move is (1 - RESTART)^STEPS (6%); on LoCoMo dev 4 steps ranked as 9 did (C@1024 0.860 both).
@@ -41,8 +43,7 @@ class LeafGraph:
         self._size = 0
 
     def refresh(self, conn: sqlite3.Connection) -> None:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
-        stamp = int(row[0]) if row else 0
+        stamp = chunks_generation(conn)
         if stamp == self._stamp:
             return
         leaf_pos: dict[str, int] = {}

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem import index, timeparse
-from vaultmem.db import NAV, WORDS_TOKENIZER, write_stamp
+from vaultmem.db import NAV, WORDS_TOKENIZER, chunks_generation, write_stamp
 from vaultmem.embed import Embedder, one_blas_thread
 from vaultmem.errors import InvalidInput
 from vaultmem.graph import LeafGraph
@@ -410,8 +410,7 @@ class SessionOrder:
         self._spread: dict[str, tuple[tuple[str, float], ...]] = {}
 
     def refresh(self, conn: sqlite3.Connection) -> None:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
-        stamp = (int(row[0]) if row else 0, 0)
+        stamp = (chunks_generation(conn), 0)
         if stamp == self._stamp:
             return
         self._prev, self._next, self.tokens, self._spread = {}, {}, {}, {}
@@ -487,8 +486,7 @@ class Speakers:
         self._by_word: dict[str, set[str]] = {}
 
     def refresh(self, conn: sqlite3.Connection) -> None:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
-        stamp = int(row[0]) if row else 0
+        stamp = chunks_generation(conn)
         if stamp == self._stamp:
             return
         by_word: dict[str, set[str]] = {}
@@ -981,8 +979,7 @@ class Searcher:
 
     def _leaf_count(self) -> int:
         """Rows of the word index (the N of idf), counted again only when rows came or went."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
-        stamp = int(row[0]) if row else -1
+        stamp = chunks_generation(self.conn)
         if self._count is None or self._count[0] != stamp:
             n = self.conn.execute("SELECT count(*) FROM chunks WHERE NOT " + NAV.format(row="chunks"))
             self._count = (stamp, int(n.fetchone()[0]))
