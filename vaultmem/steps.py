@@ -16,7 +16,7 @@ import json
 import secrets
 import sqlite3
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -325,14 +325,22 @@ def _queue_link_repairs(conn: sqlite3.Connection, layout: Layout, op: TreeOp) ->
             continue
         stamp = parse_ts(row["ts"]) or datetime.fromtimestamp((row["file_mtime_ns"] or 0) / 1e9, UTC)
         jobs.append(digest_job(stamp.date()))
-        for (entity,) in conn.execute(
-            "SELECT m.entity FROM mentions m WHERE m.leaf = ? AND EXISTS (SELECT 1 FROM chunks s"
-            " WHERE s.kind = 'summary' AND s.path LIKE 'topics/%'"
-            " AND json_extract(s.provenance, '$.entity') = m.entity)",
-            (row["id"],),
-        ):
-            jobs.append(topic_route_job(entity))
+        jobs.extend(topic_route_job(entity) for entity in followed_entities(conn, [row["id"]]))
     JobQueue(conn).enqueue_many(jobs)
+
+
+def followed_entities(conn: sqlite3.Connection, leaf_ids: Sequence[str]) -> list[str]:
+    """The entities these leaves mention that have a topic tree (whose topic reads the leaves)."""
+    marks = ",".join("?" * len(leaf_ids))
+    return [
+        entity
+        for (entity,) in conn.execute(
+            f"SELECT DISTINCT m.entity FROM mentions m WHERE m.leaf IN ({marks}) AND EXISTS"
+            " (SELECT 1 FROM chunks s WHERE s.kind = 'summary' AND s.path LIKE 'topics/%'"
+            " AND json_extract(s.provenance, '$.entity') = m.entity)",
+            list(leaf_ids),
+        )
+    ]
 
 
 def _index(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: str) -> None:

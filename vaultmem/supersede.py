@@ -95,14 +95,5 @@ def _derived_jobs(
             digest_job(leaf.ts.date()) for leaf in index.leaves_by_ids(conn, list(leaf_ids)) if leaf.ts
         )
     if topics:
-        marks = ",".join("?" * len(leaf_ids))
-        jobs.extend(
-            topic_route_job(entity)
-            for (entity,) in conn.execute(
-                f"SELECT DISTINCT m.entity FROM mentions m WHERE m.leaf IN ({marks}) AND EXISTS"
-                " (SELECT 1 FROM chunks s WHERE s.kind = 'summary' AND s.path LIKE 'topics/%'"
-                " AND json_extract(s.provenance, '$.entity') = m.entity)",
-                list(leaf_ids),
-            )
-        )
+        jobs.extend(topic_route_job(entity) for entity in steps.followed_entities(conn, leaf_ids))
     return jobs
