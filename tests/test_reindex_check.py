@@ -158,3 +158,20 @@ def test_symlink_out_of_the_vault(filled: Vault, tmp_path: Path) -> None:
     assert codes(filled) == ["outside_link"]
     assert not filled.check(fix=True).ok
     assert (outside / "x.md").exists()
+
+
+def test_names_that_differ_only_in_case(filled: Vault) -> None:
+    """Made on Linux by hand (or before source names were checked): one folder on macOS and Windows."""
+    root = filled.layout.root
+    (root / "Travel").mkdir()
+    (root / "Travel" / "Kyoto.md").write_text("# Kyoto\n\nThe ryokan is booked for 12 March.\n")
+    (root / "travel").mkdir()
+    (root / "travel" / "kyoto.md").write_text("# kyoto\n\nTrain tickets bought.\n")
+    (root / "travel" / "Packing.md").write_text("# Packing\n\nBring the rail pass.\n")
+    twins = [p for p in filled.check().problems if p.code == "case_twin"]
+    assert [(p.path, p.fixable) for p in twins] == [("Travel", False)]
+    assert "'travel'" in twins[0].message
+    after = filled.check(fix=True)
+    assert [p.path for p in after.problems if p.code == "case_twin"] == ["Travel"]
+    assert (root / "travel" / "kyoto.md").read_text() == "# kyoto\n\nTrain tickets bought.\n"
+    assert (root / "Travel" / "Kyoto.md").exists()

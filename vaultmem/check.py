@@ -53,6 +53,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import PurePosixPath
@@ -152,6 +153,7 @@ def check(
         (fixed if rewritten else problems).append(problem)
     for rel in result.outside_links:
         problems.append(Problem("outside_link", rel, "symlink points outside the vault; remove it", False))
+    problems.extend(_case_twins(entry.rel for entry in result.entries))
 
     rows = index.all_rows(conn)
     files = read_vault(layout, max_bytes)
@@ -227,6 +229,31 @@ def check(
     problems.extend(_dangling_versions(conn, set(files.rows) | _forgotten(layout)))
     problems.extend(_proposal_problems(layout))
     return CheckReport(tuple(problems), tuple(fixed), leaves)
+
+
+def _case_twins(rels: Iterable[str]) -> list[Problem]:
+    """Names in one folder that differ only in case (``Plugins/`` beside ``plugins/``, ``Note.md`` beside
+    ``note.md``): one name on macOS and Windows, so a clone there loses one of them. New source names
+    are refused (``ingest.check_new_sources``); these were made before that, by hand or by a sync.
+    Not fixable: which name stays is a person's choice (leaves are never renamed by the engine)."""
+    names: dict[tuple[str, str], set[str]] = {}
+    for rel in rels:
+        parts = rel.split("/")
+        for depth, name in enumerate(parts):
+            parent = "/".join(parts[:depth])
+            names.setdefault((parent, name.casefold()), set()).add(name)
+    out = []
+    for (parent, _folded), spelled in sorted(names.items()):
+        if len(spelled) > 1:
+            first, *others = sorted(spelled)
+            rel = f"{parent}/{first}" if parent else first
+            shown = ", ".join(repr(o) for o in others)
+            message = (
+                f"{first!r} and {shown} differ only in case: on macOS and Windows they are one name, and a"
+                " clone there keeps only one; rename or merge them by hand"
+            )
+            out.append(Problem("case_twin", rel, message, False))
+    return out
 
 
 def settle_duplicates(
