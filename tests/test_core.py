@@ -358,6 +358,24 @@ def test_reconcile_indexes_a_hand_edit_and_search_finds_it(small: Vault) -> None
     assert small.check().ok
 
 
+def test_a_core_file_resaved_as_utf16_is_read_and_kept(small: Vault) -> None:
+    """Notepad's "Unicode" save (UTF-16 LE with a mark): indexed, then updated with the edit kept."""
+    import codecs
+
+    small.core_update("knowledge", ["The boiler service is in May."])
+    path = small.layout.root / "core" / "knowledge.md"
+    edited = path.read_text(encoding="utf-8") + "- 渡轮中午出发 (the zanzibar ferry leaves at noon).\n"
+    path.write_bytes(codecs.BOM_UTF16_LE + edited.encode("utf-16-le"))
+    assert small.reconcile_paths(["core/knowledge.md"]).changed == ["core/knowledge.md"]
+    assert [h.text for h in small.search_memory("zanzibar", kinds=["core"])] == [
+        "- 渡轮中午出发 (the zanzibar ferry leaves at noon)."
+    ]
+    assert small.check().ok
+    small.core_update("knowledge", ["The roof is checked in June."])
+    after = path.read_text(encoding="utf-8")  # the engine's next write is UTF-8
+    assert "渡轮中午出发" in after and "The roof is checked in June." in after
+
+
 @pytest.mark.slow
 def test_the_watcher_reindexes_a_hand_edited_core_file(tmp_path: Path) -> None:
     from tests.helpers import settle, wait_for, watching

@@ -293,6 +293,26 @@ def test_watch_once_catches_up(seeded: Vault) -> None:
     assert json.loads(again.output)["notes"] == 0  # read once: the stamp is remembered
 
 
+def test_a_note_saved_as_utf16_is_read(seeded: Vault) -> None:
+    """Windows Notepad's "Unicode" (UTF-16 LE with a mark) and a mark-less UTF-16 as some tools write it:
+    the import paths read both, and so does the watcher (it used to call them binary)."""
+    import codecs
+
+    from typer.testing import CliRunner
+
+    root = seeded.layout.root
+    note = "# 周会\n\nThe axolotl tank moves to the lab on Friday. 水族箱周五搬到实验室。\n"
+    (root / "notepad.md").write_bytes(codecs.BOM_UTF16_LE + note.encode("utf-16-le"))
+    (root / "plain16.md").write_bytes("The narwhal poster arrives Monday.\n".encode("utf-16-le"))
+    result = CliRunner().invoke(app, ["watch", "--once", "--json", "--vault", str(root)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["notes"] == 2
+    assert hits(seeded, "axolotl") and hits(seeded, "narwhal")
+    assert seeded.check().ok
+    # The person's files are left as they saved them.
+    assert (root / "notepad.md").read_bytes().startswith(codecs.BOM_UTF16_LE)
+
+
 def test_scheduler_enqueues_and_pool_runs_the_digest(seeded: Vault) -> None:
     jobs = midnight_jobs(datetime(2026, 3, 5, tzinfo=UTC), seeded.sources())
     assert seeded.jobs.enqueue_many(jobs) == 2

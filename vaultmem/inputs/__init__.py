@@ -10,12 +10,12 @@ never extracts an archive to disk and never follows symlinked folders.
 
 from __future__ import annotations
 
-import codecs
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vaultmem import fsio
 from vaultmem.errors import InvalidInput, UnknownFormat, UnsafePath
 from vaultmem.model import Message, default_source_name, safe_name
 
@@ -31,15 +31,6 @@ MBOX_SUFFIXES = frozenset({".mbox"})
 _SNIFF_BYTES = 8192
 # mbox files often have no suffix (Thunderbird's "Inbox"); they start with a "From sender date" line.
 _MBOX_START_RE = re.compile(rb"From \S+ +\S[^\n]*\n")
-# UTF-32 first: its little-endian mark starts with UTF-16's.
-_WIDE_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
-# Control characters text never holds (tabs, newlines and form feeds aside): a sign of binary data.
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0e-\x1f]")
 
 
 @dataclass(frozen=True)
@@ -262,7 +253,7 @@ def _read_bytes_as(data: bytes, path: Path, name: str, reader: _Reader) -> list[
     """One file's messages: by the export adapter that recognises it, else by its suffix."""
     from vaultmem.inputs.exports import ExportFile
 
-    data = _as_utf8(data, path)
+    data = fsio.as_utf8(data, path)
     if not data.strip():
         raise InvalidInput(f"{path}: empty file, nothing to ingest")
     if b"\x00" in data[:_SNIFF_BYTES]:
@@ -314,47 +305,6 @@ def _stamped(messages: list[Message], name: str | None) -> list[Message]:
     if name is None:
         return messages
     return [m if "file" in m.meta else replace(m, meta={"file": name, **m.meta}) for m in messages]
-
-
-def _as_utf8(data: bytes, path: Path) -> bytes:
-    """UTF-32 or UTF-16 text (with a byte-order mark, or UTF-16 without one whose every other byte is
-    zero, as Windows tools write it) re-encoded as UTF-8; anything else as it is."""
-    for bom, codec in _WIDE_BOMS:
-        if data.startswith(bom):
-            try:
-                return data.decode(codec).encode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InvalidInput(
-                    f"{path}: starts with a {codec.upper()} byte-order mark but is not valid {codec.upper()} "
-                    f"(byte {exc.start}); re-save it as UTF-8"
-                ) from exc
-    guess = _utf16_without_bom(data[:_SNIFF_BYTES])
-    if guess is None:
-        return data
-    try:
-        text = data.decode(guess)
-    except UnicodeDecodeError:
-        text = "\x00"
-    if _CONTROL_RE.search(text):
-        raise InvalidInput(
-            f"{path}: looks like UTF-16 without a byte-order mark (every other byte is zero) but does "
-            "not decode as UTF-16 text; re-save it as UTF-8"
-        )
-    return text.encode("utf-8")
-
-
-def _utf16_without_bom(sample: bytes) -> str | None:
-    """``utf-16-le``/``-be`` when zero bytes sit only at odd (even) offsets and are frequent, as in
-    UTF-16 text that is mostly ASCII; None otherwise (UTF-8 text has no zero bytes at all)."""
-    if len(sample) < 8 or b"\x00" not in sample:
-        return None
-    even, odd = sample[0::2].count(0), sample[1::2].count(0)
-    enough = max(4, len(sample) // 2 * 3 // 10)
-    if even == 0 and odd >= enough:
-        return "utf-16-le"
-    if odd == 0 and even >= enough:
-        return "utf-16-be"
-    return None
 
 
 def _utf8(data: bytes, path: Path) -> str:
