@@ -281,3 +281,52 @@ def _save_while_compacting(v: Path) -> tuple[Path, str] | None:
     backup.unlink()
     assert proc.returncode == 0, err
     return oldest, out
+
+
+_HOLDER = """
+import sys
+from vaultmem.embed import FakeEmbedder
+from vaultmem.vault import Vault
+
+vault = Vault.open(sys.argv[1], embedder=FakeEmbedder())
+with vault._locked():  # a long write: one big import, a reindex, a compaction step
+    print("holding", flush=True)
+    sys.stdin.readline()
+vault.close()
+print("released", flush=True)
+"""
+
+
+def test_opening_to_read_never_waits_for_a_live_writer(tmp_path: Path) -> None:
+    """A live writer's mark is not a dead writer's: opening the vault to search it (the dashboard, an
+    MCP server, `vaultmem search`) reads at once instead of waiting out the lock and failing."""
+    vault = Vault.init(tmp_path / "v", embedder=FakeEmbedder())
+    vault.ingest_messages(
+        [{"id": "m1", "content": "The quokka visit is booked for Tuesday.", "ts": "2026-03-02"}],
+        source="chat",
+    )
+    vault.close()
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(tmp_path / "v")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdin is not None
+            assert holder.stdout.readline().strip() == "holding"
+            assert (tmp_path / "v" / ".vaultmem" / "writing").exists()
+            reader = Vault.open(tmp_path / "v", embedder=FakeEmbedder())  # waited 30 s, then VaultLocked
+            assert [h.text for h in reader.search("quokka")] == ["The quokka visit is booked for Tuesday."]
+            assert holder.poll() is None  # the writer still holds the lock: nothing waited for it
+            reader.close()
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            assert holder.stdout.readline().strip() == "released"
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+            holder.wait(timeout=60)
+    assert not (tmp_path / "v" / ".vaultmem" / "writing").exists()

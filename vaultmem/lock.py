@@ -102,6 +102,18 @@ class WriteLock:
         finally:
             self._turns.release()
 
+    def held_elsewhere(self) -> bool:
+        """True while another holder has the file lock right now: a live writer (the kernel frees a dead
+        one's), or another open vault of this process. Never waits."""
+        if self._turns.depth:  # this thread holds it
+            return False
+        try:
+            self._file.acquire(timeout=0)
+        except Timeout:
+            return True
+        self._file.release()
+        return False
+
     def _begin_writing(self) -> None:
         """Mark that a writer holds the lock. A mark that is already there was left by a writer that died
         holding it: its temp files (never real files) are removed first, so ``check`` stays clean."""

@@ -224,6 +224,12 @@ class Vault:
         from vaultmem import daemonstate
 
         layout = self.layout
+        if self._write_lock.held_elsewhere():
+            # A live writer (a compaction, a big import): its notes and its mark are its own, not a dead
+            # writer's, and waiting for it would hold a reader up to the lock's timeout, then fail. What
+            # a dead writer left is finished by the next open that finds the lock free.
+            release_dead(self.conn)
+            return
         # The healers are imported only when there is something to heal: opening a vault to search it
         # must not import ingest and compaction (bench/startup.py).
         if layout.intent.is_dir() and any(layout.intent.iterdir()):
