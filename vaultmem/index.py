@@ -127,6 +127,8 @@ def summary_row(node: SummaryNode, stamp: FileStamp, parent: str | None = None) 
         provenance["period"] = node.period
     if node.document:
         provenance["document"] = node.document
+    if node.note:
+        provenance["note"] = node.note
     return (
         node.id,
         "summary",

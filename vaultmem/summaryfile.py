@@ -53,6 +53,8 @@ SUMMARY_KEYS = frozenset(
         "archived",
         "period",
         "document",
+        "note",
+        "sections",
     }
 )
 PINNED_HEADING = "## Pinned"
@@ -98,6 +100,10 @@ class SummaryNode:
     document: str | None = (
         None  # documents: the file (``Plugins/Canvas.md``) or folder (``Plugins/``) mirrored
     )
+    # A note written by hand, indexed where it is: its vault path, and its sections' ids as
+    # ``"<leaf id> <chunk number> <heading path>"`` lines (what keeps ids across ``reindex``).
+    note: str | None = None
+    sections: tuple[str, ...] = ()
     user_aliases: tuple[str, ...] = field(default=(), compare=False)
     # ``## Related``: the most similar levels elsewhere in the vault (engine-owned; never children).
     related: tuple[ChildLink, ...] = ()
@@ -180,6 +186,8 @@ def engine_meta(node: SummaryNode) -> dict[str, Any]:
         "archived": True if node.archived else None,
         "period": node.period,
         "document": node.document,
+        "note": node.note,
+        "sections": list(node.sections) if node.sections else None,
     }
 
 
@@ -309,6 +317,10 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, frontmatter.Md
         archived=meta.get("archived") is True,
         period=str(meta["period"]) if meta.get("period") else None,
         document=scrub(str(meta["document"])) if meta.get("document") else None,
+        note=str(meta["note"]) if meta.get("note") else None,
+        sections=tuple(str(x) for x in sections)
+        if isinstance(sections := meta.get("sections"), list)
+        else (),
         user_aliases=user_aliases,
         related=related,
     )

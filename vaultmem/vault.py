@@ -243,6 +243,28 @@ class Vault:
                 pass  # a writer died holding the lock: taking it tidies what it left
         daemonstate.remove_stale_temps(layout)  # a daemon killed while it wrote its status
         release_dead(self.conn)
+        self._notes_in_place()
+
+    def _notes_in_place(self) -> None:
+        """Once per index: notes an older vaultmem mirrored into ``sources/`` (a leaf file per section)
+        are indexed where they are instead. Each mirror's files go to ``.trash/vaultmem/`` (or git's
+        history) and its rows take the path ``<note>#<leaf id>`` with the same ids, status and entities
+        (``docsync``)."""
+        if self.conn.execute("SELECT 1 FROM meta WHERE key = 'notes_in_place'").fetchone() is not None:
+            return
+        mirrored = [
+            str(note)
+            for (note,) in self.conn.execute(
+                "SELECT DISTINCT json_extract(provenance, '$.note') AS note FROM chunks"
+                " WHERE kind = 'leaf' AND input = 'doc' AND path >= 'sources/' AND path < 'sources0'"
+                " AND note IS NOT NULL"
+            )
+        ]
+        if mirrored:
+            present = [n for n in mirrored if self.layout.abs(n).exists()]
+            self.read_notes(present, gone=[n for n in mirrored if n not in set(present)])
+        with db.atomic(self.conn):
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('notes_in_place', '1')")
 
     def _finish_restores(self) -> None:
         """Finish the restores a crash interrupted (``forget.begin_restore``'s notes): the files already
@@ -998,12 +1020,15 @@ class Vault:
         return messages
 
     def _noted(self) -> list[str]:
-        """Vault paths of the notes that have a document."""
+        """Vault paths of the notes that have a document (by their sections, or by their document node,
+        which names the note it indexes in place even when its section rows are gone: ``reindex``)."""
         return [
             str(note)
             for (note,) in self.conn.execute(
-                "SELECT DISTINCT json_extract(provenance, '$.note') FROM chunks"
-                " WHERE kind = 'leaf' AND input = 'doc' AND json_extract(provenance, '$.note') IS NOT NULL"
+                "SELECT json_extract(provenance, '$.note') AS note FROM chunks"
+                " WHERE kind = 'leaf' AND input = 'doc' AND note IS NOT NULL"
+                " UNION SELECT json_extract(provenance, '$.note') AS note FROM chunks"
+                " WHERE kind = 'summary' AND note IS NOT NULL"
             )
         ]
 
@@ -2022,6 +2047,12 @@ class Vault:
                 self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core
             )
             report = replace(report, memory_files=memory, skipped=report.skipped + tuple(unread))
+            # Notes indexed in place have no files of their own: their sections are read again from the
+            # notes, with the ids their document nodes recorded.
+            notes = self._noted()
+            present = [n for n in notes if self.layout.abs(n).exists()]
+            if notes:
+                self.read_notes(present, gone=[n for n in notes if n not in set(present)])
             embedder = self.embedder
             with db.atomic(self.conn):
                 loaded, missing = vectors_from_sidecars(
