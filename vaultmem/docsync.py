@@ -181,7 +181,7 @@ def _node_note(row: sqlite3.Row | dict[str, object]) -> str | None:
     return str(note) if note else None
 
 
-def _section_rows(conn: sqlite3.Connection, note: str) -> list[sqlite3.Row]:
+def section_rows(conn: sqlite3.Connection, note: str) -> list[sqlite3.Row]:
     """The rows of the sections of a note indexed in place (``<note>#<leaf id>``)."""
     lo, hi = section_range(note)
     return list(conn.execute("SELECT * FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?", (lo, hi)))
@@ -385,7 +385,7 @@ class Syncer:
         if note is not None:
             # Its sections have no files: their rows leave (the note itself is the person's, kept by
             # git or their editor's trash).
-            sections = [str(r["id"]) for r in _section_rows(self.conn, note)]
+            sections = [str(r["id"]) for r in section_rows(self.conn, note)]
             with atomic(self.conn):
                 for part, marks in index.in_batches(sections):
                     self.conn.execute(f"DELETE FROM chunks WHERE id IN ({marks})", part)
@@ -432,7 +432,7 @@ class Syncer:
         """The leaf rows of a document: a note's sections, else the leaf files in its folder."""
         note = _node_note(row)
         if note is not None:
-            return _section_rows(self.conn, note)
+            return section_rows(self.conn, note)
         return _leaf_rows(self.conn, str(PurePosixPath(row["path"]).parent))
 
     def _recorded(self, directory: str) -> dict[tuple[str, int], str]:

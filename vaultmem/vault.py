@@ -1515,6 +1515,7 @@ class Vault:
                 " rewritten by compaction, or edited in place with update_content)"
             )
         old = self.get(old_id)
+        index.refuse_note_sections(self.conn, [old_id], "given a new version")
         body = agentio.check_text(text, max_tokens=self.config.chunk_max_tokens)
         if " ".join(body.split()) == " ".join(old.text.split()):
             raise InvalidInput(f"the new text is the text of {old_id} already; nothing to update")
@@ -1711,6 +1712,7 @@ class Vault:
         from vaultmem.forget import Tombstone, bury, derived_folders, keep_derived, snapshot, tombstone_stamp
 
         asked = list(dict.fromkeys(check_node_id(i) for i in ids))
+        index.refuse_note_sections(self.conn, asked, "forgotten")
         level_of = {
             leaf_id: level for level in asked if level.startswith("s") for leaf_id in self._leaves_of(level)
         }
@@ -1881,6 +1883,7 @@ class Vault:
         check_node_id(leaf_id)
         if leaf_id.startswith("s"):
             raise InvalidInput(f"{leaf_id} is a level; purge its leaves one by one")
+        index.refuse_note_sections(self.conn, [leaf_id], "purged")
         root = self.layout.root
         if rewrite_history:
             if self._autocommit is None or not purge.is_repo_top(root):
@@ -2052,7 +2055,11 @@ class Vault:
             notes = self._noted()
             present = [n for n in notes if self.layout.abs(n).exists()]
             if notes:
+                from vaultmem.docsync import section_rows
+
                 self.read_notes(present, gone=[n for n in notes if n not in set(present)])
+                sections = sum(len(section_rows(self.conn, n)) for n in present)
+                report = replace(report, leaves=report.leaves + sections)
             embedder = self.embedder
             with db.atomic(self.conn):
                 loaded, missing = vectors_from_sidecars(
