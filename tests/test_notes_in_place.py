@@ -89,6 +89,16 @@ def test_a_note_is_indexed_where_it_is_and_never_copied(vault: Vault) -> None:
     leaf = vault.get(found[0])
     assert leaf.status.value == "sealed" and leaf.meta["note"] == "Travel/Kyoto trip.md"
     assert vault.check().ok
+    # The document node's children are the note's sections, in reading order.
+    assert [n.id for n in vault.drill_down(node)] == [
+        sections[k][0]
+        for k in (
+            "Kyoto trip",
+            "Kyoto trip > Lodging > Ryokan",
+            "Kyoto trip > Food",
+            "Kyoto trip > Transport",
+        )
+    ]
     vault.compact()
     assert vault.check().ok and note.read_text(encoding="utf-8") == KYOTO
 

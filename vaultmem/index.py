@@ -346,3 +346,20 @@ def _has_sections(conn: sqlite3.Connection, note: str) -> bool:
         conn.execute("SELECT 1 FROM chunks WHERE path >= ? AND path < ?", section_range(note)).fetchone()
         is not None
     )
+
+
+def in_place_sections(conn: sqlite3.Connection, summary_path: str) -> list[sqlite3.Row]:
+    """The section rows of the note whose document node is ``summary_path`` (none for another level):
+    a note written by hand is indexed where it is, so its sections are not files in the node's folder."""
+    node = conn.execute(
+        "SELECT json_extract(provenance, '$.note') FROM chunks WHERE path = ? AND kind = 'summary'",
+        (summary_path,),
+    ).fetchone()
+    if node is None or not node[0]:
+        return []
+    return list(
+        conn.execute(
+            "SELECT * FROM chunks WHERE path >= ? AND path < ? AND kind = 'leaf' ORDER BY coalesce(ts, ''), path",
+            section_range(str(node[0])),
+        )
+    )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from vaultmem import frontmatter, fsio, index, steps, validity
 from vaultmem.errors import ConflictError, FrontmatterError
-from vaultmem.layout import SUMMARY_NAME, Layout, section_range
+from vaultmem.layout import SUMMARY_NAME, Layout
 from vaultmem.steps import FileWrite, TreeOp
 from vaultmem.summaryfile import (
     SummaryNode,
@@ -46,25 +46,8 @@ def children_of(conn: sqlite3.Connection, directory: str) -> tuple[list[sqlite3.
             leaves.append(row)
         elif row["kind"] == "summary" and rest.count("/") == 1:
             subs.append(row)
-    leaves += in_place_sections(conn, f"{directory}/{SUMMARY_NAME}")
+    leaves += index.in_place_sections(conn, f"{directory}/{SUMMARY_NAME}")
     return leaves, subs
-
-
-def in_place_sections(conn: sqlite3.Connection, summary_path: str) -> list[sqlite3.Row]:
-    """The section rows of the note whose document node is ``summary_path`` (none for another level):
-    a note written by hand is indexed where it is, so its sections are not files in the node's folder."""
-    node = conn.execute(
-        "SELECT json_extract(provenance, '$.note') FROM chunks WHERE path = ? AND kind = 'summary'",
-        (summary_path,),
-    ).fetchone()
-    if node is None or not node[0]:
-        return []
-    return list(
-        conn.execute(
-            "SELECT * FROM chunks WHERE path >= ? AND path < ? AND kind = 'leaf' ORDER BY coalesce(ts, ''), path",
-            section_range(str(node[0])),
-        )
-    )
 
 
 def fingerprint_rows(rows: Iterable[sqlite3.Row]) -> str:
