@@ -56,6 +56,8 @@ def section_path(note: str, leaf_id: str) -> str:
 def note_of(path: str) -> str | None:
     """The note a section row's path names (``Travel/Kyoto trip.md#<id>`` -> ``Travel/Kyoto trip.md``);
     None for a path of a file of its own."""
+    if "#" not in path:  # every other row (called per row on hot paths: a substring test first)
+        return None
     found = _SECTION_RE.match(path)
     return found.group("note") if found else None
 

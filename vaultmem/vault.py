@@ -1533,6 +1533,7 @@ class Vault:
         durable step (``supersede.link``; healed on open). False when both files said so already."""
         from vaultmem import supersede
 
+        index.refuse_note_sections(self.conn, [old_id, new_id], "linked as a version (its file is the note)")
         return supersede.link(
             self.conn,
             self.layout,
