@@ -720,7 +720,6 @@ class Syncer:
             section = next(s for s in doc.sections if s.key == chunk.key)
             body = wikilinks.rewrite(chunk.raw, rule)
             text = f"{self._heading(doc, section)}\n\n{body}"
-            redacted_kinds: tuple[str, ...] = ()
             meta = {"file": doc.note or doc.name, "title": doc.title, "heading_path": " > ".join(chunk.path)}
             if doc.note:
                 meta["note"] = doc.note
@@ -728,27 +727,7 @@ class Syncer:
             order = format_order(chunk.order)
             children.append(ChildLink(" › ".join(chunk.path) or doc.title, PurePosixPath(chunk.file).name))
             if chunk.row is None:
-                score = self.scorer.score(text)
-                leaf = Leaf(
-                    id=chunk.leaf_id,
-                    source=self.source,
-                    text=text,
-                    path=chunk.file,
-                    kind=InputKind.DOC,
-                    seq=chunk.seq,
-                    source_id=source_id,
-                    session=doc.name,
-                    ts=doc.ts,
-                    message_ids=(source_id,),
-                    status=Status.PENDING if self.scorer.admits(score) else Status.DROPPED,
-                    score=score.value,
-                    reasons=score.reasons,
-                    tokens=count_tokens(text),
-                    content_hash=leaffile.content_hash(text),
-                    redactions=redacted_kinds,
-                    meta=meta,
-                    order=order,
-                )
+                leaf = self._new_leaf(chunk, doc, text, source_id, meta, order)
                 writes.append(FileWrite(chunk.file, leaffile.render_leaf(leaf), None))
                 self.report.added.append(leaf.id)
                 changed = True
@@ -867,26 +846,7 @@ class Syncer:
                 self.report.unchanged += 1
                 continue
             if row is None:
-                score = self.scorer.score(text)
-                leaf = Leaf(
-                    id=chunk.leaf_id,
-                    source=self.source,
-                    text=text,
-                    path=chunk.file,
-                    kind=InputKind.DOC,
-                    seq=chunk.seq,
-                    source_id=source_id,
-                    session=doc.name,
-                    ts=doc.ts,
-                    message_ids=(source_id,),
-                    status=Status.PENDING if self.scorer.admits(score) else Status.DROPPED,
-                    score=score.value,
-                    reasons=score.reasons,
-                    tokens=count_tokens(text),
-                    content_hash=leaffile.content_hash(text),
-                    meta=meta,
-                    order=order,
-                )
+                leaf = self._new_leaf(chunk, doc, text, source_id, meta, order)
                 admit.append(leaf.id)
                 if chunk.restored:
                     restored = True
@@ -954,6 +914,31 @@ class Syncer:
             drop,
             admit,
             changed or restored or bool(writes) or bool(removes),
+        )
+
+    def _new_leaf(
+        self, chunk: _Chunk, doc: Document, text: str, source_id: str, meta: dict[str, str], order: str
+    ) -> Leaf:
+        """A new section's leaf: scored (pending, or dropped when the scorer does not admit it)."""
+        score = self.scorer.score(text)
+        return Leaf(
+            id=chunk.leaf_id,
+            source=self.source,
+            text=text,
+            path=chunk.file,
+            kind=InputKind.DOC,
+            seq=chunk.seq,
+            source_id=source_id,
+            session=doc.name,
+            ts=doc.ts,
+            message_ids=(source_id,),
+            status=Status.PENDING if self.scorer.admits(score) else Status.DROPPED,
+            score=score.value,
+            reasons=score.reasons,
+            tokens=count_tokens(text),
+            content_hash=leaffile.content_hash(text),
+            meta=meta,
+            order=order,
         )
 
     def _stamp(self, note: str) -> index.FileStamp:
