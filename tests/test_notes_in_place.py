@@ -79,7 +79,7 @@ def test_a_note_is_indexed_where_it_is_and_never_copied(vault: Vault) -> None:
     ]
     assert note.read_text(encoding="utf-8") == KYOTO  # the person's note is never written
     summary = (root / "sources/travel/kyoto-trip/_summary.md").read_text(encoding="utf-8")
-    assert "note: Travel/Kyoto trip.md" in summary and "tags: [travel]" in summary
+    assert "note_path: Travel/Kyoto trip.md" in summary and "tags: [travel]" in summary
     assert all(leaf_id in summary for leaf_id, _p, _n in sections.values())  # the ids are recorded
     assert "(<../../../Travel/Kyoto trip.md#Ryokan>)" in summary  # children link the note's headings
     # Found, with its status and entities in the row only.
