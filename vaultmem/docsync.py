@@ -19,6 +19,11 @@ the same source points at the document node (``[[sources/.../_summary|Page]]``),
 leaf that holds the heading, a link to a file that exists in the vault stays as written, and anything
 else becomes its label as plain text, so a link never makes a ghost note in Obsidian.
 
+A note written by hand in the vault (outside ``sources/``) is indexed where it is, never copied: its
+document node is the same ``_summary.md`` (with ``note_path`` and ``note_sections``, the ids of its
+sections), but each section is an index row without a file, ``<note>#<leaf id>``, whose parent is the
+node; the note is never written and its links are not rewritten (``_build_note``).
+
 Never: renames a leaf file or changes an id; writes or removes a file it did not read (hash-guarded
 steps through ``steps``); removes a file that is not kept elsewhere: git's history when the vault
 commits, else a copy in ``.trash/vaultmem/``.
