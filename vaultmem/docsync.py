@@ -300,6 +300,7 @@ class Syncer:
         self._vault_names: set[str] | None = None
         self._name_index: tuple[dict[str, _DocPlan], dict[str, list[str]]] | None = None
         self._trashed: set[str] = set()
+        self._read_nodes: dict[str, tuple[str, SummaryNode, frontmatter.MdDoc]] = {}
         self._taken: set[str] = {PurePosixPath(r["path"]).parent.as_posix() for r in self.nodes.values()}
 
     # -- the whole run ---------------------------------------------------------------------------------
@@ -440,14 +441,24 @@ class Syncer:
             return section_rows(self.conn, note)
         return _leaf_rows(self.conn, str(PurePosixPath(row["path"]).parent))
 
+    def _node_file(self, rel: str) -> tuple[str, SummaryNode, frontmatter.MdDoc]:
+        """(hash read, node, its frontmatter) of a document node's file, read once per plan: the
+        recorded ids and the node's rewrite both need it (raises as ``parse_summary``)."""
+        cached = self._read_nodes.pop(rel, None)  # a file is used by one plan, then maybe rewritten
+        if cached is not None:
+            return cached
+        data, digest = fsio.read_text_guarded(self.layout.abs(rel), self.max_bytes)
+        node, kept = parse_summary(data, rel)
+        return digest, node, kept
+
     def _recorded(self, directory: str) -> dict[tuple[str, int], str]:
         """A note's section ids as its document node records them: (section key, chunk number) -> id."""
         rel = f"{directory}/{SUMMARY_NAME}"
         try:
-            data, _digest = fsio.read_text_guarded(self.layout.abs(rel), self.max_bytes)
-            node, _kept = parse_summary(data, rel)
+            _digest, node, _kept = self._node_file(rel)
         except (FileNotFoundError, FrontmatterError, VaultError):
             return {}
+        self._read_nodes[rel] = (_digest, node, _kept)  # the node's rewrite reads it from here
         out: dict[tuple[str, int], str] = {}
         for line in node.sections:
             leaf_id, _, rest = line.partition(" ")
@@ -900,7 +911,7 @@ class Syncer:
             self.report.removed.append(str(row["id"]))
             changed = True
         changed = changed or plan.existing is None
-        summary_write = self._summary_write(plan, children, changed or restored, tuple(sections))
+        summary_write = self._summary_write(plan, children, changed, tuple(sections))
         if summary_write is not None:
             writes.append(summary_write)
             if changed:
@@ -1024,8 +1035,7 @@ class Syncer:
         rel = f"{plan.directory}/{SUMMARY_NAME}"
         if plan.existing is not None:
             try:
-                data, digest = fsio.read_text_guarded(self.layout.abs(rel), self.max_bytes)
-                node, kept = parse_summary(data, rel)
+                digest, node, kept = self._node_file(rel)
             except (FileNotFoundError, FrontmatterError) as exc:
                 self.report.warnings.append(f"{rel}: not updated ({exc})")
                 return None
