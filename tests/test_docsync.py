@@ -270,6 +270,9 @@ def test_note_saved_five_times_ends_as_its_last_version(
         assert hits(vault, "hinges")
         summary = root / "sources/home/groceries/_summary.md"
         assert "tags: [home]" in summary.read_text(encoding="utf-8")
+        # Indexed where it is: one row per section at ``<note>#<id>``, no copy under sources/.
+        assert {leaf.path for leaf in leaves} == {f"home/Groceries.md#{leaf.id}" for leaf in leaves}
+        assert sorted(p.name for p in summary.parent.iterdir()) == ["_embeddings.json", "_summary.md"]
         assert note.read_text(encoding="utf-8") == NOTE_VERSIONS[-1]  # the note itself is never touched
         note.unlink()
         settle(daemon)

@@ -18,7 +18,7 @@ from vaultmem import entities, index, sidecar, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import FrontmatterError, InvalidInput
-from vaultmem.layout import Layout
+from vaultmem.layout import Layout, note_of
 from vaultmem.model import Leaf, Status
 from vaultmem.scan import read_leaf_file
 from vaultmem.status import set_status
@@ -135,8 +135,12 @@ def admit(
     writing the entities ``finder`` finds in each into its frontmatter as it is admitted."""
     nodes = _nodes_by_ids(conn, ids)
     by_dir: dict[str, dict[str, _Node]] = defaultdict(dict)
+    # A section of a note written by hand has no file and no sidecar: nothing of the engine's goes into
+    # the person's folders. Its vector lives in the index only (``reindex`` embeds it again).
+    in_place = [node for node in nodes if note_of(node.path) is not None]
     for node in nodes:
-        by_dir[str(PurePosixPath(node.path).parent)][node.id] = node
+        if note_of(node.path) is None:
+            by_dir[str(PurePosixPath(node.path).parent)][node.id] = node
     model, dim = embedder.model_id, embedder.dim
     rebuilt: list[str] = []
     todo: list[tuple[str, _Node]] = []  # (dir, node) needing a new vector
@@ -154,16 +158,28 @@ def admit(
                 ready[rel_dir][name] = entry
             else:
                 todo.append((rel_dir, node))
+    rows: list[vectors.VectorRow] = []
+    if in_place:
+        held = {
+            r[0]: r[1]
+            for part, marks in index.in_batches([n.id for n in in_place])
+            for r in conn.execute(
+                f"SELECT id, content_hash FROM vectors WHERE model = ? AND id IN ({marks})", [model, *part]
+            )
+        }
+        todo += [("", node) for node in in_place if held.get(node.id) != node.content_hash]
     fresh: dict[str, dict[str, sidecar.Entry]] = defaultdict(dict)
     if todo:
         matrix = embedder.embed([node.text for _, node in todo])
         for (rel_dir, node), vec in zip(todo, matrix, strict=True):
+            if not rel_dir:
+                rows.append(vectors.VectorRow(node.id, node.content_hash, vec))
+                continue
             fresh[rel_dir][PurePosixPath(node.path).name] = sidecar.Entry.of(node.content_hash, vec)
     for rel_dir in by_dir:
         if fresh.get(rel_dir) or any(r.startswith(f"{rel_dir}/_embeddings.json") for r in rebuilt):
             put = {**ready[rel_dir], **fresh[rel_dir]}
             sidecar.update(layout, layout.abs(rel_dir), model, dim, put)
-    rows = []
     for rel_dir, members in by_dir.items():
         entries = {**ready[rel_dir], **fresh[rel_dir]}
         for node in members.values():

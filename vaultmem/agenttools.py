@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from vaultmem import agentio, fsio
 from vaultmem.errors import InvalidInput, UnsafePath, VaultError
 from vaultmem.frame import CLOSE, OPEN, neutralise
-from vaultmem.layout import TOMBSTONES
+from vaultmem.layout import TOMBSTONES, note_of
 from vaultmem.model import LEAF_ID_RE, SUMMARY_ID_RE, Leaf, format_ts
 from vaultmem.redact import scrub
 from vaultmem.tokens import count_tokens
@@ -330,6 +330,11 @@ def move(vault: Vault, leaf_id: str, to: str, client: str, reason: str | None) -
         raise InvalidInput(f"{to} is not a level: move a leaf into a level (a summary id, s + 15 hex)")
     with vault.operation(agentio.commit_message(client, f"moved {leaf_id} into {to}", reason)):
         leaf = vault.get(leaf_id)
+        if note_of(leaf.path) is not None:
+            raise InvalidInput(
+                f"{leaf_id} is a section of the note {note_of(leaf.path)}, written by hand and indexed where"
+                " it is: it cannot be moved; edit the note itself and the index follows"
+            )
         level = vault.summary(to)
         if level.source != leaf.source or not level.path.startswith("sources/"):
             raise InvalidInput(f"{to} is not a level of the source {leaf.source}; a leaf stays in its source")

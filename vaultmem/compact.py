@@ -28,7 +28,16 @@ from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
 from vaultmem.jobs import JobQueue, resummarise_job
-from vaultmem.layout import FRESH, SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, folder_slug
+from vaultmem.layout import (
+    FRESH,
+    SIDECAR_NAME,
+    SOURCES,
+    SUMMARY_NAME,
+    Layout,
+    folder_slug,
+    note_of,
+    section_target,
+)
 from vaultmem.model import Status, parse_ts
 from vaultmem.order import sibling_order
 from vaultmem.stale import Resummarised, children_of, current_fingerprint, fingerprint_rows
@@ -785,8 +794,9 @@ def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resumma
     pinned = keep_hand_edit(node)
     if pinned != node.pinned:
         notes.append(f"{rel} was edited by hand: the edited text is kept under '## Pinned'")
+    count += sum(1 for r in leaves if note_of(r["path"]) is not None)  # a note's sections, in place
     links = [
-        ChildLink(_leaf_label_row(r), PurePosixPath(r["path"]).name)
+        ChildLink(_leaf_label_row(r), _leaf_target(node.directory, r))
         if r["kind"] == "leaf"
         else ChildLink(
             _title_of(r["provenance"]) or "level", f"{PurePosixPath(r['path']).parent.name}/{SUMMARY_NAME}"
@@ -895,6 +905,15 @@ def _prov(text: str) -> dict[str, object]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _leaf_target(directory: str, row: sqlite3.Row) -> str:
+    """A leaf's link from its level: its file name, or for a section of a note indexed in place the
+    note's heading."""
+    note = note_of(row["path"])
+    if note is None:
+        return PurePosixPath(row["path"]).name
+    return section_target(directory, note, str(_prov(row["provenance"]).get("heading_path") or ""))
 
 
 def _leaf_label_row(row: sqlite3.Row) -> str:

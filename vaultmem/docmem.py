@@ -72,6 +72,7 @@ def node_row(conn: sqlite3.Connection, node_id: str) -> sqlite3.Row:
     row: sqlite3.Row | None = conn.execute("SELECT * FROM chunks WHERE id = ?", (node_id,)).fetchone()
     if row is None:
         raise NodeNotFound(f"no node with id {node_id}; `vaultmem show` lists the tree")
+    index.refuse_note_sections(conn, [node_id], "edited, moved or deleted as a node")
     return row
 
 

@@ -19,6 +19,11 @@ the same source points at the document node (``[[sources/.../_summary|Page]]``),
 leaf that holds the heading, a link to a file that exists in the vault stays as written, and anything
 else becomes its label as plain text, so a link never makes a ghost note in Obsidian.
 
+A note written by hand in the vault (outside ``sources/``) is indexed where it is, never copied: its
+document node is the same ``_summary.md`` (with ``note_path`` and ``note_sections``, the ids of its
+sections), but each section is an index row without a file, ``<note>#<leaf id>``, whose parent is the
+node; the note is never written and its links are not rewritten (``_build_note``).
+
 Never: renames a leaf file or changes an id; writes or removes a file it did not read (hash-guarded
 steps through ``steps``); removes a file that is not kept elsewhere: git's history when the vault
 commits, else a copy in ``.trash/vaultmem/``.
@@ -36,11 +41,22 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path, PurePosixPath
 
-from vaultmem import docmem, frontmatter, fsio, leaffile, steps, wikilinks
+from vaultmem import docmem, frontmatter, fsio, index, leaffile, steps, wikilinks
 from vaultmem.chunker import chunk_id, chunk_message
+from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, VaultError
-from vaultmem.layout import IGNORED_DIRS, SOURCES, SUMMARY_NAME, Layout
-from vaultmem.model import InputKind, Leaf, Message, Status, format_ts
+from vaultmem.jobs import JobQueue, admit_job
+from vaultmem.layout import (
+    IGNORED_DIRS,
+    SOURCES,
+    SUMMARY_NAME,
+    Layout,
+    note_of,
+    section_path,
+    section_range,
+    section_target,
+)
+from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Message, Status, format_ts
 from vaultmem.order import format_order, ord_of, order_after, order_between
 from vaultmem.redact import scrub
 from vaultmem.scoring import FastScorer
@@ -145,12 +161,35 @@ def _doc_rows(conn: sqlite3.Connection, source: str) -> dict[str, sqlite3.Row]:
     """Document and folder nodes of ``source`` by the path they mirror."""
     out = {}
     for row in conn.execute(
-        "SELECT id, path, depth, status, json_extract(provenance, '$.document') AS document FROM chunks"
+        "SELECT id, path, depth, status, json_extract(provenance, '$.document') AS document,"
+        " json_extract(provenance, '$.note') AS note FROM chunks"
         " WHERE kind = 'summary' AND source = ? AND json_extract(provenance, '$.document') IS NOT NULL",
         (source,),
     ):
         out[str(row["document"])] = row
     return out
+
+
+def _node_row(conn: sqlite3.Connection, node_id: str, name: str) -> sqlite3.Row | None:
+    """A document or folder node's row as ``_doc_rows`` gives it (``name``: the path it mirrors)."""
+    row: sqlite3.Row | None = conn.execute(
+        "SELECT id, path, depth, status, ? AS document, json_extract(provenance, '$.note') AS note"
+        " FROM chunks WHERE id = ?",
+        (name, node_id),
+    ).fetchone()
+    return row
+
+
+def _node_note(row: sqlite3.Row | dict[str, object]) -> str | None:
+    """The note a document node indexes in place (None for a mirrored document or a folder)."""
+    note = row["note"] if "note" in row.keys() else None  # noqa: SIM118 (sqlite3.Row: `in` looks at values)
+    return str(note) if note else None
+
+
+def section_rows(conn: sqlite3.Connection, note: str) -> list[sqlite3.Row]:
+    """The rows of the sections of a note indexed in place (``<note>#<leaf id>``)."""
+    lo, hi = section_range(note)
+    return list(conn.execute("SELECT * FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?", (lo, hi)))
 
 
 def _leaf_rows(conn: sqlite3.Connection, directory: str) -> list[sqlite3.Row]:
@@ -176,6 +215,7 @@ class _Chunk:
     file: str = ""  # vault-relative leaf path
     row: sqlite3.Row | None = None  # the leaf it replaces in place
     order: Decimal = Decimal(0)
+    restored: bool = False  # a note's section whose row was gone: made again with its recorded id
 
 
 @dataclass
@@ -201,6 +241,12 @@ class _Step:
     removes: list[tuple[str, str | None]]
     queued: list[tuple[str, int]]
     ancestors: list[str]  # levels above the document that go stale once it is written
+    # A note indexed in place: its section rows (written after the files), ids whose rows leave, ids
+    # to embed and admit; ``changed`` is False when only the note's recorded stamp moves.
+    rows: list[tuple[object, ...]] = field(default_factory=list)
+    drop: list[str] = field(default_factory=list)
+    admit: list[str] = field(default_factory=list)
+    changed: bool = True
 
 
 @dataclass
@@ -254,6 +300,7 @@ class Syncer:
         self._vault_names: set[str] | None = None
         self._name_index: tuple[dict[str, _DocPlan], dict[str, list[str]]] | None = None
         self._trashed: set[str] = set()
+        self._read_nodes: dict[str, tuple[str, SummaryNode, frontmatter.MdDoc]] = {}
         self._taken: set[str] = {PurePosixPath(r["path"]).parent.as_posix() for r in self.nodes.values()}
 
     # -- the whole run ---------------------------------------------------------------------------------
@@ -332,10 +379,7 @@ class Syncer:
                 return
             for key, row in folders:
                 if key in self.nodes:
-                    self.nodes[key] = self.conn.execute(
-                        "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?",
-                        (key, row["id"]),
-                    ).fetchone()
+                    self.nodes[key] = _node_row(self.conn, row["id"], key)  # type: ignore[assignment]
 
     def delete(self, name: str) -> None:
         row = self.nodes.get(name)
@@ -343,6 +387,15 @@ class Syncer:
             return
         directory = str(PurePosixPath(row["path"]).parent)
         self._to_trash([directory])
+        note = _node_note(row)
+        if note is not None:
+            # Its sections have no files: their rows leave (the note itself is the person's, kept by
+            # git or their editor's trash).
+            sections = [str(r["id"]) for r in section_rows(self.conn, note)]
+            with atomic(self.conn):
+                for part, marks in index.in_batches(sections):
+                    self.conn.execute(f"DELETE FROM chunks WHERE id IN ({marks})", part)
+            self.report.removed.extend(sections)
         plan = docmem.plan_delete(self.conn, self.layout, row["id"], max_bytes=self.max_bytes)
         docmem.run(self.conn, self.layout, plan, model=self.model, dim=self.dim, max_bytes=self.max_bytes)
         self.report.deleted_documents.append(name)
@@ -354,8 +407,7 @@ class Syncer:
         bodies = {text_hash(s.body) for s in doc.sections if s.body}
         best, score = None, 0.5
         for name in gone:
-            directory = str(PurePosixPath(self.nodes[name]["path"]).parent)
-            old = {text_hash(_body_of(r["text"])) for r in _leaf_rows(self.conn, directory)}
+            old = {text_hash(_body_of(r["text"])) for r in self._doc_leaves(self.nodes[name])}
             if not old or not bodies:
                 continue
             share = len(old & bodies) / max(len(old), len(bodies))
@@ -380,9 +432,40 @@ class Syncer:
         stale = ancestors_of(self.conn, row["id"])
         steps.apply(self.conn, self.layout, op, self.model, self.dim)
         self._mark(stale)
-        self.nodes[new] = self.conn.execute(
-            "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?", (new, row["id"])
-        ).fetchone()
+        self.nodes[new] = _node_row(self.conn, row["id"], new)  # type: ignore[assignment]
+
+    def _doc_leaves(self, row: sqlite3.Row) -> list[sqlite3.Row]:
+        """The leaf rows of a document: a note's sections, else the leaf files in its folder."""
+        note = _node_note(row)
+        if note is not None:
+            return section_rows(self.conn, note)
+        return _leaf_rows(self.conn, str(PurePosixPath(row["path"]).parent))
+
+    def _node_file(self, rel: str) -> tuple[str, SummaryNode, frontmatter.MdDoc]:
+        """(hash read, node, its frontmatter) of a document node's file, read once per plan: the
+        recorded ids and the node's rewrite both need it (raises as ``parse_summary``)."""
+        cached = self._read_nodes.pop(rel, None)  # a file is used by one plan, then maybe rewritten
+        if cached is not None:
+            return cached
+        data, digest = fsio.read_text_guarded(self.layout.abs(rel), self.max_bytes)
+        node, kept = parse_summary(data, rel)
+        return digest, node, kept
+
+    def _recorded(self, directory: str) -> dict[tuple[str, int], str]:
+        """A note's section ids as its document node records them: (section key, chunk number) -> id."""
+        rel = f"{directory}/{SUMMARY_NAME}"
+        try:
+            _digest, node, _kept = self._node_file(rel)
+        except (FileNotFoundError, FrontmatterError, VaultError):
+            return {}
+        self._read_nodes[rel] = (_digest, node, _kept)  # the node's rewrite reads it from here
+        out: dict[tuple[str, int], str] = {}
+        for line in node.sections:
+            leaf_id, _, rest = line.partition(" ")
+            seq, _, key = rest.partition(" ")
+            if LEAF_ID_RE.match(leaf_id) and seq.isdigit():
+                out[(key, int(seq))] = leaf_id
+        return out
 
     # -- one document -----------------------------------------------------------------------------------
     def _place(self, name: str) -> str:
@@ -436,7 +519,7 @@ class Syncer:
             writes.append(FileWrite(node.path, render_summary(node), None))
             queued.append((node.id, node.depth))
             self._taken.add(directory)
-            self.nodes[key] = {"id": node.id, "path": node.path, "depth": node.depth}  # type: ignore[assignment]
+            self.nodes[key] = {"id": node.id, "path": node.path, "depth": node.depth, "note": None}  # type: ignore[assignment]
         return queued
 
     def _chunks(self, doc: Document) -> list[_Chunk]:
@@ -462,16 +545,19 @@ class Syncer:
     def _plan(self, doc: Document) -> _DocPlan:
         existing = self.nodes.get(doc.name)
         chunks = self._chunks(doc)
+        recorded: dict[tuple[str, int], str] = {}
         if existing is not None:
             directory = str(PurePosixPath(existing["path"]).parent)
             node_id = str(existing["id"])
-            old = _leaf_rows(self.conn, directory)
+            old = self._doc_leaves(existing)
+            if doc.note:
+                recorded = self._recorded(directory)
         else:
             directory = self._place(doc.name)
             node_id = summary_id(self.source, f"document:{doc.name}")
             old = []
         plan = _DocPlan(doc, directory, node_id, chunks, existing)
-        self._match(plan, old)
+        self._match(plan, old, recorded)
         for chunk in chunks:
             if chunk.seq == 0 and chunk.path:
                 plan.headings.setdefault(" > ".join(chunk.path).casefold(), PurePosixPath(chunk.file).stem)
@@ -479,7 +565,9 @@ class Syncer:
                 plan.blocks.setdefault(block.casefold(), PurePosixPath(chunk.file).stem)
         return plan
 
-    def _match(self, plan: _DocPlan, old: list[sqlite3.Row]) -> None:
+    def _match(
+        self, plan: _DocPlan, old: list[sqlite3.Row], recorded: dict[tuple[str, int], str] | None = None
+    ) -> None:
         def local(row: sqlite3.Row) -> tuple[str, int]:
             return str(row["source_id"] or "").partition("#")[2], int(row["seq"])
 
@@ -511,9 +599,23 @@ class Syncer:
             used.add(n)
         plan.removed = list(free.values())
         taken = {str(r["id"]) for r in old}
+        note = plan.doc.note
         for chunk in plan.chunks:
             if chunk.row is not None:
                 chunk.leaf_id, chunk.file = str(chunk.row["id"]), str(chunk.row["path"])
+                if note:
+                    chunk.file = section_path(note, chunk.leaf_id)
+                continue
+            again = (recorded or {}).get((chunk.key, chunk.seq))
+            if (
+                note
+                and again
+                and again not in taken
+                and not self.conn.execute("SELECT 1 FROM chunks WHERE id = ?", (again,)).fetchone()
+            ):
+                # Its row is gone (``reindex``): the section takes the id its node recorded.
+                taken.add(again)
+                chunk.leaf_id, chunk.file, chunk.restored = again, section_path(note, again), True
                 continue
             source_id = f"{plan.doc.name}#{chunk.key}"
             leaf_id = chunk_id(self.source, source_id, chunk.seq, chunk.raw)
@@ -525,7 +627,7 @@ class Syncer:
             taken.add(leaf_id)
             chunk.leaf_id = leaf_id
             name = leaffile.leaf_filename(leaf_id, chunk.raw, format_ts(plan.doc.ts), None)
-            chunk.file = f"{plan.directory}/{name}"
+            chunk.file = section_path(note, leaf_id) if note else f"{plan.directory}/{name}"
         _assign_orders(plan.chunks)
 
     # -- links ------------------------------------------------------------------------------------------
@@ -573,12 +675,14 @@ class Syncer:
         if not matches:
             return None
         name = sorted(matches, key=lambda n: (n.count("/"), n))[0]
+        if (name in plans and plans[name].doc.note) or (name not in plans and _node_note(self.nodes[name])):
+            return None  # a note of the vault: the link to it stays as written
         if name in plans:
             return plans[name].directory, plans[name].headings, plans[name].blocks
         directory = str(PurePosixPath(self.nodes[name]["path"]).parent)
         headings: dict[str, str] = {}
         blocks: dict[str, str] = {}
-        for row in _leaf_rows(self.conn, directory):
+        for row in self._doc_leaves(self.nodes[name]):
             if int(row["seq"]) == 0:
                 path = str(row["source_id"] or "").partition("#")[2].split("#")[0]
                 if path:
@@ -619,6 +723,8 @@ class Syncer:
     def _build(self, plan: _DocPlan, plans: dict[str, _DocPlan]) -> _Step | None:
         """The writes and removals that bring one document in step; None when it already is."""
         doc = plan.doc
+        if doc.note:
+            return self._build_note(plan)
         rule = self._link_rule(plan, plans)
         writes: list[FileWrite] = []
         queued: list[tuple[str, int]] = []
@@ -630,7 +736,6 @@ class Syncer:
             section = next(s for s in doc.sections if s.key == chunk.key)
             body = wikilinks.rewrite(chunk.raw, rule)
             text = f"{self._heading(doc, section)}\n\n{body}"
-            redacted_kinds: tuple[str, ...] = ()
             meta = {"file": doc.note or doc.name, "title": doc.title, "heading_path": " > ".join(chunk.path)}
             if doc.note:
                 meta["note"] = doc.note
@@ -638,27 +743,7 @@ class Syncer:
             order = format_order(chunk.order)
             children.append(ChildLink(" › ".join(chunk.path) or doc.title, PurePosixPath(chunk.file).name))
             if chunk.row is None:
-                score = self.scorer.score(text)
-                leaf = Leaf(
-                    id=chunk.leaf_id,
-                    source=self.source,
-                    text=text,
-                    path=chunk.file,
-                    kind=InputKind.DOC,
-                    seq=chunk.seq,
-                    source_id=source_id,
-                    session=doc.name,
-                    ts=doc.ts,
-                    message_ids=(source_id,),
-                    status=Status.PENDING if self.scorer.admits(score) else Status.DROPPED,
-                    score=score.value,
-                    reasons=score.reasons,
-                    tokens=count_tokens(text),
-                    content_hash=leaffile.content_hash(text),
-                    redactions=redacted_kinds,
-                    meta=meta,
-                    order=order,
-                )
+                leaf = self._new_leaf(chunk, doc, text, source_id, meta, order)
                 writes.append(FileWrite(chunk.file, leaffile.render_leaf(leaf), None))
                 self.report.added.append(leaf.id)
                 changed = True
@@ -725,6 +810,174 @@ class Syncer:
             ancestors_of(self.conn, plan.node_id) if plan.existing is not None else [],
         )
 
+    def _build_note(self, plan: _DocPlan) -> _Step | None:
+        """A note written by hand, indexed where it is: one row per section (``<note>#<leaf id>``,
+        parent the document node), its text the heading path and the section as the person wrote it
+        (never rewritten; nothing is written into the note). The document node's ``_summary.md``
+        records the sections' ids, so ``reindex`` gives them back. A note mirrored into the node's
+        folder by an older vaultmem moves here: its leaf files leave (trash or git), its rows keep
+        their ids, status and entities."""
+        doc = plan.doc
+        note = doc.note
+        writes: list[FileWrite] = []
+        queued: list[tuple[str, int]] = []
+        if plan.existing is None:
+            queued += self._ensure_folders(doc.name, writes)
+        stamp = self._stamp(note)
+        rows: list[tuple[object, ...]] = []
+        admit: list[str] = []
+        removes: list[tuple[str, str | None]] = []
+        children: list[ChildLink] = []
+        sections: list[str] = []
+        changed = False
+        restored = False
+        for chunk in plan.chunks:
+            section = next(s for s in doc.sections if s.key == chunk.key)
+            text = f"{self._heading(doc, section)}\n\n{chunk.raw}"
+            heading_path = " > ".join(chunk.path)
+            meta = {"file": note, "title": doc.title, "heading_path": heading_path, "note": note}
+            source_id = f"{doc.name}#{chunk.key}"
+            order = format_order(chunk.order)
+            sections.append(f"{chunk.leaf_id} {chunk.seq} {chunk.key}")
+            children.append(
+                ChildLink(
+                    " › ".join(chunk.path) or doc.title, section_target(plan.directory, note, heading_path)
+                )
+            )
+            row = chunk.row
+            if row is not None and note_of(row["path"]) is None:
+                found = fsio.file_hash(self.layout.abs(row["path"]))
+                if found is not None:
+                    removes.append((row["path"], found))  # the mirror an older vaultmem wrote
+            same = row is not None and (
+                row["text"] == text
+                and row["path"] == chunk.file
+                and row["source_id"] == source_id
+                and int(row["seq"]) == chunk.seq
+                and row["session"] == doc.name
+                and _row_order(row) == order
+                and row["parent"] == plan.node_id
+            )
+            if same and row is not None and row["file_hash"] == stamp.hash:
+                self.report.unchanged += 1
+                continue
+            if row is None:
+                leaf = self._new_leaf(chunk, doc, text, source_id, meta, order)
+                admit.append(leaf.id)
+                if chunk.restored:
+                    restored = True
+                else:
+                    self.report.added.append(leaf.id)
+                    changed = True
+            else:
+                old = index.row_to_leaf(row)
+                leaf = replace(
+                    old,
+                    path=chunk.file,
+                    seq=chunk.seq,
+                    source_id=source_id,
+                    session=doc.name,
+                    message_ids=(source_id,),
+                    meta={**old.meta, **meta},
+                    order=order,
+                )
+                if row["text"] != text:
+                    score = self.scorer.score(text)
+                    leaf = replace(
+                        leaf,
+                        text=text,
+                        ts=doc.ts,
+                        status=Status.PENDING if self.scorer.admits(score) else Status.DROPPED,
+                        score=score.value,
+                        reasons=score.reasons,
+                        entities=(),  # read again from the new text when it is admitted
+                        tokens=count_tokens(text),
+                        content_hash=leaffile.content_hash(text),
+                    )
+                    admit.append(leaf.id)
+                elif note_of(row["path"]) is None:
+                    admit.append(leaf.id)  # its vector left with the mirror's file
+                if not same:
+                    self.report.updated.append(leaf.id)
+                    changed = True
+            rows.append(index.leaf_row(leaf, stamp, plan.node_id))
+        drop = []
+        for row in plan.removed:
+            if note_of(row["path"]) is None:
+                found = fsio.file_hash(self.layout.abs(row["path"]))
+                if found is not None:
+                    removes.append((row["path"], found))
+            drop.append(str(row["id"]))
+            self.report.removed.append(str(row["id"]))
+            changed = True
+        changed = changed or plan.existing is None
+        summary_write = self._summary_write(plan, children, changed, tuple(sections))
+        if summary_write is not None:
+            writes.append(summary_write)
+            if changed:
+                queued.append((plan.node_id, 1))
+        if not writes and not removes and not rows and not drop:
+            return None
+        return _Step(
+            doc.name,
+            plan.node_id,
+            f"{'add' if plan.existing is None else 'update'} the note {note}",
+            writes,
+            removes,
+            queued,
+            ancestors_of(self.conn, plan.node_id) if plan.existing is not None and changed else [],
+            rows,
+            drop,
+            admit,
+            changed or restored or bool(writes) or bool(removes),
+        )
+
+    def _new_leaf(
+        self, chunk: _Chunk, doc: Document, text: str, source_id: str, meta: dict[str, str], order: str
+    ) -> Leaf:
+        """A new section's leaf: scored (pending, or dropped when the scorer does not admit it)."""
+        score = self.scorer.score(text)
+        return Leaf(
+            id=chunk.leaf_id,
+            source=self.source,
+            text=text,
+            path=chunk.file,
+            kind=InputKind.DOC,
+            seq=chunk.seq,
+            source_id=source_id,
+            session=doc.name,
+            ts=doc.ts,
+            message_ids=(source_id,),
+            status=Status.PENDING if self.scorer.admits(score) else Status.DROPPED,
+            score=score.value,
+            reasons=score.reasons,
+            tokens=count_tokens(text),
+            content_hash=leaffile.content_hash(text),
+            meta=meta,
+            order=order,
+        )
+
+    def _stamp(self, note: str) -> index.FileStamp:
+        """What a note's rows remember of its file (hash, size, mtime): ``changed_paths`` compares it."""
+        path = self.layout.abs(note)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return index.FileStamp("", 0, 0)
+        return index.FileStamp(fsio.file_hash(path) or "", st.st_size, st.st_mtime_ns)
+
+    def _rows(self, batch: list[_Step]) -> None:
+        """The section rows of the notes of ``batch`` (after their node files are written)."""
+        rows = [r for step in batch for r in step.rows]
+        drop = [i for step in batch for i in step.drop]
+        if not rows and not drop:
+            return
+        with atomic(self.conn):
+            for part, marks in index.in_batches(drop):
+                self.conn.execute(f"DELETE FROM chunks WHERE id IN ({marks})", part)
+            index.upsert_rows(self.conn, rows)
+            JobQueue(self.conn).enqueue_many(admit_job(i) for step in batch for i in step.admit)
+
     def _run(self, batch: list[_Step]) -> None:
         """Apply a batch of document steps as one durable step; when a file changed meanwhile, each on its own."""
         if not batch:
@@ -742,7 +995,8 @@ class Syncer:
             tuple(r for step in batch for r in step.removes),
         )
         try:
-            steps.apply(self.conn, self.layout, op, self.model, self.dim)
+            if op.writes or op.removes:
+                steps.apply(self.conn, self.layout, op, self.model, self.dim)
         except ConflictError as exc:
             if len(batch) == 1:
                 self.report.warnings.append(f"{batch[0].name}: {exc}")
@@ -750,22 +1004,23 @@ class Syncer:
             for step in batch:
                 self._run([step])
             return
-        self.report.documents += len(batch)
+        self._rows(batch)
+        self.report.documents += sum(1 for step in batch if step.changed)
         self._mark([a for step in batch for a in step.ancestors])
         for step in batch:
-            self.nodes[step.name] = self.conn.execute(
-                "SELECT id, path, depth, status, ? AS document FROM chunks WHERE id = ?",
-                (step.name, step.node_id),
-            ).fetchone()
+            self.nodes[step.name] = _node_row(self.conn, step.node_id, step.name)  # type: ignore[assignment]
 
     def out_of_step(self, docs: Sequence[Document]) -> list[str]:
         """Names of the documents whose subtree disagrees with their file (nothing is written)."""
         plans = [self._plan(doc) for doc in docs]
         by_name = {p.doc.name: p for p in plans}
-        return [p.doc.name for p in plans if self._build(p, by_name) is not None]
+        return [p.doc.name for p in plans if (step := self._build(p, by_name)) is not None and step.changed]
 
-    def _summary_write(self, plan: _DocPlan, children: list[ChildLink], changed: bool) -> FileWrite | None:
+    def _summary_write(
+        self, plan: _DocPlan, children: list[ChildLink], changed: bool, sections: tuple[str, ...] = ()
+    ) -> FileWrite | None:
         doc = plan.doc
+        note = doc.note or None
         front = _front_doc(doc.front)
         aliases = front.meta.get("aliases") if front is not None else None
         title = clean_title(doc.title)
@@ -780,8 +1035,7 @@ class Syncer:
         rel = f"{plan.directory}/{SUMMARY_NAME}"
         if plan.existing is not None:
             try:
-                data, digest = fsio.read_text_guarded(self.layout.abs(rel), self.max_bytes)
-                node, kept = parse_summary(data, rel)
+                digest, node, kept = self._node_file(rel)
             except (FileNotFoundError, FrontmatterError) as exc:
                 self.report.warnings.append(f"{rel}: not updated ({exc})")
                 return None
@@ -794,11 +1048,20 @@ class Syncer:
                     node.title == title
                     and node.user_aliases == user_aliases
                     and node.document == doc.name
+                    and node.note == note
+                    and node.sections == sections
                     and all(ours.get(k) == v for k, v in page)
                     and (PAGE_KEYS in dict(keep.raw_blocks)) == (PAGE_KEYS in ours)
                 ):
                     return None
-                new = replace(node, title=title, user_aliases=user_aliases, document=doc.name)
+                new = replace(
+                    node,
+                    title=title,
+                    user_aliases=user_aliases,
+                    document=doc.name,
+                    note=note,
+                    sections=sections,
+                )
                 return FileWrite(rel, self._checked(new, keep), digest)
             new = replace(
                 node,
@@ -808,6 +1071,8 @@ class Syncer:
                 stale=True,
                 descendants=len(children),
                 document=doc.name,
+                note=note,
+                sections=sections,
             )
             if not node.hand_edited:
                 # The old summary would still be found for text the page no longer holds: until it is
@@ -830,6 +1095,8 @@ class Syncer:
             summariser="extractive",
             content_hash=text_hash(text or title),
             document=doc.name,
+            note=note,
+            sections=sections,
             user_aliases=user_aliases,
         )
         return FileWrite(rel, self._checked(node, page_keys(front)), None)

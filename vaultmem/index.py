@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vaultmem import validity
-from vaultmem.errors import NodeNotFound
+from vaultmem.errors import InvalidInput, NodeNotFound
 from vaultmem.inputs.mailthread import KnownEmail
-from vaultmem.layout import in_sealed_level
+from vaultmem.layout import SUMMARY_NAME, in_sealed_level, note_of, section_range
 from vaultmem.model import InputKind, Leaf, Status, check_node_id, format_ts, parse_ts
 from vaultmem.summaryfile import SummaryNode, text_hash
 
@@ -69,8 +69,9 @@ class FileStamp:
 
 
 def effective_status(leaf: Leaf) -> Status:
-    """The status the index reports: an admitted leaf inside a sealed level is ``sealed``."""
-    if leaf.status is Status.ADMITTED and in_sealed_level(leaf.path):
+    """The status the index reports: an admitted leaf inside a sealed level (or a section of a note,
+    under its document node) is ``sealed``."""
+    if leaf.status is Status.ADMITTED and (in_sealed_level(leaf.path) or note_of(leaf.path) is not None):
         return Status.SEALED
     return leaf.status
 
@@ -127,6 +128,8 @@ def summary_row(node: SummaryNode, stamp: FileStamp, parent: str | None = None) 
         provenance["period"] = node.period
     if node.document:
         provenance["document"] = node.document
+    if node.note:
+        provenance["note"] = node.note
     return (
         node.id,
         "summary",
@@ -314,5 +317,49 @@ def leaves_per_source(conn: sqlite3.Connection) -> dict[str, int]:
     return dict(
         conn.execute(
             "SELECT source, count(*) FROM chunks WHERE kind = 'leaf' GROUP BY source ORDER BY source"
+        )
+    )
+
+
+def refuse_note_sections(conn: sqlite3.Connection, ids: Sequence[str], what: str) -> None:
+    """InvalidInput for a section of a note written by hand (``<note>#<id>``, indexed where it is) or
+    that note's document node while it has sections: the text is the person's note, which the engine
+    never rewrites; they edit or delete the note itself, and the index follows."""
+    for node_id in ids:
+        row = conn.execute(
+            "SELECT path, json_extract(provenance, '$.note') AS note FROM chunks WHERE id = ?", (node_id,)
+        ).fetchone()
+        if row is None:
+            continue
+        note = note_of(row["path"]) or (row["note"] if str(row["path"]).endswith(SUMMARY_NAME) else None)
+        if note is None or (note_of(row["path"]) is None and not _has_sections(conn, str(note))):
+            continue
+        raise InvalidInput(
+            f"{node_id} is {'a section' if note_of(row['path']) else 'the document'} of the note {note},"
+            f" written by hand and indexed where it is: it cannot be {what}; edit or delete the note"
+            " itself and the index follows (vaultmem never rewrites a person's note)"
+        )
+
+
+def _has_sections(conn: sqlite3.Connection, note: str) -> bool:
+    return (
+        conn.execute("SELECT 1 FROM chunks WHERE path >= ? AND path < ?", section_range(note)).fetchone()
+        is not None
+    )
+
+
+def in_place_sections(conn: sqlite3.Connection, summary_path: str) -> list[sqlite3.Row]:
+    """The section rows of the note whose document node is ``summary_path`` (none for another level):
+    a note written by hand is indexed where it is, so its sections are not files in the node's folder."""
+    node = conn.execute(
+        "SELECT json_extract(provenance, '$.note') FROM chunks WHERE path = ? AND kind = 'summary'",
+        (summary_path,),
+    ).fetchone()
+    if node is None or not node[0]:
+        return []
+    return list(
+        conn.execute(
+            "SELECT * FROM chunks WHERE path >= ? AND path < ? AND kind = 'leaf' ORDER BY coalesce(ts, ''), path",
+            section_range(str(node[0])),
         )
     )

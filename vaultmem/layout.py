@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -43,6 +44,35 @@ TOMBSTONES = ".trash/vaultmem/forgotten"  # forgotten leaves, one folder per id 
 IGNORED_DIRS = frozenset({".vaultmem", ".obsidian", ".git", ".trash", "node_modules"})
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
+# A section of a note written by hand, indexed where it is (no file of its own): ``<note>#<leaf id>``.
+_SECTION_RE = re.compile(r"^(?P<note>.+\.md)#(?P<id>[0-9a-f]{16})$")
+
+
+def section_path(note: str, leaf_id: str) -> str:
+    """The index path of one section of the note ``note`` (a vault path): the note and the leaf id."""
+    return f"{note}#{leaf_id}"
+
+
+def note_of(path: str) -> str | None:
+    """The note a section row's path names (``Travel/Kyoto trip.md#<id>`` -> ``Travel/Kyoto trip.md``);
+    None for a path of a file of its own."""
+    if "#" not in path:  # every other row (called per row on hot paths: a substring test first)
+        return None
+    found = _SECTION_RE.match(path)
+    return found.group("note") if found else None
+
+
+def section_target(directory: str, note: str, heading_path: str) -> str:
+    """A link from a level folder to one section of a note: the note relative to ``directory``, then
+    ``#`` and the section's own heading (Obsidian's heading link); the note alone for its first text."""
+    rel = posixpath.relpath(note, directory)
+    heading = re.sub(r"[\[\]|#^<>]+", " ", heading_path.split(" > ")[-1]).strip()
+    return f"{rel}#{heading}" if heading else rel
+
+
+def section_range(note: str) -> tuple[str, str]:
+    """``path >= lo AND path < hi`` holds exactly the section rows of ``note`` (by the path index)."""
+    return note + "#", note + "$"
 
 
 @dataclass(frozen=True)

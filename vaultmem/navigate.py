@@ -110,6 +110,7 @@ def child_rows(
     ):
         if _direct(child["path"][len(prefix) :], child["kind"]):
             kids.append(child)
+    kids += index.in_place_sections(conn, row["path"])  # a note's sections, indexed where it is
     rows_by_id = (
         {
             r["id"]: r
@@ -185,7 +186,7 @@ def children_page(
             r
             for r in conn.execute(light, index.prefix_range(prefix))
             if _direct(r["path"][len(prefix) :], r["kind"])
-        ]
+        ] + index.in_place_sections(conn, row["path"])
     ordered = sibling_order(siblings)
     wanted = [r["id"] for r in ordered[max(0, offset) : max(0, offset) + max(0, limit)]]
     rows = {r["id"]: r for r in index.rows_by_ids(conn, wanted)}
@@ -197,7 +198,8 @@ def children_page(
             paths = conn.execute(
                 "SELECT path, kind FROM chunks WHERE path >= ? AND path < ?", index.prefix_range(prefix)
             )
-            nodes.append(_node(full, sum(1 for p in paths if _direct(p["path"][len(prefix) :], p["kind"]))))
+            direct = sum(1 for p in paths if _direct(p["path"][len(prefix) :], p["kind"]))
+            nodes.append(_node(full, direct + len(index.in_place_sections(conn, full["path"]))))
         else:
             nodes.append(_node(full))
     return nodes, len(ordered)

@@ -28,7 +28,7 @@ from vaultmem import fsio, index
 from vaultmem.db import atomic
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.jobs import JobQueue, admit_job, resummarise_job
-from vaultmem.layout import SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, is_ignored
+from vaultmem.layout import SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, is_ignored, note_of
 from vaultmem.leaffile import id_from_filename
 from vaultmem.scan import read_leaf_file, read_summary_file, scan
 from vaultmem.stale import ancestors_of, mark_stale
@@ -359,7 +359,8 @@ def changed_paths(conn: sqlite3.Connection, layout: Layout, seen: Mapping[str, S
     known: dict[str, Stamp] = dict(seen)
     out: list[str] = []
     for row in conn.execute("SELECT path, file_size, file_mtime_ns FROM chunks"):
-        known[row["path"]] = (row["file_size"], row["file_mtime_ns"])
+        # A section of a note indexed in place stands for its note, with the stamp the note was read at.
+        known[note_of(row["path"]) or row["path"]] = (row["file_size"], row["file_mtime_ns"])
     on_disk = {entry.rel for entry in scan(layout).entries}
     for rel in on_disk:
         try:

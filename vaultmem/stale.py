@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from vaultmem import frontmatter, fsio, index, steps, validity
 from vaultmem.errors import ConflictError, FrontmatterError
-from vaultmem.layout import Layout
+from vaultmem.layout import SUMMARY_NAME, Layout
 from vaultmem.steps import FileWrite, TreeOp
 from vaultmem.summaryfile import (
     SummaryNode,
@@ -46,6 +46,7 @@ def children_of(conn: sqlite3.Connection, directory: str) -> tuple[list[sqlite3.
             leaves.append(row)
         elif row["kind"] == "summary" and rest.count("/") == 1:
             subs.append(row)
+    leaves += index.in_place_sections(conn, f"{directory}/{SUMMARY_NAME}")
     return leaves, subs
 
 

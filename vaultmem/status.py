@@ -18,7 +18,7 @@ from vaultmem import frontmatter, fsio, index, leaffile
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, UnsafePath
 from vaultmem.ingest import done_intent, write_intent
-from vaultmem.layout import Layout
+from vaultmem.layout import Layout, note_of
 from vaultmem.model import Leaf, Status
 
 
@@ -38,14 +38,35 @@ def set_status(
         return []
     stamps: dict[str, str] = {}
     parents: dict[str, str | None] = {}
+    sizes: dict[str, tuple[int, int]] = {}
     for part, marks in index.in_batches([x.id for x in leaves]):
-        for row in conn.execute(f"SELECT id, file_hash, parent FROM chunks WHERE id IN ({marks})", part):
+        for row in conn.execute(
+            f"SELECT id, file_hash, file_size, file_mtime_ns, parent FROM chunks WHERE id IN ({marks})", part
+        ):
             stamps[row["id"]] = row["file_hash"]
             parents[row["id"]] = row["parent"]
+            sizes[row["id"]] = (row["file_size"], row["file_mtime_ns"])
     writes: list[fsio.PendingWrite] = []
     changed: list[Leaf] = []
     skipped: list[str] = []
+    # A section of a note written by hand: its status and entities live in its row only (the engine
+    # never writes into a person's note).
+    in_place = []
     for leaf in leaves:
+        if note_of(leaf.path) is None or leaf.id not in stamps:
+            continue
+        found = (entities or {}).get(leaf.id, ())
+        merged = tuple(dict.fromkeys([*(() if replace_entities else leaf.entities), *found]))
+        stamp = index.FileStamp(stamps[leaf.id], *sizes[leaf.id])
+        in_place.append(
+            index.leaf_row(replace(leaf, status=status, entities=merged), stamp, parents[leaf.id])
+        )
+    if in_place:
+        with atomic(conn):
+            index.upsert_rows(conn, in_place)
+    for leaf in leaves:
+        if note_of(leaf.path) is not None:
+            continue
         path = layout.abs(leaf.path)
         try:
             data = path.read_bytes()

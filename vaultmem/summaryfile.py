@@ -53,6 +53,8 @@ SUMMARY_KEYS = frozenset(
         "archived",
         "period",
         "document",
+        "note_path",
+        "note_sections",
     }
 )
 PINNED_HEADING = "## Pinned"
@@ -98,6 +100,11 @@ class SummaryNode:
     document: str | None = (
         None  # documents: the file (``Plugins/Canvas.md``) or folder (``Plugins/``) mirrored
     )
+    # A note written by hand, indexed where it is (keys ``note_path``, ``note_sections``): its vault
+    # path, and its sections' ids as ``"<leaf id> <chunk number> <heading path>"`` lines (what keeps ids
+    # across ``reindex``).
+    note: str | None = None
+    sections: tuple[str, ...] = ()
     user_aliases: tuple[str, ...] = field(default=(), compare=False)
     # ``## Related``: the most similar levels elsewhere in the vault (engine-owned; never children).
     related: tuple[ChildLink, ...] = ()
@@ -180,6 +187,8 @@ def engine_meta(node: SummaryNode) -> dict[str, Any]:
         "archived": True if node.archived else None,
         "period": node.period,
         "document": node.document,
+        "note_path": node.note,
+        "note_sections": list(node.sections) if node.note else None,
     }
 
 
@@ -277,6 +286,7 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, frontmatter.Md
         raise FrontmatterError(f"{rel_path}: 'depth' must be 1 or more")
     order = parse_order(meta.get("order"), rel_path)
     pinned, body_text, children, related = split_body(doc.body)
+    sections = meta.get("note_sections")
     pinned, body_text = scrub(pinned), scrub(body_text)
     children = tuple(replace(c, label=scrub(c.label)) for c in children)
     related = tuple(replace(c, label=scrub(c.label)) for c in related)
@@ -309,6 +319,9 @@ def parse_summary(text: str, rel_path: str) -> tuple[SummaryNode, frontmatter.Md
         archived=meta.get("archived") is True,
         period=str(meta["period"]) if meta.get("period") else None,
         document=scrub(str(meta["document"])) if meta.get("document") else None,
+        # Both keys or neither: a note indexed in place (``note_path`` alone is no key of the engine's).
+        note=str(meta["note_path"]) if meta.get("note_path") and isinstance(sections, list) else None,
+        sections=tuple(str(x) for x in sections) if isinstance(sections, list) else (),
         user_aliases=user_aliases,
         related=related,
     )

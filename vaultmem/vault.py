@@ -249,6 +249,28 @@ class Vault:
                 pass  # a writer died holding the lock: taking it tidies what it left
         daemonstate.remove_stale_temps(layout)  # a daemon killed while it wrote its status
         release_dead(self.conn)
+        self._notes_in_place()
+
+    def _notes_in_place(self) -> None:
+        """Once per index: notes an older vaultmem mirrored into ``sources/`` (a leaf file per section)
+        are indexed where they are instead. Each mirror's files go to ``.trash/vaultmem/`` (or git's
+        history) and its rows take the path ``<note>#<leaf id>`` with the same ids, status and entities
+        (``docsync``)."""
+        if self.conn.execute("SELECT 1 FROM meta WHERE key = 'notes_in_place'").fetchone() is not None:
+            return
+        mirrored = [
+            str(note)
+            for (note,) in self.conn.execute(
+                "SELECT DISTINCT json_extract(provenance, '$.note') AS note FROM chunks"
+                " WHERE kind = 'leaf' AND input = 'doc' AND path >= 'sources/' AND path < 'sources0'"
+                " AND note IS NOT NULL"
+            )
+        ]
+        if mirrored:
+            present = [n for n in mirrored if self.layout.abs(n).exists()]
+            self.read_notes(present, gone=[n for n in mirrored if n not in set(present)])
+        with db.atomic(self.conn):
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('notes_in_place', '1')")
 
     def _finish_restores(self) -> None:
         """Finish the restores a crash interrupted (``forget.begin_restore``'s notes): the files already
@@ -1004,12 +1026,15 @@ class Vault:
         return messages
 
     def _noted(self) -> list[str]:
-        """Vault paths of the notes that have a document."""
+        """Vault paths of the notes that have a document (by their sections, or by their document node,
+        which names the note it indexes in place even when its section rows are gone: ``reindex``)."""
         return [
             str(note)
             for (note,) in self.conn.execute(
-                "SELECT DISTINCT json_extract(provenance, '$.note') FROM chunks"
-                " WHERE kind = 'leaf' AND input = 'doc' AND json_extract(provenance, '$.note') IS NOT NULL"
+                "SELECT json_extract(provenance, '$.note') AS note FROM chunks"
+                " WHERE kind = 'leaf' AND input = 'doc' AND note IS NOT NULL"
+                " UNION SELECT json_extract(provenance, '$.note') AS note FROM chunks"
+                " WHERE kind = 'summary' AND note IS NOT NULL"
             )
         ]
 
@@ -1496,6 +1521,7 @@ class Vault:
                 " rewritten by compaction, or edited in place with update_content)"
             )
         old = self.get(old_id)
+        index.refuse_note_sections(self.conn, [old_id], "given a new version")
         body = agentio.check_text(text, max_tokens=self.config.chunk_max_tokens)
         if " ".join(body.split()) == " ".join(old.text.split()):
             raise InvalidInput(f"the new text is the text of {old_id} already; nothing to update")
@@ -1513,6 +1539,7 @@ class Vault:
         durable step (``supersede.link``; healed on open). False when both files said so already."""
         from vaultmem import supersede
 
+        index.refuse_note_sections(self.conn, [old_id, new_id], "linked as a version (its file is the note)")
         return supersede.link(
             self.conn,
             self.layout,
@@ -1692,6 +1719,7 @@ class Vault:
         from vaultmem.forget import Tombstone, bury, derived_folders, keep_derived, snapshot, tombstone_stamp
 
         asked = list(dict.fromkeys(check_node_id(i) for i in ids))
+        index.refuse_note_sections(self.conn, asked, "forgotten")
         level_of = {
             leaf_id: level for level in asked if level.startswith("s") for leaf_id in self._leaves_of(level)
         }
@@ -1862,6 +1890,7 @@ class Vault:
         check_node_id(leaf_id)
         if leaf_id.startswith("s"):
             raise InvalidInput(f"{leaf_id} is a level; purge its leaves one by one")
+        index.refuse_note_sections(self.conn, [leaf_id], "purged")
         root = self.layout.root
         if rewrite_history:
             if self._autocommit is None or not purge.is_repo_top(root):
@@ -2028,6 +2057,16 @@ class Vault:
                 self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core
             )
             report = replace(report, memory_files=memory, skipped=report.skipped + tuple(unread))
+            # Notes indexed in place have no files of their own: their sections are read again from the
+            # notes, with the ids their document nodes recorded.
+            notes = self._noted()
+            present = [n for n in notes if self.layout.abs(n).exists()]
+            if notes:
+                from vaultmem.docsync import section_rows
+
+                self.read_notes(present, gone=[n for n in notes if n not in set(present)])
+                sections = sum(len(section_rows(self.conn, n)) for n in present)
+                report = replace(report, leaves=report.leaves + sections)
             embedder = self.embedder
             with db.atomic(self.conn):
                 loaded, missing = vectors_from_sidecars(

@@ -1,0 +1,92 @@
+"""Notes written by hand, indexed where they are (#15): what lands under ``sources/``, and how long it takes.
+
+Writes an Obsidian-help-like set of notes (``tests/docs_vault.py``: nested folders, frontmatter,
+wikilinks, a Chinese page) straight into a new vault, as a person's notes, then reads them the way the
+watcher does (``Vault.read_notes``), admits them (``flush``), and rebuilds the index from the files
+(``reindex``). Measured: section rows, leaf files and bytes under ``sources/`` (a copy of the notes is
+what #15 removes), whether any note was changed by the engine, whether ``reindex`` gives the same ids,
+``check``, and the wall time of each step (fake embedder: the engine's own cost, not the model's).
+
+``--before DIR`` runs the same in a child process with another copy of the package first (for instance
+``git archive main vaultmem | tar -x -C DIR``), so both rows come from one run.
+
+    .venv/bin/python bench/notes.py --notes 120 [--before /tmp/main_src]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._common import table  # noqa: E402
+
+
+def measure(vault_dir: Path, notes: int) -> dict[str, object]:
+    from tests.docs_vault import write_docs_vault
+    from vaultmem.embed import FakeEmbedder
+    from vaultmem.vault import Vault
+
+    vault = Vault.init(vault_dir, embedder=FakeEmbedder())
+    rels = write_docs_vault(vault_dir, notes)
+    before = {r: (vault_dir / r).read_bytes() for r in rels}
+    start = time.perf_counter()
+    vault.read_notes(rels)
+    read_s = time.perf_counter() - start
+    start = time.perf_counter()
+    vault.flush()
+    flush_s = time.perf_counter() - start
+    ids = sorted(r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'"))
+    files = [p for p in (vault_dir / "sources").rglob("*") if p.is_file()]
+    start = time.perf_counter()
+    vault.reindex()
+    reindex_s = time.perf_counter() - start
+    after = sorted(r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'"))
+    return {
+        "notes": len(rels),
+        "sections": len(ids),
+        "leaf_files": sum(1 for p in files if p.name.endswith(".md") and p.name != "_summary.md"),
+        "bytes": sum(p.stat().st_size for p in files),
+        "notes_changed": sum(1 for r in rels if (vault_dir / r).read_bytes() != before[r]),
+        "same_ids": ids == after,
+        "check_ok": vault.check().ok,
+        "read_s": read_s,
+        "flush_s": flush_s,
+        "reindex_s": reindex_s,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--notes", type=int, default=120)
+    parser.add_argument("--before", type=Path, help="another copy of the package, measured first")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # the package to measure
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.child is not None:
+            sys.path.insert(0, str(args.child))  # before this tree, which holds the bench helpers
+            print(json.dumps(measure(Path(tmp) / "vault", args.notes)))
+            return
+        rows = []
+        if args.before is not None:
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(args.before.resolve()), "--notes", str(args.notes)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            rows.append(("before", json.loads(out.strip().splitlines()[-1])))
+        rows.append(("this tree", measure(Path(tmp) / "vault", args.notes)))
+    keys = list(rows[0][1])
+    print(table(["figure", *(name for name, _ in rows)], [[k, *(r[k] for _, r in rows)] for k in keys]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""Notes written by hand are indexed where they are (#15): never copied into ``sources/``.
+
+Each section of a note is one index row at ``<note>#<leaf id>`` whose parent is the note's document node
+(``sources/<source>/<note>/_summary.md``, engine-owned), which records the sections' ids so ``reindex``
+gives the same ids back. Real files, real SQLite, a real watchdog daemon where the watcher is the point;
+notes written the way people write them (headings, frontmatter, Obsidian links, Chinese text)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import hits, save_temp_rename, settle, wait_for, watching
+from vaultmem.embed import FakeEmbedder
+from vaultmem.errors import InvalidInput
+from vaultmem.layout import note_of
+from vaultmem.vault import Vault
+
+KYOTO = (
+    "---\ntags: [travel]\naliases: [Kyoto]\n---\n# Kyoto trip\n\n"
+    "Booked with [[Shirakawa ryokan]] through ![[booking.pdf]].\n\n"
+    "## Lodging\n\n### Ryokan\n\nYadoya Shirakawa, check-in by 18:00, kaiseki dinner at 19:00.\n\n"
+    "## Food\n\nOkonomiyaki in Gion; 抹茶 parfait near Kiyomizu.\n\n"
+    "## Transport\n\nICOCA card topped up with ¥5,000 at Kansai airport.\n"
+)
+
+
+def _sections(vault: Vault, note: str) -> dict[str, tuple[str, str, str | None]]:
+    """heading path -> (id, path, parent) of the note's section rows."""
+    return {
+        str(leaf.meta.get("heading_path")): (leaf.id, leaf.path, _parent(vault, leaf.id))
+        for leaf in vault.ls()
+        if note_of(leaf.path) == note
+    }
+
+
+def _parent(vault: Vault, leaf_id: str) -> str | None:
+    row = vault.conn.execute("SELECT parent FROM chunks WHERE id = ?", (leaf_id,)).fetchone()
+    return None if row is None else row[0]
+
+
+def _engine_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in (root / "sources").rglob("*") if p.is_file())
+
+
+def _rows(vault: Vault) -> list[tuple[object, ...]]:
+    cols = 'id, path, parent, text, source_id, seq, session, provenance, "order", content_hash'
+    return [
+        tuple(r) for r in vault.conn.execute(f"SELECT {cols} FROM chunks WHERE kind = 'leaf' ORDER BY id")
+    ]
+
+
+def test_a_note_is_indexed_where_it_is_and_never_copied(vault: Vault) -> None:
+    root = vault.layout.root
+    (root / "Travel").mkdir()
+    note = root / "Travel" / "Kyoto trip.md"
+    note.write_text(KYOTO, encoding="utf-8")
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    vault.flush()
+    sections = _sections(vault, "Travel/Kyoto trip.md")
+    assert sorted(sections) == [
+        "Kyoto trip",
+        "Kyoto trip > Food",
+        "Kyoto trip > Lodging > Ryokan",
+        "Kyoto trip > Transport",
+    ]
+    node = vault.conn.execute(
+        "SELECT id FROM chunks WHERE path = 'sources/travel/kyoto-trip/_summary.md'"
+    ).fetchone()[0]
+    for leaf_id, path, parent in sections.values():
+        assert path == f"Travel/Kyoto trip.md#{leaf_id}" and parent == node
+    # No copy of the note anywhere: the document node's folder holds only engine files.
+    assert _engine_files(root) == [
+        "sources/travel/kyoto-trip/_embeddings.json",
+        "sources/travel/kyoto-trip/_summary.md",
+    ]
+    assert note.read_text(encoding="utf-8") == KYOTO  # the person's note is never written
+    summary = (root / "sources/travel/kyoto-trip/_summary.md").read_text(encoding="utf-8")
+    assert "note_path: Travel/Kyoto trip.md" in summary and "tags: [travel]" in summary
+    assert all(leaf_id in summary for leaf_id, _p, _n in sections.values())  # the ids are recorded
+    assert "(<../../../Travel/Kyoto trip.md#Ryokan>)" in summary  # children link the note's headings
+    # Found, with its status and entities in the row only.
+    found = hits(vault, "kaiseki")
+    assert found == [sections["Kyoto trip > Lodging > Ryokan"][0]]
+    assert hits(vault, "抹茶")
+    leaf = vault.get(found[0])
+    assert leaf.status.value == "sealed" and leaf.meta["note"] == "Travel/Kyoto trip.md"
+    assert vault.check().ok
+    # The document node's children are the note's sections, in reading order.
+    assert [n.id for n in vault.drill_down(node)] == [
+        sections[k][0]
+        for k in (
+            "Kyoto trip",
+            "Kyoto trip > Lodging > Ryokan",
+            "Kyoto trip > Food",
+            "Kyoto trip > Transport",
+        )
+    ]
+    vault.compact()
+    assert vault.check().ok and note.read_text(encoding="utf-8") == KYOTO
+
+
+def test_edits_replace_sections_in_place_and_renamed_headings_keep_their_ids(vault: Vault) -> None:
+    root = vault.layout.root
+    (root / "Travel").mkdir()
+    note = root / "Travel" / "Kyoto trip.md"
+    note.write_text(KYOTO, encoding="utf-8")
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    before = _sections(vault, "Travel/Kyoto trip.md")
+    # A heading renamed, a section moved up, one deleted, one edited, one added.
+    note.write_text(
+        "# Kyoto trip\n\nBooked with [[Shirakawa ryokan]] through ![[booking.pdf]].\n\n"
+        "## Getting around\n\nICOCA card topped up with ¥5,000 at Kansai airport.\n\n"
+        "## Stay\n\n### Ryokan\n\nYadoya Shirakawa, check-in by 18:00, kaiseki dinner at 19:00.\n\n"
+        "## Temples\n\nFushimi Inari at dawn before the crowds.\n",
+        encoding="utf-8",
+    )
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    after = _sections(vault, "Travel/Kyoto trip.md")
+    assert after["Kyoto trip > Stay > Ryokan"][0] == before["Kyoto trip > Lodging > Ryokan"][0]
+    assert after["Kyoto trip > Getting around"][0] == before["Kyoto trip > Transport"][0]
+    assert after["Kyoto trip"][0] == before["Kyoto trip"][0]
+    assert "Kyoto trip > Food" not in after
+    assert not hits(vault, "Okonomiyaki") and hits(vault, "Fushimi")
+    assert len(after) == 4 and _engine_files(root)[-1].endswith("_summary.md")
+    assert vault.check().ok
+
+
+def test_reindex_gives_the_same_ids_and_rows(vault: Vault) -> None:
+    root = vault.layout.root
+    (root / "Travel").mkdir()
+    note = root / "Travel" / "Kyoto trip.md"
+    note.write_text(KYOTO, encoding="utf-8")
+    (root / "Inbox.md").write_text("# Inbox\n\nCall the plumber about the boiler.\n", encoding="utf-8")
+    vault.read_notes(["Travel/Kyoto trip.md", "Inbox.md"])
+    note.write_text(KYOTO.replace("## Lodging", "## Where we sleep"), encoding="utf-8")
+    vault.read_notes(["Travel/Kyoto trip.md"])  # a renamed heading: its id is kept...
+    vault.flush()
+    rows = _rows(vault)
+    report = vault.reindex()
+    assert report.leaves == 5
+    assert _rows(vault) == rows  # ...and reindex, from the files alone, gives the same ids and rows
+    vault.flush()
+    assert hits(vault, "plumber") and hits(vault, "kaiseki") and vault.check().ok
+
+
+def test_check_reports_a_note_whose_sections_disagree_and_fix_restores_the_same_ids(vault: Vault) -> None:
+    root = vault.layout.root
+    (root / "Travel").mkdir()
+    (root / "Travel" / "Kyoto trip.md").write_text(KYOTO, encoding="utf-8")
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    rows = _rows(vault)
+    assert vault.check().ok
+    lost = rows[0][0]
+    with vault.conn:
+        vault.conn.execute("DELETE FROM chunks WHERE id = ?", (lost,))
+    report = vault.check()
+    assert [(p.code, p.path) for p in report.problems] == [("document_out_of_step", "Travel/Kyoto trip.md")]
+    vault.check(fix=True)
+    assert vault.check().ok and _rows(vault) == rows
+
+
+def test_note_sections_are_not_edited_forgotten_or_superseded_as_nodes(vault: Vault) -> None:
+    root = vault.layout.root
+    (root / "Ideas.md").write_text("# Ideas\n\nA heron-shaped kite for the beach.\n", encoding="utf-8")
+    vault.read_notes(["Ideas.md"])
+    (section,) = hits(vault, "heron")
+    for attempt in (
+        lambda: vault.forget([section]),
+        lambda: vault.supersede(section, "A crane-shaped kite."),
+        lambda: vault.purge(section),
+        lambda: vault.delete(section),
+    ):
+        with pytest.raises(InvalidInput, match="edit or delete the note"):
+            attempt()
+    assert hits(vault, "heron") and vault.check().ok
+
+
+def test_mirrors_of_an_older_vaultmem_move_to_the_trash_and_keep_their_ids(tmp_path: Path) -> None:
+    root = tmp_path / "vault"
+    with Vault.init(root, embedder=FakeEmbedder()) as vault:
+        (root / "Travel").mkdir()
+        note = root / "Travel" / "Kyoto trip.md"
+        note.write_text(KYOTO, encoding="utf-8")
+        (root / "Gone.md").write_text("# Gone\n\nThe heron kite is in the attic.\n", encoding="utf-8")
+        # What vaultmem wrote before: the note's sections as leaf files under sources/, each naming it.
+        messages = vault._note_messages(["Travel/Kyoto trip.md", "Gone.md"])
+        vault._sync_documents([replace(m, meta={**m.meta, "note": ""}) for m in messages])
+        vault.flush()
+        mirrors = [p for p in _engine_files(root) if not p.endswith(("_summary.md", "_embeddings.json"))]
+        assert len(mirrors) == 5
+        with vault.conn:
+            vault.conn.execute(
+                "UPDATE chunks SET provenance = json_set(provenance, '$.note', CASE session"
+                " WHEN 'Kyoto trip.md' THEN 'Travel/Kyoto trip.md' ELSE 'Gone.md' END) WHERE kind = 'leaf'"
+            )
+            vault.conn.execute("DELETE FROM meta WHERE key = 'notes_in_place'")
+        ids = sorted(r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'"))
+    (root / "Gone.md").unlink()  # deleted while the old mirror still answered for it
+    with Vault.open(root, embedder=FakeEmbedder()) as vault:
+        kept = sorted(r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'"))
+        assert kept == sorted(
+            i for i in ids if i in {x[0] for x in _sections(vault, "Travel/Kyoto trip.md").values()}
+        )
+        assert len(kept) == 4 and all(note_of(leaf.path) == "Travel/Kyoto trip.md" for leaf in vault.ls())
+        assert _engine_files(root) == [
+            "sources/travel/kyoto-trip/_embeddings.json",
+            "sources/travel/kyoto-trip/_summary.md",
+        ]
+        trashed = [p.name for p in (root / ".trash" / "vaultmem").rglob("*.md")]
+        assert all(Path(m).name in trashed for m in mirrors)  # recoverable
+        assert note.read_text(encoding="utf-8") == KYOTO
+        vault.flush()
+        assert hits(vault, "kaiseki") and not hits(vault, "heron") and vault.check().ok
+
+
+def test_watcher_note_saved_renamed_moved_and_deleted(vault: Vault) -> None:
+    root = vault.layout.root
+    (root / "journal").mkdir()
+    note = root / "journal" / "Trip.md"
+    with watching(root) as daemon:
+        for n, place in enumerate(["Osaka", "Nara", "Kobe", "Himeji", "Kyoto"]):
+            save_temp_rename(
+                note, f"# Trip\n\n## Day one\n\nThe okonomiyaki place in {place} opens at five.\n".encode()
+            )
+            settle(daemon)
+            if n == 0:
+                wait_for(lambda: hits(vault, "okonomiyaki"), what="the note to be searchable")
+        wait_for(lambda: hits(vault, "Kyoto"), what="the last version to be searchable")
+        assert not hits(vault, "Himeji") and len(vault.ls()) == 1
+        before = {leaf.id for leaf in vault.ls()}
+        (root / "journal" / "2026").mkdir()
+        os.rename(note, root / "journal" / "2026" / "Kyoto trip.md")
+        settle(daemon)
+        wait_for(
+            lambda: {note_of(leaf.path) for leaf in vault.ls()} == {"journal/2026/Kyoto trip.md"},
+            what="the move to be read",
+        )
+        assert {leaf.id for leaf in vault.ls()} == before
+        assert not [p for p in _engine_files(root) if not p.endswith(("_summary.md", "_embeddings.json"))]
+        (root / "journal" / "2026" / "Kyoto trip.md").unlink()
+        settle(daemon)
+        wait_for(lambda: not hits(vault, "okonomiyaki"), what="the deleted note to leave search")
+        assert not vault.ls()
+    assert vault.check().ok
