@@ -437,3 +437,23 @@ def test_a_word_on_half_the_rows_is_not_scored_in_a_large_vault(
     pruned = searcher.lexical("pepper garden", Filters(), 20)["words"]
     pepper = {r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE text LIKE '%pepper%'")}
     assert len(full) == 10 and pruned == [i for i in full if i in pepper] and len(pruned) == 1
+
+
+def test_a_searchs_bookkeeping_leaves_what_searches_remember_in_place(vault: Vault) -> None:
+    """A query naming an entity records its heat (an index write), but what searches remember against the
+    index's write stamp (word counts, the quote check, a filter's rows) is kept: the stamp does not move
+    for that bookkeeping, and moves for any other write."""
+    from vaultmem.db import write_stamp
+
+    vault.search("what did Ben adopt", k=3)
+    remembered = vault.searcher._dfs
+    stamp = write_stamp(vault.conn)
+    heat = vault.conn.execute("SELECT queries FROM entity_heat WHERE entity = 'person:ben'").fetchone()[0]
+    vault.search("what did Ben adopt", k=3)
+    after = vault.conn.execute("SELECT queries FROM entity_heat WHERE entity = 'person:ben'").fetchone()[0]
+    assert after == heat + 1  # the heat was written
+    assert write_stamp(vault.conn) == stamp and vault.searcher._dfs is remembered
+    vault.conn.execute("UPDATE chunks SET text = text || ' kitten' WHERE text LIKE '%pasta%'")
+    assert write_stamp(vault.conn) != stamp
+    vault.search("what did Ben adopt", k=3)
+    assert vault.searcher._dfs is not remembered

@@ -516,7 +516,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         if readonly:
             conn = _connect_ro(path)
         else:
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, factory=Connection)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA busy_timeout = 10000")
         if not readonly:
@@ -543,7 +543,9 @@ def _connect_ro(path: Path) -> sqlite3.Connection:
     if not path.exists():
         raise sqlite3.OperationalError(f"unable to open database file {path}: it does not exist")
     uri = path.absolute().as_uri()  # percent-encoded: a '?' or '#' in a folder name stays a name
-    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(
+        f"{uri}?mode=ro", uri=True, isolation_level=None, check_same_thread=False, factory=Connection
+    )
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.OperationalError:
@@ -613,12 +615,35 @@ def chunks_generation(conn: sqlite3.Connection) -> int:
 
 
 def write_stamp(conn: sqlite3.Connection) -> tuple[int, int, int] | None:
-    """A value that changes whenever the index is written: by this connection (its change counter) or by
-    any other (the file's data version). ``None`` inside a transaction (a rollback would not move the
-    counter back), so what is remembered against a stamp is always a committed state."""
+    """A value that changes whenever the index is written: by this connection (its change counter, less
+    the changes of its ``side_write``s) or by any other (the file's data version). ``None`` inside a
+    transaction (a rollback would not move the counter back), so what is remembered against a stamp is
+    always a committed state."""
     if conn.in_transaction:
         return None
-    return (id(conn), int(conn.execute("PRAGMA data_version").fetchone()[0]), conn.total_changes)
+    changes = conn.total_changes - getattr(conn, "side_changes", 0)
+    return (id(conn), int(conn.execute("PRAGMA data_version").fetchone()[0]), changes)
+
+
+class Connection(sqlite3.Connection):
+    """``sqlite3.Connection`` counting the changes its ``side_write``s made (``connect`` opens these)."""
+
+    side_changes = 0
+
+
+@contextmanager
+def side_write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``atomic`` for bookkeeping that nothing remembered against ``write_stamp`` reads (a query's entity
+    heat, the day a leaf was last asked about): its changes do not move the stamp, so a search's writes
+    leave what searches remember (word counts, a filter's rows, the quote check) in place. Only a
+    connection opened by ``connect`` keeps the count; on any other the stamp moves as for any write."""
+    before = conn.total_changes
+    try:
+        with atomic(conn):
+            yield conn
+    finally:
+        if isinstance(conn, Connection):
+            conn.side_changes += conn.total_changes - before
 
 
 @contextmanager

@@ -1114,7 +1114,8 @@ class Vault:
 
     def _asked(self, hits: Sequence[Hit], now: datetime | None) -> None:
         if self.config.decay_half_life_days > 0 and self.read_only is None:
-            decay.noted(self.conn, hits, now or datetime.now(UTC))
+            with db.side_write(self.conn):  # bookkeeping: what searches remember stays valid
+                decay.noted(self.conn, hits, now or datetime.now(UTC))
 
     def _versions(self, query: str, hits: list[Hit], filters: Filters, include_superseded: bool) -> list[Hit]:
         """``versions.arrange`` with successors the search did not find fetched from the index."""
@@ -1142,7 +1143,8 @@ class Vault:
             return
         keys = [m.key for m in entities.extract(query)]
         if keys:
-            topics.heat.queried(self.conn, keys, topics.heat.utcnow(), heat_settings)
+            with db.side_write(self.conn):  # bookkeeping: what searches remember stays valid
+                topics.heat.queried(self.conn, keys, topics.heat.utcnow(), heat_settings)
 
     def context(
         self,
