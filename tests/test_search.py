@@ -457,3 +457,79 @@ def test_a_searchs_bookkeeping_leaves_what_searches_remember_in_place(vault: Vau
     assert write_stamp(vault.conn) != stamp
     vault.search("what did Ben adopt", k=3)
     assert vault.searcher._dfs is not remembered
+
+
+def test_planner_statistics_make_a_folders_leaves_read_by_path(tmp_path: Path) -> None:
+    """Without statistics SQLite answered "the leaves under this folder" from a ``kind`` index (every leaf
+    of the vault read); ``db.analyze`` gives it ``sqlite_stat1`` from ``ANALYZE_FROM`` rows, once per
+    doubling of the index, and the path index serves the query."""
+    from vaultmem import db, index
+
+    conn = db.connect(tmp_path / "chunks.db")
+    sql = "SELECT id FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?"
+    folder = index.prefix_range("sources/s07/")
+
+    def add(start: int, n: int) -> None:
+        with db.atomic(conn):
+            conn.executemany(
+                "INSERT INTO chunks(id, kind, path, source, status, content_hash, text, file_hash, file_size,"
+                " file_mtime_ns) VALUES (?, ?, ?, ?, 'active', '', ?, '', 0, 0)",
+                [
+                    (
+                        f"n{i}",
+                        "summary" if i % 50 == 0 else "leaf",
+                        f"sources/s{i % 40:02d}/{i}.md",
+                        f"s{i % 40}",
+                        "hi",
+                    )
+                    for i in range(start, start + n)
+                ],
+            )
+
+    def plan() -> str:
+        return " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, folder))
+
+    add(0, db.ANALYZE_FROM - 10)
+    assert not db.analyze(conn)  # too small to matter
+    assert "kind" in plan()  # SQLite's guess: the kind index
+    add(db.ANALYZE_FROM, 20)
+    assert db.analyze(conn) and not db.analyze(conn)  # once
+    conn.close()
+    conn = db.connect(tmp_path / "chunks.db")  # statistics are read when a connection opens
+    assert "path>? AND path<?" in plan()
+    assert sorted(r[0] for r in conn.execute(sql, folder)) == sorted(
+        f"n{i}"
+        for i in [*range(db.ANALYZE_FROM - 10), *range(db.ANALYZE_FROM, db.ANALYZE_FROM + 20)]
+        if i % 40 == 7 and i % 50
+    )
+    add(2 * db.ANALYZE_FROM, 990)
+    assert not db.analyze(conn)  # not yet doubled
+    add(3 * db.ANALYZE_FROM, 30)  # the highest rowid more than doubled: analyzed again
+    assert db.analyze(conn) and not db.analyze(conn)
+
+
+def test_bm25_scores_the_latest_window_and_every_row_of_a_rare_word_in_a_large_vault(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From ``PRUNE_ABOVE`` rows, when the query's words are on more than ``BM25_WINDOW`` rows together,
+    BM25 scores the latest window of rows holding any of them and every row of a rare word (on at most
+    the window's rows), old ones too. Those rows keep their exact order; the rest are older rows holding
+    only common words."""
+    from vaultmem import search
+
+    vault.ingest_messages(chat(7, source="work", session="w2", prefix="Kitten note"))
+    vault.flush()  # 15 rows: "note" on 7, "pepper" on 1 (an old one)
+    searcher = vault.searcher
+    rowid = {i: r for i, r in vault.conn.execute("SELECT id, rowid FROM chunks")}
+    full = searcher.lexical("pepper note", Filters(), 50)["words"]
+    note = [i for i, t in vault.conn.execute("SELECT id, text FROM chunks") if "note" in t.lower()]
+    assert len(note) == 7 and len(full) == 8
+    monkeypatch.setattr(search, "PRUNE_ABOVE", 1)
+    monkeypatch.setattr(search, "BM25_WINDOW", 3)
+    windowed = searcher.lexical("pepper note", Filters(), 50)["words"]
+    cut = sorted((rowid[i] for i in note), reverse=True)[2]
+    assert windowed == [i for i in full if rowid[i] >= cut or i not in note] and len(windowed) == 4
+    # the same rows through a broad filter's join
+    assert searcher.lexical("pepper note", Filters(kind="leaf"), 50)["words"] == windowed
+    monkeypatch.setattr(search, "BM25_WINDOW", 8)  # all 8 rows fit in the window: all scored
+    assert searcher.lexical("pepper note", Filters(), 50)["words"] == full

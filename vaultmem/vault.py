@@ -748,7 +748,7 @@ class Vault:
         instead of reading them row by row; then, from ``ann.GRAPH_MIN`` rows, build its HNSW graph
         (``.hnsw``) when it has none. Returns the matrix rows written (0: nothing to do). The matrix under
         the write lock, the graph after it (it names the matrix it was built from); a read-only vault
-        keeps none."""
+        keeps none. The query planner's statistics are brought up to date here too (``db.analyze``)."""
         if self.read_only is not None:
             return 0
         embedder = self.embedder
@@ -758,6 +758,7 @@ class Vault:
         with self._locked():
             if force or vectors.matrix_behind(self.conn, files, model):
                 written = vectors.write_matrix(self.conn, self.layout.root, files, model, dim)
+            db.analyze(self.conn)  # the planner's statistics, once per doubling of the index
         # Looked at only when the matrix was just written or has no graph yet (reading its header costs
         # tens of milliseconds at 100,000 rows); `check` finds a stale or damaged graph otherwise.
         if (
