@@ -497,6 +497,11 @@ def test_planner_statistics_make_a_folders_leaves_read_by_path(tmp_path: Path) -
     conn.close()
     conn = db.connect(tmp_path / "chunks.db")  # statistics are read when a connection opens
     assert "path>? AND path<?" in plan()
+    # the leaves under ranked summaries (context) by the parent index (migration 021), not every leaf
+    under = "SELECT id FROM chunks WHERE parent IN (?, ?) AND kind = 'leaf'"
+    assert "chunks_parent" in " ".join(
+        r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + under, ["n0", "n50"])
+    )
     assert sorted(r[0] for r in conn.execute(sql, folder)) == sorted(
         f"n{i}"
         for i in [*range(db.ANALYZE_FROM - 10), *range(db.ANALYZE_FROM, db.ANALYZE_FROM + 20)]

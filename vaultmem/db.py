@@ -494,6 +494,13 @@ def m020_speaker_index(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX chunks_speaker ON chunks(speaker) WHERE speaker IS NOT NULL")
 
 
+def m021_parent_index(conn: sqlite3.Connection) -> None:
+    # `context` pulls in the leaves under the summaries it ranks (``parent IN (...)``): without an index
+    # that read every leaf of the vault per call. Partial: a leaf still in ``_fresh/`` has no parent, so
+    # ingest writes nothing to it.
+    conn.execute("CREATE INDEX chunks_parent ON chunks(parent) WHERE parent IS NOT NULL")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -514,6 +521,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("018_trigram_cjk_only", m018_trigram_cjk_only),
     ("019_chunks_gen_speaker", m019_chunks_gen_speaker),
     ("020_speaker_index", m020_speaker_index),
+    ("021_parent_index", m021_parent_index),
 ]
 
 
