@@ -6,7 +6,7 @@ SQLite chooses between the ``kind`` indexes and the unique ``path`` index by gue
 written ``sqlite_stat1``; at 100,000 leaves a wrong guess reads every leaf of the vault. This script copies
 the vault's ``chunks.db`` to a temporary folder (the vault is not touched) and times each query shape the
 modules run (the SQL as written there, with a directory of each size the vault has), best of ``--runs``,
-on the copy as it is, then after ``db.analyze`` (what ``Vault.close`` and ``reindex`` run), with the plan
+on the copy as it is, then after ``db.analyze`` (what flush, work and reindex run), with the plan
 SQLite chose each time. The first column is the time the statistics themselves took.
 """
 

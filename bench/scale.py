@@ -1,6 +1,6 @@
 """Search latency and memory on a generated vault of 100,000 leaves.
 
-    python bench/scale.py [--leaves 100000] [--sources 100] [--base DIR] [--vault DIR]
+    python bench/scale.py [--leaves 100000] [--sources 100] [--base DIR] [--vault DIR [--base-vault DIR2]]
 
 The first search in a new process (what a `vaultmem search` from a cold shell pays for its vectors) is
 timed in fresh processes, alternating with the older package in ``--base DIR`` when given (a copy of
@@ -12,7 +12,10 @@ many vectors, not about the model. Queries are embedded by the real all-MiniLM-L
 includes query embedding, as a user sees it: a query asked for the first time pays its forward pass, one
 asked again takes its vector from the cache of recent query vectors (``search.QUERY_VECTORS``); both are
 reported. ``--vault DIR`` searches an existing generated vault instead of building one (e.g. one that
-``bench/dashboard.py --keep`` built: its vectors' model is read from the index).
+``bench/dashboard.py --keep`` built: its vectors' model is read from the index). With ``--base``,
+``--vault`` and ``--base-vault`` (a copy of the same vault for the older tree, its index as that tree
+left it: migrations and planner statistics differ), the searches too are timed in new processes, the two
+trees alternating for ``--runs`` rounds, and reported side by side.
 """
 
 from __future__ import annotations
