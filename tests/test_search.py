@@ -538,3 +538,35 @@ def test_bm25_scores_the_latest_window_and_every_row_of_a_rare_word_in_a_large_v
     assert searcher.lexical("pepper note", Filters(kind="leaf"), 50)["words"] == windowed
     monkeypatch.setattr(search, "BM25_WINDOW", 8)  # all 8 rows fit in the window: all scored
     assert searcher.lexical("pepper note", Filters(), 50)["words"] == full
+
+
+def test_a_leaves_only_ranking_picks_its_rows_in_the_word_index_as_the_join_does(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leaves-only filter takes the best rows of the word index plus as many as are not leaves, then
+    reads their kind: the same ranking as reading the kind of every matching row."""
+    from vaultmem import search
+
+    vault.ingest_messages(chat(12, source="work", session="w2", prefix="Kitten note"))
+    vault.flush()
+    # Summaries under sources/ are rows of the leaves' word index that are not leaves; short ones, so
+    # they rank first.
+    for n in range(3):
+        vault.conn.execute(
+            "INSERT INTO chunks(id, kind, path, source, status, content_hash, text, file_hash, file_size,"
+            " file_mtime_ns) VALUES (?, 'summary', ?, 'work', 'active', '', ?, '', 0, 0)",
+            (f"sum{n}", f"sources/work/level-{n}/_summary.md", "Garden roses kitten note pepper."),
+        )
+    searcher = vault.searcher
+    assert searcher._others(Filters(kind="leaf")) == 3
+    assert searcher._others(Filters(kind="leaf", source="work")) is None
+    for query in ("garden roses", "kitten note garden", "pepper"):
+        fetched = searcher.lexical(query, Filters(kind="leaf"), 5)["words"]
+        monkeypatch.setattr(search, "OVERFETCH", -1)  # off: the join reads every match's kind
+        searcher._nonleaf = None
+        assert searcher._others(Filters(kind="leaf")) is None
+        joined = searcher.lexical(query, Filters(kind="leaf"), 5)["words"]
+        monkeypatch.setattr(search, "OVERFETCH", 2_000)
+        searcher._nonleaf = None
+        assert fetched == joined and fetched and not any(i.startswith("sum") for i in fetched)
+        assert searcher.lexical(query, Filters(), 5)["words"][0].startswith("sum")  # they do rank first
