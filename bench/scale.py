@@ -1,6 +1,6 @@
 """Search latency and memory on a generated vault of 100,000 leaves.
 
-    python bench/scale.py [--leaves 100000] [--sources 100] [--base DIR] [--vault DIR]
+    python bench/scale.py [--leaves 100000] [--sources 100] [--base DIR] [--vault DIR [--base-vault DIR2]]
 
 The first search in a new process (what a `vaultmem search` from a cold shell pays for its vectors) is
 timed in fresh processes, alternating with the older package in ``--base DIR`` when given (a copy of
@@ -12,12 +12,16 @@ many vectors, not about the model. Queries are embedded by the real all-MiniLM-L
 includes query embedding, as a user sees it: a query asked for the first time pays its forward pass, one
 asked again takes its vector from the cache of recent query vectors (``search.QUERY_VECTORS``); both are
 reported. ``--vault DIR`` searches an existing generated vault instead of building one (e.g. one that
-``bench/dashboard.py --keep`` built: its vectors' model is read from the index).
+``bench/dashboard.py --keep`` built: its vectors' model is read from the index). With ``--base``,
+``--vault`` and ``--base-vault`` (a copy of the same vault for the older tree, its index as that tree
+left it: migrations and planner statistics differ), the searches too are timed in new processes, the two
+trees alternating for ``--runs`` rounds, and reported side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -81,7 +85,17 @@ def main() -> None:
     parser.add_argument("--base", type=Path, help="a directory holding an older vaultmem package")
     parser.add_argument("--runs", type=int, default=3, help="new processes per tree for the first search")
     parser.add_argument("--vault", type=Path, help="search this generated vault instead of building one")
+    parser.add_argument(
+        "--base-vault",
+        type=Path,
+        help="with --base and --vault: a copy of the vault for the older tree (its index as that tree left"
+        " it); searches are then timed in new processes too, the two trees alternating, --runs rounds",
+    )
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.base is not None and args.base_vault is not None and args.vault is not None:
+        compare(args)
+        return
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         ingest_s = embed_s = 0.0
@@ -120,6 +134,9 @@ def main() -> None:
             ctx.append(time.perf_counter() - t)
         leaves = vault.stats().leaves
         vault.close()
+        if args.json:
+            print(json.dumps({"new": lat, "again": again, "context": ctx, "first": first_s}))
+            return
         first = first_search(where, args.base, args.runs, model_id)
     rows.append(
         [
@@ -183,6 +200,52 @@ print(first, time.perf_counter() - t)
 """
 
 
+def compare(args: argparse.Namespace) -> None:
+    """Search latency of the older tree (on its own copy of the vault) and this one, in new processes,
+    alternating, pooled over ``--runs`` rounds; then the first search in a new process, alternating too."""
+    trees = {
+        "base": (args.base.resolve(), args.base_vault),
+        "now": (Path(__file__).resolve().parent.parent, args.vault),
+    }
+    pooled: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
+    for _ in range(args.runs):
+        for name, (tree, vault) in trees.items():
+            out = subprocess.run(
+                [sys.executable, __file__, "--vault", str(vault), "--json"],
+                env={**os.environ, "PYTHONPATH": str(tree)},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            figures = json.loads(out.strip().splitlines()[-1])
+            for key, value in figures.items():
+                pooled[name].setdefault(key, []).extend(value if isinstance(value, list) else [value])
+    rows = []
+    for key, label in (
+        ("new", "search k=10, a new query (incl. query embedding)"),
+        ("again", "search k=10, the same query again (its vector cached)"),
+        ("context", "context 1024 tokens"),
+    ):
+        base, now = (1000 * np.percentile(pooled[n][key], 50) for n in ("base", "now"))
+        rows.append([label, f"{base:.1f}", f"{now:.1f}", f"{base / now:.1f}x"])
+    print(
+        f"\nsearch p50 in ms, {args.runs} alternating rounds of 10 queries (new processes, vault already open)"
+    )
+    print(table(["operation", "base", "now", "base/now"], rows))
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(args.runs):
+        for name, (tree, vault) in trees.items():
+            found = first_search(vault, None, 1, most_vectors(vault), tree)["now"]
+            best[name] = min(best.get(name, found), found)
+    print(f"\nfirst search in a new process (open + vectors + query), best of {args.runs}:")
+    print(
+        table(
+            ["tree", "open + first search ms", "second search ms"],
+            [[n, f"{best[n][0] * 1000:.0f}", f"{best[n][1] * 1000:.0f}"] for n in trees],
+        )
+    )
+
+
 def most_vectors(vault: Path) -> str:
     """The model most of a vault's vectors are of."""
     import sqlite3
@@ -195,9 +258,11 @@ def most_vectors(vault: Path) -> str:
     return str(row[0])
 
 
-def first_search(vault: Path, base: Path | None, runs: int, model_id: str) -> dict[str, tuple[float, float]]:
+def first_search(
+    vault: Path, base: Path | None, runs: int, model_id: str, now: Path | None = None
+) -> dict[str, tuple[float, float]]:
     """Best (first search, second search) seconds in new processes, per tree."""
-    trees = {"now": Path(__file__).resolve().parent.parent}
+    trees = {"now": now or Path(__file__).resolve().parent.parent}
     if base is not None:
         trees = {"base": base.resolve(), **trees}
     code = _FIRST.format(bench=str(Path(__file__).resolve().parent), vault=str(vault), model_id=model_id)

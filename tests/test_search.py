@@ -437,3 +437,136 @@ def test_a_word_on_half_the_rows_is_not_scored_in_a_large_vault(
     pruned = searcher.lexical("pepper garden", Filters(), 20)["words"]
     pepper = {r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE text LIKE '%pepper%'")}
     assert len(full) == 10 and pruned == [i for i in full if i in pepper] and len(pruned) == 1
+
+
+def test_a_searchs_bookkeeping_leaves_what_searches_remember_in_place(vault: Vault) -> None:
+    """A query naming an entity records its heat (an index write), but what searches remember against the
+    index's write stamp (word counts, the quote check, a filter's rows) is kept: the stamp does not move
+    for that bookkeeping, and moves for any other write."""
+    from vaultmem.db import write_stamp
+
+    vault.search("what did Ben adopt", k=3)
+    remembered = vault.searcher._dfs
+    stamp = write_stamp(vault.conn)
+    heat = vault.conn.execute("SELECT queries FROM entity_heat WHERE entity = 'person:ben'").fetchone()[0]
+    vault.search("what did Ben adopt", k=3)
+    after = vault.conn.execute("SELECT queries FROM entity_heat WHERE entity = 'person:ben'").fetchone()[0]
+    assert after == heat + 1  # the heat was written
+    assert write_stamp(vault.conn) == stamp and vault.searcher._dfs is remembered
+    vault.conn.execute("UPDATE chunks SET text = text || ' kitten' WHERE text LIKE '%pasta%'")
+    assert write_stamp(vault.conn) != stamp
+    vault.search("what did Ben adopt", k=3)
+    assert vault.searcher._dfs is not remembered
+
+
+def test_planner_statistics_make_a_folders_leaves_read_by_path(tmp_path: Path) -> None:
+    """Without statistics SQLite answered "the leaves under this folder" from a ``kind`` index (every leaf
+    of the vault read); ``db.analyze`` gives it ``sqlite_stat1`` from ``ANALYZE_FROM`` rows, once per
+    doubling of the index, and the path index serves the query."""
+    from vaultmem import db, index
+
+    conn = db.connect(tmp_path / "chunks.db")
+    sql = "SELECT id FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?"
+    folder = index.prefix_range("sources/s07/")
+
+    def add(start: int, n: int) -> None:
+        with db.atomic(conn):
+            conn.executemany(
+                "INSERT INTO chunks(id, kind, path, source, status, content_hash, text, file_hash, file_size,"
+                " file_mtime_ns) VALUES (?, ?, ?, ?, 'active', '', ?, '', 0, 0)",
+                [
+                    (
+                        f"n{i}",
+                        "summary" if i % 50 == 0 else "leaf",
+                        f"sources/s{i % 40:02d}/{i}.md",
+                        f"s{i % 40}",
+                        "hi",
+                    )
+                    for i in range(start, start + n)
+                ],
+            )
+
+    def plan() -> str:
+        return " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, folder))
+
+    add(0, db.ANALYZE_FROM - 10)
+    assert not db.analyze(conn)  # too small to matter
+    assert "kind" in plan()  # SQLite's guess: the kind index
+    add(db.ANALYZE_FROM, 20)
+    assert db.analyze(conn) and not db.analyze(conn)  # once
+    conn.close()
+    conn = db.connect(tmp_path / "chunks.db")  # statistics are read when a connection opens
+    assert "path>? AND path<?" in plan()
+    # the leaves under ranked summaries (context) by the parent index (migration 021), not every leaf
+    under = "SELECT id FROM chunks WHERE parent IN (?, ?) AND kind = 'leaf'"
+    assert "chunks_parent" in " ".join(
+        r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + under, ["n0", "n50"])
+    )
+    assert sorted(r[0] for r in conn.execute(sql, folder)) == sorted(
+        f"n{i}"
+        for i in [*range(db.ANALYZE_FROM - 10), *range(db.ANALYZE_FROM, db.ANALYZE_FROM + 20)]
+        if i % 40 == 7 and i % 50
+    )
+    add(2 * db.ANALYZE_FROM, 990)
+    assert not db.analyze(conn)  # not yet doubled
+    add(3 * db.ANALYZE_FROM, 30)  # the highest rowid more than doubled: analyzed again
+    assert db.analyze(conn) and not db.analyze(conn)
+
+
+def test_bm25_scores_the_latest_window_and_every_row_of_a_rare_word_in_a_large_vault(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From ``PRUNE_ABOVE`` rows, when the query's words are on more than ``BM25_WINDOW`` rows together,
+    BM25 scores the latest window of rows holding any of them and every row of a rare word (on at most
+    the window's rows), old ones too. Those rows keep their exact order; the rest are older rows holding
+    only common words."""
+    from vaultmem import search
+
+    vault.ingest_messages(chat(7, source="work", session="w2", prefix="Kitten note"))
+    vault.flush()  # 15 rows: "note" on 7, "pepper" on 1 (an old one)
+    searcher = vault.searcher
+    rowid = {i: r for i, r in vault.conn.execute("SELECT id, rowid FROM chunks")}
+    full = searcher.lexical("pepper note", Filters(), 50)["words"]
+    note = [i for i, t in vault.conn.execute("SELECT id, text FROM chunks") if "note" in t.lower()]
+    assert len(note) == 7 and len(full) == 8
+    monkeypatch.setattr(search, "PRUNE_ABOVE", 1)
+    monkeypatch.setattr(search, "BM25_WINDOW", 3)
+    windowed = searcher.lexical("pepper note", Filters(), 50)["words"]
+    cut = sorted((rowid[i] for i in note), reverse=True)[2]
+    assert windowed == [i for i in full if rowid[i] >= cut or i not in note] and len(windowed) == 4
+    # the same rows through a broad filter's join
+    assert searcher.lexical("pepper note", Filters(kind="leaf"), 50)["words"] == windowed
+    monkeypatch.setattr(search, "BM25_WINDOW", 8)  # all 8 rows fit in the window: all scored
+    assert searcher.lexical("pepper note", Filters(), 50)["words"] == full
+
+
+def test_a_leaves_only_ranking_picks_its_rows_in_the_word_index_as_the_join_does(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leaves-only filter takes the best rows of the word index plus as many as are not leaves, then
+    reads their kind: the same ranking as reading the kind of every matching row."""
+    from vaultmem import search
+
+    vault.ingest_messages(chat(12, source="work", session="w2", prefix="Kitten note"))
+    vault.flush()
+    # Summaries under sources/ are rows of the leaves' word index that are not leaves; short ones, so
+    # they rank first.
+    for n in range(3):
+        vault.conn.execute(
+            "INSERT INTO chunks(id, kind, path, source, status, content_hash, text, file_hash, file_size,"
+            " file_mtime_ns) VALUES (?, 'summary', ?, 'work', 'active', '', ?, '', 0, 0)",
+            (f"sum{n}", f"sources/work/level-{n}/_summary.md", "Garden roses kitten note pepper."),
+        )
+    searcher = vault.searcher
+    assert searcher._others(Filters(kind="leaf")) == 3
+    assert searcher._others(Filters(kind="leaf", source="work")) is None
+    for query in ("garden roses", "kitten note garden", "pepper"):
+        fetched = searcher.lexical(query, Filters(kind="leaf"), 5)["words"]
+        monkeypatch.setattr(search, "OVERFETCH", -1)  # off: the join reads every match's kind
+        searcher._nonleaf = None
+        assert searcher._others(Filters(kind="leaf")) is None
+        joined = searcher.lexical(query, Filters(kind="leaf"), 5)["words"]
+        monkeypatch.setattr(search, "OVERFETCH", 2_000)
+        searcher._nonleaf = None
+        assert fetched == joined and fetched and not any(i.startswith("sum") for i in fetched)
+        assert searcher.lexical(query, Filters(), 5)["words"][0].startswith("sum")  # they do rank first

@@ -488,6 +488,19 @@ def m019_chunks_gen_speaker(conn: sqlite3.Connection) -> None:
     )
 
 
+def m020_speaker_index(conn: sqlite3.Connection) -> None:
+    # Search lists the vault's speakers when a process first searches: without an index that read every
+    # row of chunks (0.19-0.23 s at 100,000 leaves); by this index it seeks once per speaker.
+    conn.execute("CREATE INDEX chunks_speaker ON chunks(speaker) WHERE speaker IS NOT NULL")
+
+
+def m021_parent_index(conn: sqlite3.Connection) -> None:
+    # `context` pulls in the leaves under the summaries it ranks (``parent IN (...)``): without an index
+    # that read every leaf of the vault per call. Partial: a leaf still in ``_fresh/`` has no parent, so
+    # ingest writes nothing to it.
+    conn.execute("CREATE INDEX chunks_parent ON chunks(parent) WHERE parent IS NOT NULL")
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -507,6 +520,8 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("016_validity", m016_validity),
     ("018_trigram_cjk_only", m018_trigram_cjk_only),
     ("019_chunks_gen_speaker", m019_chunks_gen_speaker),
+    ("020_speaker_index", m020_speaker_index),
+    ("021_parent_index", m021_parent_index),
 ]
 
 
@@ -516,7 +531,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         if readonly:
             conn = _connect_ro(path)
         else:
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, factory=Connection)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA busy_timeout = 10000")
         if not readonly:
@@ -613,12 +628,65 @@ def chunks_generation(conn: sqlite3.Connection) -> int:
 
 
 def write_stamp(conn: sqlite3.Connection) -> tuple[int, int, int] | None:
-    """A value that changes whenever the index is written: by this connection (its change counter) or by
-    any other (the file's data version). ``None`` inside a transaction (a rollback would not move the
-    counter back), so what is remembered against a stamp is always a committed state."""
+    """A value that changes whenever the index is written: by this connection (its change counter, less
+    the changes of its ``side_write``s) or by any other (the file's data version). ``None`` inside a
+    transaction (a rollback would not move the counter back), so what is remembered against a stamp is
+    always a committed state."""
     if conn.in_transaction:
         return None
-    return (id(conn), int(conn.execute("PRAGMA data_version").fetchone()[0]), conn.total_changes)
+    changes = conn.total_changes - getattr(conn, "side_changes", 0)
+    return (id(conn), int(conn.execute("PRAGMA data_version").fetchone()[0]), changes)
+
+
+ANALYZE_FROM = 1_000  # chunks rows; below it SQLite's guesses read little whatever plan they pick
+
+
+def analyze(conn: sqlite3.Connection) -> bool:
+    """Give the query planner statistics of ``chunks`` (``ANALYZE``: ``sqlite_stat1``) from ``ANALYZE_FROM``
+    rows, again whenever its highest rowid has doubled since (kept in ``meta`` as ``analyzed_rows``; the
+    check is two lookups). Returns whether it analyzed.
+
+    Without statistics SQLite guessed, and for ``kind = ? AND path`` range queries it chose a ``kind``
+    index: every leaf of the vault read to find a folder's (at 100,000 leaves: 120 ms for a source's 10,000
+    leaves, 13 ms by the path index; bench/plans.py). ``PRAGMA optimize`` does not analyze a table its own
+    connection has not queried, and sampled statistics (``analysis_limit``) counted 1,001 rows per kind
+    and kept the wrong plan; a whole ``ANALYZE chunks`` takes ~100 ms at 100,000 rows, and each doubling
+    of the vault pays it once."""
+    rows = int(conn.execute("SELECT coalesce(max(rowid), 0) FROM chunks").fetchone()[0])
+    if rows < ANALYZE_FROM:
+        return False
+    done = conn.execute("SELECT value FROM meta WHERE key = 'analyzed_rows'").fetchone()
+    if (
+        done is not None
+        and rows <= 2 * int(done[0])
+        and conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone()
+    ):
+        return False
+    with atomic(conn):
+        conn.execute("ANALYZE chunks")
+        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('analyzed_rows', ?)", (str(rows),))
+    return True
+
+
+class Connection(sqlite3.Connection):
+    """``sqlite3.Connection`` counting the changes its ``side_write``s made (``connect`` opens these)."""
+
+    side_changes = 0
+
+
+@contextmanager
+def side_write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``atomic`` for bookkeeping that nothing remembered against ``write_stamp`` reads (a query's entity
+    heat, the day a leaf was last asked about): its changes do not move the stamp, so a search's writes
+    leave what searches remember (word counts, a filter's rows, the quote check) in place. Only a
+    connection opened by ``connect`` keeps the count; on any other the stamp moves as for any write."""
+    before = conn.total_changes
+    try:
+        with atomic(conn):
+            yield conn
+    finally:
+        if isinstance(conn, Connection):
+            conn.side_changes += conn.total_changes - before
 
 
 @contextmanager

@@ -776,7 +776,7 @@ class Vault:
         instead of reading them row by row; then, from ``ann.GRAPH_MIN`` rows, build its HNSW graph
         (``.hnsw``) when it has none. Returns the matrix rows written (0: nothing to do). The matrix under
         the write lock, the graph after it (it names the matrix it was built from); a read-only vault
-        keeps none."""
+        keeps none. The query planner's statistics are brought up to date here too (``db.analyze``)."""
         if self.read_only is not None:
             return 0
         embedder = self.embedder
@@ -786,6 +786,7 @@ class Vault:
         with self._locked():
             if force or vectors.matrix_behind(self.conn, files, model):
                 written = vectors.write_matrix(self.conn, self.layout.root, files, model, dim)
+            db.analyze(self.conn)  # the planner's statistics, once per doubling of the index
         # Looked at only when the matrix was just written or has no graph yet (reading its header costs
         # tens of milliseconds at 100,000 rows); `check` finds a stale or damaged graph otherwise.
         if (
@@ -1145,7 +1146,8 @@ class Vault:
 
     def _asked(self, hits: Sequence[Hit], now: datetime | None) -> None:
         if self.config.decay_half_life_days > 0 and self.read_only is None:
-            decay.noted(self.conn, hits, now or datetime.now(UTC))
+            with db.side_write(self.conn):  # bookkeeping: what searches remember stays valid
+                decay.noted(self.conn, hits, now or datetime.now(UTC))
 
     def _versions(self, query: str, hits: list[Hit], filters: Filters, include_superseded: bool) -> list[Hit]:
         """``versions.arrange`` with successors the search did not find fetched from the index."""
@@ -1173,7 +1175,8 @@ class Vault:
             return
         keys = [m.key for m in entities.extract(query)]
         if keys:
-            topics.heat.queried(self.conn, keys, topics.heat.utcnow(), heat_settings)
+            with db.side_write(self.conn):  # bookkeeping: what searches remember stays valid
+                topics.heat.queried(self.conn, keys, topics.heat.utcnow(), heat_settings)
 
     def context(
         self,
