@@ -284,3 +284,18 @@ def test_the_graph_follows_new_leaves(work_vault: Vault) -> None:
     work_vault.flush()
     graph.refresh(work_vault.conn)
     assert _leaf(work_vault, "m8") in graph.walk({_leaf(work_vault, "m6"): 1.0}, {}, 10)[:2]
+
+
+def test_the_graph_follows_entities_found_anew(work_vault: Vault) -> None:
+    """A rescan of entities rewrites leaves' lists in place (no leaf appears, goes or moves): the graph
+    is rebuilt from the new mentions, not kept from the old ones."""
+    ferry = _leaf(work_vault, "m6")
+    # A leaf admitted before entities were extracted lists none (as in a vault from an older version).
+    with work_vault.conn:
+        work_vault.conn.execute("UPDATE chunks SET entities = '[]' WHERE id = ?", [ferry])
+    graph = LeafGraph()
+    graph.refresh(work_vault.conn)
+    assert ferry not in graph.walk({}, {"place:lisbon": 1.0}, 10)
+    assert work_vault.rescan_entities() >= 1
+    graph.refresh(work_vault.conn)
+    assert ferry in graph.walk({}, {"place:lisbon": 1.0}, 10)[:3]

@@ -488,6 +488,22 @@ def m019_chunks_gen_speaker(conn: sqlite3.Connection) -> None:
     )
 
 
+def m020_mentions_generation(conn: sqlite3.Connection) -> None:
+    # The leaf graph (graph.py) links leaves through ``mentions``, which follows ``chunks.entities``. A rescan
+    # of entities rewrites that column in place without moving ``chunks_gen``; this counter moves instead,
+    # so the graph is rebuilt from the new mentions (the rest built from rows' places stays as it is).
+    _script(
+        conn,
+        """
+        INSERT OR REPLACE INTO meta(key, value) VALUES ('mentions_gen', '0');
+        CREATE TRIGGER mentions_gen_au AFTER UPDATE OF entities ON chunks
+        WHEN old.entities IS NOT new.entities BEGIN
+            UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'mentions_gen';
+        END;
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -507,6 +523,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("016_validity", m016_validity),
     ("018_trigram_cjk_only", m018_trigram_cjk_only),
     ("019_chunks_gen_speaker", m019_chunks_gen_speaker),
+    ("020_mentions_generation", m020_mentions_generation),
 ]
 
 
@@ -609,6 +626,13 @@ def chunks_generation(conn: sqlite3.Connection) -> int:
     (the triggers of migrations 009, 010 and 019). What is built from the rows' places (session order,
     speakers, the leaf graph, the count of rows) is kept until it moves."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'chunks_gen'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def mentions_generation(conn: sqlite3.Connection) -> int:
+    """The ``mentions_gen`` counter: moves when a row's entities are rewritten in place (a rescan), which
+    changes ``mentions`` without moving ``chunks_gen`` (migration 020)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'mentions_gen'").fetchone()
     return int(row[0]) if row else 0
 
 

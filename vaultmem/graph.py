@@ -2,7 +2,7 @@
 Personalized PageRank (HippoRAG 2's propagation, without its LLM-built phrase graph).
 
 Owns: the graph (leaf <-> entity from the ``mentions`` table, leaf <-> conversation from ``source`` and
-``session``) as compressed adjacency arrays, rebuilt when ``chunks_gen`` moves; the walk from seed
+``session``) as compressed adjacency arrays, rebuilt when ``chunks_gen`` or ``mentions_gen`` moves; the walk from seed
 leaves and seed entities. Must never: write the index, or keep a graph older than the rows it was read
 from.
 """
@@ -14,7 +14,7 @@ import sqlite3
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem.db import chunks_generation
+from vaultmem.db import chunks_generation, mentions_generation
 
 # The walk restarts at its seeds with this probability at each step (HippoRAG 2 uses 0.5) and is cut
 # after STEPS steps: leaf to entity or conversation to leaf, twice. The mass a longer walk would still
@@ -32,7 +32,7 @@ class LeafGraph:
     edges."""
 
     def __init__(self) -> None:
-        self._stamp = -1
+        self._stamp: tuple[int, int] = (-1, -1)
         self.leaf_pos: dict[str, int] = {}
         self.leaf_ids: list[str] = []
         self.entity_pos: dict[str, int] = {}
@@ -43,7 +43,8 @@ class LeafGraph:
         self._size = 0
 
     def refresh(self, conn: sqlite3.Connection) -> None:
-        stamp = chunks_generation(conn)
+        # Rows appear, go or move (chunks_gen), or their entities are rewritten in place (mentions_gen).
+        stamp = (chunks_generation(conn), mentions_generation(conn))
         if stamp == self._stamp:
             return
         leaf_pos: dict[str, int] = {}
