@@ -284,6 +284,19 @@ def test_the_graph_follows_new_leaves(work_vault: Vault) -> None:
     work_vault.flush()
     graph.refresh(work_vault.conn)
     assert _leaf(work_vault, "m8") in graph.walk({_leaf(work_vault, "m6"): 1.0}, {}, 10)[:2]
+    # Only the new leaf was read: the graph is the one a whole rebuild makes, without the rebuild.
+    assert graph.rebuilds == 1
+    whole = LeafGraph()
+    whole.refresh(work_vault.conn)
+    for seed in (_leaf(work_vault, "m6"), _leaf(work_vault, "m2")):
+        assert graph.walk({seed: 1.0}, {}, 20) == whole.walk({seed: 1.0}, {}, 20)
+    assert graph.walk({}, {"place:lisbon": 1.0}, 20) == whole.walk({}, {"place:lisbon": 1.0}, 20)
+    # A leaf that goes leaves the walk.
+    ferry_moved = _leaf(work_vault, "m8")
+    work_vault.forget([ferry_moved])
+    graph.refresh(work_vault.conn)
+    assert ferry_moved not in graph.walk({_leaf(work_vault, "m6"): 1.0}, {}, 20)
+    assert graph.rebuilds == 1
 
 
 def test_the_graph_follows_entities_found_anew(work_vault: Vault) -> None:

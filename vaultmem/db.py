@@ -488,17 +488,31 @@ def m019_chunks_gen_speaker(conn: sqlite3.Connection) -> None:
     )
 
 
-def m020_mentions_generation(conn: sqlite3.Connection) -> None:
-    # The leaf graph (graph.py) links leaves through ``mentions``, which follows ``chunks.entities``. A rescan
-    # of entities rewrites that column in place without moving ``chunks_gen``; this counter moves instead,
-    # so the graph is rebuilt from the new mentions (the rest built from rows' places stays as it is).
+def m020_graph_changes(conn: sqlite3.Connection) -> None:
+    # The leaf graph (graph.py) is kept in memory and brought up to date from this log of the leaves whose
+    # place in it changed: they appeared or went, moved to another source or session, stopped or started
+    # being leaves, or had their entities rewritten (``mentions`` follows ``entities``; a rescan rewrites
+    # them in place without moving ``chunks_gen``). Each insert cuts the log to its last 65,536 rows (one
+    # row at a time, by primary key): a reader further behind than that reads the whole graph again.
+    keep = "DELETE FROM graph_changes WHERE seq <= last_insert_rowid() - 65536;"
     _script(
         conn,
-        """
-        INSERT OR REPLACE INTO meta(key, value) VALUES ('mentions_gen', '0');
-        CREATE TRIGGER mentions_gen_au AFTER UPDATE OF entities ON chunks
-        WHEN old.entities IS NOT new.entities BEGIN
-            UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'mentions_gen';
+        f"""
+        CREATE TABLE graph_changes(seq INTEGER PRIMARY KEY, leaf TEXT NOT NULL);
+        CREATE TRIGGER graph_changes_ai AFTER INSERT ON chunks WHEN new.kind = 'leaf' BEGIN
+            INSERT INTO graph_changes(leaf) VALUES (new.id);
+            {keep}
+        END;
+        CREATE TRIGGER graph_changes_ad AFTER DELETE ON chunks WHEN old.kind = 'leaf' BEGIN
+            INSERT INTO graph_changes(leaf) VALUES (old.id);
+            {keep}
+        END;
+        CREATE TRIGGER graph_changes_au AFTER UPDATE OF kind, source, session, entities ON chunks
+        WHEN (old.kind = 'leaf' OR new.kind = 'leaf') AND (old.kind IS NOT new.kind
+            OR old.source IS NOT new.source OR old.session IS NOT new.session
+            OR old.entities IS NOT new.entities) BEGIN
+            INSERT INTO graph_changes(leaf) VALUES (new.id);
+            {keep}
         END;
         """,
     )
@@ -523,7 +537,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("016_validity", m016_validity),
     ("018_trigram_cjk_only", m018_trigram_cjk_only),
     ("019_chunks_gen_speaker", m019_chunks_gen_speaker),
-    ("020_mentions_generation", m020_mentions_generation),
+    ("020_graph_changes", m020_graph_changes),
 ]
 
 
@@ -629,13 +643,6 @@ def chunks_generation(conn: sqlite3.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def mentions_generation(conn: sqlite3.Connection) -> int:
-    """The ``mentions_gen`` counter: moves when a row's entities are rewritten in place (a rescan), which
-    changes ``mentions`` without moving ``chunks_gen`` (migration 020)."""
-    row = conn.execute("SELECT value FROM meta WHERE key = 'mentions_gen'").fetchone()
-    return int(row[0]) if row else 0
-
-
 def write_stamp(conn: sqlite3.Connection) -> tuple[int, int, int] | None:
     """A value that changes whenever the index is written: by this connection (its change counter) or by
     any other (the file's data version). ``None`` inside a transaction (a rollback would not move the
@@ -710,6 +717,7 @@ PROBED_TABLES = (
     "fts_trigram",
     "fts_nav_words",
     "fts_nav_trigram",
+    "graph_changes",
 )
 
 
