@@ -312,3 +312,36 @@ def test_the_graph_follows_entities_found_anew(work_vault: Vault) -> None:
     assert work_vault.rescan_entities() >= 1
     graph.refresh(work_vault.conn)
     assert ferry in graph.walk({}, {"place:lisbon": 1.0}, 10)[:3]
+
+
+def test_the_graph_of_an_index_older_than_its_log(work_vault: Vault) -> None:
+    """An index from before the change log, opened read-only (nothing migrates it): the graph is read
+    whole, and read again when leaves appear."""
+    from vaultmem import db
+
+    ferry = _leaf(work_vault, "m6")
+    with work_vault.conn:
+        for trigger in ("graph_changes_ai", "graph_changes_ad", "graph_changes_au"):
+            work_vault.conn.execute(f"DROP TRIGGER {trigger}")
+        work_vault.conn.execute("DROP TABLE graph_changes")
+    reader = db.connect(work_vault.layout.db, readonly=True)
+    graph = LeafGraph()
+    graph.refresh(reader)
+    assert ferry in graph.walk({}, {"place:lisbon": 1.0}, 10)[:3]
+    with work_vault.conn:
+        work_vault.conn.execute("DELETE FROM migrations WHERE name = '020_graph_changes'")
+    work_vault.ingest_messages(
+        [
+            {
+                "id": "m9",
+                "speaker": "Mara",
+                "content": "Lisbon hotel booked too.",
+                "ts": "2026-03-18T19:00:00Z",
+                "session": "team-2026-03-18",
+            }
+        ],
+        source="team-slack",
+    )
+    work_vault.flush()
+    graph.refresh(reader)
+    assert _leaf(work_vault, "m9") in graph.walk({ferry: 1.0}, {}, 10)

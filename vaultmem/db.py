@@ -717,7 +717,6 @@ PROBED_TABLES = (
     "fts_trigram",
     "fts_nav_words",
     "fts_nav_trigram",
-    "graph_changes",
 )
 
 

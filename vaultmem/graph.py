@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem import index
+from vaultmem.db import chunks_generation
 
 # The walk restarts at its seeds with this probability at each step (HippoRAG 2 uses 0.5) and is cut
 # after STEPS steps: leaf to entity or conversation to leaf, twice. The mass a longer walk would still
@@ -67,7 +68,15 @@ class LeafGraph:
         """Bring the graph up to the index's rows: read again only the leaves the change log names since
         the last refresh, or everything when the gap is long."""
         # Two queries: SQLite reads a lone min() or max() off the primary key, both together by a scan.
-        last = conn.execute("SELECT max(seq) FROM graph_changes").fetchone()[0] or 0
+        try:
+            last = conn.execute("SELECT max(seq) FROM graph_changes").fetchone()[0] or 0
+        except sqlite3.OperationalError:
+            # An index from before migration 020 opened read-only (nothing migrates it): no log to follow,
+            # so the graph is read whole whenever the rows' places move.
+            stamp = -2 - chunks_generation(conn)
+            if stamp != self._seen:
+                self._rebuild(conn, stamp)
+            return
         if last == self._seen:
             return
         first = conn.execute("SELECT min(seq) FROM graph_changes").fetchone()[0]
