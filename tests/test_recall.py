@@ -284,3 +284,64 @@ def test_the_graph_follows_new_leaves(work_vault: Vault) -> None:
     work_vault.flush()
     graph.refresh(work_vault.conn)
     assert _leaf(work_vault, "m8") in graph.walk({_leaf(work_vault, "m6"): 1.0}, {}, 10)[:2]
+    # Only the new leaf was read: the graph is the one a whole rebuild makes, without the rebuild.
+    assert graph.rebuilds == 1
+    whole = LeafGraph()
+    whole.refresh(work_vault.conn)
+    for seed in (_leaf(work_vault, "m6"), _leaf(work_vault, "m2")):
+        assert graph.walk({seed: 1.0}, {}, 20) == whole.walk({seed: 1.0}, {}, 20)
+    assert graph.walk({}, {"place:lisbon": 1.0}, 20) == whole.walk({}, {"place:lisbon": 1.0}, 20)
+    # A leaf that goes leaves the walk.
+    ferry_moved = _leaf(work_vault, "m8")
+    work_vault.forget([ferry_moved])
+    graph.refresh(work_vault.conn)
+    assert ferry_moved not in graph.walk({_leaf(work_vault, "m6"): 1.0}, {}, 20)
+    assert graph.rebuilds == 1
+
+
+def test_the_graph_follows_entities_found_anew(work_vault: Vault) -> None:
+    """A rescan of entities rewrites leaves' lists in place (no leaf appears, goes or moves): the graph
+    is rebuilt from the new mentions, not kept from the old ones."""
+    ferry = _leaf(work_vault, "m6")
+    # A leaf admitted before entities were extracted lists none (as in a vault from an older version).
+    with work_vault.conn:
+        work_vault.conn.execute("UPDATE chunks SET entities = '[]' WHERE id = ?", [ferry])
+    graph = LeafGraph()
+    graph.refresh(work_vault.conn)
+    assert ferry not in graph.walk({}, {"place:lisbon": 1.0}, 10)
+    assert work_vault.rescan_entities() >= 1
+    graph.refresh(work_vault.conn)
+    assert ferry in graph.walk({}, {"place:lisbon": 1.0}, 10)[:3]
+
+
+def test_the_graph_of_an_index_older_than_its_log(work_vault: Vault) -> None:
+    """An index from before the change log, opened read-only (nothing migrates it): the graph is read
+    whole, and read again when leaves appear."""
+    from vaultmem import db
+
+    ferry = _leaf(work_vault, "m6")
+    with work_vault.conn:
+        for trigger in ("graph_changes_ai", "graph_changes_ad", "graph_changes_au"):
+            work_vault.conn.execute(f"DROP TRIGGER {trigger}")
+        work_vault.conn.execute("DROP TABLE graph_changes")
+    reader = db.connect(work_vault.layout.db, readonly=True)
+    graph = LeafGraph()
+    graph.refresh(reader)
+    assert ferry in graph.walk({}, {"place:lisbon": 1.0}, 10)[:3]
+    with work_vault.conn:
+        work_vault.conn.execute("DELETE FROM migrations WHERE name = '022_graph_changes'")
+    work_vault.ingest_messages(
+        [
+            {
+                "id": "m9",
+                "speaker": "Mara",
+                "content": "Lisbon hotel booked too.",
+                "ts": "2026-03-18T19:00:00Z",
+                "session": "team-2026-03-18",
+            }
+        ],
+        source="team-slack",
+    )
+    work_vault.flush()
+    graph.refresh(reader)
+    assert _leaf(work_vault, "m9") in graph.walk({ferry: 1.0}, {}, 10)

@@ -501,6 +501,36 @@ def m021_parent_index(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX chunks_parent ON chunks(parent) WHERE parent IS NOT NULL")
 
 
+def m022_graph_changes(conn: sqlite3.Connection) -> None:
+    # The leaf graph (graph.py) is kept in memory and brought up to date from this log of the leaves whose
+    # place in it changed: they appeared or went, moved to another source or session, stopped or started
+    # being leaves, or had their entities rewritten (``mentions`` follows ``entities``; a rescan rewrites
+    # them in place without moving ``chunks_gen``). Each insert cuts the log to its last 65,536 rows (one
+    # row at a time, by primary key): a reader further behind than that reads the whole graph again.
+    keep = "DELETE FROM graph_changes WHERE seq <= last_insert_rowid() - 65536;"
+    _script(
+        conn,
+        f"""
+        CREATE TABLE graph_changes(seq INTEGER PRIMARY KEY, leaf TEXT NOT NULL);
+        CREATE TRIGGER graph_changes_ai AFTER INSERT ON chunks WHEN new.kind = 'leaf' BEGIN
+            INSERT INTO graph_changes(leaf) VALUES (new.id);
+            {keep}
+        END;
+        CREATE TRIGGER graph_changes_ad AFTER DELETE ON chunks WHEN old.kind = 'leaf' BEGIN
+            INSERT INTO graph_changes(leaf) VALUES (old.id);
+            {keep}
+        END;
+        CREATE TRIGGER graph_changes_au AFTER UPDATE OF kind, source, session, entities ON chunks
+        WHEN (old.kind = 'leaf' OR new.kind = 'leaf') AND (old.kind IS NOT new.kind
+            OR old.source IS NOT new.source OR old.session IS NOT new.session
+            OR old.entities IS NOT new.entities) BEGIN
+            INSERT INTO graph_changes(leaf) VALUES (new.id);
+            {keep}
+        END;
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -522,6 +552,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("019_chunks_gen_speaker", m019_chunks_gen_speaker),
     ("020_speaker_index", m020_speaker_index),
     ("021_parent_index", m021_parent_index),
+    ("022_graph_changes", m022_graph_changes),
 ]
 
 
