@@ -326,7 +326,9 @@ def test_a_configured_model_judges_the_proposals(
             path.unlink()
         llm_server.replies = [Reply("I think so, yes!")]
         out = vault.propose_updates(rescan=True)
-        assert [p.new for p in out["proposed"]] == [new]
+        [made] = out["proposed"] + out["applied"]  # its tier is the offline confidence's
+        assert made.new == new and made.why[0] == "value changed: 27 March -> 3 April"
+        assert not any(w.startswith("model:") for w in made.why)
         assert any("judged offline" in w for w in vault.warnings)
     finally:
         vault.close()
