@@ -1,6 +1,7 @@
 """Memories that change (issue #20): the offline supersede detector and the current value in context.
 
-    python bench/updates.py [LONGMEMEVAL.json] [--facts N] [--seed S] [--fake]
+    python bench/updates.py [LONGMEMEVAL.json] [--facts N] [--seed S] [--fake] [--before DETECT.py]
+        [--others N] [--pairs-out FILE | --pairs-in FILE]
 
 Two sets, each ingested into fresh vaults through the public API and embedded with the packaged
 all-MiniLM-L6-v2 (``--fake``: the hashing embedder, for a quick run):
@@ -8,7 +9,14 @@ all-MiniLM-L6-v2 (``--fake``: the hashing embedder, for a quick run):
   (a number, a date, a time, a place, a negation), with distractors that must not be taken for updates
   (another attribute of the same person, the same value said again); labels are exact;
 - **LongMemEval knowledge-update** questions (dev file; the path is an argument, never copied): in each
-  haystack the evidence turns (``has_answer``) of different sessions are the (old, new) pairs.
+  haystack the evidence turns (``has_answer``) of different sessions are the (old, new) pairs;
+- ``--others N``: the haystacks of N LongMemEval questions of the other types (no update is labelled there:
+  every proposal counts as false, so their precision is 0 by construction and what they show is how many
+  false proposals a real haystack of about 500 turns draws).
+``--before FILE`` judges the same candidate pairs with another copy of ``detect.py`` (for instance
+``git show main:vaultmem/detect.py > /tmp/detect_main.py``): before and after in one run.
+``--pairs-out`` saves every candidate pair (texts, cosine, label) as JSON; ``--pairs-in`` judges a saved
+file without ingesting anything (the precision/recall table only).
 Reported: detector precision and recall per confidence threshold (every pair ``versions.earlier_neighbours``
 offers, judged by ``detect.judge``), and for each question whether the current value (the newest
 evidence turn) is in a 1,024-token context and whether an old value outranks it, before (ranking as
@@ -19,6 +27,7 @@ proposals accepted). The machine running it may be loaded: ratios within one run
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
 import sys
@@ -220,12 +229,18 @@ def synthetic(
     return records, pairs, questions
 
 
-def lme(path: Path) -> list[tuple[list[dict[str, Any]], list[tuple[str, str]], list[tuple[str, str, str]]]]:
+def lme(
+    path: Path, *, others: int = 0
+) -> list[tuple[list[dict[str, Any]], list[tuple[str, str]], list[tuple[str, str, str]]]]:
+    """The knowledge-update haystacks (labelled pairs and the question); with ``others``, instead the
+    haystacks of the first ``others`` questions of the other types (no pairs, no questions)."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    out = []
+    out: list[tuple[list[dict[str, Any]], list[tuple[str, str]], list[tuple[str, str, str]]]] = []
     for q in data:
-        if q["question_type"] != "knowledge-update":
+        if (q["question_type"] == "knowledge-update") == bool(others):
             continue
+        if others and len(out) >= others:
+            break
         records, evidence = [], []
         names = {sid: f"S{i:03d}" for i, sid in enumerate(q["haystack_session_ids"])}
         for sid, date, session in zip(
@@ -247,6 +262,9 @@ def lme(path: Path) -> list[tuple[list[dict[str, Any]], list[tuple[str, str]], l
                 )
                 if t.get("has_answer"):
                     evidence.append((t0 + timedelta(seconds=i), tid, names[sid]))
+        if others:
+            out.append((records, [], []))
+            continue
         evidence.sort()
         pairs = [(n[1], o[1]) for j, n in enumerate(evidence) for o in evidence[:j] if o[2] != n[2]]
         if evidence:
@@ -266,15 +284,51 @@ def _vault(
     return vault, leaf_of
 
 
-def judged(vault: Vault) -> list[tuple[str, str, float]]:
-    """Every (new leaf, old leaf, confidence) the detector gives, with no threshold."""
+def pairs_of(vault: Vault, truth: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Every candidate (new leaf, old leaf) pair ``versions.candidates`` offers, with no judgement yet:
+    both texts, the cosine, the facts the detector takes, and the label."""
     cache = vault.searcher.vectors(vault.embedder)
     out = []
     for row in vault.conn.execute(
         "SELECT id, text, speaker, role, entities, provenance FROM chunks WHERE kind = 'leaf'"
     ).fetchall():
-        out.extend((row["id"], old["id"], v.confidence) for old, v in versions.judged(vault.conn, cache, row))
+        for old, cosine, facts in versions.candidates(vault.conn, cache, row):
+            out.append(
+                {
+                    "new": row["id"],
+                    "old": old["id"],
+                    "new_text": row["text"],
+                    "old_text": old["text"],
+                    "cosine": cosine,
+                    "facts": facts,
+                    "true": (row["id"], old["id"]) in truth,
+                }
+            )
     return out
+
+
+def judge_all(module: Any, pairs: list[dict[str, Any]]) -> list[tuple[str, str, float]]:
+    """(new, old, confidence) of the pairs ``module.judge`` proposes."""
+    out = []
+    for p in pairs:
+        v = module.judge(p["old_text"], p["new_text"], p["cosine"], **p["facts"])
+        if v is not None:
+            out.append((p["new"], p["old"], v.confidence))
+    return out
+
+
+def pr_rows(
+    name: str, label: str, pairs: list[dict[str, Any]], got: list[tuple[str, str, float]], truth_total: int
+) -> list[list[object]]:
+    true = {(p["new"], p["old"]) for p in pairs if p["true"]}
+    rows: list[list[object]] = []
+    for at in THRESHOLDS:
+        proposed = [(n, o) for n, o, c in got if c >= at]
+        right = sum((n, o) in true for n, o in proposed)
+        precision = f"{right / len(proposed):.3f}" if proposed else "-"
+        recall = f"{right / truth_total:.3f}" if truth_total else "-"
+        rows.append([name, label, f"{at:.2f}", len(proposed), right, precision, recall])
+    return rows
 
 
 def context_check(
@@ -299,42 +353,38 @@ def link(vault: Vault, pairs: list[tuple[str, str, float]], at: float) -> None:
 
 
 def run_set(
-    name: str, sets: list[Any], embedder: Embedder, workdir: Path
-) -> tuple[list[list[object]], list[list[object]]]:
+    name: str, sets: list[Any], embedder: Embedder, workdir: Path, *, context: bool = True
+) -> tuple[list[dict[str, Any]], int, list[list[object]]]:
+    """Ingest each set once: its candidate pairs (labelled), how many true pairs exist, and the
+    current-value-in-context rows (before: no links; after: this detector's links applied)."""
     truth_total = 0
-    verdicts: list[tuple[bool, float]] = []
-    found_at: dict[float, int] = dict.fromkeys(THRESHOLDS, 0)
+    pairs: list[dict[str, Any]] = []
     ctx = {"before": [0, 0], "auto": [0, 0], "all": [0, 0]}
     nq = 0
     t0 = time.perf_counter()
-    for k, (records, pairs, questions) in enumerate(sets):
+    for k, (records, labelled, questions) in enumerate(sets):
         vault, leaf_of = _vault(workdir, f"{name}{k}", embedder, records)
-        truth = {(leaf_of[n], leaf_of[o]) for n, o in pairs if n in leaf_of and o in leaf_of}
+        truth = {(leaf_of[n], leaf_of[o]) for n, o in labelled if n in leaf_of and o in leaf_of}
         truth_total += len(truth)
-        got = judged(vault)
-        for new, old, c in got:
-            verdicts.append(((new, old) in truth, c))
-        for at in THRESHOLDS:
-            found_at[at] += len(truth & {(n, o) for n, o, c in got if c >= at})
-        nq += len(questions)
-        for key, (f, o) in (("before", context_check(vault, questions, leaf_of, raw=True)),):
-            ctx[key][0] += f
-            ctx[key][1] += o
-        link(vault, got, detect.AUTO_APPLY_AT)
-        f, o = context_check(vault, questions, leaf_of, raw=False)
-        ctx["auto"][0] += f
-        ctx["auto"][1] += o
-        link(vault, got, detect.PROPOSE_AT)
-        f, o = context_check(vault, questions, leaf_of, raw=False)
-        ctx["all"][0] += f
-        ctx["all"][1] += o
+        mine = pairs_of(vault, truth)
+        for p in mine:
+            p["new"], p["old"] = f"{k}/{p['new']}", f"{k}/{p['old']}"
+        pairs += mine
+        if context and questions:
+            got = [(n.split("/", 1)[1], o.split("/", 1)[1], c) for n, o, c in judge_all(detect, mine)]
+            nq += len(questions)
+            f, o = context_check(vault, questions, leaf_of, raw=True)
+            ctx["before"][0] += f
+            ctx["before"][1] += o
+            link(vault, got, detect.AUTO_APPLY_AT)
+            f, o = context_check(vault, questions, leaf_of, raw=False)
+            ctx["auto"][0] += f
+            ctx["auto"][1] += o
+            link(vault, got, detect.PROPOSE_AT)
+            f, o = context_check(vault, questions, leaf_of, raw=False)
+            ctx["all"][0] += f
+            ctx["all"][1] += o
         vault.close()
-    pr = []
-    for at in THRESHOLDS:
-        proposed = [ok for ok, c in verdicts if c >= at]
-        precision = sum(proposed) / len(proposed) if proposed else 0.0
-        recall = found_at[at] / truth_total if truth_total else 0.0
-        pr.append([name, f"{at:.2f}", len(proposed), f"{precision:.3f}", f"{recall:.3f}"])
     rows = [
         [name, label, nq, f"{ctx[key][0] / nq:.3f}", f"{ctx[key][1] / nq:.3f}"]
         for key, label in (
@@ -342,9 +392,19 @@ def run_set(
             ("auto", f"after, auto-applied >= {detect.AUTO_APPLY_AT}"),
             ("all", f"after, all proposals >= {detect.PROPOSE_AT} accepted"),
         )
+        if nq
     ]
-    print(f"{name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    return pr, rows
+    print(f"{name}: {time.perf_counter() - t0:.1f} s, {len(pairs)} candidate pairs", file=sys.stderr)
+    return pairs, truth_total, rows
+
+
+def _load_detector(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("detect_before", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["detect_before"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
@@ -353,27 +413,49 @@ def main() -> None:
     ap.add_argument("--facts", type=int, default=300)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--fake", action="store_true", help="hashing embedder instead of MiniLM")
+    ap.add_argument("--before", type=Path, help="another detect.py to judge the same pairs with")
+    ap.add_argument("--others", type=int, default=0, help="haystacks of other LongMemEval question types")
+    ap.add_argument("--pairs-out", type=Path, help="save the candidate pairs (JSON)")
+    ap.add_argument("--pairs-in", type=Path, help="judge saved candidate pairs, ingest nothing")
     args = ap.parse_args()
-    embedder: Embedder = FakeEmbedder() if args.fake else load_embedder()
-    pr_rows: list[list[object]] = []
+    sets: dict[str, tuple[list[dict[str, Any]], int]] = {}
     ctx_rows: list[list[object]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        pr, ctx = run_set("synthetic", [synthetic(args.facts, args.seed)], embedder, work)
-        pr_rows += pr
-        ctx_rows += ctx
-        if args.longmemeval:
-            pr, ctx = run_set("longmemeval-ku", lme(args.longmemeval), embedder, work)
-            pr_rows += pr
-            ctx_rows += ctx
-    print(table(["set", "threshold", "proposals", "precision", "recall"], pr_rows))
-    print()
-    print(
-        table(
-            ["set", "ranking", "questions", f"current value in {BUDGET} tokens", "old value outranks it"],
-            ctx_rows,
+    if args.pairs_in:
+        saved = json.loads(args.pairs_in.read_text(encoding="utf-8"))
+        sets = {name: (v["pairs"], v["truth"]) for name, v in saved.items()}
+    else:
+        embedder: Embedder = FakeEmbedder() if args.fake else load_embedder()
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            todo: list[tuple[str, list[Any]]] = [("synthetic", [synthetic(args.facts, args.seed)])]
+            if args.longmemeval:
+                todo.append(("longmemeval-ku", lme(args.longmemeval)))
+                if args.others:
+                    todo.append(("longmemeval-other", lme(args.longmemeval, others=args.others)))
+            for name, data in todo:
+                pairs, truth, ctx = run_set(name, data, embedder, work, context=name != "longmemeval-other")
+                sets[name] = (pairs, truth)
+                ctx_rows += ctx
+        if args.pairs_out:
+            args.pairs_out.write_text(
+                json.dumps({n: {"pairs": p, "truth": t} for n, (p, t) in sets.items()}), encoding="utf-8"
+            )
+    detectors = [("after", detect)]
+    if args.before:
+        detectors.insert(0, ("before", _load_detector(args.before)))
+    rows: list[list[object]] = []
+    for name, (pairs, truth) in sets.items():
+        for label, module in detectors:
+            rows += pr_rows(name, label, pairs, judge_all(module, pairs), truth)
+    print(table(["set", "detector", "threshold", "proposals", "right", "precision", "recall"], rows))
+    if ctx_rows:
+        print()
+        print(
+            table(
+                ["set", "ranking", "questions", f"current value in {BUDGET} tokens", "old value outranks it"],
+                ctx_rows,
+            )
         )
-    )
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ floor = 0.25                # ... never below this share of its score; nothing i
 
 [updates]
 auto_apply = false          # link a supersede proposal at once (no review) when its confidence is at least ...
-auto_apply_at = 0.9         # ... this; off by default: on long real chats 4 of 5 such links were wrong
+auto_apply_at = 0.9         # ... this; off by default: on long real chats 4 of 6 such links were wrong
 
 [core]
 file_budget = 800           # characters of each in-prompt core file (soul, user-profile, projects, patterns)

@@ -150,14 +150,23 @@ def weekly_path(layout: Layout, when: datetime) -> Path:
     return layout.root / REVIEW / "weekly" / f"{year}-W{week:02d}.md"
 
 
-def log(layout: Layout, when: datetime, outcome: str, p: Proposal, old_text: str, new_text: str) -> str:
-    """Append one outcome to the week's log; returns its vault-relative path."""
+def log_entry(
+    layout: Layout, when: datetime, outcome: str, p: Proposal, old_text: str, new_text: str
+) -> tuple[str, str, str | None] | None:
+    """The week's log with one outcome appended, as (vault-relative path, new text, hash of the file
+    read or None when new), for a caller that writes it inside its own durable step (a link and its
+    line go together). None when the pair's last line this week already has this outcome (a replayed
+    step wrote it)."""
     path = weekly_path(layout, when)
     fsio.make_dirs(layout.root, path.parent)
     try:
         data: bytes | None = path.read_bytes()
     except FileNotFoundError:
         data = None
+    old = (data or b"").decode("utf-8")
+    mine = [ln for ln in old.splitlines() if f": {p.new} updates {p.old}: " in ln]
+    if mine and f"**{outcome}**" in mine[-1]:
+        return None
     year, week, _ = when.isocalendar()
     head = f"# Memory updates, week {week} of {year}\n\n" if data is None else ""
     line = (
@@ -170,14 +179,18 @@ def log(layout: Layout, when: datetime, outcome: str, p: Proposal, old_text: str
         )
         + "\n"
     )
-    text = (data or b"").decode("utf-8") + head + line
-    fsio.atomic_write(
-        path,
-        text.encode("utf-8"),
-        root=layout.root,
-        expected=None if data is None else fsio.sha256_bytes(data),
-    )
-    return layout.rel(path)
+    return layout.rel(path), old + head + line, None if data is None else fsio.sha256_bytes(data)
+
+
+def log(layout: Layout, when: datetime, outcome: str, p: Proposal, old_text: str, new_text: str) -> str:
+    """Append one outcome to the week's log (unless its last line for the pair says so already);
+    returns its vault-relative path."""
+    entry = log_entry(layout, when, outcome, p, old_text, new_text)
+    if entry is None:
+        return layout.rel(weekly_path(layout, when))
+    rel, text, expected = entry
+    fsio.atomic_write(layout.abs(rel), text.encode("utf-8"), root=layout.root, expected=expected)
+    return rel
 
 
 def _short(text: str, n: int = 80) -> str:

@@ -32,10 +32,13 @@ def link(
     max_bytes: int,
     digests: bool = True,
     topics: bool = True,
+    log: tuple[str, str, str | None] | None = None,
 ) -> bool:
     """Write (``add``) or remove the link between the leaves ``old`` and ``new`` (each ``(id, path)``),
-    both sides, as one durable step. Returns False when both files already said so (nothing written).
-    Raises ConflictError, before changing anything, when a file changed since it was read here."""
+    both sides, as one durable step. ``log`` (``review.log_entry``: the week's log with the link's line)
+    is written in the same step, so a crash never leaves a link applied and unlogged. Returns False when
+    both files already said so (nothing written, the log neither). Raises ConflictError, before changing
+    anything, when a file changed since it was read here."""
     (old_id, old_rel), (new_id, new_rel) = old, new
     writes: list[FileWrite] = []
     for rel, key, value in (
@@ -48,6 +51,8 @@ def link(
             writes.append(FileWrite(rel, changed, digest))
     if not writes:
         return False
+    if log is not None:
+        writes.append(FileWrite(*log))
     leaf_ids = [old_id, new_id]
     levels = [a for leaf_id in leaf_ids for a in stale.ancestors_of(conn, leaf_id)]
     marks, queued, _source = stale.stale_writes(conn, layout, levels, max_bytes)

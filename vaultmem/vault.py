@@ -1537,9 +1537,19 @@ class Vault:
             self._link(old_id, old.path, new_id, new_path)
         return replace(done, supersedes=old_id)
 
-    def _link(self, old_id: str, old_path: str, new_id: str, new_path: str, *, add: bool = True) -> bool:
-        """Write (or with ``add=False`` remove) the version link between two leaves, both sides, as one
-        durable step (``supersede.link``; healed on open). False when both files said so already."""
+    def _link(
+        self,
+        old_id: str,
+        old_path: str,
+        new_id: str,
+        new_path: str,
+        *,
+        add: bool = True,
+        log: tuple[str, str, str | None] | None = None,
+    ) -> bool:
+        """Write (or with ``add=False`` remove) the version link between two leaves, both sides, and
+        ``log`` (the week's log with its line) as one durable step (``supersede.link``; healed on open).
+        False when both files said so already (nothing written)."""
         from vaultmem import supersede
 
         index.refuse_note_sections(self.conn, [old_id, new_id], "linked as a version (its file is the note)")
@@ -1552,6 +1562,7 @@ class Vault:
             max_bytes=self.config.max_file_bytes,
             digests=self.config.digest_enabled,
             topics=self.config.topics_enabled,
+            log=log,
         )
 
     # -- updates: the supersede detector and the review inbox (issue #20) ------------------------------
@@ -1608,8 +1619,11 @@ class Vault:
                         old["id"], row["id"], verdict.confidence, verdict.why, format_ts(moment) or ""
                     )
                     waiting.add((p.new, p.old))
-                    if auto_at is not None and verdict.confidence >= auto_at and self._linked(p, old, row):
-                        review.log(self.layout, moment, "applied", p, old["text"], row["text"])
+                    if (
+                        auto_at is not None
+                        and verdict.confidence >= auto_at
+                        and self._linked(p, old, row, moment)
+                    ):
                         out["applied"].append(p)
                     else:
                         review.write(self.layout, p, old["text"], row["text"], old["path"], row["path"])
@@ -1623,11 +1637,15 @@ class Vault:
                     )
         return out
 
-    def _linked(self, p: review.Proposal, old: sqlite3.Row, new: sqlite3.Row) -> bool:
-        """Auto-apply one proposal; False (it waits in ``review/`` instead) when a leaf's file changed
-        since it was indexed."""
+    def _linked(self, p: review.Proposal, old: sqlite3.Row, new: sqlite3.Row, moment: datetime) -> bool:
+        """Auto-apply one proposal, its line in the week's log written in the same step; False (it waits
+        in ``review/`` instead) when a leaf's file (or the log) changed since it was read."""
+        from vaultmem import review
+
+        line = review.log_entry(self.layout, moment, "applied", p, old["text"], new["text"])
         try:
-            self._link(p.old, old["path"], p.new, new["path"])
+            if not self._link(p.old, old["path"], p.new, new["path"], log=line):
+                review.log(self.layout, moment, "applied", p, old["text"], new["text"])
         except ConflictError as exc:
             self.warnings.append(f"update {p.new} of {p.old} left for review: {exc}")
             return False
@@ -1686,14 +1704,18 @@ class Vault:
                     outcome = "gone"
                 if outcome is None:
                     continue
+                texts = [pair[i].text if i in pair else "(gone)" for i in (p.old, p.new)]
                 if outcome == "accepted":
+                    line = review.log_entry(self.layout, moment, outcome, p, texts[0], texts[1])
                     try:
-                        self._link(p.old, pair[p.old].path, p.new, pair[p.new].path)
+                        linked = self._link(p.old, pair[p.old].path, p.new, pair[p.new].path, log=line)
                     except ConflictError as exc:  # the file stays, decided: carried out next time
                         self.warnings.append(f"{p.path}: not applied yet: {exc}")
                         continue
-                texts = [pair[i].text if i in pair else "(gone)" for i in (p.old, p.new)]
-                review.log(self.layout, moment, outcome, p, texts[0], texts[1])
+                    if not linked:  # linked before (a step replayed on open): its line may be missing
+                        review.log(self.layout, moment, outcome, p, texts[0], texts[1])
+                else:
+                    review.log(self.layout, moment, outcome, p, texts[0], texts[1])
                 fsio.remove_file(self.layout.root, self.layout.root / p.path)
                 out[outcome].append(p)
         return out

@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -189,7 +190,7 @@ def earlier_neighbours(
     """The ``k`` leaves said before ``leaf_id`` that are closest to it in meaning, with their cosine:
     the candidates it may update (``detect.judge`` decides). Leaves already linked to it are left out."""
     pos = cache.pos.get(leaf_id)
-    me = conn.execute("SELECT ts, supersedes FROM chunks WHERE id = ?", (leaf_id,)).fetchone()
+    me = conn.execute("SELECT rowid, ts, supersedes FROM chunks WHERE id = ?", (leaf_id,)).fetchone()
     if pos is None or me is None:
         return []
     leaves = cache.kind_rows("leaf")
@@ -201,17 +202,21 @@ def earlier_neighbours(
     linked = set(json.loads(me["supersedes"] or "[]"))
     marks = ",".join("?" * len(by_id))
     rows = conn.execute(
-        "SELECT id, text, speaker, role, ts, entities, path, provenance FROM chunks"
+        "SELECT rowid, id, text, speaker, role, ts, entities, path, provenance FROM chunks"
         f" WHERE kind = 'leaf' AND id IN ({marks})",
         list(by_id),
     ).fetchall()
-    earlier = [
-        r
-        for r in rows
-        if r["id"] not in linked and stated(r) and (me["ts"] is None or r["ts"] is None or r["ts"] < me["ts"])
-    ]
+    earlier = [r for r in rows if r["id"] not in linked and stated(r) and _before(r, me)]
     earlier.sort(key=lambda r: -by_id[r["id"]])
     return [(r, by_id[r["id"]]) for r in earlier[:k]]
+
+
+def _before(row: sqlite3.Row, me: sqlite3.Row) -> bool:
+    """Whether ``row`` was said before ``me``: by their times, or when one has none (an undated note)
+    by the order they were indexed, so that of two leaves only one may update the other."""
+    if row["ts"] is not None and me["ts"] is not None:
+        return bool(row["ts"] < me["ts"])
+    return bool(row["rowid"] < me["rowid"])
 
 
 def stated(row: sqlite3.Row) -> bool:
@@ -226,23 +231,33 @@ def stated(row: sqlite3.Row) -> bool:
         return True
 
 
-def judged(
+def candidates(
     conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row
-) -> list[tuple[sqlite3.Row, detect.Judgement]]:
+) -> list[tuple[sqlite3.Row, float, dict[str, Any]]]:
     """The earlier leaves the leaf ``row`` (id, text, speaker, role, entities, provenance) may update,
-    each with the detector's judgement (those it rules out are left out)."""
+    before any judgement: each with its cosine and the keyword arguments ``detect.judge`` takes."""
     if not stated(row):
         return []
     out = []
     for old, cosine in earlier_neighbours(conn, cache, row["id"]):
-        verdict = detect.judge(
-            old["text"],
-            row["text"],
-            cosine,
-            same_speaker=(old["speaker"] or old["role"]) == (row["speaker"] or row["role"]),
-            shared_entities=len(set(json.loads(old["entities"])) & set(json.loads(row["entities"]))),
-            other_people=detect.other_people(json.loads(old["entities"]), json.loads(row["entities"])),
-        )
+        old_entities, new_entities = json.loads(old["entities"]), json.loads(row["entities"])
+        facts = {
+            "same_speaker": (old["speaker"] or old["role"]) == (row["speaker"] or row["role"]),
+            "shared_entities": len(set(old_entities) & set(new_entities)),
+            "other_people": detect.other_people(old_entities, new_entities),
+        }
+        out.append((old, cosine, facts))
+    return out
+
+
+def judged(
+    conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row
+) -> list[tuple[sqlite3.Row, detect.Judgement]]:
+    """The earlier leaves the leaf ``row`` may update, each with the detector's judgement (those it
+    rules out are left out)."""
+    out = []
+    for old, cosine, facts in candidates(conn, cache, row):
+        verdict = detect.judge(old["text"], row["text"], cosine, **facts)
         if verdict is not None:
             out.append((old, verdict))
     return out

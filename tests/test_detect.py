@@ -1,0 +1,131 @@
+"""The offline supersede detector (issue #20): a changed value of one attribute of one subject is an
+update; the same speaker reporting two events with their own values, or two values of different
+attributes of one subject, is not. Realistic chat turns and notes written for the test; the vault test
+uses real files and SQLite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vaultmem import detect
+from vaultmem.embed import FakeEmbedder
+from vaultmem.vault import Vault
+
+
+def test_a_state_that_changes_is_an_update() -> None:
+    rent = detect.judge(
+        "Ugh, paperwork day. My rent is 1,150 euros a month, due on the 1st.",
+        "Heads up: the landlord wrote, my rent goes up to 1,250 euros a month from May.",
+        0.7,
+    )
+    assert rent is not None and "value changed: 1,150 -> 1,250" in rent.why
+    assert rent.confidence >= detect.PROPOSE_AT
+    standup = detect.judge(
+        "The team standup is at 9:30 every day on the Ops channel.",
+        "FYI the team standup is at 10:00 from next week.",
+        0.7,
+    )
+    assert standup is not None and "value changed: 9:30 -> 10:00" in standup.why
+    tops = detect.judge(
+        "Haul report: I've bought three tops from H&M this month.",
+        "I've got five tops from H&M so far, need to stop!",
+        0.6,
+    )
+    assert tops is not None and "counted again: tops" in tops.why
+
+
+def test_two_events_with_their_own_values_are_not_an_update() -> None:
+    """The false links the last detector made on real chats: the same speaker reporting what happened,
+    twice, with new values."""
+    assert (
+        detect.judge(
+            "Booked the train to Kyoto for the 11th, window seat.",
+            "Booked the train to Nara for the 15th too, it leaves at 9:10.",
+            0.8,
+        )
+        is None
+    )
+    assert (
+        detect.judge(
+            "I caught 7 largemouth bass on my trip to Lake Michigan with Alex on 7/10 - great day!",
+            "We were there with Alex on 7/22 - we caught 9 largemouth bass that day.",
+            0.8,
+        )
+        is None
+    )
+    assert (
+        detect.judge(
+            "Rehearsed the Postgres 15 → 16 upgrade on staging last night: 4 minutes for 38 GB.",
+            "Upgraded prod from 15 on 19 March with `pg_upgrade --link`: 6 minutes, 11 minutes of downtime.",
+            0.8,
+        )
+        is None
+    )
+    # An event that says the state changed is one.
+    moved = detect.judge(
+        "I live in Berlin with my partner.", "We moved to Lisbon last month, I live there now.", 0.6
+    )
+    assert moved is not None and "value changed: Berlin -> Lisbon" in moved.why
+
+
+def test_values_of_different_attributes_are_not_an_update() -> None:
+    """One subject, many facts: a handover note and a cutover plan share the service and the people
+    but no value of one attribute changes between them."""
+    handover = (
+        "On-call handover → @Diego for the weekend (Fri 17:00 – Mon 09:00 Lisbon):\n"
+        "• Tidepool v0.9.3 is stable, no open incidents\n"
+        "• Prod cutover stays Thursday 19 March 07:00.\n"
+        "• Runbook: tidepool-runbook.md. Escalation: me, then Priya"
+    )
+    steps = (
+        "Steps:\n"
+        "1. 06:45 disk snapshot of db-primary (our only rollback once 16 has started)\n"
+        "2. 07:00 maintenance banner on, scale tidepool-api and tidepool-worker to 0\n"
+        "3. pg_upgrade --check, then pg_upgrade --link (4 minutes on staging, 38 GB)\n"
+        "6. rebuild db-replica from the new primary (Priya)\n\n"
+        "We stay on the Debian 11 image so glibc does not change in the same step."
+    )
+    assert detect.judge(handover, steps, 0.76, shared_entities=5) is None
+    env = "```sh\nHTTP_PORT=8080\nWEBHOOK_PORT=8081\nMETRICS_PORT=9090\n```"
+    components = "- `tidepool-api`: HTTP API, port 8080\n- Metrics on port 9090 (`/metrics`) for both"
+    assert detect.judge(env, components, 0.83) is None
+    assert detect.judge(components, env, 0.83) is None
+
+
+def test_a_statement_reads_its_values_in_context() -> None:
+    [tops] = [v for v in detect.statement_values("I've already bought three tops from H&M") if v.unit]
+    assert (tops.text, tops.kind, tops.unit, tops.event) == ("3", "count", "top", False)
+    [bass] = detect.statement_values("we caught 9 largemouth bass that day")
+    assert bass.event and bass.unit == "largemouth"
+    [date] = detect.statement_values("the deadline is 27 March")
+    assert (date.text, date.kind) == ("27 march", "date")
+    # Bullets, hard-wrapped mail lines and code blocks.
+    assert detect.statements(
+        "Plan:\n- one thing\n- another\n\nThe provider retires\nour class.\n```\nx=1\n```"
+    ) == [
+        "Plan:",
+        "one thing",
+        "another",
+        "The provider retires our class.",
+    ]
+
+
+def test_an_undated_note_and_a_later_turn_are_judged_one_way_only(tmp_path: Path) -> None:
+    """Of two leaves where one has no time (a hand-written note), only the one indexed later may update
+    the other: never a proposal each way."""
+    v = Vault.init(tmp_path / "vault", '[embed]\nmodel = "fake"\n', embedder=FakeEmbedder())
+    try:
+        (tmp_path / "notes").mkdir()
+        (tmp_path / "notes" / "team.md").write_text(
+            "# Team\n\nThe team standup is at 9:30 every day on the Ops channel.\n", encoding="utf-8"
+        )
+        v.ingest_path(tmp_path / "notes", source="notes")
+        v.remember(
+            "FYI the team standup is at 10:00 from next week.", ts="2024-03-10T09:00:00Z", source="chat"
+        )
+        v.flush()
+        out = v.propose_updates()
+        pairs = {(p.old, p.new) for p in out["proposed"]}
+        assert len(pairs) == 1 and not {(b, a) for a, b in pairs} & pairs
+    finally:
+        v.close()
