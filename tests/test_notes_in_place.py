@@ -246,3 +246,22 @@ def test_watcher_note_saved_renamed_moved_and_deleted(vault: Vault) -> None:
         wait_for(lambda: not hits(vault, "okonomiyaki"), what="the deleted note to leave search")
         assert not vault.ls()
     assert vault.check().ok
+
+
+def test_a_note_section_is_never_proposed_as_updated_or_updating(vault: Vault) -> None:
+    """A note is edited in place: a later chat turn that changes one of its values is no version of it
+    (a link would have to write into the person's note), nor does the note update a turn."""
+    root = vault.layout.root
+    (root / "Team").mkdir()
+    (root / "Team" / "Rituals.md").write_text(
+        "# Rituals\n\nThe team standup is at 9:30 every day on the Ops channel.\n", encoding="utf-8"
+    )
+    vault.remember("The team standup is at 9:00 every day on the Ops channel.", ts="2024-03-01T09:00:00Z")
+    vault.read_notes(["Team/Rituals.md"])
+    vault.remember("FYI the team standup is at 10:00 from next week.", ts="2024-03-10T09:00:00Z")
+    vault.flush()
+    sections = {leaf.id for leaf in vault.ls() if note_of(leaf.path) is not None}
+    assert len(sections) == 1
+    proposed = vault.propose_updates()["proposed"]
+    assert proposed  # the two chat turns are still judged
+    assert not {p.old for p in proposed} & sections and not {p.new for p in proposed} & sections

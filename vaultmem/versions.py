@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vaultmem import detect
+from vaultmem.layout import note_of
 from vaultmem.search import Filters, Hit
 from vaultmem.validity import SUPERSEDED_BY, SUPERSEDES
 from vaultmem.vectors import VectorCache
@@ -206,7 +207,11 @@ def earlier_neighbours(
         f" WHERE kind = 'leaf' AND id IN ({marks})",
         list(by_id),
     ).fetchall()
-    earlier = [r for r in rows if r["id"] not in linked and stated(r) and _before(r, me)]
+    earlier = [
+        r
+        for r in rows
+        if r["id"] not in linked and stated(r) and _before(r, me) and note_of(r["path"]) is None
+    ]
     earlier.sort(key=lambda r: -by_id[r["id"]])
     return [(r, by_id[r["id"]]) for r in earlier[:k]]
 
@@ -235,8 +240,10 @@ def candidates(
     conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row
 ) -> list[tuple[sqlite3.Row, float, dict[str, Any]]]:
     """The earlier leaves the leaf ``row`` (id, text, speaker, role, entities, provenance) may update,
-    before any judgement: each with its cosine and the keyword arguments ``detect.judge`` takes."""
-    if not stated(row):
+    before any judgement: each with its cosine and the keyword arguments ``detect.judge`` takes. A
+    section of a note written by hand neither updates nor is updated: its note is edited in place (and a
+    version link would have to write into it)."""
+    if not stated(row) or ("path" in row.keys() and note_of(row["path"]) is not None):  # noqa: SIM118 (a Row tests values)
         return []
     out = []
     for old, cosine in earlier_neighbours(conn, cache, row["id"]):
