@@ -197,3 +197,22 @@ def test_an_edited_summary_text_is_detected_and_pinned_text_is_searchable() -> N
     )
     assert pinned.searchable.startswith("Ask Mara first.")
     assert "## Pinned" in render_summary(pinned)
+
+
+def test_a_small_group_stays_in_its_conversation_unless_another_subject_is_clearly_closer() -> None:
+    """Two sessions of one chat on nearby subjects: the two-turn tail of session 0 (too small for a level)
+    joins session 0's level, though session 1's level is a little closer in meaning; a turn on a subject
+    clearly apart from its own session's joins the level of that subject instead."""
+    a, b, c = np.eye(3, dtype=np.float32)
+    rows = [a] * 5 + [0.8 * a + 0.45 * b] * 2 + [0.6 * a + 0.8 * b] * 5  # session 0: 7 turns; 1: 5
+    episodes = [0] * 7 + [1] * 5
+    vectors = _unit(np.stack(rows))
+    caps = Caps(5, 3, 40, 10_000)
+    by_meaning = group(vectors, [10] * 12, caps)
+    assert [5, 6] not in [[i for i in g if i in (5, 6)] for g in by_meaning if 0 in g]
+    groups = group(vectors, [10] * 12, caps, episodes)
+    assert all(len({episodes[i] for i in g}) == 1 for g in groups)
+    # A clearly different subject: the lone turn joins its subject, not its session.
+    rows2 = [a] * 5 + [c] + [c] * 5
+    groups2 = group(_unit(np.stack(rows2)), [10] * 11, Caps(5, 3, 40, 10_000), [0] * 6 + [1] * 5)
+    assert next(g for g in groups2 if 5 in g) == [5, 6, 7, 8, 9, 10]

@@ -100,6 +100,49 @@ def test_new_leaves_join_a_close_existing_level_and_make_it_stale_then_fresh(tmp
         assert vault.check().ok
 
 
+def test_a_later_session_of_a_chat_gets_levels_of_its_own_and_a_split_session_joins_its_level(
+    tmp_path: Path,
+) -> None:
+    """Sessions s0 and s1, then days later s2 and s3 on the same four subjects: the new sessions are as
+    close in meaning to the old levels as ever, but a chat's level keeps to one conversation. The turns of
+    s1 that stayed in _fresh/ at the first seal do join s1's levels."""
+
+    def by_day(records: list[dict[str, object]]) -> list[dict[str, object]]:
+        # One sitting a day per session, a turn a minute.
+        return [
+            r | {"ts": f"2024-05-{1 + i // 40:02d}T10:{i % 40:02d}:00Z"} for i, r in enumerate(records, start)
+        ]
+
+    with make_vault(tmp_path / "v") as vault:
+        start = 0
+        vault.ingest_messages(by_day(topic_records(20)))
+        vault.flush()
+        vault.compact()
+        before = {
+            r["path"].rsplit("/", 1)[0]: r["n"]
+            for r in vault.conn.execute(
+                "SELECT MIN(path) AS path, COUNT(*) AS n FROM chunks WHERE kind = 'leaf'"
+                " AND path NOT LIKE '%/_fresh/%' GROUP BY parent"
+            )
+        }
+        start = 80
+        vault.ingest_messages(by_day(topic_records(20, start=80)))
+        vault.flush()
+        report = vault.compact()
+        assert report.merged > 0  # s1's tail joined s1's levels
+        sessions: dict[str, set[str]] = {}
+        for row in vault.conn.execute(
+            "SELECT path, session FROM chunks WHERE kind = 'leaf' AND path NOT LIKE '%/_fresh/%'"
+        ):
+            sessions.setdefault(row["path"].rsplit("/", 1)[0], set()).add(row["session"])
+        assert all(len(held) == 1 for held in sessions.values()), sorted(
+            (d, sorted(v)) for d, v in sessions.items() if len(v) > 1
+        )
+        assert {"s2", "s3"} <= set().union(*sessions.values())
+        assert all(d in sessions for d in before)
+        assert vault.check().ok
+
+
 def test_condensation_groups_levels_under_parents_and_cascades(tmp_path: Path) -> None:
     with make_vault(tmp_path / "v", fanout=4) as vault:
         vault.ingest_messages(topic_records(40))
@@ -321,7 +364,8 @@ def test_a_title_a_person_gave_a_level_survives_re_summarising(tmp_path: Path) -
             .replace(f"title_hash: {mine.title_hash}\n", f"title_hash: {text_hash(old)}\n", 1)
         )
         for start in (80, 160):  # twice: a kept title stays kept
-            vault.ingest_messages(topic_records(20, start=start))
+            # The chat's first session goes on (a later one would get levels of its own).
+            vault.ingest_messages([r | {"session": "s0"} for r in topic_records(20, start=start)])
             vault.flush()
             report = vault.compact()
             assert report.jobs_failed == 0 and report.resummarised > 0

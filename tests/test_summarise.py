@@ -22,6 +22,7 @@ from vaultmem.summarise import (
     Summariser,
     Summary,
     is_filler,
+    person,
     split_sentences,
     token_bound,
 )
@@ -650,3 +651,30 @@ def test_informative_sentences_beat_central_chatter() -> None:
     assert "Jo: My flight to Kyoto is on 12 April at 08:15 and cost $640." in lines
     central = lines_of(ExtractiveSummariser(ranking="central").summarise(children, 1))
     assert "Jo: My flight to Kyoto is on 12 April at 08:15 and cost $640." not in central
+
+
+def test_the_speaker_telling_of_themselves_beats_lines_spoken_to_the_listener() -> None:
+    # Same vector everywhere and no dates, amounts or names; the reactions even share the level's words.
+    same = vec(1.0, 0.0)
+    reactions = [
+        "You must be so proud of how your garden looks this spring.",
+        "Your garden has come such a long way this spring.",
+        "You always make time for the garden in spring.",
+        "You have such a good eye for a spring garden.",
+        "Your neighbours must love your garden this spring.",
+        "You deserve that garden after all the spring weeding.",
+        "You should show the garden club your spring photos.",
+        "You make a small garden feel big in spring.",
+        "Your spring garden sounds like a lot of work.",
+        "You picked the right plants for a spring garden.",
+    ]
+    children = [Child(text, same, speaker="Sam") for text in reactions]
+    children.append(Child("I planted tomatoes and basil along the back fence.", same, speaker="Jo"))
+    children.append(Child("My sister gave me her old greenhouse when she moved away.", same, speaker="Jo"))
+    lines = lines_of(ExtractiveSummariser().summarise(children, 1))
+    assert len(lines) < len(children)  # the bound leaves some out
+    assert "Jo: I planted tomatoes and basil along the back fence." in lines
+    assert "Jo: My sister gave me her old greenhouse when she moved away." in lines
+    assert person("I planted tomatoes.") == (True, False)
+    assert person("Sam: You must be so proud.") == (False, True)
+    assert person("我明天去牙医那里") == (True, False)

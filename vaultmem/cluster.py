@@ -8,8 +8,10 @@ Given episodes (a conversation, a sitting), a group is one subject of one time s
 a level's target size long is clustered on its own, and within it two clusters are not joined when they
 are not clearly more alike than two members of the batch are anyway (the batch's own background: mean
 pair cosine plus half a standard deviation, so the bar follows the embedder and the corpus); shorter
-episodes are pooled and grouped by meaning; a group under the minimum size joins the closest group. Batches
-are bounded by the caller, so the quadratic cost of agglomerative clustering never grows with the vault.
+episodes are pooled and grouped by meaning; a group under the minimum size joins the closest group of its
+own episode unless another is clearly closer in meaning (by ``EPISODE_BONUS``; half that for the episode
+just before or after it). Batches are bounded by the caller, so the quadratic cost of agglomerative
+clustering never grows with the vault.
 Never touches files or the index.
 """
 
@@ -23,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 Matrix = npt.NDArray[np.float32]
+EPISODE_BONUS = 0.2  # cosine a small group's own episode is worth when it joins another group
 
 
 @dataclass(frozen=True)
@@ -43,13 +46,19 @@ def centroid(vectors: Matrix, weights: Sequence[float] | None = None) -> npt.NDA
 
 
 def group(
-    vectors: Matrix, tokens: Sequence[int], caps: Caps, episodes: Sequence[int] | None = None
+    vectors: Matrix,
+    tokens: Sequence[int],
+    caps: Caps,
+    episodes: Sequence[int] | None = None,
+    *,
+    apart: bool = False,
 ) -> list[list[int]]:
     """Partition row indices of ``vectors`` (in their given, chronological order) into groups.
 
     ``episodes`` (one number per row) keeps groups within an episode where the episode is large enough
-    for a group of its own. Every index appears in exactly one group; groups and their members keep the
-    input order."""
+    for a group of its own; with ``apart`` (a chat's sessions) every episode is, however short: a short
+    one is most often a session cut by the batch's edge, whose rest is or will be in a level of its own.
+    Every index appears in exactly one group; groups and their members keep the input order."""
     n = len(vectors)
     if n == 0:
         return []
@@ -63,8 +72,8 @@ def group(
             by_episode.setdefault(e, []).append(i)
         # An episode shorter than a level's target size is no level of its own: such episodes are
         # pooled and grouped by meaning.
-        parts = [m for m in by_episode.values() if len(m) >= caps.target]
-        pooled = [i for m in by_episode.values() if len(m) < caps.target for i in m]
+        parts = [m for m in by_episode.values() if apart or len(m) >= caps.target]
+        pooled = [i for m in by_episode.values() if not apart and len(m) < caps.target for i in m]
         if pooled:
             parts.append(sorted(pooled))
     bar = background(vectors) if episodes is not None else None
@@ -165,7 +174,7 @@ def _merge_small(
                 continue
             here = centroid(vectors[g])
             mine = {episodes[i] for i in g}
-            best: tuple[float, bool, int] | None = None
+            best: tuple[float, int] | None = None
             for j, other in enumerate(groups):
                 if other is g:
                     continue
@@ -173,12 +182,19 @@ def _merge_small(
                     continue
                 if sum(tokens[i] for i in other) + sum(tokens[i] for i in g) > caps.max_tokens:
                     continue
-                # The closest in meaning; of its own episode only on a tie.
-                key = (float(centroid(vectors[other]) @ here), any(episodes[i] in mine for i in other), j)
-                if best is None or key[:2] > best[:2]:
-                    best = key
+                # The closest in meaning, with a bonus for its own episode and a smaller one for the
+                # episode just before or after it (a conversation goes on where it left off): within
+                # one chat every group is about as close as any other, and the episode decides.
+                near = {episodes[i] for i in other}
+                cosine = float(centroid(vectors[other]) @ here)
+                if near & mine:
+                    cosine += EPISODE_BONUS
+                elif any(abs(a - b) == 1 for a in near for b in mine):
+                    cosine += EPISODE_BONUS / 2
+                if best is None or cosine > best[0]:
+                    best = (cosine, j)
             if best is not None:
-                groups[best[2]].extend(g)
+                groups[best[1]].extend(g)
                 groups.remove(g)
                 moved = True
                 break

@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
 import numpy as np
@@ -58,6 +58,7 @@ from vaultmem.summaryfile import (
 
 Vector = npt.NDArray[np.float32]
 _NUMBERED = re.compile(r"^(\d+)-")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class _Level:
     latest: str | None
     stale: bool
     children: int = 0
+    sessions: set[str] = field(default_factory=set)  # of its own leaves (depth 1): where a chat goes on
 
     @property
     def centroid(self) -> Vector:
@@ -209,6 +211,8 @@ class SourceState:
                     holder.tokens += row["tokens"]
                     if holder.depth == 1 and str(PurePosixPath(path).parent) == parent_dir:
                         holder.children += 1
+                        if row["session"]:
+                            holder.sessions.add(row["session"])
                 parent_dir = str(PurePosixPath(parent_dir).parent)
         fresh.sort(key=lambda leaf: (leaf.ts or "", leaf.path))
         return cls(source, root, fresh, levels, dim)
@@ -319,28 +323,51 @@ class Planner:
         caps = cluster.Caps(
             s.bucket_target_leaves, s.bucket_min_leaves, s.bucket_max_leaves, s.bucket_max_tokens
         )
-        groups = cluster.group(
-            matrix, [leaf.tokens for leaf in batch], caps, episodes(batch, s.episode_gap_s)
+        numbers = episodes(batch, s.episode_gap_s)
+        # The rest of a session the last seal cut, too short for a level: each of its turns goes on in
+        # the closest of that session's levels with room, not wherever it is closest in meaning.
+        carried = [i for i, e in enumerate(numbers) if e == numbers[0]] if batch[0].session else []
+        if len(carried) >= s.bucket_target_leaves or not any(
+            batch[0].session in lv.sessions for lv in state.levels.values() if lv.depth == 1
+        ):
+            carried = []
+        rest = list(range(len(carried), len(batch)))
+        # A chat's sessions are sealed apart (its short pieces join their own session's levels).
+        found = cluster.group(
+            matrix[rest],
+            [batch[i].tokens for i in rest],
+            caps,
+            [numbers[i] for i in rest],
+            apart=any(leaf.session for leaf in batch),
         )
+        groups = [[rest[i] for i in members] for members in found]
         writes: list[FileWrite] = []
         moves: list[tuple[str, str]] = []
         stale: dict[str, _Level] = {}
         sealed_into: list[str] = []
-        merged = 0
         created: list[_Level] = []
-        for members in groups:
+
+        def join(members: list[int], threshold: float) -> bool:
             leaves = [batch[i] for i in members]
             center = cluster.centroid(matrix[members])
             tokens = sum(leaf.tokens for leaf in leaves)
-            target = self._join_target(state, center, len(leaves), tokens)
-            if target is not None:
-                for leaf in leaves:
-                    moves.append((leaf.path, f"{target.dir}/{PurePosixPath(leaf.path).name}"))
-                self._absorb(state, target, leaves)
-                for level in [target, *state.ancestors(target.id)]:
-                    stale[level.id] = level
-                merged += len(leaves)
+            target = self._join_target(state, center, leaves, tokens, threshold)
+            if target is None:
+                return False
+            for leaf in leaves:
+                moves.append((leaf.path, f"{target.dir}/{PurePosixPath(leaf.path).name}"))
+            self._absorb(state, target, leaves)
+            for level in [target, *state.ancestors(target.id)]:
+                stale[level.id] = level
+            return True
+
+        left = [i for i in carried if not join([i], -np.inf)]  # its session's levels are full
+        merged = len(carried) - len(left)
+        for members in ([left] if left else []) + groups:
+            if join(members, s.merge_threshold):
+                merged += len(members)
                 continue
+            leaves = [batch[i] for i in members]
             level, write = self._new_bucket(state, leaves)
             writes.append(write)
             created.append(level)
@@ -373,10 +400,18 @@ class Planner:
         message = f"memory: {'; '.join(parts)} ({state.source})"
         return TreeOp("seal", state.source, message, tuple(writes), tuple(moves), tuple(queued), {})
 
-    def _join_target(self, state: SourceState, center: Vector, n: int, tokens: int) -> _Level | None:
-        """The closest depth-1 level with room, when it is within ``merge_threshold``."""
+    def _join_target(
+        self, state: SourceState, center: Vector, leaves: Sequence[_Leaf], tokens: int, threshold: float
+    ) -> _Level | None:
+        """The closest depth-1 level with room, when it is within ``threshold``; for a chat, only a level
+        its conversation goes on from (``continues``)."""
         s = self.settings
-        levels = [lv for lv in state.levels.values() if lv.depth == 1 and lv.leaves > 0]
+        n = len(leaves)
+        levels = [
+            lv
+            for lv in state.levels.values()
+            if lv.depth == 1 and lv.leaves > 0 and continues(lv, leaves, s.episode_gap_s)
+        ]
         if not levels:
             return None
         room = np.array(
@@ -389,7 +424,7 @@ class Planner:
         norms = np.linalg.norm(np.stack([lv.vec_sum for lv in levels]), axis=1)
         sims = np.where(room & (norms > 0), sims / np.maximum(norms, 1e-12), -np.inf)
         best = int(np.argmax(sims))
-        return levels[best] if sims[best] >= s.merge_threshold else None
+        return levels[best] if sims[best] >= threshold and np.isfinite(sims[best]) else None
 
     def _absorb(self, state: SourceState, target: _Level, leaves: Sequence[_Leaf]) -> None:
         total = np.sum([leaf.vec for leaf in leaves], axis=0)
@@ -398,6 +433,9 @@ class Planner:
             level.leaves += len(leaves)
             level.tokens += sum(leaf.tokens for leaf in leaves)
         target.children += len(leaves)
+        target.sessions.update(leaf.session for leaf in leaves if leaf.session)
+        stamps = [ts for ts in (target.latest, *(leaf.ts for leaf in leaves)) if ts]
+        target.latest = max(stamps, key=lambda ts: parse_ts(ts) or _EPOCH) if stamps else None
 
     def _new_bucket(self, state: SourceState, leaves: Sequence[_Leaf]) -> tuple[_Level, FileWrite]:
         readable = [leaf for leaf in leaves if leaf.status != Status.DROPPED.value] or list(leaves)
@@ -451,6 +489,7 @@ class Planner:
             max(stamps) if stamps else None,
             self.llm_later,
             len(leaves),
+            {leaf.session for leaf in leaves if leaf.session},
         )
         state.levels[level.id] = level
         return level, FileWrite(node.path, render_summary(node), None)
@@ -662,6 +701,24 @@ class Planner:
         )
         state.levels[level.id] = level
         return level, FileWrite(node.path, render_summary(node), None)
+
+
+def continues(level: _Level, leaves: Sequence[_Leaf], gap_s: float) -> bool:
+    """May ``leaves`` (a group of one seal) join ``level``? Always, unless they are a chat (a session or
+    a speaker): then only where their conversation goes on, as ``episodes`` draws it: a session of theirs
+    is one of the level's, or (no sessions) their first turn follows the level's last within ``gap_s``.
+    Without this a group of one session joined the closest level in meaning, which in a chat between two
+    people is often another day's (LoCoMo: half the levels mixed sessions)."""
+    sessions = {leaf.session for leaf in leaves if leaf.session}
+    if sessions:
+        return bool(sessions & level.sessions)
+    if not any(leaf.speaker for leaf in leaves):
+        return True
+    first = min((ts for ts in (parse_ts(leaf.ts) for leaf in leaves) if ts is not None), default=None)
+    last = parse_ts(level.latest) if level.latest else None
+    if first is None or last is None:
+        return True
+    return abs((first - last).total_seconds()) <= gap_s
 
 
 def episodes(leaves: Sequence[_Leaf], gap_s: float) -> list[int]:

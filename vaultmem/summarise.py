@@ -544,15 +544,42 @@ def _no_greeting_first(
 
 _INFO_WEIGHT = 1.0  # the fast score (0..1) beside a cosine
 _QUESTION_PENALTY = 0.8  # a question asks; the answer (its own sentence) carries the fact
+_SELF_WEIGHT = 0.2  # the speaker tells of themselves: what a memory keeps
+_ADDRESS_PENALTY = 0.2  # the line speaks to the other person: praise, advice, sympathy
+_SELF_RE = re.compile(
+    r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|we're|we've|we'd|we'll|us|our|ours|ourselves)\b"
+    r"|[我咱]",
+    re.IGNORECASE,
+)
+_ADDRESS_RE = re.compile(
+    r"\b(?:you|you're|you've|you'd|you'll|your|yours|yourself|ya)\b|[你您]", re.IGNORECASE
+)
+
+
+def person(sentence: str) -> tuple[bool, bool]:
+    """(tells of the speaker, speaks to the listener): a first-person word ("I", "my", "we", 我), a
+    second-person one ("you", "your", 你). The speaker's prefix of a child summary's line is left out."""
+    sentence = _SPEAKER_PREFIX_RE.sub("", sentence.replace("’", "'"), count=1)
+    return bool(_SELF_RE.search(sentence)), bool(_ADDRESS_RE.search(sentence))
 
 
 def _informative(candidates: list[_Candidate], central: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """Centrality (a cosine) plus what each sentence carries, less questions. Centrality is not
-    rescaled: within a node of near-identical vectors a min-max scale would blow noise up to 0..1."""
-    scaled = central
+    """Centrality (a cosine) plus what each sentence carries, less questions; a line in which the
+    speaker tells of themselves ("I adopted a second cat in May") gains, one that speaks to the listener
+    ("You're so brave!", "I'm so proud of you") loses: in a conversation the first are the facts, the
+    second reactions to them (LoCoMo dev: 37% of first-person statements state a reference fact, 8% of
+    lines with "you"). Centrality is not rescaled: within a node of near-identical vectors a min-max
+    scale would blow noise up to 0..1."""
     info = np.array([information(c.sentence) for c in candidates])
     asks = np.array([c.sentence.rstrip().endswith(("?", "？")) for c in candidates], dtype=np.float64)
-    return scaled + _INFO_WEIGHT * info - _QUESTION_PENALTY * asks
+    persons = np.array([person(c.sentence) for c in candidates], dtype=np.float64).reshape(-1, 2)
+    return (
+        central
+        + _INFO_WEIGHT * info
+        - _QUESTION_PENALTY * asks
+        + _SELF_WEIGHT * persons[:, 0]
+        - _ADDRESS_PENALTY * persons[:, 1]
+    )
 
 
 def _lexical_centrality(
