@@ -678,3 +678,17 @@ def test_the_speaker_telling_of_themselves_beats_lines_spoken_to_the_listener() 
     assert person("I planted tomatoes.") == (True, False)
     assert person("Sam: You must be so proud.") == (False, True)
     assert person("我明天去牙医那里") == (True, False)
+
+
+def test_a_sentence_is_never_picked_twice_when_only_ruled_out_ones_remain() -> None:
+    """Found by Hypothesis: the opening line ruled out, a duplicate of the pick gone, and the rest
+    ruled out too; the same line filled the bound eleven times (121 tokens over a 120 bound)."""
+    children = [
+        Child("the garden garden garden garden", None),
+        Child("AA:AA:A", None),
+        Child("the the the the the the garden garden", None),
+    ]
+    summary = ExtractiveSummariser().summarise(children, 1)
+    lines = summary.text.splitlines()
+    assert len(lines) == len(set(lines))
+    assert_valid(summary, 1)

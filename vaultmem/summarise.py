@@ -636,6 +636,8 @@ def _mmr(
             return picked
         scores = np.where(eligible, _MMR_LAMBDA * relevance - (1 - _MMR_LAMBDA) * redundancy, -np.inf)
         best = int(np.argmax(scores))  # first maximum: ties go to the earlier sentence
+        if scores[best] == -np.inf:  # only sentences ruled out are left (argmax would pick one again)
+            return picked
         picked.append(best)
         available[best] = False
         remaining -= int(costs[best])
