@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vaultmem import validity
+from vaultmem.db import BULK_MIN_ROWS, bulk_insert
 from vaultmem.errors import NodeNotFound
 from vaultmem.inputs.mailthread import KnownEmail
 from vaultmem.layout import in_sealed_level
@@ -169,7 +170,13 @@ _UPSERT = (
 
 
 def insert_rows(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
-    conn.executemany(_INSERT, rows)
+    """Insert new rows; a batch of ``BULK_MIN_ROWS`` or more inside a transaction fills the FTS tables,
+    the mentions and the ``chunks_gen`` counter once for all of them (``db.bulk_insert``)."""
+    rows = list(rows)
+    if len(rows) < BULK_MIN_ROWS:
+        conn.executemany(_INSERT, rows)
+        return
+    bulk_insert(conn, lambda: conn.executemany(_INSERT, rows))
 
 
 def upsert_rows(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
