@@ -47,8 +47,12 @@ def _state(conn: sqlite3.Connection) -> dict[str, object]:
     state["gen"] = db.chunks_generation(conn)
     state["schema"] = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
     # The words are searchable, not only stored: a MATCH through the index.
-    state["match"] = conn.execute("SELECT rowid FROM fts_words WHERE fts_words MATCH 'caroline' ORDER BY rowid").fetchall()
-    state["cjk"] = conn.execute("SELECT rowid FROM fts_trigram WHERE fts_trigram MATCH '京都旅' ORDER BY rowid").fetchall()
+    state["match"] = conn.execute(
+        "SELECT rowid FROM fts_words WHERE fts_words MATCH 'caroline' ORDER BY rowid"
+    ).fetchall()
+    state["cjk"] = conn.execute(
+        "SELECT rowid FROM fts_trigram WHERE fts_trigram MATCH '京都旅' ORDER BY rowid"
+    ).fetchall()
     return state
 
 

@@ -553,7 +553,7 @@ def insert_triggers(conn: sqlite3.Connection) -> dict[str, str]:
     }
 
 
-def bulk_insert(conn: sqlite3.Connection, insert: Callable[[], None]) -> None:
+def bulk_insert(conn: sqlite3.Connection, insert: Callable[[], object]) -> None:
     """Run ``insert`` (rows into ``chunks`` only) with the insert triggers off, then do their work once for
     all the new rows (``INSERT_TRIGGERS_AS_SETS``). Inside the caller's transaction: a reader or a crash
     sees the triggers, and the rows, as they were or as they are after. An insert trigger this module
