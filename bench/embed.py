@@ -279,6 +279,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="cap every runtime's threads (default: all)")
     parser.add_argument("--onnx-dir", type=Path, help="where to cache ONNX exports (default: a temp dir)")
     parser.add_argument("--no-onnx", action="store_true", help="skip the ONNX rows")
+    parser.add_argument(
+        "--only",
+        help="comma-separated name prefixes of the backends to run (the torch reference always runs),"
+        " e.g. 'numpy b64,onnx fp32'",
+    )
     parser.add_argument("--cold-onnx", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cold_onnx:
@@ -317,6 +322,13 @@ def main() -> None:
             factories[f"onnx {name} b64"] = lambda path=path: OrtEmbedder(
                 path, model_dir, threads=args.threads
             )
+    if args.only:
+        prefixes = [p.strip() for p in args.only.split(",") if p.strip()]
+        factories = {
+            name: make
+            for name, make in factories.items()
+            if name.startswith("torch b64") or any(name.startswith(p) for p in prefixes)
+        }
     try:
         run(args, corpus, queries, factories, onnx_paths)
     finally:

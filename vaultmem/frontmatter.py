@@ -51,8 +51,9 @@ def normalise_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def split(text: str, *, where: str = "file") -> MdDoc:
-    """Parse a Markdown document. A file without frontmatter has an empty mapping.
+def split(text: str, *, where: str = "file", blocks: bool = True) -> MdDoc:
+    """Parse a Markdown document. A file without frontmatter has an empty mapping. ``blocks=False``
+    leaves out the raw text of each key (``raw_blocks``), which only a rewrite needs.
 
     Raises FrontmatterError for YAML that does not parse or is not a mapping.
     """
@@ -79,7 +80,7 @@ def split(text: str, *, where: str = "file") -> MdDoc:
     if not isinstance(meta, dict):
         raise FrontmatterError(f"{where}: frontmatter must be a mapping of keys, got {type(meta).__name__}")
     meta = {str(k): v for k, v in meta.items()}
-    return MdDoc(meta, _raw_blocks(raw), body)
+    return MdDoc(meta, _raw_blocks(raw) if blocks else (), body)
 
 
 def _raw_blocks(raw: str) -> tuple[tuple[str, str], ...]:

@@ -144,10 +144,30 @@ def read_text_guarded(path: Path, max_bytes: int) -> tuple[str, str]:
     Raises InvalidInput for files that are too large, binary or not UTF-8, so nothing downstream ever
     sees undecodable data.
     """
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise InvalidInput(f"{path}: {size} bytes is over the {max_bytes}-byte limit; split the file")
-    raw = path.read_bytes()
+    text, digest, _st = read_text_stat(path, max_bytes)
+    return text, digest
+
+
+def read_text_stat(path: Path, max_bytes: int) -> tuple[str, str, os.stat_result]:
+    """``read_text_guarded`` plus the stat of the file read (taken from the open file after reading, so it
+    describes the bytes hashed even if the path is replaced meanwhile)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise InvalidInput(f"{path}: {size} bytes is over the {max_bytes}-byte limit; split the file")
+        chunks = []
+        while True:
+            chunk = os.read(fd, max(size + 1, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    if len(raw) > max_bytes:
+        raise InvalidInput(f"{path}: {len(raw)} bytes is over the {max_bytes}-byte limit; split the file")
     data = as_utf8(raw, path)
     if b"\x00" in data[:8192]:
         raise InvalidInput(f"{path}: looks binary (NUL byte); only UTF-8 text can be read")
@@ -155,7 +175,7 @@ def read_text_guarded(path: Path, max_bytes: int) -> tuple[str, str]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"{path}: not valid UTF-8 at byte {exc.start}; re-save it as UTF-8") from exc
-    return text, sha256_bytes(raw)
+    return text, sha256_bytes(raw), st
 
 
 def ensure_inside(root: Path, path: Path) -> Path:
@@ -325,6 +345,12 @@ class Written:
 
 def _write_tmp(target: Path, data: bytes, *, fsync: bool) -> Path:
     tmp = _tmp_path(target)
+    _write_new(tmp, target, data, fsync=fsync)
+    return tmp
+
+
+def _write_new(tmp: Path, target: Path, data: bytes, *, fsync: bool) -> os.stat_result:
+    """Create ``tmp`` holding ``data`` (``fsync``: on disk before this returns); its stat."""
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except PermissionError as exc:
@@ -334,16 +360,19 @@ def _write_tmp(target: Path, data: bytes, *, fsync: bool) -> Path:
             raise ReadOnlyVault(f"cannot write in {target.parent}: {exc.strerror}") from exc
         raise
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            if fsync:
-                fh.flush()
-                os.fsync(fh.fileno())
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if fsync:
+            os.fsync(fd)
+        st = os.fstat(fd)
     except BaseException:
+        os.close(fd)
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    return tmp
+    os.close(fd)
+    return st
 
 
 def atomic_write(path: Path, data: bytes, *, root: Path, expected: str | bool | None = False) -> str:
@@ -408,12 +437,15 @@ def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[Writ
             raise ConflictError(f"{item.path} changed on disk since it was read; refusing to overwrite it")
     tmps: list[tuple[Path, Path]] = []
     stats: list[os.stat_result] = []
+    batch = secrets.token_hex(6)  # one random part per batch, a counter per file: names stay unique
     with _space(items[0].path.parent):
         try:
-            for item in items:
-                item.path.parent.mkdir(parents=True, exist_ok=True)
-                tmps.append((_write_tmp(item.path, item.data, fsync=False), item.path))
-                stats.append(os.stat(tmps[-1][0]))  # the same inode as the file once renamed
+            for parent in dict.fromkeys(item.path.parent for item in items):
+                parent.mkdir(parents=True, exist_ok=True)
+            for n, item in enumerate(items):
+                tmp = item.path.with_name(f"{TMP_PREFIX}{batch}{n:x}-{item.path.name}")
+                stats.append(_write_new(tmp, item.path, item.data, fsync=False))  # the inode once renamed
+                tmps.append((tmp, item.path))
             _syncfs(root)
             for tmp, target in tmps:
                 os.replace(tmp, target)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vaultmem import validity
+from vaultmem.db import BULK_MIN_ROWS, bulk_insert
 from vaultmem.errors import InvalidInput, NodeNotFound
 from vaultmem.inputs.mailthread import KnownEmail
 from vaultmem.layout import SUMMARY_NAME, in_sealed_level, note_of, section_range
@@ -76,6 +77,11 @@ def effective_status(leaf: Leaf) -> Status:
     return leaf.status
 
 
+def _json_list(values: Sequence[str]) -> str:
+    """``json.dumps(list(values), ensure_ascii=False)``; most of a leaf's lists are empty."""
+    return json.dumps(list(values), ensure_ascii=False) if values else "[]"
+
+
 def leaf_row(leaf: Leaf, stamp: FileStamp, parent: str | None = None) -> tuple[Any, ...]:
     """The row of a leaf; ``parent`` is the id of the ``_summary.md`` in the leaf's directory, if any."""
     ts = format_ts(leaf.ts)
@@ -87,7 +93,7 @@ def leaf_row(leaf: Leaf, stamp: FileStamp, parent: str | None = None) -> tuple[A
         leaf.kind.value,
         leaf.session,
         leaf.source_id,
-        json.dumps(list(leaf.message_ids), ensure_ascii=False),
+        _json_list(leaf.message_ids),
         leaf.seq,
         leaf.role,
         leaf.speaker,
@@ -95,11 +101,11 @@ def leaf_row(leaf: Leaf, stamp: FileStamp, parent: str | None = None) -> tuple[A
         ts,
         effective_status(leaf).value,
         leaf.score,
-        json.dumps(list(leaf.reasons)),
+        json.dumps(list(leaf.reasons)) if leaf.reasons else "[]",
         leaf.tokens,
         leaf.content_hash,
-        json.dumps(list(leaf.redactions)),
-        json.dumps(leaf.meta, ensure_ascii=False, sort_keys=True),
+        json.dumps(list(leaf.redactions)) if leaf.redactions else "[]",
+        json.dumps(leaf.meta, ensure_ascii=False, sort_keys=True) if leaf.meta else "{}",
         leaf.text,
         parent,
         0,
@@ -107,7 +113,7 @@ def leaf_row(leaf: Leaf, stamp: FileStamp, parent: str | None = None) -> tuple[A
         stamp.size,
         stamp.mtime_ns,
         leaf.order,
-        json.dumps(list(leaf.entities), ensure_ascii=False),
+        _json_list(leaf.entities),
         *validity.row_values(validity.of(leaf)),
     )
 
@@ -172,7 +178,13 @@ _UPSERT = (
 
 
 def insert_rows(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
-    conn.executemany(_INSERT, rows)
+    """Insert new rows; a batch of ``BULK_MIN_ROWS`` or more inside a transaction fills the FTS tables,
+    the mentions and the ``chunks_gen`` counter once for all of them (``db.bulk_insert``)."""
+    rows = list(rows)
+    if len(rows) < BULK_MIN_ROWS:
+        conn.executemany(_INSERT, rows)
+        return
+    bulk_insert(conn, lambda: conn.executemany(_INSERT, rows))
 
 
 def upsert_rows(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:

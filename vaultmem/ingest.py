@@ -69,9 +69,13 @@ def build_leaves(
     """Redact, chunk and score messages into leaves (not yet written), learned ``ingested`` (now)."""
     learned = (ingested or datetime.now(UTC)).replace(microsecond=0)
     leaves: list[Leaf] = []
+    fresh: dict[str, str] = {}  # source -> its _fresh folder, relative (one pathlib round per source)
     for message in messages:
         safe_name(message.source)
         message, kinds = redact_message(message)
+        folder = fresh.get(message.source)
+        if folder is None:
+            folder = fresh[message.source] = layout.rel(layout.fresh_dir(message.source))
         for chunk in chunk_message(message, max_tokens):
             score = scorer.score(chunk.text)
             text = chunk.text.strip()
@@ -81,7 +85,7 @@ def build_leaves(
                     id=chunk.id,
                     source=message.source,
                     text=text,
-                    path=layout.rel(layout.fresh_dir(message.source) / name),
+                    path=f"{folder}/{name}",
                     kind=message.kind,
                     seq=chunk.seq,
                     source_id=message.source_id,
@@ -174,7 +178,16 @@ def write_leaves(conn: sqlite3.Connection, layout: Layout, leaves: list[Leaf]) -
         return []
     intent = write_intent(layout, new=[leaf.path for leaf in new])
     datas = [leaffile.render_leaf(leaf).encode("utf-8") for leaf in new]
-    writes = [fsio.PendingWrite(layout.abs(leaf.path), data) for leaf, data in zip(new, datas, strict=True)]
+    folders: dict[str, Path] = {}  # one checked join per folder (a batch is mostly one _fresh folder)
+    writes = []
+    for leaf, data in zip(new, datas, strict=True):
+        folder, _, name = leaf.path.rpartition("/")
+        where = folders.get(folder)
+        if where is None:
+            where = folders[folder] = layout.abs(folder) if folder else layout.root
+        if name in ("", ".", ".."):
+            raise ValueError(f"not a leaf file path: {leaf.path!r}")
+        writes.append(fsio.PendingWrite(where / name, data))
     try:
         written = fsio.write_batch_durable(layout.root, writes)
     except (UnsafePath, ConflictError):

@@ -140,9 +140,10 @@ def _str_list(value: Any, key: str, where: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def parse_leaf(text: str, rel_path: str) -> tuple[Leaf, frontmatter.MdDoc]:
-    """Read a leaf file. Raises FrontmatterError when it is not a valid leaf."""
-    doc = frontmatter.split(text, where=rel_path)
+def parse_leaf(text: str, rel_path: str, *, blocks: bool = True) -> tuple[Leaf, frontmatter.MdDoc]:
+    """Read a leaf file. Raises FrontmatterError when it is not a valid leaf. ``blocks=False``: the doc
+    returned has no raw key blocks (for a reader that never rewrites the file)."""
+    doc = frontmatter.split(text, where=rel_path, blocks=blocks)
     meta = doc.meta
     leaf_id = meta.get("id")
     if not isinstance(leaf_id, str) or not LEAF_ID_RE.match(leaf_id):

@@ -73,10 +73,8 @@ def leaf_candidates(layout: Layout) -> Iterator[str]:
 
 def read_leaf_file(layout: Layout, rel: str, max_bytes: int) -> tuple[Leaf, index.FileStamp]:
     """Read and validate one leaf file from disk (FrontmatterError / InvalidInput when it is not one)."""
-    path = layout.abs(rel)
-    text, digest = fsio.read_text_guarded(path, max_bytes)
-    st = path.stat()
-    leaf, _doc = leaffile.parse_leaf(text, rel)
+    text, digest, st = fsio.read_text_stat(layout.abs(rel), max_bytes)
+    leaf, _doc = leaffile.parse_leaf(text, rel, blocks=False)
     return leaf, index.FileStamp(digest, st.st_size, st.st_mtime_ns)
 
 

@@ -103,8 +103,18 @@ def _scalar(value: Any) -> str | None:
             return None
         return text
     if isinstance(value, str):
-        return value if _plain_ok(value) else _quote(value)
+        return _str_scalar(value)
     return None
+
+
+@functools.lru_cache(maxsize=4096)  # a batch of leaves repeats its sources, sessions, roles, statuses
+def _str_scalar(value: str) -> str | None:
+    return value if _plain_ok(value) else _quote(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _key_ok(key: str) -> bool:
+    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) is not None and _tag(key) == _STR_TAG
 
 
 def _value(value: Any) -> str | None:
@@ -126,7 +136,7 @@ def dump(mapping: Mapping[str, Any]) -> str | None:
     """Render one ``key: value`` line per item, or None when a value is outside the subset."""
     lines = []
     for key, value in mapping.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or _tag(key) != _STR_TAG:
+        if not _key_ok(key):
             return None
         text = _value(value)
         if text is None:

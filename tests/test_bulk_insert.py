@@ -1,0 +1,101 @@
+"""A large batch of rows goes in with the insert triggers off and their work done once (``db.bulk_insert``):
+the index it leaves must be the one the per-row triggers leave."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from vaultmem import db, index
+from vaultmem.db import atomic
+from vaultmem.model import Leaf
+
+
+def _rows(n: int, first: int = 0) -> list[tuple[object, ...]]:
+    texts = [
+        "Caroline went to the LGBTQ support group on Tuesday and said it was powerful.",
+        "我们下周去京都旅行，记得订酒店。",
+        "Melanie painted a sunrise over the lake last year.",
+        "Re: invoice 4471 is paid, thanks! The 東京 office confirmed.",
+    ]
+    rows = []
+    for i in range(first, first + n):
+        nav = i % 7 == 3  # a topic page's sentences go to the navigation indexes
+        leaf = Leaf(
+            id=f"{i:016x}",
+            source="chat",
+            text=f"{texts[i % len(texts)]} ({i})",
+            path=f"topics/person-caroline/{i:05d}.md" if nav else f"sources/chat/_fresh/{i:05d}.md",
+            session=f"s{i // 50}",
+            speaker=None if i % 5 == 0 else ("Caroline" if i % 2 else "Melanie"),
+            ts=datetime(2026, 3, 1 + i % 28, 12, tzinfo=UTC),
+            entities=("person:caroline", "project:kyoto-trip") if i % 3 == 0 else (),
+        )
+        rows.append(index.leaf_row(leaf, index.FileStamp("0" * 64, 10, i)))
+    return rows
+
+
+def _state(conn: sqlite3.Connection) -> dict[str, object]:
+    state: dict[str, object] = {
+        table: conn.execute(f"SELECT rowid, body FROM {table} ORDER BY rowid").fetchall()
+        for table in ("fts_words", "fts_trigram", "fts_nav_words", "fts_nav_trigram")
+    }
+    state["mentions"] = conn.execute("SELECT * FROM mentions ORDER BY entity, leaf").fetchall()
+    state["gen"] = db.chunks_generation(conn)
+    state["graph_changes"] = conn.execute("SELECT seq, leaf FROM graph_changes ORDER BY seq").fetchall()
+    state["schema"] = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+    # The words are searchable, not only stored: a MATCH through the index.
+    state["match"] = conn.execute(
+        "SELECT rowid FROM fts_words WHERE fts_words MATCH 'caroline' ORDER BY rowid"
+    ).fetchall()
+    state["cjk"] = conn.execute(
+        "SELECT rowid FROM fts_trigram WHERE fts_trigram MATCH '京都旅' ORDER BY rowid"
+    ).fetchall()
+    return state
+
+
+def _filled(path: Path, bulk: bool) -> dict[str, object]:
+    conn = db.connect(path)
+    with atomic(conn):
+        conn.executemany(index._INSERT, _rows(30))  # rows already there: only the new ones are added
+    with atomic(conn):
+        if bulk:
+            db.bulk_insert(conn, lambda: conn.executemany(index._INSERT, _rows(500, first=30)))
+        else:
+            conn.executemany(index._INSERT, _rows(500, first=30))
+    state = _state(conn)
+    conn.close()
+    return state
+
+
+def test_bulk_insert_leaves_the_index_the_triggers_leave(tmp_path: Path) -> None:
+    per_row = _filled(tmp_path / "a.db", bulk=False)
+    bulk = _filled(tmp_path / "b.db", bulk=True)
+    assert len(per_row["fts_words"]) > 400 and per_row["fts_nav_words"] and per_row["fts_trigram"]  # type: ignore[arg-type]
+    assert per_row["mentions"] and per_row["match"] and per_row["cjk"]
+    assert len(per_row["graph_changes"]) == 530  # type: ignore[arg-type]
+    assert bulk == per_row
+
+
+def test_every_insert_trigger_has_its_set_form(tmp_path: Path) -> None:
+    """A migration that adds an insert trigger on ``chunks`` must say what it does for a batch."""
+    conn = db.connect(tmp_path / "c.db")
+    assert set(db.insert_triggers(conn)) == set(db.INSERT_TRIGGERS_AS_SETS)
+    conn.close()
+
+
+def test_a_failed_batch_keeps_the_triggers(tmp_path: Path) -> None:
+    conn = db.connect(tmp_path / "d.db")
+    before = db.insert_triggers(conn)
+    rows = _rows(300)
+    with pytest.raises(sqlite3.IntegrityError), atomic(conn):
+        index.insert_rows(conn, [*rows, rows[0]])  # the same id twice
+    assert db.insert_triggers(conn) == before
+    assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 0
+    with atomic(conn):
+        index.insert_rows(conn, rows[:2])  # the per-row path still fills the word index
+    assert conn.execute("SELECT count(*) FROM fts_words").fetchone()[0] == 2
+    conn.close()
