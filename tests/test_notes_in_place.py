@@ -265,3 +265,51 @@ def test_a_note_section_is_never_proposed_as_updated_or_updating(vault: Vault) -
     proposed = vault.propose_updates()["proposed"]
     assert proposed  # the two chat turns are still judged
     assert not {p.old for p in proposed} & sections and not {p.new for p in proposed} & sections
+
+
+_KILLED_BETWEEN_FILES_AND_ROWS = """
+import os, signal, sys
+from vaultmem import docsync
+from vaultmem.embed import FakeEmbedder
+from vaultmem.vault import Vault
+
+docsync.Syncer._rows = lambda self, batch: os.kill(os.getpid(), signal.SIGKILL)
+vault = Vault.open(sys.argv[1], embedder=FakeEmbedder())
+vault.read_notes(["Travel/Kyoto trip.md"])
+"""
+
+
+def test_a_note_read_killed_between_its_files_and_its_rows_is_finished_on_open(vault: Vault) -> None:
+    """The document node is a file (the step replays it); the sections are rows only. A kill -9 between
+    the two left the note out of step until `check --fix`: now the next open reads the note again."""
+    import subprocess
+    import sys
+
+    root = vault.layout.root
+    (root / "Travel").mkdir()
+    (root / "Travel" / "Kyoto trip.md").write_text(KYOTO, encoding="utf-8")
+    vault.close()
+    repo = Path(__file__).resolve().parent.parent
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_BETWEEN_FILES_AND_ROWS, str(root)],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert child.returncode == -9, child.stderr
+    assert (root / "sources" / "travel" / "kyoto-trip" / "_summary.md").exists()  # the files were written
+    assert list((root / ".vaultmem" / "notes-pending").glob("*.json"))
+    again = Vault.open(root, embedder=FakeEmbedder())
+    try:
+        assert again.check().ok
+        assert sorted(_sections(again, "Travel/Kyoto trip.md")) == [
+            "Kyoto trip",
+            "Kyoto trip > Food",
+            "Kyoto trip > Lodging > Ryokan",
+            "Kyoto trip > Transport",
+        ]
+        assert not list((root / ".vaultmem" / "notes-pending").glob("*.json"))
+    finally:
+        again.close()

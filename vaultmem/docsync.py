@@ -31,6 +31,7 @@ commits, else a copy in ``.trash/vaultmem/``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -247,6 +248,7 @@ class _Step:
     drop: list[str] = field(default_factory=list)
     admit: list[str] = field(default_factory=list)
     changed: bool = True
+    note: str | None = None  # the vault path of a note indexed in place
 
 
 @dataclass
@@ -930,6 +932,7 @@ class Syncer:
             drop,
             admit,
             changed or restored or bool(writes) or bool(removes),
+            note,
         )
 
     def _new_leaf(
@@ -983,6 +986,9 @@ class Syncer:
         if not batch:
             return
         self._to_trash([rel for step in batch for rel, _ in step.removes if rel not in self._trashed])
+        # A note's section rows are not files: the step below replays its files after a crash, but not
+        # these rows. The note's name is written first and read again on open (``pending_notes``).
+        marker = self._pending([step.note for step in batch if step.note is not None])
         message = batch[0].message if len(batch) == 1 else f"{len(batch)} documents"
         op = TreeOp(
             "docmem",
@@ -1000,15 +1006,31 @@ class Syncer:
         except ConflictError as exc:
             if len(batch) == 1:
                 self.report.warnings.append(f"{batch[0].name}: {exc}")
+                self._done(marker)
                 return
             for step in batch:
                 self._run([step])
+            self._done(marker)
             return
         self._rows(batch)
+        self._done(marker)
         self.report.documents += sum(1 for step in batch if step.changed)
         self._mark([a for step in batch for a in step.ancestors])
         for step in batch:
             self.nodes[step.name] = _node_row(self.conn, step.node_id, step.name)  # type: ignore[assignment]
+
+    def _pending(self, notes: list[str]) -> Path | None:
+        if not notes:
+            return None
+        directory = self.layout.notes_pending
+        fsio.make_dirs(self.layout.root, directory)
+        marker = directory / f"{os.getpid()}-{os.urandom(6).hex()}.json"
+        fsio.atomic_write(marker, json.dumps({"notes": sorted(set(notes))}).encode(), root=self.layout.root)
+        return marker
+
+    def _done(self, marker: Path | None) -> None:
+        if marker is not None:
+            fsio.remove_file(self.layout.root, marker)
 
     def out_of_step(self, docs: Sequence[Document]) -> list[str]:
         """Names of the documents whose subtree disagrees with their file (nothing is written)."""
@@ -1137,6 +1159,23 @@ class Syncer:
                 shutil.copy2(src, copy)
             self._trashed.add(rel)
             self.report.trash.append(self.layout.rel(copy))
+
+
+def pending_notes(layout: Layout) -> tuple[list[Path], list[str]]:
+    """The markers a crash left between a note's document files and its section rows, and the notes
+    they name (each once)."""
+    directory = layout.notes_pending
+    if not directory.is_dir():
+        return [], []
+    markers = sorted(directory.glob("*.json"))
+    notes: dict[str, None] = {}
+    for marker in markers:
+        try:
+            named = json.loads(marker.read_text(encoding="utf-8")).get("notes", [])
+        except (OSError, ValueError, AttributeError):
+            continue  # cut short before it was complete: its step never began
+        notes.update(dict.fromkeys(str(n) for n in named))
+    return markers, list(notes)
 
 
 def _heading_leaf(headings: dict[str, str], anchor: str) -> str | None:

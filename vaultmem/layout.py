@@ -100,6 +100,12 @@ class Layout:
         return self.state / "restoring"
 
     @property
+    def notes_pending(self) -> Path:
+        """Notes whose section rows are being written (after their document's files): read again on
+        open when a crash came between the two."""
+        return self.state / "notes-pending"
+
+    @property
     def lock(self) -> Path:
         return self.state / "write.lock"
 

@@ -244,6 +244,8 @@ class Vault:
                 self.heal_compaction()
         if layout.restoring.is_dir() and any(layout.restoring.iterdir()):
             self._finish_restores()
+        if layout.notes_pending.is_dir() and any(layout.notes_pending.iterdir()):
+            self._finish_notes()
         if layout.writing.exists():
             with self._locked():
                 pass  # a writer died holding the lock: taking it tidies what it left
@@ -271,6 +273,18 @@ class Vault:
             self.read_notes(present, gone=[n for n in mirrored if n not in set(present)])
         with db.atomic(self.conn):
             self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('notes_in_place', '1')")
+
+    def _finish_notes(self) -> None:
+        """Read again the notes whose section rows a crash cut off after their document's files were
+        written (``docsync.pending_notes``), then drop the markers."""
+        from vaultmem.docsync import pending_notes
+
+        markers, notes = pending_notes(self.layout)
+        present = [note for note in notes if self.layout.abs(note).is_file()]
+        with self._locked():
+            self.read_notes(present, gone=[note for note in notes if note not in present])
+            for marker in markers:
+                fsio.remove_file(self.layout.root, marker)
 
     def _finish_restores(self) -> None:
         """Finish the restores a crash interrupted (``forget.begin_restore``'s notes): the files already
