@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vaultmem import fsio
 from vaultmem.errors import InvalidInput, UnknownFormat, UnsafePath
 from vaultmem.model import Message, default_source_name, safe_name
+from vaultmem.textbytes import as_utf8
 
 # The adapters and the export sniffer are imported where they are used: the index imports
 # ``inputs.mailthread``, and a `vaultmem search` must not pay for every export parser (bench/startup.py).
@@ -253,7 +253,7 @@ def _read_bytes_as(data: bytes, path: Path, name: str, reader: _Reader) -> list[
     """One file's messages: by the export adapter that recognises it, else by its suffix."""
     from vaultmem.inputs.exports import ExportFile
 
-    data = fsio.as_utf8(data, path)
+    data = as_utf8(data, path)
     if not data.strip():
         raise InvalidInput(f"{path}: empty file, nothing to ingest")
     if b"\x00" in data[:_SNIFF_BYTES]:
