@@ -107,6 +107,7 @@ class WriteLock:
         one's), or another open vault of this process. Never waits."""
         if self._turns.depth:  # this thread holds it
             return False
+        fsio.ensure_inside(self.layout.root, self.layout.lock)  # never a lock file elsewhere
         try:
             self._file.acquire(timeout=0)
         except Timeout:
