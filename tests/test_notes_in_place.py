@@ -313,3 +313,23 @@ def test_a_note_read_killed_between_its_files_and_its_rows_is_finished_on_open(v
         assert not list((root / ".vaultmem" / "notes-pending").glob("*.json"))
     finally:
         again.close()
+
+
+def test_compact_leaves_the_sections_of_a_note_it_already_read_alone(vault: Vault) -> None:
+    """`compact`'s catch-up compares every row with its file: a section's path names no file of its own,
+    so it took every note's sections for deleted, dropped them, marked their documents stale and read
+    the notes again (and a kill in between left every note out of step: test_faults' kill loop)."""
+    from vaultmem.reconcile import catch_up
+
+    root = vault.layout.root
+    (root / "Travel").mkdir()
+    (root / "Travel" / "Kyoto trip.md").write_text(KYOTO, encoding="utf-8")
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    vault.flush()
+    before = _rows(vault)
+    caught = catch_up(vault.conn, vault.layout, vault.config.max_file_bytes)
+    assert caught.deleted == [] and caught.stale == []
+    assert _rows(vault) == before
+    vault.compact()
+    assert [r[0] for r in _rows(vault)] == [r[0] for r in before]
+    assert vault.check().ok

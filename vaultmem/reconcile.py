@@ -59,6 +59,10 @@ def catch_up(
     gone: list[str] = []
     touched: list[str] = []  # ids whose ancestors go stale
     for row in rows:
+        if note_of(row["path"]) is not None:
+            # A section of a note indexed in place has no file of its own: its note is compared whole
+            # (``Vault.documents_out_of_step``), never taken for a deleted file here.
+            continue
         path = layout.abs(row["path"])
         try:
             st = os.stat(path)
