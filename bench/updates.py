@@ -290,7 +290,7 @@ def pairs_of(vault: Vault, truth: set[tuple[str, str]]) -> list[dict[str, Any]]:
     cache = vault.searcher.vectors(vault.embedder)
     out = []
     for row in vault.conn.execute(
-        "SELECT id, text, speaker, role, entities, provenance FROM chunks WHERE kind = 'leaf'"
+        "SELECT id, text, speaker, role, entities, path, provenance FROM chunks WHERE kind = 'leaf'"
     ).fetchall():
         for old, cosine, facts in versions.candidates(vault.conn, cache, row):
             out.append(

@@ -239,11 +239,11 @@ def stated(row: sqlite3.Row) -> bool:
 def candidates(
     conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row
 ) -> list[tuple[sqlite3.Row, float, dict[str, Any]]]:
-    """The earlier leaves the leaf ``row`` (id, text, speaker, role, entities, provenance) may update,
+    """The earlier leaves the leaf ``row`` (id, text, speaker, role, entities, path, provenance) may update,
     before any judgement: each with its cosine and the keyword arguments ``detect.judge`` takes. A
     section of a note written by hand neither updates nor is updated: its note is edited in place (and a
     version link would have to write into it)."""
-    if not stated(row) or ("path" in row.keys() and note_of(row["path"]) is not None):  # noqa: SIM118 (a Row tests values)
+    if not stated(row) or note_of(row["path"]) is not None:
         return []
     out = []
     for old, cosine in earlier_neighbours(conn, cache, row["id"]):
