@@ -28,6 +28,14 @@ KYOTO = (
 )
 
 
+def _kyoto_note(root: Path) -> Path:
+    """The note ``Travel/Kyoto trip.md`` as a person saved it (not read yet)."""
+    (root / "Travel").mkdir()
+    note = root / "Travel" / "Kyoto trip.md"
+    note.write_text(KYOTO, encoding="utf-8")
+    return note
+
+
 def _sections(vault: Vault, note: str) -> dict[str, tuple[str, str, str | None]]:
     """heading path -> (id, path, parent) of the note's section rows."""
     return {
@@ -55,9 +63,7 @@ def _rows(vault: Vault) -> list[tuple[object, ...]]:
 
 def test_a_note_is_indexed_where_it_is_and_never_copied(vault: Vault) -> None:
     root = vault.layout.root
-    (root / "Travel").mkdir()
-    note = root / "Travel" / "Kyoto trip.md"
-    note.write_text(KYOTO, encoding="utf-8")
+    note = _kyoto_note(root)
     vault.read_notes(["Travel/Kyoto trip.md"])
     vault.flush()
     sections = _sections(vault, "Travel/Kyoto trip.md")
@@ -105,9 +111,7 @@ def test_a_note_is_indexed_where_it_is_and_never_copied(vault: Vault) -> None:
 
 def test_edits_replace_sections_in_place_and_renamed_headings_keep_their_ids(vault: Vault) -> None:
     root = vault.layout.root
-    (root / "Travel").mkdir()
-    note = root / "Travel" / "Kyoto trip.md"
-    note.write_text(KYOTO, encoding="utf-8")
+    note = _kyoto_note(root)
     vault.read_notes(["Travel/Kyoto trip.md"])
     before = _sections(vault, "Travel/Kyoto trip.md")
     # A heading renamed, a section moved up, one deleted, one edited, one added.
@@ -131,9 +135,7 @@ def test_edits_replace_sections_in_place_and_renamed_headings_keep_their_ids(vau
 
 def test_reindex_gives_the_same_ids_and_rows(vault: Vault) -> None:
     root = vault.layout.root
-    (root / "Travel").mkdir()
-    note = root / "Travel" / "Kyoto trip.md"
-    note.write_text(KYOTO, encoding="utf-8")
+    note = _kyoto_note(root)
     (root / "Inbox.md").write_text("# Inbox\n\nCall the plumber about the boiler.\n", encoding="utf-8")
     vault.read_notes(["Travel/Kyoto trip.md", "Inbox.md"])
     note.write_text(KYOTO.replace("## Lodging", "## Where we sleep"), encoding="utf-8")
@@ -149,8 +151,7 @@ def test_reindex_gives_the_same_ids_and_rows(vault: Vault) -> None:
 
 def test_check_reports_a_note_whose_sections_disagree_and_fix_restores_the_same_ids(vault: Vault) -> None:
     root = vault.layout.root
-    (root / "Travel").mkdir()
-    (root / "Travel" / "Kyoto trip.md").write_text(KYOTO, encoding="utf-8")
+    _kyoto_note(root)
     vault.read_notes(["Travel/Kyoto trip.md"])
     rows = _rows(vault)
     assert vault.check().ok
@@ -182,9 +183,7 @@ def test_note_sections_are_not_edited_forgotten_or_superseded_as_nodes(vault: Va
 def test_mirrors_of_an_older_vaultmem_move_to_the_trash_and_keep_their_ids(tmp_path: Path) -> None:
     root = tmp_path / "vault"
     with Vault.init(root, embedder=FakeEmbedder()) as vault:
-        (root / "Travel").mkdir()
-        note = root / "Travel" / "Kyoto trip.md"
-        note.write_text(KYOTO, encoding="utf-8")
+        note = _kyoto_note(root)
         (root / "Gone.md").write_text("# Gone\n\nThe heron kite is in the attic.\n", encoding="utf-8")
         # What vaultmem wrote before: the note's sections as leaf files under sources/, each naming it.
         messages = vault._note_messages(["Travel/Kyoto trip.md", "Gone.md"])
@@ -286,8 +285,7 @@ def test_a_note_read_killed_between_its_files_and_its_rows_is_finished_on_open(v
     import sys
 
     root = vault.layout.root
-    (root / "Travel").mkdir()
-    (root / "Travel" / "Kyoto trip.md").write_text(KYOTO, encoding="utf-8")
+    _kyoto_note(root)
     vault.close()
     repo = Path(__file__).resolve().parent.parent
     child = subprocess.run(
@@ -322,8 +320,7 @@ def test_compact_leaves_the_sections_of_a_note_it_already_read_alone(vault: Vaul
     from vaultmem.reconcile import catch_up
 
     root = vault.layout.root
-    (root / "Travel").mkdir()
-    (root / "Travel" / "Kyoto trip.md").write_text(KYOTO, encoding="utf-8")
+    _kyoto_note(root)
     vault.read_notes(["Travel/Kyoto trip.md"])
     vault.flush()
     before = _rows(vault)
