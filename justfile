@@ -26,6 +26,7 @@ lint: setup
     {{venv}}/bin/ruff check vaultmem tests bench tools
     {{venv}}/bin/ruff format --check vaultmem tests bench tools
     {{venv}}/bin/mypy
+    MYPYPATH=bench {{venv}}/bin/mypy --no-namespace-packages bench/*.py
 
 fix: setup
     {{venv}}/bin/ruff check --fix vaultmem tests bench tools

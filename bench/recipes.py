@@ -451,7 +451,7 @@ class CachingEmbedder:
 def episodes(seed: int) -> list[tuple[str, str | None, list[dict[str, Any]], bool]]:
     """(request, task type or None, tool calls, success) in a shuffled, seeded order."""
     rng = random.Random(seed)
-    out = []
+    out: list[tuple[str, str | None, list[dict[str, Any]], bool]] = []
     for kind, tools, phrasings in TASKS:
         for n, request in enumerate(phrasings[:RECORDED]):
             calls = [{"name": tool, "args": {"request_no": n, "mode": "default"}} for tool in tools]
@@ -465,7 +465,8 @@ def cosines(embedder: CachingEmbedder) -> list[list[object]]:
     requests = [(kind, r) for kind, _, ps in TASKS for r in ps[:RECORDED]]
     vecs = embedder.embed([r for _, r in requests])
     sims = vecs @ vecs.T
-    within, across = [], []
+    within: list[float] = []
+    across: list[float] = []
     for i in range(len(requests)):
         for j in range(i + 1, len(requests)):
             (within if requests[i][0] == requests[j][0] else across).append(float(sims[i, j]))
@@ -484,7 +485,7 @@ def cosines(embedder: CachingEmbedder) -> list[list[object]]:
 
 def run(threshold: float, embedder: CachingEmbedder, seed: int, keep: bool = False) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory()
-    vault = Vault.init(Path(tmp.name) / "v", f"[recipes]\nsimilarity = {threshold}\n", embedder=embedder)  # type: ignore[arg-type]
+    vault = Vault.init(Path(tmp.name) / "v", f"[recipes]\nsimilarity = {threshold}\n", embedder=embedder)
     kind_of: dict[str, str | None] = {}
     joined_right = joined = 0
     times = []

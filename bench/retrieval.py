@@ -314,7 +314,7 @@ def evaluate(
     per: dict[tuple[str, str], Scores] = defaultdict(Scores)  # (system, category)
     lat_search: list[float] = []
     lat_context: list[float] = []
-    timing = Counter[str]()
+    timing: defaultdict[str, float] = defaultdict(float)
     hit_tokens: dict[int, list[int]] = defaultdict(list)
     for n, item in enumerate(items, 1):
         path = workdir / re.sub(r"[^A-Za-z0-9_-]", "_", item.key)
@@ -384,8 +384,8 @@ def evaluate(
                 for mode, by_budget in mode_ctx.items():
                     for budget in BUDGETS:
                         if q.evidence:
-                            found = sum(text_of[e] in by_budget[budget] for e in q.evidence)
-                            per[(f"mode:{mode}", cat)].add(f"C@{budget}", found / len(q.evidence))
+                            got = sum(text_of[e] in by_budget[budget] for e in q.evidence)
+                            per[(f"mode:{mode}", cat)].add(f"C@{budget}", got / len(q.evidence))
                 # baselines
                 for name, ranking in rankings.items():
                     b = per[(name, cat)]

@@ -121,7 +121,8 @@ def main() -> None:
         vault.search("warm up the vector cache", k=10)
         first_s = time.perf_counter() - t
         QUERY_VECTORS.clear()
-        lat, again = [], []
+        lat: list[float] = []
+        again: list[float] = []
         for run in range(3):
             for q in QUERIES:
                 t = time.perf_counter()

@@ -148,12 +148,12 @@ def main() -> None:
     keys.append("all imports (sum of self times)")
     rows: list[list[object]] = []
     for key in keys:
-        figures = [groups[n].get(key) for n in names]
-        if not any(figures):
+        got = [groups[n].get(key) for n in names]
+        if not any(got):
             continue
-        cells: list[object] = [key, *("-" if f is None else f"{f:.1f}" for f in figures)]
+        cells: list[object] = [key, *("-" if f is None else f"{f:.1f}" for f in got)]
         if two:
-            a, b = figures
+            a, b = got
             cells.append(f"{a / b:.1f}x" if a and b else ("not imported" if a else "-"))
         rows.append(cells)
     rows.append(["vaultmem modules imported", *(modules[n] for n in names), *([""] if two else [])])

@@ -98,12 +98,12 @@ def main() -> None:
                 with open(path, "r+b") as fh:
                     fh.write(data)
                     fh.truncate()
-                wait(lambda w=word, i=leaf.id: any(h.id == i for h in vault.search(w, k=3)))  # type: ignore[misc]
+                wait(lambda w=word, i=leaf.id: any(h.id == i for h in vault.search(w, k=3)))
                 (searchable if quiet else busy_searchable).append(time.perf_counter() - start)
                 if not quiet:
                     continue
                 wait(
-                    lambda i=leaf.id: vault.conn.execute(  # type: ignore[misc]
+                    lambda i=leaf.id: vault.conn.execute(
                         "SELECT 1 FROM vectors v JOIN chunks c ON c.id = v.id"
                         " WHERE v.id = ? AND v.content_hash = c.content_hash",
                         (i,),

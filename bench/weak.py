@@ -164,19 +164,25 @@ def summarise(rows: list[dict[str, Any]], label: str) -> str:
     out.append(table(["group", "n", "p5", "p25", "p50", "p75", "p95", "z p50", "word matched"], body))
     # Candidate rules: a hit is weak when ...
     rules: dict[str, Callable[[dict[str, Any]], bool]] = {}
+
+    def below(key: str, t: float) -> Callable[[dict[str, Any]], bool]:
+        return lambda r: r[key] is None or r[key] < t
+
+    def no_word(rule: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], bool]:
+        return lambda r: r["words"] == 0 and rule(r)
+
+    def low_coverage(c: float, rule: Callable[[dict[str, Any]], bool]) -> Callable[[dict[str, Any]], bool]:
+        return lambda r: (r["coverage"] or 0) < c and rule(r)
+
     for tau in (0.15, 0.2, 0.25, 0.3, 0.35, 0.4):
-        rules[f"cos < {tau}"] = lambda r, t=tau: r["cos"] is None or r["cos"] < t
-        rules[f"no word and cos < {tau}"] = lambda r, t=tau: (
-            r["words"] == 0 and (r["cos"] is None or r["cos"] < t)
-        )
+        rules[f"cos < {tau}"] = below("cos", tau)
+        rules[f"no word and cos < {tau}"] = no_word(below("cos", tau))
     rules["no word"] = lambda r: r["words"] == 0
     for c0 in (0.3, 0.5, 0.7):
         for tau in (0.25, 0.3, 0.35):
-            rules[f"coverage < {c0} and cos < {tau}"] = lambda r, c=c0, t=tau: (
-                (r["coverage"] or 0) < c and (r["cos"] is None or r["cos"] < t)
-            )
+            rules[f"coverage < {c0} and cos < {tau}"] = low_coverage(c0, below("cos", tau))
     for z0 in (3.0, 4.0, 5.0):
-        rules[f"no word and z < {z0}"] = lambda r, t=z0: r["words"] == 0 and (r["z"] is None or r["z"] < t)
+        rules[f"no word and z < {z0}"] = no_word(below("z", z0))
     rules["search's weak flag (shipped)"] = lambda r: bool(r["weak"])
     body = []
     ev_top = groups["own: evidence turns in the top 10"]
@@ -246,8 +252,8 @@ def main() -> None:
     if args.embed_cache and args.embed_cache.exists():
         cached = np.load(args.embed_cache, allow_pickle=False)
         embedder.memo.update(zip(cached["texts"].tolist(), cached["vectors"], strict=True))
-    off = [(q, []) for q in OFF_TOPIC]
-    lme_questions = [(q.text, []) for it in lme for q in it.questions]
+    off: list[tuple[str, list[str]]] = [(q, []) for q in OFF_TOPIC]
+    lme_questions: list[tuple[str, list[str]]] = [(q.text, []) for it in lme for q in it.questions]
     results: dict[str, list[dict[str, Any]]] = {"locomo": [], "longmemeval": []}
     with tempfile.TemporaryDirectory() as tmp:
         for n, item in enumerate(locomo, 1):
@@ -257,7 +263,7 @@ def main() -> None:
             )
             print(f"  locomo [{n}/{len(locomo)}] {item.key}", file=sys.stderr)
         every = load_locomo(json.loads(args.locomo.read_text(encoding="utf-8")))
-        cross = [(q.text, []) for it in every[:1] for q in it.questions[:40]]
+        cross: list[tuple[str, list[str]]] = [(q.text, []) for it in every[:1] for q in it.questions[:40]]
         for n, item in enumerate(lme, 1):
             own = [(q.text, q.evidence) for q in item.questions]
             results["longmemeval"] += run_vault(

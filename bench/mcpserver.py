@@ -1,7 +1,7 @@
 """`vaultmem mcp` figures: tool-schema tokens, search/context latency over MCP at LoCoMo scale, start-up
 time to the first answer, and the cost of `Vault.record_turn` per call.
 
-    .venv/bin/python bench/mcp.py ../shared/datasets/locomo/locomo_dev.json [--questions 300]
+    .venv/bin/python bench/mcpserver.py ../shared/datasets/locomo/locomo_dev.json [--questions 300]
 
 Builds one vault holding every LoCoMo conversation (2,760 turns, real MiniLM embeddings; `--keep DIR`
 keeps it, `--reuse` opens it again), then:
@@ -38,9 +38,6 @@ from _common import table
 from retrieval import load_locomo, turn_records
 
 HERE = Path(__file__).resolve().parent
-
-# This script is bench/mcp.py: with its folder on the path, `import mcp` would find it, not the SDK.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 REPO = HERE.parent
 
 
@@ -135,7 +132,7 @@ async def latency(root: Path, asks: list[str]) -> dict[str, dict[str, list[float
     }
     with Vault.open(root) as vault:
         VaultHandle.warm(vault)
-        direct = {
+        direct: dict[str, Callable[[str], object]] = {
             "search": lambda q: vault.search(q, 8),
             "context": lambda q: vault.context(q, 1024),
         }
