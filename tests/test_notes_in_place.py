@@ -330,3 +330,136 @@ def test_compact_leaves_the_sections_of_a_note_it_already_read_alone(vault: Vaul
     vault.compact()
     assert [r[0] for r in _rows(vault)] == [r[0] for r in before]
     assert vault.check().ok
+
+
+def _node(vault: Vault, leaf_id: str) -> tuple[str, str, str]:
+    """(id, path, source) of the document node a section hangs under."""
+    row = vault.conn.execute(
+        "SELECT n.id, n.path, n.source FROM chunks n JOIN chunks l ON l.parent = n.id WHERE l.id = ?",
+        (leaf_id,),
+    ).fetchone()
+    return tuple(row)  # type: ignore[return-value]
+
+
+def _moved_across(vault: Vault, before: dict[str, tuple[str, str, str | None]], node_id: str) -> None:
+    """The note now at ``Archive/2026/Kyoto trip.md`` is the same document: same section ids and node
+    id, its node under ``sources/archive/`` with the page's keys, nothing left under ``sources/travel/``."""
+    root = vault.layout.root
+    after = _sections(vault, "Archive/2026/Kyoto trip.md")
+    assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in before.items()}
+    assert not _sections(vault, "Travel/Kyoto trip.md")
+    nodes = {_node(vault, v[0]) for v in after.values()}
+    assert len(nodes) == 1
+    (found, path, source) = nodes.pop()
+    assert found == node_id and source == "archive"
+    assert path == "sources/archive/2026/kyoto-trip/_summary.md"
+    text = (root / path).read_text(encoding="utf-8")
+    assert "note_path: Archive/2026/Kyoto trip.md" in text and "tags: [travel]" in text
+    assert {leaf.source for leaf in vault.ls()} == {"archive"}
+    assert not (root / "sources" / "travel").exists() or not [
+        p for p in (root / "sources" / "travel").rglob("*") if p.is_file()
+    ]
+    assert (root / "Archive" / "2026" / "Kyoto trip.md").read_text(encoding="utf-8") == KYOTO
+    assert vault.check().ok
+    ids = {leaf.id for leaf in vault.ls()}
+    vault.reindex()
+    assert {leaf.id for leaf in vault.ls()} == ids
+    assert {_node(vault, i)[0] for i in ids} == {node_id}
+
+
+def _read_kyoto(vault: Vault) -> tuple[dict[str, tuple[str, str, str | None]], str]:
+    _kyoto_note(vault.layout.root)
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    before = _sections(vault, "Travel/Kyoto trip.md")
+    (root_id,) = {v[2] for v in before.values()}
+    assert root_id is not None
+    return before, root_id
+
+
+def test_a_note_moved_to_another_top_folder_keeps_its_document_and_ids(vault: Vault) -> None:
+    before, node_id = _read_kyoto(vault)
+    root = vault.layout.root
+    (root / "Archive" / "2026").mkdir(parents=True)
+    os.rename(root / "Travel" / "Kyoto trip.md", root / "Archive" / "2026" / "Kyoto trip.md")
+    vault.read_notes(["Archive/2026/Kyoto trip.md"])
+    _moved_across(vault, before, node_id)
+    # Back to a new note at the old place: a document of its own (the moved one kept its id).
+    (root / "Travel" / "Kyoto trip.md").write_text(
+        "# Kyoto again\n\nA second trip in autumn.\n", encoding="utf-8"
+    )
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    assert _sections(vault, "Travel/Kyoto trip.md")
+    assert {_node(vault, v[0])[0] for v in _sections(vault, "Archive/2026/Kyoto trip.md").values()} == {
+        node_id
+    }
+    assert vault.check().ok
+
+
+def test_compact_catches_up_with_a_note_moved_to_another_top_folder(vault: Vault) -> None:
+    before, node_id = _read_kyoto(vault)
+    root = vault.layout.root
+    (root / "Archive" / "2026").mkdir(parents=True)
+    os.rename(root / "Travel" / "Kyoto trip.md", root / "Archive" / "2026" / "Kyoto trip.md")
+    vault.compact()
+    _moved_across(vault, before, node_id)
+
+
+@pytest.mark.parametrize("how", ["move", "delete_then_create"])
+def test_watcher_note_moved_to_another_top_folder_keeps_its_ids(vault: Vault, how: str) -> None:
+    root = vault.layout.root
+    with watching(root) as daemon:
+        note = _kyoto_note(root)
+        settle(daemon)
+        wait_for(lambda: len(_sections(vault, "Travel/Kyoto trip.md")) == 4, what="the note to be read")
+        before = _sections(vault, "Travel/Kyoto trip.md")
+        (node_id,) = {v[2] for v in before.values()}
+        (root / "Archive" / "2026").mkdir(parents=True)
+        target = root / "Archive" / "2026" / "Kyoto trip.md"
+        if how == "move":
+            os.rename(note, target)
+        else:  # as some sync tools do: the old file goes, then the new one is written
+            data = note.read_bytes()
+            note.unlink()
+            target.write_bytes(data)
+        settle(daemon)
+        wait_for(
+            lambda: {note_of(leaf.path) for leaf in vault.ls()} == {"Archive/2026/Kyoto trip.md"},
+            what="the move to be read",
+        )
+        settle(daemon)
+    assert node_id is not None
+    _moved_across(vault, before, node_id)
+
+
+def test_reindex_is_one_transaction_a_reader_never_sees_a_node_without_its_sections(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader on its own connection, at the moment ``reindex`` reads the notes again (their sections
+    have no files: the index rows of the files are already replaced), sees the old index whole."""
+    import sqlite3
+
+    _read_kyoto(vault)
+    (vault.layout.root / "Travel" / "Osaka.md").write_text(
+        "# Osaka\n\n## Food\n\nTakoyaki in Dotonbori.\n", encoding="utf-8"
+    )
+    vault.read_notes(["Travel/Osaka.md"])
+    orphan_nodes = (
+        "SELECT n.id FROM chunks n WHERE n.kind = 'summary' AND json_extract(n.provenance, '$.note')"
+        " IS NOT NULL AND NOT EXISTS (SELECT 1 FROM chunks l WHERE l.parent = n.id AND l.kind = 'leaf')"
+    )
+    nodes = "SELECT count(*) FROM chunks WHERE kind = 'summary' AND json_extract(provenance, '$.note') IS NOT NULL"
+    reader = sqlite3.connect(vault.layout.db)
+    assert reader.execute(nodes).fetchone()[0] == 2
+    seen: list[tuple[int, list[tuple[str]]]] = []
+    read_notes = Vault.read_notes
+
+    def observed(self: Vault, rels: object, gone: object = ()) -> list[str]:
+        seen.append((reader.execute(nodes).fetchone()[0], reader.execute(orphan_nodes).fetchall()))
+        return read_notes(self, rels, gone)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Vault, "read_notes", observed)
+    ids = {leaf.id for leaf in vault.ls()}
+    vault.reindex()
+    reader.close()
+    assert seen and all(count == 2 and orphans == [] for count, orphans in seen), seen
+    assert {leaf.id for leaf in vault.ls()} == ids
