@@ -17,6 +17,7 @@ from tests.helpers import hits, save_temp_rename, settle, wait_for, watching
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
 from vaultmem.layout import note_of
+from vaultmem.model import Message
 from vaultmem.vault import Vault
 
 KYOTO = (
@@ -463,3 +464,52 @@ def test_reindex_is_one_transaction_a_reader_never_sees_a_node_without_its_secti
     reader.close()
     assert seen and all(count == 2 and orphans == [] for count, orphans in seen), seen
     assert {leaf.id for leaf in vault.ls()} == ids
+
+
+def test_one_place_says_which_rows_have_files_of_their_own(vault: Vault) -> None:
+    """``index.has_file`` and its SQL form ``index.WITH_FILE`` agree on every row of a vault holding a
+    note's sections, leaf files, levels and paths that only look alike; ``file_of`` names the note."""
+    from vaultmem import index
+
+    _read_kyoto(vault)
+    vault.ingest_messages([Message(source="chat", text="The ryokan in Kyoto wants a deposit by Friday.")])
+    tricky = [
+        "Travel/a#b.md",
+        "Travel/x.md#0123456789abcdeF",  # not a leaf id (upper case)
+        "Travel/x.md#0123456789abcde",  # 15 digits
+        "Travel/x.txt#0123456789abcdef",
+        "Travel/#x.md#0123456789abcdef",
+    ]
+    rows = [str(r[0]) for r in vault.conn.execute("SELECT path FROM chunks")]
+    with_file = {str(r[0]) for r in vault.conn.execute(f"SELECT path FROM chunks WHERE {index.WITH_FILE}")}
+    sections = [p for p in rows if p.startswith("Travel/Kyoto trip.md#")]
+    assert len(sections) == 4 and any(p.startswith("sources/chat/") for p in rows)
+    assert {p for p in rows if index.has_file(p)} == with_file == set(rows) - set(sections)
+    assert {index.file_of(p) for p in sections} == {"Travel/Kyoto trip.md"}
+    assert all((vault.layout.root / index.file_of(p)).is_file() for p in rows)
+    for path in tricky:
+        agrees = vault.conn.execute(f"SELECT {index.WITH_FILE} FROM (SELECT ? AS path)", (path,)).fetchone()[
+            0
+        ]
+        assert bool(agrees) == index.has_file(path), path
+    assert not index.has_file("Travel/#x.md#0123456789abcdef")
+
+
+def test_context_links_of_a_note_section_open_the_note(
+    vault: Vault, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`context --json` gave each item a file link made from its row's path: a section's path names no
+    file (``…/Kyoto%20trip.md%23<id>``); the link is its note's."""
+    import json
+
+    from tests.helpers import run
+
+    _read_kyoto(vault)
+    vault.flush()
+    root = vault.layout.root
+    code, out, _ = run(
+        ["context", "ryokan kaiseki", "--budget", "300", "--vault", str(root), "--json"], capsys
+    )
+    assert code == 0
+    links = [item["link"] for item in json.loads(out)["items"] if "#" in item["path"]]
+    assert links and set(links) == {(root / "Travel" / "Kyoto trip.md").as_uri()}

@@ -333,6 +333,25 @@ def leaves_per_source(conn: sqlite3.Connection) -> dict[str, int]:
     )
 
 
+# -- which rows have files of their own -------------------------------------------------------------------
+# The one place that says it. A section of a note written by hand is indexed where it is: its row's path
+# is ``<note>#<leaf id>`` (``layout.section_path``) and names no file. Its text lives in the person's note,
+# compared whole (``Vault.documents_out_of_step``); the engine never stats, reads, writes, moves or removes
+# it as a file, and never links it as a version (that would write into the note). Every module that
+# stats or reads a row's file asks ``has_file`` (per row) or filters with ``WITH_FILE`` (in SQL).
+WITH_FILE = "path NOT GLOB '*.md#" + "[0-9a-f]" * 16 + "'"
+
+
+def has_file(path: str) -> bool:
+    """Whether the index row whose path is ``path`` has a file of its own (False for a note's section)."""
+    return note_of(path) is None
+
+
+def file_of(path: str) -> str:
+    """The file that holds the text of the row whose path is ``path``: its own, or a section's note."""
+    return note_of(path) or path
+
+
 def refuse_note_sections(conn: sqlite3.Connection, ids: Sequence[str], what: str) -> None:
     """InvalidInput for a section of a note written by hand (``<note>#<id>``, indexed where it is) or
     that note's document node while it has sections: the text is the person's note, which the engine
