@@ -513,3 +513,33 @@ def test_context_links_of_a_note_section_open_the_note(
     assert code == 0
     links = [item["link"] for item in json.loads(out)["items"] if "#" in item["path"]]
     assert links and set(links) == {(root / "Travel" / "Kyoto trip.md").as_uri()}
+
+
+def test_a_notes_document_node_takes_edits_of_its_own_text_and_keys_never_the_notes(vault: Vault) -> None:
+    """The node's ``_summary.md`` is the engine's: ``update_content`` edits its text (a hand edit, kept
+    when the note changes), a key a person adds to it stays; what would stand for the note (a child
+    appended, the node deleted) is refused with what to do instead, and the note is never written."""
+    root = vault.layout.root
+    before, node_id = _read_kyoto(vault)
+    note = root / "Travel" / "Kyoto trip.md"
+    vault.update_content(node_id, "Our Kyoto trip: ryokan, food, transport card.")
+    (node,) = [p for p in (root / "sources").rglob("_summary.md") if node_id in p.read_text(encoding="utf-8")]
+    text = node.read_text(encoding="utf-8")
+    assert "Our Kyoto trip: ryokan, food, transport card." in text
+    node.write_text(text.replace("---\n", "---\nrating: 5\n", 1), encoding="utf-8")  # a person's own key
+    vault.compact()
+    with pytest.raises(InvalidInput, match="write the new text in the note itself"):
+        vault.append_child(node_id, "A day trip to Nara.")
+    with pytest.raises(InvalidInput, match="delete or move the note itself"):
+        vault.delete(node_id)
+    with pytest.raises(InvalidInput, match="edit or delete the note"):
+        vault.update_content(before["Kyoto trip > Food"][0], "Ramen instead.")
+    assert note.read_text(encoding="utf-8") == KYOTO
+    note.write_text(KYOTO.replace("Okonomiyaki in Gion", "Yudofu near Nanzen-ji"), encoding="utf-8")
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    text = node.read_text(encoding="utf-8")
+    assert "rating: 5" in text and "Our Kyoto trip: ryokan, food, transport card." in text
+    assert hits(vault, "Yudofu") and vault.check().ok
+    assert {k: v[0] for k, v in _sections(vault, "Travel/Kyoto trip.md").items()} == {
+        k: v[0] for k, v in before.items()
+    }
