@@ -30,6 +30,7 @@ from vaultmem.embed import Embedder, load_embedder
 from vaultmem.errors import (
     ConflictError,
     DiskFull,
+    FrontmatterError,
     GitBusy,
     InvalidInput,
     NodeNotFound,
@@ -517,7 +518,12 @@ class Vault:
                     marker = syncer(doc.source).mark_notes([doc.note])
                     if marker is not None:
                         markers.append(marker)
-                    syncer(doc.source).adopt(syncer(source), old, doc)
+                    try:
+                        syncer(doc.source).adopt(syncer(source), old, doc)
+                    except (ConflictError, FrontmatterError) as exc:
+                        # Its node changed meanwhile: the note is read as a new document, the old one leaves.
+                        self.warnings.append(f"{doc.note}: not taken as the moved {old} ({exc})")
+                        break
                     names.remove(old)
                     break
         return markers
