@@ -47,10 +47,24 @@ def measure(vault_dir: Path, notes: int) -> dict[str, object]:
     flush_s = time.perf_counter() - start
     ids = sorted(r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'"))
     files = [p for p in (vault_dir / "sources").rglob("*") if p.is_file()]
+    leaf_files = sum(1 for p in files if p.name.endswith(".md") and p.name != "_summary.md")
+    size = sum(p.stat().st_size for p in files)
     start = time.perf_counter()
     vault.reindex()
     reindex_s = time.perf_counter() - start
     after = sorted(r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'"))
+    out: dict[str, object] = {
+        "notes": len(rels),
+        "sections": len(ids),
+        "leaf_files": leaf_files,
+        "bytes": size,
+        "notes_changed": sum(1 for r in rels if (vault_dir / r).read_bytes() != before[r]),
+        "same_ids": ids == after,
+        "check_ok": vault.check().ok,
+        "read_s": read_s,
+        "flush_s": flush_s,
+        "reindex_s": reindex_s,
+    }
     # A tenth of the notes (with a folder above them) moved to another top folder, read as the watcher
     # reads a move: how many of their sections keep their ids (the same document).
     nested = [r for r in rels if r.count("/") >= 1][: max(1, len(rels) // 10)]
@@ -71,22 +85,15 @@ def measure(vault_dir: Path, notes: int) -> dict[str, object]:
             "SELECT id FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?", (rel + "#", rel + "$")
         )
     ]
-    return {
-        "notes": len(rels),
-        "sections": len(ids),
-        "leaf_files": sum(1 for p in files if p.name.endswith(".md") and p.name != "_summary.md"),
-        "bytes": sum(p.stat().st_size for p in files),
-        "notes_changed": sum(1 for r in rels if (vault_dir / r).read_bytes() != before[r]),
-        "same_ids": ids == after,
-        "check_ok": vault.check().ok,
-        "read_s": read_s,
-        "flush_s": flush_s,
-        "reindex_s": reindex_s,
-        "moved_across_notes": len(moved),
-        "moved_sections_same_ids": f"{sum(1 for i in moved_rows if i in kept_before)}/{len(moved_rows)}",
-        "move_read_s": move_s,
-        "check_ok_after_move": vault.check().ok,
-    }
+    out.update(
+        {
+            "moved_across_notes": len(moved),
+            "moved_sections_same_ids": f"{sum(1 for i in moved_rows if i in kept_before)}/{len(moved_rows)}",
+            "move_read_s": move_s,
+            "check_ok_after_move": vault.check().ok,
+        }
+    )
+    return out
 
 
 def main() -> None:
