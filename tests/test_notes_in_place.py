@@ -543,3 +543,17 @@ def test_a_notes_document_node_takes_edits_of_its_own_text_and_keys_never_the_no
     assert {k: v[0] for k, v in _sections(vault, "Travel/Kyoto trip.md").items()} == {
         k: v[0] for k, v in before.items()
     }
+
+
+def test_watcher_rescan_finds_a_note_moved_to_another_top_folder_while_it_was_stopped(vault: Vault) -> None:
+    before, node_id = _read_kyoto(vault)
+    root = vault.layout.root
+    (root / "Archive" / "2026").mkdir(parents=True)
+    os.rename(root / "Travel" / "Kyoto trip.md", root / "Archive" / "2026" / "Kyoto trip.md")
+    with watching(root) as daemon:  # its start-up rescan finds the move
+        wait_for(
+            lambda: {note_of(leaf.path) for leaf in vault.ls()} == {"Archive/2026/Kyoto trip.md"},
+            what="the move to be read",
+        )
+        settle(daemon)
+    _moved_across(vault, before, node_id)
