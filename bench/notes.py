@@ -5,7 +5,9 @@ wikilinks, a Chinese page) straight into a new vault, as a person's notes, then 
 watcher does (``Vault.read_notes``), admits them (``flush``), and rebuilds the index from the files
 (``reindex``). Measured: section rows, leaf files and bytes under ``sources/`` (a copy of the notes is
 what #15 removes), whether any note was changed by the engine, whether ``reindex`` gives the same ids,
-``check``, and the wall time of each step (fake embedder: the engine's own cost, not the model's).
+``check``, and the wall time of each step (fake embedder: the engine's own cost, not the model's); then
+a tenth of the notes are moved to another top folder (``Moved/``) and read again: how many of their
+sections keep their ids (the same document) and ``check`` after it.
 
 ``--before DIR`` runs the same in a child process with another copy of the package first (for instance
 ``git archive main vaultmem | tar -x -C DIR``), so both rows come from one run.
@@ -45,15 +47,17 @@ def measure(vault_dir: Path, notes: int) -> dict[str, object]:
     flush_s = time.perf_counter() - start
     ids = sorted(r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'"))
     files = [p for p in (vault_dir / "sources").rglob("*") if p.is_file()]
+    leaf_files = sum(1 for p in files if p.name.endswith(".md") and p.name != "_summary.md")
+    size = sum(p.stat().st_size for p in files)
     start = time.perf_counter()
     vault.reindex()
     reindex_s = time.perf_counter() - start
     after = sorted(r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'"))
-    return {
+    out: dict[str, object] = {
         "notes": len(rels),
         "sections": len(ids),
-        "leaf_files": sum(1 for p in files if p.name.endswith(".md") and p.name != "_summary.md"),
-        "bytes": sum(p.stat().st_size for p in files),
+        "leaf_files": leaf_files,
+        "bytes": size,
         "notes_changed": sum(1 for r in rels if (vault_dir / r).read_bytes() != before[r]),
         "same_ids": ids == after,
         "check_ok": vault.check().ok,
@@ -61,6 +65,35 @@ def measure(vault_dir: Path, notes: int) -> dict[str, object]:
         "flush_s": flush_s,
         "reindex_s": reindex_s,
     }
+    # A tenth of the notes (with a folder above them) moved to another top folder, read as the watcher
+    # reads a move: how many of their sections keep their ids (the same document).
+    nested = [r for r in rels if r.count("/") >= 1][: max(1, len(rels) // 10)]
+    kept_before = {r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'")}
+    moved = []
+    for rel in nested:
+        target = vault_dir / "Moved" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (vault_dir / rel).rename(target)
+        moved.append(f"Moved/{rel}")
+    start = time.perf_counter()
+    vault.read_notes(moved)
+    move_s = time.perf_counter() - start
+    moved_rows = [
+        str(r[0])
+        for rel in moved
+        for r in vault.conn.execute(
+            "SELECT id FROM chunks WHERE kind = 'leaf' AND path >= ? AND path < ?", (rel + "#", rel + "$")
+        )
+    ]
+    out.update(
+        {
+            "moved_across_notes": len(moved),
+            "moved_sections_same_ids": f"{sum(1 for i in moved_rows if i in kept_before)}/{len(moved_rows)}",
+            "move_read_s": move_s,
+            "check_ok_after_move": vault.check().ok,
+        }
+    )
+    return out
 
 
 def main() -> None:

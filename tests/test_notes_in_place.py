@@ -17,6 +17,7 @@ from tests.helpers import hits, save_temp_rename, settle, wait_for, watching
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
 from vaultmem.layout import note_of
+from vaultmem.model import Message
 from vaultmem.vault import Vault
 
 KYOTO = (
@@ -330,3 +331,229 @@ def test_compact_leaves_the_sections_of_a_note_it_already_read_alone(vault: Vaul
     vault.compact()
     assert [r[0] for r in _rows(vault)] == [r[0] for r in before]
     assert vault.check().ok
+
+
+def _node(vault: Vault, leaf_id: str) -> tuple[str, str, str]:
+    """(id, path, source) of the document node a section hangs under."""
+    row = vault.conn.execute(
+        "SELECT n.id, n.path, n.source FROM chunks n JOIN chunks l ON l.parent = n.id WHERE l.id = ?",
+        (leaf_id,),
+    ).fetchone()
+    return tuple(row)  # type: ignore[return-value]
+
+
+def _moved_across(vault: Vault, before: dict[str, tuple[str, str, str | None]], node_id: str) -> None:
+    """The note now at ``Archive/2026/Kyoto trip.md`` is the same document: same section ids and node
+    id, its node under ``sources/archive/`` with the page's keys, nothing left under ``sources/travel/``."""
+    root = vault.layout.root
+    after = _sections(vault, "Archive/2026/Kyoto trip.md")
+    assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in before.items()}
+    assert not _sections(vault, "Travel/Kyoto trip.md")
+    nodes = {_node(vault, v[0]) for v in after.values()}
+    assert len(nodes) == 1
+    (found, path, source) = nodes.pop()
+    assert found == node_id and source == "archive"
+    assert path == "sources/archive/2026/kyoto-trip/_summary.md"
+    text = (root / path).read_text(encoding="utf-8")
+    assert "note_path: Archive/2026/Kyoto trip.md" in text and "tags: [travel]" in text
+    assert {leaf.source for leaf in vault.ls()} == {"archive"}
+    assert not (root / "sources" / "travel").exists() or not [
+        p for p in (root / "sources" / "travel").rglob("*") if p.is_file()
+    ]
+    assert (root / "Archive" / "2026" / "Kyoto trip.md").read_text(encoding="utf-8") == KYOTO
+    assert vault.check().ok
+    ids = {leaf.id for leaf in vault.ls()}
+    vault.reindex()
+    assert {leaf.id for leaf in vault.ls()} == ids
+    assert {_node(vault, i)[0] for i in ids} == {node_id}
+
+
+def _read_kyoto(vault: Vault) -> tuple[dict[str, tuple[str, str, str | None]], str]:
+    _kyoto_note(vault.layout.root)
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    before = _sections(vault, "Travel/Kyoto trip.md")
+    (root_id,) = {v[2] for v in before.values()}
+    assert root_id is not None
+    return before, root_id
+
+
+def test_a_note_moved_to_another_top_folder_keeps_its_document_and_ids(vault: Vault) -> None:
+    before, node_id = _read_kyoto(vault)
+    root = vault.layout.root
+    (root / "Archive" / "2026").mkdir(parents=True)
+    os.rename(root / "Travel" / "Kyoto trip.md", root / "Archive" / "2026" / "Kyoto trip.md")
+    vault.read_notes(["Archive/2026/Kyoto trip.md"])
+    _moved_across(vault, before, node_id)
+    # Back to a new note at the old place: a document of its own (the moved one kept its id).
+    (root / "Travel" / "Kyoto trip.md").write_text(
+        "# Kyoto again\n\nA second trip in autumn.\n", encoding="utf-8"
+    )
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    assert _sections(vault, "Travel/Kyoto trip.md")
+    assert {_node(vault, v[0])[0] for v in _sections(vault, "Archive/2026/Kyoto trip.md").values()} == {
+        node_id
+    }
+    assert vault.check().ok
+
+
+def test_compact_catches_up_with_a_note_moved_to_another_top_folder(vault: Vault) -> None:
+    before, node_id = _read_kyoto(vault)
+    root = vault.layout.root
+    (root / "Archive" / "2026").mkdir(parents=True)
+    os.rename(root / "Travel" / "Kyoto trip.md", root / "Archive" / "2026" / "Kyoto trip.md")
+    vault.compact()
+    _moved_across(vault, before, node_id)
+
+
+@pytest.mark.parametrize("how", ["move", "delete_then_create"])
+def test_watcher_note_moved_to_another_top_folder_keeps_its_ids(vault: Vault, how: str) -> None:
+    root = vault.layout.root
+    with watching(root) as daemon:
+        note = _kyoto_note(root)
+        settle(daemon)
+        wait_for(lambda: len(_sections(vault, "Travel/Kyoto trip.md")) == 4, what="the note to be read")
+        before = _sections(vault, "Travel/Kyoto trip.md")
+        (node_id,) = {v[2] for v in before.values()}
+        (root / "Archive" / "2026").mkdir(parents=True)
+        target = root / "Archive" / "2026" / "Kyoto trip.md"
+        if how == "move":
+            os.rename(note, target)
+        else:  # as some sync tools do: the old file goes, then the new one is written
+            data = note.read_bytes()
+            note.unlink()
+            target.write_bytes(data)
+        settle(daemon)
+        wait_for(
+            lambda: {note_of(leaf.path) for leaf in vault.ls()} == {"Archive/2026/Kyoto trip.md"},
+            what="the move to be read",
+        )
+        settle(daemon)
+    assert node_id is not None
+    _moved_across(vault, before, node_id)
+
+
+def test_reindex_is_one_transaction_a_reader_never_sees_a_node_without_its_sections(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader on its own connection, at the moment ``reindex`` reads the notes again (their sections
+    have no files: the index rows of the files are already replaced), sees the old index whole."""
+    import sqlite3
+
+    _read_kyoto(vault)
+    (vault.layout.root / "Travel" / "Osaka.md").write_text(
+        "# Osaka\n\n## Food\n\nTakoyaki in Dotonbori.\n", encoding="utf-8"
+    )
+    vault.read_notes(["Travel/Osaka.md"])
+    orphan_nodes = (
+        "SELECT n.id FROM chunks n WHERE n.kind = 'summary' AND json_extract(n.provenance, '$.note')"
+        " IS NOT NULL AND NOT EXISTS (SELECT 1 FROM chunks l WHERE l.parent = n.id AND l.kind = 'leaf')"
+    )
+    nodes = "SELECT count(*) FROM chunks WHERE kind = 'summary' AND json_extract(provenance, '$.note') IS NOT NULL"
+    reader = sqlite3.connect(vault.layout.db)
+    assert reader.execute(nodes).fetchone()[0] == 2
+    seen: list[tuple[int, list[tuple[str]]]] = []
+    read_notes = Vault.read_notes
+
+    def observed(self: Vault, rels: object, gone: object = ()) -> list[str]:
+        seen.append((reader.execute(nodes).fetchone()[0], reader.execute(orphan_nodes).fetchall()))
+        return read_notes(self, rels, gone)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Vault, "read_notes", observed)
+    ids = {leaf.id for leaf in vault.ls()}
+    vault.reindex()
+    reader.close()
+    assert seen and all(count == 2 and orphans == [] for count, orphans in seen), seen
+    assert {leaf.id for leaf in vault.ls()} == ids
+
+
+def test_one_place_says_which_rows_have_files_of_their_own(vault: Vault) -> None:
+    """``index.has_file`` and its SQL form ``index.WITH_FILE`` agree on every row of a vault holding a
+    note's sections, leaf files, levels and paths that only look alike; ``file_of`` names the note."""
+    from vaultmem import index
+
+    _read_kyoto(vault)
+    vault.ingest_messages([Message(source="chat", text="The ryokan in Kyoto wants a deposit by Friday.")])
+    tricky = [
+        "Travel/a#b.md",
+        "Travel/x.md#0123456789abcdeF",  # not a leaf id (upper case)
+        "Travel/x.md#0123456789abcde",  # 15 digits
+        "Travel/x.txt#0123456789abcdef",
+        "Travel/#x.md#0123456789abcdef",
+    ]
+    rows = [str(r[0]) for r in vault.conn.execute("SELECT path FROM chunks")]
+    with_file = {str(r[0]) for r in vault.conn.execute(f"SELECT path FROM chunks WHERE {index.WITH_FILE}")}
+    sections = [p for p in rows if p.startswith("Travel/Kyoto trip.md#")]
+    assert len(sections) == 4 and any(p.startswith("sources/chat/") for p in rows)
+    assert {p for p in rows if index.has_file(p)} == with_file == set(rows) - set(sections)
+    assert {index.file_of(p) for p in sections} == {"Travel/Kyoto trip.md"}
+    assert all((vault.layout.root / index.file_of(p)).is_file() for p in rows)
+    for path in tricky:
+        agrees = vault.conn.execute(f"SELECT {index.WITH_FILE} FROM (SELECT ? AS path)", (path,)).fetchone()[
+            0
+        ]
+        assert bool(agrees) == index.has_file(path), path
+    assert not index.has_file("Travel/#x.md#0123456789abcdef")
+
+
+def test_context_links_of_a_note_section_open_the_note(
+    vault: Vault, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`context --json` gave each item a file link made from its row's path: a section's path names no
+    file (``…/Kyoto%20trip.md%23<id>``); the link is its note's."""
+    import json
+
+    from tests.helpers import run
+
+    _read_kyoto(vault)
+    vault.flush()
+    root = vault.layout.root
+    code, out, _ = run(
+        ["context", "ryokan kaiseki", "--budget", "300", "--vault", str(root), "--json"], capsys
+    )
+    assert code == 0
+    links = [item["link"] for item in json.loads(out)["items"] if "#" in item["path"]]
+    assert links and set(links) == {(root / "Travel" / "Kyoto trip.md").as_uri()}
+
+
+def test_a_notes_document_node_takes_edits_of_its_own_text_and_keys_never_the_notes(vault: Vault) -> None:
+    """The node's ``_summary.md`` is the engine's: ``update_content`` edits its text (a hand edit, kept
+    when the note changes), a key a person adds to it stays; what would stand for the note (a child
+    appended, the node deleted) is refused with what to do instead, and the note is never written."""
+    root = vault.layout.root
+    before, node_id = _read_kyoto(vault)
+    note = root / "Travel" / "Kyoto trip.md"
+    vault.update_content(node_id, "Our Kyoto trip: ryokan, food, transport card.")
+    (node,) = [p for p in (root / "sources").rglob("_summary.md") if node_id in p.read_text(encoding="utf-8")]
+    text = node.read_text(encoding="utf-8")
+    assert "Our Kyoto trip: ryokan, food, transport card." in text
+    node.write_text(text.replace("---\n", "---\nrating: 5\n", 1), encoding="utf-8")  # a person's own key
+    vault.compact()
+    with pytest.raises(InvalidInput, match="write the new text in the note itself"):
+        vault.append_child(node_id, "A day trip to Nara.")
+    with pytest.raises(InvalidInput, match="delete or move the note itself"):
+        vault.delete(node_id)
+    with pytest.raises(InvalidInput, match="edit or delete the note"):
+        vault.update_content(before["Kyoto trip > Food"][0], "Ramen instead.")
+    assert note.read_text(encoding="utf-8") == KYOTO
+    note.write_text(KYOTO.replace("Okonomiyaki in Gion", "Yudofu near Nanzen-ji"), encoding="utf-8")
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    text = node.read_text(encoding="utf-8")
+    assert "rating: 5" in text and "Our Kyoto trip: ryokan, food, transport card." in text
+    assert hits(vault, "Yudofu") and vault.check().ok
+    assert {k: v[0] for k, v in _sections(vault, "Travel/Kyoto trip.md").items()} == {
+        k: v[0] for k, v in before.items()
+    }
+
+
+def test_watcher_rescan_finds_a_note_moved_to_another_top_folder_while_it_was_stopped(vault: Vault) -> None:
+    before, node_id = _read_kyoto(vault)
+    root = vault.layout.root
+    (root / "Archive" / "2026").mkdir(parents=True)
+    os.rename(root / "Travel" / "Kyoto trip.md", root / "Archive" / "2026" / "Kyoto trip.md")
+    with watching(root) as daemon:  # its start-up rescan finds the move
+        wait_for(
+            lambda: {note_of(leaf.path) for leaf in vault.ls()} == {"Archive/2026/Kyoto trip.md"},
+            what="the move to be read",
+        )
+        settle(daemon)
+    _moved_across(vault, before, node_id)

@@ -18,7 +18,7 @@ from vaultmem import entities, index, sidecar, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import FrontmatterError, InvalidInput
-from vaultmem.layout import Layout, note_of
+from vaultmem.layout import Layout
 from vaultmem.model import Leaf, Status
 from vaultmem.scan import read_leaf_file
 from vaultmem.status import set_status
@@ -137,9 +137,9 @@ def admit(
     by_dir: dict[str, dict[str, _Node]] = defaultdict(dict)
     # A section of a note written by hand has no file and no sidecar: nothing of the engine's goes into
     # the person's folders. Its vector lives in the index only (``reindex`` embeds it again).
-    in_place = [node for node in nodes if note_of(node.path) is not None]
+    in_place = [node for node in nodes if not index.has_file(node.path)]
     for node in nodes:
-        if note_of(node.path) is None:
+        if index.has_file(node.path):
             by_dir[str(PurePosixPath(node.path).parent)][node.id] = node
     model, dim = embedder.model_id, embedder.dim
     rebuilt: list[str] = []

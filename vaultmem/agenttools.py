@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from vaultmem import agentio, fsio
+from vaultmem import agentio, fsio, index
 from vaultmem.errors import InvalidInput, UnsafePath, VaultError
 from vaultmem.frame import CLOSE, OPEN, neutralise
 from vaultmem.layout import TOMBSTONES, note_of
@@ -330,7 +330,7 @@ def move(vault: Vault, leaf_id: str, to: str, client: str, reason: str | None) -
         raise InvalidInput(f"{to} is not a level: move a leaf into a level (a summary id, s + 15 hex)")
     with vault.operation(agentio.commit_message(client, f"moved {leaf_id} into {to}", reason)):
         leaf = vault.get(leaf_id)
-        if note_of(leaf.path) is not None:
+        if not index.has_file(leaf.path):
             raise InvalidInput(
                 f"{leaf_id} is a section of the note {note_of(leaf.path)}, written by hand and indexed where"
                 " it is: it cannot be moved; edit the note itself and the index follows"

@@ -75,7 +75,6 @@ from vaultmem.layout import (
     SUMMARY_NAME,
     TOMBSTONES,
     Layout,
-    note_of,
 )
 from vaultmem.leaffile import LEAF_KEYS, id_from_filename, parse_leaf, render_leaf
 from vaultmem.reindex import VaultFiles, read_vault
@@ -186,7 +185,7 @@ def check(
 
     # A section of a note indexed in place has no file of its own: ``documents_out_of_step`` compares
     # those rows with their note.
-    orphans = [row for row in rows.values() if row["id"] not in files.rows and note_of(row["path"]) is None]
+    orphans = [row for row in rows.values() if row["id"] not in files.rows and index.has_file(row["path"])]
     orphan_problems = [
         Problem("orphan_row", row["path"], f"row {row['id']} has no file", True) for row in orphans
     ]

@@ -565,9 +565,11 @@ def context(
         )
         root = vault.layout.root
     if as_json:
+        from vaultmem.index import file_of
+
         data = ctx.as_dict()
         for item in data["items"]:
-            item["link"] = (root / item["path"]).as_uri()
+            item["link"] = (root / file_of(item["path"])).as_uri()  # a note's section: its note
         emit_json(data)
         return
     if ctx.items and ctx.weak:

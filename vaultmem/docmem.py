@@ -72,8 +72,16 @@ def node_row(conn: sqlite3.Connection, node_id: str) -> sqlite3.Row:
     row: sqlite3.Row | None = conn.execute("SELECT * FROM chunks WHERE id = ?", (node_id,)).fetchone()
     if row is None:
         raise NodeNotFound(f"no node with id {node_id}; `vaultmem show` lists the tree")
-    index.refuse_note_sections(conn, [node_id], "edited, moved or deleted as a node")
+    # A note's section is the person's text; its document node is the engine's file (its text and keys
+    # may be edited, siblings placed around it), refused where an operation would stand for the note.
+    index.refuse_note_sections(conn, [node_id], "edited, moved or deleted as a node", node=False)
     return row
+
+
+def _refuse_note_node(conn: sqlite3.Connection, node_id: str, why: str) -> None:
+    note = index.note_node(conn, node_id)
+    if note is not None:
+        raise InvalidInput(f"{node_id} is the document of the note {note}, written by hand: {why}")
 
 
 def parent_dir(path: str) -> str:
@@ -331,6 +339,12 @@ def plan_append_child(
     parent = node_row(conn, parent_id)
     if parent["kind"] != "summary":
         raise InvalidInput(f"{parent_id} is a leaf; append_child needs a level (a summary id)")
+    _refuse_note_node(
+        conn,
+        parent_id,
+        "its children are the note's sections, read from the note; write the new text in the note itself"
+        " (vaultmem never rewrites a person's note), or append it to another level",
+    )
     if not layout.abs(parent["path"]).is_file():
         raise NodeNotFound(f"{parent['path']} is gone; run `vaultmem check --fix` to update the index")
     folder = parent_dir(parent["path"])
@@ -441,6 +455,12 @@ def plan_delete(
     """Remove a node and everything under it: a leaf's file, or a level's whole folder (leaves, child
     levels, ``_summary.md``, ``_embeddings.json``)."""
     row = node_row(conn, node_id)
+    _refuse_note_node(
+        conn,
+        node_id,
+        "it leaves with the note; delete or move the note itself and the index follows (vaultmem never"
+        " deletes a person's note)",
+    )
     folder = folder_of(row)
     if row["kind"] == "leaf":
         leaf, _doc, digest = _read_leaf(layout, row["path"], max_bytes)

@@ -49,6 +49,7 @@ from vaultmem.errors import ConflictError, FrontmatterError, VaultError
 from vaultmem.jobs import JobQueue, admit_job
 from vaultmem.layout import (
     IGNORED_DIRS,
+    SIDECAR_NAME,
     SOURCES,
     SUMMARY_NAME,
     Layout,
@@ -436,6 +437,50 @@ class Syncer:
         self._mark(stale)
         self.nodes[new] = _node_row(self.conn, row["id"], new)  # type: ignore[assignment]
 
+    def renamed_from(self, doc: Document, gone: Sequence[str]) -> str | None:
+        """The note among ``gone`` (document names of this source whose files vanished) that ``doc``, a
+        note of another top folder, is: moved there (None when none holds mostly its sections)."""
+        notes = [n for n in gone if n in self.nodes and _node_note(self.nodes[n]) is not None]
+        return self._renamed_from(doc, notes) if doc.note else None
+
+    def adopt(self, other: Syncer, old: str, doc: Document) -> None:
+        """A note moved to another top folder (``other``'s source) and seen as ``doc`` here: its document
+        node comes over keeping its id, written anew under this source's folders (the node file names
+        its source) with the engine's files of its old folder removed; the node keeps naming the old
+        note path until the note is read (``sync``), so its sections, found by that path, keep their ids
+        and rows. The old folder levels above it go stale (or leave when empty: ``_tidy_folders``)."""
+        row = other.nodes[old]
+        src = str(PurePosixPath(row["path"]).parent)
+        rel = f"{src}/{SUMMARY_NAME}"
+        digest, node, kept = other._node_file(rel)
+        writes: list[FileWrite] = []
+        queued = self._ensure_folders(doc.name, writes)
+        dst = self._place(doc.name)
+        moved = replace(node, source=self.source, path=f"{dst}/{SUMMARY_NAME}", document=doc.name, stale=True)
+        writes.append(FileWrite(moved.path, render_summary(moved, keep=kept), None))
+        queued.append((node.id, node.depth))
+        removes: list[tuple[str, str | None]] = [(rel, digest)]
+        if self.layout.abs(f"{src}/{SIDECAR_NAME}").is_file():
+            removes.append((f"{src}/{SIDECAR_NAME}", None))
+        op = TreeOp(
+            "docmem",
+            self.source,
+            f"memory: move the note {old} of {other.source} to {doc.name} ({self.source})",
+            tuple(writes),
+            (),
+            tuple(queued),
+            {},
+            tuple(removes),
+            (src,),
+        )
+        stale = ancestors_of(self.conn, row["id"])
+        steps.apply(self.conn, self.layout, op, self.model, self.dim)
+        other._mark(
+            [s for s in stale if self.conn.execute("SELECT 1 FROM chunks WHERE id = ?", (s,)).fetchone()]
+        )
+        del other.nodes[old]
+        self.nodes[doc.name] = _node_row(self.conn, node.id, doc.name)  # type: ignore[assignment]
+
     def _doc_leaves(self, row: sqlite3.Row) -> list[sqlite3.Row]:
         """The leaf rows of a document: a note's sections, else the leaf files in its folder."""
         note = _node_note(row)
@@ -557,6 +602,11 @@ class Syncer:
         else:
             directory = self._place(doc.name)
             node_id = summary_id(self.source, f"document:{doc.name}")
+            n = 1
+            while self.conn.execute("SELECT 1 FROM chunks WHERE id = ?", (node_id,)).fetchone():
+                # the id of a document that was here, then renamed or moved (it kept its id)
+                n += 1
+                node_id = summary_id(self.source, f"document:{doc.name}#{n}")
             old = []
         plan = _DocPlan(doc, directory, node_id, chunks, existing)
         self._match(plan, old, recorded)
@@ -859,6 +909,7 @@ class Syncer:
                 and row["session"] == doc.name
                 and _row_order(row) == order
                 and row["parent"] == plan.node_id
+                and row["source"] == self.source
             )
             if same and row is not None and row["file_hash"] == stamp.hash:
                 self.report.unchanged += 1
@@ -875,6 +926,7 @@ class Syncer:
                 old = index.row_to_leaf(row)
                 leaf = replace(
                     old,
+                    source=self.source,  # a note moved to another top folder (``adopt``)
                     path=chunk.file,
                     seq=chunk.seq,
                     source_id=source_id,
@@ -987,8 +1039,8 @@ class Syncer:
             return
         self._to_trash([rel for step in batch for rel, _ in step.removes if rel not in self._trashed])
         # A note's section rows are not files: the step below replays its files after a crash, but not
-        # these rows. The note's name is written first and read again on open (``pending_notes``).
-        marker = self._pending([step.note for step in batch if step.note is not None])
+        # these rows. The note's name is written first and read again on open (``notes_cut_off``).
+        marker = self.mark_notes([step.note for step in batch if step.note is not None])
         message = batch[0].message if len(batch) == 1 else f"{len(batch)} documents"
         op = TreeOp(
             "docmem",
@@ -1019,7 +1071,8 @@ class Syncer:
         for step in batch:
             self.nodes[step.name] = _node_row(self.conn, step.node_id, step.name)  # type: ignore[assignment]
 
-    def _pending(self, notes: list[str]) -> Path | None:
+    def mark_notes(self, notes: list[str]) -> Path | None:
+        """A marker naming notes whose section rows are about to be written (``notes_cut_off``)."""
         if not notes:
             return None
         directory = self.layout.notes_pending
@@ -1161,7 +1214,7 @@ class Syncer:
             self.report.trash.append(self.layout.rel(copy))
 
 
-def pending_notes(layout: Layout) -> tuple[list[Path], list[str]]:
+def notes_cut_off(layout: Layout) -> tuple[list[Path], list[str]]:
     """The markers a crash left between a note's document files and its section rows, and the notes
     they name (each once)."""
     directory = layout.notes_pending

@@ -333,24 +333,59 @@ def leaves_per_source(conn: sqlite3.Connection) -> dict[str, int]:
     )
 
 
-def refuse_note_sections(conn: sqlite3.Connection, ids: Sequence[str], what: str) -> None:
-    """InvalidInput for a section of a note written by hand (``<note>#<id>``, indexed where it is) or
-    that note's document node while it has sections: the text is the person's note, which the engine
-    never rewrites; they edit or delete the note itself, and the index follows."""
+# -- which rows have files of their own -------------------------------------------------------------------
+# The one place that says it. A section of a note written by hand is indexed where it is: its row's path
+# is ``<note>#<leaf id>`` (``layout.section_path``) and names no file. Its text lives in the person's note,
+# compared whole (``Vault.documents_out_of_step``); the engine never stats, reads, writes, moves or removes
+# it as a file, and never links it as a version (that would write into the note). Every module that
+# stats or reads a row's file asks ``has_file`` (per row) or filters with ``WITH_FILE`` (in SQL).
+WITH_FILE = "path NOT GLOB '*.md#" + "[0-9a-f]" * 16 + "'"
+
+
+def has_file(path: str) -> bool:
+    """Whether the index row whose path is ``path`` has a file of its own (False for a note's section)."""
+    return note_of(path) is None
+
+
+def file_of(path: str) -> str:
+    """The file that holds the text of the row whose path is ``path``: its own, or a section's note."""
+    return note_of(path) or path
+
+
+def refuse_note_sections(
+    conn: sqlite3.Connection, ids: Sequence[str], what: str, *, node: bool = True
+) -> None:
+    """InvalidInput for a section of a note written by hand (``<note>#<id>``, indexed where it is) or,
+    with ``node``, that note's document node while it has sections: the text is the person's note,
+    which the engine never rewrites; they edit or delete the note itself, and the index follows. Without
+    ``node`` the document node passes (its ``_summary.md`` is the engine's: its text and keys may be
+    edited; ``note_node`` says which operations on it are refused)."""
     for node_id in ids:
         row = conn.execute(
             "SELECT path, json_extract(provenance, '$.note') AS note FROM chunks WHERE id = ?", (node_id,)
         ).fetchone()
         if row is None:
             continue
-        note = note_of(row["path"]) or (row["note"] if str(row["path"]).endswith(SUMMARY_NAME) else None)
-        if note is None or (note_of(row["path"]) is None and not _has_sections(conn, str(note))):
+        section = not has_file(row["path"])
+        note = note_of(row["path"]) if section else note_node(conn, node_id) if node else None
+        if note is None:
             continue
         raise InvalidInput(
-            f"{node_id} is {'a section' if note_of(row['path']) else 'the document'} of the note {note},"
+            f"{node_id} is {'a section' if section else 'the document'} of the note {note},"
             f" written by hand and indexed where it is: it cannot be {what}; edit or delete the note"
             " itself and the index follows (vaultmem never rewrites a person's note)"
         )
+
+
+def note_node(conn: sqlite3.Connection, node_id: str) -> str | None:
+    """The note whose document node ``node_id`` is, while it has sections (None for any other node)."""
+    row = conn.execute(
+        "SELECT path, json_extract(provenance, '$.note') AS note FROM chunks WHERE id = ? AND kind = 'summary'",
+        (node_id,),
+    ).fetchone()
+    if row is None or not row["note"] or not str(row["path"]).endswith(SUMMARY_NAME):
+        return None
+    return str(row["note"]) if _has_sections(conn, str(row["note"])) else None
 
 
 def _has_sections(conn: sqlite3.Connection, note: str) -> bool:

@@ -28,7 +28,7 @@ from vaultmem import fsio, index
 from vaultmem.db import atomic
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.jobs import JobQueue, admit_job, resummarise_job
-from vaultmem.layout import SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, is_ignored, note_of
+from vaultmem.layout import SIDECAR_NAME, SOURCES, SUMMARY_NAME, Layout, is_ignored
 from vaultmem.leaffile import id_from_filename
 from vaultmem.scan import read_leaf_file, read_summary_file, scan
 from vaultmem.stale import ancestors_of, mark_stale
@@ -51,18 +51,16 @@ def catch_up(
     conn: sqlite3.Connection, layout: Layout, max_bytes: int, on_hand_edits: HandEdits | None = None
 ) -> CatchUp:
     out = CatchUp()
+    # Only rows with a file of their own: a note's sections are compared with their note whole
+    # (``Vault.documents_out_of_step``), never taken for deleted files here.
     rows = conn.execute(
-        "SELECT id, kind, path, parent, file_hash, file_size, file_mtime_ns FROM chunks"
+        f"SELECT id, kind, path, parent, file_hash, file_size, file_mtime_ns FROM chunks WHERE {index.WITH_FILE}"
     ).fetchall()
     upserts: list[tuple[object, ...]] = []
     reembed: list[str] = []
     gone: list[str] = []
     touched: list[str] = []  # ids whose ancestors go stale
     for row in rows:
-        if note_of(row["path"]) is not None:
-            # A section of a note indexed in place has no file of its own: its note is compared whole
-            # (``Vault.documents_out_of_step``), never taken for a deleted file here.
-            continue
         path = layout.abs(row["path"])
         try:
             st = os.stat(path)
@@ -364,7 +362,7 @@ def changed_paths(conn: sqlite3.Connection, layout: Layout, seen: Mapping[str, S
     out: list[str] = []
     for row in conn.execute("SELECT path, file_size, file_mtime_ns FROM chunks"):
         # A section of a note indexed in place stands for its note, with the stamp the note was read at.
-        known[note_of(row["path"]) or row["path"]] = (row["file_size"], row["file_mtime_ns"])
+        known[index.file_of(row["path"])] = (row["file_size"], row["file_mtime_ns"])
     on_disk = {entry.rel for entry in scan(layout).entries}
     for rel in on_disk:
         try:

@@ -1,7 +1,9 @@
 """Rebuild chunks.db's derived tables from the vault's files alone.
 
 Owns ``reindex``: every summary and leaf file is read and validated, and the chunk rows (with their FTS indexes)
-are replaced in one transaction, so a reader sees the old index or the new one. The job queue is kept;
+are replaced in one transaction, so a reader sees the old index or the new one (``Vault.reindex`` makes
+the agent's memory files, the sections of notes indexed in place and the vectors part of that same
+transaction). The job queue is kept;
 work that the files imply (leaves still ``pending_extraction``) is re-queued. Never writes a vault file.
 """
 

@@ -18,7 +18,7 @@ from vaultmem import frontmatter, fsio, index, leaffile
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, UnsafePath
 from vaultmem.ingest import done_intent, write_intent
-from vaultmem.layout import Layout, note_of
+from vaultmem.layout import Layout
 from vaultmem.model import Leaf, Status
 
 
@@ -53,7 +53,7 @@ def set_status(
     # never writes into a person's note).
     in_place = []
     for leaf in leaves:
-        if note_of(leaf.path) is None or leaf.id not in stamps:
+        if index.has_file(leaf.path) or leaf.id not in stamps:
             continue
         found = (entities or {}).get(leaf.id, ())
         merged = tuple(dict.fromkeys([*(() if replace_entities else leaf.entities), *found]))
@@ -65,7 +65,7 @@ def set_status(
         with atomic(conn):
             index.upsert_rows(conn, in_place)
     for leaf in leaves:
-        if note_of(leaf.path) is not None:
+        if not index.has_file(leaf.path):
             continue
         path = layout.abs(leaf.path)
         try:

@@ -30,6 +30,7 @@ from vaultmem.embed import Embedder, load_embedder
 from vaultmem.errors import (
     ConflictError,
     DiskFull,
+    FrontmatterError,
     GitBusy,
     InvalidInput,
     NodeNotFound,
@@ -39,7 +40,7 @@ from vaultmem.errors import (
     VaultNotFound,
 )
 from vaultmem.jobs import JobQueue, admit_job, ingest_job, release_dead, resummarise_job, seal_job
-from vaultmem.layout import FRESH, RESERVED_TOP, SOURCES, Layout
+from vaultmem.layout import AGENT_TOPS, FRESH, RESERVED_TOP, SOURCES, Layout
 from vaultmem.leaffile import id_from_filename
 from vaultmem.lock import WriteLock
 from vaultmem.model import (
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
     from vaultmem.compact import CompactSettings
     from vaultmem.coremem import CoreBlock, CoreFileView, CoreUpdate, MemoryEnv, MemorySettings, Onboarding
     from vaultmem.docmem import Plan
-    from vaultmem.docsync import Syncer
+    from vaultmem.docsync import Document, Syncer
     from vaultmem.episodes import Episode
     from vaultmem.forget import Tombstone
     from vaultmem.gitsync import CommitInfo, GitOperation
@@ -276,10 +277,10 @@ class Vault:
 
     def _finish_notes(self) -> None:
         """Read again the notes whose section rows a crash cut off after their document's files were
-        written (``docsync.pending_notes``), then drop the markers."""
-        from vaultmem.docsync import pending_notes
+        written (``docsync.notes_cut_off``), then drop the markers."""
+        from vaultmem.docsync import notes_cut_off
 
-        markers, notes = pending_notes(self.layout)
+        markers, notes = notes_cut_off(self.layout)
         present = [note for note in notes if self.layout.abs(note).is_file()]
         with self._locked():
             self.read_notes(present, gone=[note for note in notes if note not in present])
@@ -453,6 +454,7 @@ class Vault:
         check_new_sources(self.layout, {d.source for d in docs})
         report = IngestReport(messages=len(messages), redacted=redacted)
         embedder = self.embedder
+        markers = self._notes_moved_across(docs, gone_by, embedder)
         for source in sources:
             mine = [d for d in docs if d.source == source]
             with self._locked():
@@ -481,7 +483,50 @@ class Vault:
                     removed=tuple(done.removed),
                 )
             )
+        for marker in markers:
+            fsio.remove_file(self.layout.root, marker)
         return report
+
+    def _notes_moved_across(
+        self, docs: list[Document], gone_by: dict[str, list[str]], embedder: Embedder
+    ) -> list[Path]:
+        """Notes moved to another top folder (another source): each takes over the document of the note
+        that vanished from the other one (``Syncer.adopt``), keeping its node's and sections' ids; that
+        name leaves ``gone_by``. Returns the markers naming the moved notes (``docsync.notes_cut_off``),
+        removed once their sections are read: a crash before that reads them again on open."""
+        fresh = [d for d in docs if d.note]
+        if not fresh or not any(gone_by.values()):
+            return []
+        markers: list[Path] = []
+        with self._locked():
+            syncers: dict[str, Syncer] = {}
+
+            def syncer(source: str) -> Syncer:
+                if source not in syncers:
+                    syncers[source] = self._syncer(source, embedder)
+                return syncers[source]
+
+            for doc in fresh:
+                if doc.name in syncer(doc.source).nodes:
+                    continue
+                for source, names in gone_by.items():
+                    if source == doc.source or not names:
+                        continue
+                    old = syncer(source).renamed_from(doc, names)
+                    if old is None:
+                        continue
+                    marker = syncer(doc.source).mark_notes([doc.note])
+                    if marker is not None:
+                        markers.append(marker)
+                    try:
+                        syncer(doc.source).adopt(syncer(source), old, doc)
+                    except (ConflictError, FrontmatterError) as exc:
+                        # Its node changed meanwhile: the note is read as a new document, the old one leaves.
+                        self.warnings.append(f"{doc.note}: not taken as the moved {old} ({exc})")
+                        break
+                    names.remove(old)
+                    break
+        return markers
 
     def _ingest_batches(self, messages: list[Message], progress: Progress | None) -> IngestReport:
         from vaultmem.ingest import IngestReport, build_leaves, check_new_sources, write_leaves
@@ -847,8 +892,7 @@ class Vault:
         # Notes edited or deleted while no watcher ran: their documents catch up (sections replaced).
         behind = self.documents_out_of_step()
         if behind:
-            present = [rel for rel in behind if self.layout.abs(rel).exists()]
-            self.read_notes(present, gone=[rel for rel in behind if rel not in present])
+            self._catch_up_notes(behind)
         # Embed and admit first: a seal planned while leaves still wait for their vectors would leave
         # them in the buffer (the threads run both kinds of job at once).
         flushed = self.flush()
@@ -1075,6 +1119,29 @@ class Vault:
                 (source, name) for name in syncer.out_of_step([d for d in docs if d.source == source])
             )
         return sorted([*gone, *(n for n in present if self.note_document(n) in behind)])
+
+    def _catch_up_notes(self, behind: list[str]) -> None:
+        """Read again the notes ``documents_out_of_step`` found behind; a deleted one whose file name
+        is now a note nobody has read (moved while no watcher ran) is read with it, so it is taken for
+        the same document (``read_notes``) instead of a deleted one and a new one."""
+        from vaultmem.scan import scan
+
+        present = [rel for rel in behind if self.layout.abs(rel).exists()]
+        gone = [rel for rel in behind if rel not in present]
+        names = {rel.rsplit("/", 1)[-1] for rel in gone}
+        moved: list[str] = []
+        if names:
+            noted = set(self._noted())
+            for entry in scan(self.layout).entries:
+                rel = entry.rel
+                if (
+                    rel.rsplit("/", 1)[-1] in names
+                    and rel not in noted
+                    and rel.split("/", 1)[0] not in (*RESERVED_TOP, *AGENT_TOPS)
+                    and self.conn.execute("SELECT 1 FROM chunks WHERE path = ?", (rel,)).fetchone() is None
+                ):
+                    moved.append(rel)
+        self.read_notes([*present, *moved], gone=gone)
 
     def _vanished_notes(self) -> list[str]:
         """Notes of the vault that have a document but no file any more."""
@@ -2090,7 +2157,10 @@ class Vault:
         from vaultmem.admit import vectors_from_sidecars
         from vaultmem.reindex import reindex
 
-        with self._locked():
+        embedder = self.embedder
+        # One transaction: a reader sees the old index or the new one, never a document node without
+        # the sections of its note (read again below) or rows without their vectors.
+        with self._locked(), db.atomic(self.conn):
             report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
             memory, unread = memindex.reindex(
                 self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core
@@ -2106,12 +2176,9 @@ class Vault:
                 self.read_notes(present, gone=[n for n in notes if n not in set(present)])
                 sections = sum(len(section_rows(self.conn, n)) for n in present)
                 report = replace(report, leaves=report.leaves + sections)
-            embedder = self.embedder
-            with db.atomic(self.conn):
-                loaded, missing = vectors_from_sidecars(
-                    self.conn, self.layout, embedder.model_id, embedder.dim
-                )
-                requeued = self.jobs.enqueue_many(admit_job(i) for i in missing)
+            loaded, missing = vectors_from_sidecars(self.conn, self.layout, embedder.model_id, embedder.dim)
+            requeued = self.jobs.enqueue_many(admit_job(i) for i in missing)
+        with self._locked():
             self.save_vectors()
             return replace(report, vectors=loaded, requeued=report.requeued + requeued)
 
@@ -2357,8 +2424,7 @@ class Vault:
             for rel in behind
         ]
         if fix and behind:
-            present = [rel for rel in behind if self.layout.abs(rel).exists()]
-            self.read_notes(present, gone=[rel for rel in behind if rel not in present])
+            self._catch_up_notes(behind)
             fixed += found
         else:
             problems += found

@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vaultmem import detect
-from vaultmem.layout import note_of
+from vaultmem import detect, index
 from vaultmem.search import Filters, Hit
 from vaultmem.validity import SUPERSEDED_BY, SUPERSEDES
 from vaultmem.vectors import VectorCache
@@ -210,7 +209,7 @@ def earlier_neighbours(
     earlier = [
         r
         for r in rows
-        if r["id"] not in linked and stated(r) and _before(r, me) and note_of(r["path"]) is None
+        if r["id"] not in linked and stated(r) and _before(r, me) and index.has_file(r["path"])
     ]
     earlier.sort(key=lambda r: -by_id[r["id"]])
     return [(r, by_id[r["id"]]) for r in earlier[:k]]
@@ -243,7 +242,7 @@ def candidates(
     before any judgement: each with its cosine and the keyword arguments ``detect.judge`` takes. A
     section of a note written by hand neither updates nor is updated: its note is edited in place (and a
     version link would have to write into it)."""
-    if not stated(row) or note_of(row["path"]) is not None:
+    if not stated(row) or not index.has_file(row["path"]):
         return []
     out = []
     for old, cosine in earlier_neighbours(conn, cache, row["id"]):
