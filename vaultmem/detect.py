@@ -308,6 +308,131 @@ _MEASURES = frozenset(
 )
 
 
+# Nouns a number names one of ("build 1001", "room 12", "flight 305", "chapter 3"): the number after
+# them is an identifier, not how many there are. A closed class of English (labels, places in a
+# sequence, codes); the number before them ("3 rooms") is still a count.
+_LABELS = frozenset(
+    [
+        "account",
+        "apartment",
+        "apt",
+        "batch",
+        "block",
+        "book",
+        "box",
+        "build",
+        "building",
+        "bus",
+        "card",
+        "case",
+        "chapter",
+        "class",
+        "code",
+        "commit",
+        "day",
+        "episode",
+        "exercise",
+        "exit",
+        "ext",
+        "extension",
+        "figure",
+        "fig",
+        "floor",
+        "flight",
+        "game",
+        "gate",
+        "grade",
+        "highway",
+        "host",
+        "id",
+        "invoice",
+        "issue",
+        "item",
+        "iteration",
+        "job",
+        "lane",
+        "lesson",
+        "level",
+        "line",
+        "locker",
+        "lot",
+        "match",
+        "model",
+        "module",
+        "no",
+        "node",
+        "number",
+        "order",
+        "page",
+        "part",
+        "patch",
+        "phase",
+        "platform",
+        "port",
+        "pr",
+        "problem",
+        "question",
+        "release",
+        "rev",
+        "revision",
+        "room",
+        "round",
+        "route",
+        "row",
+        "run",
+        "season",
+        "seat",
+        "section",
+        "series",
+        "server",
+        "shelf",
+        "slide",
+        "sprint",
+        "stage",
+        "step",
+        "suite",
+        "tab",
+        "table",
+        "terminal",
+        "ticket",
+        "tier",
+        "track",
+        "unit",
+        "version",
+        "vol",
+        "volume",
+        "week",
+    ]
+)
+_DIGITS_RE = re.compile(r"\d+")
+
+
+def _identifier(tokens: list[str], i: int) -> bool:
+    """Whether the number ``tokens[i]`` names something rather than counts it: it follows a noun that
+    labels things ("build 1001", "room 12", "flight 305") or a capitalised name ("Windows 11", "Flight
+    305"), and is a whole number written alone."""
+    if i == 0 or not _DIGITS_RE.fullmatch(tokens[i]):
+        return False
+    prev = tokens[i - 1]
+    low = prev.lower()
+    if low in _LABELS:
+        return True
+    return (
+        prev[:1].isupper()
+        and prev.isalpha()
+        and not prev.isupper()
+        and low not in _STOP
+        and low not in _NUMBER_WORDS
+        and low not in _MONTHS
+    )
+
+
+def _labelled(sentence: str) -> dict[str, str]:
+    """The things a statement names by number: label -> number ("build 1001" -> {"build": "1001"})."""
+    tokens = [t.strip() for t in _TOKEN_RE.findall(sentence)]
+    return {tokens[i - 1].lower(): tokens[i] for i in range(1, len(tokens)) if _identifier(tokens, i)}
+
+
 _LEADS = frozenset(
     ["at", "on", "in", "to", "from", "by", "until", "for", "of", "is", "are", "was", "be", "costs", "cost"]
 )
@@ -316,7 +441,7 @@ _LEADS = frozenset(
 @dataclass(frozen=True)
 class Value:
     text: str  # as compared: lower case, commas dropped
-    kind: str  # count, time, date, money, name
+    kind: str  # count, time, date, money, name, id (a number naming one thing: "build 1001")
     attribute: frozenset[str]  # the content words around it
     unit: str  # for a count: the thing counted ("engineer", "top"); else ""
     event: bool  # it stands in a clause reporting something that happened (not a state that holds)
@@ -394,7 +519,7 @@ def _kind(tokens: list[str], i: int) -> str | None:
             return "time"
         if "/" in tok or near & set(_MONTHS) or re.fullmatch(r"\d+(?:st|nd|rd|th)", low):
             return "date"
-        return "count"
+        return "id" if _identifier(tokens, i) else "count"
     if low in _NUMBER_WORDS:
         return "count"
     if low in _MONTHS:
@@ -432,7 +557,7 @@ def statement_values(sentence: str) -> list[Value]:
             stem(tokens[j])
             for j in range(max(lo, i - before - 1), min(hi, i + after + 1))
             if j != i
-            and kinds[j] in (None, "name")
+            and kinds[j] in (None, "name", "id")
             and tokens[j].lower() not in _STOP
             and len(tokens[j]) > 2
             and tokens[j] not in _SEP
@@ -476,6 +601,12 @@ def _content(sentence: str) -> set[str]:
 _NOT_THE_VERB = frozenset(
     ["longer", "more", "anymore", "really", "even", "ever", "yet", "always", "actually", "able", "sure"]
 )
+
+
+def _other_numbered(old: str, new: str) -> bool:
+    """Both statements name a thing by number under the same label, and the numbers differ."""
+    a, b = _labelled(old), _labelled(new)
+    return any(label in b and b[label] != number for label, number in a.items())
 
 
 def _negated_verb(sentence: str) -> str | None:
@@ -536,10 +667,14 @@ def changes(old: str, new: str) -> list[Change]:
                     cue = _cue(vn.clause, so)
                     if vo.kind == "name" and (not cue or stem(vo.text) == stem(vn.text)):
                         continue  # a capitalised word's role is unclear: only a stated change counts
+                    if vo.kind == "id" and not cue:
+                        continue  # "build 1001" then "build 1005": two things named, unless it changed
                     # Said of two subjects ("Duc's team has 37", "Finn's team has 35"): not a change.
                     subjects_o, subjects_n = names(so) - {vo.shown}, names(sn) - {vn.shown}
                     if subjects_o and subjects_n and not subjects_o & subjects_n:
                         continue
+                    if vo.kind != "id" and _other_numbered(so, sn):
+                        continue  # "build 1001 is on Thursday", "build 1005 is on Friday": two builds
                     need = MIN_SHARED_ATTRIBUTE - bool(cue)
                     if vo.kind == "count" and vo.unit in _MEASURES:
                         need += 1  # "4 minutes" and "6 minutes" are of many things: say which
