@@ -1294,9 +1294,10 @@ def _entry_lines(entries: tuple[tuple[str | None, str], ...]) -> list[str]:
 def core_cmd(
     ctx: typer.Context, vault_path: VaultOpt = None, as_json: JsonOpt = False, as_of: AsOfOpt = None
 ) -> None:
-    """Core memory: the prompt block and each file's budget (--as-of: the block as it stood then).
+    """Core memory: the prompt block and each file's budget.
 
     Subcommands: show FILE, edit FILE ($EDITOR), add FILE TEXT (within its budget), search QUERY.
+    --as-of DATE shows the block as core memory stood then.
     """
     if ctx.invoked_subcommand is not None:
         return
