@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import ChatServer, Reply, Request
+from tests.helpers import ChatServer, Reply, Request, run
 from vaultmem import corefile, coremem, corepolicy
 from vaultmem.corefile import CoreSettings, Entry
 from vaultmem.embed import FakeEmbedder
@@ -569,3 +569,66 @@ def test_bad_names_and_empty_updates_are_refused(small: Vault) -> None:
         small.core_update("../etc/passwd", ["x"])
     with pytest.raises(InvalidInput, match="nothing to add"):
         small.core_update("soul", ["   "])
+
+
+BERLIN = "Lives in Berlin with her partner Jonas, works from home."
+LISBON = "Moved to Lisbon in April; lives there now with Jonas, works from home."
+TEA = "Prefers tea over coffee in the morning."
+
+
+def _profile(tmp_path: Path, config: str) -> tuple[Vault, list[datetime]]:
+    clock = [datetime(2026, 3, 5, 10, tzinfo=UTC)]
+    vault = Vault.init(tmp_path / "v", config, embedder=FakeEmbedder())
+    vault.clock = lambda: clock[0]
+    vault.core_update("user-profile", [BERLIN, TEA])
+    clock[0] = datetime(2026, 5, 2, 10, tzinfo=UTC)
+    return vault, clock
+
+
+def test_a_core_entry_updated_by_another_entry_becomes_a_version_and_as_of_answers_then(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #20 for core memory: an update that changes a value of another entry (not a near twin:
+    found across entries by the supersede detector) replaces it above the auto-apply confidence; the
+    new line says ``valid_from``/``supersedes``, the old one leaves for the archive with
+    ``valid_to``/``superseded_by``; the block carries only the current value, ``as_of`` the old one."""
+    config = "[updates]\nauto_apply = true\nauto_apply_at = 0.75\n"
+    vault, _clock = _profile(tmp_path, config)
+    with vault:
+        assert not corepolicy.near(Entry(BERLIN), Entry(LISBON))  # found across entries, not merged
+        done = vault.core_update("user-profile", [LISBON])
+        assert done.moved and "superseded by" in done.moved[0][2]
+        old_id, new_id = corefile.entry_id(BERLIN), corefile.entry_id(LISBON)
+        profile = (vault.layout.root / "core" / "user-profile.md").read_text(encoding="utf-8")
+        assert f"{LISBON} <!-- valid_from: 2026-05-02; supersedes: {old_id} -->" in profile
+        assert BERLIN not in profile
+        archive = (vault.layout.root / "core" / "_archive" / "user-profile.md").read_text(encoding="utf-8")
+        assert f"valid_to: 2026-05-02; superseded_by: {new_id} -->" in archive and BERLIN in archive
+        now = vault.core_block().text
+        assert LISBON in now and BERLIN not in now and TEA in now
+        then = vault.core_block(as_of="2026-04-01").text
+        assert BERLIN in then and LISBON not in then and TEA in then
+        assert vault.core_text(as_of="2026-02-01") == ""  # nothing was learnt yet
+        assert vault.check().ok
+    code, out, _err = run(["core", "--as-of", "2026-04-01", "--vault", str(tmp_path / "v")], capsys)
+    assert code == 0 and BERLIN in out and LISBON not in out
+
+
+def test_below_auto_apply_a_core_update_is_reported_and_a_hand_written_superseded_by_applies_it(
+    tmp_path: Path,
+) -> None:
+    """Auto-apply off (the default): both entries stay and the update says which entry the new one may
+    replace; a person writing ``superseded_by: <id>`` on the old line takes it out of the prompt."""
+    vault, _clock = _profile(tmp_path, "")
+    with vault:
+        done = vault.core_update("user-profile", [LISBON])
+        new_id = corefile.entry_id(LISBON)
+        assert any(BERLIN[:40] in n and f"superseded_by: {new_id}" in n for n in done.notes)
+        assert BERLIN in vault.core_block().text and LISBON in vault.core_block().text
+        path = vault.layout.root / "core" / "user-profile.md"
+        text = path.read_text(encoding="utf-8")
+        path.write_text(text.replace(BERLIN, f"{BERLIN} <!-- superseded_by: {new_id} -->"), encoding="utf-8")
+        block = vault.core_block()
+        assert BERLIN not in block.text and LISBON in block.text
+        assert any(BERLIN in line for line in block.left_out)
+        assert BERLIN in path.read_text(encoding="utf-8")  # the file keeps it

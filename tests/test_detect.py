@@ -129,3 +129,78 @@ def test_an_undated_note_and_a_later_turn_are_judged_one_way_only(tmp_path: Path
         assert len(pairs) == 1 and not {(b, a) for a, b in pairs} & pairs
     finally:
         v.close()
+
+
+def test_a_number_after_a_label_names_a_thing_it_does_not_count() -> None:
+    """ "build 1001" is one build, not 1001 of something: two builds (or rooms, flights) in two messages
+    are two things, not a changed count; an identifier still changes when the message says so."""
+    builds = detect.statement_values(
+        "Reminder: the deploy of build 1001 moves to Thursday morning, never Friday."
+    )
+    assert next((v.text, v.kind) for v in builds) == ("1001", "id")
+    assert (
+        detect.judge(
+            "Reminder: the deploy of build 1001 moves to Thursday morning, never Friday.",
+            "Reminder: the deploy of build 1005 moves to Thursday morning, never Friday.",
+            0.95,
+        )
+        is None
+    )
+    # Another value said of another numbered thing is not a change either.
+    assert detect.judge("Room 12 is booked for 3pm.", "Room 14 is booked for 4pm.", 0.9) is None
+    assert (
+        detect.judge(
+            "The deploy of build 1001 is on Thursday morning.",
+            "The deploy of build 1005 is on Friday morning.",
+            0.9,
+        )
+        is None
+    )
+    # The same build moved, and an identifier replaced in so many words, are updates.
+    moved = detect.judge(
+        "The deploy of build 1001 is on Thursday morning.",
+        "The deploy of build 1001 moved to Friday morning.",
+        0.9,
+    )
+    assert moved is not None and "value changed: Thursday -> Friday" in moved.why
+    switched = detect.judge(
+        "We are on build 1001 in production.", "We switched production to build 1005 this morning.", 0.9
+    )
+    assert switched is not None and "value changed: 1001 -> 1005" in switched.why
+    # A number before the noun still counts: "2 bikes" -> "4 bikes".
+    bikes = detect.judge("I have 2 bikes in the garage.", "I have 4 bikes in the garage now.", 0.9)
+    assert bikes is not None and "counted again: bikes" in bikes.why
+
+
+def test_a_question_or_a_plan_holds_no_value_to_replace() -> None:
+    """What a person asks for or plans ("a 20-minute workout", "a 10-minute one") is no fact that holds:
+    measured on LongMemEval, such pairs were most of the false proposals. A question that tells a fact
+    ("You know, the one where I ran 26 minutes?") still counts, and so does a plan said to have changed."""
+    assert (
+        detect.judge(
+            "I'm planning a 20 minute morning workout routine, can you suggest some exercises?",
+            "Could you put together a 10 minute morning workout routine with no equipment?",
+            0.8,
+        )
+        is None
+    )
+    assert (
+        detect.judge(
+            "My budget for the anniversary dinner is $150, any restaurant ideas?",
+            "What would a $80 dinner look like at a place near the harbour?",
+            0.7,
+        )
+        is None
+    )
+    told = detect.judge(
+        "I ran the charity 5K last month, my personal best is 27 minutes.",
+        "You know, the one where I finished with a personal best time of 26 minutes?",
+        0.7,
+    )
+    assert told is not None and "value changed: 27 -> 26" in told.why
+    moved = detect.judge(
+        "I'm planning the team offsite for 12 May in Porto.",
+        "The team offsite moved to 19 May, same place in Porto.",
+        0.8,
+    )
+    assert moved is not None and "says it changed (moved)" in moved.why

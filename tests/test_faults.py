@@ -65,8 +65,8 @@ condense_fanout = 4
 condense_target = 2
 workers = 2
 
-# The supersede detector links the template messages' near-twins at once: its writes (leaf files, levels
-# marked stale, rows) are killed and filled up too, not only proposals in review/.
+# The supersede detector links each export's new opening hours to the last ones at once (``_hours``): its
+# writes (leaf files, levels marked stale, rows) are killed too, not only proposals in review/.
 [updates]
 auto_apply = true
 """
@@ -240,6 +240,7 @@ def _round(run: Run, counter: EventCounter, n: int, capsys: pytest.CaptureFixtur
     if action.startswith("ingest"):
         export = run.logs / f"export-{run.exports}.json"
         data = slack_export(20, channel=f"ch{run.exports % 3}", start=run.exports * 20)
+        data["messages"].append(_hours(run.exports))  # type: ignore[attr-defined]
         export.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
         argv = ["ingest", str(export), "--json", *vault, *(["--wait"] if action == "ingest-wait" else [])]
     elif action == "compact":
@@ -309,6 +310,18 @@ def _feed_notes(run: Run, counter: EventCounter, child: Child, kill_at: int, dea
     # Otherwise killed now: at the chosen event, or just after it read the last note.
 
 
+def _hours(n: int) -> dict[str, str]:
+    """A fact that changes from one export to the next (the help desk's opening hours): the update
+    detector's links to the export before, the kill loop's link steps."""
+    hours = ["8:30", "9:00", "9:15", "8:45", "9:30"][n % 5]
+    return {
+        "id": f"hours-{n:04d}",
+        "speaker": "Mara",
+        "content": f"Heads up: the help desk in Porto opens at {hours} on weekdays, badge at the front door.",
+        "ts": f"2026-04-{1 + n // 24 % 28:02d}T{n % 24:02d}:30:00Z",
+    }
+
+
 def _verify(run: Run, capsys: pytest.CaptureFixture[str]) -> None:
     files = leaf_files(run.root)
     doubled = [i for i, c in files.items() if c > 1]
@@ -349,6 +362,10 @@ def test_kill_9_at_random_moments_then_check_passes_on_reopen(
     code, out, _ = run_cli(["jobs", "--vault", str(root), "--json"], capsys)
     assert json.loads(out)["counts"]["parked"] == 0 and json.loads(out)["counts"]["running"] == 0
     assert len(state.acked) >= 60, state.fail("too few ingests finished to prove anything")
+    # The loop covered version links: some leaf says which one it replaced (written by link steps).
+    with sqlite3.connect(root / ".vaultmem" / "chunks.db") as conn:
+        linked = conn.execute("SELECT count(*) FROM chunks WHERE supersedes <> '[]'").fetchone()[0]
+    assert linked >= 1, state.fail("no version link was made: the loop never exercised a link step")
     with capsys.disabled():
         print(
             "\n".join(state.log)

@@ -682,3 +682,48 @@ def test_rescan_after_a_rules_change_replaces_the_engines_entities_and_archives_
     assert made["person:ctrl"].startswith("topics/_archive/")  # kept whole, no longer routed
     assert not made["org:qantas"].startswith("topics/_archive/")
     assert vault.rescan_entities() == 0 and vault.check().ok
+
+
+def test_a_version_link_accepted_in_review_marks_the_topic_after_the_next_worker_pass(vault: Vault) -> None:
+    """A topic names its leaves by link; once a person accepts that one replaced another, the queued
+    route rewrites the topic (no new mention needed): the old leaf's link says ``[superseded]`` and its
+    level's summary reads it so, the new one's says ``[current]``. Undoing the link unmarks them."""
+    old_fact = {
+        "id": "d0",
+        "role": "user",
+        "speaker": "Caroline",
+        "content": "The TidePool release deadline is 27 March, the printer needs the files a week before.",
+        "ts": "2024-05-01T08:00:00Z",
+        "session": "s0",
+        "source": "chat",
+    }
+    new_fact = {
+        **old_fact,
+        "id": "d1",
+        "content": "Heads up: the TidePool release deadline moved to 3 April, the printer agreed.",
+        "ts": "2024-05-05T16:00:00Z",
+        "session": "s4",
+    }
+    vault.ingest_messages([old_fact, *records(30), new_fact], source="chat")
+    vault.compact()
+    [proposal] = [p for p in vault.proposals() if "27 March" in vault.get(p.old).text]
+    topic = vault.layout.root / "topics" / "project-tidepool"
+    files = {p: p.read_text(encoding="utf-8") for p in topic.rglob("_summary.md")}
+    assert not any("[superseded]" in t or "[current]" in t for t in files.values())
+    [old_level] = [p for p, t in files.items() if f"{proposal.old}|" in t and p.parent != topic]
+    vault.decide(proposal.new, "accept")
+    assert vault.get(proposal.old).superseded_by == (proposal.new,)
+    vault.work()  # the worker pass: the topic route the link queued
+    marked = {p: p.read_text(encoding="utf-8") for p in topic.rglob("_summary.md")}
+    old_line = next(line for line in marked[old_level].splitlines() if f"{proposal.old}|" in line)
+    assert old_line.endswith(" [superseded]")
+    assert "[superseded] " in parse_summary(marked[old_level], "x/_summary.md")[0].text
+    new_line = next(line for t in marked.values() for line in t.splitlines() if f"{proposal.new}|" in line)
+    assert new_line.endswith(" [current]")
+    assert vault.check().ok
+    # Routing again changes nothing (the marks read back equal); undoing the link unmarks.
+    vault.work()
+    assert {p: p.read_text(encoding="utf-8") for p in topic.rglob("_summary.md")} == marked
+    vault.revert_update(f"{proposal.new}-{proposal.old}")
+    vault.work()
+    assert not any("[superseded]" in p.read_text(encoding="utf-8") for p in topic.rglob("_summary.md"))

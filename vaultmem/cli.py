@@ -1293,15 +1293,18 @@ def _entry_lines(entries: tuple[tuple[str | None, str], ...]) -> list[str]:
 
 
 @core_app.callback()
-def core_cmd(ctx: typer.Context, vault_path: VaultOpt = None, as_json: JsonOpt = False) -> None:
+def core_cmd(
+    ctx: typer.Context, vault_path: VaultOpt = None, as_json: JsonOpt = False, as_of: AsOfOpt = None
+) -> None:
     """Core memory: the prompt block and each file's budget.
 
     Subcommands: show FILE, edit FILE ($EDITOR), add FILE TEXT (within its budget), search QUERY.
+    --as-of DATE shows the block as core memory stood then.
     """
     if ctx.invoked_subcommand is not None:
         return
     with open_vault(vault_path) as vault:
-        block = vault.core_block()
+        block = vault.core_block(as_of=as_of)
         files = vault.core_files()
         say_warnings(vault)
     if as_json:

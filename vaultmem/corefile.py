@@ -15,10 +15,19 @@ entries are written from their redacted text, so a secret never travels to anoth
 An archive (``core/_archive/<file>.md``, ``kind: core-archive``) holds, append-only and unbudgeted,
 every entry that left a file it could not go elsewhere from, with its tag and a trailing
 ``<!-- left YYYY-MM-DD: reason -->``.
+
+**Versions** (issue #20) live in a comment on an entry's line, keys as a leaf's frontmatter has them:
+``valid_from: DATE``, ``valid_to: DATE`` (exclusive), ``supersedes: ID``, ``superseded_by: ID``. An
+entry's id is ``entry_id`` of its text (words, case aside), so a person may write the keys by hand. An
+entry with ``superseded_by`` and no ``valid_to`` does not hold now; one replaced by the engine leaves for
+the archive with ``valid_to`` and ``superseded_by`` in its ``left`` comment, and its successor carries
+``valid_from`` and ``supersedes``. ``held_at`` says whether an entry was in the file at a moment (for
+``as_of``): its tag's month not after it, its window around it, and for an archived one, left after it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -106,12 +115,47 @@ class Entry:
     def valid_at(self, moment: datetime) -> bool:
         """Whether the entry holds at ``moment``: a person may give it a window in a comment on its line,
         ``<!-- valid_from: 2026-04-01 -->``, ``<!-- valid_to: 2026-06-01 -->`` (exclusive); a value that
-        is not a date is ignored (the entry holds)."""
-        if self.raw is None or "valid_" not in self.raw:
+        is not a date is ignored (the entry holds). An entry that names its successor
+        (``superseded_by``) without a ``valid_to`` no longer holds."""
+        if self.raw is None or ("valid_" not in self.raw and "superseded_by" not in self.raw):
             return True
         window = {key: _window_moment(value) for key, value in _WINDOW_RE.findall(self.raw)}
         start, end = window.get("from"), window.get("to")
+        if end is None and self.superseded_by:
+            return False
         return (start is None or start <= moment) and (end is None or moment < end)
+
+    @property
+    def id(self) -> str:
+        return entry_id(self.text)
+
+    @property
+    def supersedes(self) -> tuple[str, ...]:
+        return self._ids("supersedes")
+
+    @property
+    def superseded_by(self) -> tuple[str, ...]:
+        return self._ids("superseded_by")
+
+    def _ids(self, key: str) -> tuple[str, ...]:
+        if self.raw is None or key not in self.raw:
+            return ()
+        return tuple(i for k, i in _LINK_RE.findall(self.raw) if k == key)
+
+    def left_on(self) -> datetime | None:
+        """When an archived entry left its file (its ``<!-- left YYYY-MM-DD: ... -->``), else None."""
+        found = _LEFT_RE.search(self.raw or "")
+        return _window_moment(found.group(1)) if found else None
+
+    def held_at(self, moment: datetime) -> bool:
+        """Whether the entry was in its file at ``moment`` (``as_of``): learnt by then (its tag's month,
+        its ``valid_from``), valid then, and (an archived one) not yet gone."""
+        if self.tag is not None and self.tag > month(moment):
+            return False
+        gone = self.left_on()
+        if gone is not None and gone <= moment:
+            return False
+        return self.valid_at(moment)
 
     @property
     def prompt_line(self) -> str:
@@ -126,6 +170,22 @@ class Entry:
 
 
 _WINDOW_RE = re.compile(r"\bvalid_(from|to):\s*([0-9][0-9:TZ+.\-]*)")
+_LINK_RE = re.compile(r"\b(supersedes|superseded_by):\s*([0-9a-f]{10})\b")
+_LEFT_RE = re.compile(r"<!-- left (\d{4}-\d{2}-\d{2}):")
+_ID_WORDS_RE = re.compile(r"\w+")
+
+
+def entry_id(text: str) -> str:
+    """A core entry's id: the first 10 hex digits of the SHA-256 of its words (case and punctuation
+    aside), so the same entry has the same id wherever it is and a person can compute it."""
+    words = " ".join(_ID_WORDS_RE.findall(clean(text).casefold()))
+    return hashlib.sha256(words.encode("utf-8")).hexdigest()[:10]
+
+
+def versioned(entry: Entry, **keys: str) -> Entry:
+    """``entry`` with version keys (``valid_from``, ``supersedes``...) in a comment on its line."""
+    said = "; ".join(f"{k}: {v}" for k, v in keys.items())
+    return Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- {said} -->", entry.bullet)
 
 
 def _window_moment(value: str) -> datetime | None:
@@ -316,9 +376,15 @@ def archive_template(spec: CoreSpec) -> CoreDoc:
     return CoreDoc(spec.name, f"Archive: {spec.title}", False, spec.budget, items, archive=True)
 
 
-def archived(entry: Entry, day: str, reason: str) -> Entry:
-    """An entry as an archive line: tag and text kept, when and why it left in a trailing comment."""
+def archived(entry: Entry, day: str, reason: str, superseded_by: str | None = None) -> Entry:
+    """An entry as an archive line: tag and text kept, when and why it left in a trailing comment (for an
+    entry a new version replaced: ``valid_to`` that day and ``superseded_by`` its successor's id; a
+    ``valid_from`` it had is kept)."""
     why = " ".join(reason.replace("--", "-").split())
+    if superseded_by is not None:
+        start = dict(_WINDOW_RE.findall(entry.raw or "")).get("from")
+        kept = f"valid_from: {start}; " if start else ""
+        why += f"; {kept}valid_to: {day}; superseded_by: {superseded_by}"
     return Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- left {day}: {why} -->", entry.bullet)
 
 

@@ -77,6 +77,9 @@ class MemoryEnv:
     # Told the paths of a person's edits the engine is about to build on (git auto-commit commits them
     # first, as their own commit); None when nothing needs telling.
     hand_edits: Callable[[list[str]], None] | None = None
+    # The update tier (issue #20): the confidence at which a core entry's new version replaces the old
+    # one at once (None: auto-apply off, the update is only reported, from ``detect.PROPOSE_AT``).
+    updates_auto_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -287,15 +290,17 @@ def files(env: MemoryEnv) -> list[CoreFileView]:
     return [view(env, n) for n in names(env)]
 
 
-def block(env: MemoryEnv, *, write: bool = True) -> CoreBlock:
+def block(env: MemoryEnv, *, write: bool = True, as_of: datetime | None = None) -> CoreBlock:
     """The in-prompt core files as one block within the budgets (module docstring). Deterministic.
     With ``write``, missing files are created and hand edits indexed on the way (a ``stat`` per file
     when there are none); without it nothing is written: a missing file counts as its template (which
-    adds nothing to the block), the files are read as they are."""
-    if write:
+    adds nothing to the block), the files are read as they are. ``as_of``: the block as core memory
+    stood then (entries learnt by then and valid then, archived ones that had not left yet; the
+    budgets as now)."""
+    if write and as_of is None:
         ensure(env)
         sync(env, ["core"])
-    now = env.clock()
+    now = as_of or env.clock()
     tag = corefile.month(now)
     total = env.settings.core.total_budget
     parts: list[tuple[CoreDoc, list[Item]]] = []
@@ -304,9 +309,17 @@ def block(env: MemoryEnv, *, write: bool = True) -> CoreBlock:
         doc, _ = load(env, name)
         if not doc.in_prompt:
             continue
-        # An entry outside its validity window (a comment on its line) is not shown; the file keeps it.
-        held = [x for x in doc.items if not isinstance(x, Entry) or x.valid_at(now)]
-        left += [f"{name}: {x.text} (not valid now)" for x in doc.entries if not x.valid_at(now)]
+        # An entry outside its validity window (a comment on its line) or replaced by a newer version is
+        # not shown; the file keeps it.
+
+        def holds(x: Entry) -> bool:
+            return x.held_at(now) if as_of is not None else x.valid_at(now)
+
+        held = [x for x in doc.items if not isinstance(x, Entry) or holds(x)]
+        left += [f"{name}: {x.text} (not valid now)" for x in doc.entries if not holds(x)]
+        if as_of is not None:  # what had not left the file yet
+            archive, _ = _load_archive(env, name)
+            held += [x for x in archive.entries if x.held_at(now)]
         kept, evicted = corepolicy.evict(held, doc.budget, tag)
         left += [f"{name}: {x.entry.text}" for x in evicted]
         parts.append((doc, kept))
@@ -346,6 +359,26 @@ def _changed(old: str, new: str) -> bool:
     return detect.judge(old, new, 0.0) is not None
 
 
+def _versions(env: MemoryEnv, doc: CoreDoc, new: Sequence[Entry], now: datetime) -> corepolicy.Versions:
+    """Cross-entry detection for an update of ``doc`` (issue #20): the supersede detector over each pair
+    of an entry and a new one that share a content word, with their cosine from the vault's embedder
+    (every text embedded once, in one batch, only when some pair needs it)."""
+    from vaultmem import detect
+
+    vectors: dict[str, Any] = {}
+
+    def judge(old: str, fresh: str) -> float | None:
+        if not corepolicy.words(old) & corepolicy.words(fresh):
+            return None
+        if not vectors:
+            texts = list(dict.fromkeys([*(e.text for e in doc.entries), *(e.text for e in new)]))
+            vectors.update(zip(texts, env.embedder().embed(texts), strict=True))
+        verdict = detect.judge(old, fresh, float(vectors[old] @ vectors[fresh]))
+        return None if verdict is None else verdict.confidence
+
+    return corepolicy.Versions(now.strftime("%Y-%m-%d"), judge, env.updates_auto_at, detect.PROPOSE_AT)
+
+
 def corepolicy_score(entry: Entry) -> float:
     from vaultmem.scoring import FastScorer
 
@@ -369,15 +402,19 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
             def ask(system: str, user: str, model: ChatModel = model) -> str:
                 return model.ask(system, user, max_tokens=1024)
 
-            fits = corepolicy.apply(doc.items, new, doc.budget, tag, _changed)
-            if fits.leaving:  # over budget or near duplicates: the model condenses
+            fits = corepolicy.apply(doc.items, new, doc.budget, tag, _changed, _versions(env, doc, new, now))
+            if fits.leaving and not all(
+                x.successor for x in fits.leaving
+            ):  # over budget or near duplicates: the model condenses
                 outcome = corepolicy.ask_model(
                     doc.items, new, doc.budget, tag, doc.title, spec.purpose, ask, model.model
                 )
             else:
                 outcome = fits
         else:
-            outcome = corepolicy.apply(doc.items, new, doc.budget, tag, _changed)
+            outcome = corepolicy.apply(
+                doc.items, new, doc.budget, tag, _changed, _versions(env, doc, new, now)
+            )
         with env.lock():
             rel = corefile.rel_path(name)
             if fsio.file_hash(env.layout.abs(rel)) != digest:
@@ -446,7 +483,7 @@ def _archive(env: MemoryEnv, doc: CoreDoc, leaving: Sequence[corepolicy.Leaving]
     there = archive.entries
     day = now.strftime("%Y-%m-%d")
     add = [
-        corefile.archived(x.entry, day, x.reason)
+        corefile.archived(x.entry, day, x.reason, x.successor)
         for x in leaving
         if not any(corepolicy.same(x.entry, e) and x.entry.tag == e.tag for e in there)
     ]

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from vaultmem.agentllm import without_thinking
-from vaultmem.corefile import Entry, Item, clean, prompt_text
+from vaultmem.corefile import Entry, Item, clean, prompt_text, versioned
 from vaultmem.errors import SummariserError
 from vaultmem.scoring import FastScorer
 from vaultmem.summarise import STOPWORDS
@@ -50,6 +50,7 @@ INVENTED = 0.5  # an entry of the model's reply needs at least this share of its
 class Leaving:
     entry: Entry
     reason: str  # "merged", "superseded by <entry>", "over budget", "longer than the budget", "condensed by the model"
+    successor: str | None = None  # the id of the entry that replaced it as a new version (issue #20)
 
 
 @dataclass(frozen=True)
@@ -94,20 +95,37 @@ def size(items: Sequence[Item]) -> int:
     return len(prompt_text(items))
 
 
+@dataclass(frozen=True)
+class Versions:
+    """How ``apply`` finds a new entry that updates another one (issue #20): ``judge(old, new)`` is the
+    supersede detector's confidence (None: no update); at ``auto_at`` or above (None: auto-apply off)
+    the old entry is replaced, at ``propose_at`` or above the update is only reported (a note). ``today``
+    (YYYY-MM-DD) is the new version's ``valid_from`` and the old one's ``valid_to``."""
+
+    today: str
+    judge: Callable[[str, str], float | None]
+    auto_at: float | None
+    propose_at: float
+
+
 def apply(
     items: Sequence[Item],
     new: Sequence[Entry],
     budget: int,
     now_tag: str,
     changed: Callable[[str, str], bool] | None = None,
+    versions: Versions | None = None,
 ) -> Outcome:
     """The offline policy (module docstring): ``items`` with ``new`` merged in, within ``budget``.
     ``changed(old, new)``: whether a near duplicate changes a value (``detect.judge``): the older entry
-    then leaves as ``superseded by <new entry>`` instead of ``merged``."""
+    then leaves as ``superseded by <new entry>`` instead of ``merged``. With ``versions``, an entry that
+    is no near duplicate is judged against every other entry of the file too (cross-entry), and a
+    replaced entry and its successor carry version keys on their lines (``corefile`` docstring)."""
     current: list[Item] = list(items)
     leaving: list[Leaving] = []
     added: list[Entry] = []
     retagged: list[Entry] = []
+    notes: list[str] = []
     for entry in new:
         entries = [(i, x) for i, x in enumerate(current) if isinstance(x, Entry)]
         dup = next(((i, x) for i, x in entries if same(x, entry)), None)
@@ -118,14 +136,31 @@ def apply(
                 retagged.append(current[i])  # type: ignore[arg-type]
             continue
         close = next(((i, x) for i, x in entries if near(x, entry)), None)
+        update = close is not None and changed is not None and changed(close[1].text, entry.text)
+        if close is None and versions is not None:
+            judged = [(c, i, x) for i, x in entries if (c := versions.judge(x.text, entry.text)) is not None]
+            if judged:
+                confidence, i, old = max(judged, key=lambda t: (t[0], -t[1]))
+                if versions.auto_at is not None and confidence >= versions.auto_at:
+                    close, update = (i, old), True
+                elif confidence >= versions.propose_at:
+                    notes.append(
+                        f"may update [{old.tag or now_tag}] {old.text[:80]} (confidence {confidence:.2f});"
+                        f" not applied: write superseded_by: {entry.id} on its line to apply it"
+                    )
         if close is not None:
             i, old = close
-            current[i] = entry
             # A changed value is a new version of the entry, not a merge.
-            if changed is not None and changed(old.text, entry.text):
-                leaving.append(Leaving(old, f"superseded by [{entry.tag or now_tag}] {entry.text[:80]}"))
+            if update:
+                if versions is not None:
+                    entry = versioned(entry, valid_from=versions.today, supersedes=old.id)
+                successor = entry.id if versions is not None else None
+                leaving.append(
+                    Leaving(old, f"superseded by [{entry.tag or now_tag}] {entry.text[:80]}", successor)
+                )
             else:
                 leaving.append(Leaving(old, "merged"))
+            current[i] = entry
             added.append(entry)
             continue
         if not entries and current and isinstance(current[-1], str) and current[-1].strip():
@@ -141,6 +176,7 @@ def apply(
         tuple(leaving),
         tuple(e for e in added if id(e) not in gone),
         tuple(retagged),
+        tuple(notes),
     )
 
 

@@ -73,6 +73,9 @@ class ChildLink:
     # A wikilink ``[[stem|label]]`` names a leaf by its file name alone, which never changes: Obsidian
     # resolves it wherever the leaf lives, so topic and digest links survive compaction moving leaves.
     wiki: bool = False
+    # After a leaf's wikilink: ``[superseded]`` on an old value, ``[current]`` on the value that replaced
+    # one (issue #20), so a topic shows which of its leaves still holds.
+    mark: str = ""
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,8 @@ def render_body(node: SummaryNode) -> str:
 
 def _render_link(c: ChildLink) -> str:
     if c.wiki:
-        return f"- [[{c.target}|{_label(c.label).replace('|', '/')}]]\n"
+        mark = f" {c.mark}" if c.mark in MARKS else ""
+        return f"- [[{c.target}|{_label(c.label).replace('|', '/')}]]{mark}\n"
     return f"- [{_label(c.label)}]({_link(c.target)})\n"
 
 
@@ -225,7 +229,10 @@ def _link(target: str) -> str:
 
 
 _LINK_RE = re.compile(r"^- \[(?P<label>[^\]]*)\]\((?P<target><[^>]*>|[^)]*)\)\s*$")
-_WIKI_RE = re.compile(r"^- \[\[(?P<target>[^\]|#]+)(?:\|(?P<label>[^\]]*))?\]\]\s*$")
+_WIKI_RE = re.compile(
+    r"^- \[\[(?P<target>[^\]|#]+)(?:\|(?P<label>[^\]]*))?\]\](?:\s+(?P<mark>\[(?:superseded|current)\]))?\s*$"
+)
+MARKS = ("[superseded]", "[current]")  # validity.SUPERSEDED_MARK, validity.CURRENT_MARK
 
 
 def split_body(body: str) -> tuple[str, str, tuple[ChildLink, ...], tuple[ChildLink, ...]]:
@@ -265,7 +272,7 @@ def _links(section: str) -> tuple[ChildLink, ...]:
         wiki = _WIKI_RE.match(line.strip())
         if wiki:
             stem = wiki.group("target").strip()
-            out.append(ChildLink(wiki.group("label") or stem, stem, wiki=True))
+            out.append(ChildLink(wiki.group("label") or stem, stem, wiki=True, mark=wiki.group("mark") or ""))
     return tuple(out)
 
 

@@ -2280,21 +2280,24 @@ class Vault:
             model=self.chat_model,
             read_only=self.read_only is not None,
             hand_edits=self._commit_by_hand if self._autocommit is not None else None,
+            updates_auto_at=self.config.updates_auto_apply_at if self.config.updates_auto_apply else None,
         )
 
-    def core_block(self) -> CoreBlock:
+    def core_block(self, *, as_of: datetime | str | None = None) -> CoreBlock:
         """The in-prompt core files (soul, user profile, projects, patterns) as one block, within each
-        file's budget and the total budget (characters); deterministic. Creates missing files."""
+        file's budget and the total budget (characters); deterministic. Creates missing files. A core
+        entry replaced by a newer version does not ride in it; ``as_of`` gives the block as core memory
+        stood then (read only)."""
         from vaultmem import coremem
 
-        return coremem.block(self._memory())
+        return coremem.block(self._memory(), as_of=_as_of(as_of))
 
-    def core_text(self) -> str:
+    def core_text(self, *, as_of: datetime | str | None = None) -> str:
         """The core block's text as a prompt carries it, reading only: nothing is created, indexed or
         committed (a missing core file counts as its empty template). For recall, hooks and servers."""
         from vaultmem import coremem
 
-        return coremem.block(self._memory(), write=False).text
+        return coremem.block(self._memory(), write=False, as_of=_as_of(as_of)).text
 
     def core_files(self) -> list[CoreFileView]:
         """Every core file with its budget, size and entries (missing ones are created first)."""

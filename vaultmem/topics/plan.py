@@ -126,6 +126,7 @@ class _Node:
     descendants: int
     data: bytes  # the file as read (guards the rewrite)
     node: SummaryNode
+    marks: dict[str, str] = field(default_factory=dict)  # leaf id -> its link's version mark in the file
 
 
 @dataclass
@@ -217,6 +218,7 @@ def _read_node(layout: Layout, rel: str, max_bytes: int) -> _Node | None:
     except (FileNotFoundError, FrontmatterError, UnicodeDecodeError):
         return None
     links = [i for i in (id_from_filename(c.target) for c in node.children if c.wiki) if i]
+    marks = {i: c.mark for c in node.children if c.wiki and (i := id_from_filename(c.target))}
     subdirs = [
         f"{node.directory}/{PurePosixPath(c.target).parent}"
         for c in node.children
@@ -236,6 +238,7 @@ def _read_node(layout: Layout, rel: str, max_bytes: int) -> _Node | None:
         node.descendants,
         text.encode("utf-8"),
         node,
+        marks,
     )
 
 
@@ -261,16 +264,23 @@ class TopicPlanner:
         new = [m for i, m in state.members.items() if i not in linked][: s.route_batch]
         gone = linked - set(state.members)
         stale = [lv for lv in state.levels.values() if lv.node.stale]
-        root_stale = state.root is not None and state.root.node.stale
-        if state.root is not None and not (new or gone or stale or root_stale or self._needs_seal(state)):
+        # A level or root whose leaves were linked as versions since it was written (supersede.link
+        # queues this route): its links and summary mark them again.
+        versioned = [lv for lv in state.levels.values() if _out_of_version(state, lv)]
+        root_stale = state.root is not None and (state.root.node.stale or _out_of_version(state, state.root))
+        if state.root is not None and not (
+            new or gone or stale or versioned or root_stale or self._needs_seal(state)
+        ):
             return None
         base = state.dir
         writes: list[FileWrite] = []
         moves: list[tuple[str, str]] = []
         # Levels that lost leaves (deleted, or the entity taken off by hand) are rewritten without them.
         for level in state.levels.values():
-            if level.node.stale or any(i in gone for i in level.links):
+            if level.node.stale or any(i in gone for i in level.links) or level in versioned:
                 level.links = [i for i in level.links if i not in gone]
+                if level in versioned and level.links and not level.node.hand_edited:
+                    level.text = self.extractive.summarise(self._children(state, level.links), 1).text
                 writes.append(self._level_write(state, level, guarded=True))
         recent = [i for i in (state.root.links if state.root else []) if i in state.members]
         recent += [m.id for m in new]
@@ -469,6 +479,9 @@ class TopicPlanner:
         node = replace(
             level.node,
             stale=False,
+            text=level.text,
+            # Re-summarised when its leaves became versions; a level a person edited keeps its hash.
+            content_hash=text_hash(level.text) if level.text != level.node.text else level.node.content_hash,
             title=level.title,
             # A title a person gave the level keeps its recorded engine hash (so it stays theirs).
             title_hash=level.node.title_hash if level.node.title_edited else "",
@@ -570,6 +583,7 @@ def compose_latest(state: TopicState, newest_first: list[str], top: list[_Node],
         latest = state.members[newest_first[0]]
         words = latest.text.split()
         said = " ".join(words[:40]) + (" …" if len(words) > 40 else "")
+        said = validity.marked(said, latest.supersedes, latest.superseded_by)
         who = f"{latest.speaker}: " if latest.speaker else ""
         parts.append(f"Latest ({(latest.ts or 'undated')[:10]}, {latest.source}): {who}{said}")
         if summary.strip():
@@ -583,7 +597,20 @@ def _link(member: _Member) -> ChildLink:
     day = (member.ts or "")[:10]
     who = f"{member.speaker}: " if member.speaker else ""
     words = " ".join(member.text.split()[:10])
-    return ChildLink(f"{day} {who}{words}".strip(), member.stem, wiki=True)
+    return ChildLink(f"{day} {who}{words}".strip(), member.stem, wiki=True, mark=_version_mark(member))
+
+
+def _version_mark(member: _Member) -> str:
+    """What a topic's link to a leaf says of its version: ``[superseded]``, ``[current]`` or nothing."""
+    return validity.marked("", member.supersedes, member.superseded_by).strip()
+
+
+def _out_of_version(state: TopicState, node: _Node) -> bool:
+    """Whether a node links a leaf whose version mark in the file is not the leaf's mark now (a link
+    made or undone since the node was written)."""
+    return any(
+        node.marks.get(i, "") != _version_mark(state.members[i]) for i in node.links if i in state.members
+    )
 
 
 def _rename(state: TopicState, level: _Node, new_dir: str) -> None:
