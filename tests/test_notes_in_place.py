@@ -87,7 +87,10 @@ def test_a_note_is_indexed_where_it_is_and_never_copied(vault: Vault) -> None:
     summary = (root / "sources/travel/kyoto-trip/_summary.md").read_text(encoding="utf-8")
     assert "note_path: Travel/Kyoto trip.md" in summary and "tags: [travel]" in summary
     assert all(leaf_id in summary for leaf_id, _p, _n in sections.values())  # the ids are recorded
-    assert "(<../../../Travel/Kyoto trip.md#Ryokan>)" in summary  # children link the note's headings
+    # Children link the note's headings as Obsidian does, each with its section's id beside it.
+    ryokan = sections["Kyoto trip > Lodging > Ryokan"][0]
+    assert f"- [[Travel/Kyoto trip#Ryokan|Lodging › Ryokan]] %%{ryokan}%%" in summary
+    assert "](<" not in summary
     # Found, with its status and entities in the row only.
     found = hits(vault, "kaiseki")
     assert found == [sections["Kyoto trip > Lodging > Ryokan"][0]]

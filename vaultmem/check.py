@@ -487,7 +487,7 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
         )
         if queued:
             continue  # the job that re-routes the topic or re-digests the day is already queued
-        ids = [i for i in (id_from_filename(c.target) for c in node.children if c.wiki) if i]
+        ids = [i for i in (c.linked_id for c in node.children) if i]
         known = index.existing_ids(conn, ids)
         gone = [i for i in ids if i not in known]
         if gone:

@@ -46,6 +46,7 @@ from vaultmem import docmem, frontmatter, fsio, index, leaffile, steps, wikilink
 from vaultmem.chunker import chunk_id, chunk_message
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, VaultError
+from vaultmem.inputs import docs
 from vaultmem.jobs import JobQueue, admit_job
 from vaultmem.layout import (
     IGNORED_DIRS,
@@ -55,7 +56,6 @@ from vaultmem.layout import (
     note_of,
     section_path,
     section_range,
-    section_target,
 )
 from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Message, Status, format_ts
 from vaultmem.order import format_order, ord_of, order_after, order_between
@@ -91,6 +91,7 @@ class Section:
     key: str  # the heading path, with ``#2``... for a repeated one ("" for the text before any heading)
     path: tuple[str, ...]  # heading path
     body: str  # the section's text without its heading line
+    at: int = -1  # which heading of the file starts it (``inputs.docs.headings``); -1: the text before any
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,8 @@ def split_documents(messages: Iterable[Message]) -> tuple[list[Document], list[M
             seen[key] = seen.get(key, 0) + 1
             if seen[key] > 1:
                 key = f"{key}#{seen[key]}"
-            sections.append(Section(key, path, text))
+            number = part.source_id.rsplit("#", 1)[-1]
+            sections.append(Section(key, path, text, int(number) - 1 if number.isdigit() and path else -1))
         meta = parts[0].meta
         stem = PurePosixPath(name).stem
         title = meta.get("title") or h1 or stem
@@ -833,19 +835,24 @@ class Syncer:
         sections: list[str] = []
         changed = False
         restored = False
+        anchors = self._anchors(doc)
         for chunk in plan.chunks:
             section = next(s for s in doc.sections if s.key == chunk.key)
             text = f"{self._heading(doc, section)}\n\n{chunk.raw}"
             heading_path = " > ".join(chunk.path)
-            meta = {"file": note, "title": doc.title, "heading_path": heading_path, "note": note}
+            anchor = anchors.get(chunk.key, "")
+            meta = {
+                "file": note,
+                "title": doc.title,
+                "heading_path": heading_path,
+                "note": note,
+                "anchor": anchor,
+            }
             source_id = f"{doc.name}#{chunk.key}"
             order = format_order(chunk.order)
             sections.append(f"{chunk.leaf_id} {chunk.seq} {chunk.key}")
-            children.append(
-                ChildLink(
-                    " › ".join(chunk.path) or doc.title, section_target(plan.directory, note, heading_path)
-                )
-            )
+            label = wikilinks.section_label(doc.title, heading_path)
+            children.append(wikilinks.section_link(label, note, anchor, chunk.leaf_id, plan.directory))
             row = chunk.row
             if row is not None and note_of(row["path"]) is None:
                 found = fsio.file_hash(self.layout.abs(row["path"]))
@@ -859,6 +866,7 @@ class Syncer:
                 and row["session"] == doc.name
                 and _row_order(row) == order
                 and row["parent"] == plan.node_id
+                and _anchor_of(row) == anchor
             )
             if same and row is not None and row["file_hash"] == stamp.hash:
                 self.report.unchanged += 1
@@ -934,6 +942,22 @@ class Syncer:
             changed or restored or bool(writes) or bool(removes),
             note,
         )
+
+    def _anchors(self, doc: Document) -> dict[str, str]:
+        """Section key -> the anchor its links name (``wikilinks.heading_anchor`` over every heading of
+        the note, those without text of their own included); "" (the note alone) for the text before
+        any heading, a heading no link tells apart, one holding a secret, or a note changed since."""
+        try:
+            heads = docs.headings(fsio.read_text_guarded(self.layout.abs(doc.note), self.max_bytes)[0])
+        except (OSError, UnicodeDecodeError, VaultError):
+            return {}
+        out: dict[str, str] = {}
+        for section in doc.sections:
+            if not (0 <= section.at < len(heads)) or heads[section.at][1].strip() != section.path[-1]:
+                continue
+            anchor = wikilinks.heading_anchor(heads, section.at)
+            out[section.key] = anchor if scrub(anchor) == anchor else ""
+        return out
 
     def _new_leaf(
         self, chunk: _Chunk, doc: Document, text: str, source_id: str, meta: dict[str, str], order: str
@@ -1195,6 +1219,14 @@ def _heading_leaf(headings: dict[str, str], anchor: str) -> str | None:
             return stem
         fallback = fallback or stem
     return fallback
+
+
+def _anchor_of(row: sqlite3.Row) -> str | None:
+    try:
+        meta = json.loads(row["provenance"] or "{}")
+    except ValueError:
+        return None
+    return meta.get("anchor") if isinstance(meta, dict) else None
 
 
 def _row_order(row: sqlite3.Row) -> str | None:

@@ -19,7 +19,6 @@ from typing import Any, TypeVar, cast
 
 from vaultmem import daemonstate, gitsync
 from vaultmem.errors import InvalidInput, NodeNotFound, ReadOnlyVault
-from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Leaf, format_ts
 from vaultmem.navigate import Node
 from vaultmem.summaryfile import SummaryNode, summary_json
@@ -372,7 +371,7 @@ class Panels:
     def _digest(self, node: SummaryNode) -> dict[str, Any]:
         """A digest with its links resolved to the leaves' files."""
         data = summary_json(node)
-        ids = [id_from_filename(c.target) if c.wiki else None for c in node.children]
+        ids = [c.linked_id for c in node.children]
         found = {x.id: x.path for x in self.vault.fetch([i for i in ids if i]) if isinstance(x, Leaf)}
         base = node.directory
         data["children"] = [
