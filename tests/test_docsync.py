@@ -23,7 +23,7 @@ from tests.helpers import (
     wait_for,
     watching,
 )
-from vaultmem import docsync, wikilinks
+from vaultmem import linkcheck, wikilinks
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
@@ -90,7 +90,7 @@ def test_docs_vault_is_one_subtree_per_page_with_links_and_keys_kept(tmp_path: P
         # The compactor left the documents alone: no numbered cluster levels.
         assert not [p for p in (root / "sources/help").iterdir() if re.match(r"\d\d-", p.name)]
         # Obsidian finds every link: pages and headings rewritten, missing targets made plain text.
-        checked, bad = docsync.vault_links(vault.layout)
+        checked, bad = linkcheck.vault_links(vault.layout)
         assert checked > 1000 and bad == []
         joined = "\n".join(texts)
         assert "Community forum" in joined and "[[Community forum]]" not in joined
@@ -509,7 +509,7 @@ def test_heading_links_match_the_heading_path_and_block_references_their_block(t
         assert "^refund-rule" in vault.get(refunds).text
         # An unknown block: the page itself.
         assert "![[sources/help/sync-plans/_summary|Sync plans > ^no-such-block]]" in text
-        checked, bad = docsync.vault_links(vault.layout)
+        checked, bad = linkcheck.vault_links(vault.layout)
         assert checked >= 4 and not bad
 
 

@@ -53,14 +53,14 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import ann, daemonstate, fsio, index, review, sidecar, vectors
+from vaultmem import ann, daemonstate, fsio, index, linkcheck, review, sidecar, vectors
 from vaultmem.db import HAS_CJK, NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.frontmatter import redact_document
@@ -81,7 +81,7 @@ from vaultmem.leaffile import LEAF_KEYS, id_from_filename, parse_leaf, render_le
 from vaultmem.reindex import VaultFiles, read_vault
 from vaultmem.scan import ScanEntry, scan
 from vaultmem.steps import pending_notes
-from vaultmem.summaryfile import SUMMARY_KEYS, parse_summary, render_summary, summary_id
+from vaultmem.summaryfile import SUMMARY_KEYS, ChildLink, parse_summary, render_summary, summary_id
 
 
 @dataclass(frozen=True)
@@ -228,6 +228,7 @@ def check(
     dangling = _dangling_links(conn, layout, max_bytes, fix=fix)
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
+    problems.extend(_unresolved_links(conn, layout, max_bytes))
     (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
     problems.extend(_dangling_versions(conn, set(files.rows) | _forgotten(layout)))
     problems.extend(_proposal_problems(layout))
@@ -499,6 +500,41 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
     if fix and jobs:
         JobQueue(conn).enqueue_many(jobs)
     return out
+
+
+def _unresolved_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> list[Problem]:
+    """Links the engine wrote in a summary's ``## Children`` and ``## Related`` that Obsidian cannot
+    follow (``linkcheck``): a file that is not there, or a heading or block of a note that is not there
+    (a note edited since it was read: reading it again writes the links again)."""
+    files: linkcheck.VaultFiles | None = None
+    out: list[Problem] = []
+    for row in conn.execute("SELECT path FROM chunks WHERE kind = 'summary' ORDER BY path"):
+        try:
+            node, _doc = parse_summary(
+                fsio.read_text_guarded(layout.abs(row["path"]), max_bytes)[0], row["path"]
+            )
+        except (OSError, UnicodeDecodeError, VaultError):
+            continue  # unreadable files are reported by the row checks
+        if not node.children and not node.related:
+            continue
+        files = files or linkcheck.VaultFiles(layout)
+        # A topic's or digest's link to a leaf by file name is ``_dangling_links``' to report (and fix); a
+        # note's node links its sections as they were when it was read (``document_out_of_step`` tells
+        # when the note has changed since).
+        bad = linkcheck.unresolved_children(files, node, skip=_left_to_others(bool(node.note)))
+        if bad:
+            more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+            out.append(
+                Problem("unresolved_link", row["path"], f"links {bad[0]}{more}, which lands nowhere", False)
+            )
+    return out
+
+
+def _left_to_others(own_note: bool) -> Callable[[ChildLink], bool]:
+    def skip(c: ChildLink) -> bool:
+        return bool(c.leaf and own_note) or (c.wiki and not c.leaf and bool(c.linked_id))
+
+    return skip
 
 
 def _forgotten(layout: Layout) -> set[str]:

@@ -1326,38 +1326,3 @@ def _merge_keys(front: frontmatter.MdDoc | None, kept: frontmatter.MdDoc) -> fro
     blocks = list(front.raw_blocks if front is not None else ()) + rest
     meta = {k: v for k, v in kept.meta.items() if k != PAGE_KEYS}
     return frontmatter.MdDoc({**meta, **(front.meta if front is not None else {})}, tuple(blocks), kept.body)
-
-
-def vault_links(layout: Layout) -> tuple[int, list[tuple[str, str]]]:
-    """(links checked, unresolved (file, link)) over every Markdown file of the vault, by Obsidian's rule:
-    a link resolves to a file of that vault path, or of that name anywhere."""
-    names: set[str] = set()
-    files: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(layout.root):
-        dirnames[:] = [d for d in dirnames if d not in IGNORED_DIRS and not d.startswith(".")]
-        for name in filenames:
-            path = Path(dirpath) / name
-            rel = layout.rel(path)
-            for form in (rel, name):
-                names.add(form.casefold())
-                if form.endswith(".md"):
-                    names.add(form[:-3].casefold())
-            if name.endswith(".md"):
-                files.append(path)
-    checked = 0
-    bad: list[tuple[str, str]] = []
-    for path in files:
-        text = path.read_text(encoding="utf-8", errors="replace")
-        for _s, _e, link in wikilinks.find_links(frontmatter.normalise_newlines(text)):
-            if not link.target:
-                continue
-            checked += 1
-            if link.markdown:
-                target = os.path.normpath(
-                    os.path.join(os.path.dirname(layout.rel(path)), link.target + ".md")
-                )
-                if not os.path.isfile(layout.root / target):
-                    bad.append((layout.rel(path), link.raw))
-            elif link.target.casefold() not in names:
-                bad.append((layout.rel(path), link.raw))
-    return checked, bad
