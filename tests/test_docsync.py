@@ -216,6 +216,42 @@ def test_docs_vault_is_one_subtree_per_page_with_links_and_keys_kept(tmp_path: P
         assert vault.check().ok
 
 
+def test_docs_vault_as_notes_in_the_vault_is_one_subtree_per_page_and_adds_no_broken_link(
+    tmp_path: Path,
+) -> None:
+    """The same documentation vault written by hand inside the vault: indexed where it is, each page's
+    sections under one document node in the folders of the original tree, every link the engine writes
+    resolving (node children name the pages' headings), the pages' own broken links left to them."""
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        root = vault.layout.root
+        pages = [f"Obsidian Help/{p}" for p in write_docs_vault(root / "Obsidian Help", pages=120)]
+        texts = {p: (root / p).read_text(encoding="utf-8") for p in pages}
+        _checked, theirs = linkcheck.vault_links(vault.layout)
+        assert theirs  # the pages link to pages the vault does not hold (``[[Community forum]]``)
+        vault.read_notes(pages)
+        vault.compact()
+        nodes: dict[str, set[str | None]] = {}
+        for leaf in vault.ls():
+            nodes.setdefault(str(leaf.meta["note"]), set()).add(
+                vault.conn.execute("SELECT parent FROM chunks WHERE id = ?", (leaf.id,)).fetchone()[0]
+            )
+        assert set(nodes) == set(pages) and all(len(parents) == 1 for parents in nodes.values())
+        canvas = root / "sources/obsidian-help/editing-and-formatting/canvas/_summary.md"
+        assert (root / "sources/obsidian-help/plugins/core").is_dir()
+        assert (root / "sources/obsidian-help/getting-started/快速开始/_summary.md").is_file()
+        head = _front(canvas)
+        assert "tags: [help, editing-and-formatting]" in head and "permalink: canvas" in head
+        assert "aliases: [Canvas, Canvas help, How to use Canvas]" in head
+        body = canvas.read_text(encoding="utf-8")
+        assert "- [[Obsidian Help/Editing and formatting/Canvas#Keyboard|Use it › Keyboard]] %%" in body
+        # Every link outside the pages resolves, node children included; the pages are never written.
+        checked, bad = linkcheck.vault_links(vault.layout)
+        assert checked > 2000 and sorted(bad) == sorted(theirs)
+        assert all(not rel.startswith(("sources/", "topics/", "global/")) for rel, _link in bad)
+        assert all((root / p).read_text(encoding="utf-8") == text for p, text in texts.items())
+        assert vault.check().ok
+
+
 # -- re-ingest --------------------------------------------------------------------------------------------
 PRICES_V1 = """---
 tags: [pricing]

@@ -836,9 +836,10 @@ class Syncer:
         changed = False
         restored = False
         anchors = self._anchors(doc)
+        rule = self._note_rule(note)
         for chunk in plan.chunks:
             section = next(s for s in doc.sections if s.key == chunk.key)
-            text = f"{self._heading(doc, section)}\n\n{chunk.raw}"
+            text = f"{self._heading(doc, section)}\n\n{wikilinks.rewrite(chunk.raw, rule)}"
             heading_path = " > ".join(chunk.path)
             anchor = anchors.get(chunk.key, "")
             meta = {
@@ -942,6 +943,25 @@ class Syncer:
             changed or restored or bool(writes) or bool(removes),
             note,
         )
+
+    def _note_rule(self, note: str) -> wikilinks.Resolve:
+        """A note's links in the text its sections are indexed by (which summaries, topics and digests
+        quote from any folder): a link into the note itself names the note (``[[#Food]]`` ->
+        ``[[Travel/Kyoto trip#Food|Food]]``), a link to a file of the vault stays as written, and one to
+        nothing becomes its label, so a quote never makes a ghost note. The note itself is never
+        written."""
+        stem = note[:-3] if note.endswith(".md") else note
+
+        def resolve(link: wikilinks.Link) -> str:
+            if not link.target:
+                if not link.anchor:
+                    return link.raw
+                return wikilinks.wikilink(f"{stem}#{link.anchor}", link.label, embed=link.embed)
+            if self._vault_has(link):
+                return link.raw
+            return link.label or link.target.rsplit("/", 1)[-1]
+
+        return resolve
 
     def _anchors(self, doc: Document) -> dict[str, str]:
         """Section key -> the anchor its links name (``wikilinks.heading_anchor`` over every heading of

@@ -3,7 +3,7 @@ tests call a broken link (a ghost note, or a heading link that lands nowhere).
 
 Owns the rule, over the vault's files as they are: a wikilink's target is a file of that vault path or
 of that name anywhere (``.md`` optional, any case); a Markdown link's is relative to the linking file
-(``<...>`` destinations included), else from the vault's root; ``[[#Heading]]`` is the linking file.
+(``<...>`` destinations included), else as a wikilink's; ``[[#Heading]]`` is the linking file.
 An anchor must land too: ``#A#B`` on a heading by ``wikilinks.resolve_heading`` (headings read as
 ``inputs.docs`` reads them), ``#^id`` on a block id of the target. Every form the engine writes is seen:
 wikilinks with headings and aliases, embeds, Markdown links, and a summary's ``## Children`` and
@@ -58,12 +58,12 @@ class VaultFiles:
         """The vault path of the file ``link`` (written in the file ``where``) opens; None: a ghost."""
         if not link.target:
             return where
-        if link.markdown:
-            for rel in (posixpath.join(posixpath.dirname(where), link.target), link.target):
-                found = self.by_name.get(posixpath.normpath(rel).casefold())
-                if found is not None:
-                    return found
-            return None
+        if link.markdown:  # relative to the linking file first, then like a wikilink's path
+            found = self.by_name.get(
+                posixpath.normpath(posixpath.join(posixpath.dirname(where), link.target)).casefold()
+            )
+            if found is not None:
+                return found
         return self.by_name.get(link.target.casefold()) or self.by_name.get(f"{link.target}.md".casefold())
 
     def resolves(self, link: wikilinks.Link, where: str) -> bool:
