@@ -133,7 +133,7 @@ def split_documents(messages: Iterable[Message]) -> tuple[list[Document], list[M
             seen[key] = seen.get(key, 0) + 1
             if seen[key] > 1:
                 key = f"{key}#{seen[key]}"
-            number = part.source_id.rsplit("#", 1)[-1]
+            number = (part.source_id or "").rsplit("#", 1)[-1]
             sections.append(Section(key, path, text, int(number) - 1 if number.isdigit() and path else -1))
         meta = parts[0].meta
         stem = PurePosixPath(name).stem
