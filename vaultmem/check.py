@@ -22,6 +22,9 @@ Invariants:
 - ``stale_unqueued``   a stale summary without its re-summarise job        (fix: queue it)
 - ``dangling_link``    a topic or digest links a leaf that is gone         (fix: queue its re-route or
                        re-digest; ``vaultmem compact`` or the daemon runs it)
+- ``unresolved_link``  a summary's ``## Children`` / ``## Related`` link Obsidian cannot follow (a file,
+                       heading or block that is not there; ``linkcheck``; not fixable: re-summarise or
+                       re-route the level, or read its note again). Stale levels are left to their job
 - ``secret_in_file``   a Markdown file holds a secret (typed by hand: the engine never writes one); the
                        index and everything derived have it redacted and git leaves the file out.
                        Names the file and the kinds, never the secret. Not fixed by ``--fix`` (the
@@ -515,8 +518,8 @@ def _unresolved_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int) 
             )
         except (OSError, UnicodeDecodeError, VaultError):
             continue  # unreadable files are reported by the row checks
-        if not node.children and not node.related:
-            continue
+        if node.stale or not (node.children or node.related):
+            continue  # a stale level's lists lag until it is re-summarised (``stale_unqueued`` if its job is missing)
         files = files or linkcheck.VaultFiles(layout)
         # A topic's or digest's link to a leaf by file name is ``_dangling_links``' to report (and fix); a
         # note's node links its sections as they were when it was read (``document_out_of_step`` tells
