@@ -8,7 +8,7 @@ what #15 removes), whether any note was changed by the engine, whether ``reindex
 ``check``, and the wall time of each step (fake embedder: the engine's own cost, not the model's).
 Links, after a ``compact`` (so summaries quote the notes), are counted by this tree's ``linkcheck`` over
 both vaults alike: links in the files the engine writes and how many of them Obsidian cannot follow,
-and the document nodes' links to a section that name its heading as a wikilink.
+and the summary lines (document nodes, topics, digests) linking a section by its heading as a wikilink.
 
 ``--before DIR`` runs the same in a child process with another copy of the package first (for instance
 ``git archive main vaultmem | tar -x -C DIR``), so both rows come from one run.
@@ -86,7 +86,7 @@ def links(vault_dir: Path) -> dict[str, object]:
     return {
         "engine_links": len(found),
         "engine_links_unresolved": sum(1 for r, link in found if not files.resolves(link, r)),
-        "node_children_heading_wikilinks": heading_children,
+        "section_links_by_heading": heading_children,
     }
 
 
