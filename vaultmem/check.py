@@ -22,7 +22,7 @@ Invariants:
 - ``stale_unqueued``   a stale summary without its re-summarise job        (fix: queue it)
 - ``dangling_link``    a topic or digest links a leaf that is gone         (fix: queue its re-route or
                        re-digest; ``vaultmem compact`` or the daemon runs it)
-- ``unresolved_link``  a summary's ``## Children`` / ``## Related`` link Obsidian cannot follow (a file,
+- ``unresolved_link``  a summary's ``## Children`` link Obsidian cannot follow (a file,
                        heading or block that is not there; ``linkcheck``; not fixable: re-summarise or
                        re-route the level, or read its note again). Stale levels are left to their job
 - ``secret_in_file``   a Markdown file holds a secret (typed by hand: the engine never writes one); the
@@ -506,8 +506,7 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
 
 
 def _unresolved_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> list[Problem]:
-    """Links the engine wrote in a summary's ``## Children`` and ``## Related`` that Obsidian cannot
-    follow (``linkcheck``): a file that is not there, or a heading or block of a note that is not there
+    """Links the engine wrote in a summary's ``## Children`` that Obsidian cannot follow (``linkcheck``): a file that is not there, or a heading or block of a note that is not there
     (a note edited since it was read: reading it again writes the links again)."""
     files: linkcheck.VaultFiles | None = None
     out: list[Problem] = []
@@ -518,13 +517,15 @@ def _unresolved_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int) 
             )
         except (OSError, UnicodeDecodeError, VaultError):
             continue  # unreadable files are reported by the row checks
-        if node.stale or not (node.children or node.related):
+        if node.stale or not node.children:
             continue  # a stale level's lists lag until it is re-summarised (``stale_unqueued`` if its job is missing)
         files = files or linkcheck.VaultFiles(layout)
         # A topic's or digest's link to a leaf by file name is ``_dangling_links``' to report (and fix); a
         # note's node links its sections as they were when it was read (``document_out_of_step`` tells
         # when the note has changed since).
-        bad = linkcheck.unresolved_children(files, node, skip=_left_to_others(bool(node.note)))
+        # ``## Related`` follows the levels after each compaction pass (a ``git revert`` may leave it
+        # behind until the next): not a problem of the level.
+        bad = linkcheck.unresolved_children(files, node, skip=_left_to_others(bool(node.note)), related=False)
         if bad:
             more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
             out.append(

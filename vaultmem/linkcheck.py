@@ -92,12 +92,16 @@ def child_link(child: ChildLink) -> wikilinks.Link:
 
 
 def unresolved_children(
-    files: VaultFiles, node: SummaryNode, skip: Callable[[ChildLink], bool] = lambda _c: False
+    files: VaultFiles,
+    node: SummaryNode,
+    skip: Callable[[ChildLink], bool] = lambda _c: False,
+    *,
+    related: bool = True,
 ) -> list[str]:
-    """The links of ``node``'s ``## Children`` and ``## Related`` that land nowhere, as written (those
-    ``skip`` names left out)."""
+    """The links of ``node``'s ``## Children`` (and ``## Related`` with ``related``) that land nowhere,
+    as written (those ``skip`` names left out)."""
     out = []
-    for child in (*node.children, *node.related):
+    for child in (*node.children, *(node.related if related else ())):
         if skip(child):
             continue
         link = child_link(child)
