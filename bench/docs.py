@@ -67,8 +67,8 @@ def build(src: str, docs: Path, vault: Path, fake: bool) -> dict[str, object]:
 
 
 def measure(vault: Path, pages: list[str], docs: Path) -> dict[str, float]:
-    from vaultmem.docsync import vault_links
     from vaultmem.layout import Layout
+    from vaultmem.linkcheck import vault_links
 
     folders: dict[str, set[Path]] = defaultdict(set)
     depths: dict[str, list[int]] = defaultdict(list)

@@ -8,6 +8,9 @@ what #15 removes), whether any note was changed by the engine, whether ``reindex
 ``check``, and the wall time of each step (fake embedder: the engine's own cost, not the model's); then
 a tenth of the notes are moved to another top folder (``Moved/``) and read again: how many of their
 sections keep their ids (the same document) and ``check`` after it.
+Links, after a ``compact`` (so summaries quote the notes), are counted by this tree's ``linkcheck`` over
+both vaults alike: links in the files the engine writes and how many of them Obsidian cannot follow,
+and the summary lines (document nodes, topics, digests) linking a section by its heading as a wikilink.
 
 ``--before DIR`` runs the same in a child process with another copy of the package first (for instance
 ``git archive main vaultmem | tar -x -C DIR``), so both rows come from one run.
@@ -53,6 +56,8 @@ def measure(vault_dir: Path, notes: int) -> dict[str, object]:
     vault.reindex()
     reindex_s = time.perf_counter() - start
     after = sorted(r[0] for r in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'"))
+    check_ok = vault.check().ok
+    vault.compact()
     out: dict[str, object] = {
         "notes": len(rels),
         "sections": len(ids),
@@ -60,7 +65,7 @@ def measure(vault_dir: Path, notes: int) -> dict[str, object]:
         "bytes": size,
         "notes_changed": sum(1 for r in rels if (vault_dir / r).read_bytes() != before[r]),
         "same_ids": ids == after,
-        "check_ok": vault.check().ok,
+        "check_ok": check_ok,
         "read_s": read_s,
         "flush_s": flush_s,
         "reindex_s": reindex_s,
@@ -96,27 +101,59 @@ def measure(vault_dir: Path, notes: int) -> dict[str, object]:
     return out
 
 
+def links(vault_dir: Path) -> dict[str, object]:
+    """Links of the files the engine wrote (``sources/``, ``topics/``, ``global/``), by this tree's rule."""
+    from vaultmem import linkcheck, wikilinks
+    from vaultmem.layout import Layout
+
+    files = linkcheck.VaultFiles(Layout(vault_dir))
+    engine = [r for r in files.notes if r.startswith(("sources/", "topics/", "global/"))]
+    found = [(r, link) for r in engine for _s, _e, link in wikilinks.find_links(files.text(r) or "")]
+    heading_children = sum(
+        1
+        for r in engine
+        if r.endswith("/_summary.md")
+        for line in (files.text(r) or "").splitlines()
+        if line.startswith("- [[") and "#" in line.split("|", 1)[0] and "%%" in line
+    )
+    return {
+        "engine_links": len(found),
+        "engine_links_unresolved": sum(1 for r, link in found if not files.resolves(link, r)),
+        "section_links_by_heading": heading_children,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--notes", type=int, default=120)
     parser.add_argument("--before", type=Path, help="another copy of the package, measured first")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # the package to measure
+    parser.add_argument("--vault", type=Path, help=argparse.SUPPRESS)  # where the child's vault goes
     args = parser.parse_args()
+    if args.child is not None:
+        sys.path.insert(0, str(args.child))  # before this tree, which holds the bench helpers
+        print(json.dumps(measure(args.vault, args.notes)))
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        if args.child is not None:
-            sys.path.insert(0, str(args.child))  # before this tree, which holds the bench helpers
-            print(json.dumps(measure(Path(tmp) / "vault", args.notes)))
-            return
         rows = []
         if args.before is not None:
+            old = Path(tmp) / "before"
+            child = [
+                sys.executable,
+                __file__,
+                "--child",
+                str(args.before.resolve()),
+                "--notes",
+                str(args.notes),
+            ]
             out = subprocess.run(
-                [sys.executable, __file__, "--child", str(args.before.resolve()), "--notes", str(args.notes)],
+                [*child, "--vault", str(old)],
                 check=True,
                 capture_output=True,
                 text=True,
             ).stdout
-            rows.append(("before", json.loads(out.strip().splitlines()[-1])))
-        rows.append(("this tree", measure(Path(tmp) / "vault", args.notes)))
+            rows.append(("before", {**json.loads(out.strip().splitlines()[-1]), **links(old)}))
+        rows.append(("this tree", {**measure(Path(tmp) / "vault", args.notes), **links(Path(tmp) / "vault")}))
     keys = list(rows[0][1])
     print(table(["figure", *(name for name, _ in rows)], [[k, *(r[k] for _, r in rows)] for k in keys]))
 

@@ -893,3 +893,19 @@ def test_review_in_chromium_rejects_with_a_click(
         page.wait_for_selector('html[data-ready-review="0"]')
         assert "rejected" in page.inner_text("#review-flash")
         assert vault.proposals() == [] and vault.get(old).superseded_by == ()
+
+
+def test_a_days_digest_opens_a_notes_section_in_its_note(tmp_path: Path) -> None:
+    """A note of the vault is indexed where it is (#15): its sections have no file of their own, so the
+    day panel's digest links open the note."""
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        (vault.layout.root / "Travel").mkdir()
+        (vault.layout.root / "Travel" / "Lisbon.md").write_text(
+            "---\ndate: 2026-03-04\n---\n# Lisbon\n\n## Food\n\nPasteis de nata at Manteigaria.\n\n"
+            "## Trams\n\nTram 28 from Martim Moniz before 9.\n",
+            encoding="utf-8",
+        )
+        vault.read_notes(["Travel/Lisbon.md"])
+        vault.flush()
+        day = Panels(vault).day("2026-03-04")
+        assert [c["path"] for c in day["digest"]["children"]] == ["Travel/Lisbon.md", "Travel/Lisbon.md"]

@@ -23,8 +23,10 @@ from tests.helpers import (
     wait_for,
     watching,
 )
-from vaultmem import docsync, wikilinks
+from vaultmem import linkcheck, wikilinks
 from vaultmem.embed import FakeEmbedder
+from vaultmem.layout import Layout
+from vaultmem.summaryfile import ChildLink, SummaryNode, parse_summary, render_summary
 from vaultmem.vault import Vault
 
 
@@ -47,6 +49,117 @@ def test_links_are_found_outside_code_only() -> None:
     assert [lk.label for lk in links] == ["Settings", "cards", "icon.svg", "guide", "Local heading"]
     out = wikilinks.rewrite(text, lambda lk: f"<{lk.label}>")
     assert "<Settings>" in out and "[[Three laws of motion]]" in out and "`[[Not a link]]`" in out
+
+
+# Headings as a person writes them: repeated ones, link syntax inside, Chinese, one with no text.
+HEADINGS = [
+    (1, "Kyoto trip"),
+    (2, "Day 1"),
+    (3, "Food"),
+    (2, "Day 2"),
+    (3, "Food"),
+    (3, "Food"),
+    (2, "Q&A: costs #2"),
+    (2, "Price [EUR]"),
+    (2, "A | B ^x"),
+    (2, "住宿"),
+    (3, "旅馆"),
+]
+
+
+def test_heading_links_land_where_obsidian_lands_them() -> None:
+    assert wikilinks.strip_heading("Q&A: costs #2") == "Q&A costs 2"
+    assert wikilinks.strip_heading("A | B ^x") == "A B x"
+    anchors = [wikilinks.heading_anchor(HEADINGS, i) for i in range(len(HEADINGS))]
+    assert anchors == [
+        "Kyoto trip",
+        "Day 1",
+        "Food",  # the first of the name
+        "Day 2",
+        "Day 2#Food",  # told apart by its parent
+        "",  # the same name under the same parent: no link reaches it (the note alone)
+        "Q&A costs 2",  # ``:`` and ``#`` read as spaces, as Obsidian links it
+        "",  # a wikilink cannot hold ``[``
+        "A B x",
+        "住宿",
+        "旅馆",
+    ]
+    for i, anchor in enumerate(anchors):
+        if anchor:
+            assert wikilinks.resolve_heading(HEADINGS, anchor) == i
+    assert wikilinks.resolve_heading(HEADINGS, "kyoto TRIP#day 2#FOOD") == 4  # any case, a path
+    assert wikilinks.resolve_heading(HEADINGS, "Day 3") is None
+    link = wikilinks.section_link("Day 2 › Food", "Travel/Kyoto trip.md", "Day 2#Food", "d39090de9df50170")
+    assert (link.target, link.wiki, link.linked_id) == (
+        "Travel/Kyoto trip#Day 2#Food",
+        True,
+        "d39090de9df50170",
+    )
+    # A note name a wikilink cannot hold gets a Markdown link from the summary's folder.
+    odd = wikilinks.section_link("Food", "Travel/[draft] Kyoto.md", "Food", "d39090de9df50170", "sources/t/k")
+    assert (odd.target, odd.wiki) == ("../../../Travel/[draft] Kyoto.md#Food", False)
+
+
+def test_summary_children_read_back_in_every_form_ever_written() -> None:
+    node = SummaryNode(
+        id="s0123456789abcde",
+        source="travel",
+        path="sources/travel/kyoto-trip/_summary.md",
+        depth=1,
+        title="Kyoto trip",
+        text="Kyoto trip",
+        children=(
+            wikilinks.section_link("Kyoto trip", "Travel/Kyoto trip.md", "", "0000000000000001"),
+            wikilinks.section_link("Day 2 › Food", "Travel/Kyoto trip.md", "Day 2#Food", "0000000000000002"),
+            wikilinks.section_link("住宿 › 旅馆", "Travel/Kyoto trip.md", "旅馆", "0000000000000003"),
+            ChildLink("2024-05-01 Yui: the ryokan", "2024-05-01-0000000000000004", wiki=True),
+        ),
+    )
+    text = render_summary(node)
+    assert "- [[Travel/Kyoto trip|Kyoto trip]] %%0000000000000001%%\n" in text
+    assert "- [[Travel/Kyoto trip#Day 2#Food|Day 2 › Food]] %%0000000000000002%%\n" in text
+    parsed, _ = parse_summary(text, node.path)
+    assert parsed.children == node.children
+    assert [c.linked_id for c in parsed.children] == [f"000000000000000{n}" for n in range(1, 5)]
+    # A node an older vaultmem wrote: Markdown links to the note's headings, read as they are.
+    old = text.split("## Children", 1)[0] + (
+        "## Children\n\n- [Lodging › Ryokan](<../../../Travel/Kyoto trip.md#Ryokan>)\n"
+        "- [01 level](01-level/_summary.md)\n"
+    )
+    children = parse_summary(old, node.path)[0].children
+    assert [(c.target, c.wiki, c.linked_id) for c in children] == [
+        ("../../../Travel/Kyoto trip.md#Ryokan", False, None),
+        ("01-level/_summary.md", False, None),
+    ]
+
+
+def test_the_link_check_sees_every_form_the_engine_writes(tmp_path: Path) -> None:
+    root = tmp_path / "v"
+    (root / "Travel").mkdir(parents=True)
+    (root / "Travel" / "Kyoto trip.md").write_text(
+        "# Kyoto trip\n\n## Day 1\n\n### Food\n\nRamen. ^ramen\n\n## Day 2\n\n### Food\n\nSoba.\n",
+        encoding="utf-8",
+    )
+    (root / "Travel" / "icon.svg").write_text("<svg/>", encoding="utf-8")
+    node = root / "sources" / "travel" / "kyoto-trip"
+    node.mkdir(parents=True)
+    (node / "_summary.md").write_text(
+        "---\nid: s0123456789abcde\n---\nKyoto.\n\n## Children\n\n"
+        "- [[Travel/Kyoto trip#Day 2#Food|Day 2 › Food]] %%0000000000000002%%\n"
+        "- [[Travel/Kyoto trip#Day 3|Day 3]] %%0000000000000003%%\n"  # no such heading
+        "- [Day 1](<../../../Travel/Kyoto trip.md#Day 1>)\n"
+        "- [Day 9](<../../../Travel/Kyoto trip.md#Day 9>)\n"  # no such heading
+        "- [Gone](<../../../Travel/Osaka trip.md>)\n"  # no such note
+        "- [[Kyoto trip#^ramen|ramen]] ![[icon.svg]] [[#Children]]\n",
+        encoding="utf-8",
+    )
+    checked, bad = linkcheck.vault_links(Layout(root))
+    assert checked == 8
+    assert bad == [
+        ("sources/travel/kyoto-trip/_summary.md", "[[Travel/Kyoto trip#Day 3|Day 3]]"),
+        ("sources/travel/kyoto-trip/_summary.md", "[Day 9](<../../../Travel/Kyoto trip.md#Day 9>)"),
+        ("sources/travel/kyoto-trip/_summary.md", "[Gone](<../../../Travel/Osaka trip.md>)"),
+    ]
 
 
 # -- a documentation vault --------------------------------------------------------------------------------
@@ -90,7 +203,7 @@ def test_docs_vault_is_one_subtree_per_page_with_links_and_keys_kept(tmp_path: P
         # The compactor left the documents alone: no numbered cluster levels.
         assert not [p for p in (root / "sources/help").iterdir() if re.match(r"\d\d-", p.name)]
         # Obsidian finds every link: pages and headings rewritten, missing targets made plain text.
-        checked, bad = docsync.vault_links(vault.layout)
+        checked, bad = linkcheck.vault_links(vault.layout)
         assert checked > 1000 and bad == []
         joined = "\n".join(texts)
         assert "Community forum" in joined and "[[Community forum]]" not in joined
@@ -100,6 +213,42 @@ def test_docs_vault_is_one_subtree_per_page_with_links_and_keys_kept(tmp_path: P
         before = {leaf.id: leaf.path for leaf in vault.ls()}
         vault.reindex()
         assert {leaf.id: leaf.path for leaf in vault.ls()} == before
+        assert vault.check().ok
+
+
+def test_docs_vault_as_notes_in_the_vault_is_one_subtree_per_page_and_adds_no_broken_link(
+    tmp_path: Path,
+) -> None:
+    """The same documentation vault written by hand inside the vault: indexed where it is, each page's
+    sections under one document node in the folders of the original tree, every link the engine writes
+    resolving (node children name the pages' headings), the pages' own broken links left to them."""
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        root = vault.layout.root
+        pages = [f"Obsidian Help/{p}" for p in write_docs_vault(root / "Obsidian Help", pages=120)]
+        texts = {p: (root / p).read_text(encoding="utf-8") for p in pages}
+        _checked, theirs = linkcheck.vault_links(vault.layout)
+        assert theirs  # the pages link to pages the vault does not hold (``[[Community forum]]``)
+        vault.read_notes(pages)
+        vault.compact()
+        nodes: dict[str, set[str | None]] = {}
+        for leaf in vault.ls():
+            nodes.setdefault(str(leaf.meta["note"]), set()).add(
+                vault.conn.execute("SELECT parent FROM chunks WHERE id = ?", (leaf.id,)).fetchone()[0]
+            )
+        assert set(nodes) == set(pages) and all(len(parents) == 1 for parents in nodes.values())
+        canvas = root / "sources/obsidian-help/editing-and-formatting/canvas/_summary.md"
+        assert (root / "sources/obsidian-help/plugins/core").is_dir()
+        assert (root / "sources/obsidian-help/getting-started/快速开始/_summary.md").is_file()
+        head = _front(canvas)
+        assert "tags: [help, editing-and-formatting]" in head and "permalink: canvas" in head
+        assert "aliases: [Canvas, Canvas help, How to use Canvas]" in head
+        body = canvas.read_text(encoding="utf-8")
+        assert "- [[Obsidian Help/Editing and formatting/Canvas#Keyboard|Use it › Keyboard]] %%" in body
+        # Every link outside the pages resolves, node children included; the pages are never written.
+        checked, bad = linkcheck.vault_links(vault.layout)
+        assert checked > 2000 and sorted(bad) == sorted(theirs)
+        assert all(not rel.startswith(("sources/", "topics/", "global/")) for rel, _link in bad)
+        assert all((root / p).read_text(encoding="utf-8") == text for p, text in texts.items())
         assert vault.check().ok
 
 
@@ -509,7 +658,7 @@ def test_heading_links_match_the_heading_path_and_block_references_their_block(t
         assert "^refund-rule" in vault.get(refunds).text
         # An unknown block: the page itself.
         assert "![[sources/help/sync-plans/_summary|Sync plans > ^no-such-block]]" in text
-        checked, bad = docsync.vault_links(vault.layout)
+        checked, bad = linkcheck.vault_links(vault.layout)
         assert checked >= 4 and not bad
 
 

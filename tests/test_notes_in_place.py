@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import hits, save_temp_rename, settle, wait_for, watching
+from vaultmem import linkcheck
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
 from vaultmem.layout import note_of
@@ -88,7 +89,10 @@ def test_a_note_is_indexed_where_it_is_and_never_copied(vault: Vault) -> None:
     summary = (root / "sources/travel/kyoto-trip/_summary.md").read_text(encoding="utf-8")
     assert "note_path: Travel/Kyoto trip.md" in summary and "tags: [travel]" in summary
     assert all(leaf_id in summary for leaf_id, _p, _n in sections.values())  # the ids are recorded
-    assert "(<../../../Travel/Kyoto trip.md#Ryokan>)" in summary  # children link the note's headings
+    # Children link the note's headings as Obsidian does, each with its section's id beside it.
+    ryokan = sections["Kyoto trip > Lodging > Ryokan"][0]
+    assert f"- [[Travel/Kyoto trip#Ryokan|Lodging › Ryokan]] %%{ryokan}%%" in summary
+    assert "](<" not in summary
     # Found, with its status and entities in the row only.
     found = hits(vault, "kaiseki")
     assert found == [sections["Kyoto trip > Lodging > Ryokan"][0]]
@@ -270,6 +274,7 @@ def test_a_note_section_is_never_proposed_as_updated_or_updating(vault: Vault) -
 _KILLED_BETWEEN_FILES_AND_ROWS = """
 import os, signal, sys
 from vaultmem import docsync
+from vaultmem import linkcheck
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
@@ -557,3 +562,72 @@ def test_watcher_rescan_finds_a_note_moved_to_another_top_folder_while_it_was_st
         )
         settle(daemon)
     _moved_across(vault, before, node_id)
+
+
+ODD_HEADINGS = (
+    "---\ntags: [travel]\n---\n"
+    "Packed the JR pass and the ICOCA card before anything else.\n\n"  # text before any heading
+    "# Osaka trip\n\n"
+    "## Day 1\n\n### Food\n\nTakoyaki in Dotonbori.\n\n"
+    "## Day 2\n\n### Food\n\nKushikatsu in Shinsekai.\n\n### Food\n\nA second food note for day 2.\n\n"
+    "## Q&A: costs #2\n\nThe pass paid for itself by day 3.\n\n"
+    "## Price [EUR]\n\nAbout 300 EUR for the week.\n\n"
+    "## Trains | buses ^x\n\nThe loop line runs every 5 minutes.\n\n"
+    "## 住宿\n\n### 旅馆\n\n道顿堀附近的旅馆，一晚一万日元。\n"
+)
+
+
+def test_a_notes_node_links_each_section_by_the_heading_obsidian_lands_on(vault: Vault) -> None:
+    root = vault.layout.root
+    (root / "Travel").mkdir()
+    (root / "Travel" / "Osaka trip.md").write_text(ODD_HEADINGS, encoding="utf-8")
+    vault.read_notes(["Travel/Osaka trip.md"])
+    vault.flush()
+    node_path = "sources/travel/osaka-trip/_summary.md"
+    node = vault.summary(
+        vault.conn.execute("SELECT id FROM chunks WHERE path = ?", (node_path,)).fetchone()[0]
+    )
+    by_text = {vault.get(str(c.linked_id)).text.split("\n\n", 1)[-1]: c for c in node.children}
+    targets = {text[:22]: (c.target, c.label) for text, c in by_text.items()}
+    note = "Travel/Osaka trip"
+    assert targets == {
+        "Packed the JR pass and": (note, "Osaka trip"),  # the preamble: the note itself
+        "Takoyaki in Dotonbori.": (f"{note}#Food", "Day 1 › Food"),
+        "Kushikatsu in Shinseka": (f"{note}#Day 2#Food", "Day 2 › Food"),
+        "A second food note for": (note, "Day 2 › Food"),  # no heading link reaches a repeat
+        "The pass paid for itse": (f"{note}#Q&A costs 2", "Q&A: costs #2"),
+        "About 300 EUR for the ": (note, "Price EUR"),  # a wikilink cannot hold ``[``
+        "The loop line runs eve": (f"{note}#Trains buses x", "Trains / buses ^x"),
+        "道顿堀附近的旅馆，一晚一万日元。": (f"{note}#旅馆", "住宿 › 旅馆"),
+    }
+    assert all(c.wiki for c in node.children)
+    # Every link of the vault resolves, the node's included: no ghost note, no heading that is not there.
+    checked, bad = linkcheck.vault_links(vault.layout)
+    assert checked == len(node.children) and bad == []
+    assert vault.check().ok
+    # The same links after reindex (the anchors are read again from the note).
+    before = (root / node_path).read_text(encoding="utf-8")
+    vault.reindex()
+    assert (root / node_path).read_text(encoding="utf-8") == before and vault.check().ok
+
+
+def test_a_renamed_heading_is_linked_anew_and_check_reports_a_link_that_lands_nowhere(vault: Vault) -> None:
+    root = vault.layout.root
+    _kyoto_note(root)
+    vault.read_notes(["Travel/Kyoto trip.md"])
+    vault.flush()
+    assert vault.check().ok
+    node = root / "sources/travel/kyoto-trip/_summary.md"
+    assert "- [[Travel/Kyoto trip#Food|Food]]" in node.read_text(encoding="utf-8")
+    (root / "Travel" / "Kyoto trip.md").write_text(KYOTO.replace("## Food", "## Sweets"), encoding="utf-8")
+    vault.read_notes(["Travel/Kyoto trip.md"])  # the node follows the note: its link is right again
+    assert "[[Travel/Kyoto trip#Sweets|Sweets]]" in node.read_text(encoding="utf-8") and vault.check().ok
+    # A link the engine wrote that Obsidian cannot follow (a level that is not there) is a problem.
+    vault.compact()  # the node re-summarised: no longer stale (a stale level's list lags until then)
+    text = node.read_text(encoding="utf-8")
+    node.write_text(
+        text.replace("## Children\n\n", "## Children\n\n- [Lost level](<07-gone level/_summary.md>)\n")
+    )
+    vault.reindex()
+    problems = [(p.code, p.path) for p in vault.check().problems]
+    assert problems == [("unresolved_link", "sources/travel/kyoto-trip/_summary.md")]

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.helpers import ChatServer, Reply, wait_for, watching
-from vaultmem import topics
+from vaultmem import linkcheck, topics
 from vaultmem.cli import app, main
 from vaultmem.embed import FakeEmbedder
 from vaultmem.model import Leaf
@@ -727,3 +727,55 @@ def test_a_version_link_accepted_in_review_marks_the_topic_after_the_next_worker
     vault.revert_update(f"{proposal.new}-{proposal.old}")
     vault.work()
     assert not any("[superseded]" in p.read_text(encoding="utf-8") for p in topic.rglob("_summary.md"))
+
+
+def test_topics_and_digests_link_a_notes_sections_by_their_headings(vault: Vault) -> None:
+    """Notes written by hand are indexed where they are (#15): a topic or day digest names a section by
+    the note's heading (``[[Projects/TidePool plan#Week 2|...]]``), and drilling into a topic lists
+    the sections it links like any other leaves."""
+    root = vault.layout.root
+    (root / "Projects").mkdir()
+    for name in ("TidePool plan", "TidePool retro"):
+        weeks = "".join(
+            f"## Week {i}\n\nCaroline says the TidePool release step {i} is done; Melanie plans the next.\n\n"
+            for i in range(1, 5)
+        )
+        (root / "Projects" / f"{name}.md").write_text(
+            f"---\ndate: 2024-05-02\n---\n# {name}\n\nWhere the TidePool release stands, week by week.\n\n"
+            f"{weeks}## Week 3\n\nA second TidePool note for week 3.\n",
+            encoding="utf-8",
+        )
+    vault.read_notes(["Projects/TidePool plan.md", "Projects/TidePool retro.md"])
+    vault.compact()
+    sections = {leaf.id: leaf for leaf in vault.ls()}
+    assert len(sections) == 12 and all("#" in leaf.path for leaf in sections.values())
+    nodes = [
+        parse_summary(p.read_text(encoding="utf-8"), str(p.relative_to(root)))[0]
+        for top in ("topics", "global")
+        for p in (root / top).rglob("_summary.md")
+    ]
+    links = [c for node in nodes for c in node.children if c.linked_id in sections]
+    assert {node.path.split("/")[0] for node in nodes if any(c in links for c in node.children)} == {
+        "topics",
+        "global",
+    }
+    for link in links:
+        leaf = sections[str(link.linked_id)]
+        note = leaf.path.split("#")[0][: -len(".md")]
+        heading = str(leaf.meta["heading_path"]).split(" > ")[-1]
+        # The second "Week 3" of a note cannot be told apart by a heading link: it names the note.
+        second = "second TidePool note" in leaf.text
+        assert link.wiki and link.target == (note if second else f"{note}#{heading}")
+    assert len({c.linked_id for c in links}) == 12
+    checked, bad = linkcheck.vault_links(vault.layout)
+    assert checked >= 24 and bad == []
+    topic = vault.conn.execute(
+        "SELECT id FROM chunks WHERE path = 'topics/project-tidepool/_summary.md'"
+    ).fetchone()[0]
+    linked = [c.linked_id for c in vault.summary(topic).children if c.linked_id]
+    assert linked and all(i in sections for i in linked)
+    kids = vault.drill_down(topic)
+    assert [n.id for n in kids if n.kind == "leaf"] == linked
+    page, total = vault.children(topic)
+    assert [n.id for n in page] == [n.id for n in kids] and total == len(kids)
+    assert vault.check().ok

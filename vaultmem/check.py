@@ -22,6 +22,9 @@ Invariants:
 - ``stale_unqueued``   a stale summary without its re-summarise job        (fix: queue it)
 - ``dangling_link``    a topic or digest links a leaf that is gone         (fix: queue its re-route or
                        re-digest; ``vaultmem compact`` or the daemon runs it)
+- ``unresolved_link``  a summary's ``## Children`` link Obsidian cannot follow (a file,
+                       heading or block that is not there; ``linkcheck``; not fixable: re-summarise or
+                       re-route the level, or read its note again). Stale levels are left to their job
 - ``secret_in_file``   a Markdown file holds a secret (typed by hand: the engine never writes one); the
                        index and everything derived have it redacted and git leaves the file out.
                        Names the file and the kinds, never the secret. Not fixed by ``--fix`` (the
@@ -53,14 +56,14 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import ann, daemonstate, fsio, index, review, sidecar, vectors
+from vaultmem import ann, daemonstate, fsio, index, linkcheck, review, sidecar, vectors
 from vaultmem.db import HAS_CJK, NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.frontmatter import redact_document
@@ -80,7 +83,7 @@ from vaultmem.leaffile import LEAF_KEYS, id_from_filename, parse_leaf, render_le
 from vaultmem.reindex import VaultFiles, read_vault
 from vaultmem.scan import ScanEntry, scan
 from vaultmem.steps import pending_notes
-from vaultmem.summaryfile import SUMMARY_KEYS, parse_summary, render_summary, summary_id
+from vaultmem.summaryfile import SUMMARY_KEYS, ChildLink, parse_summary, render_summary, summary_id
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,7 @@ def check(
     dangling = _dangling_links(conn, layout, max_bytes, fix=fix)
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
+    problems.extend(_unresolved_links(conn, layout, max_bytes))
     (fixed if fix else problems).extend(_stuck_work(conn, fix=fix))
     problems.extend(_dangling_versions(conn, set(files.rows) | _forgotten(layout)))
     problems.extend(_proposal_problems(layout))
@@ -486,7 +490,7 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
         )
         if queued:
             continue  # the job that re-routes the topic or re-digests the day is already queued
-        ids = [i for i in (id_from_filename(c.target) for c in node.children if c.wiki) if i]
+        ids = [i for i in (c.linked_id for c in node.children) if i]
         known = index.existing_ids(conn, ids)
         gone = [i for i in ids if i not in known]
         if gone:
@@ -498,6 +502,42 @@ def _dangling_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int, *,
     if fix and jobs:
         JobQueue(conn).enqueue_many(jobs)
     return out
+
+
+def _unresolved_links(conn: sqlite3.Connection, layout: Layout, max_bytes: int) -> list[Problem]:
+    """Links the engine wrote in a summary's ``## Children`` that Obsidian cannot follow (``linkcheck``): a file that is not there, or a heading or block of a note that is not there
+    (a note edited since it was read: reading it again writes the links again)."""
+    files: linkcheck.VaultFiles | None = None
+    out: list[Problem] = []
+    for row in conn.execute("SELECT path FROM chunks WHERE kind = 'summary' ORDER BY path"):
+        try:
+            node, _doc = parse_summary(
+                fsio.read_text_guarded(layout.abs(row["path"]), max_bytes)[0], row["path"]
+            )
+        except (OSError, UnicodeDecodeError, VaultError):
+            continue  # unreadable files are reported by the row checks
+        if node.stale or not node.children:
+            continue  # a stale level's lists lag until it is re-summarised (``stale_unqueued`` if its job is missing)
+        files = files or linkcheck.VaultFiles(layout)
+        # A topic's or digest's link to a leaf by file name is ``_dangling_links``' to report (and fix); a
+        # note's node links its sections as they were when it was read (``document_out_of_step`` tells
+        # when the note has changed since).
+        # ``## Related`` follows the levels after each compaction pass (a ``git revert`` may leave it
+        # behind until the next): not a problem of the level.
+        bad = linkcheck.unresolved_children(files, node, skip=_left_to_others(bool(node.note)), related=False)
+        if bad:
+            more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+            out.append(
+                Problem("unresolved_link", row["path"], f"links {bad[0]}{more}, which lands nowhere", False)
+            )
+    return out
+
+
+def _left_to_others(own_note: bool) -> Callable[[ChildLink], bool]:
+    def skip(c: ChildLink) -> bool:
+        return bool(c.leaf and own_note) or (c.wiki and not c.leaf and bool(c.linked_id))
+
+    return skip
 
 
 def _forgotten(layout: Layout) -> set[str]:

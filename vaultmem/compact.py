@@ -23,7 +23,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import cluster, fsio, index, sidecar, steps, validity, vectors
+from vaultmem import cluster, fsio, index, sidecar, steps, validity, vectors, wikilinks
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError
@@ -36,7 +36,6 @@ from vaultmem.layout import (
     Layout,
     folder_slug,
     note_of,
-    section_target,
 )
 from vaultmem.model import Status, parse_ts
 from vaultmem.order import sibling_order
@@ -853,7 +852,7 @@ def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resumma
         notes.append(f"{rel} was edited by hand: the edited text is kept under '## Pinned'")
     count += sum(1 for r in leaves if note_of(r["path"]) is not None)  # a note's sections, in place
     links = [
-        ChildLink(_leaf_label_row(r), _leaf_target(node.directory, r))
+        _leaf_link(node, r)
         if r["kind"] == "leaf"
         else ChildLink(
             _title_of(r["provenance"]) or "level", f"{PurePosixPath(r['path']).parent.name}/{SUMMARY_NAME}"
@@ -964,13 +963,15 @@ def _prov(text: str) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-def _leaf_target(directory: str, row: sqlite3.Row) -> str:
+def _leaf_link(node: SummaryNode, row: sqlite3.Row) -> ChildLink:
     """A leaf's link from its level: its file name, or for a section of a note indexed in place the
-    note's heading."""
+    note's heading, labelled by its heading path (``wikilinks.section_link``)."""
     note = note_of(row["path"])
     if note is None:
-        return PurePosixPath(row["path"]).name
-    return section_target(directory, note, str(_prov(row["provenance"]).get("heading_path") or ""))
+        return ChildLink(_leaf_label_row(row), PurePosixPath(row["path"]).name)
+    meta = _prov(row["provenance"])
+    label = wikilinks.section_label(node.title, str(meta.get("heading_path") or ""))
+    return wikilinks.section_link(label, note, wikilinks.section_anchor(meta), row["id"], node.directory)
 
 
 def _leaf_label_row(row: sqlite3.Row) -> str:

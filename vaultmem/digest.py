@@ -31,7 +31,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import frontmatter, fsio, index, steps, validity, vectors
+from vaultmem import frontmatter, fsio, index, steps, validity, vectors, wikilinks
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput
@@ -219,10 +219,10 @@ class _DayLeaf:
     content_hash: str
     supersedes: str = "[]"  # versions (index columns, JSON lists): the digest marks an old value
     superseded_by: str = "[]"
+    provenance: str = "{}"  # a note's section is linked by its heading, kept there
 
-    @property
-    def stem(self) -> str:
-        return PurePosixPath(self.path).stem
+    def link(self, label: str) -> ChildLink:
+        return wikilinks.leaf_link(label, self.id, self.path, self.provenance)
 
 
 def day_leaves(conn: sqlite3.Connection, day: date) -> list[_DayLeaf]:
@@ -231,7 +231,7 @@ def day_leaves(conn: sqlite3.Connection, day: date) -> list[_DayLeaf]:
     end = start + timedelta(days=1)
     cols = (
         "id, path, source, input, session, source_id, speaker, ts, seq, status, text, content_hash,"
-        " supersedes, superseded_by"
+        " supersedes, superseded_by, provenance"
     )
     rows = conn.execute(
         f"SELECT {cols}, file_mtime_ns FROM chunks WHERE kind = 'leaf' AND status != ?"
@@ -259,6 +259,7 @@ def day_leaves(conn: sqlite3.Connection, day: date) -> list[_DayLeaf]:
             r["content_hash"],
             r["supersedes"],
             r["superseded_by"],
+            r["provenance"],
         )
         for r in rows
     ]
@@ -456,7 +457,7 @@ def _day_node(
     content = _Content(
         title,
         "\n".join(counts) + "\n\n" + result.text.strip(),
-        tuple(ChildLink(_leaf_label(leaf), leaf.stem, wiki=True) for leaf in by_source),
+        tuple(leaf.link(_leaf_label(leaf)) for leaf in by_source),
         len(leaves),
         leaves[0].when,
         leaves[-1].when,

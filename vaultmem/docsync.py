@@ -46,6 +46,7 @@ from vaultmem import docmem, frontmatter, fsio, index, leaffile, steps, wikilink
 from vaultmem.chunker import chunk_id, chunk_message
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, VaultError
+from vaultmem.inputs import docs
 from vaultmem.jobs import JobQueue, admit_job
 from vaultmem.layout import (
     IGNORED_DIRS,
@@ -56,7 +57,6 @@ from vaultmem.layout import (
     note_of,
     section_path,
     section_range,
-    section_target,
 )
 from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Message, Status, format_ts
 from vaultmem.order import format_order, ord_of, order_after, order_between
@@ -92,6 +92,7 @@ class Section:
     key: str  # the heading path, with ``#2``... for a repeated one ("" for the text before any heading)
     path: tuple[str, ...]  # heading path
     body: str  # the section's text without its heading line
+    at: int = -1  # which heading of the file starts it (``inputs.docs.headings``); -1: the text before any
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,8 @@ def split_documents(messages: Iterable[Message]) -> tuple[list[Document], list[M
             seen[key] = seen.get(key, 0) + 1
             if seen[key] > 1:
                 key = f"{key}#{seen[key]}"
-            sections.append(Section(key, path, text))
+            number = (part.source_id or "").rsplit("#", 1)[-1]
+            sections.append(Section(key, path, text, int(number) - 1 if number.isdigit() and path else -1))
         meta = parts[0].meta
         stem = PurePosixPath(name).stem
         title = meta.get("title") or h1 or stem
@@ -883,19 +885,25 @@ class Syncer:
         sections: list[str] = []
         changed = False
         restored = False
+        anchors = self._anchors(doc)
+        rule = self._note_rule(note)
         for chunk in plan.chunks:
             section = next(s for s in doc.sections if s.key == chunk.key)
-            text = f"{self._heading(doc, section)}\n\n{chunk.raw}"
+            text = f"{self._heading(doc, section)}\n\n{wikilinks.rewrite(chunk.raw, rule)}"
             heading_path = " > ".join(chunk.path)
-            meta = {"file": note, "title": doc.title, "heading_path": heading_path, "note": note}
+            anchor = anchors.get(chunk.key, "")
+            meta = {
+                "file": note,
+                "title": doc.title,
+                "heading_path": heading_path,
+                "note": note,
+                "anchor": anchor,
+            }
             source_id = f"{doc.name}#{chunk.key}"
             order = format_order(chunk.order)
             sections.append(f"{chunk.leaf_id} {chunk.seq} {chunk.key}")
-            children.append(
-                ChildLink(
-                    " › ".join(chunk.path) or doc.title, section_target(plan.directory, note, heading_path)
-                )
-            )
+            label = wikilinks.section_label(doc.title, heading_path)
+            children.append(wikilinks.section_link(label, note, anchor, chunk.leaf_id, plan.directory))
             row = chunk.row
             if row is not None and note_of(row["path"]) is None:
                 found = fsio.file_hash(self.layout.abs(row["path"]))
@@ -910,6 +918,7 @@ class Syncer:
                 and _row_order(row) == order
                 and row["parent"] == plan.node_id
                 and row["source"] == self.source
+                and _anchor_of(row) == anchor
             )
             if same and row is not None and row["file_hash"] == stamp.hash:
                 self.report.unchanged += 1
@@ -986,6 +995,41 @@ class Syncer:
             changed or restored or bool(writes) or bool(removes),
             note,
         )
+
+    def _note_rule(self, note: str) -> wikilinks.Resolve:
+        """A note's links in the text its sections are indexed by (which summaries, topics and digests
+        quote from any folder): a link into the note itself names the note (``[[#Food]]`` ->
+        ``[[Travel/Kyoto trip#Food|Food]]``), a link to a file of the vault stays as written, and one to
+        nothing becomes its label, so a quote never makes a ghost note. The note itself is never
+        written."""
+        stem = note[:-3] if note.endswith(".md") else note
+
+        def resolve(link: wikilinks.Link) -> str:
+            if not link.target:
+                if not link.anchor:
+                    return link.raw
+                return wikilinks.wikilink(f"{stem}#{link.anchor}", link.label, embed=link.embed)
+            if self._vault_has(link):
+                return link.raw
+            return link.label or link.target.rsplit("/", 1)[-1]
+
+        return resolve
+
+    def _anchors(self, doc: Document) -> dict[str, str]:
+        """Section key -> the anchor its links name (``wikilinks.heading_anchor`` over every heading of
+        the note, those without text of their own included); "" (the note alone) for the text before
+        any heading, a heading no link tells apart, one holding a secret, or a note changed since."""
+        try:
+            heads = docs.headings(fsio.read_text_guarded(self.layout.abs(doc.note), self.max_bytes)[0])
+        except (OSError, UnicodeDecodeError, VaultError):
+            return {}
+        out: dict[str, str] = {}
+        for section in doc.sections:
+            if not (0 <= section.at < len(heads)) or heads[section.at][1].strip() != section.path[-1]:
+                continue
+            anchor = wikilinks.heading_anchor(heads, section.at)
+            out[section.key] = anchor if scrub(anchor) == anchor else ""
+        return out
 
     def _new_leaf(
         self, chunk: _Chunk, doc: Document, text: str, source_id: str, meta: dict[str, str], order: str
@@ -1250,6 +1294,14 @@ def _heading_leaf(headings: dict[str, str], anchor: str) -> str | None:
     return fallback
 
 
+def _anchor_of(row: sqlite3.Row) -> str | None:
+    try:
+        meta = json.loads(row["provenance"] or "{}")
+    except ValueError:
+        return None
+    return meta.get("anchor") if isinstance(meta, dict) else None
+
+
 def _row_order(row: sqlite3.Row) -> str | None:
     return ord_of(row)
 
@@ -1347,38 +1399,3 @@ def _merge_keys(front: frontmatter.MdDoc | None, kept: frontmatter.MdDoc) -> fro
     blocks = list(front.raw_blocks if front is not None else ()) + rest
     meta = {k: v for k, v in kept.meta.items() if k != PAGE_KEYS}
     return frontmatter.MdDoc({**meta, **(front.meta if front is not None else {})}, tuple(blocks), kept.body)
-
-
-def vault_links(layout: Layout) -> tuple[int, list[tuple[str, str]]]:
-    """(links checked, unresolved (file, link)) over every Markdown file of the vault, by Obsidian's rule:
-    a link resolves to a file of that vault path, or of that name anywhere."""
-    names: set[str] = set()
-    files: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(layout.root):
-        dirnames[:] = [d for d in dirnames if d not in IGNORED_DIRS and not d.startswith(".")]
-        for name in filenames:
-            path = Path(dirpath) / name
-            rel = layout.rel(path)
-            for form in (rel, name):
-                names.add(form.casefold())
-                if form.endswith(".md"):
-                    names.add(form[:-3].casefold())
-            if name.endswith(".md"):
-                files.append(path)
-    checked = 0
-    bad: list[tuple[str, str]] = []
-    for path in files:
-        text = path.read_text(encoding="utf-8", errors="replace")
-        for _s, _e, link in wikilinks.find_links(frontmatter.normalise_newlines(text)):
-            if not link.target:
-                continue
-            checked += 1
-            if link.markdown:
-                target = os.path.normpath(
-                    os.path.join(os.path.dirname(layout.rel(path)), link.target + ".md")
-                )
-                if not os.path.isfile(layout.root / target):
-                    bad.append((layout.rel(path), link.raw))
-            elif link.target.casefold() not in names:
-                bad.append((layout.rel(path), link.raw))
-    return checked, bad

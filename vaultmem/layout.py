@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -60,14 +59,6 @@ def note_of(path: str) -> str | None:
         return None
     found = _SECTION_RE.match(path)
     return found.group("note") if found else None
-
-
-def section_target(directory: str, note: str, heading_path: str) -> str:
-    """A link from a level folder to one section of a note: the note relative to ``directory``, then
-    ``#`` and the section's own heading (Obsidian's heading link); the note alone for its first text."""
-    rel = posixpath.relpath(note, directory)
-    heading = re.sub(r"[\[\]|#^<>]+", " ", heading_path.split(" > ")[-1]).strip()
-    return f"{rel}#{heading}" if heading else rel
 
 
 def section_range(note: str) -> tuple[str, str]:

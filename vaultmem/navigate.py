@@ -111,18 +111,24 @@ def child_rows(
         if _direct(child["path"][len(prefix) :], child["kind"]):
             kids.append(child)
     kids += index.in_place_sections(conn, row["path"])  # a note's sections, indexed where it is
-    rows_by_id = (
-        {
-            r["id"]: r
-            for r in conn.execute(
-                f"SELECT * FROM chunks WHERE kind = 'leaf' AND id IN ({','.join('?' * len(linked))})",
-                list(linked),
-            )
-        }
-        if linked
-        else {}
-    )
-    return [*sibling_order(kids), *(rows_by_id[i] for i in linked if i in rows_by_id)]
+    return [*sibling_order(kids), *_linked_rows(conn, linked, {r["id"] for r in kids}, "*")]
+
+
+def _linked_rows(
+    conn: sqlite3.Connection, linked: Sequence[str], have: set[str], cols: str
+) -> list[sqlite3.Row]:
+    """The leaves a topic or digest node links, in link order, without those already among its
+    children (a note's node links the sections that are its children)."""
+    wanted = [i for i in dict.fromkeys(linked) if i not in have]
+    if not wanted:
+        return []
+    found = {
+        r["id"]: r
+        for r in conn.execute(
+            f"SELECT {cols} FROM chunks WHERE kind = 'leaf' AND id IN ({','.join('?' * len(wanted))})", wanted
+        )
+    }
+    return [found[i] for i in wanted if i in found]
 
 
 def _counts(conn: sqlite3.Connection, rows: Sequence[sqlite3.Row]) -> list[Node]:
@@ -164,11 +170,14 @@ def children_page(
     source: str | None = None,
     offset: int = 0,
     limit: int = 100,
+    linked: Sequence[str] = (),
 ) -> tuple[list[Node], int]:
     """One page of a level's children in reading order (``node_id`` None: the top of ``source``: its
-    levels and its ``_fresh/`` leaves), and how many children there are. Orders the siblings on a few
-    columns and reads whole rows for the page only, so a folder of 100,000 leaves stays cheap."""
-    light = "SELECT id, kind, path, ts, seq, ord FROM chunks WHERE path >= ? AND path < ?"
+    levels and its ``_fresh/`` leaves), and how many children there are; ``linked`` as for
+    ``child_rows``. Orders the siblings on a few columns and reads whole rows for the page only, so a
+    folder of 100,000 leaves stays cheap."""
+    columns = "id, kind, path, ts, seq, ord"
+    light = f"SELECT {columns} FROM chunks WHERE path >= ? AND path < ?"
     if node_id is None:
         if source is None:
             raise ValueError("the top of which source?")
@@ -188,6 +197,7 @@ def children_page(
             if _direct(r["path"][len(prefix) :], r["kind"])
         ] + index.in_place_sections(conn, row["path"])
     ordered = sibling_order(siblings)
+    ordered += _linked_rows(conn, linked, {r["id"] for r in siblings}, columns)
     wanted = [r["id"] for r in ordered[max(0, offset) : max(0, offset) + max(0, limit)]]
     rows = {r["id"]: r for r in index.rows_by_ids(conn, wanted)}
     nodes = []

@@ -4,7 +4,7 @@ Owns the mapping between a ``SummaryNode`` and its file text. The body has up to
 
     ## Pinned                 (only after a hand edit: the person's text, never rewritten by the engine)
     <the summary>             the generated text (``content_hash`` in the frontmatter is its hash)
-    ## Children               engine-owned list of relative Markdown links, regenerated on every write
+    ## Children               engine-owned list of links, regenerated on every write
 
 A generated part whose hash no longer matches ``content_hash`` was edited by a person; the next
 re-summarisation keeps that text under ``## Pinned`` instead of overwriting it. Keys outside
@@ -26,7 +26,7 @@ from typing import Any
 
 from vaultmem import frontmatter
 from vaultmem.errors import FrontmatterError
-from vaultmem.model import SUMMARY_ID_RE, format_ts, parse_order, parse_ts, safe_name
+from vaultmem.model import LEAF_ID_RE, SUMMARY_ID_RE, format_ts, parse_order, parse_ts, safe_name
 from vaultmem.redact import scrub
 from vaultmem.tokens import count_tokens
 
@@ -76,6 +76,21 @@ class ChildLink:
     # After a leaf's wikilink: ``[superseded]`` on an old value, ``[current]`` on the value that replaced
     # one (issue #20), so a topic shows which of its leaves still holds.
     mark: str = ""
+    # A section of a note indexed in place has no file to name: its link names the note's heading
+    # (``[[Travel/Kyoto trip#Ryokan|...]]``) and its leaf id follows as an Obsidian comment
+    # (``%%d39090de9df50170%%``, hidden when the page is read), so the id survives the round trip.
+    leaf: str = ""
+
+    @property
+    def linked_id(self) -> str | None:
+        """The leaf id this link stands for: the recorded one, else the id in a leaf file's name."""
+        if self.leaf:
+            return self.leaf
+        if not self.wiki:
+            return None
+        stem = self.target[:-3] if self.target.endswith(".md") else self.target
+        candidate = stem.rsplit("-", 1)[-1]
+        return candidate if LEAF_ID_RE.match(candidate) else None
 
 
 @dataclass(frozen=True)
@@ -209,10 +224,11 @@ def render_body(node: SummaryNode) -> str:
 
 
 def _render_link(c: ChildLink) -> str:
+    leaf = f" %%{c.leaf}%%" if c.leaf else ""
+    mark = f" {c.mark}" if c.mark in MARKS else ""
     if c.wiki:
-        mark = f" {c.mark}" if c.mark in MARKS else ""
-        return f"- [[{c.target}|{_label(c.label).replace('|', '/')}]]{mark}\n"
-    return f"- [{_label(c.label)}]({_link(c.target)})\n"
+        return f"- [[{c.target}|{_label(c.label).replace('|', '/')}]]{mark}{leaf}\n"
+    return f"- [{_label(c.label)}]({_link(c.target)}){mark}{leaf}\n"
 
 
 def render_summary(node: SummaryNode, keep: frontmatter.MdDoc | None = None) -> str:
@@ -228,11 +244,12 @@ def _link(target: str) -> str:
     return f"<{target}>" if re.search(r"[\s()<>]", target) else target
 
 
-_LINK_RE = re.compile(r"^- \[(?P<label>[^\]]*)\]\((?P<target><[^>]*>|[^)]*)\)\s*$")
-_WIKI_RE = re.compile(
-    r"^- \[\[(?P<target>[^\]|#]+)(?:\|(?P<label>[^\]]*))?\]\](?:\s+(?P<mark>\[(?:superseded|current)\]))?\s*$"
-)
 MARKS = ("[superseded]", "[current]")  # validity.SUPERSEDED_MARK, validity.CURRENT_MARK
+_MARK = r"(?:\s+(?P<mark>\[(?:superseded|current)\]))?"  # a leaf's version mark, after its link
+_LEAF_NOTE = r"(?:\s*%%(?P<leaf>[0-9a-f]{16})%%)?\s*$"  # a note section's leaf id, after its link
+_LINK_RE = re.compile(r"^- \[(?P<label>[^\]]*)\]\((?P<target><[^>]*>|[^)]*)\)" + _MARK + _LEAF_NOTE)
+# ``[[stem|label]]``, or ``[[Travel/Kyoto trip#Lodging#Ryokan|label]]`` (a heading of a note).
+_WIKI_RE = re.compile(r"^- \[\[(?P<target>[^\]|]+)(?:\|(?P<label>[^\]]*))?\]\]" + _MARK + _LEAF_NOTE)
 
 
 def split_body(body: str) -> tuple[str, str, tuple[ChildLink, ...], tuple[ChildLink, ...]]:
@@ -267,12 +284,27 @@ def _links(section: str) -> tuple[ChildLink, ...]:
         found = _LINK_RE.match(line.strip())
         if found:
             target = found.group("target")
-            out.append(ChildLink(found.group("label"), target.strip("<>")))
+            out.append(
+                ChildLink(
+                    found.group("label"),
+                    target.strip("<>"),
+                    mark=found.group("mark") or "",
+                    leaf=found.group("leaf") or "",
+                )
+            )
             continue
         wiki = _WIKI_RE.match(line.strip())
         if wiki:
             stem = wiki.group("target").strip()
-            out.append(ChildLink(wiki.group("label") or stem, stem, wiki=True, mark=wiki.group("mark") or ""))
+            out.append(
+                ChildLink(
+                    wiki.group("label") or stem,
+                    stem,
+                    wiki=True,
+                    mark=wiki.group("mark") or "",
+                    leaf=wiki.group("leaf") or "",
+                )
+            )
     return tuple(out)
 
 
@@ -356,7 +388,10 @@ def summary_json(node: SummaryNode) -> dict[str, Any]:
         pinned=node.pinned or None,
         hand_edited=node.hand_edited,
         title_edited=node.title_edited,
-        children=[{"label": c.label, "target": c.target, "wiki": c.wiki} for c in node.children],
+        children=[
+            {"label": c.label, "target": c.target, "wiki": c.wiki, **({"leaf": c.leaf} if c.leaf else {})}
+            for c in node.children
+        ],
         related=[{"label": c.label, "target": c.target} for c in node.related],
     )
     return data

@@ -41,7 +41,6 @@ from vaultmem.errors import (
 )
 from vaultmem.jobs import JobQueue, admit_job, ingest_job, release_dead, resummarise_job, seal_job
 from vaultmem.layout import AGENT_TOPS, FRESH, RESERVED_TOP, SOURCES, Layout
-from vaultmem.leaffile import id_from_filename
 from vaultmem.lock import WriteLock
 from vaultmem.model import (
     InputKind,
@@ -1311,18 +1310,20 @@ class Vault:
         A topic or digest node's children are its sub-levels, then the leaves it links."""
         from vaultmem import navigate
 
-        linked: list[str] = []
-        if node_id is not None and node_id.startswith("s"):
-            node = self.summary(node_id)
-            linked = [i for i in (id_from_filename(c.target) for c in node.children if c.wiki) if i]
         return navigate.drill_down(
             self.conn,
             node_id,
             query=query,
             embedder=lambda: self.embedder,
             vectors=self.searcher.vectors,
-            linked=linked,
+            linked=self._links_of(node_id),
         )
+
+    def _links_of(self, node_id: str | None) -> list[str]:
+        """The leaves a level's links name (a topic's or digest's leaves; a note's sections)."""
+        if node_id is None or not node_id.startswith("s"):
+            return []
+        return [i for i in (c.linked_id for c in self.summary(node_id).children) if i]
 
     def fetch(self, ids: Iterable[str]) -> list[Leaf | SummaryNode]:
         """The nodes ``ids`` with full provenance (leaves) or their summary file (levels), in the given order."""
@@ -2541,7 +2542,10 @@ class Vault:
             raise InvalidInput("offset must be 0 or more and limit at least 1")
         from vaultmem import navigate
 
-        return navigate.children_page(self.conn, node_id, source=source, offset=offset, limit=limit)
+        linked = self._links_of(node_id)
+        return navigate.children_page(
+            self.conn, node_id, source=source, offset=offset, limit=limit, linked=linked
+        )
 
     def commits_of(self, day: date | str | None = None, *, limit: int = 100) -> list[CommitInfo]:
         """The vault's git commits of a UTC day (default today), newest first, each with its files and

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 
 from vaultmem import daemonstate, gitsync
 from vaultmem.errors import InvalidInput, NodeNotFound, ReadOnlyVault
-from vaultmem.leaffile import id_from_filename
+from vaultmem.layout import note_of
 from vaultmem.model import Leaf, format_ts
 from vaultmem.navigate import Node
 from vaultmem.summaryfile import SummaryNode, summary_json
@@ -372,8 +372,13 @@ class Panels:
     def _digest(self, node: SummaryNode) -> dict[str, Any]:
         """A digest with its links resolved to the leaves' files."""
         data = summary_json(node)
-        ids = [id_from_filename(c.target) if c.wiki else None for c in node.children]
-        found = {x.id: x.path for x in self.vault.fetch([i for i in ids if i]) if isinstance(x, Leaf)}
+        ids = [c.linked_id for c in node.children]
+        # A note's section opens its note (the section has no file of its own).
+        found = {
+            x.id: note_of(x.path) or x.path
+            for x in self.vault.fetch([i for i in ids if i])
+            if isinstance(x, Leaf)
+        }
         base = node.directory
         data["children"] = [
             {

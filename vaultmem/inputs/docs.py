@@ -78,6 +78,14 @@ def parse_document(text: str, *, source: str, doc_name: str) -> list[Message]:
     return messages
 
 
+def headings(text: str) -> list[tuple[int, str]]:
+    """Every heading of a document as ``parse_document`` reads it, (level, text) in reading order,
+    those without text of their own included: heading ``n - 1`` starts the section whose messages have
+    ``source_id`` ``<doc>#<n>``."""
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    return [(s.level, s.heading) for s in _sections(_split_frontmatter(text)[1].split("\n"))[1:]]
+
+
 def _sections(lines: list[str]) -> list[_Section]:
     sections = [_Section()]
     stack: list[tuple[int, str]] = []

@@ -30,10 +30,9 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import entities, fsio, index, validity, vectors
+from vaultmem import entities, fsio, index, validity, vectors, wikilinks
 from vaultmem.errors import FrontmatterError
 from vaultmem.layout import SUMMARY_NAME, Layout, slug
-from vaultmem.leaffile import id_from_filename
 from vaultmem.model import Status, parse_ts
 from vaultmem.steps import FileWrite, TreeOp
 from vaultmem.summarise import Child, ExtractiveSummariser
@@ -100,7 +99,7 @@ def display_name(key: str) -> str:
 @dataclass
 class _Member:
     id: str
-    stem: str
+    provenance: str  # its index row's (a note's section is linked by its heading, kept there)
     ts: str | None
     path: str
     text: str
@@ -161,15 +160,15 @@ class TopicState:
         root = nodes.pop(base, None)
         members: dict[str, _Member] = {}
         for row in conn.execute(
-            "SELECT c.id, c.path, c.ts, c.text, c.speaker, c.source, c.session, c.supersedes, c.superseded_by"
+            "SELECT c.id, c.path, c.ts, c.text, c.speaker, c.source, c.session, c.supersedes, c.superseded_by,"
+            " c.provenance"
             " FROM mentions m JOIN chunks c ON c.id = m.leaf"
             " WHERE m.entity = ? AND c.kind = 'leaf' AND c.status <> ? ORDER BY coalesce(c.ts, ''), c.path",
             (key, Status.PENDING.value),
         ):
-            stem = PurePosixPath(row["path"]).name[:-3]
             members[row["id"]] = _Member(
                 row["id"],
-                stem,
+                row["provenance"],
                 row["ts"],
                 row["path"],
                 row["text"],
@@ -217,8 +216,8 @@ def _read_node(layout: Layout, rel: str, max_bytes: int) -> _Node | None:
         node, _doc = parse_summary(text, rel)
     except (FileNotFoundError, FrontmatterError, UnicodeDecodeError):
         return None
-    links = [i for i in (id_from_filename(c.target) for c in node.children if c.wiki) if i]
-    marks = {i: c.mark for c in node.children if c.wiki and (i := id_from_filename(c.target))}
+    links = [i for i in (c.linked_id for c in node.children) if i]
+    marks = {i: c.mark for c in node.children if (i := c.linked_id)}
     subdirs = [
         f"{node.directory}/{PurePosixPath(c.target).parent}"
         for c in node.children
@@ -597,7 +596,8 @@ def _link(member: _Member) -> ChildLink:
     day = (member.ts or "")[:10]
     who = f"{member.speaker}: " if member.speaker else ""
     words = " ".join(member.text.split()[:10])
-    return ChildLink(f"{day} {who}{words}".strip(), member.stem, wiki=True, mark=_version_mark(member))
+    link = wikilinks.leaf_link(f"{day} {who}{words}".strip(), member.id, member.path, member.provenance)
+    return replace(link, mark=_version_mark(member))
 
 
 def _version_mark(member: _Member) -> str:
