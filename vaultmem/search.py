@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import index, timeparse
+from vaultmem import ann, index, timeparse
 from vaultmem.db import NAV, WORDS_TOKENIZER, chunks_generation, write_stamp
 from vaultmem.embed import Embedder, one_blas_thread
 from vaultmem.errors import InvalidInput
@@ -591,12 +591,27 @@ class Searcher:
         """The in-memory vectors of ``embedder``'s model, refreshed from the index."""
         return self._vectors(embedder)
 
+    def graph_built(self, files: MatrixFile, key: dict[str, Any]) -> None:
+        """A background build wrote the HNSW graph of the matrix file ``key`` names (``Vault.save_vectors``):
+        the in-memory vectors take it when they are that file's rows; vectors of an older file are dropped
+        (the next search maps the new file and its graph). Until then search scores without a graph."""
+        cache = self._cache
+        if cache is None or cache.model != key["model"]:
+            return
+        if cache.key != key:
+            self.forget_vectors()
+            return
+        graph = ann.open_graph(files.graph, key)
+        if graph is not None:
+            cache.adopt(graph, key)
+
     def _vectors(self, embedder: Embedder) -> VectorCache:
-        if self._cache is None or self._cache.model != embedder.model_id:
-            self._cache = VectorCache(embedder.model_id, embedder.dim)
+        cache = self._cache  # one read: a background build may drop it meanwhile (``graph_built``)
+        if cache is None or cache.model != embedder.model_id:
+            cache = self._cache = VectorCache(embedder.model_id, embedder.dim)
         files = MatrixFile.of(self._state, embedder.model_id) if self._state is not None else None
-        self._cache.refresh(self.conn, files)
-        return self._cache
+        cache.refresh(self.conn, files)
+        return cache
 
     def lexical(self, query: str, filters: Filters, limit: int) -> dict[str, list[str]]:
         """Ranked ids per lexical index: {"words": [...], "trigram": [...]}."""

@@ -101,6 +101,9 @@ class Vault:
         self.conn = conn
         self._embedder = embedder
         self._searcher: Searcher | None = None
+        self._graph_lock = threading.Lock()  # the background build of the HNSW graph (``save_vectors``)
+        self._graph_thread: threading.Thread | None = None
+        self._graph_next: vectors.GraphJob | None = None
         self._write_lock = WriteLock(layout, self._git_error)
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
@@ -787,10 +790,10 @@ class Vault:
     def save_vectors(self, *, force: bool = False) -> int:
         """Rewrite the vector matrix file (``.vaultmem/vectors-*.npy``) when it is missing or behind the
         index by ``vectors.MATRIX_STALE`` (``force``: always), so that a new process maps the vectors
-        instead of reading them row by row; then, from ``ann.GRAPH_MIN`` rows, build its HNSW graph
-        (``.hnsw``) when it has none. Returns the matrix rows written (0: nothing to do). The matrix under
-        the write lock, the graph after it (it names the matrix it was built from); a read-only vault
-        keeps none. The query planner's statistics are brought up to date here too (``db.analyze``)."""
+        instead of reading them row by row; then, from ``ann.GRAPH_MIN`` rows, start building its HNSW
+        graph (``.hnsw``) in the background when it has none (``wait_for_graph``). Returns the matrix rows
+        written (0: nothing to do). The matrix under the write lock, the graph after it, without it (it
+        names the matrix it was built from); a read-only vault keeps none. The query planner's statistics are brought up to date here too (``db.analyze``)."""
         if self.read_only is not None:
             return 0
         embedder = self.embedder
@@ -803,14 +806,42 @@ class Vault:
             db.analyze(self.conn)  # the planner's statistics, once per doubling of the index
         # Looked at only when the matrix was just written or has no graph yet (reading its header costs
         # tens of milliseconds at 100,000 rows); `check` finds a stale or damaged graph otherwise.
-        if (
-            (written or not files.graph.header.exists())
-            and files.header.exists()
-            and vectors.write_graph(self.conn, self.layout.root, files, model, dim)
-            and self._searcher is not None
-        ):
-            self._searcher.forget_vectors()  # the next search maps the new matrix and its graph
+        if (written or not files.graph.header.exists()) and files.header.exists():
+            job = vectors.graph_job(self.conn, self.layout.root, files, model, dim)
+            if job is not None:
+                self._build_graph_later(job)
         return written
+
+    def _build_graph_later(self, job: vectors.GraphJob) -> None:
+        """Build the HNSW graph in a background thread (a minute or two at 100,000 rows); search scores
+        without it until it is written, then takes it (``Searcher.graph_built``). A newer job replaces
+        one not yet started. Not a daemon thread: a process that ends (a CLI command) finishes the build
+        after its work is done instead of leaving the graph unbuilt."""
+        with self._graph_lock:
+            self._graph_next = job
+            if self._graph_thread is not None:
+                return
+            self._graph_thread = threading.Thread(target=self._graph_worker, name="vaultmem-hnsw")
+            self._graph_thread.start()
+
+    def _graph_worker(self) -> None:
+        while True:
+            with self._graph_lock:
+                job, self._graph_next = self._graph_next, None
+                if job is None:
+                    self._graph_thread = None
+                    return
+            if job.run():
+                searcher = self._searcher
+                if searcher is not None:
+                    searcher.graph_built(job.files, job.key)
+
+    def wait_for_graph(self, timeout: float | None = None) -> bool:
+        """Wait for a background build of the HNSW graph (``save_vectors``); True when none is running."""
+        thread = self._graph_thread
+        if thread is not None:
+            thread.join(timeout)
+        return self._graph_thread is None
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
