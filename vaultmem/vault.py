@@ -804,6 +804,7 @@ class Vault:
             if force or vectors.matrix_behind(self.conn, files, model):
                 written = vectors.write_matrix(self.conn, self.layout.root, files, model, dim)
             db.analyze(self.conn)  # the planner's statistics, once per doubling of the index
+            self._save_leaf_file()
         # Looked at only when the matrix was just written or has no graph yet (reading its header costs
         # tens of milliseconds at 100,000 rows); `check` finds a stale or damaged graph otherwise.
         if (written or not files.graph.header.exists()) and files.header.exists():
@@ -811,6 +812,31 @@ class Vault:
             if job is not None:
                 self._build_graph_later(job)
         return written
+
+    def _save_leaf_file(self) -> None:
+        """Under the write lock: rewrite the leaf file (``graph.dump``: the leaf graph and session order a
+        new process reads instead of building them) when the vault has ``graph.FILE_MIN_LEAVES`` leaves
+        or more and the file is missing, of another index, or ``graph.FILE_BEHIND`` changes behind the
+        log. Derived: a file that cannot be written is skipped (a new process builds them)."""
+        from vaultmem import graph
+
+        searcher = self.searcher
+        if searcher.leaf_count() < graph.FILE_MIN_LEAVES:
+            return
+        seen = graph.file_seen(self.layout.state, vectors.epoch(self.conn))
+        last = self.conn.execute("SELECT max(seq) FROM graph_changes").fetchone()[0] or 0
+        if seen is not None and seen <= last and last - seen < graph.FILE_BEHIND:
+            return
+        current = vectors.ensure_epoch(self.conn)
+        found = graph.dump(*searcher.leaf_structures(), current)
+        if found is None:
+            return
+        data, header = graph.file_paths(self.layout.state)
+        try:
+            fsio.atomic_write(data, found[0], root=self.layout.root)
+            fsio.atomic_write(header, found[1], root=self.layout.root)
+        except (OSError, VaultError):
+            return
 
     def _build_graph_later(self, job: vectors.GraphJob) -> None:
         """Build the HNSW graph in a background thread (a minute or two at 100,000 rows); search scores

@@ -318,6 +318,17 @@ def epoch(conn: sqlite3.Connection) -> str | None:
     return str(row[0]) if row else None
 
 
+def ensure_epoch(conn: sqlite3.Connection) -> str:
+    """The index's ``vectors_epoch``, given one first if it has none (it names the index the files derived
+    from it were written from: the matrix file, the leaf file)."""
+    current = epoch(conn)
+    if current is None:
+        current = secrets.token_hex(8)
+        with atomic(conn):
+            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vectors_epoch', ?)", (current,))
+    return current
+
+
 def read_matrix(
     conn: sqlite3.Connection, files: MatrixFile, model: str, dim: int
 ) -> tuple[list[str], Matrix, int] | None:
@@ -367,11 +378,7 @@ def write_matrix(conn: sqlite3.Connection, root: Path, files: MatrixFile, model:
     from vaultmem import fsio
     from vaultmem.errors import VaultError
 
-    current = epoch(conn)
-    if current is None:
-        current = secrets.token_hex(8)
-        with atomic(conn):
-            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vectors_epoch', ?)", (current,))
+    current = ensure_epoch(conn)
     rows = conn.execute("SELECT id, vec, seq FROM vectors WHERE model = ? ORDER BY seq", (model,)).fetchall()
     ids = [r[0] for r in rows]
     matrix = (
