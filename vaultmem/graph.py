@@ -21,6 +21,7 @@ import json
 import sqlite3
 import zipfile
 from collections.abc import Iterable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -296,12 +297,9 @@ class SessionOrder:
             self._link(key, ids)
 
     def _link(self, key: tuple[str, str], ids: list[str]) -> None:
-        conversation, prev, nxt = self._conversation, self._prev, self._next
-        for n, row_id in enumerate(ids):
-            conversation[row_id] = key
-            if n:
-                prev[row_id] = ids[n - 1]
-                nxt[ids[n - 1]] = row_id
+        self._conversation.update(dict.fromkeys(ids, key))
+        self._prev.update(zip(ids[1:], ids[:-1], strict=True))
+        self._next.update(pairwise(ids))
 
     def _update(self, conn: sqlite3.Connection, changed: list[str]) -> None:
         """Read again every conversation a ``changed`` leaf was in or is in now."""
@@ -447,11 +445,12 @@ def load(state: Path, epoch: str | None) -> tuple[LeafGraph, SessionOrder] | Non
         ids = _split(a["ids"], int(counts["ids"]))
         graph._ids = [i or None for i in ids]
         size = len(ids)
-        graph._is_leaf = np.fromiter((bool(i) for i in ids), dtype=bool, count=size)
+        graph._is_leaf = np.fromiter(map(bool, ids), dtype=bool, count=size)
         leaf_nodes = a["leaf_nodes"].astype(np.intp)
         if len(leaf_nodes) and (leaf_nodes.min() < 0 or leaf_nodes.max() >= size):
             raise ValueError("a leaf node out of range")
-        graph.leaf_pos = {ids[n]: int(n) for n in leaf_nodes.tolist()}
+        nodes = leaf_nodes.tolist()
+        graph.leaf_pos = dict(zip([ids[n] for n in nodes], nodes, strict=True))
         if any(not k for k in graph.leaf_pos):
             raise ValueError("a leaf node without an id")
         entity_keys = _split(a["entity_keys"], int(counts["entities"]))
