@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
-import zipfile
 from collections.abc import Iterable
 from itertools import pairwise
 from pathlib import Path
@@ -433,6 +432,8 @@ def load(state: Path, epoch: str | None) -> tuple[LeafGraph, SessionOrder] | Non
     """The graph and session order of the leaf file, at the change it holds (the caller's refresh brings
     them up to date from the log, or rebuilds them when the log no longer reaches back), or None when
     there is none for this index (``epoch``), or it does not hold what its header says (torn, damaged)."""
+    import zipfile  # only here: a cold `vaultmem search` on a small vault never reads a leaf file
+
     data, header_path = file_paths(state)
     try:
         header = json.loads(header_path.read_text(encoding="utf-8"))
