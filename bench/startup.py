@@ -5,8 +5,8 @@
 ``--base`` is a directory holding another copy of the ``vaultmem`` package (``git archive main vaultmem |
 tar -x -C /tmp/base``): each run alternates the two trees, so a loaded machine slows both alike, and
 the figures are the minimum over the runs (the least disturbed one). Reported: the import time of
-each heavy module (cumulative, ``python -X importtime``), the vaultmem modules imported, and a whole
-`vaultmem search` on a copy of sample_vault/ (wall and CPU seconds of the process).
+each heavy module (cumulative, ``python -X importtime``), the vaultmem modules imported, a whole
+`vaultmem search` on a copy of sample_vault/ (wall and CPU seconds of the process) and `vaultmem --help`.
 """
 
 from __future__ import annotations
@@ -102,6 +102,19 @@ def cold_search(tree: Path, vault: Path) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def cold_help(tree: Path) -> float:
+    """Wall seconds of one `vaultmem --help` process."""
+    t = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "vaultmem.cli", "--help"],
+        env=_env(tree),
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        check=True,
+    )
+    return time.perf_counter() - t
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, help="a directory holding an older vaultmem package")
@@ -129,6 +142,7 @@ def main() -> None:
         import_cpu: dict[str, float] = {name: float("inf") for name in trees}
         wall: dict[str, float] = {name: float("inf") for name in trees}
         cpu: dict[str, float] = {name: float("inf") for name in trees}
+        helps: dict[str, float] = {name: float("inf") for name in trees}
         for _ in range(args.runs):
             for name, tree in trees.items():  # alternated: both trees see the same load
                 own, _cumulative, used = import_times(tree)
@@ -141,6 +155,7 @@ def main() -> None:
                 for key, ms in sums.items():
                     groups[name][key] = min(ms, groups[name].get(key, ms))
                 w, c = cold_search(tree, vault)
+                helps[name] = min(helps[name], cold_help(tree))
                 wall[name], cpu[name] = min(wall[name], w), min(cpu[name], c)
     names = list(trees)
     two = len(names) == 2
@@ -159,6 +174,7 @@ def main() -> None:
     rows.append(["vaultmem modules imported", *(modules[n] for n in names), *([""] if two else [])])
     for label, figures, scale in (
         ("`import vaultmem.cli` CPU ms", import_cpu, 1000),
+        ("`vaultmem --help` wall ms", helps, 1000),
         ("`vaultmem search` wall ms", wall, 1000),
         ("`vaultmem search` CPU ms", cpu, 1000),
     ):

@@ -345,3 +345,137 @@ def test_the_graph_of_an_index_older_than_its_log(work_vault: Vault) -> None:
     work_vault.flush()
     graph.refresh(reader)
     assert _leaf(work_vault, "m9") in graph.walk({ferry: 1.0}, {}, 10)
+
+
+def _same_order(a: graph_module.SessionOrder, b: graph_module.SessionOrder) -> bool:
+    return (a._prev, a._next, a.tokens) == (b._prev, b._next, b.tokens)
+
+
+def _fresh(vault: Vault) -> tuple[LeafGraph, graph_module.SessionOrder]:
+    graph, order = LeafGraph(), graph_module.SessionOrder()
+    graph.refresh(vault.conn)
+    order.refresh(vault.conn)
+    return graph, order
+
+
+def _walks(graph: LeafGraph, vault: Vault) -> list[list[str]]:
+    seeds = [_leaf(vault, m) for m in ("m2", "m4", "m6")]
+    return [graph.walk({s: 1.0}, {}, 20) for s in seeds] + [graph.walk({}, {"place:lisbon": 1.0}, 20)]
+
+
+def _new_searcher(vault: Vault, *, with_file: bool = True):  # type: ignore[no-untyped-def]
+    """A new process's searcher: the vault's index and (``with_file``) its state folder."""
+    from vaultmem.search import Searcher
+
+    return Searcher(vault.conn, lambda: vault.embedder, state=vault.layout.state if with_file else None)
+
+
+QUERIES = ["what did Diego say about the cutover", "Lisbon ferry", "Chen Jing on-call swap", "release review"]
+
+
+def _results(searcher) -> list[list[tuple[str, float]]]:  # type: ignore[no-untyped-def]
+    return [[(h.id, h.score) for h in searcher.search(q, k=8)] for q in QUERIES]
+
+
+@pytest.fixture
+def filed_vault(work_vault: Vault, monkeypatch: pytest.MonkeyPatch) -> Vault:
+    """The vault with its leaf file written (``save_vectors``, as after every flush of a large vault)."""
+    monkeypatch.setattr(graph_module, "FILE_MIN_LEAVES", 1)
+    work_vault.save_vectors()
+    data, header = graph_module.file_paths(work_vault.layout.state)
+    assert data.is_file() and header.is_file()
+    return work_vault
+
+
+def test_a_new_process_reads_the_leaf_graph_and_session_order_from_the_leaf_file(filed_vault: Vault) -> None:
+    searcher = _new_searcher(filed_vault)
+    graph, order = searcher.leaf_structures()
+    assert graph.rebuilds == 0 and order.rebuilds == 0  # read, not built
+    fresh_graph, fresh_order = _fresh(filed_vault)
+    assert _walks(graph, filed_vault) == _walks(fresh_graph, filed_vault)
+    assert graph.entity_words == fresh_graph.entity_words and _same_order(order, fresh_order)
+    assert _results(searcher) == _results(_new_searcher(filed_vault, with_file=False))
+
+
+def test_a_stale_leaf_file_is_brought_up_to_date_from_the_log(filed_vault: Vault) -> None:
+    """Leaves came, one went and one moved in its conversation since the file was written (fewer changes
+    than make the writer rewrite it): a new process reads the file and catches up from the log, and
+    has what a whole build has."""
+    filed_vault.ingest_messages(
+        [
+            {
+                "id": "m8",
+                "speaker": "Mara",
+                "content": "Lisbon ferry moved to the 22nd, same time.",
+                "ts": "2026-03-18T17:40:00Z",  # before m6 in the same conversation
+                "session": "team-2026-03-18",
+            }
+        ],
+        source="team-slack",
+    )
+    filed_vault.flush()
+    filed_vault.forget([_leaf(filed_vault, "m3")])
+    with filed_vault.conn:  # a leaf's time corrected: it moves in its conversation (migration 024)
+        filed_vault.conn.execute(
+            "UPDATE chunks SET ts = '2026-03-16T07:00:00Z' WHERE id = ?", [_leaf(filed_vault, "m5")]
+        )
+    searcher = _new_searcher(filed_vault)
+    graph, order = searcher.leaf_structures()
+    assert graph.rebuilds == 0 and order.rebuilds == 0  # caught up, not rebuilt
+    fresh_graph, fresh_order = _fresh(filed_vault)
+    assert _same_order(order, fresh_order)
+    assert order.neighbors(_leaf(filed_vault, "m8")) == (_leaf(filed_vault, "m6"),)
+    assert _walks(graph, filed_vault) == _walks(fresh_graph, filed_vault)
+    assert _results(searcher) == _results(_new_searcher(filed_vault, with_file=False))
+
+
+def test_a_damaged_or_foreign_leaf_file_is_never_read(filed_vault: Vault) -> None:
+    data, header = graph_module.file_paths(filed_vault.layout.state)
+    good_data, good_header = data.read_bytes(), header.read_bytes()
+    expected = _results(_new_searcher(filed_vault, with_file=False))
+    fresh_graph, fresh_order = _fresh(filed_vault)
+    for damage in (
+        lambda: data.write_bytes(good_data[: len(good_data) // 2]),  # torn
+        lambda: data.write_bytes(b"\x00" * len(good_data)),  # overwritten
+        lambda: header.write_text("{}"),
+        lambda: header.write_text(json.dumps(json.loads(good_header) | {"epoch": "another index"})),
+        lambda: data.unlink(),
+    ):
+        data.write_bytes(good_data)
+        header.write_bytes(good_header)
+        damage()
+        searcher = _new_searcher(filed_vault)
+        graph, order = searcher.leaf_structures()
+        assert graph.rebuilds == 1 and order.rebuilds == 1  # built from the index instead
+        assert _walks(graph, filed_vault) == _walks(fresh_graph, filed_vault)
+        assert _same_order(order, fresh_order)
+        assert _results(searcher) == expected
+    # A file whose arrays disagree with their header (edges past the last node) is refused whole.
+    assert graph_module.load(filed_vault.layout.state, None) is None
+    data.write_bytes(good_data)
+    header.write_text(
+        json.dumps(json.loads(good_header) | {"counts": json.loads(good_header)["counts"] | {"ids": 3}})
+    )
+    from vaultmem.vectors import epoch
+
+    assert graph_module.load(filed_vault.layout.state, epoch(filed_vault.conn)) is None
+
+
+def test_the_writer_rewrites_the_leaf_file_when_far_behind(
+    filed_vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vaultmem.vectors import epoch
+
+    state = filed_vault.layout.state
+    seen = graph_module.file_seen(state, epoch(filed_vault.conn))
+    assert seen is not None
+    monkeypatch.setattr(graph_module, "FILE_BEHIND", 1)
+    filed_vault.ingest_messages(
+        [{"id": "m9", "speaker": "Mara", "content": "Lisbon hotel booked.", "ts": "2026-03-18T19:00:00Z"}],
+        source="team-slack",
+    )
+    filed_vault.flush()
+    later = graph_module.file_seen(state, epoch(filed_vault.conn))
+    assert later is not None and later > seen
+    graph, order = _new_searcher(filed_vault).leaf_structures()
+    assert graph.rebuilds == 0 and _same_order(order, _fresh(filed_vault)[1])

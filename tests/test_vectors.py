@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from vaultmem import ann, db, vectors
+from vaultmem.search import Filters
 from vaultmem.vectors import VectorCache, VectorRow
 
 
@@ -130,6 +131,7 @@ def matrix_vault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str = "v
     vault = Vault.init(tmp_path / name, embedder=FakeEmbedder())
     vault.ingest_messages(chat(n, prefix=f"{name} note"), source="chat")
     vault.flush()
+    assert vault.wait_for_graph(60)  # a graph (when one is due) is built in the background
     return vault
 
 
@@ -321,6 +323,7 @@ def test_a_graph_of_another_matrix_or_damaged_is_never_opened(
     old_graph, old_header = files.graph.data.read_bytes(), files.graph.header.read_bytes()
     vault.ingest_messages(chat(10, session="s2", prefix="later note"), source="chat")
     vault.flush()  # 25% more: the matrix file and its graph are rewritten
+    assert vault.wait_for_graph(60)
     assert fresh_cache(vault).graph is not None
     files.graph.data.write_bytes(old_graph)  # the graph of the matrix before (a copy, a torn rewrite)
     files.graph.header.write_bytes(old_header)
@@ -341,6 +344,7 @@ def test_reindex_rebuilds_the_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     files = vectors.MatrixFile.of(vault.layout.state, vault.embedder.model_id)
     files.graph.data.unlink()
     vault.reindex()
+    assert vault.wait_for_graph(60)
     cache = fresh_cache(vault)
     assert cache.graph is not None and same_as_index(cache, vault)
     vault.close()
@@ -359,3 +363,90 @@ def test_deleting_a_row_drops_the_graph_until_it_is_rebuilt(
     cache.refresh(vault.conn)
     assert cache.graph is None and victim.id not in cache.pos and same_as_index(cache, vault)
     vault.close()
+
+
+def test_the_graph_is_built_in_the_background_and_swapped_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flush`` returns while the HNSW graph is built; search meanwhile scores without it, then takes it
+    (the same cache, no reload); the top 10 equals brute force's throughout."""
+    import threading
+
+    monkeypatch.setattr(vectors, "APPROX_ABOVE", 100)
+    monkeypatch.setattr(vectors, "RESCORE", 100)  # without the graph: every row scored (brute force)
+    monkeypatch.setattr(ann, "GRAPH_MIN", 10)
+    started, release = threading.Event(), threading.Event()
+    real_build = ann.build
+
+    def held_build(matrix: np.ndarray, threads: int | None = None) -> bytes:
+        started.set()
+        assert release.wait(60)
+        return real_build(matrix, threads)
+
+    monkeypatch.setattr(ann, "build", held_build)
+    from tests.helpers import chat
+    from vaultmem.embed import FakeEmbedder
+    from vaultmem.vault import Vault
+
+    monkeypatch.setattr(vectors, "MATRIX_MIN", 10)
+    vault = Vault.init(tmp_path / "v", embedder=FakeEmbedder())
+    rng = np.random.default_rng(3)
+    words = [
+        "garden",
+        "roses",
+        "fence",
+        "tomatoes",
+        "spring",
+        "rain",
+        "ferry",
+        "kyoto",
+        "ramen",
+        "budget",
+        "invoice",
+        "parser",
+        "deploy",
+    ]
+    words += [f"w{i}" for i in range(300)]
+    messages = chat(600, prefix="note")
+    for m in messages:
+        m["content"] = " ".join(rng.choice(words, 9))
+    vault.ingest_messages(messages, source="chat")
+    vault.flush()  # returns with the build under way (held)
+    try:
+        _during_and_after(vault, started, release, rng, words)
+    finally:
+        release.set()
+        vault.wait_for_graph(60)
+        vault.close()
+
+
+def _during_and_after(vault, started, release, rng, words) -> None:  # type: ignore[no-untyped-def]
+    assert started.wait(60) and not vault.wait_for_graph(0)
+    files = vectors.MatrixFile.of(vault.layout.state, vault.embedder.model_id)
+    assert not files.graph.header.exists()
+    searcher = vault.searcher
+    cache = searcher.vectors(vault.embedder)
+    assert cache.graph is None and cache.key is not None
+
+    def same_as_brute_force(query: str) -> bool:
+        """The top 10's similarities are brute force's (the fake embedder's vectors tie often)."""
+        sims = np.asarray(cache.matrix) @ vault.embedder.embed([query])[0]
+        found = [cache.pos[i] for i in searcher.semantic(query, Filters(), 10)]
+        return bool(np.array_equal(sims[found], -np.sort(-sims)[:10]))
+
+    queries = [" ".join(rng.choice(words, 3)) for _ in range(20)]
+    assert all(same_as_brute_force(q) for q in queries)
+    assert cache.graph is None
+    release.set()
+    assert vault.wait_for_graph(60)
+    assert files.graph.header.is_file()
+    assert searcher.vectors(vault.embedder) is cache and cache.graph is not None  # swapped in, not reloaded
+    assert cache.graph.count == 600
+    assert all(same_as_brute_force(q) for q in queries)
+
+
+def test_a_graph_of_other_rows_is_not_adopted(tmp_path: Path) -> None:
+    m = clustered(300, dim=32)
+    cache = cache_of(m)  # read from the index, not a matrix file: no key
+    graph = graph_of(tmp_path, m)
+    assert not cache.adopt(graph, {"count": 300}) and cache.graph is None

@@ -531,6 +531,26 @@ def m022_graph_changes(conn: sqlite3.Connection) -> None:
     )
 
 
+def m024_graph_changes_order(conn: sqlite3.Connection) -> None:
+    # The session order (``graph.SessionOrder``) follows the same log as the leaf graph: a leaf whose time
+    # or seq changes moves in its conversation, and its size (``tokens``) weighs its neighbours' share.
+    keep = "DELETE FROM graph_changes WHERE seq <= last_insert_rowid() - 65536;"
+    _script(
+        conn,
+        f"""
+        DROP TRIGGER IF EXISTS graph_changes_au;
+        CREATE TRIGGER graph_changes_au AFTER UPDATE OF kind, source, session, entities, ts, seq, tokens
+        ON chunks WHEN (old.kind = 'leaf' OR new.kind = 'leaf') AND (old.kind IS NOT new.kind
+            OR old.source IS NOT new.source OR old.session IS NOT new.session
+            OR old.entities IS NOT new.entities OR old.ts IS NOT new.ts OR old.seq IS NOT new.seq
+            OR old.tokens IS NOT new.tokens) BEGIN
+            INSERT INTO graph_changes(leaf) VALUES (new.id);
+            {keep}
+        END;
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Migration]] = [
     ("001_chunks", m001_chunks),
     ("002_fts", m002_fts),
@@ -553,6 +573,7 @@ MIGRATIONS: list[tuple[str, Migration]] = [
     ("020_speaker_index", m020_speaker_index),
     ("021_parent_index", m021_parent_index),
     ("022_graph_changes", m022_graph_changes),
+    ("024_graph_changes_order", m024_graph_changes_order),
 ]
 
 

@@ -22,14 +22,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import index, timeparse
+from vaultmem import ann, index, timeparse
+from vaultmem import graph as leafgraph
 from vaultmem.db import NAV, WORDS_TOKENIZER, chunks_generation, write_stamp
 from vaultmem.embed import Embedder, one_blas_thread
 from vaultmem.errors import InvalidInput
-from vaultmem.graph import LeafGraph
+from vaultmem.graph import LeafGraph, SessionOrder
 from vaultmem.model import Status, format_ts, utc
 from vaultmem.timeparse import TimeRange
-from vaultmem.vectors import MatrixFile, VectorCache
+from vaultmem.vectors import MatrixFile, VectorCache, epoch
 
 # Fusion constants, tuned on the LoCoMo dev split (bench/retrieval.py; figures in docs/architecture.md).
 RRF_K = 10
@@ -403,52 +404,6 @@ class QueryVectors:
 QUERY_VECTORS = QueryVectors()
 
 
-class SessionOrder:
-    """Each leaf's previous and next leaf in its conversation (same source and session, by time).
-
-    Rebuilt only when leaves appear, go or move (the ``chunks_gen`` counter kept by triggers)."""
-
-    def __init__(self) -> None:
-        self._stamp: tuple[int, int] = (-1, -1)
-        self._prev: dict[str, str] = {}
-        self._next: dict[str, str] = {}
-        self.tokens: dict[str, int] = {}
-        self._spread: dict[str, tuple[tuple[str, float], ...]] = {}
-
-    def refresh(self, conn: sqlite3.Connection) -> None:
-        stamp = (chunks_generation(conn), 0)
-        if stamp == self._stamp:
-            return
-        self._prev, self._next, self.tokens, self._spread = {}, {}, {}, {}
-        last_key: tuple[str, str] | None = None
-        last_id = ""
-        for row_id, source, session, tokens in conn.execute(
-            "SELECT id, source, session, tokens FROM chunks WHERE kind = 'leaf' AND session IS NOT NULL"
-            " ORDER BY source, session, coalesce(ts, ''), rowid, seq"
-        ):
-            self.tokens[row_id] = tokens
-            key = (source, session)
-            if key == last_key:
-                self._prev[row_id] = last_id
-                self._next[last_id] = row_id
-            last_key, last_id = key, row_id
-        self._stamp = stamp
-
-    def neighbors(self, node_id: str) -> tuple[str, ...]:
-        return tuple(n for n in (self._prev.get(node_id), self._next.get(node_id)) if n is not None)
-
-    def spread(self, node_id: str) -> tuple[tuple[str, float], ...]:
-        """The node's neighbours with their size share ``min(1, NEIGHBOR_FULL_TOKENS / tokens)`` (a long
-        neighbour is worth less context than a short one), remembered until the next refresh."""
-        known = self._spread.get(node_id)
-        if known is None:
-            known = self._spread[node_id] = tuple(
-                (n, min(1.0, NEIGHBOR_FULL_TOKENS / max(1, self.tokens.get(n, 1))))
-                for n in self.neighbors(node_id)
-            )
-        return known
-
-
 class WordHolders:
     """Which of a few texts hold a word, found by SQLite's own FTS5 tokenizer (the word index's) in a
     private in-memory table: the same answer as matching the word in the index against the hits' rows,
@@ -564,6 +519,7 @@ class Searcher:
         self._speakers = Speakers()
         self.speaker_boost = SPEAKER_BOOST
         self._graph = LeafGraph()
+        self._leaf_file_tried = False
         self.graph_weight = GRAPH_WEIGHT
         self.graph_seeds = GRAPH_SEEDS
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
@@ -591,12 +547,41 @@ class Searcher:
         """The in-memory vectors of ``embedder``'s model, refreshed from the index."""
         return self._vectors(embedder)
 
+    def leaf_structures(self) -> tuple[LeafGraph, SessionOrder]:
+        """The leaf graph and the session order, up to date with the index. The first time, both start
+        from the leaf file when there is one of this index (``graph.load``: a new process reads them
+        instead of building them), then catch up from the change log as every refresh does."""
+        if not self._leaf_file_tried:
+            self._leaf_file_tried = True
+            if self._state is not None:
+                found = leafgraph.load(self._state, epoch(self.conn))
+                if found is not None:
+                    self._graph, self._order = found
+        self._graph.refresh(self.conn)
+        self._order.refresh(self.conn)
+        return self._graph, self._order
+
+    def graph_built(self, files: MatrixFile, key: dict[str, Any]) -> None:
+        """A background build wrote the HNSW graph of the matrix file ``key`` names (``Vault.save_vectors``):
+        the in-memory vectors take it when they are that file's rows; vectors of an older file are dropped
+        (the next search maps the new file and its graph). Until then search scores without a graph."""
+        cache = self._cache
+        if cache is None or cache.model != key["model"]:
+            return
+        if cache.key != key:
+            self.forget_vectors()
+            return
+        graph = ann.open_graph(files.graph, key)
+        if graph is not None:
+            cache.adopt(graph, key)
+
     def _vectors(self, embedder: Embedder) -> VectorCache:
-        if self._cache is None or self._cache.model != embedder.model_id:
-            self._cache = VectorCache(embedder.model_id, embedder.dim)
+        cache = self._cache  # one read: a background build may drop it meanwhile (``graph_built``)
+        if cache is None or cache.model != embedder.model_id:
+            cache = self._cache = VectorCache(embedder.model_id, embedder.dim)
         files = MatrixFile.of(self._state, embedder.model_id) if self._state is not None else None
-        self._cache.refresh(self.conn, files)
-        return self._cache
+        cache.refresh(self.conn, files)
+        return cache
 
     def lexical(self, query: str, filters: Filters, limit: int) -> dict[str, list[str]]:
         """Ranked ids per lexical index: {"words": [...], "trigram": [...]}."""
@@ -851,8 +836,7 @@ class Searcher:
         the entities the query names, into ``scores``. Only for a ranking of leaves without filters (the
         walk knows no filter, and ranks no summary: with summaries among the candidates it would push
         them all down)."""
-        graph = self._graph
-        graph.refresh(self.conn)
+        graph = self.leaf_structures()[0]
         if any(i not in graph.leaf_pos for i in scores):
             return
         top = sorted(scores, key=lambda i: (-scores[i], i))[: int(self.graph_seeds)]
@@ -863,14 +847,14 @@ class Searcher:
             scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
 
     def _spread_to_neighbors(self, scores: dict[str, float], filters: Filters) -> None:
-        self._order.refresh(self.conn)
+        order = self.leaf_structures()[1]
         bonus: dict[str, float] = {}
-        spread = self._order.spread
+        spread = order.spread
         weight = self.neighbor_weight
         for node_id, score in scores.items():
             # The stronger neighbour counts, not the sum: a weak turn wedged between two strong ones must
             # not outrank them. A long neighbour is worth less context than a short one (its share).
-            for neighbor, share in spread(node_id):
+            for neighbor, share in spread(node_id, NEIGHBOR_FULL_TOKENS):
                 value = weight * share * score
                 if value > bonus.get(neighbor, 0.0):
                     bonus[neighbor] = value
@@ -1060,6 +1044,10 @@ class Searcher:
             weak = coverage < WEAK_COVERAGE and (cosine is None or cosine < floor)
             out.append(replace(hit, cosine=cosine, matched=held > 0, coverage=coverage, weak=weak))
         return out
+
+    def leaf_count(self) -> int:
+        """Rows of the leaves' word index (``_leaf_count``)."""
+        return self._leaf_count()
 
     def _leaf_count(self) -> int:
         """Rows of the word index (the N of idf), counted again only when rows came or went. Counted in

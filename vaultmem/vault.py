@@ -101,6 +101,9 @@ class Vault:
         self.conn = conn
         self._embedder = embedder
         self._searcher: Searcher | None = None
+        self._graph_lock = threading.Lock()  # the background build of the HNSW graph (``save_vectors``)
+        self._graph_thread: threading.Thread | None = None
+        self._graph_next: vectors.GraphJob | None = None
         self._write_lock = WriteLock(layout, self._git_error)
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
@@ -831,10 +834,10 @@ class Vault:
     def save_vectors(self, *, force: bool = False) -> int:
         """Rewrite the vector matrix file (``.vaultmem/vectors-*.npy``) when it is missing or behind the
         index by ``vectors.MATRIX_STALE`` (``force``: always), so that a new process maps the vectors
-        instead of reading them row by row; then, from ``ann.GRAPH_MIN`` rows, build its HNSW graph
-        (``.hnsw``) when it has none. Returns the matrix rows written (0: nothing to do). The matrix under
-        the write lock, the graph after it (it names the matrix it was built from); a read-only vault
-        keeps none. The query planner's statistics are brought up to date here too (``db.analyze``)."""
+        instead of reading them row by row; then, from ``ann.GRAPH_MIN`` rows, start building its HNSW
+        graph (``.hnsw``) in the background when it has none (``wait_for_graph``). Returns the matrix rows
+        written (0: nothing to do). The matrix under the write lock, the graph after it, without it (it
+        names the matrix it was built from); a read-only vault keeps none. The query planner's statistics are brought up to date here too (``db.analyze``)."""
         if self.read_only is not None:
             return 0
         embedder = self.embedder
@@ -845,16 +848,70 @@ class Vault:
             if force or vectors.matrix_behind(self.conn, files, model):
                 written = vectors.write_matrix(self.conn, self.layout.root, files, model, dim)
             db.analyze(self.conn)  # the planner's statistics, once per doubling of the index
+            self._save_leaf_file()
         # Looked at only when the matrix was just written or has no graph yet (reading its header costs
         # tens of milliseconds at 100,000 rows); `check` finds a stale or damaged graph otherwise.
-        if (
-            (written or not files.graph.header.exists())
-            and files.header.exists()
-            and vectors.write_graph(self.conn, self.layout.root, files, model, dim)
-            and self._searcher is not None
-        ):
-            self._searcher.forget_vectors()  # the next search maps the new matrix and its graph
+        if (written or not files.graph.header.exists()) and files.header.exists():
+            job = vectors.graph_job(self.conn, self.layout.root, files, model, dim)
+            if job is not None:
+                self._build_graph_later(job)
         return written
+
+    def _save_leaf_file(self) -> None:
+        """Under the write lock: rewrite the leaf file (``graph.dump``: the leaf graph and session order a
+        new process reads instead of building them) when the vault has ``graph.FILE_MIN_LEAVES`` leaves
+        or more and the file is missing, of another index, or ``graph.FILE_BEHIND`` changes behind the
+        log. Derived: a file that cannot be written is skipped (a new process builds them)."""
+        from vaultmem import graph
+
+        searcher = self.searcher
+        if searcher.leaf_count() < graph.FILE_MIN_LEAVES:
+            return
+        seen = graph.file_seen(self.layout.state, vectors.epoch(self.conn))
+        last = self.conn.execute("SELECT max(seq) FROM graph_changes").fetchone()[0] or 0
+        if seen is not None and seen <= last and last - seen < graph.FILE_BEHIND:
+            return
+        current = vectors.ensure_epoch(self.conn)
+        found = graph.dump(*searcher.leaf_structures(), current)
+        if found is None:
+            return
+        data, header = graph.file_paths(self.layout.state)
+        try:
+            fsio.atomic_write(data, found[0], root=self.layout.root)
+            fsio.atomic_write(header, found[1], root=self.layout.root)
+        except (OSError, VaultError):
+            return
+
+    def _build_graph_later(self, job: vectors.GraphJob) -> None:
+        """Build the HNSW graph in a background thread (a minute or two at 100,000 rows); search scores
+        without it until it is written, then takes it (``Searcher.graph_built``). A newer job replaces
+        one not yet started. Not a daemon thread: a process that ends (a CLI command) finishes the build
+        after its work is done instead of leaving the graph unbuilt."""
+        with self._graph_lock:
+            self._graph_next = job
+            if self._graph_thread is not None:
+                return
+            self._graph_thread = threading.Thread(target=self._graph_worker, name="vaultmem-hnsw")
+            self._graph_thread.start()
+
+    def _graph_worker(self) -> None:
+        while True:
+            with self._graph_lock:
+                job, self._graph_next = self._graph_next, None
+                if job is None:
+                    self._graph_thread = None
+                    return
+            if job.run():
+                searcher = self._searcher
+                if searcher is not None:
+                    searcher.graph_built(job.files, job.key)
+
+    def wait_for_graph(self, timeout: float | None = None) -> bool:
+        """Wait for a background build of the HNSW graph (``save_vectors``); True when none is running."""
+        thread = self._graph_thread
+        if thread is not None:
+            thread.join(timeout)
+        return self._graph_thread is None
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,8 +117,13 @@ class VectorCache:
         self._stamp: tuple[int, int, int] | None = None  # the index's state at the last refresh
         # The HNSW graph over the first ``graph.count`` rows as the matrix file held them (``ann``), and
         # those of its rows whose vector changed since: always scored exactly, as are rows added since.
+        # ``key`` names the matrix file the first rows came from (None: read from the index), so a graph
+        # built later in the background (``adopt``) is taken only if it was built from those rows.
         self.graph: ann.Graph | None = None
+        self.key: dict[str, Any] | None = None
+        self._file_rows = 0
         self._moved: set[int] = set()
+        self._graph_lock = threading.Lock()
 
     def top(self, query: Matrix, n: int, rows: npt.NDArray[np.intp] | None = None) -> npt.NDArray[np.intp]:
         """Indices of the ``n`` rows most similar to ``query`` (best first), among ``rows`` if given.
@@ -131,18 +137,17 @@ class VectorCache:
         if n <= 0:
             return np.zeros(0, dtype=np.intp)
         candidates: npt.NDArray[np.intp] | None = rows
-        if total > APPROX_ABOVE and RESCORE * n < total:
-            proposed = self._graph_candidates(query, n, rows)
-            if proposed is not None:
-                candidates = proposed
-            else:
-                if self._bits is None or len(self._bits) != len(self.ids):
-                    self._bits = sign_bits(self.matrix)
-                bits = self._bits if rows is None else self._bits[rows]
-                distance = np.bitwise_count(bits ^ sign_bits(query[None, :])[0]).sum(axis=1, dtype=np.int32)
-                candidates = np.argpartition(distance, RESCORE * n)[: RESCORE * n]
-                if rows is not None:
-                    candidates = rows[candidates]
+        proposed = self._graph_candidates(query, n, rows) if total > APPROX_ABOVE else None
+        if proposed is not None:
+            candidates = proposed
+        elif total > APPROX_ABOVE and RESCORE * n < total:
+            if self._bits is None or len(self._bits) != len(self.ids):
+                self._bits = sign_bits(self.matrix)
+            bits = self._bits if rows is None else self._bits[rows]
+            distance = np.bitwise_count(bits ^ sign_bits(query[None, :])[0]).sum(axis=1, dtype=np.int32)
+            candidates = np.argpartition(distance, RESCORE * n)[: RESCORE * n]
+            if rows is not None:
+                candidates = rows[candidates]
         if candidates is None:
             sims = self.matrix @ query
         elif 2 * len(candidates) >= len(self.ids):
@@ -199,7 +204,10 @@ class VectorCache:
                 self._bits = None
                 self._kinds = None
                 self._moved_clear()
-                self.graph = ann.open_graph(files.graph, self._key(conn))
+                key = self._key(conn)
+                with self._graph_lock:
+                    self.key, self._file_rows = key, len(self.ids)
+                    self.graph = ann.open_graph(files.graph, key)
         # Nothing was written since the last refresh (by this connection: its change counter; by any
         # other: the file's data version) -> nothing to read. Counting 100,000 vectors took 5-70 ms.
         stamp = write_stamp(conn)
@@ -220,7 +228,7 @@ class VectorCache:
             if row_id in self.pos:
                 self.matrix[self.pos[row_id]] = np.frombuffer(blob, dtype="<f4")
                 self._bits = None
-                if self.graph is not None and self.pos[row_id] < self.graph.count:
+                if self.pos[row_id] < self._file_rows:  # tracked with or without a graph (``adopt``)
                     self._moved.add(self.pos[row_id])
             else:
                 new_ids.append(row_id)
@@ -239,6 +247,16 @@ class VectorCache:
     def _moved_clear(self) -> None:
         self._moved = set()
 
+    def adopt(self, graph: ann.Graph, key: dict[str, Any]) -> bool:
+        """Take ``graph`` (built in the background from the matrix file named ``key``) when this cache's
+        first rows are that file's; one assignment, so a search sees either no graph or the whole one.
+        False: the cache holds other rows (a newer file, or the index after a deletion)."""
+        with self._graph_lock:
+            if self.key != key or graph.count != self._file_rows:
+                return False
+            self.graph = graph
+            return True
+
     def _key(self, conn: sqlite3.Connection) -> dict[str, Any]:
         """The name of the matrix this cache holds (``ann.matrix_key``), as a graph built from it has."""
         return ann.matrix_key(self.model, self.dim, epoch(conn) or "", self.seq, self.ids)
@@ -247,7 +265,9 @@ class VectorCache:
         rows = conn.execute(
             "SELECT id, vec, seq FROM vectors WHERE model = ? ORDER BY seq", (self.model,)
         ).fetchall()
-        self.graph = None  # rows moved: the graph's keys no longer name them
+        with self._graph_lock:
+            self.graph = None  # rows moved: the graph's keys no longer name them
+            self.key, self._file_rows = None, 0
         self._moved_clear()
         self._bits = None
         self._kinds = None
@@ -296,6 +316,17 @@ def epoch(conn: sqlite3.Connection) -> str | None:
     """The index's ``vectors_epoch`` (None until a matrix file was first written)."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'vectors_epoch'").fetchone()
     return str(row[0]) if row else None
+
+
+def ensure_epoch(conn: sqlite3.Connection) -> str:
+    """The index's ``vectors_epoch``, given one first if it has none (it names the index the files derived
+    from it were written from: the matrix file, the leaf file)."""
+    current = epoch(conn)
+    if current is None:
+        current = secrets.token_hex(8)
+        with atomic(conn):
+            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vectors_epoch', ?)", (current,))
+    return current
 
 
 def read_matrix(
@@ -347,11 +378,7 @@ def write_matrix(conn: sqlite3.Connection, root: Path, files: MatrixFile, model:
     from vaultmem import fsio
     from vaultmem.errors import VaultError
 
-    current = epoch(conn)
-    if current is None:
-        current = secrets.token_hex(8)
-        with atomic(conn):
-            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('vectors_epoch', ?)", (current,))
+    current = ensure_epoch(conn)
     rows = conn.execute("SELECT id, vec, seq FROM vectors WHERE model = ? ORDER BY seq", (model,)).fetchall()
     ids = [r[0] for r in rows]
     matrix = (
@@ -379,34 +406,57 @@ def write_matrix(conn: sqlite3.Connection, root: Path, files: MatrixFile, model:
     return len(rows)
 
 
-def write_graph(conn: sqlite3.Connection, root: Path, files: MatrixFile, model: str, dim: int) -> int:
-    """Build the HNSW graph of the current matrix file when it has ``ann.GRAPH_MIN`` rows or more and
-    none of its own (atomically: the graph, then its header). Returns the rows (0: nothing done).
+@dataclass(frozen=True)
+class GraphJob:
+    """Building the HNSW graph of one matrix file: everything it needs read beforehand, so it runs without
+    the index's connection (in a background thread, ``Vault.save_vectors``)."""
 
-    Outside the write lock (at 100,000 rows it takes a minute or two): the header names the matrix it was
-    built from, so a graph built while the matrix was rewritten is simply never opened. One process
-    builds at a time (a lock file beside it; the others skip); a graph that cannot be written is skipped.
-    """
-    from filelock import Timeout
+    root: Path
+    files: MatrixFile
+    matrix: Matrix
+    key: dict[str, Any]
 
-    from vaultmem import fsio
-    from vaultmem.errors import VaultError
+    def run(self) -> int:
+        """Build and write the graph (atomically: the graph, then its header). Returns the rows (0: done by
+        another process meanwhile, or it could not be written). One process builds at a time (a lock file
+        beside it; the others skip)."""
+        from filelock import Timeout
 
+        from vaultmem import fsio
+        from vaultmem.errors import VaultError
+
+        graph = self.files.graph
+        try:
+            with fsio.file_lock(self.root, graph.data.with_suffix(".hnsw.lock"), timeout=0):
+                if not ann.graph_behind(graph, self.key):
+                    return 0
+                data = ann.build(self.matrix)
+                fsio.atomic_write(graph.data, data, root=self.root)
+                fsio.atomic_write(graph.header, ann.header_bytes(self.key), root=self.root)
+        except (OSError, VaultError, Timeout):
+            return 0
+        return int(self.key["count"])
+
+
+def graph_job(
+    conn: sqlite3.Connection, root: Path, files: MatrixFile, model: str, dim: int
+) -> GraphJob | None:
+    """The build of the current matrix file's HNSW graph when it has ``ann.GRAPH_MIN`` rows or more and
+    none of its own; else None.
+
+    The build runs outside the write lock (at 100,000 rows it takes a minute or two): the header names the
+    matrix it was built from, so a graph built while the matrix was rewritten is simply never opened."""
     found = read_matrix(conn, files, model, dim)
     if found is None:
-        return 0
+        return None
     ids, matrix, seq = found
     key = ann.matrix_key(model, dim, epoch(conn) or "", seq, ids)
-    graph = files.graph
-    if not ann.graph_behind(graph, key):
-        return 0
-    try:
-        with fsio.file_lock(root, graph.data.with_suffix(".hnsw.lock"), timeout=0):
-            if not ann.graph_behind(graph, key):
-                return 0
-            data = ann.build(matrix)
-            fsio.atomic_write(graph.data, data, root=root)
-            fsio.atomic_write(graph.header, ann.header_bytes(key), root=root)
-    except (OSError, VaultError, Timeout):
-        return 0
-    return len(ids)
+    if not ann.graph_behind(files.graph, key):
+        return None
+    return GraphJob(root, files, matrix, key)
+
+
+def write_graph(conn: sqlite3.Connection, root: Path, files: MatrixFile, model: str, dim: int) -> int:
+    """Build the current matrix file's graph now (``graph_job``); returns the rows (0: nothing done)."""
+    job = graph_job(conn, root, files, model, dim)
+    return job.run() if job is not None else 0
