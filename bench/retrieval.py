@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -254,6 +254,11 @@ class CachingEmbedder(Remembering):
         super().__init__(inner, size=sys.maxsize)
         self.seconds = 0.0
 
+    @property
+    def memo(self) -> MutableMapping[str, np.ndarray]:
+        """Text -> row, the memo itself (``bench/weak.py`` loads and saves it)."""
+        return self._known
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         t0, before = time.perf_counter(), self.computed
         out = super().embed(texts)
@@ -265,11 +270,11 @@ class CachingEmbedder(Remembering):
         """Take the memo kept by an earlier run (``--embed-cache``), when there is one."""
         if path and path.exists():
             cached = np.load(path, allow_pickle=False)
-            self._known.update(zip(cached["texts"].tolist(), cached["vectors"], strict=True))
+            self.memo.update(zip(cached["texts"].tolist(), cached["vectors"], strict=True))
 
     def save(self, path: Path | None) -> None:
-        if path and self._known:
-            np.savez(path, texts=np.array(list(self._known)), vectors=np.stack(list(self._known.values())))
+        if path and self.memo:
+            np.savez(path, texts=np.array(list(self.memo)), vectors=np.stack(list(self.memo.values())))
 
 
 def turn_records(item: Item) -> list[dict[str, object]]:
