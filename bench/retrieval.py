@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import table
 
 from vaultmem import Vault
-from vaultmem.embed import Embedder, load_embedder
+from vaultmem.embed import Embedder, Remembering, load_embedder
 from vaultmem.tokens import count_tokens
 
 KS = (5, 10, 25)
@@ -246,32 +246,25 @@ class Scores:
         return float(np.mean(values)) if values else float("nan")
 
 
-class CachingEmbedder:
-    """The real model with a memo of identical texts (LongMemEval haystacks share many sessions)."""
+class CachingEmbedder(Remembering):
+    """The real model with a memo of identical texts (LongMemEval haystacks share many sessions), kept
+    whole (no size bound) and savable between runs; ``seconds`` spent in calls that embedded."""
 
     def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.memo: dict[str, np.ndarray] = {}
+        super().__init__(inner, size=sys.maxsize)
         self.seconds = 0.0
 
     @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
+    def memo(self) -> MutableMapping[str, np.ndarray]:
+        """Text -> row, the memo itself (``bench/weak.py`` loads and saves it)."""
+        return self._known
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        todo = [t for t in dict.fromkeys(texts) if t not in self.memo]
-        if todo:
-            t0 = time.perf_counter()
-            for text, vec in zip(todo, self.inner.embed(todo), strict=True):
-                self.memo[text] = vec
+        t0, before = time.perf_counter(), self.computed
+        out = super().embed(texts)
+        if self.computed > before:
             self.seconds += time.perf_counter() - t0
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([self.memo[t] for t in texts])
+        return out
 
     def load(self, path: Path | None) -> None:
         """Take the memo kept by an earlier run (``--embed-cache``), when there is one."""

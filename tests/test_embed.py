@@ -4,10 +4,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from vaultmem.embed import (
@@ -15,6 +16,7 @@ from vaultmem.embed import (
     Embedder,
     FakeEmbedder,
     NumpyBertEmbedder,
+    Remembering,
     SentenceTransformerEmbedder,
     default_model_path,
     load_embedder,
@@ -444,3 +446,29 @@ def test_single_text_path_matches_the_batch(numpy_embedder: NumpyBertEmbedder) -
     together = numpy_embedder.embed(TEXTS)
     for i, text in enumerate(TEXTS):
         np.testing.assert_allclose(numpy_embedder.embed([text])[0], together[i], atol=2e-6)
+
+
+class _Counting(FakeEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.calls.append(list(texts))
+        return super().embed(texts)
+
+
+def test_remembering_embeds_each_distinct_text_once() -> None:
+    inner = _Counting()
+    remembering = Remembering(inner, size=3)
+    first = remembering.embed(["roses", "fence", "roses"])
+    again = remembering.embed(["fence", "garden", "roses"])
+    assert inner.calls == [["roses", "fence"], ["garden"]]  # new texts only, each once, one call
+    np.testing.assert_array_equal(first, FakeEmbedder().embed(["roses", "fence", "roses"]))
+    np.testing.assert_array_equal(again, FakeEmbedder().embed(["fence", "garden", "roses"]))
+    assert again.dtype == np.float32 and remembering.computed == 3
+    assert (remembering.model_id, remembering.dim) == (inner.model_id, inner.dim)
+    remembering.embed(["kyoto"])  # a fourth text: the least recently used one ("fence") goes
+    remembering.embed(["fence", "kyoto"])
+    assert inner.calls[-1] == ["fence"]
+    assert remembering.embed([]).shape == (0, inner.dim) and len(inner.calls) == 4

@@ -97,6 +97,45 @@ def test_secrets_never_reach_file_or_index(vault: Vault) -> None:
     assert not wal.exists() or secret.encode() not in wal.read_bytes()
 
 
+def test_a_secret_repeated_in_short_fields_is_redacted_in_every_leaf(vault: Vault) -> None:
+    # Speaker and session repeat from message to message, so their redaction is remembered per value
+    # (redact_field): every leaf must still get the marker and name the kind, in every batch, and so
+    # must every file reindex reads back with the secret typed into it by hand.
+    secret = "ghp_9f8e7d6c5b4a39281726354433221100aabbCC"
+    records = [
+        {
+            "id": f"r{i}",
+            "speaker": f"token {secret}",
+            "session": f"deploy {secret}",
+            "role": "user",
+            "content": f"Turn {i}: the deploy of the billing service moved to Thursday afternoon.",
+        }
+        for i in range(4)
+    ]
+    added = [*vault.ingest_messages(records[:2], source="ops").added]
+    added += vault.ingest_messages(records[2:], source="ops").added
+    assert len(added) == 4
+    for leaf_id in added:
+        leaf = vault.get(leaf_id)
+        assert leaf.speaker == leaf.session.replace("deploy", "token") == "token [REDACTED:github_token]"
+        assert "github_token" in leaf.redactions
+        assert secret not in (vault.layout.root / leaf.path).read_text()
+    first, second = (vault.layout.root / vault.get(i).path for i in added[:2])
+    for path in (first, second):
+        lines = [
+            f"speaker: {secret}" if ln.startswith("speaker: ") else ln for ln in path.read_text().split("\n")
+        ]
+        path.write_text("\n".join(lines))
+    vault.reindex()
+    for leaf_id in added[:2]:
+        leaf = vault.get(leaf_id)
+        assert leaf.speaker == "[REDACTED:github_token]" and "github_token" in leaf.redactions
+    vault.close()
+    assert secret.encode() not in vault.layout.db.read_bytes()
+    wal = vault.layout.db.with_name("chunks.db-wal")
+    assert not wal.exists() or secret.encode() not in wal.read_bytes()
+
+
 def test_leaf_frontmatter_and_index_agree_on_lifecycle(vault: Vault) -> None:
     report = vault.ingest_messages(chat(1), source="chat")
     leaf = vault.get(report.added[0])

@@ -28,6 +28,7 @@ import os
 import re
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,51 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Return float32 rows of shape (len(texts), dim), L2-normalised, in input order."""
         ...
+
+
+class Remembering:
+    """An ``Embedder`` that embeds each distinct text once: a text it has embedded gives back the row it
+    got then, and a call's new texts go to ``inner`` in one batched call, each once.
+
+    For one compaction: it embeds the same texts again and again (a level's sentences when the level is
+    summarised and again when its parent is, key phrases levels share, a summary rewritten with the same
+    text). On one LoCoMo conversation it embedded 4,912 texts, 3,349 of them distinct. A text embedded in
+    another batch differs from a fresh row by float rounding only (about 1e-7); the query path never
+    goes through here."""
+
+    def __init__(self, inner: Embedder, size: int = 16_384) -> None:
+        self.inner = inner
+        self.size = size  # rows kept, oldest use first out (16,384 x 384 floats: about 25 MB)
+        self.computed = 0  # texts sent to ``inner``
+        self._known: OrderedDict[str, Vectors] = OrderedDict()
+        self._lock = threading.Lock()  # the pool's threads share one compaction's embedder
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if len(texts) == 0:
+            return _empty(self.dim)
+        with self._lock:
+            known = {t: self._known[t] for t in texts if t in self._known}
+        todo = [t for t in dict.fromkeys(texts) if t not in known]
+        if todo:
+            rows = self.inner.embed(todo)
+            fresh = {text: np.array(row, dtype=np.float32) for text, row in zip(todo, rows, strict=True)}
+            self.computed += len(todo)
+            known.update(fresh)
+        with self._lock:
+            for text, row in known.items():
+                self._known[text] = row
+                self._known.move_to_end(text)
+            while len(self._known) > self.size:
+                self._known.popitem(last=False)
+        return np.stack([known[t] for t in texts])
 
 
 def _unit_rows(vectors: npt.NDArray[Any]) -> Vectors:

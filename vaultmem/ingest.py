@@ -26,7 +26,7 @@ from vaultmem.inputs import Skipped
 from vaultmem.jobs import JobQueue, admit_job
 from vaultmem.layout import SOURCES, Layout
 from vaultmem.model import Leaf, Message, Status, format_ts, portable_name, safe_name, slugify_name
-from vaultmem.redact import has_secret, redact
+from vaultmem.redact import redact, redact_field
 from vaultmem.scan import read_leaf_file
 from vaultmem.scoring import FastScorer
 
@@ -135,20 +135,22 @@ def redact_message(message: Message) -> tuple[Message, tuple[str, ...]]:
     """``message`` with a secret in any field replaced: the text, the speaker, the session, the source's
     id for it and every provenance value (subject, title, heading path, file name, ...). A source name
     holding a secret becomes ``redacted-<kind>`` (source names are folder names). Returns the kinds found
-    (each once, the text's first)."""
-    kinds: dict[str, None] = {}
+    (each once, the text's first). The text is swept once; the short fields, which repeat from message
+    to message, once per distinct value (``redact_field``)."""
+    found = redact(message.text)
+    kinds: dict[str, None] = dict.fromkeys(found.kinds)
 
     def clean(value: str) -> str:
-        result = redact(value)
+        result = redact_field(value)
         kinds.update(dict.fromkeys(result.kinds))
         return result.text
 
     def opt(value: str | None) -> str | None:
         return None if value is None else clean(value)
 
-    text = clean(message.text)
+    text = found.text
     source = message.source
-    if has_secret(source):
+    if redact_field(source).kinds:
         source = safe_name(slugify_name(clean(source)))
     cleaned = replace(
         message,

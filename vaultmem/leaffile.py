@@ -22,7 +22,7 @@ from vaultmem.entities import KINDS, canonical
 from vaultmem.errors import FrontmatterError
 from vaultmem.layout import slug
 from vaultmem.model import LEAF_ID_RE, InputKind, Leaf, Status, format_ts, parse_order, parse_ts, safe_name
-from vaultmem.redact import Redaction, has_secret, redact
+from vaultmem.redact import Redaction, has_secret, redact, redact_field
 from vaultmem.tokens import count_tokens
 from vaultmem.validity import parse as parse_validity
 
@@ -118,8 +118,14 @@ class _Cleaner:
         self.kinds.update(dict.fromkeys(result.kinds))
         return result.text
 
+    def field(self, value: str) -> str:
+        """A short value files repeat (speaker, session, provenance): ``redact_field``."""
+        result: Redaction = redact_field(value)
+        self.kinds.update(dict.fromkeys(result.kinds))
+        return result.text
+
     def opt(self, value: Any) -> str | None:
-        return None if value is None else self.text(str(value))
+        return None if value is None else self.field(str(value))
 
 
 def keep_body(doc: frontmatter.MdDoc, text: str) -> str:
@@ -177,7 +183,9 @@ def parse_leaf(text: str, rel_path: str, *, blocks: bool = True) -> tuple[Leaf, 
         role=clean.opt(meta.get("role")),
         speaker=clean.opt(meta.get("speaker")),
         ts=parse_ts(meta.get("ts")),
-        message_ids=tuple(clean.text(m) for m in _str_list(meta.get("message_ids"), "message_ids", rel_path)),
+        message_ids=tuple(
+            clean.field(m) for m in _str_list(meta.get("message_ids"), "message_ids", rel_path)
+        ),
         status=status,
         score=score,
         reasons=_str_list(meta.get("reasons"), "reasons", rel_path),
@@ -186,7 +194,7 @@ def parse_leaf(text: str, rel_path: str, *, blocks: bool = True) -> tuple[Leaf, 
         redactions=(),
         order=order,
         entities=entity_keys(_str_list(meta.get("entities"), "entities", rel_path)),
-        meta={str(k): clean.text(str(v)) for k, v in provenance.items()},
+        meta={str(k): clean.field(str(v)) for k, v in provenance.items()},
         valid_from=valid.valid_from,
         valid_to=valid.valid_to,
         supersedes=valid.supersedes,

@@ -35,7 +35,7 @@ from vaultmem.compact import (
     resummarise,
     summary_vectors,
 )
-from vaultmem.embed import Embedder
+from vaultmem.embed import Embedder, Remembering
 from vaultmem.errors import ConflictError, DiskFull, GitBusy, VaultError
 from vaultmem.jobs import (
     Job,
@@ -503,7 +503,8 @@ class Pool:
         (nothing was changed) is planned again without it."""
         ctx = self.ctx
         with self._source_lock(source):
-            embedder = ctx.embedder()
+            # Each distinct text embedded once for the whole compaction of the source (embed.Remembering).
+            embedder = Remembering(ctx.embedder())
             applied: list[str] = []  # the steps of every attempt (one refused midway counts too)
             for attempt in range(1, REPLAN_TRIES + 1):
                 state = SourceState.load(conn, source, embedder.model_id, embedder.dim)

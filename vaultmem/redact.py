@@ -590,6 +590,22 @@ def redact(text: str) -> Redaction:
     return Redaction(result, tuple(ordered))
 
 
+FIELD_CACHE_MAX_CHARS = 256  # longer values (a message's text) are redacted afresh every time
+
+
+def redact_field(text: str) -> Redaction:
+    """``redact(text)`` for the short fields a batch repeats on every message (speaker, role, session,
+    source, provenance values): the same result, computed once per distinct value. The rules are fixed
+    at import, so a remembered result is the one ``redact`` would give; the values stay in this
+    process's memory only, like the text they came from."""
+    return _redact_remembered(text) if len(text) <= FIELD_CACHE_MAX_CHARS else redact(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_remembered(text: str) -> Redaction:
+    return redact(text)
+
+
 def scrub(text: str) -> str:
     """``text`` with its secrets replaced (``redact(text).text``)."""
     return redact(text).text

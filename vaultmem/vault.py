@@ -273,7 +273,8 @@ class Vault:
         ]
         if mirrored:
             present = [n for n in mirrored if self.layout.abs(n).exists()]
-            self.read_notes(present, gone=[n for n in mirrored if n not in set(present)])
+            kept = set(present)  # once: a set built per note made this quadratic
+            self.read_notes(present, gone=[n for n in mirrored if n not in kept])
         with db.atomic(self.conn):
             self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('notes_in_place', '1')")
 
@@ -1162,7 +1163,8 @@ class Vault:
 
         notes = self._noted()
         gone = [n for n in notes if not self.layout.abs(n).exists()]
-        present = [n for n in notes if n not in set(gone)]
+        gone_set = set(gone)
+        present = [n for n in notes if n not in gone_set]
         messages = [redact_message(m)[0] for m in self._note_messages(present)]
         emptied = set(present) - {str(m.meta.get("note")) for m in messages}  # no text left: no document
         gone += sorted(emptied)
@@ -2231,7 +2233,8 @@ class Vault:
             if notes:
                 from vaultmem.docsync import section_rows
 
-                self.read_notes(present, gone=[n for n in notes if n not in set(present)])
+                kept = set(present)
+                self.read_notes(present, gone=[n for n in notes if n not in kept])
                 sections = sum(len(section_rows(self.conn, n)) for n in present)
                 report = replace(report, leaves=report.leaves + sections)
             loaded, missing = vectors_from_sidecars(self.conn, self.layout, embedder.model_id, embedder.dim)

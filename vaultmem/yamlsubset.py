@@ -93,6 +93,11 @@ def _quote(text: str) -> str | None:
 
 
 def _scalar(value: Any) -> str | None:
+    kind = type(value)  # the exact types first: these run for every key of every file written
+    if kind is str:
+        return _str_scalar(value)
+    if kind is int:
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -118,6 +123,13 @@ def _key_ok(key: str) -> bool:
 
 
 def _value(value: Any) -> str | None:
+    kind = type(value)
+    if kind is str:
+        return _str_scalar(value)
+    if kind is int:
+        return str(value)
+    if kind is list and not value:
+        return "[]"
     if isinstance(value, list | tuple):
         items = [_scalar(v) for v in value]
         return None if any(i is None for i in items) else "[" + ", ".join(i for i in items if i) + "]"
