@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path, PurePosixPath
 
-from tests.helpers import make_vault, topic_of, topic_records
+from tests.helpers import TOPICS, make_vault, topic_of, topic_records
 from tests.test_topics import CONFIG as TOPIC_CONFIG
 from tests.test_topics import records as chat_about
-from vaultmem import Vault
+from vaultmem import Vault, related
 from vaultmem.embed import FakeEmbedder
 from vaultmem.summaryfile import parse_summary
 
@@ -130,4 +130,62 @@ def test_topic_levels_link_related_levels_and_keep_them_when_the_topic_is_rewrit
         for rel in source_levels(vault, "topics").values():
             node, _ = parse_summary((vault.layout.root / rel).read_text(), rel)
             assert not {c.target for c in node.related} & {c.target for c in node.children}
+        assert vault.check().ok
+
+
+def one_topic_a_day(source: str) -> list[dict[str, object]]:
+    """Each day of early May is one subject's: 2 May garden, 3 May japan, 4 May piano, 5 May taxes."""
+    return [
+        {**record, "ts": f"2024-05-{2 + n % len(TOPICS):02d}T{8 + n // 16:02d}:{n % 60:02d}:00Z"}
+        for n, record in enumerate(topic_records(16, source=source))
+    ]
+
+
+def test_day_week_and_month_digests_link_the_levels_of_what_happened_then(tmp_path: Path) -> None:
+    """The global tree gets ``## Related`` too: a day links the source levels of the subject talked about
+    that day (two sources, so the links cross trees), resolving from the digest's folder; weeks and months
+    link levels as well; digests are never targets; the memo of links the vault keeps between passes leaves
+    nothing a full pass would change."""
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(one_topic_a_day("chat"))
+        vault.ingest_messages(one_topic_a_day("notes"))
+        vault.flush()
+        assert vault.compact().jobs_failed == 0
+        days = sorted(vault.layout.root.glob("global/*/*/*/_summary.md"))
+        assert len(days) == 4, "no day digests: the test proves nothing"
+        for path in days:
+            day, _ = parse_summary(path.read_text(), "global/x/y/z/_summary.md")
+            subject = topic_of(" ".join(c.label for c in day.children))
+            assert day.related, f"{path.parent.name} links nothing"
+            for link in day.related:
+                target = (path.parent / link.target).resolve()
+                assert target.is_file() and target.name == "_summary.md"
+                rel = target.relative_to(vault.layout.root.resolve()).as_posix()
+                assert not rel.startswith("global/"), rel  # a digest is never a target
+                level, _ = parse_summary(target.read_text(), rel)
+                assert topic_of(level.title + " " + level.text) == subject, (path.parent.name, rel)
+        rollups = [
+            *vault.layout.root.glob("global/*/*/_summary.md"),
+            *vault.layout.root.glob("global/*/_summary.md"),
+        ]
+        assert rollups and all(
+            parse_summary(p.read_text(), "global/x/_summary.md")[0].related for p in rollups
+        )
+        # Day links are not children: the day still lists its leaves only.
+        assert all(
+            not c.target.endswith("_summary.md")
+            for p in days
+            for c in parse_summary(p.read_text(), "global/x/y/z/_summary.md")[0].children
+        )
+        assert vault.check().ok
+        # More talk, levels condensed under new parents: the memo kept by the vault and a full pass agree.
+        config = vault.layout.root / ".vaultmem" / "config.toml"
+        config.write_text(config.read_text().replace("condense_fanout = 50", "condense_fanout = 2"))
+    with Vault.open(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(topic_records(16, start=64, source="chat"))
+        vault.flush()
+        assert vault.compact().jobs_failed == 0
+        assert vault._related_known, "the vault kept no memo: the test proves nothing"
+        assert related.plan(vault.conn, vault.layout, vault.embedder.model_id) is None
+        assert assert_links_resolve(vault) > 0
         assert vault.check().ok

@@ -84,6 +84,8 @@ class JobEnv(StepEnv):
     # the supersede detector over newly admitted leaves and the review inbox's decisions (issue #20),
     # calling the heartbeat as it goes; returns the operation's line, or None when nothing changed
     updates: Callable[[Callable[[], None]], str | None] | None = None
+    # the Related links each level's file holds as last seen (related.Known; the vault keeps one)
+    related_known: related.Known = field(default_factory=dict)
 
 
 @dataclass
@@ -534,7 +536,9 @@ class Pool:
     def link_related(self, conn: sqlite3.Connection, embedder: Embedder) -> None:
         """Bring every level's ``## Related`` links up to date (levels moved or were made)."""
         with self.ctx.lock():
-            message = related.update(conn, self.ctx.layout, embedder.model_id, embedder.dim)
+            message = related.update(
+                conn, self.ctx.layout, embedder.model_id, embedder.dim, self.ctx.related_known
+            )
         if message:
             self.report.say(message)
             if self.ctx.commit is not None:
@@ -642,7 +646,11 @@ class Pool:
 
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         day = digest.parse_day(str(job.payload["day"]))
-        return self._settle(queue, job, digest.build_day(self.ctx, conn, day), committed=True)
+        result = digest.build_day(self.ctx, conn, day)
+        done = self._settle(queue, job, result, committed=True)
+        if done and result.message:  # a digest written: its day, week and month link their subjects
+            self.link_related(conn, self.ctx.embedder())
+        return done
 
     def _settle(
         self, queue: JobQueue, job: Job, result: Resummarised, *, committed: bool = False, **counts: int
