@@ -24,6 +24,9 @@ EmbedFn = Callable[[list[str]], npt.NDArray[np.float32]]
 
 MAX_CANDIDATES = 48  # phrases embedded per title: bounds the cost of a title
 MAX_WORDS = 6
+# How much a phrase's likeness to the levels beside this one counts against it: a title names what sets
+# its level apart, not what a whole conversation is about (tuned on LoCoMo dev, ``bench/summaries.py``).
+APART_WEIGHT = 0.5
 _MMR_LAMBDA = 0.6
 _WORD_RE = re.compile(r"[^\W\d_](?:[\w'’.&+-]*[^\W_])?|\d+(?:[.,]\d+)*")
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
@@ -73,9 +76,18 @@ def candidates(texts: Sequence[str], stop: frozenset[str], limit: int = MAX_CAND
 
 
 def title(
-    texts: Sequence[str], centroid: npt.NDArray[np.float32], embed: EmbedFn, stop: frozenset[str]
+    texts: Sequence[str],
+    centroid: npt.NDArray[np.float32],
+    embed: EmbedFn,
+    stop: frozenset[str],
+    apart: npt.NDArray[np.float32] | None = None,
+    apart_weight: float = APART_WEIGHT,
 ) -> str | None:
     """A title of 2-6 whole words naming what ``texts`` are about, or ``None`` when none is found.
+
+    With ``apart`` (the centre of the levels beside this one) a phrase scores its cosine with
+    ``centroid`` less ``apart_weight`` times its cosine with ``apart``: among many levels of one chat,
+    "Kyoto ryokan" beats "trip" that every level of the chat shares.
 
     The best phrase (closest to ``centroid``) comes first; a second, different phrase is added while the
     title has fewer than 2 words, or when both fit in 4 words (so "Kyoto ryokan, rent reminder" can say
@@ -89,6 +101,9 @@ def title(
     center = np.asarray(centroid, dtype=np.float32)
     center = center / max(float(np.linalg.norm(center)), 1e-12)
     relevance = vectors @ center
+    if apart is not None:
+        away = np.asarray(apart, dtype=np.float32)
+        relevance = relevance - apart_weight * (vectors @ (away / max(float(np.linalg.norm(away)), 1e-12)))
     # Longer phrases say more: a small bonus per word, so "pottery class" beats "pottery" when close.
     relevance = relevance + 0.03 * np.array([len(p.split()) - 1 for p in phrases])
     best = int(np.argmax(relevance))
