@@ -910,7 +910,7 @@ class Searcher:
         filters = filters or Filters()
         ranked = self.rank(query, filters, max(pool, 2 * k))
         if filters.kind is None:
-            ranked = self.quotes_as_leaves(query, ranked, k)
+            ranked = self.quotes_as_leaves(query, ranked, k, any_leaf=filters.empty)
         return self.evidence(query, self.hits(ranked[:k]))
 
     def find(self, query: str, k: int = 10, filters: Filters | None = None, *, pool: int = 100) -> list[Hit]:
@@ -927,7 +927,12 @@ class Searcher:
             raise InvalidInput("k must be at least 1")
 
     def quotes_as_leaves(
-        self, query: str, ranked: list[tuple[str, float, int | None, int | None]], k: int
+        self,
+        query: str,
+        ranked: list[tuple[str, float, int | None, int | None]],
+        k: int,
+        *,
+        any_leaf: bool = False,
     ) -> list[tuple[str, float, int | None, int | None]]:
         """``ranked`` with each summary among the first ``k`` that only quotes leaves under it (every
         line of an extractive summary is a sentence of one of them) standing for the quoted leaf closest
@@ -956,10 +961,15 @@ class Searcher:
             if len(out) >= k:
                 out.append(row)
                 continue
-            # Only leaves ranked at all (they passed the filters) can stand for it.
-            quoted = (
-                [i for i in self._quoted_leaves(row[0]) or () if i in position] if row[0] in summaries else []
-            )
+            # Only leaves ranked at all (they passed the filters) can stand for it; with no filter
+            # (``any_leaf``) every quoted leaf can: a summary ranked on the strength of several lines
+            # none of whose leaves made the pool otherwise keeps a place no leaf of it earned, and the
+            # more (smaller) levels a tree has, the more such places (sessions sealed apart: 1.7x the
+            # source-level summaries in LoCoMo's top 25).
+            found = self._quoted_leaves(row[0]) if row[0] in summaries else None
+            quoted = [i for i in found or () if i in position]
+            if not quoted and any_leaf and found:
+                quoted = list(found)
             if not quoted:
                 out.append(row)
                 placed.add(row[0])
