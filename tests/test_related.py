@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path, PurePosixPath
 
+import pytest
+
 from tests.helpers import TOPICS, make_vault, topic_of, topic_records
 from tests.test_topics import CONFIG as TOPIC_CONFIG
 from tests.test_topics import records as chat_about
@@ -189,3 +191,72 @@ def test_day_week_and_month_digests_link_the_levels_of_what_happened_then(tmp_pa
         assert related.plan(vault.conn, vault.layout, vault.embedder.model_id) is None
         assert assert_links_resolve(vault) > 0
         assert vault.check().ok
+
+
+def test_choosing_by_a_shortlist_gives_the_links_a_full_sort_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``choose`` sorts only each row's best few (``_SHORTLIST``) and looks further when they are all kin:
+    the links are the ones a full sort of every row gives (checked against a plain reference), digests
+    link levels and are never linked, on levels in folders of many siblings (much kin)."""
+    import json
+    import posixpath
+    import sqlite3
+
+    import numpy as np
+
+    conn = sqlite3.connect(":memory:")
+    conn.row_factory = sqlite3.Row
+    conn.execute("CREATE TABLE chunks (id TEXT, kind TEXT, path TEXT, provenance TEXT, ts TEXT)")
+    conn.execute("CREATE TABLE vectors (id TEXT, model TEXT, vec BLOB)")
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal(16)
+    folders = rng.standard_normal((8, 16))
+    paths = [f"sources/s{i % 2}/{i // 12:02d}-p/{i:03d}-l/_summary.md" for i in range(96)]
+    paths += [f"global/2024-05/2024-W1{i}/_summary.md" for i in range(4)]
+    for i, path in enumerate(paths):
+        folder = folders[i // 12] if i < 96 else base  # siblings alike: their shortlist is kin
+        vec = (base + folder + 0.5 * rng.standard_normal(16)).astype("<f4")
+        title = {"title": f"level {i}"}
+        conn.execute(
+            "INSERT INTO chunks VALUES (?, 'summary', ?, ?, ?)",
+            (f"s{i}", path, json.dumps(title), f"{i:03d}"),
+        )
+        conn.execute("INSERT INTO vectors VALUES (?, 'm', ?)", (f"s{i}", vec.tobytes()))
+    monkeypatch.setattr(related, "_SHORTLIST", 4)
+    chosen = related.choose(conn, "m")
+
+    # The reference: a full stable sort of every row against every level that is no digest.
+    from vaultmem import cluster
+
+    rows = conn.execute(
+        "SELECT c.path, v.vec FROM chunks c JOIN vectors v ON v.id = c.id ORDER BY c.ts DESC, c.path"
+    ).fetchall()
+    dirs = [posixpath.dirname(r["path"]) for r in rows]
+    unit = np.stack([np.frombuffer(r["vec"], dtype="<f4") for r in rows])
+    unit = unit / np.linalg.norm(unit, axis=1, keepdims=True)
+    targets = [j for j, d in enumerate(dirs) if not d.startswith("global/")]
+    bar = cluster.background(unit[targets])
+    fell_back = 0
+    for i, row in enumerate(rows):
+        sims = unit[targets] @ unit[i]
+        want = []
+        for col in np.argsort(-sims, kind="stable"):
+            j = targets[int(col)]
+            if len(want) == related.RELATED_MAX or sims[col] < bar:
+                break
+            a, b = dirs[i], dirs[j]
+            if (
+                a == b
+                or a.startswith(b + "/")
+                or b.startswith(a + "/")
+                or posixpath.dirname(a) == posixpath.dirname(b)
+            ):
+                continue
+            want.append(posixpath.relpath(rows[j]["path"], dirs[i]))
+        assert [c.target for c in chosen[row["path"]]] == want, row["path"]
+        first = [targets[int(c)] for c in np.argsort(-sims, kind="stable")[:4]]
+        fell_back += all(
+            dirs[j] == dirs[i] or posixpath.dirname(dirs[j]) == posixpath.dirname(dirs[i]) for j in first
+        )
+    assert fell_back, "no row's shortlist was all kin: the test proves nothing of the fallback"
+    assert any(chosen[p] for p in paths if p.startswith("global/"))
+    assert not any(c.target.count("global/") for links in chosen.values() for c in links)

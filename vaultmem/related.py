@@ -26,7 +26,6 @@ import json
 import posixpath
 import sqlite3
 from dataclasses import replace
-from pathlib import PurePosixPath
 
 import numpy as np
 import numpy.typing as npt
@@ -54,14 +53,20 @@ def _title(provenance: str | None) -> str:
     return str(data.get("title") or "") if isinstance(data, dict) else ""
 
 
-def _kin(a: str, b: str) -> bool:
-    """Directories ``a`` and ``b`` are the same level, one holds the other, or they are siblings."""
-    return (
-        a == b
-        or a.startswith(b + "/")
-        or b.startswith(a + "/")
-        or PurePosixPath(a).parent == PurePosixPath(b).parent
-    )
+def _kin(a: str, b: str, parent_a: str, parent_b: str) -> bool:
+    """Directories ``a`` and ``b`` (with their parents) are the same level, one holds the other, or they
+    are siblings."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/") or parent_a == parent_b
+
+
+def _relative(target: list[str], start: list[str]) -> str:
+    """``posixpath.relpath`` of two vault-relative paths given as parts (no ``..`` in either)."""
+    common = 0
+    for x, y in zip(target, start, strict=False):
+        if x != y:
+            break
+        common += 1
+    return "/".join([".."] * (len(start) - common) + target[common:])
 
 
 def _ranked(row: npt.NDArray[np.float32], shortlist: int) -> npt.NDArray[np.intp]:
@@ -84,6 +89,9 @@ def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, .
     if len(rows) < 2:
         return {}
     dirs = [posixpath.dirname(r["path"]) for r in rows]
+    parents = [posixpath.dirname(d) for d in dirs]
+    parts = [d.split("/") for d in dirs]
+    labels: dict[int, str] = {}
     digest = np.array([d.split("/", 1)[0] == _GLOBAL for d in dirs])
     if digest.all():
         return {}
@@ -102,10 +110,12 @@ def choose(conn: sqlite3.Connection, model: str) -> dict[str, tuple[ChildLink, .
                 j = int(targets[int(col)])
                 if len(picked) == RELATED_MAX or sims[i, col] < bar:
                     break
-                if _kin(dirs[i], dirs[j]):
+                if _kin(dirs[i], dirs[j], parents[i], parents[j]):
                     continue
-                label = _title(rows[j]["provenance"]) or PurePosixPath(dirs[j]).name
-                picked.append(ChildLink(label, posixpath.relpath(rows[j]["path"], dirs[i])))
+                if j not in labels:
+                    labels[j] = _title(rows[j]["provenance"]) or parts[j][-1]
+                target = _relative([*parts[j], SUMMARY_NAME], parts[i])
+                picked.append(ChildLink(labels[j], target))
             else:
                 if len(order) < len(targets):  # the shortlist was all kin: look further
                     picked, shortlist = [], len(targets)
