@@ -121,7 +121,7 @@ def test_a_mixed_chinese_and_english_level_gets_words_not_clauses_in_its_title()
 
 def test_a_title_names_what_sets_its_level_apart_from_the_levels_beside_it() -> None:
     """Many small levels of one chat all say "Spring trip planning with Diego": told the levels beside it,
-    a level's title names its own subject (the ryokan), not what every level of the chat shares."""
+    a level's title opens with its own subject (the ryokan), not with what every level of the chat shares."""
     embed = FakeEmbedder(256).embed
 
     def level(lines: list[str]) -> list[str]:
@@ -146,10 +146,12 @@ def test_a_title_names_what_sets_its_level_apart_from_the_levels_beside_it() -> 
     children = [Child(t, embed([t])[0], speaker="Mara") for t in mine]
     summariser = ExtractiveSummariser(embed)
     alone = summariser.summarise(children, 1).title
-    assert alone == "Spring trip planning"  # without its neighbours: what the whole chat is about
+    # Without its neighbours the title opens with what the whole chat is about.
+    assert alone.startswith("Spring trip planning"), alone
     apart = neighbours(centre(mine), np.stack([centre(other) for other in beside]))
     told = summarise_apart(summariser, children, 1, apart).title
-    assert "ryokan" in told.split() and "planning" not in told, told
+    assert "ryokan" in told.split(",")[0].split(), told  # its own subject first
+    assert 2 <= len(told.split()) <= 6
     assert all(w in _words(" ".join(mine)) for w in _words(told))
     # A summariser written before ``apart`` existed is called as before.
 

@@ -494,7 +494,7 @@ class ExtractiveSummariser:
         vectors: Vectors,
         apart: Vectors | None,
     ) -> str | None:
-        """Key phrases closest to the level's centre (the children's sentences) and away from the centre
+        """Key phrases closest to the level's centre (the children's sentences) and away from the closest
         of the levels beside it (``apart``), speakers left out: they are in every line and name no
         subject. Mostly CJK text keeps the word-based title."""
         assert self.embed is not None
@@ -509,8 +509,8 @@ class ExtractiveSummariser:
         speakers = frozenset(w.casefold() for name in names for w in _WORD_RE.findall(name))
         centre = _unit(vectors.mean(axis=0))
         away = None
-        if apart is not None and len(apart) and apart.shape[1] == centre.shape[0]:
-            away = _unit(np.asarray(apart, dtype=np.float32).mean(axis=0))
+        if apart is not None and apart.ndim == 2 and len(apart) and apart.shape[1] == centre.shape[0]:
+            away = np.asarray(apart, dtype=np.float32)
         found = keyphrase.title(
             texts,
             centre,
