@@ -30,7 +30,11 @@ Per summariser and depth, at each summary's actual token count (``tokens`` colum
   (top-2 of all levels); the mean number of words; ``cut words``: title words that are no whole word of
   the level's text (a word cut in the middle), and folder slug words that are no whole word of the
   level's text (the folder keeps its name when a later summary retitles the level); ``placeholder``:
-  the title is the fallback ("memories") or the folder is ``NN-level``.
+  the title is the fallback ("memories") or the folder is ``NN-level``. Every summariser is told each
+  level's neighbours (its 8 most similar levels of the same depth, ``summarise.neighbours``) as the
+  compactor tells them; ``--apart-weights 0,0.3`` adds rows titled with other ``APART_WEIGHT`` values (0:
+  titles not told their neighbours), and the titles the compactor shipped are measured the same way
+  (a line under the table).
 - **coherence** (the compactor's clusters, not the summariser's): mean distinct sessions per depth-1
   level, the share of depth-1 levels that mix sessions, and the mean pairwise cosine of a level's leaves
   (higher: one subject).
