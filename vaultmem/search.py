@@ -938,7 +938,7 @@ class Searcher:
         line of an extractive summary is a sentence of one of them) standing for the quoted leaf closest
         to the query: it says nothing that leaf does not, and the leaf carries the provenance (message
         ids, speaker, time). The leaf (among those ranked, so it passed the filters) takes the
-        summary's place and score unless it ranks higher already, then the summary just goes. The smaller a level, the more of its leaves its summary
+        summary's place and score unless it ranks higher already, then the summary just goes (with ``any_leaf``, no filter, also when none of its quoted leaves was ranked). The smaller a level, the more of its leaves its summary
         quotes, so without this, summaries of small levels pushed the leaves they quote out of the top.
         A summary with a person's text, an LLM's words or a line of its own stays as it is."""
         head = [row[0] for row in ranked[:k]]
@@ -961,15 +961,16 @@ class Searcher:
             if len(out) >= k:
                 out.append(row)
                 continue
-            # Only leaves ranked at all (they passed the filters) can stand for it; with no filter
-            # (``any_leaf``) every quoted leaf can: a summary ranked on the strength of several lines
-            # none of whose leaves made the pool otherwise keeps a place no leaf of it earned, and the
-            # more (smaller) levels a tree has, the more such places (sessions sealed apart: 1.7x the
-            # source-level summaries in LoCoMo's top 25).
+            # Only leaves ranked at all (they passed the filters) can stand for it. With no filter
+            # (``any_leaf``: every leaf passed) a summary none of whose quoted leaves made the pool
+            # goes: it was ranked on several weak lines, none of which earned a place of its own, and
+            # it kept a leaf that did out of the top k; the more (smaller) levels a tree has, the more
+            # such summaries (a chat's sessions sealed apart: 1.7x the source-level summaries in
+            # LoCoMo's top 25).
             found = self._quoted_leaves(row[0]) if row[0] in summaries else None
             quoted = [i for i in found or () if i in position]
             if not quoted and any_leaf and found:
-                quoted = list(found)
+                continue
             if not quoted:
                 out.append(row)
                 placed.add(row[0])
