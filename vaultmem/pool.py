@@ -646,11 +646,7 @@ class Pool:
 
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         day = digest.parse_day(str(job.payload["day"]))
-        result = digest.build_day(self.ctx, conn, day)
-        done = self._settle(queue, job, result, committed=True)
-        if done and result.message:  # a digest written: its day, week and month link their subjects
-            self.link_related(conn, self.ctx.embedder())
-        return done
+        return self._settle(queue, job, digest.build_day(self.ctx, conn, day), committed=True)
 
     def _settle(
         self, queue: JobQueue, job: Job, result: Resummarised, *, committed: bool = False, **counts: int

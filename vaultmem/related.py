@@ -9,7 +9,7 @@ global tree (a day, week or month digest) links the source and topic levels clos
 what that day was about; digests are never link targets (every day is a list of what happened, alike in
 shape, and a subject's level is the better page to land on). Links are relative Markdown links to the other
 ``_summary.md`` (Obsidian and any viewer render them), labelled with its title; the plan runs after every
-compaction pass and digest, so links follow levels that moved.
+compaction pass, so links follow levels that moved.
 
 Must never: count a related level as a child (the section is apart from ``## Children``); write a file
 it did not read (every write carries the hash read); touch a file changed on disk since it was indexed
