@@ -309,6 +309,7 @@ def evaluate(
     lat_context: list[float] = []
     timing: defaultdict[str, float] = defaultdict(float)
     hit_tokens: dict[int, list[int]] = defaultdict(list)
+    per_question: list[dict[str, Any]] = []  # vaultmem's figures per question (--out): which ones moved
     for n, item in enumerate(items, 1):
         path = workdir / re.sub(r"[^A-Za-z0-9_-]", "_", item.key)
         if reuse and path.exists():
@@ -354,6 +355,21 @@ def evaluate(
             r_bm25 = bm25.rank(q.text)
             r_vec = [int(i) for i in np.argsort(-(turn_vecs @ qv), kind="stable")]
             rankings = {"bm25": r_bm25, "minilm": r_vec, "fusion": rrf(r_bm25, r_vec)}
+            if q.evidence:
+                row: dict[str, Any] = {"item": item.key, "qid": q.qid, "category": q.category}
+                row["groups"] = list(q.groups)
+                for k in KS:
+                    found_k = {m for h in hits[:k] for m in h.message_ids}
+                    row[f"R@{k}"] = len([e for e in q.evidence if e in found_k]) / len(q.evidence)
+                for budget in BUDGETS:
+                    row[f"C@{budget}"] = sum(text_of[e] in contexts[budget] for e in q.evidence) / len(
+                        q.evidence
+                    )
+                    for mode, by_budget in mode_ctx.items():
+                        row[f"{mode}:C@{budget}"] = sum(
+                            text_of[e] in by_budget[budget] for e in q.evidence
+                        ) / len(q.evidence)
+                per_question.append(row)
             for cat in (q.category, "all", *q.groups):
                 # vaultmem
                 s = per[("vaultmem", cat)]
@@ -436,6 +452,7 @@ def evaluate(
         "mode_context_p50_ms": {m: 1000 * float(np.percentile(v, 50)) for m, v in lat_modes.items()},
         "turns": sum(len(i.turns) for i in items),
         "questions": sum(len(i.questions) for i in items),
+        "per_question": per_question,
     }
     return result
 

@@ -30,7 +30,11 @@ Per summariser and depth, at each summary's actual token count (``tokens`` colum
   (top-2 of all levels); the mean number of words; ``cut words``: title words that are no whole word of
   the level's text (a word cut in the middle), and folder slug words that are no whole word of the
   level's text (the folder keeps its name when a later summary retitles the level); ``placeholder``:
-  the title is the fallback ("memories") or the folder is ``NN-level``.
+  the title is the fallback ("memories") or the folder is ``NN-level``. Every summariser is told each
+  level's neighbours (its 8 most similar levels of the same depth, ``summarise.neighbours``) as the
+  compactor tells them; ``--apart-weights 0,0.3`` adds rows titled with other ``APART_WEIGHT`` values (0:
+  titles not told their neighbours), and the titles the compactor shipped are measured the same way
+  (a line under the table).
 - **coherence** (the compactor's clusters, not the summariser's): mean distinct sessions per depth-1
   level, the share of depth-1 levels that mix sessions, and the mean pairwise cosine of a level's leaves
   (higher: one subject).
@@ -68,6 +72,7 @@ from retrieval import CachingEmbedder, Item, load_locomo, load_longmemeval, turn
 
 from vaultmem import Vault
 from vaultmem.embed import load_embedder
+from vaultmem.keyphrase import APART_WEIGHT
 from vaultmem.llm import OpenAICompatSummariser
 from vaultmem.model import parse_ts
 from vaultmem.summarise import (
@@ -75,7 +80,9 @@ from vaultmem.summarise import (
     ExtractiveSummariser,
     Summariser,
     Summary,
+    neighbours,
     split_sentences,
+    summarise_apart,
     token_bound,
 )
 from vaultmem.summaryfile import parse_summary
@@ -385,9 +392,30 @@ def evaluate(
                     bool(re.fullmatch(r"\d+-level", PurePosixPath(lv.folder).name)) or lv.title == "memories"
                 ),
             )
+        # The levels beside each one, as the compactor tells the summariser (its nearest of one depth).
+        beside: dict[str, Any] = {}
+        for lv in levels:
+            others = [
+                o.centroid for o in levels if o.depth == lv.depth and o.id != lv.id and o.centroid is not None
+            ]
+            beside[lv.id] = (
+                neighbours(lv.centroid, np.stack(others)) if others and lv.centroid is not None else None
+            )
+        # Whether the titles the compactor gave (shipped) name their level, by the same measure as below.
+        shipped = [lv for lv in levels if lv.centroid is not None]
+        if shipped:
+            shipped_vecs = embedder.embed([lv.title for lv in shipped])
+            for li, lv in enumerate(shipped):
+                same = [o for o in shipped if o.depth == lv.depth]
+                if len(same) > 1:
+                    sims = {o.id: float(shipped_vecs[li] @ o.centroid) for o in same}
+                    own = sims[lv.id]
+                    others_sims = [v for k, v in sims.items() if k != lv.id]
+                    coherence.add("shipped_title_top2", float(sum(v > own for v in others_sims) < 2))
+                    coherence.add("shipped_title_margin", own - float(np.mean(others_sims)))
         for summariser in summarisers:
             t0 = time.perf_counter()
-            made = {lv.id: summariser.summarise(lv.children, lv.depth) for lv in levels}
+            made = {lv.id: summarise_apart(summariser, lv.children, lv.depth, beside[lv.id]) for lv in levels}
             timing[f"{summariser.name}_s"] += time.perf_counter() - t0
             titles = [made[lv.id].title for lv in levels]
             title_vecs = embedder.embed(titles)
@@ -455,6 +483,8 @@ def evaluate(
 def summary_name(s: Summariser) -> str:
     if getattr(s, "ranking", "") == "central":
         return "central (before #18)"
+    if isinstance(s, ExtractiveSummariser) and s.embed is not None and s.apart_weight != APART_WEIGHT:
+        return f"extractive, apart {s.apart_weight:g}"
     if isinstance(s, ExtractiveSummariser) and s.embed is None:
         return "extractive, no sentence vectors"
     return s.name
@@ -509,6 +539,8 @@ def report(result: dict[str, Any], threshold: float) -> str:
         f"{c.get('mixed', float('nan')):.3f} mix sessions, mean leaf cosine {c.get('cosine', float('nan')):.3f}; "
         f"shipped titles' cut words {c.get('shipped_title_cut', float('nan')):.2f}; folder slug words cut "
         f"{c.get('folder_cut', float('nan')):.3f}, placeholder folders {c.get('folder_placeholder', float('nan')):.3f}",
+        "shipped titles (as the compactor wrote them, all depths): names level "
+        f"{c.get('shipped_title_top2', float('nan')):.3f}, own-other {c.get('shipped_title_margin', float('nan')):.3f}",
         "timing: " + ", ".join(f"{k} {v:.1f}" for k, v in result["timing_s"].items()),
     ]
     return "\n".join(lines)
@@ -544,6 +576,12 @@ def main() -> None:
         "--no-vectors", action="store_true", help="also the extractive summariser without sentence vectors"
     )
     parser.add_argument("--keep", type=Path, default=None, help="build the vaults here and keep them")
+    parser.add_argument(
+        "--apart-weights",
+        type=lambda v: [float(x) for x in v.split(",") if x],
+        default=[],
+        help="also title with these keyphrase.APART_WEIGHT values, e.g. 0,0.3 (0: titles not told their neighbours)",
+    )
     parser.add_argument("--reuse", action="store_true", help="with --keep: open vaults built earlier")
     args = parser.parse_args()
     data = json.loads(args.dataset.read_text(encoding="utf-8"))
@@ -561,6 +599,8 @@ def main() -> None:
     summarisers: list[Summariser] = [Lead()]
     summarisers.append(ExtractiveSummariser(ranking="central"))  # the shipped one before issue #18
     summarisers.append(ExtractiveSummariser(embedder.embed))  # as the compactor runs it
+    for weight in args.apart_weights:  # titles told their neighbours with other weights (0: not at all)
+        summarisers.append(ExtractiveSummariser(embedder.embed, apart_weight=weight))
     if args.no_vectors:
         summarisers.append(ExtractiveSummariser())
     if args.llm:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -354,14 +355,17 @@ def test_a_title_a_person_gave_a_level_survives_re_summarising(tmp_path: Path) -
         node, _ = parse_summary(renamed.read_text(), rows[0]["path"])
         assert node.title_hash and not node.title_edited
         human = "Mara's garden, roses and seedlings"
-        renamed.write_text(renamed.read_text().replace(f"title: {node.title}\n", f"title: {human}\n", 1))
+        # The line as a person edits it (a title with a comma is written quoted: the whole line changes).
+        renamed.write_text(
+            re.sub(r"^title: .*$", f"title: {human}", renamed.read_text(), count=1, flags=re.M)
+        )
         # The other level as an older engine wrote it: another title, and its hash.
         mine, _ = parse_summary(other.read_text(), rows[1]["path"])
         old = "old engine title"
         other.write_text(
-            other.read_text()
-            .replace(f"title: {mine.title}\n", f"title: {old}\n", 1)
-            .replace(f"title_hash: {mine.title_hash}\n", f"title_hash: {text_hash(old)}\n", 1)
+            re.sub(r"^title: .*$", f"title: {old}", other.read_text(), count=1, flags=re.M).replace(
+                f"title_hash: {mine.title_hash}\n", f"title_hash: {text_hash(old)}\n", 1
+            )
         )
         for start in (80, 160):  # twice: a kept title stays kept
             # The chat's first session goes on (a later one would get levels of its own).

@@ -570,3 +570,32 @@ def test_a_leaves_only_ranking_picks_its_rows_in_the_word_index_as_the_join_does
         searcher._nonleaf = None
         assert fetched == joined and fetched and not any(i.startswith("sum") for i in fetched)
         assert searcher.lexical(query, Filters(), 5)["words"][0].startswith("sum")  # they do rank first
+
+
+def test_a_quoting_summary_none_of_whose_leaves_made_the_pool_goes_when_nothing_is_filtered(
+    tmp_path: Path,
+) -> None:
+    """A summary ranked on the strength of several of its lines while none of the leaves it quotes made
+    the candidate pool: with no filter it goes (no line of it earned a place of its own) and the leaves
+    after it move up; with a filter it stays (its leaves may have failed the filter)."""
+    with make_vault(tmp_path / "v", fanout=4) as vault:
+        vault.ingest_messages(topic_records(40))
+        vault.flush()
+        vault.compact()
+        query = "kyoto ryokan shinkansen temple"
+        searcher = vault.searcher
+        ranked = searcher.rank(query, Filters(), 100)
+        summary = next(
+            r[0]
+            for r in ranked[:10]
+            if vault.conn.execute("SELECT kind FROM chunks WHERE id = ?", (r[0],)).fetchone()[0] == "summary"
+            and searcher._quoted_leaves(r[0])
+        )
+        quoted = set(searcher._quoted_leaves(summary) or ())
+        missed = [r for r in ranked if r[0] not in quoted]  # as if none of its leaves made the pool
+        kept = searcher.quotes_as_leaves(query, missed, 10)
+        assert summary in [r[0] for r in kept[:10]]  # a filtered search: nothing ranked may stand for it
+        dropped = [r[0] for r in searcher.quotes_as_leaves(query, missed, 10, any_leaf=True)]
+        assert summary not in dropped and not quoted & set(dropped)
+        # Everything else keeps its order (other summaries stand for their leaves as before).
+        assert [i for i in dropped if i in {r[0] for r in kept}] == [r[0] for r in kept if r[0] != summary]

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vaultmem.embed import FakeEmbedder
 from vaultmem.layout import folder_slug
-from vaultmem.summarise import FALLBACK_TITLE, Child, ExtractiveSummariser
+from vaultmem.summarise import (
+    FALLBACK_TITLE,
+    Child,
+    ExtractiveSummariser,
+    Summary,
+    neighbours,
+    summarise_apart,
+)
 
 FAKE = FakeEmbedder()
 WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyzKLMNOP京都旅行租金", min_size=1, max_size=14)
@@ -109,3 +117,48 @@ def test_a_mixed_chinese_and_english_level_gets_words_not_clauses_in_its_title()
     title = ExtractiveSummariser(FAKE.embed).summarise(children, 1).title
     assert all(len(w) <= 4 for w in re.findall("[\u4e00-\u9fff]+", title)), title
     assert 2 <= len(title.split()) <= 6
+
+
+def test_a_title_names_what_sets_its_level_apart_from_the_levels_beside_it() -> None:
+    """Many small levels of one chat all say "Spring trip planning with Diego": told the levels beside it,
+    a level's title opens with its own subject (the ryokan), not with what every level of the chat shares."""
+    embed = FakeEmbedder(256).embed
+
+    def level(lines: list[str]) -> list[str]:
+        return [f"Spring trip planning with Diego, {line}" for line in lines]
+
+    def centre(texts: list[str]) -> np.ndarray:
+        mean = embed(texts).mean(axis=0)
+        return mean / np.linalg.norm(mean)
+
+    mine = level(
+        [
+            "booked the ryokan near Gion.",
+            "the ryokan wants a deposit by Friday.",
+            "two nights at the ryokan in April.",
+        ]
+    )
+    beside = [
+        level(["flights leave Osaka at nine.", "the flights cost 300 dollars.", "flights have two stops."]),
+        level(["the rail pass covers Tokyo.", "buy the rail pass online.", "the rail pass lasts a week."]),
+        level(["pack the rain jackets.", "rain jackets for everyone.", "jackets are in the attic."]),
+    ]
+    children = [Child(t, embed([t])[0], speaker="Mara") for t in mine]
+    summariser = ExtractiveSummariser(embed)
+    alone = summariser.summarise(children, 1).title
+    # Without its neighbours the title opens with what the whole chat is about.
+    assert alone.startswith("Spring trip planning"), alone
+    apart = neighbours(centre(mine), np.stack([centre(other) for other in beside]))
+    told = summarise_apart(summariser, children, 1, apart).title
+    assert "ryokan" in told.split(",")[0].split(), told  # its own subject first
+    assert 2 <= len(told.split()) <= 6
+    assert all(w in _words(" ".join(mine)) for w in _words(told))
+    # A summariser written before ``apart`` existed is called as before.
+
+    class Old:
+        name = "old"
+
+        def summarise(self, children: list[Child], depth: int) -> Summary:
+            return Summary("old title", "old text", self.name)
+
+    assert summarise_apart(Old(), children, 1, apart).title == "old title"

@@ -41,7 +41,7 @@ from vaultmem.model import Status, parse_ts
 from vaultmem.order import sibling_order
 from vaultmem.stale import Resummarised, children_of, current_fingerprint, fingerprint_rows
 from vaultmem.steps import FileWrite, StepEnv, TreeOp
-from vaultmem.summarise import Child, ExtractiveSummariser
+from vaultmem.summarise import NEIGHBOURS, Child, ExtractiveSummariser, neighbours, summarise_apart
 from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
@@ -57,6 +57,7 @@ from vaultmem.summaryfile import (
 
 Vector = npt.NDArray[np.float32]
 _NUMBERED = re.compile(r"^(\d+)-")
+_NEAR_IN_TIME = 4 * NEIGHBOURS  # levels read on each side in time when re-summarising (see _beside_rows)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -448,7 +449,8 @@ class Planner:
             )
             for leaf in readable
         ]
-        result = self.extractive.summarise(children, 1)
+        centre = cluster.centroid(np.stack([leaf.vec for leaf in leaves]))
+        result = self.extractive.summarise(children, 1, apart=_beside(state, centre, 1, set()))
         title = clean_title(result.title)
         directory = self._new_dir(state, state.root, title)
         stamps = [leaf.ts for leaf in leaves if leaf.ts]
@@ -657,7 +659,8 @@ class Planner:
             )
             for lv in children
         ]
-        result = self.extractive.summarise(kids, depth)
+        centre = cluster.centroid(np.stack([lv.centroid for lv in children]), [lv.leaves for lv in children])
+        result = self.extractive.summarise(kids, depth, apart=_beside(state, centre, depth, set()))
         title = clean_title(result.title)
         directory = self._new_dir(state, state.root, title)
         early = [lv.earliest for lv in children if lv.earliest]
@@ -700,6 +703,39 @@ class Planner:
         )
         state.levels[level.id] = level
         return level, FileWrite(node.path, render_summary(node), None)
+
+
+def _beside(state: SourceState, centre: Vector, depth: int, exclude: set[str]) -> Vector | None:
+    """The summary directions of the levels of ``depth`` in this source closest to ``centre`` (the ones
+    a new level's title must stand out from), or None."""
+    rows = [
+        lv.vec_sum
+        for lv in state.levels.values()
+        if lv.depth == depth and lv.id not in exclude and float(np.linalg.norm(lv.vec_sum)) > 0
+    ]
+    return neighbours(centre, np.stack(rows)) if rows else None
+
+
+def _beside_rows(conn: sqlite3.Connection, node: SummaryNode, ts: str | None, model: str) -> Vector | None:
+    """The vectors of the levels of the same source and depth nearest in time to ``node`` (up to
+    ``_NEAR_IN_TIME`` on each side, by the kind/ts index), or None. Re-summarising tells these to the
+    summariser, which keeps the ``NEIGHBOURS`` most alike (``summarise.neighbours``)."""
+    if ts is None:
+        return None
+    found: list[bytes] = []
+    for op, order in (("<=", "DESC"), (">", "ASC")):
+        found += [
+            r[0]
+            for r in conn.execute(
+                "SELECT v.vec FROM chunks c JOIN vectors v ON v.id = c.id AND v.model = ?"
+                f" WHERE c.kind = 'summary' AND c.ts {op} ? AND c.source = ? AND c.depth = ? AND c.id <> ?"
+                f" AND c.path LIKE ? ORDER BY c.ts {order} LIMIT ?",
+                (model, ts, node.source, node.depth, node.id, f"{SOURCES}/%", _NEAR_IN_TIME),
+            )
+        ]
+    if not found:
+        return None
+    return np.stack([np.frombuffer(b, dtype="<f4") for b in found]).astype(np.float32)
 
 
 def continues(level: _Level, leaves: Sequence[_Leaf], gap_s: float) -> bool:
@@ -789,7 +825,7 @@ def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resumma
     layout, summariser, write_lock, max_bytes = env.layout, env.summariser, env.lock, env.max_bytes
     embedder = env.embedder()
     row = conn.execute(
-        "SELECT path, depth, parent FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
+        "SELECT path, depth, parent, ts FROM chunks WHERE id = ? AND kind = 'summary'", (node_id,)
     ).fetchone()
     if row is None:
         return Resummarised("gone")
@@ -840,7 +876,11 @@ def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resumma
         )
         for r in subs
     ]
-    result = summariser.summarise(kids, node.depth) if kids else None
+    beside = _beside_rows(conn, node, row["ts"], model) if kids else None
+    if beside is not None and vecs:
+        centre = cluster.centroid(np.stack(list(vecs.values())))
+        beside = neighbours(centre, beside) if centre.shape[0] == beside.shape[1] else None
+    result = summarise_apart(summariser, kids, node.depth, beside) if kids else None
     notes = list(result.notes) if result else []
     prefix = node.directory + "/"
     count, earliest, latest = conn.execute(

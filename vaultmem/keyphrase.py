@@ -24,6 +24,10 @@ EmbedFn = Callable[[list[str]], npt.NDArray[np.float32]]
 
 MAX_CANDIDATES = 48  # phrases embedded per title: bounds the cost of a title
 MAX_WORDS = 6
+MAX_PHRASES = 3  # a title joins up to this many different phrases, within MAX_WORDS
+# How much a phrase's likeness to the levels beside this one counts against it: a title names what sets
+# its level apart, not what a whole conversation is about (tuned on LoCoMo dev, ``bench/summaries.py``).
+APART_WEIGHT = 0.5
 _MMR_LAMBDA = 0.6
 _WORD_RE = re.compile(r"[^\W\d_](?:[\w'’.&+-]*[^\W_])?|\d+(?:[.,]\d+)*")
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
@@ -73,13 +77,24 @@ def candidates(texts: Sequence[str], stop: frozenset[str], limit: int = MAX_CAND
 
 
 def title(
-    texts: Sequence[str], centroid: npt.NDArray[np.float32], embed: EmbedFn, stop: frozenset[str]
+    texts: Sequence[str],
+    centroid: npt.NDArray[np.float32],
+    embed: EmbedFn,
+    stop: frozenset[str],
+    apart: npt.NDArray[np.float32] | None = None,
+    apart_weight: float = APART_WEIGHT,
 ) -> str | None:
     """A title of 2-6 whole words naming what ``texts`` are about, or ``None`` when none is found.
 
-    The best phrase (closest to ``centroid``) comes first; a second, different phrase is added while the
-    title has fewer than 2 words, or when both fit in 4 words (so "Kyoto ryokan, rent reminder" can say
-    that a level holds two things)."""
+    With ``apart`` (the vectors of the levels beside this one, one per row) a phrase scores its cosine
+    with ``centroid`` less ``apart_weight`` times its cosine with the closest of them: among many levels of
+    one chat, "Kyoto ryokan" beats "trip" that every level of the chat shares.
+
+    The best phrase (closest to ``centroid``) comes first; up to ``MAX_PHRASES`` different phrases (by
+    maximal marginal relevance) follow while the title has fewer than 2 words or they fit in
+    ``MAX_WORDS`` (so "Kyoto ryokan, rent reminder" can say that a level holds two things). Longer
+    titles name their level better among many (LoCoMo dev, ``bench/summaries.py``: see
+    docs/architecture.md, "Titles")."""
     phrases = candidates(texts, stop)
     if not phrases:
         return None
@@ -89,6 +104,11 @@ def title(
     center = np.asarray(centroid, dtype=np.float32)
     center = center / max(float(np.linalg.norm(center)), 1e-12)
     relevance = vectors @ center
+    if apart is not None and len(apart):
+        away = np.asarray(apart, dtype=np.float32).reshape(-1, vectors.shape[1])
+        away = away / np.maximum(np.linalg.norm(away, axis=1, keepdims=True), 1e-12)
+        # Against the closest of them: a phrase that names a neighbour as well names neither.
+        relevance = relevance - apart_weight * (vectors @ away.T).max(axis=1)
     # Longer phrases say more: a small bonus per word, so "pottery class" beats "pottery" when close.
     relevance = relevance + 0.03 * np.array([len(p.split()) - 1 for p in phrases])
     best = int(np.argmax(relevance))
@@ -104,10 +124,12 @@ def title(
         extra = phrases[i].split()
         if {w.casefold() for w in extra} & used:
             continue
-        if words < 2 or words + len(extra) <= 4:
+        if words < 2 or words + len(extra) <= MAX_WORDS:
             chosen.append(i)
             words += len(extra)
             used |= {w.casefold() for w in extra}
+            if len(chosen) < MAX_PHRASES:
+                continue
         break
     if words < 2 and len(chosen) == 1:
         return phrases[best] if len(phrases[best]) > 2 else None

@@ -38,9 +38,11 @@ from vaultmem.summarise import (
     ExtractiveSummariser,
     Summariser,
     Summary,
+    Vectors,
     clean_title,
     split_line,
     split_sentences,
+    summarise_apart,
     token_bound,
     truncate,
 )
@@ -232,7 +234,8 @@ class OpenAICompatSummariser:
         self.max_input_tokens = max_input_tokens
         self.fallback: Summariser = fallback if fallback is not None else ExtractiveSummariser()
 
-    def summarise(self, children: Sequence[Child], depth: int) -> Summary:
+    def summarise(self, children: Sequence[Child], depth: int, *, apart: Vectors | None = None) -> Summary:
+        """``apart`` reaches the fallback only (the model is asked for a title of its own)."""
         notes: list[str] = []
         if not any(c.text.strip() for c in children):
             notes.append(f"llm: nothing to summarise; {self.fallback.name} fallback")
@@ -243,7 +246,7 @@ class OpenAICompatSummariser:
                 except SummariserError as exc:
                     then = f"{self.fallback.name} fallback" if short else "shorter prompt"
                     notes.append(f"llm: {exc}; {then}")
-        result = self.fallback.summarise(children, depth)
+        result = summarise_apart(self.fallback, children, depth, apart)
         return replace(result, notes=(*notes, *result.notes))
 
     def _attempt(self, children: Sequence[Child], depth: int, short: bool, notes: list[str]) -> Summary:

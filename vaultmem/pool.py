@@ -84,6 +84,8 @@ class JobEnv(StepEnv):
     # the supersede detector over newly admitted leaves and the review inbox's decisions (issue #20),
     # calling the heartbeat as it goes; returns the operation's line, or None when nothing changed
     updates: Callable[[Callable[[], None]], str | None] | None = None
+    # the Related links each level's file holds as last seen (related.Known; the vault keeps one)
+    related_known: related.Known = field(default_factory=dict)
 
 
 @dataclass
@@ -535,7 +537,9 @@ class Pool:
     def link_related(self, conn: sqlite3.Connection, embedder: Embedder) -> None:
         """Bring every level's ``## Related`` links up to date (levels moved or were made)."""
         with self.ctx.lock():
-            message = related.update(conn, self.ctx.layout, embedder.model_id, embedder.dim)
+            message = related.update(
+                conn, self.ctx.layout, embedder.model_id, embedder.dim, self.ctx.related_known
+            )
         if message:
             self.report.say(message)
             if self.ctx.commit is not None:

@@ -894,7 +894,7 @@ class Searcher:
         filters = filters or Filters()
         ranked = self.rank(query, filters, max(pool, 2 * k))
         if filters.kind is None:
-            ranked = self.quotes_as_leaves(query, ranked, k)
+            ranked = self.quotes_as_leaves(query, ranked, k, any_leaf=filters.empty)
         return self.evidence(query, self.hits(ranked[:k]))
 
     def find(self, query: str, k: int = 10, filters: Filters | None = None, *, pool: int = 100) -> list[Hit]:
@@ -911,13 +911,18 @@ class Searcher:
             raise InvalidInput("k must be at least 1")
 
     def quotes_as_leaves(
-        self, query: str, ranked: list[tuple[str, float, int | None, int | None]], k: int
+        self,
+        query: str,
+        ranked: list[tuple[str, float, int | None, int | None]],
+        k: int,
+        *,
+        any_leaf: bool = False,
     ) -> list[tuple[str, float, int | None, int | None]]:
         """``ranked`` with each summary among the first ``k`` that only quotes leaves under it (every
         line of an extractive summary is a sentence of one of them) standing for the quoted leaf closest
         to the query: it says nothing that leaf does not, and the leaf carries the provenance (message
         ids, speaker, time). The leaf (among those ranked, so it passed the filters) takes the
-        summary's place and score unless it ranks higher already, then the summary just goes. The smaller a level, the more of its leaves its summary
+        summary's place and score unless it ranks higher already, then the summary just goes (with ``any_leaf``, no filter, also when none of its quoted leaves was ranked). The smaller a level, the more of its leaves its summary
         quotes, so without this, summaries of small levels pushed the leaves they quote out of the top.
         A summary with a person's text, an LLM's words or a line of its own stays as it is."""
         head = [row[0] for row in ranked[:k]]
@@ -940,10 +945,16 @@ class Searcher:
             if len(out) >= k:
                 out.append(row)
                 continue
-            # Only leaves ranked at all (they passed the filters) can stand for it.
-            quoted = (
-                [i for i in self._quoted_leaves(row[0]) or () if i in position] if row[0] in summaries else []
-            )
+            # Only leaves ranked at all (they passed the filters) can stand for it. With no filter
+            # (``any_leaf``: every leaf passed) a summary none of whose quoted leaves made the pool
+            # goes: it was ranked on several weak lines, none of which earned a place of its own, and
+            # it kept a leaf that did out of the top k; the more (smaller) levels a tree has, the more
+            # such summaries (a chat's sessions sealed apart: 1.7x the source-level summaries in
+            # LoCoMo's top 25).
+            found = self._quoted_leaves(row[0]) if row[0] in summaries else None
+            quoted = [i for i in found or () if i in position]
+            if not quoted and any_leaf and found:
+                continue
             if not quoted:
                 out.append(row)
                 placed.add(row[0])

@@ -14,6 +14,7 @@ its speaker and, for a single over-long sentence, cut at a word with "…"); pri
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from collections import Counter, defaultdict
@@ -57,6 +58,34 @@ class Summariser(Protocol):
     name: str
 
     def summarise(self, children: Sequence[Child], depth: int) -> Summary: ...
+
+
+def summarise_apart(
+    summariser: Summariser, children: Sequence[Child], depth: int, apart: Vectors | None
+) -> Summary:
+    """``summariser.summarise`` told the vectors of the levels beside this one (``neighbours``) where it
+    takes them (a keyword ``apart``: the extractive and LLM summarisers do; one written before it was
+    added, e.g. a custom fallback, is called as before): a title names what sets a level apart."""
+    method: Any = summariser.summarise
+    if apart is not None and "apart" in inspect.signature(method).parameters:
+        result: Summary = method(children, depth, apart=apart)
+        return result
+    return summariser.summarise(children, depth)
+
+
+NEIGHBOURS = 8  # a level's title stands out from this many of the most similar levels beside it
+
+
+def neighbours(centre: Vectors, others: Vectors, k: int = NEIGHBOURS) -> Vectors | None:
+    """The ``k`` rows of ``others`` closest to ``centre`` (the levels a reader would confuse this one
+    with), or None when there are none."""
+    if len(others) == 0:
+        return None
+    unit = others / np.maximum(np.linalg.norm(others, axis=1, keepdims=True), 1e-12)
+    sims = unit @ _unit(centre)
+    keep = np.argsort(-sims, kind="stable")[:k]
+    out: Vectors = unit[keep].astype(np.float32)
+    return out
 
 
 def token_bound(depth: int) -> int:
@@ -410,16 +439,25 @@ class ExtractiveSummariser:
 
     name = "extractive"
 
-    def __init__(self, embed: EmbedFn | None = None, *, ranking: str = "informative") -> None:
+    def __init__(
+        self,
+        embed: EmbedFn | None = None,
+        *,
+        ranking: str = "informative",
+        apart_weight: float = keyphrase.APART_WEIGHT,
+    ) -> None:
         """``ranking="informative"`` (the default) weighs what a sentence carries beside how central it
         is and leaves out greetings, thanks and filler; ``"central"`` is the ranking before issue #18
-        (centrality and MMR only), kept as the baseline ``bench/summaries.py`` measures against."""
+        (centrality and MMR only), kept as the baseline ``bench/summaries.py`` measures against.
+        ``apart_weight``: how much a title phrase's likeness to the levels beside this one counts
+        against it (``keyphrase.title``; 0 names the level without looking at its neighbours)."""
         if ranking not in ("informative", "central"):
             raise ValueError(f"unknown ranking {ranking!r}: 'informative' or 'central'")
         self.embed = embed
         self.ranking = ranking
+        self.apart_weight = apart_weight
 
-    def summarise(self, children: Sequence[Child], depth: int) -> Summary:
+    def summarise(self, children: Sequence[Child], depth: int, *, apart: Vectors | None = None) -> Summary:
         bound = token_bound(depth)
         candidates, child_words = _candidates(children)
         if self.ranking == "informative":
@@ -429,7 +467,7 @@ class ExtractiveSummariser:
             titled = [Child(c.title, None) for c in children if c.title and c.title.strip()]
             if not titled:
                 return Summary(FALLBACK_TITLE, _EMPTY_TEXT, self.name)
-            return self.summarise(titled, depth)
+            return self.summarise(titled, depth, apart=apart)
         weights = _child_weights(children)
         lexical = _lexical_centrality(candidates, child_words, weights)
         relevance, vectors, rows, distinct = self._relevance(children, candidates, weights, lexical)
@@ -446,7 +484,7 @@ class ExtractiveSummariser:
         text = "\n".join(f"- {line}" for line in lines)
         title = _title(candidates, child_words, picked, weights)
         if self.ranking == "informative" and vectors is not None and self.embed is not None:
-            title = self._key_phrase_title(children, candidates, vectors, relevance) or title
+            title = self._key_phrase_title(children, candidates, vectors, apart) or title
         return Summary(title, text, self.name)
 
     def _key_phrase_title(
@@ -454,10 +492,11 @@ class ExtractiveSummariser:
         children: Sequence[Child],
         candidates: list[_Candidate],
         vectors: Vectors,
-        relevance: npt.NDArray[np.float64],
+        apart: Vectors | None,
     ) -> str | None:
-        """Key phrases closest to the level's centre (the children's sentences), speakers left out:
-        they are in every line and name no subject. Mostly CJK text keeps the word-based title."""
+        """Key phrases closest to the level's centre (the children's sentences) and away from the closest
+        of the levels beside it (``apart``), speakers left out: they are in every line and name no
+        subject. Mostly CJK text keeps the word-based title."""
         assert self.embed is not None
         prefixes = [_SPEAKER_PREFIX_RE.match(c.sentence) for c in candidates]
         texts = [
@@ -469,8 +508,16 @@ class ExtractiveSummariser:
         names = [c.speaker for c in children if c.speaker] + [m.group() for m in prefixes if m]
         speakers = frozenset(w.casefold() for name in names for w in _WORD_RE.findall(name))
         centre = _unit(vectors.mean(axis=0))
+        away = None
+        if apart is not None and apart.ndim == 2 and len(apart) and apart.shape[1] == centre.shape[0]:
+            away = np.asarray(apart, dtype=np.float32)
         found = keyphrase.title(
-            texts, centre, self.embed, STOPWORDS | _FILLER_WORDS | _TITLE_NOISE | speakers
+            texts,
+            centre,
+            self.embed,
+            STOPWORDS | _FILLER_WORDS | _TITLE_NOISE | speakers,
+            away,
+            self.apart_weight,
         )
         return clean_title(found) if found else None
 

@@ -107,6 +107,8 @@ class Vault:
         self._write_lock = WriteLock(layout, self._git_error)
         self._summariser: Summariser | None = None
         self._finder: EntityFinder | None = None
+        # Related links as last written (related.Known): a pass reads only files whose links may move.
+        self._related_known: dict[str, Any] = {}
         self.warnings: list[str] = []  # things that did not stop an operation (a failed git commit)
         # Git auto-commit (``autocommit``), only when [git] auto_commit is on: opening a vault to search
         # it imports no git code.
@@ -820,6 +822,7 @@ class Vault:
             session_end=lambda conn, job: memtiers.run_session_job(self._memory(conn), job),
             ingest=self._ingest_job,
             updates=self._updates_job,
+            related_known=self._related_known,
         )
 
     def work(self, progress: Callable[[int, int], None] | None = None) -> PoolReport:
@@ -960,7 +963,9 @@ class Vault:
         from vaultmem import related
 
         with self._locked():
-            linked = related.update(self.conn, self.layout, self.embedder.model_id, self.embedder.dim)
+            linked = related.update(
+                self.conn, self.layout, self.embedder.model_id, self.embedder.dim, self._related_known
+            )
         if linked:
             report.say(linked)
             self._commit(linked)
