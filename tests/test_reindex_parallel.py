@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
-from dataclasses import replace
+import subprocess
+import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import make_vault, topic_records
 from vaultmem import index, reindex
+from vaultmem.embed import FakeEmbedder
 from vaultmem.reindex import ReindexReport
 from vaultmem.vault import Vault
 
@@ -33,10 +37,24 @@ def _state(conn: sqlite3.Connection) -> dict[str, object]:
     return state
 
 
-def _rebuild(vault: Vault, monkeypatch: pytest.MonkeyPatch, cores: int) -> tuple[ReindexReport, dict]:
-    monkeypatch.setattr(reindex, "_cores", lambda: cores)
-    report = vault.reindex()
-    return report, _state(vault.conn)
+# A process reindexes with forked workers only while it has no other thread (a fork copies locks another
+# thread may hold). A test process has threads other tests left running, so the two-process reindex runs
+# in a fresh process, as ``vaultmem reindex`` does.
+_CHILD = """
+import json, sys
+from dataclasses import asdict
+from vaultmem import reindex
+from vaultmem.embed import FakeEmbedder
+from vaultmem.vault import Vault
+reindex._cores = lambda: 2
+reindex.PARALLEL_MIN_LEAVES = 4
+with Vault.open(sys.argv[1], embedder=FakeEmbedder()) as vault:
+    print(json.dumps(asdict(vault.reindex())))
+"""
+
+
+def _report(report: ReindexReport) -> dict[str, object]:
+    return json.loads(json.dumps(asdict(report)))  # tuples read back as lists, as from the child
 
 
 def test_a_process_per_core_gives_the_same_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,11 +72,18 @@ def test_a_process_per_core_gives_the_same_index(tmp_path: Path, monkeypatch: py
         monkeypatch.setattr(reindex, "PARALLEL_MIN_LEAVES", 4)
 
         vault.work()  # vectors, and their sidecars
-        one, single = _rebuild(vault, monkeypatch, cores=1)
-        two, forked = _rebuild(vault, monkeypatch, cores=2)
+        monkeypatch.setattr(reindex, "_cores", lambda: 1)
+        one = vault.reindex()
+        single = _state(vault.conn)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path / "v")], capture_output=True, text=True, check=True
+    )
+    two = json.loads(child.stdout.strip().splitlines()[-1])
+    with Vault.open(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        forked = _state(vault.conn)
 
-    assert (one.processes, two.processes) == (1, 2)
+    assert (one.processes, two["processes"]) == (1, 2)
     assert forked == single
-    assert two == replace(one, processes=2)
+    assert two == {**_report(one), "processes": 2}
     assert len(one.duplicates) == 1 and len(one.skipped) == 1
     assert one.leaves > 50 and one.summaries > 0 and single["vectors"] and single["match"]
