@@ -103,6 +103,7 @@ class Vault:
         self._searcher: Searcher | None = None
         self._graph_lock = threading.Lock()  # the background build of the HNSW graph (``save_vectors``)
         self._graph_thread: threading.Thread | None = None
+        self._graph_last: threading.Thread | None = None  # joined by ``wait_for_graph`` and ``close``
         self._graph_next: vectors.GraphJob | None = None
         self._write_lock = WriteLock(layout, self._git_error)
         self._summariser: Summariser | None = None
@@ -320,6 +321,10 @@ class Vault:
             return [step.message for step in done]
 
     def close(self) -> None:
+        """Close the vault: a background build of the HNSW graph is finished first (joined, so the
+        process is left with no thread of the vault's), then git auto-commit, the embedder's worker
+        processes and the index connection are closed."""
+        self.wait_for_graph()
         if self._autocommit is not None:
             self._autocommit.close()
         owned = self.__dict__.pop("_owned_embedder", None)
@@ -889,33 +894,48 @@ class Vault:
     def _build_graph_later(self, job: vectors.GraphJob) -> None:
         """Build the HNSW graph in a background thread (a minute or two at 100,000 rows); search scores
         without it until it is written, then takes it (``Searcher.graph_built``). A newer job replaces
-        one not yet started. Not a daemon thread: a process that ends (a CLI command) finishes the build
-        after its work is done instead of leaving the graph unbuilt."""
+        one not yet started. Not a daemon thread, and ``close`` joins it: a process that ends (a CLI
+        command) finishes the build after its work is done instead of leaving the graph unbuilt, and no
+        thread outlives the vault that started it."""
         with self._graph_lock:
             self._graph_next = job
             if self._graph_thread is not None:
                 return
             self._graph_thread = threading.Thread(target=self._graph_worker, name="vaultmem-hnsw")
+            self._graph_last = self._graph_thread
             self._graph_thread.start()
 
     def _graph_worker(self) -> None:
-        while True:
-            with self._graph_lock:
-                job, self._graph_next = self._graph_next, None
-                if job is None:
+        ended = False
+        try:
+            while True:
+                with self._graph_lock:
+                    job, self._graph_next = self._graph_next, None
+                    if job is None:  # cleared with the lock held: a job queued after this starts a thread
+                        self._graph_thread, ended = None, True
+                        return
+                if job.run():
+                    searcher = self._searcher
+                    if searcher is not None:
+                        searcher.graph_built(job.files, job.key)
+        finally:
+            if not ended:  # a bug in a build: the next ``save_vectors`` starts a new thread
+                with self._graph_lock:
                     self._graph_thread = None
-                    return
-            if job.run():
-                searcher = self._searcher
-                if searcher is not None:
-                    searcher.graph_built(job.files, job.key)
 
     def wait_for_graph(self, timeout: float | None = None) -> bool:
-        """Wait for a background build of the HNSW graph (``save_vectors``); True when none is running."""
-        thread = self._graph_thread
-        if thread is not None:
-            thread.join(timeout)
-        return self._graph_thread is None
+        """Wait for the background builds of the HNSW graph (``save_vectors``) to end, the builder thread
+        with them; True when none is running (False: ``timeout`` seconds passed first)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._graph_lock:
+                # The worker clears ``_graph_thread`` just before it ends: join the last one started.
+                thread = self._graph_thread or self._graph_last
+            if thread is None or not thread.is_alive():
+                return True
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                return False
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
