@@ -635,11 +635,14 @@ class Vault:
         start: date | str | None = None,
         end: date | str | None = None,
         period: str = "day",
+        write: bool = True,
     ) -> list[SummaryNode]:
         """What happened on ``day`` (a date, ``YYYY-MM-DD``, ``today`` or ``yesterday``; default today, UTC):
         its digest, or (``period`` ``week`` / ``month``) the week part or month holding it, written now if
-        it is missing or behind its leaves; [] for a day nothing was remembered. With ``start`` and/or
-        ``end`` instead: the existing digests of ``period`` that cover a day in that range, in time order."""
+        it is missing or behind its leaves; [] for a day nothing was remembered. ``write=False``: the same
+        digest, built in memory when it is missing or behind (``digest.preview``) and never written, on
+        a writable vault or a read-only one (a read tool). With ``start`` and/or ``end`` instead: the
+        existing digests of ``period`` that cover a day in that range, in time order."""
         from vaultmem import digest, steps
         from vaultmem.scan import read_summary_file
 
@@ -652,6 +655,11 @@ class Vault:
             return [read_summary_file(self.layout, rel, max_bytes)[0] for rel in rels]
         when = digest.parse_day(day)
         rel = digest.node_path(when, period)
+        if not write:
+            found = digest.preview(
+                self.conn, self.layout, self.summariser, self.embedder, when, period, max_bytes
+            )
+            return [found] if found is not None else []
         if self.read_only is not None:  # the digest as it was written, if it was
             try:
                 return [read_summary_file(self.layout, rel, max_bytes)[0]]
