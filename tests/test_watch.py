@@ -253,7 +253,7 @@ def test_one_daemon_per_vault_and_status_in_stats(seeded: Vault) -> None:
             Daemon(seeded).once()
         # Whatever moment stats looks at, a running daemon has a pid; its own status follows.
         assert seeded.stats().daemon["pid"] == os.getpid()
-        wait_for(lambda: seeded.stats().daemon["state"] == "running", what="status")
+        wait_for(lambda: seeded.stats().daemon["state"] == "running", timeout=BULK_S, what="status")
         status = seeded.stats().as_dict()["daemon"]
         assert status["running"] and status["pid"] == os.getpid() and status["queue"] is not None
     status = seeded.stats().daemon

@@ -509,7 +509,7 @@ def _most_central(leaves: Sequence[_DayLeaf], vecs: dict[str, Vector], cap: int)
 
 
 def _leaf_label(leaf: _DayLeaf) -> str:
-    words = " ".join(leaf.text.split()[:10])
+    words = wikilinks.leaf_words(leaf.text, leaf.provenance)
     who = f"{leaf.speaker}: " if leaf.speaker else ""
     return f"{leaf.source} {leaf.when:%H:%M} {who}{words}".strip()
 

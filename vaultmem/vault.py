@@ -1409,6 +1409,7 @@ class Vault:
             embedder=lambda: self.embedder,
             vectors=self.searcher.vectors,
             linked=self._links_of(node_id),
+            links_of=self._links_counted,
         )
 
     def _links_of(self, node_id: str | None) -> list[str]:
@@ -1416,6 +1417,14 @@ class Vault:
         if node_id is None or not node_id.startswith("s"):
             return []
         return [i for i in (c.linked_id for c in self.summary(node_id).children) if i]
+
+    def _links_counted(self, node_id: str) -> list[str]:
+        """``_links_of`` for a listed level's count of children: a file that cannot be read counts none
+        (the listing goes on; ``check`` reports the file)."""
+        try:
+            return self._links_of(node_id)
+        except (VaultError, OSError):
+            return []
 
     def fetch(self, ids: Iterable[str]) -> list[Leaf | SummaryNode]:
         """The nodes ``ids`` with full provenance (leaves) or their summary file (levels), in the given order."""
@@ -2637,7 +2646,13 @@ class Vault:
 
         linked = self._links_of(node_id)
         return navigate.children_page(
-            self.conn, node_id, source=source, offset=offset, limit=limit, linked=linked
+            self.conn,
+            node_id,
+            source=source,
+            offset=offset,
+            limit=limit,
+            linked=linked,
+            links_of=self._links_counted,
         )
 
     def commits_of(self, day: date | str | None = None, *, limit: int = 100) -> list[CommitInfo]:
