@@ -264,6 +264,14 @@ def numpy_embedder() -> NumpyBertEmbedder:
 @pytest.fixture(scope="module")
 def torch_embedder() -> Iterator[SentenceTransformerEmbedder]:
     yield SentenceTransformerEmbedder(str(default_model_path()))
+    # Loading the torch model starts tqdm's monitor thread, which would live as long as the test
+    # process: stopped here, so no later test runs beside it (``reindex`` forks only without threads).
+    import tqdm
+
+    monitor = tqdm.tqdm.monitor
+    if monitor is not None:
+        monitor.exit()
+        tqdm.tqdm.monitor = None
 
 
 @pytest.mark.slow

@@ -39,8 +39,10 @@ def _state(conn: sqlite3.Connection) -> dict[str, object]:
 
 
 # A process reindexes with forked workers only while it has no other thread (a fork copies locks another
-# thread may hold). A test process has threads other tests left running, so the two-process reindex runs
-# in a fresh process, as ``vaultmem reindex`` does.
+# thread may hold), bar the vault's own HNSW builder (``reindex.fork_safe``). In CI a thread other tests
+# started had been left (tqdm's monitor, from loading the torch model in test_embed: now stopped there; no
+# library thread outlives its owner), so the two-process reindex runs in a fresh process, as
+# ``vaultmem reindex`` does, whatever threads the test process holds.
 _CHILD = """
 import json, sys
 from dataclasses import asdict
