@@ -46,6 +46,7 @@ imports another. Where the tests of a module are (module → test file):
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,13 @@ from vaultmem.vault import Vault
 # that are correct (speed is measured in bench/, never in unit tests).
 settings.register_profile("vaultmem", deadline=None)
 settings.load_profile("vaultmem")
+
+# A test run started in the background by a non-interactive shell (`cmd &`, as CI and scripts may) gets
+# Ctrl-C ignored, and an ignored signal stays ignored across exec: every child a test stops with SIGINT
+# (the dashboard, `watch`, an interrupted `ingest --wait`) would then run on until killed. A handled
+# signal is reset to its default in a child, so handling it here gives each child Python's own.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

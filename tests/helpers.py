@@ -231,7 +231,12 @@ def watching(root: Path, **kw: object) -> Iterator[ObservedDaemon]:
     thread = threading.Thread(target=run, name="test-daemon")
     thread.start()
     try:
-        wait_for(lambda: errors or (daemon.watcher.alive() and daemon.last_rescan is not None), what="start")
+        # The start-up catch-up reads the whole vault: under load it may take minutes (the deadline bounds a hang).
+        wait_for(
+            lambda: errors or (daemon.watcher.alive() and daemon.last_rescan is not None),
+            timeout=BULK_S,
+            what="start",
+        )
         assert not errors, errors
         yield daemon
     finally:

@@ -566,6 +566,8 @@ def test_cli_export_writes_the_file_and_says_where(
 
 
 def test_cli_serves_on_loopback_until_interrupted(built: Vault) -> None:
+    """Every wait is on a state (the address printed, the reply, the exit) with a deadline that only
+    bounds a hang; a child still running at the end is killed, so none outlives the test."""
     argv = [
         sys.executable,
         "-m",
@@ -578,19 +580,38 @@ def test_cli_serves_on_loopback_until_interrupted(built: Vault) -> None:
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             assert proc.stdout is not None and proc.stderr is not None
-            line = proc.stdout.readline()  # the server says where it is once it listens
+            line = _line_within(proc, EXIT_S)  # the server says where it is once it listens
             url = urlsplit(line.split(": ", 1)[1].strip())
             assert url.hostname == "127.0.0.1" and url.query.startswith("token=")
-            conn = http.client.HTTPConnection("127.0.0.1", url.port, timeout=60)
+            conn = http.client.HTTPConnection("127.0.0.1", url.port, timeout=EXIT_S)
             conn.request("GET", f"/api/status?{url.query}")
             status = json.loads(conn.getresponse().read())
             conn.close()
             assert status["actions"] is False and status["vault"]["root"] == str(built.layout.root)
-        finally:
             proc.send_signal(signal.SIGINT)
-            code = proc.wait(timeout=60)
+            code = proc.wait(timeout=EXIT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         assert code == 0
         assert "stopped" in proc.stderr.read()
+
+
+EXIT_S = 240.0  # bounds a hang only: a start or stop under a load of 10+ on two cores took over 60 s
+
+
+def _line_within(proc: subprocess.Popen[str], seconds: float) -> str:
+    """The child's first line of output, or a failure once ``seconds`` passed without one."""
+    import selectors
+
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        assert sel.select(seconds), f"no address printed within {seconds:.0f} s: {proc.poll()=}"
+    line = proc.stdout.readline()
+    assert line, f"the dashboard ended without printing its address (exit {proc.wait()})"
+    return line
 
 
 # -- the page in a real browser --------------------------------------------------------------------

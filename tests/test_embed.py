@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -262,6 +264,14 @@ def numpy_embedder() -> NumpyBertEmbedder:
 @pytest.fixture(scope="module")
 def torch_embedder() -> Iterator[SentenceTransformerEmbedder]:
     yield SentenceTransformerEmbedder(str(default_model_path()))
+    # Loading the torch model starts tqdm's monitor thread, which would live as long as the test
+    # process: stopped here, so no later test runs beside it (``reindex`` forks only without threads).
+    import tqdm
+
+    monitor = tqdm.tqdm.monitor
+    if monitor is not None:
+        monitor.exit()
+        tqdm.tqdm.monitor = None
 
 
 @pytest.mark.slow
@@ -472,3 +482,50 @@ def test_remembering_embeds_each_distinct_text_once() -> None:
     remembering.embed(["fence", "kyoto"])
     assert inner.calls[-1] == ["fence"]
     assert remembering.embed([]).shape == (0, inner.dim) and len(inner.calls) == 4
+
+
+class _ReadTogether(Remembering):
+    """Reading ``computed`` waits (up to ``WAIT_S``) for the other thread to have read it too: two threads
+    that count outside the lock both read the old value and one count is lost. Inside the lock the second
+    reader cannot come, the wait runs out and the counts add up (the wait's length never flips that)."""
+
+    WAIT_S = 3.0
+
+    def __init__(self) -> None:
+        self._read = threading.Barrier(2)
+        self._count = 0
+        super().__init__(_BothAtOnce())
+
+    @property  # type: ignore[override]
+    def computed(self) -> int:
+        value = self._count
+        with contextlib.suppress(threading.BrokenBarrierError):
+            self._read.wait(self.WAIT_S)
+        return value
+
+    @computed.setter
+    def computed(self, value: int) -> None:
+        self._count = value
+
+
+class _BothAtOnce(FakeEmbedder):
+    """Returns only when both threads are embedding (outside ``Remembering``'s lock, by design)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._both = threading.Barrier(2)
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self._both.wait(60)
+        return super().embed(texts)
+
+
+def test_remembering_counts_every_text_when_threads_embed_at_once() -> None:
+    remembering = _ReadTogether()
+    texts = [["roses", "fence"], ["garden", "kyoto", "ramen"]]
+    threads = [threading.Thread(target=remembering.embed, args=(t,)) for t in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert remembering._count == 5

@@ -543,8 +543,8 @@ def test_reading_writes_nothing_on_a_vault_without_core_files(git_vault: Vault, 
                 ("status", {}),
             ]:
                 assert not (await client.call_tool(name, args)).is_error, name
-            never = await client.call_tool("recent", {"date": "2026-03-03"})
-            assert_tool_error(never, "digest of 2026-03-03 was never written", "read-only")
+            never = text_of(await client.call_tool("recent", {"date": "2026-03-03"}))
+            assert "digest of a day" in never and "Tidepool" in never  # built in memory, not written
 
     run(main)
     # (A query naming a person or place makes its topic hotter in the index: the heat formula's query
@@ -563,6 +563,39 @@ def test_reading_writes_nothing_on_a_vault_without_core_files(git_vault: Vault, 
     assert after[1] == before[1]  # the index: the same rows
     assert after[2:] == before[2:]  # git: the same status, no new commit
     assert not list((root / "core").rglob("*.md"))
+
+
+def test_recent_on_a_writable_server_writes_no_digest(git_vault: Vault) -> None:
+    """``recent`` is a read: a digest not written yet (its job waits in the queue) is built in memory,
+    the same text the written one gives, and nothing is written, indexed, queued or committed."""
+    vault = git_vault
+    fill(vault)  # two days of a chat; their digest jobs are queued, not run
+    root = vault.layout.root
+    assert not list((root / "global").rglob("_summary.md"))
+    before = snapshot(root)
+    asks = [{"date": "2026-03-02"}, {"date": "2026-03-03", "period": "week"}, {"date": "2026-03-03"}]
+
+    async def answers() -> list[str]:
+        async with Client(server_for(vault)) as client:
+            out = [text_of(await client.call_tool("recent", ask)) for ask in asks]
+            resource = await client.read_resource("vaultmem://digest/2026-03-02")
+            return [*out, getattr(resource.contents[0], "text", "")]
+
+    in_memory = run(answers)
+    after = snapshot(root)
+    changed = sorted(k for k in {*before[0], *after[0]} if before[0].get(k) != after[0].get(k))
+    assert not changed, changed
+    assert after[1:] == before[1:]  # the same rows and jobs, git status and HEAD
+    assert "ryokan" in in_memory[0] and "digest of a week" in in_memory[1] and "Tidepool" in in_memory[2]
+    assert in_memory[3] == in_memory[0]
+    # What was built in memory is what a writer writes from the same state: 2026-03-03, its week (of the
+    # days written by then: that one) and month; then 2026-03-02.
+    vault.global_digest("2026-03-03", period="week")
+    assert run(answers)[1:3] == in_memory[1:3]
+    vault.global_digest("2026-03-02")
+    assert len(list((root / "global").rglob("_summary.md"))) == 4  # two days, their week, their month
+    written = run(answers)
+    assert written[0] == written[3] == in_memory[0]
 
 
 def test_two_clients_of_one_server_write_at_once(vault: Vault) -> None:

@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -38,8 +39,10 @@ def _state(conn: sqlite3.Connection) -> dict[str, object]:
 
 
 # A process reindexes with forked workers only while it has no other thread (a fork copies locks another
-# thread may hold). A test process has threads other tests left running, so the two-process reindex runs
-# in a fresh process, as ``vaultmem reindex`` does.
+# thread may hold), bar the vault's own HNSW builder (``reindex.fork_safe``). In CI a thread other tests
+# started had been left (tqdm's monitor, from loading the torch model in test_embed: now stopped there; no
+# library thread outlives its owner), so the two-process reindex runs in a fresh process, as
+# ``vaultmem reindex`` does, whatever threads the test process holds.
 _CHILD = """
 import json, sys
 from dataclasses import asdict
@@ -87,3 +90,55 @@ def test_a_process_per_core_gives_the_same_index(tmp_path: Path, monkeypatch: py
     assert two == {**_report(one), "processes": 2}
     assert len(one.duplicates) == 1 and len(one.skipped) == 1
     assert one.leaves > 50 and one.summaries > 0 and single["vectors"] and single["match"]
+
+
+# The HNSW builder held mid-build (``vault.flush`` starts it), then a reindex with two cores; the builder
+# is released afterwards and joined by ``close``.
+_BESIDE_THE_BUILDER = """
+import json, sys, threading
+from vaultmem import ann, reindex, vectors
+from vaultmem.embed import FakeEmbedder
+from vaultmem.vault import Vault
+from tests.helpers import topic_records
+reindex._cores = lambda: 2
+reindex.PARALLEL_MIN_LEAVES = 4
+ann.GRAPH_MIN = vectors.MATRIX_MIN = 10
+started, release = threading.Event(), threading.Event()
+real_build = ann.build
+def held_build(matrix, threads=None):
+    started.set()
+    assert release.wait(120)
+    return real_build(matrix, 1)
+ann.build = held_build
+with Vault.init(sys.argv[1], embedder=FakeEmbedder()) as vault:
+    vault.ingest_messages(topic_records(12))
+    vault.flush()
+    assert started.wait(60)
+    names = sorted(t.name for t in threading.enumerate())
+    report = vault.reindex()
+    release.set()
+print(json.dumps({"threads": names, "processes": report.processes, "leaves": report.leaves}))
+"""
+
+
+def test_reindex_forks_beside_the_graph_builder_but_not_beside_other_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background HNSW build takes no lock a forked reader needs: a reindex while it runs still
+    parses with a process per core. Any other thread (here: one the caller started) keeps it to one."""
+    child = subprocess.run(
+        [sys.executable, "-c", _BESIDE_THE_BUILDER, str(tmp_path / "v")],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent, timeout=600,
+    )  # fmt: skip
+    said = json.loads(child.stdout.strip().splitlines()[-1])
+    assert said["threads"] == ["MainThread", "vaultmem-hnsw"]
+    assert said["processes"] == 2 and said["leaves"] > 10
+    monkeypatch.setattr(reindex, "PARALLEL_MIN_LEAVES", 4)
+    other = threading.Event()
+    helper = threading.Thread(target=other.wait, name="the caller's own")
+    helper.start()
+    try:
+        assert not reindex._alone() and reindex._processes(100, 2) == 1
+    finally:
+        other.set()
+        helper.join()

@@ -766,6 +766,9 @@ def test_topics_and_digests_link_a_notes_sections_by_their_headings(vault: Vault
         # The second "Week 3" of a note cannot be told apart by a heading link: it names the note.
         second = "second TidePool note" in leaf.text
         assert link.wiki and link.target == (note if second else f"{note}#{heading}")
+        # Labelled by the heading path after the day or time, no Markdown heading marks.
+        name, path = note.rsplit("/", 1)[-1], str(leaf.meta["heading_path"]).split(" > ")
+        assert link.label.endswith(" › ".join([name, *path[path[0] == name :]])) and "#" not in link.label
     assert len({c.linked_id for c in links}) == 12
     checked, bad = linkcheck.vault_links(vault.layout)
     assert checked >= 24 and bad == []
@@ -778,4 +781,13 @@ def test_topics_and_digests_link_a_notes_sections_by_their_headings(vault: Vault
     assert [n.id for n in kids if n.kind == "leaf"] == linked
     page, total = vault.children(topic)
     assert [n.id for n in page] == [n.id for n in kids] and total == len(kids)
+    # A listed level's count of children includes the leaves it links (a day digest under its week).
+    (week,) = [
+        r["id"]
+        for r in vault.conn.execute("SELECT id, path FROM chunks WHERE path LIKE 'global/%/%-W%/_summary.md'")
+        if r["path"].count("/") == 3
+    ]
+    days = [n for n in vault.children(week)[0] if n.kind == "summary"]
+    assert days and all(day.children == len(vault.summary(day.id).children) > 0 for day in days)
+    assert [d.children for d in vault.drill_down(week) if d.kind == "summary"] == [d.children for d in days]
     assert vault.check().ok

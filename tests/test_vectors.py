@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -366,25 +367,30 @@ def test_deleting_a_row_drops_the_graph_until_it_is_rebuilt(
     vault.close()
 
 
-def test_the_graph_is_built_in_the_background_and_swapped_in(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``flush`` returns while the HNSW graph is built; search meanwhile scores without it, then takes it
-    (the same cache, no reload); the top 10 equals brute force's throughout."""
-    import threading
-
-    monkeypatch.setattr(vectors, "APPROX_ABOVE", 100)
-    monkeypatch.setattr(vectors, "RESCORE", 100)  # without the graph: every row scored (brute force)
-    monkeypatch.setattr(ann, "GRAPH_MIN", 10)
+def _held_builds(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """HNSW builds that say they started, then wait for the release (on one thread: the same graph
+    every run)."""
     started, release = threading.Event(), threading.Event()
     real_build = ann.build
 
     def held_build(matrix: np.ndarray, threads: int | None = None) -> bytes:
         started.set()
-        assert release.wait(60)
-        return real_build(matrix, 1)  # one thread: the same graph every run
+        assert release.wait(120)
+        return real_build(matrix, 1)
 
     monkeypatch.setattr(ann, "build", held_build)
+    return started, release
+
+
+def test_the_graph_is_built_in_the_background_and_swapped_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flush`` returns while the HNSW graph is built; search meanwhile scores without it, then takes it
+    (the same cache, no reload); the top 10 equals brute force's throughout."""
+    monkeypatch.setattr(vectors, "APPROX_ABOVE", 100)
+    monkeypatch.setattr(vectors, "RESCORE", 100)  # without the graph: every row scored (brute force)
+    monkeypatch.setattr(ann, "GRAPH_MIN", 10)
+    started, release = _held_builds(monkeypatch)
     from tests.helpers import chat
     from vaultmem.embed import FakeEmbedder
     from vaultmem.vault import Vault
@@ -451,3 +457,40 @@ def test_a_graph_of_other_rows_is_not_adopted(tmp_path: Path) -> None:
     cache = cache_of(m)  # read from the index, not a matrix file: no key
     graph = graph_of(tmp_path, m)
     assert not cache.adopt(graph, {"count": 300}) and cache.graph is None
+
+
+def test_close_finishes_the_background_build_and_leaves_no_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Vault.close`` joins the HNSW builder: the graph is written and no thread of the vault outlives
+    it (a thread left behind stops ``reindex`` from forking its workers in that process)."""
+
+    from tests.helpers import chat
+    from vaultmem.embed import FakeEmbedder
+    from vaultmem.vault import Vault
+
+    monkeypatch.setattr(ann, "GRAPH_MIN", 10)
+    monkeypatch.setattr(vectors, "MATRIX_MIN", 10)
+    started, release = _held_builds(monkeypatch)
+    embedder = FakeEmbedder()
+    vault = Vault.init(tmp_path / "v", embedder=embedder)
+    vault.ingest_messages(chat(40, prefix="note"), source="chat")
+    vault.flush()  # returns with the build under way (held)
+    assert started.wait(60)
+    builders = [t for t in threading.enumerate() if t.name == "vaultmem-hnsw"]
+    assert len(builders) == 1
+    alive_after_close: list[bool] = []
+
+    def close() -> None:
+        vault.close()
+        alive_after_close.append(builders[0].is_alive())
+
+    closer = threading.Thread(target=close)
+    closer.start()
+    # Whatever this wait's length, the verdict is the same: the build is held until ``release``, so a
+    # close that returned without joining it saw it alive.
+    closer.join(2)
+    release.set()
+    closer.join(120)
+    assert alive_after_close == [False]
+    assert vectors.MatrixFile.of(vault.layout.state, embedder.model_id).graph.header.is_file()

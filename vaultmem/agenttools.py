@@ -274,8 +274,9 @@ def browse_text(vault: Vault, node_id: str | None = None, depth: int = 1) -> str
 
 
 def recent_text(vault: Vault, day: str | None = None, period: str = "day") -> str:
-    """The digest of a day (or its week or month) and the memories it lists."""
-    nodes = vault.global_digest(day, period=period)
+    """The digest of a day (or its week or month) and the memories it lists. A read: a digest not
+    written yet is built in memory, never written (its job, queued with the day's leaves, writes it)."""
+    nodes = vault.global_digest(day, period=period, write=False)
     if not nodes:
         return f"nothing was remembered then ({day or 'today'})"
     node = nodes[0]

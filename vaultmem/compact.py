@@ -1016,6 +1016,6 @@ def _leaf_link(node: SummaryNode, row: sqlite3.Row) -> ChildLink:
 
 def _leaf_label_row(row: sqlite3.Row) -> str:
     day = (row["ts"] or "")[:10]
-    words = " ".join(str(row["text"]).split()[:10])
+    words = wikilinks.leaf_words(str(row["text"]), str(row["provenance"] or ""))
     who = f"{row['speaker']}: " if row["speaker"] else ""
     return f"{day} {who}{words}".strip()

@@ -28,7 +28,7 @@ from typing import Any
 
 from vaultmem import daemonstate, fsio
 from vaultmem.db import connect
-from vaultmem.errors import GitBusy
+from vaultmem.errors import DiskFull, GitBusy
 from vaultmem.gitsync import GitOperation
 from vaultmem.index import prefix_range
 from vaultmem.jobs import NewJob, digest_job, flush_stale_job, reclaim
@@ -47,6 +47,7 @@ SETTLE_MAX_S = 10.0  # deletions and queued jobs wait at most this long for a bu
 PAUSE_POLL_S = 0.25
 GIT_QUIET_S = 0.5  # after git changed HEAD, a ref or the index, wait this long without change  # while paused, how often the git operation is looked at again
 COMMIT_S = 30.0  # engine changes wait at most this long for their batched commit
+DISK_FULL_WAIT_S = 30.0  # after a full disk, the loop waits this long before it reads the changes again
 
 
 @dataclass
@@ -113,8 +114,10 @@ class Daemon:
         on_notice: Callable[[str], None] | None = None,
         commit_s: float = COMMIT_S,
         clock: Callable[[], float] = time.time,
+        disk_full_wait_s: float = DISK_FULL_WAIT_S,
     ) -> None:
         self.vault = vault
+        self.disk_full_wait_s = disk_full_wait_s
         self.layout = vault.layout
         self.rescan_s = rescan_s
         self.delete_grace_s = delete_grace_s
@@ -284,6 +287,9 @@ class Daemon:
                     except GitBusy as exc:
                         self._pause(self.vault.git_operation(), str(exc))
                         continue
+                    except DiskFull as exc:
+                        self._out_of_space(exc, stop)
+                        continue
                     self._hold_while_settling(pool)
                     self._commit_if_due(pool)
                     self.write_status()
@@ -341,6 +347,23 @@ class Daemon:
         if now >= self._next_midnight:
             self._midnight(now)
             pool.wake()
+
+    def _out_of_space(self, exc: DiskFull, stop: threading.Event) -> None:
+        """A full disk while a batch was reconciled: nothing is lost (the person's files are never
+        written, every engine write is atomic and its step's note is written first, so a cut step heals),
+        and nothing stops for good: said at once (``on_notice``, the status's warnings once it can be
+        written), then after ``disk_full_wait_s`` a stat rescan reads again whatever the batch did not
+        finish. The pool's workers wait on their own (``pool.DISK_FULL_WAIT_S``)."""
+        message = (
+            f"{exc}: nothing was lost; the changes are read again every {self.disk_full_wait_s:.0f}s"
+            " until there is space (free some)"
+        )
+        self._warn(message)
+        if self.on_notice is not None:
+            self.on_notice(message)
+        self.write_status(force=True)  # skipped while the disk is still full
+        stop.wait(self.disk_full_wait_s)
+        self.last_rescan = self.clock() - self.rescan_s  # the next turn rescans
 
     def _git_settling(self, now: float) -> bool:
         """True while a git command other than this vault's own commits has changed the repository (HEAD,
@@ -513,7 +536,10 @@ class Daemon:
         status = self.status(running)
         if not force and status == self._status_written and now - self._status_at < HEARTBEAT_S:
             return
-        daemonstate.write_status(self.layout, status)
+        try:
+            daemonstate.write_status(self.layout, status)
+        except DiskFull:
+            return  # written at a later turn, once there is space (a full disk's warning with it)
         self._status_written = status
         self._status_at = now
 

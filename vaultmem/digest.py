@@ -509,7 +509,7 @@ def _most_central(leaves: Sequence[_DayLeaf], vecs: dict[str, Vector], cap: int)
 
 
 def _leaf_label(leaf: _DayLeaf) -> str:
-    words = " ".join(leaf.text.split()[:10])
+    words = wikilinks.leaf_words(leaf.text, leaf.provenance)
     who = f"{leaf.speaker}: " if leaf.speaker else ""
     return f"{leaf.source} {leaf.when:%H:%M} {who}{words}".strip()
 
@@ -696,6 +696,36 @@ def refresh(env: StepEnv, conn: sqlite3.Connection, day: date, period: str) -> R
         return None
     dirs = [week_dir(day), month_dir(day)] if period == "week" else [month_dir(day)]
     return _rebuild(env, conn, dirs, None)
+
+
+def preview(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    summariser: Summariser,
+    embedder: Embedder,
+    day: date,
+    period: str,
+    max_bytes: int,
+) -> SummaryNode | None:
+    """The digest of ``day`` (or its week part or month) as ``refresh`` would leave it, built in memory and
+    never written: the file when it is current, else the nodes ``refresh`` would write, as read back
+    from their rendered text. For a read that must not write (the MCP ``recent`` tool); the day's job,
+    queued when its leaves were admitted, writes the file. None: nothing was remembered then."""
+    rel = node_path(day, period)
+    built_day: date | None = day
+    dirs = [day_dir(day), week_dir(day), month_dir(day)]
+    if not day_out_of_date(conn, _read(layout, node_path(day, "day"), max_bytes).node, day):
+        node = _read(layout, rel, max_bytes).node
+        if _period(period) == "day" or node is None or not node.stale:
+            return node
+        built_day, dirs = None, [week_dir(day), month_dir(day)] if period == "week" else [month_dir(day)]
+    snap = _snapshot(conn, layout, dirs, built_day, embedder.model_id, max_bytes)
+    if built_day is not None and not snap.leaves and snap.files[0].node is None:
+        return None
+    vecs = vectors.by_ids(conn, embedder.model_id, [leaf.id for leaf in snap.leaves])
+    built, _vecs, _notes = _plan(snap, dirs, built_day, summariser, embedder, vecs)
+    current, node = next((file, node) for file, node in built if file.rel == rel)  # ``dirs`` holds it
+    return parse_summary(render_summary(node, keep=current.doc), rel)[0]
 
 
 # -- reading --------------------------------------------------------------------------------------------

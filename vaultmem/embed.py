@@ -104,9 +104,9 @@ class Remembering:
         if todo:
             rows = self.inner.embed(todo)
             fresh = {text: np.array(row, dtype=np.float32) for text, row in zip(todo, rows, strict=True)}
-            self.computed += len(todo)
             known.update(fresh)
         with self._lock:
+            self.computed += len(todo)  # read-modify-write: two threads' counts must both land
             for text, row in known.items():
                 self._known[text] = row
                 self._known.move_to_end(text)

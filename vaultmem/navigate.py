@@ -131,10 +131,22 @@ def _linked_rows(
     return [found[i] for i in wanted if i in found]
 
 
-def _counts(conn: sqlite3.Connection, rows: Sequence[sqlite3.Row]) -> list[Node]:
+# A level's links name leaves outside its folder only in these trees (a source level's links are its
+# own children, a note's node links its sections): only their files are read to count children.
+LINKING_TOPS = ("topics/", "global/")
+LinksOf = Callable[[str], Sequence[str]]  # a level's id -> the leaf ids its links name (its file)
+
+
+def _links(row: sqlite3.Row, links_of: LinksOf | None) -> Sequence[str]:
+    if links_of is None or row["kind"] != "summary" or not str(row["path"]).startswith(LINKING_TOPS):
+        return ()
+    return links_of(row["id"])
+
+
+def _counts(conn: sqlite3.Connection, rows: Sequence[sqlite3.Row], links_of: LinksOf | None) -> list[Node]:
     out = []
     for row in rows:
-        n = len(child_rows(conn, row["id"])) if row["kind"] == "summary" else 0
+        n = len(child_rows(conn, row["id"], _links(row, links_of))) if row["kind"] == "summary" else 0
         out.append(_node(row, n))
     return out
 
@@ -147,9 +159,11 @@ def drill_down(
     embedder: Callable[[], Embedder] | None = None,
     vectors: Callable[[Embedder], VectorCache] | None = None,
     linked: Sequence[str] = (),
+    links_of: LinksOf | None = None,
 ) -> list[Node]:
-    """The children of ``node_id`` (reading order), or ranked by similarity to ``query``."""
-    nodes = _counts(conn, child_rows(conn, node_id, linked))
+    """The children of ``node_id`` (reading order), or ranked by similarity to ``query``. A child level's
+    count includes the leaves it links (``links_of``, read for topic and digest levels)."""
+    nodes = _counts(conn, child_rows(conn, node_id, linked), links_of)
     if not query or embedder is None or vectors is None or not nodes:
         return nodes
     model = embedder()
@@ -171,10 +185,12 @@ def children_page(
     offset: int = 0,
     limit: int = 100,
     linked: Sequence[str] = (),
+    links_of: LinksOf | None = None,
 ) -> tuple[list[Node], int]:
     """One page of a level's children in reading order (``node_id`` None: the top of ``source``: its
     levels and its ``_fresh/`` leaves), and how many children there are; ``linked`` as for
-    ``child_rows``. Orders the siblings on a few columns and reads whole rows for the page only, so a
+    ``child_rows``; a child level's count includes the leaves it links (``links_of``, as for
+    ``drill_down``). Orders the siblings on a few columns and reads whole rows for the page only, so a
     folder of 100,000 leaves stays cheap."""
     columns = "id, kind, path, ts, seq, ord"
     light = f"SELECT {columns} FROM chunks WHERE path >= ? AND path < ?"
@@ -206,10 +222,12 @@ def children_page(
         if full["kind"] == "summary":
             prefix = full["path"].rsplit("/", 1)[0] + "/"
             paths = conn.execute(
-                "SELECT path, kind FROM chunks WHERE path >= ? AND path < ?", index.prefix_range(prefix)
+                "SELECT id, path, kind FROM chunks WHERE path >= ? AND path < ?", index.prefix_range(prefix)
             )
-            direct = sum(1 for p in paths if _direct(p["path"][len(prefix) :], p["kind"]))
-            nodes.append(_node(full, direct + len(index.in_place_sections(conn, full["path"]))))
+            direct = {p["id"] for p in paths if _direct(p["path"][len(prefix) :], p["kind"])}
+            direct.update(r["id"] for r in index.in_place_sections(conn, full["path"]))
+            linked_too = _linked_rows(conn, _links(full, links_of), direct, "id")
+            nodes.append(_node(full, len(direct) + len(linked_too)))
         else:
             nodes.append(_node(full))
     return nodes, len(ordered)

@@ -103,6 +103,7 @@ class Vault:
         self._searcher: Searcher | None = None
         self._graph_lock = threading.Lock()  # the background build of the HNSW graph (``save_vectors``)
         self._graph_thread: threading.Thread | None = None
+        self._graph_last: threading.Thread | None = None  # joined by ``wait_for_graph`` and ``close``
         self._graph_next: vectors.GraphJob | None = None
         self._write_lock = WriteLock(layout, self._git_error)
         self._summariser: Summariser | None = None
@@ -320,6 +321,10 @@ class Vault:
             return [step.message for step in done]
 
     def close(self) -> None:
+        """Close the vault: a background build of the HNSW graph is finished first (joined, so the
+        process is left with no thread of the vault's), then git auto-commit, the embedder's worker
+        processes and the index connection are closed."""
+        self.wait_for_graph()
         if self._autocommit is not None:
             self._autocommit.close()
         owned = self.__dict__.pop("_owned_embedder", None)
@@ -630,11 +635,14 @@ class Vault:
         start: date | str | None = None,
         end: date | str | None = None,
         period: str = "day",
+        write: bool = True,
     ) -> list[SummaryNode]:
         """What happened on ``day`` (a date, ``YYYY-MM-DD``, ``today`` or ``yesterday``; default today, UTC):
         its digest, or (``period`` ``week`` / ``month``) the week part or month holding it, written now if
-        it is missing or behind its leaves; [] for a day nothing was remembered. With ``start`` and/or
-        ``end`` instead: the existing digests of ``period`` that cover a day in that range, in time order."""
+        it is missing or behind its leaves; [] for a day nothing was remembered. ``write=False``: the same
+        digest, built in memory when it is missing or behind (``digest.preview``) and never written, on
+        a writable vault or a read-only one (a read tool). With ``start`` and/or ``end`` instead: the
+        existing digests of ``period`` that cover a day in that range, in time order."""
         from vaultmem import digest, steps
         from vaultmem.scan import read_summary_file
 
@@ -647,6 +655,11 @@ class Vault:
             return [read_summary_file(self.layout, rel, max_bytes)[0] for rel in rels]
         when = digest.parse_day(day)
         rel = digest.node_path(when, period)
+        if not write:
+            found = digest.preview(
+                self.conn, self.layout, self.summariser, self.embedder, when, period, max_bytes
+            )
+            return [found] if found is not None else []
         if self.read_only is not None:  # the digest as it was written, if it was
             try:
                 return [read_summary_file(self.layout, rel, max_bytes)[0]]
@@ -889,33 +902,52 @@ class Vault:
     def _build_graph_later(self, job: vectors.GraphJob) -> None:
         """Build the HNSW graph in a background thread (a minute or two at 100,000 rows); search scores
         without it until it is written, then takes it (``Searcher.graph_built``). A newer job replaces
-        one not yet started. Not a daemon thread: a process that ends (a CLI command) finishes the build
-        after its work is done instead of leaving the graph unbuilt."""
+        one not yet started. Not a daemon thread, and ``close`` joins it: a process that ends (a CLI
+        command) finishes the build after its work is done instead of leaving the graph unbuilt, and no
+        thread outlives the vault that started it."""
+        from vaultmem import reindex
+
+        vectors.graph_imports()
         with self._graph_lock:
             self._graph_next = job
             if self._graph_thread is not None:
                 return
             self._graph_thread = threading.Thread(target=self._graph_worker, name="vaultmem-hnsw")
+            self._graph_last = self._graph_thread
+            reindex.fork_safe(self._graph_thread)  # ``reindex`` may fork its readers while it builds
             self._graph_thread.start()
 
     def _graph_worker(self) -> None:
-        while True:
-            with self._graph_lock:
-                job, self._graph_next = self._graph_next, None
-                if job is None:
+        ended = False
+        try:
+            while True:
+                with self._graph_lock:
+                    job, self._graph_next = self._graph_next, None
+                    if job is None:  # cleared with the lock held: a job queued after this starts a thread
+                        self._graph_thread, ended = None, True
+                        return
+                if job.run():
+                    searcher = self._searcher
+                    if searcher is not None:
+                        searcher.graph_built(job.files, job.key)
+        finally:
+            if not ended:  # a bug in a build: the next ``save_vectors`` starts a new thread
+                with self._graph_lock:
                     self._graph_thread = None
-                    return
-            if job.run():
-                searcher = self._searcher
-                if searcher is not None:
-                    searcher.graph_built(job.files, job.key)
 
     def wait_for_graph(self, timeout: float | None = None) -> bool:
-        """Wait for a background build of the HNSW graph (``save_vectors``); True when none is running."""
-        thread = self._graph_thread
-        if thread is not None:
-            thread.join(timeout)
-        return self._graph_thread is None
+        """Wait for the background builds of the HNSW graph (``save_vectors``) to end, the builder thread
+        with them; True when none is running (False: ``timeout`` seconds passed first)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._graph_lock:
+                # The worker clears ``_graph_thread`` just before it ends: join the last one started.
+                thread = self._graph_thread or self._graph_last
+            if thread is None or not thread.is_alive():
+                return True
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                return False
 
     def compact(
         self, *, dry_run: bool = False, progress: Callable[[int, int], None] | None = None
@@ -1381,6 +1413,7 @@ class Vault:
             embedder=lambda: self.embedder,
             vectors=self.searcher.vectors,
             linked=self._links_of(node_id),
+            links_of=self._links_counted,
         )
 
     def _links_of(self, node_id: str | None) -> list[str]:
@@ -1388,6 +1421,14 @@ class Vault:
         if node_id is None or not node_id.startswith("s"):
             return []
         return [i for i in (c.linked_id for c in self.summary(node_id).children) if i]
+
+    def _links_counted(self, node_id: str) -> list[str]:
+        """``_links_of`` for a listed level's count of children: a file that cannot be read counts none
+        (the listing goes on; ``check`` reports the file)."""
+        try:
+            return self._links_of(node_id)
+        except (VaultError, OSError):
+            return []
 
     def fetch(self, ids: Iterable[str]) -> list[Leaf | SummaryNode]:
         """The nodes ``ids`` with full provenance (leaves) or their summary file (levels), in the given order."""
@@ -2609,7 +2650,13 @@ class Vault:
 
         linked = self._links_of(node_id)
         return navigate.children_page(
-            self.conn, node_id, source=source, offset=offset, limit=limit, linked=linked
+            self.conn,
+            node_id,
+            source=source,
+            offset=offset,
+            limit=limit,
+            linked=linked,
+            links_of=self._links_counted,
         )
 
     def commits_of(self, day: date | str | None = None, *, limit: int = 100) -> list[CommitInfo]:

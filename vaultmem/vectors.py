@@ -438,6 +438,14 @@ class GraphJob:
         return int(self.key["count"])
 
 
+def graph_imports() -> None:
+    """Import what ``GraphJob.run`` uses, on the calling thread: the builder thread then never takes an
+    import lock (``reindex.fork_safe``: a reader forked beside it could wait on one forever)."""
+    import filelock  # noqa: F401
+
+    ann.available()
+
+
 def graph_job(
     conn: sqlite3.Connection, root: Path, files: MatrixFile, model: str, dim: int
 ) -> GraphJob | None:

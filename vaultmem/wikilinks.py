@@ -6,7 +6,7 @@ Links inside fenced code blocks and inline code spans are examples, not links: t
 Also Obsidian's heading rule: how a heading reads in a link (``strip_heading``), which heading a link's
 ``#A#B`` lands on (``resolve_heading``), the shortest such path that lands on a given heading
 (``heading_anchor``), and the link from a summary to one section of a note indexed in place
-(``section_link``).
+(``section_link``) or to any leaf (``leaf_link``, labelled with ``leaf_words``).
 Pure: no I/O; what a target resolves to is the caller's ``Resolve``.
 """
 
@@ -226,6 +226,20 @@ def section_label(title: str, heading_path: str) -> str:
     if path and path[0].casefold() == title.casefold():
         path = path[1:]
     return " › ".join(path) or title
+
+
+_HEADING_LINE_RE = re.compile(r"[ \t]*#{1,6}[ \t]+(?P<text>[^\n]*\S)")
+
+
+def leaf_words(text: str, provenance: str, words: int = 10) -> str:
+    """What a link labels a leaf with after its time: its first ``words`` words; for a section of a
+    document or note (its text opens with its heading line, ``## Kyoto trip › Ryokan``) the text of that
+    heading, its heading path, never the Markdown marks."""
+    if '"heading_path"' in provenance:
+        heading = _HEADING_LINE_RE.match(text)
+        if heading is not None:
+            return " ".join(heading["text"].split())
+    return " ".join(text.split()[:words])
 
 
 def leaf_link(label: str, leaf_id: str, path: str, provenance: str) -> ChildLink:

@@ -595,7 +595,7 @@ def compose_latest(state: TopicState, newest_first: list[str], top: list[_Node],
 def _link(member: _Member) -> ChildLink:
     day = (member.ts or "")[:10]
     who = f"{member.speaker}: " if member.speaker else ""
-    words = " ".join(member.text.split()[:10])
+    words = wikilinks.leaf_words(member.text, member.provenance)
     link = wikilinks.leaf_link(f"{day} {who}{words}".strip(), member.id, member.path, member.provenance)
     return replace(link, mark=_version_mark(member))
 
