@@ -2148,17 +2148,24 @@ class Vault:
         *,
         source: str | None = None,
         mode: str | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
     ) -> agentio.Recall:
         """The block an agent puts in its system prompt for a query (or the last turns of a message list):
         core memory first (``core_text``: read only, nothing created), then the best remembered text in
-        what is left of ``budget_tokens`` (``context``). Never more than ``budget_tokens``."""
+        what is left of ``budget_tokens`` (``context``). Never more than ``budget_tokens``. ``as_of``
+        answers both as the vault stood then (core memory as ``core_block(as_of=)``, the leaves as in
+        ``search``); ``include_superseded`` as in ``search``."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         query = agentio.query_of(query_or_messages)
-        core = agentio.fit_lines(self.core_text().strip(), budget_tokens)
+        moment = _as_of(as_of)
+        core = agentio.fit_lines(self.core_text(as_of=moment).strip(), budget_tokens)
         left = budget_tokens - count_tokens(core)
         ctx = (
-            self.context(query, left, source=source, mode=mode)
+            self.context(
+                query, left, source=source, mode=mode, as_of=moment, include_superseded=include_superseded
+            )
             if query and left >= agentio.RECALL_MIN_CONTEXT
             else None
         )
