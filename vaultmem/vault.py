@@ -1275,15 +1275,17 @@ class Vault:
             self.conn, filters, as_of=_as_of(as_of), now=now, include_superseded=include_superseded
         )
         found = window_ranked(self.conn, query, filters, now, lambda q, f: self.searcher.search(q, k, f))
-        hits = self._versions(query, self._decayed(found, now), filters, include_superseded)[:k]
+        hits = self._versions(query, self._decayed(found, now, as_of), filters, include_superseded)[:k]
         self.record_query(query)
         self._asked(hits, now)
         return hits
 
-    def _decayed(self, hits: list[Hit], now: datetime | None) -> list[Hit]:
-        """With ``[decay]`` on, leaves nobody asked about for long rank lower (``decay.py``)."""
+    def _decayed(self, hits: list[Hit], now: datetime | None, as_of: object = None) -> list[Hit]:
+        """With ``[decay]`` on, leaves nobody asked about for long rank lower (``decay.py``). Not for an
+        ``as_of`` answer: the ``recall`` table knows only the last day a leaf was asked about, not when
+        it was asked before, so the ranking then cannot be rebuilt and the vault is answered undecayed."""
         half_life = self.config.decay_half_life_days
-        if half_life <= 0:
+        if half_life <= 0 or as_of is not None:
             return hits
         moment = now or datetime.now(UTC)
         return decay.reweigh(hits, decay.weights(self.conn, hits, moment, half_life, self.config.decay_floor))
@@ -1362,7 +1364,9 @@ class Vault:
             filters=filters,
             now=now,
             embedder=lambda: self.embedder,
-            rank=lambda found: self._versions(query, self._decayed(found, now), filters, include_superseded),
+            rank=lambda found: self._versions(
+                query, self._decayed(found, now, as_of), filters, include_superseded
+            ),
         )
         self.record_query(query)
         self._asked([item.hit for item in ctx.items], now)
