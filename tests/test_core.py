@@ -650,6 +650,8 @@ def test_as_of_rebuilds_the_block_across_an_update_and_a_budget_move(
         assert shown("2026-06-30") == {"L", "T"}  # the month before the move
         assert shown("2026-07-10") == {"P", "C"} == shown(None)  # after the move: as now
         assert vault.check().ok
+        vault.reindex()  # the files alone say it
+        assert shown("2026-06-01") == {"L", "T"} and vault.check().ok
     code, out, _err = run(["core", "--as-of", "2026-06-01", "--vault", str(tmp_path / "v")], capsys)
     assert code == 0 and LISBON in out and TEA in out and BERLIN not in out and PEANUTS not in out
 
