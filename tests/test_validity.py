@@ -257,7 +257,7 @@ def test_recall_as_of_gives_core_memory_and_leaves_as_they_stood(updated: tuple[
 
 
 def test_cli_recall_as_of(updated: tuple[Vault, str, str]) -> None:
-    vault, _old, _new = updated
+    vault, old, new = updated
     root = str(vault.layout.root)
     with vault:
         _core_versions(vault)
@@ -269,6 +269,13 @@ def test_cli_recall_as_of(updated: tuple[Vault, str, str]) -> None:
     now = run_cli("recall", "Tidepool launch deadline", "--vault", root)
     assert now.returncode == 0, now.stderr
     assert DUE_LATER in now.stdout and DUE not in now.stdout and "3 April" in now.stdout
+    # --include-superseded is honoured by every command that offers it (search is tested above).
+    query = "deadline 27 March keep that in mind"
+    for command in ("context", "recall"):
+        args = [command, query, "--mode", "flat", "--json", "--vault", root]
+        plain = [i["id"] for i in json.loads(run_cli(*args).stdout)["items"]]
+        raw = [i["id"] for i in json.loads(run_cli(*args, "--include-superseded").stdout)["items"]]
+        assert plain.index(new) < plain.index(old) and raw[0] == old, command
 
 
 def test_parse_rejects_what_is_not_validity() -> None:
