@@ -614,6 +614,71 @@ def test_a_core_entry_updated_by_another_entry_becomes_a_version_and_as_of_answe
     assert code == 0 and BERLIN in out and LISBON not in out
 
 
+PEANUTS = "Allergic to peanuts; carries an epinephrine pen on every trip abroad and on long hikes."
+CELLO = "Plays cello in an amateur orchestra on Thursday evenings; concerts in June and December."
+
+
+def test_as_of_rebuilds_the_block_across_an_update_and_a_budget_move(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #20: an entry the budget moves to knowledge.md records the day it left the prompt (and keeps
+    its version keys), so ``as_of`` answers the block as it stood before the update, between the update
+    and the move, and after the move, through the Python API and the CLI."""
+    vault, clock = _profile(tmp_path, SMALL + "[updates]\nauto_apply = true\nauto_apply_at = 0.75\n")
+    with vault:
+        vault.core_update("user-profile", [LISBON])  # 2026-05-02: a new version of BERLIN
+        clock[0] = datetime(2026, 7, 10, 10, tzinfo=UTC)
+        done = vault.core_update("user-profile", [PEANUTS, CELLO])  # over the 240-character budget
+        assert {e for e, to, _ in done.moved} == {TEA, LISBON}
+        assert all(to == "core/knowledge.md" for _, to, _ in done.moved)
+        knowledge = (vault.layout.root / "core" / "knowledge.md").read_text(encoding="utf-8")
+        old_id = corefile.entry_id(BERLIN)
+        assert (
+            f"{LISBON} <!-- valid_from: 2026-05-02; supersedes: {old_id}; from_file: user-profile;"
+            " left_prompt: 2026-07-10 -->" in knowledge
+        )
+        assert f"{TEA} <!-- from_file: user-profile; left_prompt: 2026-07-10 -->" in knowledge
+
+        def shown(when: str | None) -> set[str]:
+            text = vault.core_block(as_of=when).text
+            named = (("B", BERLIN), ("L", LISBON), ("T", TEA), ("P", PEANUTS), ("C", CELLO))
+            return {n for n, e in named if e in text}
+
+        assert shown("2026-04-01") == {"B", "T"}  # before the update
+        assert shown("2026-06-01") == {"L", "T"}  # after it, before the move
+        # An entry without valid_from counts from the start of its tag's month (the tag is all it has).
+        assert shown("2026-06-30") == {"L", "T"}  # the month before the move
+        assert shown("2026-07-10") == {"P", "C"} == shown(None)  # after the move: as now
+        assert vault.check().ok
+        vault.reindex()  # the files alone say it
+        assert shown("2026-06-01") == {"L", "T"} and vault.check().ok
+    code, out, _err = run(["core", "--as-of", "2026-06-01", "--vault", str(tmp_path / "v")], capsys)
+    assert code == 0 and LISBON in out and TEA in out and BERLIN not in out and PEANUTS not in out
+
+
+def test_an_archived_entry_keeps_its_version_and_move_keys() -> None:
+    """knowledge.md's own overflow goes to its archive: the line keeps ``from_file``/``left_prompt`` and
+    its version keys, so ``as_of`` still finds where it was before it left the prompt."""
+    entry = corefile.moved(
+        corefile.versioned(Entry(LISBON, "2026-05"), valid_from="2026-05-02", supersedes="0123456789"),
+        "user-profile",
+        "2026-07-10",
+    )
+    gone = corefile.archived(entry, "2026-09-01", "over budget")
+    assert gone.raw is not None and gone.raw.endswith(
+        "<!-- left 2026-09-01: over budget; valid_from: 2026-05-02; supersedes: 0123456789;"
+        " from_file: user-profile; left_prompt: 2026-07-10 -->"
+    )
+    origin = gone.left_prompt()
+    assert (
+        origin is not None and origin[0] == "user-profile" and origin[1] == datetime(2026, 7, 10, tzinfo=UTC)
+    )
+    assert gone.held_at(datetime(2026, 6, 1, tzinfo=UTC)) and not gone.held_at(
+        datetime(2026, 4, 1, tzinfo=UTC)
+    )
+    assert Entry("Moved from: home office", raw="- Moved from: home office").left_prompt() is None
+
+
 def test_below_auto_apply_a_core_update_is_reported_and_a_hand_written_superseded_by_applies_it(
     tmp_path: Path,
 ) -> None:

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -187,6 +188,43 @@ def test_reading_tools_frame_memory_with_provenance(vault: Vault) -> None:
             assert empty.startswith("nothing was remembered")
             nothing = text_of(await client.call_tool("search", {"query": "tungsten"}))
             assert nothing  # an answer, never an error, for a question the vault cannot answer
+
+    run(main)
+
+
+def test_reading_tools_take_as_of_and_include_superseded(vault: Vault) -> None:
+    """Issue #20 through MCP: ``search``, ``context`` and ``core`` answer as the vault stood at ``as_of``;
+    ``include_superseded`` ranks an old value as found."""
+    fill(vault)
+    old = next(h.id for h in vault.search("Tidepool patch due", kind="leaf") if "27 March" in h.text)
+    new = vault.supersede(old, "Diego: the Tidepool patch moved to 3 April.", source="assistant-chat").ids[0]
+    vault.flush()
+    learnt = vault.get(new).ingested
+    assert learnt is not None
+    later = (learnt + timedelta(days=1)).date().isoformat()
+    vault.clock = lambda: learnt
+    vault.core_update("projects", ["The Tidepool patch is due on 27 March 2026."])
+    vault.clock = lambda: learnt + timedelta(days=40)
+    vault.core_update("projects", ["The Tidepool patch is now due on 30 March 2026."])
+    query = "Tidepool patch due on 27 March before we leave"
+
+    async def main() -> None:
+        async with Client(server_for(vault)) as client:
+            ranked = ids_in(text_of(await client.call_tool("search", {"query": query})))
+            assert ranked.index(new) < ranked.index(old)
+            found = ids_in(
+                text_of(await client.call_tool("search", {"query": query, "include_superseded": True}))
+            )
+            assert found[0] == old
+            before = text_of(await client.call_tool("search", {"query": query, "as_of": "2020-01-01"}))
+            assert old not in before and new not in before
+            block = text_of(await client.call_tool("context", {"query": query, "as_of": "2020-01-01"}))
+            assert block == "nothing relevant remembered"
+            assert "27 March" in text_of(await client.call_tool("context", {"query": query, "as_of": later}))
+            core_then = text_of(await client.call_tool("core", {"as_of": later}))
+            assert "due on 27 March" in core_then and "30 March" not in core_then
+            core_now = text_of(await client.call_tool("core", {}))
+            assert "30 March" in core_now and "due on 27 March" not in core_now
 
     run(main)
 

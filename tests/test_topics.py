@@ -729,6 +729,86 @@ def test_a_version_link_accepted_in_review_marks_the_topic_after_the_next_worker
     assert not any("[superseded]" in p.read_text(encoding="utf-8") for p in topic.rglob("_summary.md"))
 
 
+def _quotes_unmarked(text: str, words: str) -> bool:
+    """Whether a summary's text has a line quoting ``words`` without saying it was replaced."""
+    return any(words in line and "[superseded]" not in line for line in text.splitlines())
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_a_version_link_marks_upper_topic_levels_and_digests_on_the_real_queue(
+    vault: Vault, edited: bool
+) -> None:
+    """Issue #20: after a link is accepted, the worker pass re-summarises every topic level above the
+    old value's level (no level quotes it unmarked) unless a person edited it (their text stays); the
+    day digests mark their links ``[superseded]`` / ``[current]`` and the day, week and month texts
+    that quote the old value mark it; a second pass writes nothing."""
+    vault.topic_settings = replace(vault.topic_settings, condense_fanout=2, condense_target=2)
+    old_fact = {
+        "id": "d0",
+        "role": "user",
+        "speaker": "Caroline",
+        "content": "The TidePool release deadline is 27 March, the printer needs the files a week before.",
+        "ts": "2024-05-01T08:00:00Z",
+        "session": "s0",
+        "source": "chat",
+    }
+    new_fact = {
+        **old_fact,
+        "id": "d1",
+        "content": "Heads up: the TidePool release deadline moved to 3 April, the printer agreed.",
+        "ts": "2024-05-05T16:00:00Z",
+        "session": "s4",
+    }
+    vault.ingest_messages([old_fact, *records(30), new_fact], source="chat")
+    vault.compact()
+    [proposal] = [p for p in vault.proposals() if "27 March" in vault.get(p.old).text]
+    root = vault.layout.root
+    topic = root / "topics" / "project-tidepool"
+    upper = [
+        p for p in topic.rglob("_summary.md") if p.parent != topic and any(p.parent.glob("*/_summary.md"))
+    ]
+    [above] = [p for p in upper if "27 March" in p.read_text(encoding="utf-8")]  # the test needs one
+    assert _quotes_unmarked(
+        parse_summary(above.read_text(encoding="utf-8"), "x/_summary.md")[0].text, "27 March"
+    )
+    if edited:  # a person rewrote the upper level in Obsidian
+        text = above.read_text(encoding="utf-8")
+        above.write_text(text.replace("step 12 is done", "step 12 is done (Mara checked)"), encoding="utf-8")
+        vault.check(fix=True)
+    theirs = above.read_text(encoding="utf-8")
+    day = root / "global" / "2024-05" / "2024-W18" / "2024-05-01" / "_summary.md"
+    for digest in (day, day.parent / "_summary.md", day.parent.parent / "_summary.md"):  # day, week, month
+        assert _quotes_unmarked(
+            parse_summary(digest.read_text(encoding="utf-8"), "x/_summary.md")[0].text, "27 March"
+        )
+    vault.decide(proposal.new, "accept")
+    vault.work()
+    summaries = sorted([*topic.rglob("_summary.md"), *(root / "global").rglob("_summary.md")])
+    after = {p: p.read_text(encoding="utf-8") for p in summaries}
+    if edited:
+        assert (
+            parse_summary(after[above], "x/_summary.md")[0].text
+            == parse_summary(theirs, "x/_summary.md")[0].text
+        )
+    kept = [k.removeprefix("- ") for k in parse_summary(theirs, "x/_summary.md")[0].text.splitlines() if k]
+    for path, text in after.items():
+        if edited and path == above:
+            continue
+        lines = parse_summary(text, "x/_summary.md")[0].text.splitlines()
+        if edited and path == topic / "_summary.md":  # the root quotes the person's level as they wrote it
+            lines = [line for line in lines if not any(k in line for k in kept)]
+        assert not _quotes_unmarked("\n".join(lines), "27 March"), path
+    assert "[superseded] " in parse_summary(after[above], "x/_summary.md")[0].text or edited
+    old_link = next(line for line in after[day].splitlines() if f"{proposal.old}|" in line)
+    assert old_link.endswith(" [superseded]")
+    later = next(p for p in after if p.parent.name == "2024-05-05")
+    new_link = next(line for line in after[later].splitlines() if f"{proposal.new}|" in line)
+    assert new_link.endswith(" [current]")
+    assert vault.check().ok
+    vault.work()  # a second pass writes nothing
+    assert {p: p.read_text(encoding="utf-8") for p in summaries} == after
+
+
 def test_topics_and_digests_link_a_notes_sections_by_their_headings(vault: Vault) -> None:
     """Notes written by hand are indexed where they are (#15): a topic or day digest names a section by
     the note's heading (``[[Projects/TidePool plan#Week 2|...]]``), and drilling into a topic lists

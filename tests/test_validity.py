@@ -222,6 +222,62 @@ def test_cli_as_of_and_include_superseded(updated: tuple[Vault, str, str]) -> No
     assert bad.returncode == 1 and "as-of" in bad.stderr and "Traceback" not in bad.stderr
 
 
+DUE = "The Tidepool release is due on 12 May 2024."
+DUE_LATER = "The Tidepool release is now due on 19 May 2024."
+
+
+def _core_versions(vault: Vault) -> None:
+    """Core memory with a version: 12 May learnt on 2 March, replaced by 19 May on 10 March."""
+    vault.clock = lambda: datetime(2024, 3, 2, 18, 0, tzinfo=UTC)
+    vault.core_update("projects", [DUE])
+    vault.clock = lambda: datetime(2024, 3, 10, 9, 0, tzinfo=UTC)
+    vault.core_update("projects", [DUE_LATER])
+
+
+def test_recall_as_of_gives_core_memory_and_leaves_as_they_stood(updated: tuple[Vault, str, str]) -> None:
+    """Issue #20: ``recall(as_of=)`` is one answer as the vault stood then: the core block and the leaves
+    both before the update; without it both give the current value; ``include_superseded`` reaches the
+    leaves (the old value ranked as found, first for its own words)."""
+    vault, old, new = updated
+    with vault:
+        _core_versions(vault)
+        then = vault.recall("Tidepool launch deadline", 600, as_of="2024-03-05")
+        assert DUE in then.core and DUE_LATER not in then.core
+        assert "27 March" in then.text and "3 April" not in then.text and DUE_LATER not in then.text
+        now = vault.recall("Tidepool launch deadline", 600)
+        assert DUE_LATER in now.core and DUE not in now.core
+        assert "3 April" in now.text and "[current]" in now.text
+        query = "deadline 27 March keep that in mind"
+        ranked = [i.hit.id for i in vault.recall(query, 600, mode="flat").context.items]
+        assert ranked.index(new) < ranked.index(old)
+        found = [
+            i.hit.id for i in vault.recall(query, 600, mode="flat", include_superseded=True).context.items
+        ]
+        assert found[0] == old
+
+
+def test_cli_recall_as_of(updated: tuple[Vault, str, str]) -> None:
+    vault, old, new = updated
+    root = str(vault.layout.root)
+    with vault:
+        _core_versions(vault)
+    then = run_cli("recall", "Tidepool launch deadline", "--as-of", "2024-03-05", "--json", "--vault", root)
+    assert then.returncode == 0, then.stderr
+    data = json.loads(then.stdout)
+    assert DUE in data["core"] and DUE_LATER not in data["core"]
+    assert "27 March" in data["text"] and "3 April" not in data["text"]
+    now = run_cli("recall", "Tidepool launch deadline", "--vault", root)
+    assert now.returncode == 0, now.stderr
+    assert DUE_LATER in now.stdout and DUE not in now.stdout and "3 April" in now.stdout
+    # --include-superseded is honoured by every command that offers it (search is tested above).
+    query = "deadline 27 March keep that in mind"
+    for command in ("context", "recall"):
+        args = [command, query, "--mode", "flat", "--json", "--vault", root]
+        plain = [i["id"] for i in json.loads(run_cli(*args).stdout)["items"]]
+        raw = [i["id"] for i in json.loads(run_cli(*args, "--include-superseded").stdout)["items"]]
+        assert plain.index(new) < plain.index(old) and raw[0] == old, command
+
+
 def test_parse_rejects_what_is_not_validity() -> None:
     with pytest.raises(FrontmatterError, match="valid_to"):
         validity.parse({"valid_from": "2024-05-01", "valid_to": "2024-04-01"})

@@ -95,9 +95,20 @@ def search_text(
     source: str | None = None,
     since: str | None = None,
     until: str | None = None,
+    as_of: str | None = None,
+    include_superseded: bool = False,
 ) -> str:
     """``Vault.search``, each hit framed with its provenance."""
-    return render_hits(vault, vault.search(query, limit, source=source, since=since, until=until))
+    hits = vault.search(
+        query,
+        limit,
+        source=source,
+        since=since,
+        until=until,
+        as_of=as_of,
+        include_superseded=include_superseded,
+    )
+    return render_hits(vault, hits)
 
 
 def render_hits(vault: Vault, hits: Sequence[Hit]) -> str:
@@ -117,12 +128,20 @@ def render_hits(vault: Vault, hits: Sequence[Hit]) -> str:
     return framed(sections, "no memories match")
 
 
-def context_text(vault: Vault, query: str, budget: int = 1024, source: str | None = None) -> str:
+def context_text(
+    vault: Vault,
+    query: str,
+    budget: int = 1024,
+    source: str | None = None,
+    *,
+    as_of: str | None = None,
+    include_superseded: bool = False,
+) -> str:
     """``Vault.context`` with the provenance of each item inside the frame, the whole within ``budget``:
     when the sources do not fit beside the text, the lowest-ranked items go (re-rendered, never cut)."""
     from vaultmem.context import assemble
 
-    ctx = vault.context(query, budget, source=source)
+    ctx = vault.context(query, budget, source=source, as_of=as_of, include_superseded=include_superseded)
     if not ctx.items:
         return "nothing relevant remembered"
 

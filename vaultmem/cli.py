@@ -580,6 +580,37 @@ def context(
 
 
 @app.command()
+def recall(
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="The question the block is for.")],
+    budget: Annotated[
+        int, typer.Option("--budget", "-b", metavar="TOKENS", help="Token budget for the whole block.")
+    ] = 1024,
+    source: SourceFilter = None,
+    mode: Annotated[
+        str | None,
+        typer.Option("--mode", metavar="MODE", help="flat | collapsed | walk (default: the measured best)"),
+    ] = None,
+    as_of: AsOfOpt = None,
+    include_superseded: IncludeSupersededOpt = False,
+    vault_path: VaultOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What an agent puts in its system prompt for QUERY: core memory, then context.
+
+    Core memory first (read only), then the remembered text for QUERY in what is left of the budget;
+    with --as-of, both as the vault stood then.
+    """
+    with open_vault(vault_path) as vault:
+        found = vault.recall(
+            query, budget, source=source, mode=mode, as_of=as_of, include_superseded=include_superseded
+        )
+    if as_json:
+        emit_json(found.as_dict())
+        return
+    typer.echo(found.text or "(nothing remembered)")
+
+
+@app.command()
 def topics(
     limit: Annotated[int, _limit_opt("How many entities.")] = 20,
     rescan: Annotated[

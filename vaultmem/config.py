@@ -320,6 +320,10 @@ def parse_config(text: str, where: str = "config.toml") -> Config:
         raise InvalidInput(f"{where}: llm.max_concurrent must be at least 1")
     if not 0 < config.updates_auto_apply_at <= 1:
         raise InvalidInput(f"{where}: updates.auto_apply_at must be above 0 and at most 1")
+    if config.decay_half_life_days < 0:
+        raise InvalidInput(f"{where}: decay.half_life_days must not be negative (0 turns decay off)")
+    if not 0 <= config.decay_floor <= 1:
+        raise InvalidInput(f"{where}: decay.floor must be between 0 and 1 (a share of a leaf's score)")
     return config
 
 

@@ -23,6 +23,9 @@ entry with ``superseded_by`` and no ``valid_to`` does not hold now; one replaced
 the archive with ``valid_to`` and ``superseded_by`` in its ``left`` comment, and its successor carries
 ``valid_from`` and ``supersedes``. ``held_at`` says whether an entry was in the file at a moment (for
 ``as_of``): its tag's month not after it, its window around it, and for an archived one, left after it.
+An entry the budget moves from an in-prompt file to ``knowledge.md`` carries its version keys and
+``from_file: NAME; left_prompt: YYYY-MM-DD`` (``moved``), so ``as_of`` before that day puts it back in
+its file's part of the block (``left_prompt``).
 """
 
 from __future__ import annotations
@@ -142,6 +145,14 @@ class Entry:
             return ()
         return tuple(i for k, i in _LINK_RE.findall(self.raw) if k == key)
 
+    def left_prompt(self) -> tuple[str, datetime] | None:
+        """(the in-prompt file, the day) an entry the budget moved to ``knowledge.md`` left the prompt
+        from (its ``from_file: NAME; left_prompt: YYYY-MM-DD``), else None."""
+        keys = dict(carried(self))
+        name, day = keys.get(FROM_FILE), keys.get(LEFT_PROMPT)
+        moment = _window_moment(day) if day else None
+        return (name, moment) if name and moment is not None else None
+
     def left_on(self) -> datetime | None:
         """When an archived entry left its file (its ``<!-- left YYYY-MM-DD: ... -->``), else None."""
         found = _LEFT_RE.search(self.raw or "")
@@ -170,6 +181,11 @@ class Entry:
 
 
 _WINDOW_RE = re.compile(r"\bvalid_(from|to):\s*([0-9][0-9:TZ+.\-]*)")
+FROM_FILE = "from_file"  # an entry the budget moved out of an in-prompt file: which file ...
+LEFT_PROMPT = "left_prompt"  # ... and the day it left the prompt (``as_of`` puts it back before then)
+_CARRIED_RE = re.compile(
+    r"\b(valid_from|valid_to|supersedes|superseded_by|from_file|left_prompt):\s*([0-9a-z][0-9a-zA-Z:+.\-]*)"
+)
 _LINK_RE = re.compile(r"\b(supersedes|superseded_by):\s*([0-9a-f]{10})\b")
 _LEFT_RE = re.compile(r"<!-- left (\d{4}-\d{2}-\d{2}):")
 _ID_WORDS_RE = re.compile(r"\w+")
@@ -184,8 +200,27 @@ def entry_id(text: str) -> str:
 
 def versioned(entry: Entry, **keys: str) -> Entry:
     """``entry`` with version keys (``valid_from``, ``supersedes``...) in a comment on its line."""
-    said = "; ".join(f"{k}: {v}" for k, v in keys.items())
+    return _commented(entry, list(keys.items()))
+
+
+def _commented(entry: Entry, keys: Sequence[tuple[str, str]]) -> Entry:
+    said = "; ".join(f"{k}: {v}" for k, v in keys)
     return Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- {said} -->", entry.bullet)
+
+
+def carried(entry: Entry) -> list[tuple[str, str]]:
+    """The version and move keys in the comments of an entry's line, in order (what travels with it
+    when the engine writes it elsewhere from its redacted text)."""
+    comments = " ".join(_COMMENT_RE.findall(entry.raw or ""))
+    return [(k, v) for k, v in _CARRIED_RE.findall(comments)]
+
+
+def moved(entry: Entry, name: str, day: str) -> Entry:
+    """An entry leaving the in-prompt file ``name`` for ``knowledge.md`` on ``day`` (YYYY-MM-DD): its
+    redacted text and tag, its version keys, and ``from_file``/``left_prompt`` (so ``as_of`` before
+    that day puts it back in the block)."""
+    keys = [(k, v) for k, v in carried(entry) if k not in (FROM_FILE, LEFT_PROMPT)]
+    return _commented(Entry(entry.text, entry.tag), [*keys, (FROM_FILE, name), (LEFT_PROMPT, day)])
 
 
 def _window_moment(value: str) -> datetime | None:
@@ -378,13 +413,15 @@ def archive_template(spec: CoreSpec) -> CoreDoc:
 
 def archived(entry: Entry, day: str, reason: str, superseded_by: str | None = None) -> Entry:
     """An entry as an archive line: tag and text kept, when and why it left in a trailing comment (for an
-    entry a new version replaced: ``valid_to`` that day and ``superseded_by`` its successor's id; a
-    ``valid_from`` it had is kept)."""
+    entry a new version replaced: ``valid_to`` that day and ``superseded_by`` its successor's id; the
+    other keys it had, ``valid_from``, ``from_file``, ``left_prompt``..., are kept)."""
     why = " ".join(reason.replace("--", "-").split())
+    keys = carried(entry)
     if superseded_by is not None:
-        start = dict(_WINDOW_RE.findall(entry.raw or "")).get("from")
-        kept = f"valid_from: {start}; " if start else ""
-        why += f"; {kept}valid_to: {day}; superseded_by: {superseded_by}"
+        keys = [(k, v) for k, v in keys if k not in ("valid_to", "superseded_by")]
+        keys += [("valid_to", day), ("superseded_by", superseded_by)]
+    if keys:
+        why += "; " + "; ".join(f"{k}: {v}" for k, v in keys)
     return Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- left {day}: {why} -->", entry.bullet)
 
 

@@ -295,8 +295,8 @@ def block(env: MemoryEnv, *, write: bool = True, as_of: datetime | None = None) 
     With ``write``, missing files are created and hand edits indexed on the way (a ``stat`` per file
     when there are none); without it nothing is written: a missing file counts as its template (which
     adds nothing to the block), the files are read as they are. ``as_of``: the block as core memory
-    stood then (entries learnt by then and valid then, archived ones that had not left yet; the
-    budgets as now)."""
+    stood then (entries learnt by then and valid then, archived ones that had not left yet, those the
+    budget moved to knowledge.md after then; the budgets as now)."""
     if write and as_of is None:
         ensure(env)
         sync(env, ["core"])
@@ -305,6 +305,7 @@ def block(env: MemoryEnv, *, write: bool = True, as_of: datetime | None = None) 
     total = env.settings.core.total_budget
     parts: list[tuple[CoreDoc, list[Item]]] = []
     left: list[str] = []
+    away = _moved_out(env, now) if as_of is not None else {}
     for name in names(env):
         doc, _ = load(env, name)
         if not doc.in_prompt:
@@ -317,9 +318,10 @@ def block(env: MemoryEnv, *, write: bool = True, as_of: datetime | None = None) 
 
         held = [x for x in doc.items if not isinstance(x, Entry) or holds(x)]
         left += [f"{name}: {x.text} (not valid now)" for x in doc.entries if not holds(x)]
-        if as_of is not None:  # what had not left the file yet
+        if as_of is not None:  # what had not left the file yet (for its archive, or for knowledge.md)
             archive, _ = _load_archive(env, name)
             held += [x for x in archive.entries if x.held_at(now)]
+            held += away.get(name, [])
         kept, evicted = corepolicy.evict(held, doc.budget, tag)
         left += [f"{name}: {x.entry.text}" for x in evicted]
         parts.append((doc, kept))
@@ -350,6 +352,18 @@ def block(env: MemoryEnv, *, write: bool = True, as_of: datetime | None = None) 
         text = render()
     shown = tuple(doc.name for doc, items in parts if corefile.prompt_text(items))
     return CoreBlock(text, len(text), total, shown, tuple(left))
+
+
+def _moved_out(env: MemoryEnv, moment: datetime) -> dict[str, list[Entry]]:
+    """The entries of ``knowledge.md`` (and its archive) the budget moved out of an in-prompt file
+    after ``moment`` and that held then, by the file they left (``corefile.moved``)."""
+    out: dict[str, list[Entry]] = {}
+    for doc in (load(env, corefile.OVERFLOW)[0], _load_archive(env, corefile.OVERFLOW)[0]):
+        for entry in doc.entries:
+            origin = entry.left_prompt()
+            if origin is not None and origin[1] > moment and entry.held_at(moment):
+                out.setdefault(origin[0], []).append(entry)
+    return out
 
 
 def _changed(old: str, new: str) -> bool:
@@ -465,7 +479,8 @@ def _place(
     archive = [x for x in leaving if x not in overflow]
     if overflow:
         target, digest = load(env, corefile.OVERFLOW)
-        fresh = [Entry(x.entry.text, x.entry.tag) for x in overflow]  # redacted text, never a raw line
+        # Redacted text, never a raw line; the version keys and the day it left the prompt travel along.
+        fresh = [corefile.moved(x.entry, doc.name, now.strftime("%Y-%m-%d")) for x in overflow]
         outcome = corepolicy.apply(target.items, fresh, target.budget, corefile.month(now), _changed)
         _archive(env, target, outcome.leaving, now)
         write(env, corefile.rel_path(corefile.OVERFLOW), corefile.render(target, outcome.items), digest)

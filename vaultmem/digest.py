@@ -222,7 +222,10 @@ class _DayLeaf:
     provenance: str = "{}"  # a note's section is linked by its heading, kept there
 
     def link(self, label: str) -> ChildLink:
-        return wikilinks.leaf_link(label, self.id, self.path, self.provenance)
+        """The digest's link to the leaf, with its version mark (``[superseded]``/``[current]``, as a
+        topic's link has it)."""
+        link = wikilinks.leaf_link(label, self.id, self.path, self.provenance)
+        return replace(link, mark=validity.marked("", self.supersedes, self.superseded_by).strip())
 
 
 def day_leaves(conn: sqlite3.Connection, day: date) -> list[_DayLeaf]:

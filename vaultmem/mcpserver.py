@@ -75,6 +75,8 @@ CHANGE = ToolAnnotations(
 
 Query = Annotated[str, Field(description="The question or words to look for")]
 Ref = Annotated[str, Field(description="A node id, or a Markdown file's path relative to the vault")]
+AsOf = Annotated[str | None, Field(description="ISO date: as memory stood then")]
+IncludeSuperseded = Annotated[bool, Field(description="Rank replaced memories as found")]
 NodeId = Annotated[str, Field(description="A node id (16 hex, or s + 15 hex for a level)")]
 Reason = Annotated[str | None, Field(description="Why, in a few words (goes into the git history)")]
 
@@ -283,20 +285,35 @@ class VaultServer:
             source: Annotated[str | None, Field(description="Only this source")] = None,
             since: Annotated[str | None, Field(description="ISO date: not before")] = None,
             until: Annotated[str | None, Field(description="ISO date: not after")] = None,
+            as_of: AsOf = None,
+            include_superseded: IncludeSuperseded = False,
         ) -> str:
             """Hybrid (words + meaning) search over memories: ranked hits with id, time, source, path."""
             with handle.use() as vault:
-                return agenttools.search_text(vault, query, limit, source=source, since=since, until=until)
+                return agenttools.search_text(
+                    vault,
+                    query,
+                    limit,
+                    source=source,
+                    since=since,
+                    until=until,
+                    as_of=as_of,
+                    include_superseded=include_superseded,
+                )
 
         @server.tool(annotations=RO, structured_output=False)
         def context(
             query: Query,
             budget: Annotated[int, Field(ge=64, le=16000, description="Token budget of the block")] = 1024,
             source: Annotated[str | None, Field(description="Only this source")] = None,
+            as_of: AsOf = None,
+            include_superseded: IncludeSuperseded = False,
         ) -> str:
             """The best remembered text for a question within a token budget (non-overlapping, with sources)."""
             with handle.use() as vault:
-                return agenttools.context_text(vault, query, budget, source)
+                return agenttools.context_text(
+                    vault, query, budget, source, as_of=as_of, include_superseded=include_superseded
+                )
 
         @server.tool(annotations=RO, structured_output=False)
         def read(ref: Ref) -> str:
@@ -417,10 +434,10 @@ class VaultServer:
         handle, source_of = self.handle, self.source
 
         @server.tool(annotations=RO, structured_output=False)
-        def core() -> str:
+        def core(as_of: AsOf = None) -> str:
             """Core memory: the short files about the person and the work that ride in every prompt."""
             with handle.use() as vault:
-                text = vault.core_text()
+                text = vault.core_text(as_of=as_of)
                 return agenttools.framed([neutralise(text)] if text.strip() else [], "core memory is empty")
 
         if self.options.read_only:

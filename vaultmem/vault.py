@@ -1307,15 +1307,17 @@ class Vault:
             self.conn, filters, as_of=_as_of(as_of), now=now, include_superseded=include_superseded
         )
         found = window_ranked(self.conn, query, filters, now, lambda q, f: self.searcher.search(q, k, f))
-        hits = self._versions(query, self._decayed(found, now), filters, include_superseded)[:k]
+        hits = self._versions(query, self._decayed(found, now, as_of), filters, include_superseded)[:k]
         self.record_query(query)
         self._asked(hits, now)
         return hits
 
-    def _decayed(self, hits: list[Hit], now: datetime | None) -> list[Hit]:
-        """With ``[decay]`` on, leaves nobody asked about for long rank lower (``decay.py``)."""
+    def _decayed(self, hits: list[Hit], now: datetime | None, as_of: object = None) -> list[Hit]:
+        """With ``[decay]`` on, leaves nobody asked about for long rank lower (``decay.py``). Not for an
+        ``as_of`` answer: the ``recall`` table knows only the last day a leaf was asked about, not when
+        it was asked before, so the ranking then cannot be rebuilt and the vault is answered undecayed."""
         half_life = self.config.decay_half_life_days
-        if half_life <= 0:
+        if half_life <= 0 or as_of is not None:
             return hits
         moment = now or datetime.now(UTC)
         return decay.reweigh(hits, decay.weights(self.conn, hits, moment, half_life, self.config.decay_floor))
@@ -1394,7 +1396,9 @@ class Vault:
             filters=filters,
             now=now,
             embedder=lambda: self.embedder,
-            rank=lambda found: self._versions(query, self._decayed(found, now), filters, include_superseded),
+            rank=lambda found: self._versions(
+                query, self._decayed(found, now, as_of), filters, include_superseded
+            ),
         )
         self.record_query(query)
         self._asked([item.hit for item in ctx.items], now)
@@ -2189,17 +2193,24 @@ class Vault:
         *,
         source: str | None = None,
         mode: str | None = None,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
     ) -> agentio.Recall:
         """The block an agent puts in its system prompt for a query (or the last turns of a message list):
         core memory first (``core_text``: read only, nothing created), then the best remembered text in
-        what is left of ``budget_tokens`` (``context``). Never more than ``budget_tokens``."""
+        what is left of ``budget_tokens`` (``context``). Never more than ``budget_tokens``. ``as_of``
+        answers both as the vault stood then (core memory as ``core_block(as_of=)``, the leaves as in
+        ``search``); ``include_superseded`` as in ``search``."""
         if budget_tokens < 1:
             raise InvalidInput("the token budget must be positive")
         query = agentio.query_of(query_or_messages)
-        core = agentio.fit_lines(self.core_text().strip(), budget_tokens)
+        moment = _as_of(as_of)
+        core = agentio.fit_lines(self.core_text(as_of=moment).strip(), budget_tokens)
         left = budget_tokens - count_tokens(core)
         ctx = (
-            self.context(query, left, source=source, mode=mode)
+            self.context(
+                query, left, source=source, mode=mode, as_of=moment, include_superseded=include_superseded
+            )
             if query and left >= agentio.RECALL_MIN_CONTEXT
             else None
         )

@@ -275,12 +275,24 @@ class TopicPlanner:
         writes: list[FileWrite] = []
         moves: list[tuple[str, str]] = []
         # Levels that lost leaves (deleted, or the entity taken off by hand) are rewritten without them.
+        written: set[str] = set()
         for level in state.levels.values():
             if level.node.stale or any(i in gone for i in level.links) or level in versioned:
                 level.links = [i for i in level.links if i not in gone]
                 if level in versioned and level.links and not level.node.hand_edited:
                     level.text = self.extractive.summarise(self._children(state, level.links), 1).text
                 writes.append(self._level_write(state, level, guarded=True))
+                written.add(level.dir)
+        # The levels above a re-marked one are summarised again from their levels (a person's edited
+        # level keeps its text), so no level quotes an old value unmarked.
+        for parent in _above(state, [lv for lv in versioned if lv.text != lv.node.text]):
+            if parent.dir in written or parent.node.hand_edited:
+                continue
+            kids = [state.levels[d] for d in parent.subdirs if d in state.levels]
+            parent.text = self.extractive.summarise(_level_children(kids), parent.depth).text
+            if parent.text != parent.node.text:
+                writes.append(self._level_write(state, parent, guarded=True))
+                written.add(parent.dir)
         recent = [i for i in (state.root.links if state.root else []) if i in state.members]
         recent += [m.id for m in new]
         recent.sort(key=lambda i: (state.members[i].ts or "", state.members[i].path))
@@ -422,17 +434,7 @@ class TopicPlanner:
                 continue
             # The oldest levels are grouped; the newest stay at the top where they are read first.
             group = top[: s.condense_target]
-            kids = [
-                Child(
-                    lv.text,
-                    None,
-                    title=lv.title,
-                    ts=parse_ts(lv.earliest),
-                    weight=float(max(1, lv.descendants)),
-                )
-                for lv in group
-            ]
-            result = self.extractive.summarise(kids, depth + 1)
+            result = self.extractive.summarise(_level_children(group), depth + 1)
             first = (group[0].earliest or "undated")[:10]
             title = clean_title(f"{first} {result.title}")
             directory = numbers.next(base, title)
@@ -598,6 +600,25 @@ def _link(member: _Member) -> ChildLink:
     words = wikilinks.leaf_words(member.text, member.provenance)
     link = wikilinks.leaf_link(f"{day} {who}{words}".strip(), member.id, member.path, member.provenance)
     return replace(link, mark=_version_mark(member))
+
+
+def _level_children(levels: Sequence[_Node]) -> list[Child]:
+    """Levels as the children a parent level is summarised from."""
+    return [
+        Child(lv.text, None, title=lv.title, ts=parse_ts(lv.earliest), weight=float(max(1, lv.descendants)))
+        for lv in levels
+    ]
+
+
+def _above(state: TopicState, levels: Sequence[_Node]) -> list[_Node]:
+    """The levels above ``levels`` (their parents, the parents' parents...), lowest first."""
+    found: dict[str, _Node] = {}
+    for level in levels:
+        up = state.levels.get(level.parent_dir)
+        while up is not None and up.dir not in found:
+            found[up.dir] = up
+            up = state.levels.get(up.parent_dir)
+    return sorted(found.values(), key=lambda lv: lv.depth)
 
 
 def _version_mark(member: _Member) -> str:
