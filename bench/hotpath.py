@@ -65,7 +65,10 @@ def main() -> None:
                     text=True,
                     check=True,
                 ).stdout.split()
-                got = (*map(float, out[:2]), *(float(out[i]) if len(out) > i else float("nan") for i in (2, 3)))
+                got = (
+                    *map(float, out[:2]),
+                    *(float(out[i]) if len(out) > i else float("nan") for i in (2, 3)),
+                )
                 old = best.get(name)
                 best[name] = tuple(min(a, b) for a, b in zip(old, got, strict=True)) if old else got  # type: ignore[assignment]
     n = args.messages

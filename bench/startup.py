@@ -27,7 +27,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import table
 
 ROOT = Path(__file__).resolve().parent.parent
-GROUPS = ["numpy", "typer", "pydantic", "pydantic_core", "rich", "click", "yaml", "email", "filelock", "tokenizers", "git"]
+GROUPS = [
+    "numpy",
+    "typer",
+    "pydantic",
+    "pydantic_core",
+    "rich",
+    "click",
+    "yaml",
+    "email",
+    "filelock",
+    "tokenizers",
+    "git",
+]
 HEAVY = [
     "vaultmem.redact",
     "vaultmem.entities_names",

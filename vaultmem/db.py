@@ -661,7 +661,9 @@ def delete_triggers(conn: sqlite3.Connection) -> dict[str, str]:
     return _triggers(conn, "DELETE")
 
 
-def bulk_delete(conn: sqlite3.Connection, rows: str = "1", params: Mapping[str, object] | None = None) -> None:
+def bulk_delete(
+    conn: sqlite3.Connection, rows: str = "1", params: Mapping[str, object] | None = None
+) -> None:
     """Delete the rows of ``chunks`` for which ``rows`` holds (a condition on the alias ``c``, with named
     ``params``) with the delete triggers off, their work done once for all of them first
     (``DELETE_TRIGGERS_AS_SETS``): the rows go in rowid order, as the per-row triggers log them. Inside
