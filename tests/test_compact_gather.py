@@ -81,7 +81,15 @@ def test_gathered_calls_write_the_tree_the_calls_one_by_one_wrote(
 def test_gathered_calls_keep_every_vector_and_summary_with_minilm(tmp_path: Path) -> None:
     """The real model on two processes: a batch is the same batch wherever it runs, so the rows are
     bit for bit the ones each level's own call gave."""
-    now = _tree(tmp_path / "now", NumpyBertEmbedder(default_model_path(), workers=2))
+    gathered: list[int] = []
+
+    class Gathering(NumpyBertEmbedder):
+        def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
+            gathered.append(len(calls))
+            return super().embed_calls(calls)
+
+    now = _tree(tmp_path / "now", Gathering(default_model_path(), workers=2))
+    assert gathered and max(gathered) >= 6  # several levels' calls embedded together
     original = Remembering.prepare
     try:
         Remembering.prepare = lambda self, calls: None  # type: ignore[method-assign]
