@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import table
+from _common import run_in_tree, table
 
 _RUN = """
 import hashlib, json, resource, sqlite3, sys, time
@@ -75,14 +73,7 @@ def main() -> None:
                     key=args.conversation,
                     vault=str(Path(tmp) / f"{name}-{run}"),
                 )
-                out = subprocess.run(
-                    [sys.executable, "-c", code],
-                    env={**os.environ, "PYTHONPATH": str(tree)},
-                    cwd=tmp,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout
+                out = run_in_tree(code, tree, tmp)
                 got = json.loads(out.strip().splitlines()[-1])
                 digests[name].add((got.pop("files"), got.pop("vectors")))
                 old = best.get(name)

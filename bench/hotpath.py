@@ -12,14 +12,12 @@ far less than the wall time; so is the reindex's (this process and its forked re
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import table
+from _common import run_in_tree, table
 
 _RUN = """
 import resource, sys, time
@@ -57,14 +55,7 @@ def main() -> None:
             for name, tree in trees.items():
                 vault = Path(tmp) / f"{name}-{run}"
                 code = _RUN.format(bench=str(Path(__file__).parent), n=args.messages, vault=str(vault))
-                out = subprocess.run(
-                    [sys.executable, "-c", code],
-                    env={**os.environ, "PYTHONPATH": str(tree)},
-                    cwd=tmp,
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout.split()
+                out = run_in_tree(code, tree, tmp).split()
                 got = (
                     *map(float, out[:2]),
                     *(float(out[i]) if len(out) > i else float("nan") for i in (2, 3)),
