@@ -78,9 +78,12 @@ def test_gathered_calls_write_the_tree_the_calls_one_by_one_wrote(
 
 
 @pytest.mark.slow
-def test_gathered_calls_keep_every_vector_and_summary_with_minilm(tmp_path: Path) -> None:
+def test_gathered_calls_keep_every_vector_and_summary_with_minilm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The real model on two processes: a batch is the same batch wherever it runs, so the rows are
     bit for bit the ones each level's own call gave."""
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 32)  # this small chat's batches are gathered, shared too
     gathered: list[int] = []
 
     class Gathering(NumpyBertEmbedder):
