@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 TOPICS = [
     "the Atlas migration to Postgres 16",
@@ -63,3 +67,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = [" | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def run_in_tree(code: str, tree: Path, cwd: str) -> str:
+    """The standard output of ``python -c code`` in a new process that imports vaultmem from ``tree``."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout

@@ -4,8 +4,10 @@
 
 ``--base`` is a directory holding another copy of the ``vaultmem`` package (``git archive main vaultmem |
 tar -x -C /tmp/base``): each run alternates the two trees, so a loaded machine slows both alike, and
-the figures are the minimum over the runs (the least disturbed one). Reported: the import time of
-each heavy module (cumulative, ``python -X importtime``), the vaultmem modules imported, a whole
+the figures are the minimum over the runs (the least disturbed one). ``--base`` may also hold other
+versions of dependencies (``pip install --no-deps --target DIR typer==0.29.2``): its PYTHONPATH comes
+before the venv's site-packages. Reported: the import time of each heavy module during a whole
+`vaultmem search` (self times summed by package, ``python -X importtime``), the vaultmem modules imported, a whole
 `vaultmem search` on a copy of sample_vault/ (wall and CPU seconds of the process) and `vaultmem --help`.
 """
 
@@ -25,7 +27,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import table
 
 ROOT = Path(__file__).resolve().parent.parent
-GROUPS = ["numpy", "typer", "rich", "click", "yaml", "email", "filelock", "tokenizers", "git"]
+GROUPS = [
+    "numpy",
+    "typer",
+    "pydantic",
+    "pydantic_core",
+    "rich",
+    "click",
+    "yaml",
+    "email",
+    "filelock",
+    "tokenizers",
+    "git",
+]
 HEAVY = [
     "vaultmem.redact",
     "vaultmem.entities_names",
@@ -55,12 +69,13 @@ def _env(tree: Path) -> dict[str, str]:
     return env
 
 
-def import_times(tree: Path) -> tuple[dict[str, int], dict[str, int], float]:
-    """For ``import vaultmem.cli``: self microseconds per module, cumulative microseconds per module,
-    and the CPU seconds of the whole process."""
+def import_times(tree: Path, argv: list[str]) -> tuple[dict[str, int], dict[str, int], float]:
+    """For one process (``-c "import vaultmem.cli"``, or ``-m vaultmem.cli search ...``, which also imports
+    what the command imports lazily: typer 0.29's pydantic adapters): self microseconds per module,
+    cumulative microseconds per module, and the CPU seconds of the whole process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import vaultmem.cli"],
+        [sys.executable, "-X", "importtime", *argv],
         env=_env(tree),
         cwd=tempfile.gettempdir(),  # not the checkout: `-c` puts the working directory first on sys.path
         capture_output=True,
@@ -145,8 +160,11 @@ def main() -> None:
         helps: dict[str, float] = {name: float("inf") for name in trees}
         for _ in range(args.runs):
             for name, tree in trees.items():  # alternated: both trees see the same load
-                own, _cumulative, used = import_times(tree)
+                _own, _cumulative, used = import_times(tree, ["-c", "import vaultmem.cli"])
                 import_cpu[name] = min(import_cpu[name], used)
+                own, _cumulative, _used = import_times(
+                    tree, ["-m", "vaultmem.cli", *SEARCH, "--vault", str(vault)]
+                )
                 modules[name] = sum(1 for m in own if m.startswith("vaultmem."))
                 sums: dict[str, float] = {}
                 for module, us in own.items():
@@ -182,7 +200,7 @@ def main() -> None:
         if two:
             cells.append(f"{figures['base'] / figures['now']:.2f}x")
         rows.append(cells)
-    headers = ["`import vaultmem.cli`: self ms by module", *names, *(["base/now"] if two else [])]
+    headers = ["imports of `vaultmem search`: self ms by module", *names, *(["base/now"] if two else [])]
     print(f"\n{args.runs} alternating runs, minimum of each figure")
     print(table(headers, rows))
 

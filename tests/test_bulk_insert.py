@@ -99,3 +99,46 @@ def test_a_failed_batch_keeps_the_triggers(tmp_path: Path) -> None:
         index.insert_rows(conn, rows[:2])  # the per-row path still fills the word index
     assert conn.execute("SELECT count(*) FROM fts_words").fetchone()[0] == 2
     conn.close()
+
+
+def _emptied(path: Path, bulk: bool, rows: str) -> dict[str, object]:
+    """530 rows with vectors for two in three, then the rows where ``rows`` holds deleted per row by the
+    triggers or in one set (``db.bulk_delete``)."""
+    conn = db.connect(path)
+    with atomic(conn):
+        index.insert_rows(conn, _rows(530))
+        conn.executemany(
+            "INSERT INTO vectors(id, model, content_hash, vec, seq) VALUES (?, 'm', 'h', x'00', ?)",
+            [(f"{i:016x}", i) for i in range(530) if i % 3],
+        )
+    with atomic(conn):
+        if bulk:
+            db.bulk_delete(conn, rows)
+        else:
+            conn.execute(f"DELETE FROM chunks WHERE rowid IN (SELECT rowid FROM chunks c WHERE {rows})")
+    state = _state(conn)
+    state["chunks"] = conn.execute("SELECT rowid, id FROM chunks ORDER BY rowid").fetchall()
+    state["vectors"] = conn.execute("SELECT id, seq FROM vectors ORDER BY id").fetchall()
+    conn.close()
+    return state
+
+
+@pytest.mark.parametrize("rows", ["1", "c.session IN ('s1', 's4') OR c.rowid % 7 = 3"])
+def test_bulk_delete_leaves_the_index_the_triggers_leave(tmp_path: Path, rows: str) -> None:
+    per_row = _emptied(tmp_path / "a.db", bulk=False, rows=rows)
+    bulk = _emptied(tmp_path / "b.db", bulk=True, rows=rows)
+    # the deleted rows left the FTS tables, mentions and vectors, and were logged once each, in order
+    assert len(per_row["graph_changes"]) > 530  # type: ignore[arg-type]
+    if rows == "1":
+        assert not per_row["chunks"] and not per_row["vectors"] and not per_row["fts_words"]
+    else:
+        assert per_row["chunks"] and per_row["vectors"] and per_row["fts_nav_words"] and per_row["mentions"]
+        assert len(per_row["chunks"]) < 400  # type: ignore[arg-type]
+    assert bulk == per_row
+
+
+def test_every_delete_trigger_has_its_set_form(tmp_path: Path) -> None:
+    """A migration that adds a delete trigger on ``chunks`` must say what it does for a set of rows."""
+    conn = db.connect(tmp_path / "c.db")
+    assert set(db.delete_triggers(conn)) == set(db.DELETE_TRIGGERS_AS_SETS)
+    conn.close()

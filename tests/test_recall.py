@@ -461,6 +461,29 @@ def test_a_damaged_or_foreign_leaf_file_is_never_read(filed_vault: Vault) -> Non
     assert graph_module.load(filed_vault.layout.state, epoch(filed_vault.conn)) is None
 
 
+def test_check_reports_a_damaged_leaf_file_and_fix_writes_it_again(filed_vault: Vault) -> None:
+    """A leaf file whose header names this index but whose data is torn is rebuilt by every new process
+    (until the log moves far past it): ``check`` says so, ``check --fix`` writes it again."""
+    data, header = graph_module.file_paths(filed_vault.layout.state)
+    good_data = data.read_bytes()
+    assert "leaf_file_damaged" not in [p.code for p in filed_vault.check().problems]
+    header.write_text("{}")  # a header of no index: not this problem (the writer replaces the file)
+    assert "leaf_file_damaged" not in [p.code for p in filed_vault.check().problems]
+    filed_vault.save_vectors()
+    data.write_bytes(good_data[: len(good_data) // 2])  # torn under a current header
+    found = [p for p in filed_vault.check().problems if p.code == "leaf_file_damaged"]
+    assert [(p.path, p.fixable) for p in found] == [(".vaultmem/leafgraph.npz", True)]
+    assert _new_searcher(filed_vault).leaf_structures()[0].rebuilds == 1
+    report = filed_vault.check(fix=True)
+    assert "leaf_file_damaged" in [p.code for p in report.fixed]
+    assert "leaf_file_damaged" not in [p.code for p in filed_vault.check().problems]
+    graph, order = _new_searcher(filed_vault).leaf_structures()
+    assert graph.rebuilds == 0 and order.rebuilds == 0  # read again, not built
+    fresh_graph, fresh_order = _fresh(filed_vault)
+    assert _walks(graph, filed_vault) == _walks(fresh_graph, filed_vault) and _same_order(order, fresh_order)
+    assert _results(_new_searcher(filed_vault)) == _results(_new_searcher(filed_vault, with_file=False))
+
+
 def test_the_writer_rewrites_the_leaf_file_when_far_behind(
     filed_vault: Vault, monkeypatch: pytest.MonkeyPatch
 ) -> None:

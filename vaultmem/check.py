@@ -40,6 +40,9 @@ Invariants:
 - ``vector_graph_behind`` the matrix file of the vectors (``.vaultmem/vectors-*.npy``, from 50,000 rows)
                        has no HNSW graph of its own: none, one of an earlier matrix, or a damaged one
                        (search scores without it meanwhile; fix: build it)
+- ``leaf_file_damaged`` the leaf file (``.vaultmem/leafgraph.npz``, from 20,000 leaves) names this index in
+                       its header but does not hold what the header says (torn, damaged): every new
+                       process builds the leaf graph instead of reading it (fix: write it again)
 - ``damaged_index``    chunks.db fails ``PRAGMA quick_check`` (found by ``Vault.check``; fix: move it aside
                        and rebuild it from the files)
 
@@ -63,7 +66,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from vaultmem import ann, daemonstate, fsio, index, linkcheck, review, sidecar, vectors
+from vaultmem import ann, daemonstate, fsio, graph, index, linkcheck, review, sidecar, vectors
 from vaultmem.db import HAS_CJK, NAV, atomic
 from vaultmem.errors import ConflictError, VaultError
 from vaultmem.frontmatter import redact_document
@@ -224,9 +227,12 @@ def check(
     if model is not None:
         for problem in _sidecar_problems(conn, layout, model, dim, fix=fix):
             (fixed if fix else problems).append(problem)
-        graph = _graph_problem(conn, layout, model, dim, fix=fix)
-        if graph is not None:
-            (fixed if fix else problems).append(graph)
+        behind = _graph_problem(conn, layout, model, dim, fix=fix)
+        if behind is not None:
+            (fixed if fix else problems).append(behind)
+    leaf_file = _leaf_file_problem(conn, layout, fix=fix)
+    if leaf_file is not None:
+        (fixed if fix and leaf_file.fixable else problems).append(leaf_file)
     dangling = _dangling_links(conn, layout, max_bytes, fix=fix)
     (fixed if fix else problems).extend(p for p in dangling if p.fixable)
     problems.extend(p for p in dangling if not p.fixable)
@@ -467,6 +473,29 @@ def _graph_problem(
             fsio.remove_file(layout.root, files.graph.header)
         if not vectors.write_graph(conn, layout.root, files, model, dim):
             return replace(problem, fixable=False, message=problem.message + " (it could not be built)")
+    return problem
+
+
+def _leaf_file_problem(conn: sqlite3.Connection, layout: Layout, *, fix: bool) -> Problem | None:
+    """The leaf file (``graph``: ``.vaultmem/leafgraph.npz``) whose header names this index but whose
+    data does not hold what the header says: every new process then builds the leaf graph and the
+    session order instead of reading them, until the log moves ``graph.FILE_BEHIND`` changes past the
+    header. ``fix`` writes it again from the index. A missing file, or one of another index, is not a
+    problem (the next ``save_vectors`` from ``graph.FILE_MIN_LEAVES`` leaves writes it)."""
+    current = vectors.epoch(conn)
+    if current is None or graph.file_seen(layout.state, current) is None:
+        return None
+    if graph.load(layout.state, current) is not None:
+        return None
+    problem = Problem(
+        "leaf_file_damaged",
+        layout.rel(graph.file_paths(layout.state)[0]),
+        "the leaf graph file disagrees with its header (torn or damaged); every new process builds the "
+        "leaf graph and session order instead of reading them",
+        True,
+    )
+    if fix and not graph.rebuild_file(conn, layout.root, layout.state, current):
+        return replace(problem, fixable=False, message=problem.message + " (it could not be written)")
     return problem
 
 

@@ -269,6 +269,9 @@ class Planner:
     settings: CompactSettings
     extractive: ExtractiveSummariser = field(default_factory=ExtractiveSummariser)
     llm_later: bool = False  # mark new levels stale so the configured LLM re-summarises them
+    # Given the texts of the embedding calls a seal batch's new levels will make, in order, embeds them
+    # together beforehand (``embed.Remembering.prepare``); the calls then find their rows remembered.
+    prepare: Callable[[list[list[str]]], None] | None = None
     _numbers: dict[str, int] = field(default_factory=dict)  # parent folder -> last number handed out
     skipped: list[str] = field(default_factory=list)  # leaves left in _fresh/: edited while sealing
 
@@ -341,6 +344,14 @@ class Planner:
             apart=any(leaf.session for leaf in batch),
         )
         groups = [[rest[i] for i in members] for members in found]
+        if self.prepare is not None:
+            self.prepare(
+                [
+                    call
+                    for members in self._new_groups(state, batch, matrix, carried, groups)
+                    for call in self.extractive.embed_calls(_bucket_children([batch[i] for i in members]))
+                ]
+            )
         writes: list[FileWrite] = []
         moves: list[tuple[str, str]] = []
         stale: dict[str, _Level] = {}
@@ -400,6 +411,46 @@ class Planner:
         message = f"memory: {'; '.join(parts)} ({state.source})"
         return TreeOp("seal", state.source, message, tuple(writes), tuple(moves), tuple(queued), {})
 
+    def _new_groups(
+        self,
+        state: SourceState,
+        batch: list[_Leaf],
+        matrix: Vector,
+        carried: list[int],
+        groups: list[list[int]],
+    ) -> list[list[int]]:
+        """The groups of ``_seal_batch`` that will become new levels, in the order it makes them: its
+        joins played on a copy of the levels (a new level stands in with the leaves' sums: joining
+        reads those, never a summary)."""
+        s = self.settings
+        copy = SourceState(
+            state.source,
+            state.root,
+            state.fresh,
+            {k: replace(lv, sessions=set(lv.sessions)) for k, lv in state.levels.items()},
+            state.dim,
+        )
+
+        def join(members: list[int], threshold: float) -> bool:
+            leaves = [batch[i] for i in members]
+            center = cluster.centroid(matrix[members])
+            tokens = sum(leaf.tokens for leaf in leaves)
+            target = self._join_target(copy, center, leaves, tokens, threshold)
+            if target is None:
+                return False
+            self._absorb(copy, target, leaves)
+            return True
+
+        left = [i for i in carried if not join([i], -np.inf)]
+        out: list[list[int]] = []
+        for members in ([left] if left else []) + groups:
+            if join(members, s.merge_threshold):
+                continue
+            out.append(members)
+            level = _bucket_level(f"\x00new {len(out)}", "", "", "", [batch[i] for i in members])
+            copy.levels[level.id] = level
+        return out
+
     def _join_target(
         self, state: SourceState, center: Vector, leaves: Sequence[_Leaf], tokens: int, threshold: float
     ) -> _Level | None:
@@ -438,17 +489,7 @@ class Planner:
         target.latest = max(stamps, key=lambda ts: parse_ts(ts) or _EPOCH) if stamps else None
 
     def _new_bucket(self, state: SourceState, leaves: Sequence[_Leaf]) -> tuple[_Level, FileWrite]:
-        readable = [leaf for leaf in leaves if leaf.status != Status.DROPPED.value] or list(leaves)
-        children = [
-            Child(
-                validity.marked(leaf.text, leaf.supersedes, leaf.superseded_by),
-                leaf.vec,
-                speaker=leaf.speaker,
-                ts=parse_ts(leaf.ts),
-                weight=validity.SUPERSEDED_WEIGHT if validity.listed(leaf.superseded_by) else 1.0,
-            )
-            for leaf in readable
-        ]
+        children = _bucket_children(leaves)
         centre = cluster.centroid(np.stack([leaf.vec for leaf in leaves]))
         result = self.extractive.summarise(children, 1, apart=_beside(state, centre, 1, set()))
         title = clean_title(result.title)
@@ -476,22 +517,7 @@ class Planner:
                 for leaf in leaves
             ),
         )
-        level = _Level(
-            node.id,
-            directory,
-            1,
-            title,
-            node.searchable,
-            None,
-            np.sum([leaf.vec for leaf in leaves], axis=0).astype(np.float32),
-            len(leaves),
-            sum(leaf.tokens for leaf in leaves),
-            min(stamps) if stamps else None,
-            max(stamps) if stamps else None,
-            self.llm_later,
-            len(leaves),
-            {leaf.session for leaf in leaves if leaf.session},
-        )
+        level = _bucket_level(node.id, directory, title, node.searchable, leaves, stale=self.llm_later)
         state.levels[level.id] = level
         return level, FileWrite(node.path, render_summary(node), None)
 
@@ -703,6 +729,44 @@ class Planner:
         )
         state.levels[level.id] = level
         return level, FileWrite(node.path, render_summary(node), None)
+
+
+def _bucket_children(leaves: Sequence[_Leaf]) -> list[Child]:
+    """What a new level's summary is made from: its leaves (dropped ones only when all are)."""
+    readable = [leaf for leaf in leaves if leaf.status != Status.DROPPED.value] or list(leaves)
+    return [
+        Child(
+            validity.marked(leaf.text, leaf.supersedes, leaf.superseded_by),
+            leaf.vec,
+            speaker=leaf.speaker,
+            ts=parse_ts(leaf.ts),
+            weight=validity.SUPERSEDED_WEIGHT if validity.listed(leaf.superseded_by) else 1.0,
+        )
+        for leaf in readable
+    ]
+
+
+def _bucket_level(
+    level_id: str, directory: str, title: str, text: str, leaves: Sequence[_Leaf], *, stale: bool = False
+) -> _Level:
+    """A new depth-1 level over ``leaves``."""
+    stamps = [leaf.ts for leaf in leaves if leaf.ts]
+    return _Level(
+        level_id,
+        directory,
+        1,
+        title,
+        text,
+        None,
+        np.sum([leaf.vec for leaf in leaves], axis=0).astype(np.float32),
+        len(leaves),
+        sum(leaf.tokens for leaf in leaves),
+        min(stamps) if stamps else None,
+        max(stamps) if stamps else None,
+        stale,
+        len(leaves),
+        {leaf.session for leaf in leaves if leaf.session},
+    )
 
 
 def _beside(state: SourceState, centre: Vector, depth: int, exclude: set[str]) -> Vector | None:

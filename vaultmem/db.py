@@ -16,7 +16,7 @@ import os
 import sqlite3
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -613,16 +613,77 @@ INSERT_TRIGGERS_AS_SETS: dict[str, tuple[str, ...]] = {
 }
 BULK_MIN_ROWS = 200  # below this the DDL (a schema change other connections re-read) costs more
 
+# What each AFTER DELETE trigger on ``chunks`` does, as one statement over every row ``bulk_delete`` is
+# about to delete (``{rows}``: a condition on the alias ``c``), run before the rows go. A migration that
+# adds or changes a delete trigger on ``chunks`` must change this table too (a test compares the paths).
+DELETE_TRIGGERS_AS_SETS: dict[str, tuple[str, ...]] = {
+    "chunks_ad": tuple(
+        f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM chunks c WHERE {{rows}} AND NOT {_NAV_C})"
+        for table in ("fts_words", "fts_trigram")
+    ),
+    "chunks_ad_nav": tuple(
+        f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM chunks c WHERE {{rows}} AND {_NAV_C})"
+        for table in ("fts_nav_words", "fts_nav_trigram")
+    ),
+    "chunks_vec_ad": ("DELETE FROM vectors WHERE id IN (SELECT id FROM chunks c WHERE {rows})",),
+    "chunks_gen_ad": (
+        "UPDATE meta SET value = CAST(value AS INTEGER) + (SELECT count(*) FROM chunks c WHERE {rows})"
+        " WHERE key = 'chunks_gen' AND EXISTS (SELECT 1 FROM chunks c WHERE {rows})",
+    ),
+    "chunks_ment_ad": (
+        "DELETE FROM mentions WHERE leaf IN (SELECT id FROM chunks c WHERE {rows} AND c.entities <> '[]')",
+    ),
+    "graph_changes_ad": (
+        "INSERT INTO graph_changes(leaf) SELECT id FROM chunks c WHERE {rows} AND c.kind = 'leaf'"
+        " ORDER BY c.rowid",
+        "DELETE FROM graph_changes WHERE seq <= (SELECT max(seq) FROM graph_changes) - 65536",
+    ),
+}
 
-def insert_triggers(conn: sqlite3.Connection) -> dict[str, str]:
-    """Name -> SQL of the AFTER INSERT triggers on ``chunks``."""
+
+def _triggers(conn: sqlite3.Connection, event: str) -> dict[str, str]:
     return {
         name: sql
         for name, sql in conn.execute(
             "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'chunks'"
         )
-        if " AFTER INSERT ON " in " ".join(sql.split()).upper()
+        if f" AFTER {event} ON " in " ".join(sql.split()).upper()
     }
+
+
+def insert_triggers(conn: sqlite3.Connection) -> dict[str, str]:
+    """Name -> SQL of the AFTER INSERT triggers on ``chunks``."""
+    return _triggers(conn, "INSERT")
+
+
+def delete_triggers(conn: sqlite3.Connection) -> dict[str, str]:
+    """Name -> SQL of the AFTER DELETE triggers on ``chunks``."""
+    return _triggers(conn, "DELETE")
+
+
+def bulk_delete(
+    conn: sqlite3.Connection, rows: str = "1", params: Mapping[str, object] | None = None
+) -> None:
+    """Delete the rows of ``chunks`` for which ``rows`` holds (a condition on the alias ``c``, with named
+    ``params``) with the delete triggers off, their work done once for all of them first
+    (``DELETE_TRIGGERS_AS_SETS``): the rows go in rowid order, as the per-row triggers log them. Inside
+    the caller's transaction, as ``bulk_insert``; a delete trigger this module does not know keeps the
+    per-row path."""
+    bound = dict(params or {})
+    triggers = delete_triggers(conn)
+    delete = f"DELETE FROM chunks WHERE rowid IN (SELECT rowid FROM chunks c WHERE {rows})"
+    if not conn.in_transaction or set(triggers) - set(DELETE_TRIGGERS_AS_SETS):
+        conn.execute(delete, bound)
+        return
+    with atomic(conn):
+        for name in triggers:
+            conn.execute(f"DROP TRIGGER {name}")
+        for name in triggers:
+            for statement in DELETE_TRIGGERS_AS_SETS[name]:
+                conn.execute(statement.format(rows=rows), bound)
+        conn.execute(delete, bound)
+        for sql in triggers.values():
+            conn.execute(sql)
 
 
 def bulk_insert(conn: sqlite3.Connection, insert: Callable[[], object]) -> None:

@@ -95,6 +95,35 @@ class Remembering:
     def dim(self) -> int:
         return self.inner.dim
 
+    def prepare(self, calls: Sequence[Sequence[str]]) -> None:
+        """Embed now what the ``embed`` calls ``calls`` (in the order they will come) would send to
+        ``inner``: each call's new texts as the call itself would send them, all the calls' at once
+        (``inner.embed_calls`` when it has it: a NumPy embedder shares the batches of many calls with
+        its worker processes). Each call's texts go in the same batches as they would one call at a
+        time, so every row is the one the calls would get; the calls then find them remembered."""
+        embed_calls = getattr(self.inner, "embed_calls", None)
+        if embed_calls is None:
+            return
+        with self._lock:
+            seen = set(self._known)
+        todos: list[list[str]] = []
+        for texts in calls:
+            todo = [t for t in dict.fromkeys(texts) if t not in seen]
+            seen.update(todo)
+            if todo:
+                todos.append(todo)
+        if sum(len(t) for t in todos) < PARALLEL_MIN or len(todos) < 2:
+            return  # nothing to share: the calls embed their own texts as they come
+        results = embed_calls(todos)
+        with self._lock:
+            for todo, rows in zip(todos, results, strict=True):
+                self.computed += len(todo)
+                for text, row in zip(todo, rows, strict=True):
+                    self._known[text] = np.array(row, dtype=np.float32)
+                    self._known.move_to_end(text)
+            while len(self._known) > self.size:
+                self._known.popitem(last=False)
+
     def embed(self, texts: Sequence[str]) -> Vectors:
         if len(texts) == 0:
             return _empty(self.dim)
@@ -172,6 +201,10 @@ class FakeEmbedder:
     @property
     def dim(self) -> int:
         return self._dim
+
+    def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[Vectors]:
+        """``embed`` of each call (as the NumPy embedder's: ``Remembering.prepare`` gathers with it)."""
+        return [self.embed(texts) for texts in calls]
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
@@ -481,8 +514,30 @@ class NumpyBertEmbedder:
         with one_blas_thread:
             return self._embed(texts)
 
+    def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[Vectors]:
+        """What ``[self.embed(texts) for texts in calls]`` returns, row for row: each call cut into the
+        batches it would get alone, and the batches of all the calls shared with the worker processes
+        when there are ``PARALLEL_MIN`` texts or more (many small calls then use every core)."""
+        with one_blas_thread:
+            bert = self._load()
+            planned = [self._batches(bert, texts) for texts in calls]
+            outs = [np.empty((len(texts), self.dim), dtype=np.float32) for texts in calls]
+            work = [(out, *b) for out, batches in zip(outs, planned, strict=True) for b in batches]
+            self._run(bert, work, sum(len(t) for t in calls))
+            return [_unit_rows(out) if len(out) else _empty(self.dim) for out in outs]
+
     def _embed(self, texts: Sequence[str]) -> Vectors:
         bert = self._load()
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        self._run(bert, [(out, *b) for b in self._batches(bert, texts)], len(texts))
+        return _unit_rows(out)
+
+    def _batches(
+        self, bert: _Bert, texts: Sequence[str]
+    ) -> list[tuple[npt.NDArray[np.intp], npt.NDArray[np.int64], Vectors]]:
+        """The batches of one call: rows (positions in ``texts``), token ids, attention mask."""
+        if len(texts) == 0:
+            return []
         if self._st_settings.get("do_lower_case"):  # sentence-transformers lowers before tokenising
             texts = [t.lower() for t in texts]
         if len(texts) == 1:  # a query: no batch to dispatch to the tokenizer's threads, nothing to sort
@@ -491,7 +546,6 @@ class NumpyBertEmbedder:
             encodings = bert.tokenizer.encode_batch(_encodable(texts))
         lengths = np.array([len(e.ids) for e in encodings])
         order = np.argsort(-lengths, kind="stable")
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
         batches = []
         start = 0
         while start < len(order):
@@ -506,24 +560,34 @@ class NumpyBertEmbedder:
                 mask[row, : len(token_ids)] = 1.0
             batches.append((batch, ids, mask))
             start += size
-        pool = self._worker_pool() if len(texts) >= PARALLEL_MIN and len(batches) > 1 else None
+        return batches
+
+    def _run(
+        self,
+        bert: _Bert,
+        work: list[tuple[Vectors, npt.NDArray[np.intp], npt.NDArray[np.int64], Vectors]],
+        texts: int,
+    ) -> None:
+        """Run the batches of ``work`` (each with the array its rows go to), shared with the worker
+        processes when there are ``texts >= PARALLEL_MIN`` texts and more than one batch."""
+        pool = self._worker_pool() if texts >= PARALLEL_MIN and len(work) > 1 else None
         if pool is None:
-            for batch, ids, mask in batches:
+            for out, batch, ids, mask in work:
                 out[batch] = self._forward(bert, ids, mask)
-            return _unit_rows(out)
+            return
         # Every ``workers``-th batch (the longest first) stays here, the others go to the worker
         # processes; the batches themselves are the ones this process would run.
         sent = {
             n: pool.submit(_worker_forward, ids, mask)
-            for n, (_, ids, mask) in enumerate(batches)
+            for n, (_, _, ids, mask) in enumerate(work)
             if n % self.workers
         }
-        for n, (batch, ids, mask) in enumerate(batches):
+        for n, (out, batch, ids, mask) in enumerate(work):
             if n not in sent:
                 out[batch] = self._forward(bert, ids, mask)
         broken = False
         for n, future in sent.items():
-            batch, ids, mask = batches[n]
+            out, batch, ids, mask = work[n]
             try:
                 out[batch] = future.result()
             except Exception:  # a worker that could not start (a script without a __main__ guard) or died
@@ -532,7 +596,6 @@ class NumpyBertEmbedder:
         if broken:  # this process alone from now on
             self.close()
             self.workers = 1
-        return _unit_rows(out)
 
     def _worker_pool(self) -> Any:
         """The processes that share large calls (started on the first one; None with one worker)."""

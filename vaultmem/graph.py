@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vaultmem import index
+from vaultmem import fsio, index
 from vaultmem.db import chunks_generation
+from vaultmem.errors import VaultError
 
 # The walk restarts at its seeds with this probability at each step (HippoRAG 2 uses 0.5) and is cut
 # after STEPS steps: leaf to entity or conversation to leaf, twice. The mass a longer walk would still
@@ -415,6 +416,29 @@ def dump(graph: LeafGraph, order: SessionOrder, epoch: str) -> tuple[bytes, byte
     np.savez(buffer, **arrays)
     header = {"version": FILE_VERSION, "epoch": epoch, "seen": graph._seen, "counts": counts}
     return buffer.getvalue(), json.dumps(header).encode("utf-8")
+
+
+def save(root: Path, state: Path, graph: LeafGraph, order: SessionOrder, epoch: str) -> bool:
+    """Write the leaf file and its header for ``graph`` and ``order`` (``dump``), under the caller's
+    write lock; False when they cannot be saved or written (derived: a new process builds them)."""
+    found = dump(graph, order, epoch)
+    if found is None:
+        return False
+    data, header = file_paths(state)
+    try:
+        fsio.atomic_write(data, found[0], root=root)
+        fsio.atomic_write(header, found[1], root=root)
+    except (OSError, VaultError):
+        return False
+    return True
+
+
+def rebuild_file(conn: sqlite3.Connection, root: Path, state: Path, epoch: str) -> bool:
+    """Build the leaf graph and session order from the index and write their file (``check --fix``)."""
+    graph, order = LeafGraph(), SessionOrder()
+    graph.refresh(conn)
+    order.refresh(conn)
+    return save(root, state, graph, order, epoch)
 
 
 def file_seen(state: Path, epoch: str | None) -> int | None:

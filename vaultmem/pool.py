@@ -516,6 +516,7 @@ class Pool:
                     ctx.settings,
                     ExtractiveSummariser(embedder.embed),
                     llm_later=ctx.summariser.name != "extractive",
+                    prepare=embedder.prepare,
                 )
                 try:
                     self._seal_steps(planner, state, embedder, force, heartbeat, applied)

@@ -19,7 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from vaultmem import index, leaffile
-from vaultmem.db import atomic
+from vaultmem.db import atomic, bulk_delete
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.jobs import JobQueue, admit_job, resummarise_job
 from vaultmem.layout import AGENT_TOPS, Layout
@@ -240,10 +240,11 @@ def reindex(
     """Replace every chunk row by the rows of the files (``workers``: see ``read_vault``)."""
     files = read_vault(layout, max_bytes, progress, workers=workers)
     with atomic(conn):
-        # Empty the FTS tables wholesale first so the per-row delete triggers have nothing to do.
+        # Empty the FTS tables wholesale first (the delete triggers' set form then finds nothing there),
+        # then every row with the delete triggers' work done once (vectors, mentions, the graph log).
         for table in ("fts_words", "fts_trigram", "fts_nav_words", "fts_nav_trigram"):
             conn.execute(f"DELETE FROM {table}")
-        conn.execute("DELETE FROM chunks")
+        bulk_delete(conn)
         index.insert_rows(conn, files.rows.values())
         queue = JobQueue(conn)
         requeued = queue.enqueue_many(admit_job(i) for i in files.pending)

@@ -419,6 +419,10 @@ def _candidates(children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[
     return substantive or everything, child_words
 
 
+def _phrase_stop(speakers: frozenset[str]) -> frozenset[str]:
+    return STOPWORDS | _FILLER_WORDS | _TITLE_NOISE | speakers
+
+
 def _unit(vector: npt.NDArray[Any]) -> Vectors:
     out = np.asarray(vector, dtype=np.float32).reshape(-1)
     norm = float(np.linalg.norm(out))
@@ -457,12 +461,35 @@ class ExtractiveSummariser:
         self.ranking = ranking
         self.apart_weight = apart_weight
 
-    def summarise(self, children: Sequence[Child], depth: int, *, apart: Vectors | None = None) -> Summary:
-        bound = token_bound(depth)
+    def _picked_candidates(self, children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[str, None]]]:
         candidates, child_words = _candidates(children)
         if self.ranking == "informative":
             # Filler never makes a summary, nor opens one, unless the children hold nothing else.
             candidates = [c for c in candidates if not c.filler] or candidates
+        return candidates, child_words
+
+    def embed_calls(self, children: Sequence[Child]) -> list[list[str]]:
+        """The texts of each call ``summarise(children, ...)`` makes to ``embed``, in order (its sentences,
+        then its key phrases): a caller embeds several levels' calls together before summarising them
+        one by one (``embed.Remembering.prepare``). Read from the same steps ``summarise`` takes."""
+        if self.embed is None:
+            return []
+        candidates, _ = self._picked_candidates(children)
+        if not candidates:
+            titled = [Child(c.title, None) for c in children if c.title and c.title.strip()]
+            return self.embed_calls(titled) if titled else []
+        calls = [[c.sentence for c in candidates]]
+        if self.ranking == "informative":
+            texts, _speakers = self._phrase_texts(children, candidates)
+            if texts is not None:
+                phrases = keyphrase.candidates(texts, _phrase_stop(_speakers))
+                if phrases:
+                    calls.append(phrases)
+        return calls
+
+    def summarise(self, children: Sequence[Child], depth: int, *, apart: Vectors | None = None) -> Summary:
+        bound = token_bound(depth)
+        candidates, child_words = self._picked_candidates(children)
         if not candidates:
             titled = [Child(c.title, None) for c in children if c.title and c.title.strip()]
             if not titled:
@@ -498,15 +525,9 @@ class ExtractiveSummariser:
         of the levels beside it (``apart``), speakers left out: they are in every line and name no
         subject. Mostly CJK text keeps the word-based title."""
         assert self.embed is not None
-        prefixes = [_SPEAKER_PREFIX_RE.match(c.sentence) for c in candidates]
-        texts = [
-            c.sentence[m.end() :] if m else c.sentence for c, m in zip(candidates, prefixes, strict=True)
-        ]
-        texts += [c.title for c in children if c.title]
-        if sum(len(_CJK_RUN_RE.findall(t)) for t in texts) > sum(len(t.split()) for t in texts) // 2:
+        texts, speakers = self._phrase_texts(children, candidates)
+        if texts is None:
             return None
-        names = [c.speaker for c in children if c.speaker] + [m.group() for m in prefixes if m]
-        speakers = frozenset(w.casefold() for name in names for w in _WORD_RE.findall(name))
         centre = _unit(vectors.mean(axis=0))
         away = None
         if apart is not None and apart.ndim == 2 and len(apart) and apart.shape[1] == centre.shape[0]:
@@ -515,11 +536,28 @@ class ExtractiveSummariser:
             texts,
             centre,
             self.embed,
-            STOPWORDS | _FILLER_WORDS | _TITLE_NOISE | speakers,
+            _phrase_stop(speakers),
             away,
             self.apart_weight,
         )
         return clean_title(found) if found else None
+
+    @staticmethod
+    def _phrase_texts(
+        children: Sequence[Child], candidates: list[_Candidate]
+    ) -> tuple[list[str] | None, frozenset[str]]:
+        """The texts key phrases are taken from (None: mostly CJK, the word-based title stays) and the
+        speakers' words (in every line, they name no subject)."""
+        prefixes = [_SPEAKER_PREFIX_RE.match(c.sentence) for c in candidates]
+        texts = [
+            c.sentence[m.end() :] if m else c.sentence for c, m in zip(candidates, prefixes, strict=True)
+        ]
+        texts += [c.title for c in children if c.title]
+        names = [c.speaker for c in children if c.speaker] + [m.group() for m in prefixes if m]
+        speakers = frozenset(w.casefold() for name in names for w in _WORD_RE.findall(name))
+        if sum(len(_CJK_RUN_RE.findall(t)) for t in texts) > sum(len(t.split()) for t in texts) // 2:
+            return None, speakers
+        return texts, speakers
 
     def _relevance(
         self,

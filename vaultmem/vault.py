@@ -889,15 +889,7 @@ class Vault:
         if seen is not None and seen <= last and last - seen < graph.FILE_BEHIND:
             return
         current = vectors.ensure_epoch(self.conn)
-        found = graph.dump(*searcher.leaf_structures(), current)
-        if found is None:
-            return
-        data, header = graph.file_paths(self.layout.state)
-        try:
-            fsio.atomic_write(data, found[0], root=self.layout.root)
-            fsio.atomic_write(header, found[1], root=self.layout.root)
-        except (OSError, VaultError):
-            return
+        graph.save(self.layout.root, self.layout.state, *searcher.leaf_structures(), current)
 
     def _build_graph_later(self, job: vectors.GraphJob) -> None:
         """Build the HNSW graph in a background thread (a minute or two at 100,000 rows); search scores

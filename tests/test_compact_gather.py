@@ -1,0 +1,103 @@
+"""Compaction embeds the calls of a seal batch's new levels together (``Remembering.prepare``, the NumPy
+embedder sharing their batches with its workers), and the tree it writes is the one it wrote when each
+level embedded its own texts as it came: same summaries, same titles, same vectors, row for row."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from tests.helpers import CONFIG, topic_records
+from vaultmem import embed
+from vaultmem.embed import Embedder, FakeEmbedder, NumpyBertEmbedder, Remembering, default_model_path
+from vaultmem.vault import Vault
+
+
+class _Calls(FakeEmbedder):
+    """The fake embedder, recording what it is asked (one list per ``embed``, one per gathered call)."""
+
+    def __init__(self) -> None:
+        super().__init__(384)
+        self.alone: list[int] = []
+        self.gathered: list[list[int]] = []
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.alone.append(len(texts))
+        return super().embed(texts)
+
+    def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
+        self.gathered.append([len(c) for c in calls])
+        return [FakeEmbedder.embed(self, c) for c in calls]
+
+
+def _tree(root: Path, embedder: Embedder) -> dict[str, object]:
+    """Compact a chat of 160 turns; the summary files' bytes and every summary's vector."""
+    with Vault.init(root, CONFIG.format(fanout=50, workers=1), embedder=embedder) as vault:
+        vault.ingest_messages(topic_records(40))
+        vault.flush()
+        report = vault.compact()
+        assert report.jobs_failed == 0 and report.levels >= 6
+        files = {
+            str(p.relative_to(root)): p.read_bytes()
+            for p in sorted((root / "sources").rglob("*.md"))
+            if "/_fresh/" not in str(p) and p.name.startswith("_")
+        }
+        conn = sqlite3.connect(root / ".vaultmem" / "chunks.db")
+        vectors = dict(
+            conn.execute(
+                "SELECT c.path, v.vec FROM chunks c JOIN vectors v ON v.id = c.id WHERE c.kind = 'summary'"
+            )
+        )
+        conn.close()
+    assert files and len(vectors) >= report.levels
+    return {"files": files, "vectors": vectors}
+
+
+def test_gathered_calls_write_the_tree_the_calls_one_by_one_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 32)  # this small chat's batches are gathered too
+    gathered = _Calls()
+    now = _tree(tmp_path / "now", gathered)
+    assert gathered.gathered and max(len(g) for g in gathered.gathered) >= 6  # several levels' calls at once
+    with monkeypatch.context() as m:
+        m.setattr(Remembering, "prepare", lambda self, calls: None)  # each level embeds as it comes
+        alone = _Calls()
+        before = _tree(tmp_path / "before", alone)
+    assert not alone.gathered
+    assert now == before
+    # The texts embedded together were no longer asked for one level at a time, and nothing was
+    # embedded twice (the rest: the leaves at ingest, the summaries' vectors, the parents).
+    assert sum(gathered.alone) + sum(map(sum, gathered.gathered)) == sum(alone.alone)
+    assert sum(map(sum, gathered.gathered)) >= 150
+
+
+@pytest.mark.slow
+def test_gathered_calls_keep_every_vector_and_summary_with_minilm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real model on two processes: a batch is the same batch wherever it runs, so the rows are
+    bit for bit the ones each level's own call gave."""
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 32)  # this small chat's batches are gathered, shared too
+    gathered: list[int] = []
+
+    class Gathering(NumpyBertEmbedder):
+        def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
+            gathered.append(len(calls))
+            return super().embed_calls(calls)
+
+    now = _tree(tmp_path / "now", Gathering(default_model_path(), workers=2))
+    assert gathered and max(gathered) >= 6  # several levels' calls embedded together
+    original = Remembering.prepare
+    try:
+        Remembering.prepare = lambda self, calls: None  # type: ignore[method-assign]
+        before = _tree(tmp_path / "before", NumpyBertEmbedder(default_model_path(), workers=2))
+    finally:
+        Remembering.prepare = original  # type: ignore[method-assign]
+    assert now["files"] == before["files"]
+    assert now["vectors"] == before["vectors"]  # the float32 bytes
