@@ -684,11 +684,9 @@ def test_rescan_after_a_rules_change_replaces_the_engines_entities_and_archives_
     assert vault.rescan_entities() == 0 and vault.check().ok
 
 
-def test_a_version_link_accepted_in_review_marks_the_topic_after_the_next_worker_pass(vault: Vault) -> None:
-    """A topic names its leaves by link; once a person accepts that one replaced another, the queued
-    route rewrites the topic (no new mention needed): the old leaf's link says ``[superseded]`` and its
-    level's summary reads it so, the new one's says ``[current]``. Undoing the link unmarks them."""
-    old_fact = {
+def _deadline_moved() -> list[dict[str, object]]:
+    """A deadline stated, thirty other messages, then the deadline moved (one update to link)."""
+    old_fact: dict[str, object] = {
         "id": "d0",
         "role": "user",
         "speaker": "Caroline",
@@ -704,7 +702,14 @@ def test_a_version_link_accepted_in_review_marks_the_topic_after_the_next_worker
         "ts": "2024-05-05T16:00:00Z",
         "session": "s4",
     }
-    vault.ingest_messages([old_fact, *records(30), new_fact], source="chat")
+    return [old_fact, *records(30), new_fact]
+
+
+def test_a_version_link_accepted_in_review_marks_the_topic_after_the_next_worker_pass(vault: Vault) -> None:
+    """A topic names its leaves by link; once a person accepts that one replaced another, the queued
+    route rewrites the topic (no new mention needed): the old leaf's link says ``[superseded]`` and its
+    level's summary reads it so, the new one's says ``[current]``. Undoing the link unmarks them."""
+    vault.ingest_messages(_deadline_moved(), source="chat")
     vault.compact()
     [proposal] = [p for p in vault.proposals() if "27 March" in vault.get(p.old).text]
     topic = vault.layout.root / "topics" / "project-tidepool"
@@ -743,23 +748,7 @@ def test_a_version_link_marks_upper_topic_levels_and_digests_on_the_real_queue(
     day digests mark their links ``[superseded]`` / ``[current]`` and the day, week and month texts
     that quote the old value mark it; a second pass writes nothing."""
     vault.topic_settings = replace(vault.topic_settings, condense_fanout=2, condense_target=2)
-    old_fact = {
-        "id": "d0",
-        "role": "user",
-        "speaker": "Caroline",
-        "content": "The TidePool release deadline is 27 March, the printer needs the files a week before.",
-        "ts": "2024-05-01T08:00:00Z",
-        "session": "s0",
-        "source": "chat",
-    }
-    new_fact = {
-        **old_fact,
-        "id": "d1",
-        "content": "Heads up: the TidePool release deadline moved to 3 April, the printer agreed.",
-        "ts": "2024-05-05T16:00:00Z",
-        "session": "s4",
-    }
-    vault.ingest_messages([old_fact, *records(30), new_fact], source="chat")
+    vault.ingest_messages(_deadline_moved(), source="chat")
     vault.compact()
     [proposal] = [p for p in vault.proposals() if "27 March" in vault.get(p.old).text]
     root = vault.layout.root
