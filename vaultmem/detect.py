@@ -452,6 +452,7 @@ class Value:
     shown: str  # as written
     shown_unit: str = ""  # the counted thing as written ("tops")
     clause: str = ""  # the clause it stands in
+    asserted: bool = True  # said to hold (or to have happened), not supposed, planned or wished (``_mood``)
 
 
 def stem(word: str) -> str:
@@ -468,6 +469,9 @@ def stem(word: str) -> str:
     elif w.endswith("ed") and len(w) > 4:
         w = w[:-2]
     return w[:-1] if w.endswith("e") and len(w) > 3 else w
+
+
+_MEASURE_STEMS = frozenset(stem(w) for w in _MEASURES)  # as a count's unit is kept ("minutes" -> "minut")
 
 
 def statements(text: str) -> list[str]:
@@ -510,6 +514,77 @@ def _event_clause(tokens: list[str]) -> bool | None:
     if any(_is_past(tokens, i) for i in range(len(tokens))):
         return True
     return None if len(tokens) <= 4 else False
+
+
+# -- mood: a value said to hold, or one only supposed, planned or wished ------------------------------
+# "The image stays on Debian 11 for now. Moving to Debian 12 changes glibc": the second sentence does not
+# say the image is on Debian 12, it says what moving there would do. A value replaces another only when
+# its statement asserts it; these words put the clause they stand in outside what holds.
+_MODAL = frozenset(["would", "could", "might", "should", "wish", "suppose", "supposing", "maybe", "perhaps"])
+_CONDITIONAL = frozenset(["if", "unless", "whether", "hypothetically"])
+# Subordinators that make a condition or a time still to come only when a subject follows ("once we
+# move", "before we switch"; "once a week", "before 9:00" are values of their own).
+_WHEN = frozenset(["once", "before", "until", "till", "when", "whenever"])
+_SUBJECTS = frozenset(
+    ["i", "we", "you", "they", "he", "she", "it", "the", "this", "that", "my", "our", "your", "their"]
+)
+_FUTURE = frozenset(["will", "gonna", "shall"])
+_CHANGE_STEMS = frozenset(
+    stem(w)
+    for w in [
+        "move",
+        "switch",
+        "change",
+        "upgrade",
+        "downgrade",
+        "migrate",
+        "replace",
+        "swap",
+        "transfer",
+        "relocate",
+        "shift",
+        "convert",
+        "reschedule",
+        "postpone",
+    ]
+)
+
+
+def _supposing(tokens: list[str]) -> bool:
+    """Whether a clause is conditional, modal or hypothetical ("if we move", "we'd need", "once we
+    switch"), or plans a change not made yet ("we will move to", "going to switch")."""
+    low = [t.lower() for t in tokens]
+    for j, w in enumerate(low):
+        nxt = low[j + 1] if j + 1 < len(low) else ""
+        if w in _MODAL or w in _CONDITIONAL or w.endswith("'d") or (w == "may" and tokens[j] == "may"):
+            return True
+        if w in _WHEN and nxt in _SUBJECTS:
+            return True
+        future = w in _FUTURE or w.endswith("'ll") or (w == "going" and nxt == "to")
+        if future and any(stem(x) in _CHANGE_STEMS for x in low[j + 1 : j + 5]):
+            return True
+    return False
+
+
+def _asserted(tokens: list[str], i: int, lo: int) -> bool:
+    """Whether the value ``tokens[i]`` (in the clause starting at ``lo``) is asserted: its clause is not
+    supposed (``_supposing``, or a clause before it in the sentence opening with "if", "once we"...),
+    and it does not open with a change spoken of in general ("Moving to Debian 12 changes glibc",
+    "Switching to Lidl would save": the act, not a report that it happened)."""
+    hi = next((j for j in range(i, len(tokens)) if tokens[j] in _SEP or tokens[j] == "-"), len(tokens))
+    if _supposing(tokens[lo:hi]):
+        return False
+    # A condition in a clause before it: "If the flight moves, the hotel is at 10:00".
+    before = [t.lower() for t in tokens[:lo]]
+    if before and (
+        before[0] in _CONDITIONAL or (before[0] in _WHEN and len(before) > 1 and before[1] in _SUBJECTS)
+    ):
+        return False
+    first = tokens[lo].lower() if lo < len(tokens) else ""
+    if first.endswith("ing") and stem(first) in _CHANGE_STEMS:
+        # "Moving to Lisbon was the best decision" reports it; "Moving to Debian 12 changes glibc" does not.
+        return any(_is_past(tokens, j) for j in range(lo + 1, hi))
+    return True
 
 
 def _kind(tokens: list[str], i: int) -> str | None:
@@ -580,9 +655,9 @@ def statement_values(sentence: str) -> list[Value]:
             shown += " " + tokens[i + 1]
             merged.add(i + 1)
         event = reported[lo, hi]
-        out.append(
-            Value(text, kind, frozenset(words), unit, event, shown, shown_unit, " ".join(tokens[lo:hi]))
-        )
+        clause = " ".join(tokens[lo:hi])
+        asserted = _asserted(tokens, i, lo)
+        out.append(Value(text, kind, frozenset(words), unit, event, shown, shown_unit, clause, asserted))
     return out
 
 
@@ -688,6 +763,92 @@ def _cue(clause: str, old: str) -> str:
     return ""
 
 
+def _says(statement: str) -> bool:
+    """Whether a statement asserts what it says, as a whole (``_asserted`` of its opening clause): "If we
+    move, it changes" and "Moving to X changes Y" do not."""
+    tokens = [t.strip() for t in _TOKEN_RE.findall(statement)]
+    return bool(tokens) and _asserted(tokens, 0, 0)
+
+
+# Words of change that say the whole clause changed ("now", "instead"); the other cues are verbs, whose
+# new value is what follows "to", "with", "for" ("switched to Lidl"), never where the verb was done.
+_ADVERB_CUES = frozenset(
+    [
+        "now",
+        "these days",
+        "no longer",
+        "not anymore",
+        "anymore",
+        "any more",
+        "instead",
+        "since then",
+        "so far",
+        "by now",
+        "from now on",
+        "going forward",
+        "used to",
+        "correction",
+    ]
+)
+_PLACE_LEADS = frozenset(["@in", "@at", "@on", "@of", "@from"])
+
+
+def _holds(value: Value, statement: str) -> bool:
+    """Whether a statement says ``value`` holds now: asserted, in a state (not a reported event), not
+    denied, not what something moved away from ("from Porto"), not said to have changed."""
+    return (
+        value.asserted
+        and not value.event
+        and "@from" not in value.attribute
+        and _NEG_RE.search(value.clause) is None
+        and _STRICT_CUE_RE.search(value.clause) is None
+        and not unsettled(statement)
+    )
+
+
+def _still_held(value: Value, statement: str, held: list[tuple[str, Value]]) -> bool:
+    """Whether another text (its values that hold: ``held``) says ``value`` too, of the same thing: same
+    kind and text, the same counted thing for a count, and a word of its attribute in common."""
+    return any(
+        v.kind == value.kind
+        and v.text == value.text
+        and v.unit == value.unit
+        and s != statement
+        and (v.attribute & value.attribute) - {"@" + w for w in _LEADS}
+        for s, v in held
+    )
+
+
+_RANGE_RE = re.compile(
+    r"(?:\b(?:between|from)\s+)?(\d{1,2}:\d{2}|\d+(?:\.\d+)?)\s*(?:and|to|-|\u2013|\u2014)\s*"
+    r"(\d{1,2}:\d{2}|\d+(?:\.\d+)?)\b"
+)
+
+
+def _number(text: str) -> float | None:
+    """A time (minutes of the day) or a plain number, for comparing with a range; None otherwise."""
+    hours, sep, minutes = text.partition(":")
+    try:
+        return float(hours) * 60 + float(minutes) if sep else float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _within(new: Value, old: Value, statement: str) -> bool:
+    """Whether the old value is one end of a range its statement gives ("flaps between 02:00 and
+    02:30", "3-5 people") and the new value falls inside it: one case of what the old one said, not
+    another value."""
+    if new.kind not in ("time", "count") or (value := _number(new.text)) is None:
+        return False
+    for m in _RANGE_RE.finditer(statement):
+        lo, hi = _number(m.group(1)), _number(m.group(2))
+        if lo is None or hi is None or old.text not in (m.group(1), m.group(2)):
+            continue
+        if min(lo, hi) <= value <= max(lo, hi):
+            return True
+    return False
+
+
 def changes(old: str, new: str) -> list[Change]:
     """The changed values of one attribute between two texts: for each pair of statements (one of each),
     a value of the old one replaced in the new one by another value of the same kind, around the same
@@ -695,31 +856,40 @@ def changes(old: str, new: str) -> list[Change]:
     the same counted thing for a count; or the same verb negated in one and not the other."""
     found: list[Change] = []
     old_statements = [(s, statement_values(s), _content(s)) for s in statements(old)]
+    new_statements = [(s, statement_values(s)) for s in statements(new)]
     old_words, new_words = set(_WORD_RE.findall(old.lower())), set(_WORD_RE.findall(new.lower()))
-    for sn in statements(new):
+    held_old = [(s, v) for s, values, _ in old_statements for v in values if _holds(v, s)]
+    held_new = [(s, v) for s, values in new_statements for v in values if _holds(v, s)]
+    for sn, new_values in new_statements:
         if _DATA_RE.search(sn):
             continue
-        new_values, cn = statement_values(sn), _content(sn)
+        cn = _content(sn)
         for so, old_values, co in old_statements:
             if (unsettled(so) or unsettled(sn)) and not _cue(sn, so):
                 continue  # a question or a plan: no value held on either side
             overlap = len(co & cn) / max(1, min(len(co), len(cn)))
             texts_old, texts_new = {v.text for v in old_values}, {v.text for v in new_values}
             for vo in old_values:
-                if vo.text in texts_new:
-                    continue
+                if vo.text in texts_new or not vo.asserted or _still_held(vo, so, held_new):
+                    continue  # the new text still says the old value holds ("stays on Debian 11 for now")
                 for vn in new_values:
-                    if vn.kind != vo.kind or vn.text in texts_old:
-                        continue
+                    if vn.kind != vo.kind or vn.text in texts_old or not vn.asserted:
+                        continue  # only a value the new statement asserts replaces one ("moving to X would")
+                    if _still_held(vn, sn, held_old) or _within(vn, vo, so):
+                        continue  # the old text already had it, or it falls in the old one's range
                     if vo.kind == "count" and (not vo.unit or vo.unit != vn.unit):
                         continue
                     if vo.kind == "name" and (vo.text in new_words or vn.text in old_words):
                         continue  # a name both texts use is not one replacing the other
-                    # The words around either value that the other statement also has.
+                    # The words around either value that the other statement also has (for a count,
+                    # not the counted thing itself: that is compared on its own, as its unit).
                     shared = (vo.attribute & cn) | (vn.attribute & co) | (vo.attribute & vn.attribute)
+                    shared -= {vo.unit}
                     cue = _cue(vn.clause, so)
                     if vo.kind == "name" and (not cue or stem(vo.text) == stem(vn.text)):
                         continue  # a capitalised word's role is unclear: only a stated change counts
+                    if vo.kind == "name" and cue not in _ADVERB_CUES and vn.attribute & _PLACE_LEADS:
+                        continue  # "updated in Vault": where the change was made, not what it became
                     if vo.kind == "id" and not cue:
                         continue  # "build 1001" then "build 1005": two things named, unless it changed
                     # Said of two subjects ("Duc's team has 37", "Finn's team has 35"): not a change.
@@ -728,11 +898,11 @@ def changes(old: str, new: str) -> list[Change]:
                         continue
                     if vo.kind != "id" and _other_numbered(so, sn):
                         continue  # "build 1001 is on Thursday", "build 1005 is on Friday": two builds
+                    # Besides the counted thing (not in ``shared``): "two bikes" -> "four bikes" needs one
+                    # more word in common; "4 minutes" and "6 minutes" are of many things: two say which.
                     need = MIN_SHARED_ATTRIBUTE - bool(cue)
-                    if vo.kind == "count" and vo.unit in _MEASURES:
-                        need += 1  # "4 minutes" and "6 minutes" are of many things: say which
-                    elif vo.kind == "count":
-                        need -= 1  # "two bikes" -> "four bikes": the thing counted is the attribute
+                    if vo.kind == "count" and vo.unit not in _MEASURE_STEMS:
+                        need -= 1
                     if len(shared) < need:
                         continue
                     events = vo.event + vn.event
@@ -741,7 +911,8 @@ def changes(old: str, new: str) -> list[Change]:
                     )
             neg_o, neg_n = _negated_verb(so), _negated_verb(sn)
             cue = _cue(sn, so)
-            if (neg_o is None) != (neg_n is None) and overlap >= (0.5 if cue else 0.75):
+            flipped = (neg_o is None) != (neg_n is None) and _says(so) and _says(sn)
+            if flipped and overlap >= (0.5 if cue else 0.75):
                 verb = neg_o if neg_o is not None else neg_n
                 other = cn if neg_o is not None else co
                 if verb and verb in other:
