@@ -283,3 +283,27 @@ def test_a_name_where_a_change_was_made_is_not_what_it_became() -> None:
         0.7,
     )
     assert switched is not None and "value changed: Aldi -> Lidl" in switched.why
+
+
+def test_chinese_numbers_that_name_a_thing_are_identifiers() -> None:
+    """第12号, 12号房 and 版本 3 name one thing (a number after 第 or a label noun, or before 号); two of
+    them in two messages are two things. A count with its classifier (12间房, twelve rooms) stays a
+    count, and the same numbered room changing its time is still an update."""
+    kinds = {
+        s: [(v.text, v.kind) for v in detect.statement_values(s)]
+        for s in ("我住在第12号房间", "会议在12号房", "现在是版本 3 了", "我们有12间房")
+    }
+    assert kinds == {
+        "我住在第12号房间": [("12", "id")],
+        "会议在12号房": [("12", "id")],
+        "现在是版本 3 了": [("3", "id")],
+        "我们有12间房": [("12", "count")],
+    }
+    for old, new in (
+        ("第12号 deploy window is at 15:00 on Thursday.", "第14号 deploy window is at 16:00 on Thursday."),
+        ("版本 3 的 release date is 12 May.", "版本 4 的 release date is 20 May."),
+        ("12号房 check-in is at 15:00, check-out 11:00.", "14号房 check-in is at 16:00, check-out 11:00."),
+    ):
+        assert detect.judge(old, new, 0.9) is None, new
+    moved = detect.judge("12号房 check-in is at 15:00.", "12号房 check-in moved to 16:00.", 0.9)
+    assert moved is not None and "value changed: 15:00 -> 16:00" in moved.why

@@ -148,8 +148,9 @@ _STRICT_CUE_RE = re.compile(
 )
 _SEP = ",;!?()\u2013\u2014"  # clause separators (and " - ")
 _TOKEN_RE = re.compile(
-    r"[€$£¥]?\d+(?:[.,:/]\d+)*(?:st|nd|rd|th|am|pm)?|[A-Za-z][\w'&\-]*|[" + _SEP + r"]| - "
+    r"[€$£¥]?\d+(?:[.,:/]\d+)*(?:st|nd|rd|th|am|pm)?|[A-Za-z][\w'&\-]*|[\u4e00-\u9fff]+|[" + _SEP + r"]| - "
 )
+_CJK_RE = re.compile(r"[\u4e00-\u9fff]")
 _BULLET_RE = re.compile(r"^\s*(?:>\s*)*(?:[-*\u2022+]|\d+[.)])\s+")
 _CODE_RE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _IRREGULAR_PAST = frozenset(
@@ -411,15 +412,42 @@ _LABELS = frozenset(
 _DIGITS_RE = re.compile(r"\d+")
 
 
+# The same in Chinese: a number after 第 ("第12号", the 12th) or a label noun (版本 3, 房间 12, 航班 305),
+# or before 号/號 ("12号房", room number 12; "3号线", line 3). A count takes a classifier instead
+# ("12间房", twelve rooms; "3个人", three people), so it stays a count.
+_CJK_LABELS = (
+    "第",
+    "版本",
+    "版",
+    "房间",
+    "房間",
+    "航班",
+    "编号",
+    "編號",
+    "号码",
+    "號碼",
+    "工单",
+    "订单",
+    "訂單",
+    "章节",
+)
+_CJK_NUMBER_SIGNS = ("号", "號")
+
+
 def _identifier(tokens: list[str], i: int) -> bool:
     """Whether the number ``tokens[i]`` names something rather than counts it: it follows a noun that
-    labels things ("build 1001", "room 12", "flight 305") or a capitalised name ("Windows 11", "Flight
-    305"), and is a whole number written alone."""
-    if i == 0 or not _DIGITS_RE.fullmatch(tokens[i]):
+    labels things ("build 1001", "room 12", "flight 305"; in Chinese 第, 版本, 房间...) or a capitalised
+    name ("Windows 11", "Flight 305"), or comes before 号 ("12号房"), and is a whole number written
+    alone."""
+    if not _DIGITS_RE.fullmatch(tokens[i]):
+        return False
+    if i + 1 < len(tokens) and tokens[i + 1].startswith(_CJK_NUMBER_SIGNS):
+        return True
+    if i == 0:
         return False
     prev = tokens[i - 1]
     low = prev.lower()
-    if low in _LABELS:
+    if low in _LABELS or (_CJK_RE.match(prev) and prev.endswith(_CJK_LABELS)):
         return True
     return (
         prev[:1].isupper()
@@ -434,7 +462,16 @@ def _identifier(tokens: list[str], i: int) -> bool:
 def _labelled(sentence: str) -> dict[str, str]:
     """The things a statement names by number: label -> number ("build 1001" -> {"build": "1001"})."""
     tokens = [t.strip() for t in _TOKEN_RE.findall(sentence)]
-    return {tokens[i - 1].lower(): tokens[i] for i in range(1, len(tokens)) if _identifier(tokens, i)}
+    return {_label(tokens, i): tokens[i] for i in range(len(tokens)) if _identifier(tokens, i)}
+
+
+def _label(tokens: list[str], i: int) -> str:
+    """The label of the identifier ``tokens[i]``: the word before it, or for "12号房" the 号 word after."""
+    after = tokens[i + 1] if i + 1 < len(tokens) else ""
+    if after.startswith(_CJK_NUMBER_SIGNS):
+        return after
+    prev = tokens[i - 1]
+    return prev[-2:] if _CJK_RE.match(prev) else prev.lower()
 
 
 _LEADS = frozenset(
@@ -639,13 +676,20 @@ def statement_values(sentence: str) -> list[Value]:
             and kinds[j] in (None, "name", "id")
             and tokens[j].lower() not in _STOP
             and len(tokens[j]) > 2
+            and not _CJK_RE.match(tokens[j])  # a run of Chinese is read for its labels only
             and tokens[j] not in _SEP
         ]
         # The word that leads to it ("at 9:30", "to Lisbon", "is 27 March"): part of the attribute's phrase.
         if i > 0 and tokens[i - 1].lower() in _LEADS:
             words.append("@" + tokens[i - 1].lower())
         unit = shown_unit = ""
-        if kind == "count" and i + 1 < hi and kinds[i + 1] is None and tokens[i + 1].lower() not in _STOP:
+        if (
+            kind == "count"
+            and i + 1 < hi
+            and kinds[i + 1] is None
+            and tokens[i + 1].lower() not in _STOP
+            and not _CJK_RE.match(tokens[i + 1])
+        ):
             unit = stem(tokens[i + 1])
             shown_unit = tokens[i + 1]
         text = _NUMBER_WORDS.get(tokens[i].lower(), tokens[i].lower().replace(",", ""))
