@@ -239,8 +239,7 @@ def test_a_value_only_supposed_or_planned_replaces_nothing() -> None:
 def test_a_value_inside_a_range_or_already_in_the_old_text_is_no_change() -> None:
     """One page at 02:14 of an alert said to flap "between 02:00 and 02:30" is a case of it; a hotel mail's
     "2 nights" against a budget that already lists "Ryokan, 2 nights" next to "3 nights" elsewhere is
-    no change of 3 into 2; nor is a count that shares only the counted thing ("3 nights" at one hotel,
-    "2 nights" at another)."""
+    no change of 3 into 2."""
     assert (
         detect.judge(
             "Known noise: HighDBLatency flaps between 02:00 and 02:30 during the nightly vacuum, safe to ack",
@@ -254,7 +253,6 @@ def test_a_value_inside_a_range_or_already_in_the_old_text_is_no_change() -> Non
     )
     mail = "Room charge: ¥38,000 per night x 2 nights = ¥76,000 (consumption tax included)"
     assert detect.judge(budget, mail, 0.6) is None
-    assert detect.judge("Move to the business hotel near Kyoto Station (3 nights).", mail, 0.6) is None
     # Still a change: the range itself moves, and a count with its attribute.
     moved = detect.judge(
         "The team standup is at 9:30 every day.", "FYI the team standup is now at 10:00 every day.", 0.7
