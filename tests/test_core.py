@@ -683,12 +683,14 @@ def test_below_auto_apply_a_core_update_is_reported_and_a_hand_written_supersede
     tmp_path: Path,
 ) -> None:
     """Auto-apply off (the default): both entries stay and the update says which entry the new one may
-    replace; a person writing ``superseded_by: <id>`` on the old line takes it out of the prompt."""
+    replace (its proposal in ``review/``); a person writing ``superseded_by: <id>`` on the old line
+    takes it out of the prompt."""
     vault, _clock = _profile(tmp_path, "")
     with vault:
         done = vault.core_update("user-profile", [LISBON])
-        new_id = corefile.entry_id(LISBON)
-        assert any(BERLIN[:40] in n and f"superseded_by: {new_id}" in n for n in done.notes)
+        new_id, old_id = corefile.entry_id(LISBON), corefile.entry_id(BERLIN)
+        waiting = f"review/core-user-profile-{new_id}-updates-{old_id}.md"
+        assert any(BERLIN[:40] in n and waiting in n for n in done.notes)
         assert BERLIN in vault.core_block().text and LISBON in vault.core_block().text
         path = vault.layout.root / "core" / "user-profile.md"
         text = path.read_text(encoding="utf-8")
@@ -697,3 +699,111 @@ def test_below_auto_apply_a_core_update_is_reported_and_a_hand_written_supersede
         assert BERLIN not in block.text and LISBON in block.text
         assert any(BERLIN in line for line in block.left_out)
         assert BERLIN in path.read_text(encoding="utf-8")  # the file keeps it
+
+
+def test_a_core_proposal_waits_in_review_and_accept_versions_the_entries(tmp_path: Path) -> None:
+    """Issue #20: a core update between the proposal and the auto-apply confidence is a review file like
+    a leaf proposal (old entry, new entry, why, link to the file); accepting it (Python API) versions the
+    entries as auto-apply does; ``reindex`` keeps it (the file is the truth) and ``check`` reads it."""
+    vault, _clock = _profile(tmp_path, "")
+    with vault:
+        vault.core_update("user-profile", [LISBON])
+        old_id, new_id = corefile.entry_id(BERLIN), corefile.entry_id(LISBON)
+        [p] = vault.proposals()
+        assert (p.file, p.old, p.new) == ("user-profile", old_id, new_id) and p.why
+        text = (vault.layout.root / p.path).read_text(encoding="utf-8")
+        assert "kind: core-proposal" in text and BERLIN in text and LISBON in text
+        assert "(../core/user-profile.md)" in text and text.split("---\n")[1].endswith("decision: pending\n")
+        vault.reindex()
+        assert [x.path for x in vault.proposals()] == [p.path] and vault.check().ok
+        done = vault.decide(new_id, "accept")
+        assert [x.new for x in done["accepted"]] == [new_id] and not vault.proposals()
+        profile = (vault.layout.root / "core" / "user-profile.md").read_text(encoding="utf-8")
+        assert f"{LISBON} <!-- valid_from: 2026-05-02; supersedes: {old_id} -->" in profile
+        assert BERLIN not in profile
+        archive = (vault.layout.root / "core" / "_archive" / "user-profile.md").read_text(encoding="utf-8")
+        assert f"valid_to: 2026-05-02; superseded_by: {new_id} -->" in archive
+        assert BERLIN not in vault.core_block().text and BERLIN in vault.core_block(as_of="2026-04-01").text
+        week = next((vault.layout.root / "review" / "weekly").glob("*.md")).read_text(encoding="utf-8")
+        assert "**accepted**" in week and f"{new_id} updates {old_id}" in week
+        assert vault.check().ok
+
+
+def test_a_core_proposal_rejected_from_the_cli_or_decided_by_a_hand_edit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``vaultmem review --reject`` keeps both entries and closes the proposal; a person's edit of
+    ``decision: accept`` in the file is carried out by the next review run; a broken file is a ``check``
+    problem."""
+    root = str(tmp_path / "v")
+    with Vault.init(tmp_path / "v", "", embedder=FakeEmbedder()) as vault:  # today's clock: the CLI's
+        vault.core_update("user-profile", [BERLIN, TEA])
+        vault.core_update("user-profile", [LISBON])
+        [p] = vault.proposals()
+    code, out, err = run(["review", "--reject", p.new, "--json", "--vault", root], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert [x["file"] for x in data["rejected"]] == ["user-profile"] and data["waiting"] == []
+    profile = (tmp_path / "v" / "core" / "user-profile.md").read_text(encoding="utf-8")
+    assert BERLIN in profile and LISBON in profile and "supersedes" not in profile
+    # The same pair is not proposed again; another update of the entry is.
+    with Vault.open(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        porto = "Moved to Porto in June; lives there now with Jonas, works from home."
+        vault.core_update("user-profile", [porto])
+        waiting = [x for x in vault.proposals() if x.new == corefile.entry_id(porto)]
+        assert waiting, vault.proposals()
+        target = vault.layout.root / waiting[0].path
+        target.write_text(target.read_text(encoding="utf-8").replace("decision: pending", "decision: accept"))
+    code, out, err = run(["review", "--list", "--json", "--vault", root], capsys)
+    assert code == 0, err
+    assert [x["new"] for x in json.loads(out)["accepted"]] == [corefile.entry_id(porto)]
+    profile = (tmp_path / "v" / "core" / "user-profile.md").read_text(encoding="utf-8")
+    assert f"supersedes: {waiting[0].old}" in profile
+    broken = tmp_path / "v" / "review" / f"core-user-profile-{'a' * 10}-updates-{'b' * 10}.md"
+    broken.write_text("---\nkind: core-proposal\nfile: ../x\nold: bbbbbbbbbb\nnew: aaaaaaaaaa\n---\n")
+    with Vault.open(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        assert [x.code for x in vault.check().problems] == ["invalid_proposal"]
+
+
+class Condenser:
+    """A deterministic summariser standing in for the model (not what is under test): it condenses each
+    entry by dropping what follows its first comma or semicolon."""
+
+    model = "fake-condenser"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def ask(self, system: str, user: str, max_tokens: int = 1024) -> str:
+        self.calls += 1
+        data = user.split("<data>\n", 1)[1].split("\n</data>", 1)[0]
+        lines = [re.split(r"[,;]", line, maxsplit=1)[0].strip() for line in data.splitlines()]
+        return json.dumps(lines)
+
+
+def test_a_model_condensed_update_keeps_the_version_keys(tmp_path: Path) -> None:
+    """Issue #20: an over-budget update the model condenses still versions the replaced entry: the new
+    entry (rewritten by the model) carries ``valid_from``/``supersedes``, and the archive's
+    ``superseded_by`` names the id of the line actually written."""
+    config = SMALL + "[updates]\nauto_apply = true\nauto_apply_at = 0.75\n"
+    clock = [datetime(2026, 3, 5, 10, tzinfo=UTC)]
+    vault = Vault.init(tmp_path / "v", config, embedder=FakeEmbedder())
+    vault.clock = lambda: clock[0]
+    with vault:
+        vault.core_update(
+            "user-profile", [BERLIN, TEA, "Runs 10 km on Sundays along the river, with friends."]
+        )
+        clock[0] = datetime(2026, 5, 2, 10, tzinfo=UTC)
+        model = Condenser()
+        vault._chat_model, vault._chat_model_built = model, True  # type: ignore[assignment]
+        done = vault.core_update("user-profile", [LISBON, "Cycles to work, 8 km each way, all year round."])
+        assert model.calls == 1 and done.by.startswith("llm:")
+        old_id = corefile.entry_id(BERLIN)
+        profile = (vault.layout.root / "core" / "user-profile.md").read_text(encoding="utf-8")
+        [line] = [ln for ln in profile.splitlines() if "Moved to Lisbon" in ln]
+        assert f"valid_from: 2026-05-02; supersedes: {old_id}" in line and "works from home" not in line
+        written = corefile.entry_id(line.split("] ", 1)[1].split(" <!--")[0])
+        archive = (vault.layout.root / "core" / "_archive" / "user-profile.md").read_text(encoding="utf-8")
+        assert f"superseded_by: {written}" in archive and BERLIN in archive
+        assert "Lisbon" in vault.core_block().text and "Berlin" not in vault.core_block().text
+        assert "Berlin" in vault.core_block(as_of="2026-04-01").text

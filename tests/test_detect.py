@@ -204,3 +204,104 @@ def test_a_question_or_a_plan_holds_no_value_to_replace() -> None:
         0.8,
     )
     assert moved is not None and "says it changed (moved)" in moved.why
+
+
+def test_a_value_only_supposed_or_planned_replaces_nothing() -> None:
+    """The sample vault's proposal at confidence 1.00: a runbook saying the image stays on Debian 11 "for
+    now" and what moving to Debian 12 would change, read as a change 11 -> 12. A value replaces another
+    only when its statement asserts it; a conditional, a modal, a change still to come or a change
+    spoken of in general asserts nothing, and the old value said to hold in the new text still holds."""
+    handover = (
+        "Prod cutover stays Thursday 19 March 07:00. We keep the Debian 11 image so glibc (and "
+        "collation) doesn't change in the same step"
+    )
+    runbook = (
+        "- The image stays on Debian 11 (glibc 2.31) for now. Moving to Debian 12 changes glibc to 2.36:\n"
+        "  before that, run `REINDEX DATABASE tidepool;`."
+    )
+    assert detect.judge(handover, runbook, 0.74) is None
+    for plan in (
+        "Moving to Debian 12 changes glibc to 2.36, so reindex first.",
+        "If we move the image to Debian 12, glibc changes to 2.36.",
+        "We will move the image to Debian 12 next month.",
+        "We'd move the image to Debian 12 once the reindex is done.",
+        "Once we move the image to Debian 12 we need a reindex.",
+    ):
+        assert detect.judge(handover, plan, 0.75) is None, plan
+    for done in (
+        "We moved the image to Debian 12 last night, glibc is 2.36 now.",
+        "Moving the image to Debian 12 was painless: it is on Debian 12 now.",
+    ):
+        found = detect.judge(handover, done, 0.75)
+        assert found is not None and "value changed: 11 -> 12" in found.why, done
+
+
+def test_a_value_inside_a_range_or_already_in_the_old_text_is_no_change() -> None:
+    """One page at 02:14 of an alert said to flap "between 02:00 and 02:30" is a case of it; a hotel mail's
+    "2 nights" against a budget that already lists "Ryokan, 2 nights" next to "3 nights" elsewhere is
+    no change of 3 into 2."""
+    assert (
+        detect.judge(
+            "Known noise: HighDBLatency flaps between 02:00 and 02:30 during the nightly vacuum, safe to ack",
+            "Handing the pager back: one page on Saturday at 02:14 (HighDBLatency, the vacuum flap), acked.",
+            0.6,
+        )
+        is None
+    )
+    budget = (
+        "- Ryokan, 2 nights with dinner and breakfast: €470\n- Kyoto business hotel, 3 nights at €70: €210"
+    )
+    mail = "Room charge: ¥38,000 per night x 2 nights = ¥76,000 (consumption tax included)"
+    assert detect.judge(budget, mail, 0.6) is None
+    # Still a change: the range itself moves, and a count with its attribute.
+    moved = detect.judge(
+        "The team standup is at 9:30 every day.", "FYI the team standup is now at 10:00 every day.", 0.7
+    )
+    assert moved is not None and "value changed: 9:30 -> 10:00" in moved.why
+    bikes = detect.judge(
+        "We keep two cargo bikes in the shed.", "We keep four cargo bikes in the shed now.", 0.7
+    )
+    assert bikes is not None and "value changed: two -> four" in bikes.why
+
+
+def test_a_name_where_a_change_was_made_is_not_what_it_became() -> None:
+    """ "updated in Vault" says where the key was changed, not that something became "Vault"; "switched
+    to Lidl" says what it became."""
+    assert (
+        detect.judge(
+            "Each restart is ~40 s of CrashLoopBackOff, so we drop Payflow webhooks in those windows",
+            "Rotated in the Payflow dashboard and updated in Vault; the old key was revoked at 08:19 UTC.",
+            0.3,
+        )
+        is None
+    )
+    switched = detect.judge(
+        "I do the weekly grocery run at Aldi on Saturdays.",
+        "I switched the weekly grocery run to Lidl, Saturdays still.",
+        0.7,
+    )
+    assert switched is not None and "value changed: Aldi -> Lidl" in switched.why
+
+
+def test_chinese_numbers_that_name_a_thing_are_identifiers() -> None:
+    """第12号, 12号房 and 版本 3 name one thing (a number after 第 or a label noun, or before 号); two of
+    them in two messages are two things. A count with its classifier (12间房, twelve rooms) stays a
+    count, and the same numbered room changing its time is still an update."""
+    kinds = {
+        s: [(v.text, v.kind) for v in detect.statement_values(s)]
+        for s in ("我住在第12号房间", "会议在12号房", "现在是版本 3 了", "我们有12间房")
+    }
+    assert kinds == {
+        "我住在第12号房间": [("12", "id")],
+        "会议在12号房": [("12", "id")],
+        "现在是版本 3 了": [("3", "id")],
+        "我们有12间房": [("12", "count")],
+    }
+    for old, new in (
+        ("第12号 deploy window is at 15:00 on Thursday.", "第14号 deploy window is at 16:00 on Thursday."),
+        ("版本 3 的 release date is 12 May.", "版本 4 的 release date is 20 May."),
+        ("12号房 check-in is at 15:00, check-out 11:00.", "14号房 check-in is at 16:00, check-out 11:00."),
+    ):
+        assert detect.judge(old, new, 0.9) is None, new
+    moved = detect.judge("12号房 check-in is at 15:00.", "12号房 check-in moved to 16:00.", 0.9)
+    assert moved is not None and "value changed: 15:00 -> 16:00" in moved.why

@@ -245,10 +245,10 @@ def test_cli_review(pair: tuple[Vault, str, str], tmp_path: Path) -> None:
 
 def test_the_mcp_server_cannot_approve() -> None:
     source = (Path(__file__).parent.parent / "vaultmem" / "mcpserver.py").read_text(encoding="utf-8")
-    for name in ("apply_reviews", "decide(", "propose_updates", "revert_update", "review."):
+    for name in ("apply_reviews", "decide(", "propose_updates", "revert_update", "review.", "settle("):
         assert name not in source
     tools = (Path(__file__).parent.parent / "vaultmem" / "agenttools.py").read_text(encoding="utf-8")
-    assert "decide(" not in tools and "apply_reviews" not in tools
+    assert "decide(" not in tools and "apply_reviews" not in tools and "settle(" not in tools
 
 
 def test_admission_queues_the_detector_and_the_queue_fills_the_inbox(

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vaultmem import corefile, corepolicy, fsio, memindex
 from vaultmem.agentllm import ChatModel
@@ -34,6 +34,9 @@ from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, InvalidInput
 from vaultmem.frame import neutralise
 from vaultmem.layout import Layout
+
+if TYPE_CHECKING:
+    from vaultmem import review
 
 ATTEMPTS = 3
 QUESTIONS: tuple[tuple[str, str], ...] = (
@@ -373,13 +376,21 @@ def _changed(old: str, new: str) -> bool:
     return detect.judge(old, new, 0.0) is not None
 
 
-def _versions(env: MemoryEnv, doc: CoreDoc, new: Sequence[Entry], now: datetime) -> corepolicy.Versions:
+def _versions(
+    env: MemoryEnv,
+    doc: CoreDoc,
+    new: Sequence[Entry],
+    now: datetime,
+    why: dict[tuple[str, str], tuple[str, ...]] | None = None,
+) -> corepolicy.Versions:
     """Cross-entry detection for an update of ``doc`` (issue #20): the supersede detector over each pair
     of an entry and a new one that share a content word, with their cosine from the vault's embedder
-    (every text embedded once, in one batch, only when some pair needs it)."""
+    (every text embedded once, in one batch, only when some pair needs it). ``why`` collects the
+    detector's reasons per (old, new) text, for the review inbox."""
     from vaultmem import detect
 
     vectors: dict[str, Any] = {}
+    reasons = why if why is not None else {}
 
     def judge(old: str, fresh: str) -> float | None:
         if not corepolicy.words(old) & corepolicy.words(fresh):
@@ -388,7 +399,10 @@ def _versions(env: MemoryEnv, doc: CoreDoc, new: Sequence[Entry], now: datetime)
             texts = list(dict.fromkeys([*(e.text for e in doc.entries), *(e.text for e in new)]))
             vectors.update(zip(texts, env.embedder().embed(texts), strict=True))
         verdict = detect.judge(old, fresh, float(vectors[old] @ vectors[fresh]))
-        return None if verdict is None else verdict.confidence
+        if verdict is None:
+            return None
+        reasons[old, fresh] = verdict.why
+        return verdict.confidence
 
     return corepolicy.Versions(now.strftime("%Y-%m-%d"), judge, env.updates_auto_at, detect.PROPOSE_AT)
 
@@ -411,24 +425,33 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
         doc, digest = load(env, name)
         spec = env.settings.core.spec(name)
         model = env.model
+        why: dict[tuple[str, str], tuple[str, ...]] = {}
+        versions = _versions(env, doc, new, now, why)
         if model is not None:
 
             def ask(system: str, user: str, model: ChatModel = model) -> str:
                 return model.ask(system, user, max_tokens=1024)
 
-            fits = corepolicy.apply(doc.items, new, doc.budget, tag, _changed, _versions(env, doc, new, now))
+            fits = corepolicy.apply(doc.items, new, doc.budget, tag, _changed, versions)
             if fits.leaving and not all(
                 x.successor for x in fits.leaving
             ):  # over budget or near duplicates: the model condenses
                 outcome = corepolicy.ask_model(
-                    doc.items, new, doc.budget, tag, doc.title, spec.purpose, ask, model.model
+                    doc.items,
+                    new,
+                    doc.budget,
+                    tag,
+                    doc.title,
+                    spec.purpose,
+                    ask,
+                    model.model,
+                    changed=_changed,
+                    versions=versions,
                 )
             else:
                 outcome = fits
         else:
-            outcome = corepolicy.apply(
-                doc.items, new, doc.budget, tag, _changed, _versions(env, doc, new, now)
-            )
+            outcome = corepolicy.apply(doc.items, new, doc.budget, tag, _changed, versions)
         with env.lock():
             rel = corefile.rel_path(name)
             if fsio.file_hash(env.layout.abs(rel)) != digest:
@@ -437,6 +460,7 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
                 continue  # a person edited it meanwhile: start again from their version
             moved = _place(env, doc, outcome.leaving, now)
             write(env, rel, corefile.render(doc, outcome.items), digest)
+            proposed = _propose(env, name, outcome, why, now)
             result = CoreUpdate(
                 name,
                 tuple(e.text for e in outcome.added),
@@ -445,11 +469,63 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
                 corepolicy.size(outcome.items),
                 doc.budget,
                 outcome.by,
-                outcome.notes,
+                (*outcome.notes, *proposed),
             )
             env.commit(_message(result))
             return result
     raise ConflictError(f"core/{name}.md kept changing while it was updated; try again")  # pragma: no cover
+
+
+def _propose(
+    env: MemoryEnv,
+    name: str,
+    outcome: corepolicy.Outcome,
+    why: Mapping[tuple[str, str], tuple[str, ...]],
+    now: datetime,
+) -> list[str]:
+    """Each update the detector found below the auto-apply level as a proposal in the review inbox
+    (``review/core-<file>-<new>-updates-<old>.md``), both entries still in the file (a pair decided
+    before is not proposed again); under the write lock. Returns a note per proposal written."""
+    from vaultmem import review
+    from vaultmem.model import format_ts
+
+    held = {x.id for x in outcome.items if isinstance(x, Entry)}
+    decided = review.decided_pairs(env.layout) if outcome.proposed else set()
+    rel = corefile.rel_path(name)
+    notes = []
+    for old, fresh, confidence in outcome.proposed:
+        if old.id not in held or fresh.id not in held or (fresh.id, old.id) in decided:
+            continue
+        reasons = why.get((old.text, fresh.text), ())
+        p = review.Proposal(old.id, fresh.id, round(confidence, 3), reasons, format_ts(now) or "", file=name)
+        if review.write(env.layout, p, old.text, fresh.text, rel, rel):
+            notes.append(
+                f"may update [{old.tag or ''}] {old.text[:80]} (confidence {confidence:.2f}): {p.path}"
+            )
+    return notes
+
+
+def settle(env: MemoryEnv, p: review.Proposal, outcome: str, now: datetime) -> tuple[str, str, str]:
+    """Carry out a decided core proposal (``review.Proposal`` with a ``file``): ``accepted`` versions the
+    entries as auto-apply does (the new one gains ``valid_from`` and ``supersedes``, the old one leaves
+    for the archive with ``valid_to`` and ``superseded_by``); ``rejected`` or ``expired`` leave both.
+    Returns (outcome, old text, new text); ``gone`` when either entry is no longer in the file. The
+    caller holds the write lock; a file changed since it was read is a ``ConflictError``."""
+    doc, digest = load(env, p.file)
+    entries = {e.id: e for e in doc.entries}
+    old, fresh = entries.get(p.old), entries.get(p.new)
+    if old is None or fresh is None:
+        return "gone", old.text if old else "(gone)", fresh.text if fresh else "(gone)"
+    if outcome == "accepted":
+        successor = corefile.versioned(fresh, valid_from=now.strftime("%Y-%m-%d"), supersedes=old.id)
+        items = [successor if x is fresh else x for x in doc.items if x is not old]
+        reason = f"superseded by [{fresh.tag or corefile.month(now)}] {fresh.text[:80]}"
+        rel = corefile.rel_path(p.file)
+        if fsio.file_hash(env.layout.abs(rel)) != digest:
+            raise ConflictError(f"{rel} changed while the proposal was applied; try again")
+        _archive(env, doc, [corepolicy.Leaving(old, reason, fresh.id)], now)
+        write(env, rel, corefile.render(doc, items), digest)
+    return outcome, old.text, fresh.text
 
 
 def _message(result: CoreUpdate) -> str:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vaultmem.agentllm import without_thinking
 from vaultmem.corefile import Entry, Item, clean, prompt_text, versioned
@@ -61,6 +61,9 @@ class Outcome:
     retagged: tuple[Entry, ...]  # entries a duplicate made fresh again
     notes: tuple[str, ...] = ()
     by: str = "policy"
+    # (old entry, new entry, confidence): updates between ``propose_at`` and ``auto_at``, both entries
+    # kept; the caller puts each in the review inbox (issue #20)
+    proposed: tuple[tuple[Entry, Entry, float], ...] = ()
 
 
 def words(text: str) -> frozenset[str]:
@@ -99,7 +102,7 @@ def size(items: Sequence[Item]) -> int:
 class Versions:
     """How ``apply`` finds a new entry that updates another one (issue #20): ``judge(old, new)`` is the
     supersede detector's confidence (None: no update); at ``auto_at`` or above (None: auto-apply off)
-    the old entry is replaced, at ``propose_at`` or above the update is only reported (a note). ``today``
+    the old entry is replaced, at ``propose_at`` or above it is proposed (``Outcome.proposed``). ``today``
     (YYYY-MM-DD) is the new version's ``valid_from`` and the old one's ``valid_to``."""
 
     today: str
@@ -126,6 +129,7 @@ def apply(
     added: list[Entry] = []
     retagged: list[Entry] = []
     notes: list[str] = []
+    proposed: list[tuple[Entry, Entry, float]] = []
     for entry in new:
         entries = [(i, x) for i, x in enumerate(current) if isinstance(x, Entry)]
         dup = next(((i, x) for i, x in entries if same(x, entry)), None)
@@ -144,10 +148,7 @@ def apply(
                 if versions.auto_at is not None and confidence >= versions.auto_at:
                     close, update = (i, old), True
                 elif confidence >= versions.propose_at:
-                    notes.append(
-                        f"may update [{old.tag or now_tag}] {old.text[:80]} (confidence {confidence:.2f});"
-                        f" not applied: write superseded_by: {entry.id} on its line to apply it"
-                    )
+                    proposed.append((old, entry, confidence))
         if close is not None:
             i, old = close
             # A changed value is a new version of the entry, not a merge.
@@ -177,6 +178,7 @@ def apply(
         tuple(e for e in added if id(e) not in gone),
         tuple(retagged),
         tuple(notes),
+        proposed=tuple(p for p in proposed if id(p[0]) not in gone and id(p[1]) not in gone),
     )
 
 
@@ -276,45 +278,72 @@ def ask_model(
     purpose: str,
     ask: Callable[[str, str], str],
     model: str,
+    *,
+    changed: Callable[[str, str], bool] | None = None,
+    versions: Versions | None = None,
 ) -> Outcome:
     """The model condenses (``ask(system, user) -> reply``); the offline policy when its reply is junk.
 
     Structure lines (title, comments) are kept before the model's entries. A file with a heading
     between its entries is left to the offline policy, which edits in place (the model's list would
-    lose which section an entry was under)."""
+    lose which section an entry was under). ``changed`` and ``versions`` are the offline policy's:
+    updates are found (and versioned, or proposed) before the model condenses, and an entry the model
+    rewrote keeps the version keys of the entry it came from (its successor id follows it)."""
     entries = [x for x in items if isinstance(x, Entry)]
     first = next((i for i, x in enumerate(items) if isinstance(x, Entry)), len(items))
     if any(isinstance(x, str) and x.strip() for x in items[first:]):
-        fallback = apply(items, new, budget, now_tag)
+        fallback = apply(items, new, budget, now_tag, changed, versions)
         note = "sections between entries: the offline policy edits them in place"
-        return Outcome(fallback.items, fallback.leaving, fallback.added, fallback.retagged, (note,))
+        return replace(fallback, notes=(note,))
     # Exact duplicates need no model: the offline step 1 handles them first.
-    merged = apply(items, new, 10**9, now_tag)
+    merged = apply(items, new, 10**9, now_tag, changed, versions)
     given = [x for x in merged.items if isinstance(x, Entry)]
     try:
         system, user = prompt(title, purpose, given, budget, now_tag)
         kept = validate(ask(system, user), given, now_tag)
     except SummariserError as exc:
-        fallback = apply(items, new, budget, now_tag)
-        said = (f"llm: {exc}; offline policy",)
-        return Outcome(fallback.items, fallback.leaving, fallback.added, fallback.retagged, said)
+        fallback = apply(items, new, budget, now_tag, changed, versions)
+        return replace(fallback, notes=(f"llm: {exc}; offline policy",))
     head = list(items[:first])
-    result: list[Item] = [*head, *_reuse(kept, given)]
+    reused, renamed = _reuse(kept, given)
+    result: list[Item] = [*head, *reused]
     notes: list[str] = []
     trimmed, evicted = evict(result, budget, now_tag)
     if evicted:
         notes.append(f"llm: reply over the {budget}-character budget; trimmed by the offline policy")
     staying = [x for x in trimmed if isinstance(x, Entry)]
-    leaving = list(merged.leaving)
+    leaving = [
+        replace(x, successor=renamed.get(x.successor, x.successor)) if x.successor else x
+        for x in merged.leaving
+    ]
     leaving += [Leaving(e, "condensed by the model") for e in given if not any(same(e, s) for s in staying)]
     added = tuple(s for s in staying if not any(same(s, e) for e in entries))
-    return Outcome(tuple(trimmed), tuple(leaving), added, merged.retagged, tuple(notes), f"llm:{model}")
+    by = f"llm:{model}"
+    return Outcome(tuple(trimmed), tuple(leaving), added, merged.retagged, tuple(notes), by, merged.proposed)
 
 
-def _reuse(kept: Sequence[Entry], given: Sequence[Entry]) -> list[Entry]:
-    """The model's entries; one that repeats a given entry word for word keeps that entry's own line."""
+_VERSION_COMMENT_RE = re.compile(r"<!--\s*((?:valid_from|valid_to|supersedes|superseded_by):[^>]*?)\s*-->")
+
+
+def _reuse(kept: Sequence[Entry], given: Sequence[Entry]) -> tuple[list[Entry], dict[str, str]]:
+    """The model's entries; one that repeats a given entry word for word keeps that entry's own line,
+    and one rewritten from a given entry with version keys (the given entry whose words it shares most)
+    keeps those keys on its line. Also returns the ids that changed (given id -> the entry's new id)."""
     out: list[Entry] = []
+    renamed: dict[str, str] = {}
     for entry in kept:
         match = next((g for g in given if same(g, entry) and (g.tag or "") == entry.tag), None)
-        out.append(match if match is not None else entry)
-    return out
+        if match is not None:
+            out.append(match)
+            continue
+        mine = words(entry.text)
+        keyed = [(len(mine & words(g.text)), g) for g in given if _VERSION_COMMENT_RE.search(g.raw or "")]
+        shared, source = max(keyed, key=lambda t: t[0], default=(0, None))
+        if source is not None and mine and shared >= INVENTED * len(mine):
+            keys = "; ".join(
+                m.group(1).strip().rstrip(";") for m in _VERSION_COMMENT_RE.finditer(source.raw or "")
+            )
+            entry = Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- {keys} -->", entry.bullet)
+            renamed[source.id] = entry.id
+        out.append(entry)
+    return out, renamed

@@ -1,7 +1,9 @@
 """The review inbox (issue #20): supersede proposals as small Markdown files a person decides on.
 
 Owns ``review/<new>-updates-<old>.md`` (old text, new text, why, links, ``decision: pending``; a person
-sets ``decision: accept`` or ``reject`` in Obsidian, or ``vaultmem review`` does) and the weekly log
+sets ``decision: accept`` or ``reject`` in Obsidian, or ``vaultmem review`` does), the same for two
+entries of a core file (``review/core-<file>-<new>-updates-<old>.md``, ``kind: core-proposal``, entry
+ids: ``corefile.entry_id``), and the weekly log
 ``review/weekly/<YYYY>-W<ww>.md`` that every outcome goes into (applied at once, accepted, rejected,
 expired), so the inbox never piles up. ``review/`` is never indexed. Writes only through ``fsio``; the
 caller holds the write lock and applies the links. Approval exists here and in the CLI only: nothing in
@@ -16,6 +18,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from vaultmem import frontmatter, fsio
+from vaultmem.corefile import NAME_RE as CORE_NAME_RE
+from vaultmem.corefile import rel_path as core_rel_path
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.layout import REVIEW, Layout
 from vaultmem.model import LEAF_ID_RE, format_ts, parse_ts
@@ -23,7 +27,9 @@ from vaultmem.model import LEAF_ID_RE, format_ts, parse_ts
 DECISIONS = ("pending", "accept", "reject", "skip")
 EXPIRE_DAYS = 7  # a proposal nobody decided on this long goes into the weekly log as expired
 _NAME_RE = re.compile(r"^([0-9a-f]{16})-updates-([0-9a-f]{16})\.md$")
-_PAIR_RE = re.compile(r"\b([0-9a-f]{16}) updates ([0-9a-f]{16})\b")
+_CORE_NAME_RE = re.compile(r"^core-([a-z0-9][a-z0-9-]{0,47})-([0-9a-f]{10})-updates-([0-9a-f]{10})\.md$")
+_ENTRY_ID_RE = re.compile(r"^[0-9a-f]{10}$")
+_PAIR_RE = re.compile(r"\b([0-9a-f]{16}|[0-9a-f]{10}) updates ([0-9a-f]{16}|[0-9a-f]{10})\b")
 
 
 @dataclass(frozen=True)
@@ -34,10 +40,15 @@ class Proposal:
     why: tuple[str, ...]
     created: str
     decision: str = "pending"
+    file: str = ""  # a core file's name when old and new are two of its entries (issue #20); "" for leaves
 
     @property
     def name(self) -> str:
-        return f"{self.new}-updates-{self.old}.md"
+        return (
+            f"core-{self.file}-{self.new}-updates-{self.old}.md"
+            if self.file
+            else f"{self.new}-updates-{self.old}.md"
+        )
 
     @property
     def path(self) -> str:
@@ -52,20 +63,15 @@ class Proposal:
             "created": self.created,
             "decision": self.decision,
             "path": self.path,
-        }
+        } | ({"file": self.file} if self.file else {})
 
 
 def render(p: Proposal, old_text: str, new_text: str, old_path: str, new_path: str) -> str:
-    meta = {
-        "kind": "proposal",
-        "old": p.old,
-        "new": p.new,
-        "confidence": p.confidence,
-        "why": list(p.why),
-        "created": p.created,
-    }
+    meta: dict[str, object] = {"kind": "core-proposal", "file": p.file} if p.file else {"kind": "proposal"}
+    meta |= {"old": p.old, "new": p.new, "confidence": p.confidence, "why": list(p.why), "created": p.created}
+    what = f"entry of `{core_rel_path(p.file)}`" if p.file else "memory"
     body = (
-        f"Does the new memory replace the old one? Set `decision:` to accept or reject.\n\n"
+        f"Does the new {what} replace the old one? Set `decision:` to accept or reject.\n\n"
         f"## Old\n\n{_quoted(old_text)}\n\n[{p.old}](../{old_path})\n\n"
         f"## New\n\n{_quoted(new_text)}\n\n[{p.new}](../{new_path})\n"
     )
@@ -81,9 +87,15 @@ def parse(text: str, rel: str) -> Proposal:
     meta = frontmatter.split(text, where=rel).meta
     old, new = str(meta.get("old", "")), str(meta.get("new", ""))
     decision = str(meta.get("decision", "pending")).strip().lower()
-    if not (LEAF_ID_RE.match(old) and LEAF_ID_RE.match(new)) or decision not in DECISIONS:
+    file = str(meta.get("file", "")) if meta.get("kind") == "core-proposal" else ""
+    if file:
+        ids = bool(_ENTRY_ID_RE.match(old) and _ENTRY_ID_RE.match(new) and CORE_NAME_RE.match(file))
+    else:
+        ids = bool(LEAF_ID_RE.match(old) and LEAF_ID_RE.match(new))
+    if not ids or decision not in DECISIONS:
         raise FrontmatterError(
-            f"{rel}: a proposal needs leaf ids old/new and decision: {'|'.join(DECISIONS)}"
+            f"{rel}: a proposal needs ids old/new (leaf ids, or entry ids and the core file's name in"
+            f" `file:`) and decision: {'|'.join(DECISIONS)}"
         )
     why = meta.get("why") or []
     return Proposal(
@@ -93,6 +105,7 @@ def parse(text: str, rel: str) -> Proposal:
         tuple(str(w) for w in why) if isinstance(why, list) else (str(why),),
         str(meta.get("created", "")),
         decision,
+        file,
     )
 
 
@@ -101,7 +114,7 @@ def inbox(layout: Layout) -> tuple[list[Proposal], list[tuple[str, str]]]:
     base = layout.root / REVIEW
     found, bad = [], []
     for path in sorted(base.glob("*.md")) if base.is_dir() else []:
-        if not _NAME_RE.match(path.name):
+        if not (_NAME_RE.match(path.name) or _CORE_NAME_RE.match(path.name)):
             continue
         rel = layout.rel(path)
         try:
@@ -131,13 +144,13 @@ def set_decision(layout: Layout, p: Proposal, decision: str) -> Proposal:
     text, digest = fsio.read_text_guarded(path, 1 << 20)
     new = re.sub(r"(?m)^decision:.*$", f"decision: {decision}", text, count=1)
     fsio.atomic_write(path, new.encode("utf-8"), root=layout.root, expected=digest)
-    return Proposal(p.old, p.new, p.confidence, p.why, p.created, decision)
+    return Proposal(p.old, p.new, p.confidence, p.why, p.created, decision, p.file)
 
 
 def find(layout: Layout, key: str) -> Proposal:
     """A proposal by its file name, its new id, or ``new-old``."""
     found, _bad = inbox(layout)
-    hits = [p for p in found if key in (p.name, p.name[:-3], p.new, p.path)]
+    hits = [p for p in found if key in (p.name, p.name[:-3], p.new, p.path, f"{p.new}-{p.old}")]
     if len(hits) != 1:
         raise InvalidInput(
             f"{'no' if not hits else 'several'} proposals match {key!r}; `vaultmem review --list` names them"
@@ -174,7 +187,7 @@ def log_entry(
         f'"{_short(old_text)}" -> "{_short(new_text)}"'
         + (
             f" (undo: `vaultmem review --revert {p.new}-{p.old}`)"
-            if outcome in ("applied", "accepted")
+            if outcome in ("applied", "accepted") and not p.file
             else ""
         )
         + "\n"

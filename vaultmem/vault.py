@@ -1868,21 +1868,26 @@ class Vault:
 
     def apply_reviews(self, *, now: datetime | None = None) -> dict[str, list[Any]]:
         """Carry out the decisions in ``review/`` (a person's edit of ``decision:`` included): accepted
-        proposals link the two leaves, rejected ones are dropped, proposals pending longer than
+        proposals link the two leaves (or, for two entries of a core file, version them as auto-apply
+        does: ``coremem.settle``), rejected ones are dropped, proposals pending longer than
         ``review.EXPIRE_DAYS`` expire, and those naming a leaf the vault no longer holds are ``gone``; each
         outcome goes into the week's log and the file goes."""
         from vaultmem import review
 
-        moment = now or datetime.now(UTC)
+        moment = now or self.clock()
         out: dict[str, list[Any]] = {"accepted": [], "rejected": [], "expired": [], "gone": [], "invalid": []}
         with self.operation("memory: review decisions"):
             found, bad = review.inbox(self.layout)
             out["invalid"] = bad
             for p in found:
-                pair = {x.id: x for x in index.leaves_by_ids(self.conn, [p.old, p.new])}
                 outcome = {"accept": "accepted", "reject": "rejected"}.get(p.decision)
                 if outcome is None and review.expired(p, moment):
                     outcome = "expired"
+                if p.file:  # two entries of a core file
+                    if outcome is not None and self._settle_core(p, outcome, moment, out):
+                        fsio.remove_file(self.layout.root, self.layout.root / p.path)
+                    continue
+                pair = {x.id: x for x in index.leaves_by_ids(self.conn, [p.old, p.new])}
                 if len(pair) < 2:  # a leaf was forgotten, purged or deleted: nothing left to decide
                     outcome = "gone"
                 if outcome is None:
@@ -1902,6 +1907,22 @@ class Vault:
                 fsio.remove_file(self.layout.root, self.layout.root / p.path)
                 out[outcome].append(p)
         return out
+
+    def _settle_core(
+        self, p: review.Proposal, outcome: str, moment: datetime, out: dict[str, list[Any]]
+    ) -> bool:
+        """Carry out a decided core proposal (``coremem.settle``) and log it; False when the core file
+        changed meanwhile (the proposal stays, decided, for the next run)."""
+        from vaultmem import coremem, review
+
+        try:
+            done, old_text, new_text = coremem.settle(self._memory(), p, outcome, moment)
+        except ConflictError as exc:
+            self.warnings.append(f"{p.path}: not applied yet: {exc}")
+            return False
+        review.log(self.layout, moment, done, p, old_text, new_text)
+        out[done].append(p)
+        return True
 
     def revert_update(self, key: str) -> None:
         """Undo a link between two leaves (``new-old`` ids, as the weekly log writes it)."""
