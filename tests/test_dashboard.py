@@ -423,6 +423,40 @@ def test_cached_views_follow_changes_made_by_another_process(tmp_path: Path) -> 
         assert day["leaves"] == 1 and "Lisbon" in json.dumps(day["digest"])
 
 
+def test_the_day_panel_writes_nothing_and_shows_the_digest_the_job_will_write(tmp_path: Path) -> None:
+    """A page view is a read: a day whose digest was never written is shown from memory, no file is
+    written; the digest written later holds the same links."""
+    with Vault.init(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+        vault.ingest_messages(
+            [
+                {
+                    "id": "a",
+                    "role": "user",
+                    "content": "Mara booked the ryokan in Kyoto for two nights.",
+                    "ts": "2026-03-09T20:00:00Z",
+                }
+            ],
+            source="chat",
+        )
+        vault.flush()
+        root = vault.layout.root
+
+        def files() -> dict[str, bytes]:
+            return {
+                str(p.relative_to(root)): p.read_bytes()
+                for p in root.rglob("*")
+                if p.is_file() and ".vaultmem" not in p.parts
+            }
+
+        before = files()
+        day = Panels(vault).day("2026-03-09")
+        assert day["digest"] is not None and "ryokan" in json.dumps(day["digest"])
+        assert files() == before  # nothing written
+        (written,) = vault.global_digest("2026-03-09")  # the writer's digest
+        assert files() != before
+        assert [c.label for c in written.children] == [c["label"] for c in day["digest"]["children"]]
+
+
 def test_a_read_only_dashboard_refuses_requests(built: Vault) -> None:
     panels = Panels(built, actions=False)
     assert panels.status()["actions"] is False

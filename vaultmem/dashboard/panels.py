@@ -362,11 +362,9 @@ class Panels:
         }
 
     def _day_digest(self, when: date) -> tuple[dict[str, Any] | None, str | None]:
-        """The day's digest (written now when missing or behind, unless read-only) and a note."""
-        try:
-            found = self.vault.global_digest(when)
-        except ReadOnlyVault:
-            return None, "this day's digest was never written and the dashboard is read-only"
+        """The day's digest and a note: a missing or stale digest is built in memory, never written (a
+        page view writes nothing; the day's queued job writes the file)."""
+        found = self.vault.global_digest(when, write=False)
         return (self._digest(found[0]) if found else None), None
 
     def _digest(self, node: SummaryNode) -> dict[str, Any]:
