@@ -108,6 +108,12 @@ def test_a_statement_reads_its_values_in_context() -> None:
         "another",
         "The provider retires our class.",
     ]
+    # Chinese sentences end at 。！？ with no space after them: each is its own statement.
+    assert detect.statements("会议改到周五了。房间还是第12号！你来吗？") == [
+        "会议改到周五了。",
+        "房间还是第12号！",
+        "你来吗？",
+    ]
 
 
 def test_an_undated_note_and_a_later_turn_are_judged_one_way_only(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ _NUMBER_WORDS = {
     )
     if w != "_"
 } | {"thirty": "30", "forty": "40", "fifty": "50", "hundred": "100", "dozen": "12", "twice": "2"}
-_SENTENCES_RE = re.compile(r"(?<=[.!?])\s+")
+_SENTENCES_RE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")  # Chinese marks end a sentence without a space
 _MONTHS = list(CALENDAR_WORDS)  # months and weekdays: values, never the subject
 _WORD_RE = re.compile(r"[a-z][a-z']+")
 # The query stopwords, and the fillers of chat that say nothing about a subject.
