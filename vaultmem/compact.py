@@ -359,15 +359,11 @@ class Planner:
         created: list[_Level] = []
 
         def join(members: list[int], threshold: float) -> bool:
-            leaves = [batch[i] for i in members]
-            center = cluster.centroid(matrix[members])
-            tokens = sum(leaf.tokens for leaf in leaves)
-            target = self._join_target(state, center, leaves, tokens, threshold)
+            target = self._try_join(state, batch, matrix, members, threshold)
             if target is None:
                 return False
-            for leaf in leaves:
-                moves.append((leaf.path, f"{target.dir}/{PurePosixPath(leaf.path).name}"))
-            self._absorb(state, target, leaves)
+            for i in members:
+                moves.append((batch[i].path, f"{target.dir}/{PurePosixPath(batch[i].path).name}"))
             for level in [target, *state.ancestors(target.id)]:
                 stale[level.id] = level
             return True
@@ -432,14 +428,7 @@ class Planner:
         )
 
         def join(members: list[int], threshold: float) -> bool:
-            leaves = [batch[i] for i in members]
-            center = cluster.centroid(matrix[members])
-            tokens = sum(leaf.tokens for leaf in leaves)
-            target = self._join_target(copy, center, leaves, tokens, threshold)
-            if target is None:
-                return False
-            self._absorb(copy, target, leaves)
-            return True
+            return self._try_join(copy, batch, matrix, members, threshold) is not None
 
         left = [i for i in carried if not join([i], -np.inf)]
         out: list[list[int]] = []
@@ -450,6 +439,18 @@ class Planner:
             level = _bucket_level(f"\x00new {len(out)}", "", "", "", [batch[i] for i in members])
             copy.levels[level.id] = level
         return out
+
+    def _try_join(
+        self, state: SourceState, batch: list[_Leaf], matrix: Vector, members: list[int], threshold: float
+    ) -> _Level | None:
+        """Join ``batch[members]`` to the level ``_join_target`` picks (absorbed into ``state``); that
+        level, or None when none takes them. The one join decision of sealing and of its replay."""
+        leaves = [batch[i] for i in members]
+        center = cluster.centroid(matrix[members])
+        target = self._join_target(state, center, leaves, sum(leaf.tokens for leaf in leaves), threshold)
+        if target is not None:
+            self._absorb(state, target, leaves)
+        return target
 
     def _join_target(
         self, state: SourceState, center: Vector, leaves: Sequence[_Leaf], tokens: int, threshold: float
