@@ -151,9 +151,13 @@ def test_check_and_reindex_find_damage_that_opening_does_not(
     assert "fixed   damaged_index" in out and out.rstrip().endswith("900 leaves checked, 0 problems")
     _damage_deep(index)
     code, out, err = run(["reindex", "--vault", str(v)], capsys)
-    assert code == 0 and "reindexed 900 leaves" in out
+    assert code == 0 and "reindexed 900 leaves" in out, out + err
     assert "chunks.db was damaged" in err
-    assert len(list((v / ".vaultmem").glob("chunks.db.damaged-*Z"))) == 2
+    # Damaged twice within a second: the second copy gets its own name, the first is kept.
+    kept = {
+        p.name for p in (v / ".vaultmem").glob("chunks.db.damaged-*") if not p.name.endswith(("-wal", "-shm"))
+    }
+    assert len(kept) == 2
 
 
 def test_what_no_file_holds_is_salvaged_when_it_can_be_read(tmp_path: Path) -> None:
@@ -197,3 +201,16 @@ def test_check_reports_and_repairs_a_corrupt_sidecar(
     data = json.loads(sidecar.read_text())
     assert len(data["entries"]) == 300
     assert run(["check", "--vault", str(v)], capsys)[0] == 0
+
+
+def test_setting_aside_twice_with_one_stamp_keeps_both(tmp_path: Path) -> None:
+    index = tmp_path / "chunks.db"
+    index.write_bytes(b"first")
+    Path(f"{index}-wal").write_bytes(b"first log")
+    first = db.set_aside(index, "20261124T203757Z")
+    index.write_bytes(b"second")
+    second = db.set_aside(index, "20261124T203757Z")
+    assert first.name == "chunks.db.damaged-20261124T203757Z"
+    assert second.name == "chunks.db.damaged-20261124T203757Z-2"
+    assert first.read_bytes() == b"first" and Path(f"{first}-wal").read_bytes() == b"first log"
+    assert second.read_bytes() == b"second" and not index.exists()

@@ -1015,8 +1015,14 @@ def wal_problem(path: Path) -> str | None:
 
 def set_aside(path: Path, stamp: str) -> Path:
     """Move a damaged database and its ``-wal`` / ``-shm`` aside as ``<name>.damaged-<stamp>`` (kept for
-    a person to look at, never deleted); returns the new path of the main file."""
+    a person to look at, never deleted); returns the new path of the main file. A second damage within the
+    same second (a rebuilt index damaged again at once) gets ``<stamp>-2``, ``-3``...: nothing kept is
+    overwritten and the move never fails for a name already taken."""
     target = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while any(Path(f"{target}{s}").exists() for s in ("", "-wal", "-shm")):
+        n += 1
+        target = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
     moves = [(Path(f"{path}{s}"), Path(f"{target}{s}")) for s in ("", "-wal", "-shm")]
     fsio.move_files(path.parent, [(source, dest) for source, dest in moves if source.exists()])
     return target
