@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -727,6 +728,43 @@ def test_a_core_proposal_waits_in_review_and_accept_versions_the_entries(tmp_pat
         week = next((vault.layout.root / "review" / "weekly").glob("*.md")).read_text(encoding="utf-8")
         assert "**accepted**" in week and f"{new_id} updates {old_id}" in week
         assert vault.check().ok
+
+
+def test_an_accepted_or_auto_applied_core_update_is_revertible_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #20: "applied at once ... revertible" holds for core entries too. ``vaultmem review
+    --revert NEW-OLD`` (the ids the weekly log's undo hint names) puts the old entry back from the
+    archive right before its successor, the successor loses ``supersedes``, the archive loses the line,
+    and the log says so; the same for an update applied at once; an unknown pair is refused."""
+    root = str(tmp_path / "v")
+    old_id, new_id = corefile.entry_id(BERLIN), corefile.entry_id(LISBON)
+    profile = tmp_path / "v" / "core" / "user-profile.md"
+    archive = tmp_path / "v" / "core" / "_archive" / "user-profile.md"
+    for config in ("", "[updates]\nauto_apply = true\nauto_apply_at = 0.75\n"):
+        vault, _clock = _profile(tmp_path, config)
+        with vault:
+            vault.core_update("user-profile", [LISBON])
+            if not config:
+                vault.decide(new_id, "accept")
+            week = next((vault.layout.root / "review" / "weekly").glob("*.md"), None)
+        assert BERLIN not in profile.read_text(encoding="utf-8") and BERLIN in archive.read_text(encoding="utf-8")
+        if week is not None:
+            assert f"vaultmem review --revert {new_id}-{old_id}" in week.read_text(encoding="utf-8")
+        code, _out, err = run(["review", "--revert", f"{new_id}-{old_id}", "--vault", root], capsys)
+        assert code == 0, err
+        text = profile.read_text(encoding="utf-8")
+        assert f"- [2026-03] {BERLIN}\n- [2026-05] {LISBON}" in text and "supersedes" not in text
+        assert BERLIN not in archive.read_text(encoding="utf-8")
+        with Vault.open(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+            block = vault.core_block().text
+            assert BERLIN in block and LISBON in block and vault.check().ok
+            weekly = (vault.layout.root / "review" / "weekly").glob("*.md")
+            log = "".join(w.read_text(encoding="utf-8") for w in weekly)  # the CLI's clock is today
+            assert f"**reverted** (1.00): {new_id} updates {old_id}" in log
+        code, _out, err = run(["review", "--revert", f"{new_id}-{old_id}", "--vault", root], capsys)
+        assert code == 1 and "supersedes" in err
+        shutil.rmtree(tmp_path / "v")
 
 
 def test_a_core_proposal_rejected_from_the_cli_or_decided_by_a_hand_edit(

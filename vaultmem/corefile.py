@@ -425,6 +425,22 @@ def archived(entry: Entry, day: str, reason: str, superseded_by: str | None = No
     return Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- left {day}: {why} -->", entry.bullet)
 
 
+def unarchived(entry: Entry) -> Entry:
+    """An archived entry put back in its file (a reverted update): tag and text, the keys it had before
+    it left (``valid_from``, ``supersedes``...), without the ``left`` comment, ``valid_to`` and
+    ``superseded_by`` its replacement wrote."""
+    keys = [(k, v) for k, v in carried(entry) if k not in ("valid_to", "superseded_by")]
+    plain = Entry(entry.text, entry.tag, None, entry.bullet)
+    return _commented(plain, keys) if keys else plain
+
+
+def unlinked(entry: Entry, old_id: str) -> Entry:
+    """A successor without its ``supersedes: <old_id>`` (a reverted update); its other keys stay."""
+    keys = [(k, v) for k, v in carried(entry) if (k, v) != ("supersedes", old_id)]
+    plain = Entry(entry.text, entry.tag, None, entry.bullet)
+    return _commented(plain, keys) if keys else plain
+
+
 def with_entries(doc: CoreDoc, items: Sequence[Item]) -> CoreDoc:
     return replace(doc, items=tuple(items))
 

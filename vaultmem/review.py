@@ -187,7 +187,7 @@ def log_entry(
         f'"{_short(old_text)}" -> "{_short(new_text)}"'
         + (
             f" (undo: `vaultmem review --revert {p.new}-{p.old}`)"
-            if outcome in ("applied", "accepted") and not p.file
+            if outcome in ("applied", "accepted")
             else ""
         )
         + "\n"
