@@ -638,7 +638,9 @@ def test_as_of_rebuilds_the_block_across_an_update_and_a_budget_move(
             f"{LISBON} <!-- valid_from: 2026-05-02; supersedes: {old_id}; from_file: user-profile;"
             " left_prompt: 2026-07-10 -->" in knowledge
         )
-        assert f"{TEA} <!-- from_file: user-profile; left_prompt: 2026-07-10 -->" in knowledge
+        assert f"{TEA} <!-- valid_from: 2026-03-05; from_file: user-profile; left_prompt: 2026-07-10 -->" in (
+            knowledge
+        )
 
         def shown(when: str | None) -> set[str]:
             text = vault.core_block(as_of=when).text
@@ -647,8 +649,11 @@ def test_as_of_rebuilds_the_block_across_an_update_and_a_budget_move(
 
         assert shown("2026-04-01") == {"B", "T"}  # before the update
         assert shown("2026-06-01") == {"L", "T"}  # after it, before the move
-        # An entry without valid_from counts from the start of its tag's month (the tag is all it has).
         assert shown("2026-06-30") == {"L", "T"}  # the month before the move
+        # An added entry carries the day it was learnt (valid_from), not only its tag's month: on 5 July
+        # the two entries of 10 July were not known yet.
+        assert shown("2026-07-05") == {"L", "T"}
+        assert shown("2026-03-01") == set()  # BERLIN and TEA were learnt on 5 March
         assert shown("2026-07-10") == {"P", "C"} == shown(None)  # after the move: as now
         assert vault.check().ok
         vault.reindex()  # the files alone say it
@@ -748,13 +753,16 @@ def test_an_accepted_or_auto_applied_core_update_is_revertible_from_the_cli(
             if not config:
                 vault.decide(new_id, "accept")
             week = next((vault.layout.root / "review" / "weekly").glob("*.md"), None)
-        assert BERLIN not in profile.read_text(encoding="utf-8") and BERLIN in archive.read_text(encoding="utf-8")
+        assert BERLIN not in profile.read_text(encoding="utf-8") and BERLIN in archive.read_text(
+            encoding="utf-8"
+        )
         if week is not None:
             assert f"vaultmem review --revert {new_id}-{old_id}" in week.read_text(encoding="utf-8")
         code, _out, err = run(["review", "--revert", f"{new_id}-{old_id}", "--vault", root], capsys)
         assert code == 0, err
         text = profile.read_text(encoding="utf-8")
-        assert f"- [2026-03] {BERLIN}\n- [2026-05] {LISBON}" in text and "supersedes" not in text
+        assert f"- [2026-03] {BERLIN} <!-- valid_from: 2026-03-05 -->\n- [2026-05] {LISBON}" in text
+        assert "supersedes" not in text
         assert BERLIN not in archive.read_text(encoding="utf-8")
         with Vault.open(tmp_path / "v", embedder=FakeEmbedder()) as vault:
             block = vault.core_block().text
@@ -845,3 +853,20 @@ def test_a_model_condensed_update_keeps_the_version_keys(tmp_path: Path) -> None
         assert f"superseded_by: {written}" in archive and BERLIN in archive
         assert "Lisbon" in vault.core_block().text and "Berlin" not in vault.core_block().text
         assert "Berlin" in vault.core_block(as_of="2026-04-01").text
+
+
+def test_an_entry_learnt_again_keeps_its_day_and_its_links() -> None:
+    """A duplicate re-tags an entry with the newer month; the day it was first learnt (``valid_from``)
+    and a version link it is part of stay on its line (before, the re-tag dropped them)."""
+    entry = corefile.versioned(Entry(LISBON, "2026-05"), valid_from="2026-05-02", supersedes="0123456789")
+    again = entry.retagged("2026-08")
+    assert again.tag == "2026-08" and again.supersedes == ("0123456789",)
+    assert again.line == f"- [2026-08] {LISBON} <!-- valid_from: 2026-05-02; supersedes: 0123456789 -->"
+    assert again.held_at(datetime(2026, 5, 3, tzinfo=UTC))  # its day, not its new tag's month
+    assert not again.held_at(datetime(2026, 5, 1, tzinfo=UTC))
+    assert Entry(TEA, "2026-03").retagged("2026-04").line == f"- [2026-04] {TEA}"
+    fresh = corefile.learnt([Entry(TEA, "2026-07"), Entry(CELLO, "2026-01")], "2026-07-10")
+    assert [x.line for x in fresh] == [
+        f"- [2026-07] {TEA} <!-- valid_from: 2026-07-10 -->",
+        f"- [2026-01] {CELLO}",
+    ]

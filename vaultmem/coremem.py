@@ -418,7 +418,7 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
     name = corefile.check_name(name)
     now = env.clock()
     tag = corefile.month(now)
-    new = corefile.new_entries(entries, tag)
+    new = corefile.learnt(corefile.new_entries(entries, tag), now.strftime("%Y-%m-%d"))
     if not new:
         raise InvalidInput("nothing to add: give at least one entry (a line of text)")
     for attempt in range(ATTEMPTS):
