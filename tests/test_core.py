@@ -775,6 +775,44 @@ def test_an_accepted_or_auto_applied_core_update_is_revertible_from_the_cli(
         shutil.rmtree(tmp_path / "v")
 
 
+def test_a_closed_core_proposal_leaves_no_words_of_its_entries_in_review(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A core entry's words live in its file and archive only: the week's log names a closed core
+    proposal by ids and file, and a proposal whose entry a person deleted (the way to forget a core
+    fact) is closed as ``gone`` at the next review run, not kept pending for a week with the words."""
+
+    def review_text(root: Path) -> str:
+        return "".join(p.read_text(encoding="utf-8") for p in (root / "review").rglob("*.md"))
+
+    vault, _clock = _profile(tmp_path, "")
+    root = tmp_path / "v"
+    with vault:
+        vault.core_update("user-profile", [LISBON])
+        [p] = vault.proposals()
+        assert "Lisbon" in review_text(root)
+        vault.decide(p.new, "accept")
+        log = review_text(root)
+        assert "**accepted**" in log and "core/user-profile.md" in log
+        assert "Berlin" not in log and "Lisbon" not in log
+    vault, _clock = _profile(tmp_path / "b", "")
+    root = tmp_path / "b" / "v"
+    with vault:
+        vault.core_update("user-profile", [LISBON])
+        assert [x.new for x in vault.proposals()] == [corefile.entry_id(LISBON)]
+    profile = root / "core" / "user-profile.md"
+    profile.write_text(
+        "".join(
+            ln for ln in profile.read_text(encoding="utf-8").splitlines(keepends=True) if "Lisbon" not in ln
+        ),
+        encoding="utf-8",
+    )
+    code, out, err = run(["review", "--list", "--json", "--vault", str(root)], capsys)
+    assert code == 0, err
+    assert [x["new"] for x in json.loads(out)["gone"]] == [corefile.entry_id(LISBON)]
+    assert "Lisbon" not in review_text(root) and "**gone**" in review_text(root)
+
+
 def test_a_core_proposal_rejected_from_the_cli_or_decided_by_a_hand_edit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -505,6 +505,12 @@ def _propose(
     return notes
 
 
+def holds_pair(env: MemoryEnv, p: review.Proposal) -> bool:
+    """Whether a core proposal's file still holds both of its entries (a person may have deleted one)."""
+    held = {e.id for e in load(env, p.file)[0].entries}
+    return p.old in held and p.new in held
+
+
 def settle(env: MemoryEnv, p: review.Proposal, outcome: str, now: datetime) -> tuple[str, str, str]:
     """Carry out a decided core proposal (``review.Proposal`` with a ``file``): ``accepted`` versions the
     entries as auto-apply does (the new one gains ``valid_from`` and ``supersedes``, the old one leaves

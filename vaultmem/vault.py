@@ -1874,7 +1874,7 @@ class Vault:
         does: ``coremem.settle``), rejected ones are dropped, proposals pending longer than
         ``review.EXPIRE_DAYS`` expire, and those naming a leaf the vault no longer holds are ``gone``; each
         outcome goes into the week's log and the file goes."""
-        from vaultmem import review
+        from vaultmem import coremem, review
 
         moment = now or self.clock()
         out: dict[str, list[Any]] = {"accepted": [], "rejected": [], "expired": [], "gone": [], "invalid": []}
@@ -1886,6 +1886,8 @@ class Vault:
                 if outcome is None and review.expired(p, moment):
                     outcome = "expired"
                 if p.file:  # two entries of a core file
+                    if outcome is None and not coremem.holds_pair(self._memory(), p):
+                        outcome = "gone"  # an entry deleted by hand: its words leave review/ at once
                     if outcome is not None and self._settle_core(p, outcome, moment, out):
                         fsio.remove_file(self.layout.root, self.layout.root / p.path)
                     continue
