@@ -391,3 +391,19 @@ def test_capitalised_step_words_and_used_to_are_read_by_their_place() -> None:
         "I get up at 6:00 for work.", "I used to get up at 5:00 for work, now it's 6:30.", 0.7
     )
     assert habit is not None and habit.confidence >= detect.PROPOSE_AT
+
+
+def test_now_after_a_span_and_starting_an_activity_say_nothing_changed() -> None:
+    """Shapes of the false proposals on LongMemEval haystacks: "now" after a span ("for six weeks now")
+    says how long something has held, "for now" is a pause; "starting" is a change only when a time
+    follows ("starting Monday"), not an activity ("starting with Yoga With Adriene")."""
+    old = "I was thinking of trying out yoga or Pilates at home."
+    new = "I'm thinking of starting with Yoga With Adriene on YouTube since it's free."
+    assert detect._cue(new, old) == ""
+    assert detect._cue("Starting Monday the gym opens at 7:00.", "The gym opens at 6:00.") == "starting"
+    assert detect._cue("I've been taking comedy classes on Tuesdays for 6 weeks now.", "x") == ""
+    assert detect._cue("No, I think that's all for now.", "x") == ""
+    assert detect._cue("I live in Porto now.", "I live in Lisbon.") == "now"
+    netflix = "I'm trying to find some new stand-up comedy specials to watch on Netflix."
+    classes = "I've been taking stand-up comedy classes on Tuesdays for 6 weeks now, it's been a blast."
+    assert detect.judge(netflix, classes, 0.44) is None
