@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -637,7 +638,9 @@ def test_as_of_rebuilds_the_block_across_an_update_and_a_budget_move(
             f"{LISBON} <!-- valid_from: 2026-05-02; supersedes: {old_id}; from_file: user-profile;"
             " left_prompt: 2026-07-10 -->" in knowledge
         )
-        assert f"{TEA} <!-- from_file: user-profile; left_prompt: 2026-07-10 -->" in knowledge
+        assert f"{TEA} <!-- valid_from: 2026-03-05; from_file: user-profile; left_prompt: 2026-07-10 -->" in (
+            knowledge
+        )
 
         def shown(when: str | None) -> set[str]:
             text = vault.core_block(as_of=when).text
@@ -646,8 +649,11 @@ def test_as_of_rebuilds_the_block_across_an_update_and_a_budget_move(
 
         assert shown("2026-04-01") == {"B", "T"}  # before the update
         assert shown("2026-06-01") == {"L", "T"}  # after it, before the move
-        # An entry without valid_from counts from the start of its tag's month (the tag is all it has).
         assert shown("2026-06-30") == {"L", "T"}  # the month before the move
+        # An added entry carries the day it was learnt (valid_from), not only its tag's month: on 5 July
+        # the two entries of 10 July were not known yet.
+        assert shown("2026-07-05") == {"L", "T"}
+        assert shown("2026-03-01") == set()  # BERLIN and TEA were learnt on 5 March
         assert shown("2026-07-10") == {"P", "C"} == shown(None)  # after the move: as now
         assert vault.check().ok
         vault.reindex()  # the files alone say it
@@ -729,6 +735,84 @@ def test_a_core_proposal_waits_in_review_and_accept_versions_the_entries(tmp_pat
         assert vault.check().ok
 
 
+def test_an_accepted_or_auto_applied_core_update_is_revertible_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #20: "applied at once ... revertible" holds for core entries too. ``vaultmem review
+    --revert NEW-OLD`` (the ids the weekly log's undo hint names) puts the old entry back from the
+    archive right before its successor, the successor loses ``supersedes``, the archive loses the line,
+    and the log says so; the same for an update applied at once; an unknown pair is refused."""
+    root = str(tmp_path / "v")
+    old_id, new_id = corefile.entry_id(BERLIN), corefile.entry_id(LISBON)
+    profile = tmp_path / "v" / "core" / "user-profile.md"
+    archive = tmp_path / "v" / "core" / "_archive" / "user-profile.md"
+    for config in ("", "[updates]\nauto_apply = true\nauto_apply_at = 0.75\n"):
+        vault, _clock = _profile(tmp_path, config)
+        with vault:
+            vault.core_update("user-profile", [LISBON])
+            if not config:
+                vault.decide(new_id, "accept")
+            week = next((vault.layout.root / "review" / "weekly").glob("*.md"), None)
+        assert BERLIN not in profile.read_text(encoding="utf-8") and BERLIN in archive.read_text(
+            encoding="utf-8"
+        )
+        if week is not None:
+            assert f"vaultmem review --revert {new_id}-{old_id}" in week.read_text(encoding="utf-8")
+        code, _out, err = run(["review", "--revert", f"{new_id}-{old_id}", "--vault", root], capsys)
+        assert code == 0, err
+        text = profile.read_text(encoding="utf-8")
+        assert f"- [2026-03] {BERLIN} <!-- valid_from: 2026-03-05 -->\n- [2026-05] {LISBON}" in text
+        assert "supersedes" not in text
+        assert BERLIN not in archive.read_text(encoding="utf-8")
+        with Vault.open(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+            block = vault.core_block().text
+            assert BERLIN in block and LISBON in block and vault.check().ok
+            weekly = (vault.layout.root / "review" / "weekly").glob("*.md")
+            log = "".join(w.read_text(encoding="utf-8") for w in weekly)  # the CLI's clock is today
+            assert f"**reverted** (1.00): {new_id} updates {old_id}" in log
+        code, _out, err = run(["review", "--revert", f"{new_id}-{old_id}", "--vault", root], capsys)
+        assert code == 1 and "supersedes" in err
+        shutil.rmtree(tmp_path / "v")
+
+
+def test_a_closed_core_proposal_leaves_no_words_of_its_entries_in_review(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A core entry's words live in its file and archive only: the week's log names a closed core
+    proposal by ids and file, and a proposal whose entry a person deleted (the way to forget a core
+    fact) is closed as ``gone`` at the next review run, not kept pending for a week with the words."""
+
+    def review_text(root: Path) -> str:
+        return "".join(p.read_text(encoding="utf-8") for p in (root / "review").rglob("*.md"))
+
+    vault, _clock = _profile(tmp_path, "")
+    root = tmp_path / "v"
+    with vault:
+        vault.core_update("user-profile", [LISBON])
+        [p] = vault.proposals()
+        assert "Lisbon" in review_text(root)
+        vault.decide(p.new, "accept")
+        log = review_text(root)
+        assert "**accepted**" in log and "core/user-profile.md" in log
+        assert "Berlin" not in log and "Lisbon" not in log
+    vault, _clock = _profile(tmp_path / "b", "")
+    root = tmp_path / "b" / "v"
+    with vault:
+        vault.core_update("user-profile", [LISBON])
+        assert [x.new for x in vault.proposals()] == [corefile.entry_id(LISBON)]
+    profile = root / "core" / "user-profile.md"
+    profile.write_text(
+        "".join(
+            ln for ln in profile.read_text(encoding="utf-8").splitlines(keepends=True) if "Lisbon" not in ln
+        ),
+        encoding="utf-8",
+    )
+    code, out, err = run(["review", "--list", "--json", "--vault", str(root)], capsys)
+    assert code == 0, err
+    assert [x["new"] for x in json.loads(out)["gone"]] == [corefile.entry_id(LISBON)]
+    assert "Lisbon" not in review_text(root) and "**gone**" in review_text(root)
+
+
 def test_a_core_proposal_rejected_from_the_cli_or_decided_by_a_hand_edit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -807,3 +891,20 @@ def test_a_model_condensed_update_keeps_the_version_keys(tmp_path: Path) -> None
         assert f"superseded_by: {written}" in archive and BERLIN in archive
         assert "Lisbon" in vault.core_block().text and "Berlin" not in vault.core_block().text
         assert "Berlin" in vault.core_block(as_of="2026-04-01").text
+
+
+def test_an_entry_learnt_again_keeps_its_day_and_its_links() -> None:
+    """A duplicate re-tags an entry with the newer month; the day it was first learnt (``valid_from``)
+    and a version link it is part of stay on its line (before, the re-tag dropped them)."""
+    entry = corefile.versioned(Entry(LISBON, "2026-05"), valid_from="2026-05-02", supersedes="0123456789")
+    again = entry.retagged("2026-08")
+    assert again.tag == "2026-08" and again.supersedes == ("0123456789",)
+    assert again.line == f"- [2026-08] {LISBON} <!-- valid_from: 2026-05-02; supersedes: 0123456789 -->"
+    assert again.held_at(datetime(2026, 5, 3, tzinfo=UTC))  # its day, not its new tag's month
+    assert not again.held_at(datetime(2026, 5, 1, tzinfo=UTC))
+    assert Entry(TEA, "2026-03").retagged("2026-04").line == f"- [2026-04] {TEA}"
+    fresh = corefile.learnt([Entry(TEA, "2026-07"), Entry(CELLO, "2026-01")], "2026-07-10")
+    assert [x.line for x in fresh] == [
+        f"- [2026-07] {TEA} <!-- valid_from: 2026-07-10 -->",
+        f"- [2026-01] {CELLO}",
+    ]

@@ -311,3 +311,99 @@ def test_chinese_numbers_that_name_a_thing_are_identifiers() -> None:
         assert detect.judge(old, new, 0.9) is None, new
     moved = detect.judge("12号房 check-in is at 15:00.", "12号房 check-in moved to 16:00.", 0.9)
     assert moved is not None and "value changed: 15:00 -> 16:00" in moved.why
+
+
+def test_values_of_two_slots_of_the_same_kind_are_not_an_update() -> None:
+    """The sample vault's two wrong proposals and a price shape: a time on another day is another
+    happening (the outbound flight's 06:15 against the return's 11:05, the day given by the old note's
+    heading), a count of nights may be two stays, two amounts said of two things are two prices. The
+    same shapes with the slot in common (or a stated change) still are updates."""
+    offer = (
+        "Kyoto planning time. Flights: Lufthansa via Frankfurt, Lisbon Sat 11 April 06:15 → Haneda Sun 12"
+        " April 09:40, back Sun 19 April. €890 return. Book it?"
+    )
+    home = "### Kyoto, April 2026 › Itinerary › Sun 19 April: home\n\nKeikyu to Haneda, flight at 11:05."
+    assert detect.judge(home, offer, 0.69, shared_entities=1) is None
+    moved = "Lufthansa wrote: the flight to Haneda on Sun 19 April moved to 13:20."
+    changed = detect.judge(home, moved, 0.7)
+    assert changed is not None and "value changed: 11:05 -> 13:20" in changed.why
+    stay = (
+        "### Kyoto, April 2026 › Itinerary › Wed 15 – Fri 17 April: Kyoto\n\n"
+        "Check out of the ryokan, move to the business hotel near Kyoto Station (3 nights)."
+    )
+    mail = (
+        "Room charge: ¥38,000 per night x 2 nights = ¥76,000 (consumption tax included)\n"
+        "Kyoto City accommodation tax is not included and is payable in cash at check-in."
+    )
+    assert detect.judge(stay, mail, 0.6, shared_entities=1) is None
+    longer = detect.judge(
+        "We booked the business hotel near Kyoto Station for 3 nights.",
+        "We extended the business hotel near Kyoto Station to 4 nights now.",
+        0.8,
+    )
+    assert longer is not None and "value changed: 3 -> 4" in longer.why
+    assert detect.judge("The blender at Target costs $45.", "The toaster at Target costs $30.", 0.7) is None
+    assert detect.judge("My gym membership is $40 a month.", "My phone plan is $25 a month.", 0.7) is None
+    insurance = detect.judge(
+        "I pay $120 for car insurance every month.", "My car insurance is $140 a month.", 0.7
+    )
+    assert insurance is not None and "value changed: $120 -> $140" in insurance.why
+
+
+def test_instead_replaces_a_value_or_compares_two_options() -> None:
+    """ "Instead" alone, or "instead of" the old value, says the value changed; "instead of" something
+    else of the old statement compares two options, and the new value is the other option's."""
+    porto = detect.judge(
+        "We're flying to Lisbon on the 12th.", "We're flying to Porto instead, same day.", 0.7
+    )
+    assert porto is not None and "says it changed (instead)" in porto.why
+    later = detect.judge(
+        "The team meeting is at 3pm on Friday.", "The team meeting is at 4pm instead of 3pm on Friday.", 0.7
+    )
+    assert later is not None and "value changed: 3pm -> 4pm" in later.why
+    fare = "Took the train instead of the bus today, the fare was €12."
+    assert detect.judge("The bus fare to work is €8 each way.", fare, 0.7) is None
+
+
+def test_capitalised_step_words_and_used_to_are_read_by_their_place() -> None:
+    """A word capitalised because it opens a step ("Step 4: Check the seals") is no name that changes
+    into another ("Replace"); "used to" after "be"/"get" or before an -ing word ("is used to track",
+    "was used to getting up") is not the past of a habit, so it says nothing changed."""
+    assert (
+        detect.judge(
+            "- Step 4: Check the seals on the door.", "- Step 4: Replace the seals on the door now.", 0.8
+        )
+        is None
+    )
+    assert (
+        detect.judge(
+            "Step 1 – Check the pressure valve.", "Step 1 – Order a new pressure valve instead.", 0.8
+        )
+        is None
+    )
+    assert [v.kind for v in detect.statement_values("Step 4: Check the seals with Priya")] == ["id", "name"]
+    assert (
+        detect.judge("I get up at 6:00 for work.", "At the bakery I was used to getting up at 5:00.", 0.7)
+        is None
+    )
+    assert detect._cue("The spare room is used to store 4 bikes.", "The spare room has 2 desks.") == ""
+    habit = detect.judge(
+        "I get up at 6:00 for work.", "I used to get up at 5:00 for work, now it's 6:30.", 0.7
+    )
+    assert habit is not None and habit.confidence >= detect.PROPOSE_AT
+
+
+def test_now_after_a_span_and_starting_an_activity_say_nothing_changed() -> None:
+    """Shapes of the false proposals on LongMemEval haystacks: "now" after a span ("for six weeks now")
+    says how long something has held, "for now" is a pause; "starting" is a change only when a time
+    follows ("starting Monday"), not an activity ("starting with Yoga With Adriene")."""
+    old = "I was thinking of trying out yoga or Pilates at home."
+    new = "I'm thinking of starting with Yoga With Adriene on YouTube since it's free."
+    assert detect._cue(new, old) == ""
+    assert detect._cue("Starting Monday the gym opens at 7:00.", "The gym opens at 6:00.") == "starting"
+    assert detect._cue("I've been taking comedy classes on Tuesdays for 6 weeks now.", "x") == ""
+    assert detect._cue("No, I think that's all for now.", "x") == ""
+    assert detect._cue("I live in Porto now.", "I live in Lisbon.") == "now"
+    netflix = "I'm trying to find some new stand-up comedy specials to watch on Netflix."
+    classes = "I've been taking stand-up comedy classes on Tuesdays for 6 weeks now, it's been a blast."
+    assert detect.judge(netflix, classes, 0.44) is None

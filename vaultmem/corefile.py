@@ -161,8 +161,11 @@ class Entry:
     def held_at(self, moment: datetime) -> bool:
         """Whether the entry was in its file at ``moment`` (``as_of``): learnt by then (its tag's month,
         its ``valid_from``), valid then, and (an archived one) not yet gone."""
-        if self.tag is not None and self.tag > month(moment):
-            return False
+        learnt = "valid_from" in (self.raw or "") and any(
+            k == "from" for k, _ in _WINDOW_RE.findall(self.raw or "")
+        )
+        if self.tag is not None and self.tag > month(moment) and not learnt:
+            return False  # without a day, the tag's month says when it was learnt
         gone = self.left_on()
         if gone is not None and gone <= moment:
             return False
@@ -177,7 +180,11 @@ class Entry:
         return self.raw if self.raw is not None else self.prompt_line
 
     def retagged(self, tag: str) -> Entry:
-        return Entry(self.text, tag, None, True)
+        """The entry learnt again in the month ``tag``; its version keys stay (it held since its
+        ``valid_from``, and a link it is part of still holds)."""
+        keys = carried(self)
+        plain = Entry(self.text, tag, None, True)
+        return _commented(plain, keys) if keys else plain
 
 
 _WINDOW_RE = re.compile(r"\bvalid_(from|to):\s*([0-9][0-9:TZ+.\-]*)")
@@ -425,8 +432,31 @@ def archived(entry: Entry, day: str, reason: str, superseded_by: str | None = No
     return Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- left {day}: {why} -->", entry.bullet)
 
 
+def unarchived(entry: Entry) -> Entry:
+    """An archived entry put back in its file (a reverted update): tag and text, the keys it had before
+    it left (``valid_from``, ``supersedes``...), without the ``left`` comment, ``valid_to`` and
+    ``superseded_by`` its replacement wrote."""
+    keys = [(k, v) for k, v in carried(entry) if k not in ("valid_to", "superseded_by")]
+    plain = Entry(entry.text, entry.tag, None, entry.bullet)
+    return _commented(plain, keys) if keys else plain
+
+
+def unlinked(entry: Entry, old_id: str) -> Entry:
+    """A successor without its ``supersedes: <old_id>`` (a reverted update); its other keys stay."""
+    keys = [(k, v) for k, v in carried(entry) if (k, v) != ("supersedes", old_id)]
+    plain = Entry(entry.text, entry.tag, None, entry.bullet)
+    return _commented(plain, keys) if keys else plain
+
+
 def with_entries(doc: CoreDoc, items: Sequence[Item]) -> CoreDoc:
     return replace(doc, items=tuple(items))
+
+
+def learnt(entries: Sequence[Entry], day: str) -> list[Entry]:
+    """New entries of this month (``day``'s) with ``valid_from: <day>``, the day they were learnt, so
+    ``as_of`` an earlier day of the month leaves them out (the tag alone says only the month); an entry
+    given with an older tag keeps just its tag (its day is not known)."""
+    return [versioned(e, valid_from=day) if e.tag == day[:7] and e.raw is None else e for e in entries]
 
 
 def new_entries(update: str | Sequence[str], tag: str) -> list[Entry]:

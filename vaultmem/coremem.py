@@ -31,7 +31,7 @@ from vaultmem import corefile, corepolicy, fsio, memindex
 from vaultmem.agentllm import ChatModel
 from vaultmem.corefile import CoreDoc, CoreSettings, Entry, Item
 from vaultmem.embed import Embedder
-from vaultmem.errors import ConflictError, InvalidInput
+from vaultmem.errors import ConflictError, InvalidInput, NodeNotFound
 from vaultmem.frame import neutralise
 from vaultmem.layout import Layout
 
@@ -418,7 +418,7 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
     name = corefile.check_name(name)
     now = env.clock()
     tag = corefile.month(now)
-    new = corefile.new_entries(entries, tag)
+    new = corefile.learnt(corefile.new_entries(entries, tag), now.strftime("%Y-%m-%d"))
     if not new:
         raise InvalidInput("nothing to add: give at least one entry (a line of text)")
     for attempt in range(ATTEMPTS):
@@ -505,6 +505,12 @@ def _propose(
     return notes
 
 
+def holds_pair(env: MemoryEnv, p: review.Proposal) -> bool:
+    """Whether a core proposal's file still holds both of its entries (a person may have deleted one)."""
+    held = {e.id for e in load(env, p.file)[0].entries}
+    return p.old in held and p.new in held
+
+
 def settle(env: MemoryEnv, p: review.Proposal, outcome: str, now: datetime) -> tuple[str, str, str]:
     """Carry out a decided core proposal (``review.Proposal`` with a ``file``): ``accepted`` versions the
     entries as auto-apply does (the new one gains ``valid_from`` and ``supersedes``, the old one leaves
@@ -526,6 +532,40 @@ def settle(env: MemoryEnv, p: review.Proposal, outcome: str, now: datetime) -> t
         _archive(env, doc, [corepolicy.Leaving(old, reason, fresh.id)], now)
         write(env, rel, corefile.render(doc, items), digest)
     return outcome, old.text, fresh.text
+
+
+def revert(env: MemoryEnv, new_id: str, old_id: str) -> tuple[str, str, str]:
+    """Undo a version link between two entries of a core file (an accepted proposal or an update applied
+    at once): the old entry comes back from the file's archive, right before its successor and with the
+    keys it had, and the successor loses its ``supersedes``. The file is written first, then the archive
+    loses the line, so a crash between the two leaves the entry in two places, never in none. Returns
+    (the file's name, old text, new text); ``NodeNotFound`` when no file holds the pair. The caller holds
+    the write lock."""
+    for name in names(env):
+        doc, digest = load(env, name)
+        if digest is None:
+            continue
+        fresh = next((e for e in doc.entries if e.id == new_id and old_id in e.supersedes), None)
+        if fresh is None:
+            continue
+        archive, archive_digest = _load_archive(env, name)
+        old = next((e for e in archive.entries if e.id == old_id and new_id in e.superseded_by), None)
+        if old is None or archive_digest is None:
+            raise NodeNotFound(
+                f"{corefile.rel_path(name)}: the entry {old_id} that {new_id} replaced is not in"
+                f" {corefile.archive_rel(name)}; put it back by hand"
+            )
+        items: list[Item] = []
+        for x in doc.items:
+            if x is fresh:
+                items += [corefile.unarchived(old), corefile.unlinked(fresh, old_id)]
+            else:
+                items.append(x)
+        write(env, corefile.rel_path(name), corefile.render(doc, items), digest)
+        rest = [x for x in archive.items if x is not old]
+        write(env, corefile.archive_rel(name), corefile.render(archive, rest), archive_digest)
+        return name, old.text, fresh.text
+    raise NodeNotFound(f"no core file holds an entry {new_id} that supersedes {old_id}")
 
 
 def _message(result: CoreUpdate) -> str:

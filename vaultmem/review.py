@@ -182,12 +182,16 @@ def log_entry(
         return None
     year, week, _ = when.isocalendar()
     head = f"# Memory updates, week {week} of {year}\n\n" if data is None else ""
+    # A core entry's words stay in its file or archive, never in the log: a person who deletes the
+    # entry (the way to forget a core fact) leaves nothing of it here.
+    said = (
+        f"entries of `{core_rel_path(p.file)}`" if p.file else f'"{_short(old_text)}" -> "{_short(new_text)}"'
+    )
     line = (
-        f"- {format_ts(when)} **{outcome}** ({p.confidence:.2f}): {p.new} updates {p.old}: "
-        f'"{_short(old_text)}" -> "{_short(new_text)}"'
+        f"- {format_ts(when)} **{outcome}** ({p.confidence:.2f}): {p.new} updates {p.old}: {said}"
         + (
             f" (undo: `vaultmem review --revert {p.new}-{p.old}`)"
-            if outcome in ("applied", "accepted") and not p.file
+            if outcome in ("applied", "accepted")
             else ""
         )
         + "\n"

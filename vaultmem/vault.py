@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
     from vaultmem.summarise import Summariser
 
 BATCH_MESSAGES = 2000
+_CORE_PAIR_RE = re.compile(r"^[0-9a-f]{10}-[0-9a-f]{10}$")  # two core entries' ids, new-old
 DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
 
 
@@ -1872,7 +1874,7 @@ class Vault:
         does: ``coremem.settle``), rejected ones are dropped, proposals pending longer than
         ``review.EXPIRE_DAYS`` expire, and those naming a leaf the vault no longer holds are ``gone``; each
         outcome goes into the week's log and the file goes."""
-        from vaultmem import review
+        from vaultmem import coremem, review
 
         moment = now or self.clock()
         out: dict[str, list[Any]] = {"accepted": [], "rejected": [], "expired": [], "gone": [], "invalid": []}
@@ -1884,6 +1886,8 @@ class Vault:
                 if outcome is None and review.expired(p, moment):
                     outcome = "expired"
                 if p.file:  # two entries of a core file
+                    if outcome is None and not coremem.holds_pair(self._memory(), p):
+                        outcome = "gone"  # an entry deleted by hand: its words leave review/ at once
                     if outcome is not None and self._settle_core(p, outcome, moment, out):
                         fsio.remove_file(self.layout.root, self.layout.root / p.path)
                     continue
@@ -1925,8 +1929,17 @@ class Vault:
         return True
 
     def revert_update(self, key: str) -> None:
-        """Undo a link between two leaves (``new-old`` ids, as the weekly log writes it)."""
+        """Undo a link between two leaves, or between two entries of a core file (``new-old`` ids, as the
+        weekly log writes it: 16 hex digits for leaves, 10 for core entries, ``coremem.revert``)."""
         new_id, _, old_id = key.partition("-")
+        if _CORE_PAIR_RE.match(key):
+            from vaultmem import coremem, review
+
+            with self.operation(f"memory: revert core update {new_id} of {old_id}"):
+                name, old_text, new_text = coremem.revert(self._memory(), new_id, old_id)
+                p = review.Proposal(old_id, new_id, 1.0, (), "", file=name)
+                review.log(self.layout, self.clock(), "reverted", p, old_text, new_text)
+            return
         pair = {
             x.id: x for x in index.leaves_by_ids(self.conn, [check_node_id(old_id), check_node_id(new_id)])
         }
