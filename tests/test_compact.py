@@ -376,7 +376,9 @@ def test_a_title_a_person_gave_a_level_survives_re_summarising(tmp_path: Path) -
             after, _ = parse_summary(renamed.read_text(), rows[0]["path"])
             assert after.descendants > node.descendants  # new leaves joined: a real re-summarisation
             assert after.title == human and after.title_edited and not after.stale
-            assert after.content_hash != node.content_hash
+            # Written again from the new children (the text itself may stay: the topic records repeat
+            # their sentences, and the picks can be the same ones).
+            assert after.children_hash != node.children_hash
             row = vault.conn.execute("SELECT provenance FROM chunks WHERE id = ?", (node.id,)).fetchone()
             assert human in row["provenance"]
         again, _ = parse_summary(other.read_text(), rows[1]["path"])
