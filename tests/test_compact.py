@@ -560,3 +560,38 @@ def test_flush_then_work_builds_the_tree_work_alone_builds(tmp_path: Path) -> No
         assert levels(via_flush) == levels(via_work) != {}
         statuses = [sorted((leaf.id, leaf.status) for leaf in vault.ls()) for vault in (via_flush, via_work)]
         assert statuses[0] == statuses[1]
+
+
+def test_after_compact_only_the_newest_turns_stay_in_fresh_even_where_a_session_is_cut(
+    tmp_path: Path,
+) -> None:
+    """A chat of sessions with content-free turns among them (dropped at admit): compaction seals every
+    turn but the newest ``fresh_keep_leaves`` (8 here), cutting the last session where the tail begins,
+    and a second compaction with nothing new leaves _fresh/ as it is. A turn older than the tail never
+    stays behind (LoCoMo conv-30 was reported with one; three builds showed none: the 24 there are the
+    tail)."""
+    records = topic_records(13)  # s0: 40 turns, s1: 12
+    for n, index in enumerate((5, 17, 30, 41)):
+        records[index] = records[index] | {"id": f"thanks{n}", "content": "Thanks, bye!"}
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(records)
+        vault.flush()
+        assert vault.compact().jobs_failed == 0
+        rows = vault.conn.execute(
+            "SELECT id, path, ts, status, session FROM chunks WHERE kind = 'leaf' ORDER BY ts, path"
+        ).fetchall()
+        assert len(rows) == len(records)
+        fresh = [r for r in rows if "/_fresh/" in r["path"]]
+        assert [r["id"] for r in fresh] == [r["id"] for r in rows[-8:]]
+        assert any(r["status"] == "dropped" and "/_fresh/" not in r["path"] for r in rows)
+        assert len({r["session"] for r in fresh}) == 1  # the tail cuts the last session ...
+        cut = fresh[0]["session"]
+        assert any(
+            r["session"] == cut and "/_fresh/" not in r["path"] for r in rows
+        )  # ... which goes on above
+        vault.compact()
+        again = vault.conn.execute(
+            "SELECT id FROM chunks WHERE kind = 'leaf' AND path LIKE '%/_fresh/%' ORDER BY ts, path"
+        ).fetchall()
+        assert [r["id"] for r in again] == [r["id"] for r in fresh]
+        assert vault.check().ok
