@@ -51,6 +51,14 @@ OVERFETCH = 2_000
 # A leaf said or written by someone the query names ("what did Diego say on 17 March") gains this share of
 # its fused score: a remark *about* Diego must not outrank Diego's own words (the name is in both).
 SPEAKER_BOOST = 0.5
+# A query that names a speaker is embedded without the name too, and ranked by cosine with the mean of
+# the two vectors weighted this much towards the name-free one: in MiniLM's vector of a short question
+# the name dominates ("What is Caroline's identity?" was nearest "Caroline: Cool! What did it look
+# like?", a turn embedded with its speaker's name); the speaker rule already favours the named speaker.
+UNNAMED_QUERY = 0.0
+# A leaf of fewer distinct content words than this keeps only that share of its cosine rank's weight
+# (``Searcher._terse_shares``; 0: off).
+TERSE_WORDS = 0
 # Graph propagation (``graph.LeafGraph``): Personalized PageRank from the best GRAPH_SEEDS fused leaves
 # (weighted by their scores) and the entities the query names; its ranking is fused with this weight.
 GRAPH_WEIGHT = 1.0
@@ -365,6 +373,15 @@ def content_terms(query: str) -> tuple[list[str], list[str]]:
     return [w for w in words if w not in STOPWORDS], cjk
 
 
+def content_words(text: str) -> int:
+    """How much a text says, in words: its distinct words of three letters or more that are not stopwords,
+    and half a word per character of its CJK runs."""
+    words = {
+        w for w in _WORD_RE.findall(text.lower()) if len(w) > 2 and w not in STOPWORDS and not w.isdigit()
+    }
+    return len(words) + sum(len(r) for r in _CJK_RE.findall(text)) // 2
+
+
 def _quoted(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
@@ -463,6 +480,22 @@ class Speakers:
             out.update(self._by_word.get(word, ()))
         return frozenset(out)
 
+    def without_names(self, query: str) -> str | None:
+        """``query`` with the words that name a speaker taken out (with a possessive "'s"), or None when
+        it names no speaker or nothing but stopwords would be left."""
+        if not self._by_word:
+            return None
+        names = [w for w in _WORD_RE.findall(query.lower()) if w in self._by_word]
+        if not names:
+            return None
+        pattern = (
+            r"\b(?:"
+            + "|".join(re.escape(w) for w in sorted(set(names), key=len, reverse=True))
+            + r")(?:['’]s)?\b"
+        )
+        left = " ".join(re.sub(pattern, " ", query, flags=re.IGNORECASE).split())
+        return left if content_terms(left)[0] or content_terms(left)[1] else None
+
     def subject(self, query: str) -> frozenset[str]:
         """The speakers the query asks about: the first one it names, with those joined to it by "and"
         ("what did Tim and John play"); one named later is an object ("what did Tim suggest to John")."""
@@ -518,6 +551,8 @@ class Searcher:
         self._order = SessionOrder()
         self._speakers = Speakers()
         self.speaker_boost = SPEAKER_BOOST
+        self.unnamed_query = UNNAMED_QUERY
+        self.terse_words = TERSE_WORDS
         self._graph = LeafGraph()
         self._leaf_file_tried = False
         self.graph_weight = GRAPH_WEIGHT
@@ -728,6 +763,21 @@ class Searcher:
         agent asking again, or `context` after `search`, costs no forward pass)."""
         return QUERY_VECTORS.get(embedder, query)
 
+    def content_vector(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
+        """The vector the leaves are ranked by: the query's, moved ``unnamed_query`` of the way to the
+        vector of the query without the speakers' names it holds (``UNNAMED_QUERY``)."""
+        weight = self.unnamed_query
+        if not weight:
+            return self.query_vector(embedder, query)
+        self._speakers.refresh(self.conn)
+        left = self._speakers.without_names(query)
+        if left is None:
+            return self.query_vector(embedder, query)
+        q = self.query_vector(embedder, query)
+        mixed = (1.0 - weight) * q + weight * self.query_vector(embedder, left)
+        norm = float(np.linalg.norm(mixed))
+        return (mixed / norm).astype(np.float32) if norm > 0 else q
+
     def semantic(self, query: str, filters: Filters, limit: int) -> list[str]:
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
@@ -741,7 +791,7 @@ class Searcher:
     def _semantic(
         self, embedder: Embedder, cache: VectorCache, query: str, filters: Filters, limit: int
     ) -> list[str]:
-        q = self.query_vector(embedder, query)
+        q = self.content_vector(embedder, query)
         rows = None
         if filters.kind is not None and replace(filters, kind=None).empty:
             rows = cache.kind_rows(filters.kind)  # the common "leaves only" case needs no SQL
@@ -783,8 +833,10 @@ class Searcher:
                 scores[node_id] = scores.get(node_id, 0.0) + self.weights[name] / (RRF_K + rank)
                 lex_rank[node_id] = min(lex_rank.get(node_id, rank), rank)
         vec_rank: dict[str, int] = {}
+        share = self._terse_shares(semantic) if self.terse_words else {}
         for rank, node_id in enumerate(semantic, 1):
-            scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
+            weight = self.weights["vector"] * share.get(node_id, 1.0)
+            scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
             vec_rank[node_id] = rank
         if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
             self._propagate(query, scores, pool)
@@ -794,6 +846,21 @@ class Searcher:
             self._boost_speakers(query, scores, pool)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
+
+    def _terse_shares(self, ids: Sequence[str]) -> dict[str, float]:
+        """Leaf id -> the share of its cosine rank's weight it keeps: ``min(1, n / terse_words)`` for a leaf
+        of ``n`` distinct content words (``content_words``), so a short reply that says little ("Cool!
+        What did it look like?") is not ranked by the closeness of its few words to a short question."""
+        out: dict[str, float] = {}
+        full = float(self.terse_words)
+        for part, marks in index.in_batches(list(ids)):
+            for node_id, text in self.conn.execute(
+                f"SELECT id, text FROM chunks WHERE id IN ({marks}) AND kind = 'leaf'", part
+            ):
+                n = content_words(text)
+                if n < full:
+                    out[node_id] = n / full
+        return out
 
     def _boost_speakers(self, query: str, scores: dict[str, float], limit: int) -> None:
         """When the query names speakers, their best match leads and the rest is the fusion of two rankings:
