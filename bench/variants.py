@@ -21,7 +21,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +62,11 @@ VARIANTS: dict[str, Setting] = {
 MODES = {"flat": "flat", "walk": "walk", "collapsed": "collapsed"}
 
 
-def _variant(name: str) -> tuple[Setting, str | None]:
-    """``name`` is a registered variant, a context mode, or ``mode+variant`` (``flat+noname``); a name
-    ``key=value`` sets a Searcher attribute or a search/context module constant."""
-    mode = None
-    if "+" in name:
-        mode, name = name.split("+", 1)
-    elif name in MODES:
-        return VARIANTS["shipped"], MODES[name]
-    if name in VARIANTS:
-        return VARIANTS[name], mode
-    if "=" in name:
-        key, raw = name.split("=", 1)
+def _part(part: str) -> Setting:
+    if part in VARIANTS:
+        return VARIANTS[part]
+    if "=" in part:
+        key, raw = part.split("=", 1)
         value = float(raw)
 
         def setting(v: Vault) -> AbstractContextManager[None]:
@@ -82,8 +75,29 @@ def _variant(name: str) -> tuple[Setting, str | None]:
                     return _attr(target, key, type(getattr(target, key))(value))
             raise SystemExit(f"no setting {key!r}")
 
-        return setting, mode
-    raise SystemExit(f"unknown variant {name!r}; one of {', '.join([*VARIANTS, *MODES])} or key=value")
+        return setting
+    raise SystemExit(f"unknown variant {part!r}; one of {', '.join([*VARIANTS, *MODES])} or key=value")
+
+
+def _variant(name: str) -> tuple[Setting, str | None]:
+    """``name``: parts joined by "+", each a registered variant, a context mode or ``key=value`` (a
+    Searcher attribute or a search/context module constant), e.g. ``flat+unnamed_query=0.5``."""
+    mode = None
+    settings: list[Setting] = []
+    for part in name.split("+"):
+        if part in MODES:
+            mode = MODES[part]
+        else:
+            settings.append(_part(part))
+
+    @contextmanager
+    def combined(v: Vault) -> Iterator[None]:
+        with ExitStack() as stack:
+            for setting in settings:
+                stack.enter_context(setting(v))
+            yield
+
+    return combined, mode
 
 
 def run(
@@ -93,6 +107,7 @@ def run(
     names: list[str],
     categories: set[str] | None,
     log: Callable[[str], None],
+    budgets: tuple[int, ...] = BUDGETS,
 ) -> dict[str, Any]:
     variants = {n: _variant(n) for n in names}
     scores: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -123,7 +138,7 @@ def run(
                         for k in KS:
                             found = {m for h in hits[:k] for m in h.message_ids}
                             got[f"R@{k}"] = sum(e in found for e in q.evidence) / len(q.evidence)
-                        for budget in BUDGETS:
+                        for budget in budgets:
                             t0 = time.perf_counter()
                             text = _norm(vault.context(q.text, budget, mode=mode, now=q.asked).text)
                             if budget == 1024:
@@ -137,14 +152,20 @@ def run(
         finally:
             vault.close()
         log(f"  {item.key}: {len(per_question)} questions so far")
-    return {"scores": scores, "latency": latency, "per_question": per_question, "names": names}
+    return {
+        "scores": scores,
+        "latency": latency,
+        "per_question": per_question,
+        "names": names,
+        "budgets": budgets,
+    }
 
 
 def report(result: dict[str, Any]) -> str:
     scores, latency, names = result["scores"], result["latency"], result["names"]
     cats = sorted({c for _, c in scores if c != "all" and ":" not in c}, key=lambda c: (len(c), c))
     groups = sorted({c for _, c in scores if ":" in c})
-    metrics = [f"R@{k}" for k in KS] + [f"C@{b}" for b in BUDGETS]
+    metrics = [f"R@{k}" for k in KS] + [f"C@{b}" for b in result["budgets"]]
     out = [f"\n{len(result['per_question'])} questions with evidence"]
     rows = []
     for name in names:
@@ -159,7 +180,7 @@ def report(result: dict[str, Any]) -> str:
             ]
         )
     out.append(table(["variant", *metrics, "search p50 ms", "context p50 ms"], rows))
-    for metric in ("C@1024", "C@2048"):
+    for metric in [m for m in ("C@1024", "C@2048") if m in metrics]:
         out.append(f"\n{metric} per category (n) and evidence group")
         head = [f"{c} ({len(scores[(names[0], c)][metric])})" for c in [*cats, *groups]]
         rows = [
@@ -188,6 +209,11 @@ def main() -> None:
     parser.add_argument("--model", default="default")
     parser.add_argument("--embed-cache", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--budgets",
+        default=",".join(map(str, BUDGETS)),
+        help="context budgets, comma-separated (1024 needed)",
+    )
     args = parser.parse_args()
     data = json.loads(args.dataset.read_text(encoding="utf-8"))
     items = load_locomo(data) if data and "conversation" in data[0] else load_longmemeval(data)
@@ -202,6 +228,7 @@ def main() -> None:
         names,
         set(args.category) if args.category else None,
         lambda m: print(m, file=sys.stderr),
+        tuple(int(b) for b in args.budgets.split(",")),
     )
     print(report(result))
     if args.out:
