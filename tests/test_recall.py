@@ -248,9 +248,9 @@ def test_the_leaves_are_ranked_by_the_query_moved_away_from_the_name(work_vault:
     plain = searcher.query_vector(embedder, query)
     searcher.unnamed_query = 0.0
     assert (searcher.content_vector(embedder, query) == plain).all()
-    searcher.unnamed_query = 1.0
+    searcher.unnamed_query = 1.0  # the default
     unnamed = searcher.query_vector(embedder, "what did say about the snapshot?")
-    assert searcher.content_vector(embedder, query) == pytest.approx(unnamed, abs=1e-6)
+    assert (searcher.content_vector(embedder, query) == unnamed).all()
     searcher.unnamed_query = 0.5
     mixed = searcher.content_vector(embedder, query)
     expected = (plain + unnamed) / float(np.linalg.norm(plain + unnamed))

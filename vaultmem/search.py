@@ -51,14 +51,13 @@ OVERFETCH = 2_000
 # A leaf said or written by someone the query names ("what did Diego say on 17 March") gains this share of
 # its fused score: a remark *about* Diego must not outrank Diego's own words (the name is in both).
 SPEAKER_BOOST = 0.5
-# A query that names a speaker is embedded without the name too, and ranked by cosine with the mean of
-# the two vectors weighted this much towards the name-free one: in MiniLM's vector of a short question
-# the name dominates ("What is Caroline's identity?" was nearest "Caroline: Cool! What did it look
-# like?", a turn embedded with its speaker's name); the speaker rule already favours the named speaker.
-UNNAMED_QUERY = 0.0
-# A leaf of fewer distinct content words than this keeps only that share of its cosine rank's weight
-# (``Searcher._terse_shares``; 0: off).
-TERSE_WORDS = 0
+# A query that names a speaker is ranked by cosine with the vector of the query without the name (a mix
+# of the two vectors, this share name-free): in MiniLM's vector of a short question the name dominates
+# ("What is Caroline's identity?" was nearest "Caroline: Cool! What did it look like?", a turn embedded
+# with its speaker's name), and the speaker rule already favours the named speaker. LoCoMo dev (997
+# questions, bench/variants.py): C@1024 0.867 -> 0.880 (0.876 at 0.5), R@10 0.752 -> 0.808, no category
+# down; one more forward pass per such query (docs/architecture.md, "The question without the name").
+UNNAMED_QUERY = 1.0
 # Graph propagation (``graph.LeafGraph``): Personalized PageRank from the best GRAPH_SEEDS fused leaves
 # (weighted by their scores) and the entities the query names; its ranking is fused with this weight.
 GRAPH_WEIGHT = 1.0
@@ -373,15 +372,6 @@ def content_terms(query: str) -> tuple[list[str], list[str]]:
     return [w for w in words if w not in STOPWORDS], cjk
 
 
-def content_words(text: str) -> int:
-    """How much a text says, in words: its distinct words of three letters or more that are not stopwords,
-    and half a word per character of its CJK runs."""
-    words = {
-        w for w in _WORD_RE.findall(text.lower()) if len(w) > 2 and w not in STOPWORDS and not w.isdigit()
-    }
-    return len(words) + sum(len(r) for r in _CJK_RE.findall(text)) // 2
-
-
 def _quoted(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
@@ -552,7 +542,6 @@ class Searcher:
         self._speakers = Speakers()
         self.speaker_boost = SPEAKER_BOOST
         self.unnamed_query = UNNAMED_QUERY
-        self.terse_words = TERSE_WORDS
         self._graph = LeafGraph()
         self._leaf_file_tried = False
         self.graph_weight = GRAPH_WEIGHT
@@ -773,8 +762,11 @@ class Searcher:
         left = self._speakers.without_names(query)
         if left is None:
             return self.query_vector(embedder, query)
+        unnamed = self.query_vector(embedder, left)
+        if weight >= 1.0:
+            return unnamed
         q = self.query_vector(embedder, query)
-        mixed = (1.0 - weight) * q + weight * self.query_vector(embedder, left)
+        mixed = (1.0 - weight) * q + weight * unnamed
         norm = float(np.linalg.norm(mixed))
         return (mixed / norm).astype(np.float32) if norm > 0 else q
 
@@ -833,10 +825,8 @@ class Searcher:
                 scores[node_id] = scores.get(node_id, 0.0) + self.weights[name] / (RRF_K + rank)
                 lex_rank[node_id] = min(lex_rank.get(node_id, rank), rank)
         vec_rank: dict[str, int] = {}
-        share = self._terse_shares(semantic) if self.terse_words else {}
         for rank, node_id in enumerate(semantic, 1):
-            weight = self.weights["vector"] * share.get(node_id, 1.0)
-            scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
+            scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
         if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
             self._propagate(query, scores, pool)
@@ -846,21 +836,6 @@ class Searcher:
             self._boost_speakers(query, scores, pool)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
-
-    def _terse_shares(self, ids: Sequence[str]) -> dict[str, float]:
-        """Leaf id -> the share of its cosine rank's weight it keeps: ``min(1, n / terse_words)`` for a leaf
-        of ``n`` distinct content words (``content_words``), so a short reply that says little ("Cool!
-        What did it look like?") is not ranked by the closeness of its few words to a short question."""
-        out: dict[str, float] = {}
-        full = float(self.terse_words)
-        for part, marks in index.in_batches(list(ids)):
-            for node_id, text in self.conn.execute(
-                f"SELECT id, text FROM chunks WHERE id IN ({marks}) AND kind = 'leaf'", part
-            ):
-                n = content_words(text)
-                if n < full:
-                    out[node_id] = n / full
-        return out
 
     def _boost_speakers(self, query: str, scores: dict[str, float], limit: int) -> None:
         """When the query names speakers, their best match leads and the rest is the fusion of two rankings:
