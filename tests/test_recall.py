@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vaultmem import Vault
@@ -225,6 +226,37 @@ def test_the_question_names_its_subject_first(work_vault: Vault) -> None:
         "Priya Raman",
     }
     assert speakers.subject("what was decided about the cutover") == frozenset()
+
+
+def test_a_query_without_the_speakers_names(work_vault: Vault) -> None:
+    speakers = Speakers()
+    speakers.refresh(work_vault.conn)
+    assert speakers.without_names("what did Diego's team say about the cutover?") == (
+        "what did team say about the cutover?"
+    )
+    assert speakers.without_names("When did Chen Jing move?") == "When did move?"
+    assert speakers.without_names("what about the cutover?") is None  # names nobody
+    assert speakers.without_names("Who is Diego?") is None  # nothing but stopwords left
+
+
+def test_the_leaves_are_ranked_by_the_query_moved_away_from_the_name(work_vault: Vault) -> None:
+    """With ``unnamed_query`` the cosine ranking uses the mean of the query's vector and its vector without
+    the speaker's name; off, or for a query naming nobody, the query's own vector."""
+    searcher = work_vault.searcher
+    embedder = work_vault.embedder
+    query = "what did Diego say about the snapshot?"
+    plain = searcher.query_vector(embedder, query)
+    searcher.unnamed_query = 0.0
+    assert (searcher.content_vector(embedder, query) == plain).all()
+    searcher.unnamed_query = 1.0  # the default
+    unnamed = searcher.query_vector(embedder, "what did say about the snapshot?")
+    assert (searcher.content_vector(embedder, query) == unnamed).all()
+    searcher.unnamed_query = 0.5
+    mixed = searcher.content_vector(embedder, query)
+    expected = (plain + unnamed) / float(np.linalg.norm(plain + unnamed))
+    assert mixed == pytest.approx(expected, abs=1e-6)
+    other = "ferry tickets to Lisbon"
+    assert (searcher.content_vector(embedder, other) == searcher.query_vector(embedder, other)).all()
 
 
 def _leaf(vault: Vault, message_id: str) -> str:

@@ -377,7 +377,7 @@ def _walk(searcher: Searcher, tree: Tree, query: str, embedder: Callable[[], Emb
         return {}
     model = embedder()
     cache = searcher.vectors(model)
-    q = searcher.query_vector(model, query)  # shared with the search it follows: one forward pass
+    q = searcher.content_vector(model, query)  # shared with the search it follows: no forward pass
     sims: dict[str, float] = {}
     rows = [cache.pos[i] for i in tree.parent if i in cache.pos]
     if rows:
