@@ -180,13 +180,19 @@ def _alone() -> bool:
     return all(t is me or t in _FORK_SAFE for t in threading.enumerate())
 
 
+def can_fork() -> bool:
+    """Whether this process may fork a child that runs vaultmem code: the platform forks and no thread
+    but this one (and threads marked ``fork_safe``) runs."""
+    return "fork" in multiprocessing.get_all_start_methods() and _alone()
+
+
 def _processes(leaves: int, workers: int | None) -> int:
     """How many processes read ``leaves`` leaf files: one per core (``workers`` when given), one per
     ``PARALLEL_MIN_LEAVES // 2`` files at most, and only this one while it runs threads not marked
     ``fork_safe``."""
     cores = workers if workers is not None else _cores()
     count = min(cores, leaves // (PARALLEL_MIN_LEAVES // 2))
-    if count < 2 or not _alone() or "fork" not in multiprocessing.get_all_start_methods():
+    if count < 2 or not can_fork():
         return 1
     return count
 
