@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import make_vault, topic_records
-from vaultmem import index, ingest, reindex
+from vaultmem import forking, index, ingest
 from vaultmem.errors import InvalidInput
 from vaultmem.model import Leaf
 from vaultmem.vault import Vault
@@ -22,14 +22,14 @@ from vaultmem.vault import Vault
 MESSAGES = 120
 CLOCK = "2026-03-01T09:00:00+00:00"
 
-# Forked writes happen only in a process without other threads (``reindex.can_fork``); the test process
+# Forked writes happen only in a process without other threads (``forking.can_fork``); the test process
 # may hold threads other tests left, so the forked ingest runs in a fresh process, as ``vaultmem ingest``.
 _CHILD = """
 import json, os, sys
 from datetime import datetime
 from tests.helpers import make_vault, topic_records
-from vaultmem import ingest, reindex, vault as vault_module
-assert reindex.can_fork()
+from vaultmem import forking, ingest, vault as vault_module
+assert forking.can_fork()
 ingest.FORK_MIN_FILES = 1
 vault_module.BATCH_MESSAGES = 25
 forks = []
@@ -83,7 +83,7 @@ def test_forked_writes_leave_the_same_files_rows_fts_and_jobs(
     child = json.loads(out)
     assert child == {"forks": MESSAGES // 25, "added": MESSAGES}  # every batch but the last one forked
 
-    monkeypatch.setattr(reindex, "can_fork", lambda: False)
+    monkeypatch.setattr(forking, "can_fork", lambda: False)
     monkeypatch.setattr("vaultmem.vault.BATCH_MESSAGES", 25)
     here = make_vault(tmp_path / "here")
     here.clock = lambda: datetime.fromisoformat(CLOCK).astimezone(UTC)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vaultmem import fsio, index, leaffile
+from vaultmem import forking, fsio, index, leaffile
 from vaultmem.chunker import chunk_message
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
@@ -237,7 +237,7 @@ def _write_forked(
     root: Path, leaves: list[Leaf], targets: list[Path], meanwhile: Callable[[], object] | None
 ) -> tuple[list[fsio.Written], BaseException | None]:
     """``_write_files`` while ``meanwhile`` runs. With ``meanwhile``, at least ``FORK_MIN_FILES`` files
-    and a process that may fork (``reindex.can_fork``: no thread that could hold a lock the child
+    and a process that may fork (``forking.can_fork``: no thread that could hold a lock the child
     takes), the files are written by a forked child, which starts with the leaves already in its memory
     and sends back only what was written (or the exception that stopped it, raised here); otherwise
     here, then ``meanwhile``. Returns the files written and ``meanwhile``'s exception, if any.
@@ -245,9 +245,7 @@ def _write_forked(
     The child only renders and writes files: it never touches the index, and ends with ``os._exit`` (no
     atexit hook, no buffer of the parent's flushed twice). Killed midway, it leaves what a crash in the
     middle of ``write_batch_durable`` leaves, which the batch's intent note heals."""
-    from vaultmem.reindex import can_fork
-
-    if meanwhile is None or len(leaves) < FORK_MIN_FILES or not can_fork():
+    if meanwhile is None or len(leaves) < FORK_MIN_FILES or not forking.can_fork():
         written = _write_files(root, leaves, targets)
         return written, _run(meanwhile)
     read_end, write_end = os.pipe()
