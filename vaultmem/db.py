@@ -675,8 +675,6 @@ def bulk_delete(
     if not conn.in_transaction or set(triggers) - set(DELETE_TRIGGERS_AS_SETS):
         conn.execute(delete, bound)
         return
-    if rows == "1":  # every row: no WHERE, so SQLite empties the table and its indexes page by page
-        delete = "DELETE FROM chunks"
     with atomic(conn):
         for name in triggers:
             conn.execute(f"DROP TRIGGER {name}")
