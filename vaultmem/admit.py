@@ -271,6 +271,15 @@ def reload_vectors(
     return len(loaded)
 
 
+def _parent(rel: str) -> str:
+    """``str(PurePosixPath(rel).parent)`` for the normalised paths of rows, without a path object per
+    row (a reindex asks it of every row)."""
+    parts = rel.split("/")
+    if "" in parts or "." in parts:
+        return str(PurePosixPath(rel).parent)
+    return rel.rpartition("/")[0] or "."
+
+
 def vectors_from_sidecars(
     conn: sqlite3.Connection, layout: Layout, model: str, dim: int
 ) -> tuple[int, list[str]]:
@@ -279,13 +288,13 @@ def vectors_from_sidecars(
     Returns (vectors loaded, ids of leaves with no usable vector)."""
     rows_by_dir: dict[str, list[sqlite3.Row]] = defaultdict(list)
     for row in conn.execute("SELECT id, path, content_hash FROM chunks"):
-        rows_by_dir[str(PurePosixPath(row["path"]).parent)].append(row)
+        rows_by_dir[_parent(row["path"])].append(row)
     loaded: list[vectors.VectorRow] = []
     missing: list[str] = []
     for rel_dir, rows in rows_by_dir.items():
         current = sidecar.read(Path(layout.abs(rel_dir)), model, dim)
         for row in rows:
-            entry = current.entries.get(PurePosixPath(row["path"]).name)
+            entry = current.entries.get(row["path"].rpartition("/")[2])
             if entry is not None and entry.hash == row["content_hash"]:
                 loaded.append(vectors.VectorRow(row["id"], entry.hash, entry.vector(dim)))
             else:

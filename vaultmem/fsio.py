@@ -361,13 +361,15 @@ class PendingWrite:
     expected: str | None = None
 
 
-def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[Written]:
+def write_batch_durable(root: Path, writes: Iterable[PendingWrite], *, notify: bool = True) -> list[Written]:
     """Write many files so that all of them are durable when this returns.
 
     Temp files are written without per-file fsync, the whole filesystem is synced once, then every temp
     file is renamed into place and each touched directory is fsynced once. Each item's guard is checked
     first (a new file must not exist; a replaced file must still have the hash that was read), and a
     failed guard is a ConflictError before anything is written. Returns what was written, in order.
+    ``notify``: tell the observers (``changed``); a forked writer leaves that to its parent, whose
+    observers they are.
     """
     items = list(writes)
     if not items:
@@ -403,7 +405,8 @@ def write_batch_durable(root: Path, writes: Iterable[PendingWrite]) -> list[Writ
             raise
         for parent in sorted({target.parent for _, target in tmps}):
             fsync_dir(parent)
-    changed(target for _, target in tmps)
+    if notify:
+        changed(target for _, target in tmps)
     return [
         Written(sha256_bytes(item.data), st.st_size, st.st_mtime_ns)
         for item, st in zip(items, stats, strict=True)

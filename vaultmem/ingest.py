@@ -10,7 +10,10 @@ and no embedding happen here: those are queued work.
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import pickle
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vaultmem import fsio, index, leaffile
+from vaultmem import forking, fsio, index, leaffile
 from vaultmem.chunker import chunk_message
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
@@ -165,11 +168,21 @@ def redact_message(message: Message) -> tuple[Message, tuple[str, ...]]:
     return cleaned, tuple(kinds)
 
 
-def write_leaves(conn: sqlite3.Connection, layout: Layout, leaves: list[Leaf]) -> list[str]:
+def write_leaves(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    leaves: list[Leaf],
+    meanwhile: Callable[[], object] | None = None,
+) -> list[str]:
     """Make the files of new leaves durable, then commit their rows and admit jobs in one transaction.
 
     Leaves whose id is already indexed (or repeated in the batch) are skipped: re-ingesting identical
     input creates nothing. Returns the ids actually added.
+
+    ``meanwhile`` (the next batch's ``build_leaves``) runs while the files are rendered and written: in a
+    forked process when the batch is large and this process may fork (``_write_forked``), so the two
+    cores work at once. It runs unless the batch fails first (even when no leaf is new), and an exception
+    of its is raised only once this batch is committed: the batch is never left half done for it.
     """
     unique: dict[str, Leaf] = {}
     for leaf in leaves:
@@ -177,24 +190,26 @@ def write_leaves(conn: sqlite3.Connection, layout: Layout, leaves: list[Leaf]) -
     present = index.existing_ids(conn, list(unique))
     new = [leaf for leaf_id, leaf in unique.items() if leaf_id not in present]
     if not new:
+        _raise(_run(meanwhile))
         return []
     intent = write_intent(layout, new=[leaf.path for leaf in new])
-    datas = [leaffile.render_leaf(leaf).encode("utf-8") for leaf in new]
     folders: dict[str, Path] = {}  # one checked join per folder (a batch is mostly one _fresh folder)
-    writes = []
-    for leaf, data in zip(new, datas, strict=True):
+    targets = []
+    for leaf in new:
         folder, _, name = leaf.path.rpartition("/")
         where = folders.get(folder)
         if where is None:
             where = folders[folder] = layout.abs(folder) if folder else layout.root
         if name in ("", ".", ".."):
+            fsio.remove_file(layout.root, intent)
             raise ValueError(f"not a leaf file path: {leaf.path!r}")
-        writes.append(fsio.PendingWrite(where / name, data))
+        targets.append(where / name)
     try:
-        written = fsio.write_batch_durable(layout.root, writes)
+        written, failed = _write_forked(layout.root, new, targets, meanwhile)
     except (UnsafePath, ConflictError):
         fsio.remove_file(layout.root, intent)  # refused before any file was written
         raise
+    fsio.changed(targets)
     rows = []
     for leaf, done in zip(new, written, strict=True):
         rows.append(index.leaf_row(leaf, index.FileStamp(done.hash, done.size, done.mtime_ns)))
@@ -202,7 +217,90 @@ def write_leaves(conn: sqlite3.Connection, layout: Layout, leaves: list[Leaf]) -
         index.insert_rows(conn, rows)
         JobQueue(conn).enqueue_many(admit_job(leaf.id) for leaf in new)
     fsio.remove_file(layout.root, intent)
+    _raise(failed)
     return [leaf.id for leaf in new]
+
+
+FORK_MIN_FILES = 200  # below this a fork (a few ms, and its copied pages) costs more than it overlaps
+
+
+def _write_files(root: Path, leaves: list[Leaf], targets: list[Path]) -> list[fsio.Written]:
+    """Render the leaves and write them durably to ``targets`` (observers not told: the caller tells)."""
+    writes = [
+        fsio.PendingWrite(target, leaffile.render_leaf(leaf).encode("utf-8"))
+        for leaf, target in zip(leaves, targets, strict=True)
+    ]
+    return fsio.write_batch_durable(root, writes, notify=False)
+
+
+def _write_forked(
+    root: Path, leaves: list[Leaf], targets: list[Path], meanwhile: Callable[[], object] | None
+) -> tuple[list[fsio.Written], BaseException | None]:
+    """``_write_files`` while ``meanwhile`` runs. With ``meanwhile``, at least ``FORK_MIN_FILES`` files
+    and a process that may fork (``forking.can_fork``: no thread that could hold a lock the child
+    takes), the files are written by a forked child, which starts with the leaves already in its memory
+    and sends back only what was written (or the exception that stopped it, raised here); otherwise
+    here, then ``meanwhile``. Returns the files written and ``meanwhile``'s exception, if any.
+
+    The child only renders and writes files: it never touches the index, and ends with ``os._exit`` (no
+    atexit hook, no buffer of the parent's flushed twice). Killed midway, it leaves what a crash in the
+    middle of ``write_batch_durable`` leaves, which the batch's intent note heals."""
+    if meanwhile is None or len(leaves) < FORK_MIN_FILES or not forking.can_fork():
+        written = _write_files(root, leaves, targets)
+        return written, _run(meanwhile)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child (coverage does not follow a fork)
+        code = 1
+        try:
+            os.close(read_end)
+            gc.disable()  # a collection would touch (copy) every page shared with the parent
+            result: tuple[str, object]
+            try:
+                result = ("ok", _write_files(root, leaves, targets))
+            except BaseException as exc:  # every failure goes back to the parent
+                result = ("error", exc)
+            try:
+                data = pickle.dumps(result)
+            except Exception:  # an exception that does not pickle: its text does
+                data = pickle.dumps(("error", OSError(f"{type(result[1]).__name__}: {result[1]}")))
+            with open(write_end, "wb") as pipe:
+                pipe.write(data)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    failed = _run(meanwhile)
+    try:
+        with open(read_end, "rb") as pipe:
+            data = pipe.read()
+    finally:
+        os.waitpid(pid, 0)
+    try:
+        kind, value = pickle.loads(data)
+    except Exception as exc:  # nothing (the child was killed) or not unpicklable
+        raise OSError(
+            f"the process writing a batch of {len(leaves)} leaf files ended without a result"
+        ) from exc
+    if kind != "ok":
+        raise value
+    return value, failed
+
+
+def _run(work: Callable[[], object] | None) -> BaseException | None:
+    """Run ``work``; its exception returned, not raised (``write_leaves`` raises it once it is done)."""
+    if work is None:
+        return None
+    try:
+        work()
+    except BaseException as exc:  # raised again by the caller, after its batch
+        return exc
+    return None
+
+
+def _raise(exc: BaseException | None) -> None:
+    if exc is not None:
+        raise exc
 
 
 def write_intent(

@@ -148,7 +148,9 @@ class Layout:
 
 def in_sealed_level(rel: str) -> bool:
     """True for a file inside a source tree's sealed level (``sources/<s>/NN-slug/...``), not ``_fresh``."""
-    parts = PurePosixPath(rel).parts
+    parts = rel.split("/", 3)  # the index's paths are normalised: no "//", no "." part (per row: no Path)
+    if "" in parts or "." in parts:
+        parts = list(PurePosixPath(rel).parts)
     return len(parts) >= 4 and parts[0] == SOURCES and parts[2] != FRESH
 
 

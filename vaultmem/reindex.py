@@ -12,13 +12,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sqlite3
-import threading
-import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from vaultmem import index, leaffile
+from vaultmem import forking, index, leaffile
 from vaultmem.db import atomic, bulk_delete
 from vaultmem.errors import FrontmatterError, InvalidInput
 from vaultmem.jobs import JobQueue, admit_job, resummarise_job
@@ -54,6 +52,10 @@ class VaultFiles:
     summaries: int = 0
     processes: int = 1  # how many processes parsed the leaf files
 
+
+# Where ``Vault`` and the tests know them from (``forking`` holds them, below ``ingest`` as well).
+fork_safe = forking.fork_safe
+_alone = forking.alone
 
 PARALLEL_MIN_LEAVES = 2_000  # below this a worker's start costs more than the parsing it takes over
 
@@ -159,34 +161,13 @@ def _read_leaves(
             yield from result
 
 
-# Threads a forked reader may be copied beside (``fork_safe``). A fork copies only the forking thread, with
-# every lock as it was: a lock another thread held stays held in the child forever. The readers take
-# Python's import locks (a module imported for the first time), logging's, and any lock of the code they
-# run; a thread marked here takes none of them.
-_FORK_SAFE: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-
-
-def fork_safe(thread: threading.Thread) -> None:
-    """Let ``reindex`` fork its readers while ``thread`` runs: a thread that imports nothing while it runs,
-    logs nothing, and holds no lock a reader takes (``Vault``'s HNSW builder: its imports are done before
-    it starts, and it holds only the graph's own locks, which readers never take)."""
-    _FORK_SAFE.add(thread)
-
-
-def _alone() -> bool:
-    """No thread but this one and threads marked ``fork_safe`` (a pool's workers, a watcher, a
-    dashboard's helpers each may hold a lock a forked reader would wait for forever)."""
-    me = threading.current_thread()
-    return all(t is me or t in _FORK_SAFE for t in threading.enumerate())
-
-
 def _processes(leaves: int, workers: int | None) -> int:
     """How many processes read ``leaves`` leaf files: one per core (``workers`` when given), one per
     ``PARALLEL_MIN_LEAVES // 2`` files at most, and only this one while it runs threads not marked
     ``fork_safe``."""
     cores = workers if workers is not None else _cores()
     count = min(cores, leaves // (PARALLEL_MIN_LEAVES // 2))
-    if count < 2 or not _alone() or "fork" not in multiprocessing.get_all_start_methods():
+    if count < 2 or not forking.can_fork():
         return 1
     return count
 

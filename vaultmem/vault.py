@@ -548,12 +548,32 @@ class Vault:
         messages = thread_messages(messages, lambda source: index.known_emails(self.conn, source))
         report = IngestReport()
         total = len(messages)
-        for start in range(0, total, BATCH_MESSAGES):
+        built: list[list[Leaf]] = []
+        failed: list[BaseException] = []  # building the next batch failed: raised once this one is done
+
+        def build(start: int) -> None:  # the leaves of the batch at ``start``, kept in ``built``
             batch = messages[start : start + BATCH_MESSAGES]
-            leaves = build_leaves(batch, self.layout, self.scorer, self.config.chunk_max_tokens, self.clock())
+            try:
+                leaves = build_leaves(
+                    batch, self.layout, self.scorer, self.config.chunk_max_tokens, self.clock()
+                )
+            except BaseException as exc:  # raised after the batch being written
+                failed.append(exc)
+                return
+            built.append(leaves)
+
+        build(0)
+        for start in range(0, total, BATCH_MESSAGES):
+            if failed:
+                raise failed[0]
+            batch = messages[start : start + BATCH_MESSAGES]
+            leaves = built.pop()
+            after = start + BATCH_MESSAGES
+            # The next batch's leaves are built while this one's files are written (``write_leaves``).
+            meanwhile = (lambda after=after: build(after)) if after < total else None
             with self._locked():
                 try:
-                    added = write_leaves(self.conn, self.layout, leaves)
+                    added = write_leaves(self.conn, self.layout, leaves, meanwhile)
                 except DiskFull as exc:
                     kept = (
                         f"the {len(report.added)} new leaves of the {start} messages before were kept"
