@@ -35,9 +35,9 @@ class _Calls(FakeEmbedder):
         return [FakeEmbedder.embed(self, c) for c in calls]
 
 
-def _tree(root: Path, embedder: Embedder) -> dict[str, object]:
+def _tree(root: Path, embedder: Embedder, fanout: int = 50) -> dict[str, object]:
     """Compact a chat of 160 turns; the summary files' bytes and every summary's vector."""
-    with Vault.init(root, CONFIG.format(fanout=50, workers=1), embedder=embedder) as vault:
+    with Vault.init(root, CONFIG.format(fanout=fanout, workers=1), embedder=embedder) as vault:
         vault.ingest_messages(topic_records(40))
         vault.flush()
         report = vault.compact()
@@ -75,6 +75,41 @@ def test_gathered_calls_write_the_tree_the_calls_one_by_one_wrote(
     # embedded twice (the rest: the leaves at ingest, the summaries' vectors, the parents).
     assert sum(gathered.alone) + sum(map(sum, gathered.gathered)) == sum(alone.alone)
     assert sum(map(sum, gathered.gathered)) >= 150
+
+
+def test_condensation_gathers_its_new_parents_calls_and_writes_the_same_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new parents of one condensation step are summarised one by one; their embedding calls are
+    embedded together first (as a seal batch's levels' are), and the tree is the one written without."""
+    from vaultmem.compact import Planner
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 2)
+    condensing: list[bool] = []
+    original = Planner._condense_peers
+
+    def condense(self: Planner, *args: object) -> object:
+        condensing.append(True)
+        try:
+            return original(self, *args)  # type: ignore[arg-type]
+        finally:
+            condensing.pop()
+
+    monkeypatch.setattr(Planner, "_condense_peers", condense)
+    in_condensation: list[list[int]] = []
+
+    class Noting(_Calls):
+        def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
+            if condensing:
+                in_condensation.append([len(c) for c in calls])
+            return super().embed_calls(calls)
+
+    now = _tree(tmp_path / "now", Noting(), fanout=3)
+    assert in_condensation and max(len(g) for g in in_condensation) >= 2  # parents' calls embedded together
+    with monkeypatch.context() as m:
+        m.setattr(Remembering, "prepare", lambda self, calls: None)  # each parent embeds as it comes
+        before = _tree(tmp_path / "before", _Calls(), fanout=3)
+    assert now == before
 
 
 @pytest.mark.slow
