@@ -32,6 +32,15 @@ from vaultmem import Vault
 from vaultmem.embed import NumpyBertEmbedder, default_model_path
 items = [i for i in load_locomo(json.loads(Path({dataset!r}).read_text())) if {key!r} in ("all", i.key)]
 embedder = NumpyBertEmbedder(default_model_path())
+embedded = [0]  # texts sent to the model, every phase
+_embed, _embed_calls = embedder.embed, embedder.embed_calls
+def counted(texts):
+    embedded[0] += len(texts)
+    return _embed(texts)
+def counted_calls(calls):
+    embedded[0] += sum(map(len, calls))
+    return _embed_calls(calls)
+embedder.embed, embedder.embed_calls = counted, counted_calls
 def cpu():
     return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 ingest = flush = compact = compact_cpu = 0.0
@@ -55,7 +64,7 @@ for n, item in enumerate(items):
     for path, vec in conn.execute("SELECT c.path, v.vec FROM chunks c JOIN vectors v ON v.id = c.id WHERE c.kind = 'summary' ORDER BY c.path"):
         vecs.update(path.encode() + vec)
     conn.close()
-print(json.dumps(dict(ingest=ingest, flush=flush, compact=compact, compact_cpu=compact_cpu, files=files.hexdigest(), vectors=vecs.hexdigest())))
+print(json.dumps(dict(ingest=ingest, flush=flush, compact=compact, compact_cpu=compact_cpu, embedded=embedded[0], files=files.hexdigest(), vectors=vecs.hexdigest())))
 """
 
 
@@ -91,6 +100,7 @@ def main() -> None:
         ("compact", "compact s"),
         ("compact_cpu", "compact CPU s (with the embedder's workers)"),
         ("total", "ingest + flush + compact s"),
+        ("embedded", "texts sent to the model (every phase)"),
     ):
         rows.append(
             [label, *(f"{best[t][key]:.1f}" for t in trees), f"{best['base'][key] / best['now'][key]:.2f}x"]
