@@ -243,69 +243,6 @@ def test_recent_query_vectors_are_remembered_least_recently_used_first() -> None
     assert not first.flags.writeable  # shared between searches: never changed in place
 
 
-class GatedEmbedder(CountingEmbedder):
-    """Counts its texts; each embed waits until the test opens the gate (a forward pass in flight)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        import threading
-
-        self.gate = threading.Event()
-        self.fail = False
-
-    def embed(self, texts):  # type: ignore[no-untyped-def]
-        assert self.gate.wait(10)
-        if self.fail:
-            raise RuntimeError("model damaged")
-        return super().embed(texts)
-
-
-def test_a_query_vector_started_ahead_is_waited_for_and_computed_once() -> None:
-    from vaultmem.search import QueryVectors
-
-    embedder = GatedEmbedder()
-    cache = QueryVectors()
-    cache.ahead(embedder, "kyoto budget")
-    cache.ahead(embedder, "kyoto budget")  # already under way: not started twice
-    embedder.gate.set()
-    vec = cache.get(embedder, "kyoto budget")  # waits for the pass started ahead
-    cache.ahead(embedder, "kyoto budget")  # remembered now: nothing to start
-    assert cache.get(embedder, "kyoto budget") is vec
-    assert embedder.texts == ["kyoto budget"]
-    assert (vec == FakeEmbedder().embed(["kyoto budget"])[0]).all()
-    assert not vec.flags.writeable
-
-
-def test_a_query_vector_that_failed_ahead_raises_in_get_and_is_not_remembered() -> None:
-    from vaultmem.search import QueryVectors
-
-    embedder = GatedEmbedder()
-    embedder.fail = True
-    cache = QueryVectors()
-    cache.ahead(embedder, "kyoto budget")
-    embedder.gate.set()
-    with pytest.raises(RuntimeError, match="model damaged"):
-        cache.get(embedder, "kyoto budget")
-    embedder.fail = False
-    assert (cache.get(embedder, "kyoto budget") == FakeEmbedder().embed(["kyoto budget"])[0]).all()
-
-
-def test_search_without_any_vectors_never_embeds_the_query(tmp_path: Path) -> None:
-    """The query's forward pass starts beside the word search only when there are vectors to score it
-    against: a vault whose leaves are not embedded yet answers from words without loading the model."""
-    from vaultmem.search import QUERY_VECTORS
-
-    QUERY_VECTORS.clear()
-    embedder = CountingEmbedder()
-    v = Vault.init(tmp_path / "v", embedder=embedder)
-    v.ingest_messages(chat(3), source="chat")
-    assert v.conn.execute("SELECT count(*) FROM vectors").fetchone()[0] == 0
-    embedder.texts.clear()
-    assert v.search("roses near the fence", k=3)
-    assert embedder.texts == []
-    v.close()
-
-
 def test_query_vectors_are_shared_between_vaults(tmp_path: Path) -> None:
     from vaultmem.search import QUERY_VECTORS
 

@@ -369,23 +369,6 @@ def _quoted(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
-class _Pending:
-    """A query vector being computed on another thread (``QueryVectors.ahead``): its vector or error once
-    ``done`` is set. Not ``concurrent.futures``: importing it (and logging) costs a cold shell 10 ms."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.vector: npt.NDArray[np.float32] | None = None
-        self.error: BaseException | None = None
-
-    def result(self) -> npt.NDArray[np.float32]:
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-        assert self.vector is not None
-        return self.vector
-
-
 class QueryVectors:
     """The vectors of the most recently used queries, per model (least recently used go first).
 
@@ -396,37 +379,7 @@ class QueryVectors:
     def __init__(self, size: int = 256) -> None:
         self.size = size
         self._vectors: OrderedDict[tuple[str, str], npt.NDArray[np.float32]] = OrderedDict()
-        self._pending: dict[tuple[str, str], _Pending] = {}
         self._lock = threading.Lock()
-
-    def ahead(self, embedder: Embedder, query: str) -> None:
-        """Start embedding ``query`` on another thread when its vector is not remembered: the forward pass
-        (BLAS, without the GIL) then runs on a second core while the caller does the word side of a
-        search (SQLite, without the GIL too), and ``get`` waits for it. The vector is the one ``get``
-        alone would compute."""
-        key = (embedder.model_id, query)
-        with self._lock:
-            if key in self._vectors or key in self._pending:
-                return
-            pending = self._pending[key] = _Pending()
-        threading.Thread(target=self._compute, args=(embedder, query, key, pending), daemon=True).start()
-
-    def _compute(self, embedder: Embedder, query: str, key: tuple[str, str], pending: _Pending) -> None:
-        try:
-            vec = np.array(embedder.embed([query])[0], dtype=np.float32)  # a copy: the batch is not kept
-            vec.setflags(write=False)  # shared: nobody may change it in place
-        except BaseException as exc:  # handed to whoever waits in ``get``, which raises it
-            pending.error = exc
-        else:
-            pending.vector = vec
-        with self._lock:
-            if self._pending.get(key) is pending:
-                del self._pending[key]
-            if pending.vector is not None:
-                self._vectors[key] = pending.vector
-                while len(self._vectors) > self.size:
-                    self._vectors.popitem(last=False)
-        pending.done.set()
 
     def get(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
         key = (embedder.model_id, query)
@@ -435,11 +388,13 @@ class QueryVectors:
             if known is not None:
                 self._vectors.move_to_end(key)
                 return known
-            pending = self._pending.get(key)
-        if pending is None:
-            pending = _Pending()
-            self._compute(embedder, query, key, pending)
-        return pending.result()
+        vec = np.array(embedder.embed([query])[0], dtype=np.float32)  # a copy: the batch is not kept
+        vec.setflags(write=False)  # shared: nobody may change it in place
+        with self._lock:
+            self._vectors[key] = vec
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+        return vec
 
     def clear(self) -> None:
         with self._lock:
@@ -819,14 +774,6 @@ class Searcher:
         self, query: str, filters: Filters, pool: int
     ) -> list[tuple[str, float, int | None, int | None]]:
         """Fused ranking: (id, score, lexical rank, vector rank), best first."""
-        # The query's forward pass runs beside the word side (``QueryVectors.ahead``), when there are
-        # vectors to score it against (a vault without any never loads the model for a search).
-        embedder = self._embedder_factory()
-        cache = self._cache
-        if (cache is not None and cache.model == embedder.model_id and cache.ids) or self.conn.execute(
-            "SELECT 1 FROM vectors LIMIT 1"
-        ).fetchone() is not None:
-            QUERY_VECTORS.ahead(embedder, query)
         lexical = self.lexical(query, filters, pool)
         semantic = self.semantic(query, filters, pool)
         scores: dict[str, float] = {}
