@@ -1,9 +1,11 @@
-"""A first run on one LoCoMo conversation: ingest, flush (embed) and compact with the real NumPy MiniLM,
+"""A first run on LoCoMo conversations: ingest, flush (embed) and compact with the real NumPy MiniLM,
 against an older tree in the same run.
 
-    python bench/firstrun.py DATASET_PATH --base DIR [--conversation conv-26] [--runs 1]
+    python bench/firstrun.py DATASET_PATH --base DIR [--conversation conv-26|all] [--runs 1]
 
-Each run builds the vault in a fresh process per tree (``--base``: a directory holding another copy of
+``--conversation all``: every conversation of the file, each in its own vault one after the other in
+one process with one embedder (as ``bench/retrieval.py --compact`` builds them); the phases' seconds
+are the sums. Each run builds the vaults in a fresh process per tree (``--base``: a directory holding another copy of
 the ``vaultmem`` package), the trees alternating so a loaded machine slows both alike. Reported per
 tree: wall seconds of each phase, the compaction's CPU seconds (this process and the embedder's worker
 processes, stopped before it is read), and whether the two trees wrote the same summaries (every
@@ -28,29 +30,41 @@ from pathlib import Path
 from retrieval import load_locomo, turn_records
 from vaultmem import Vault
 from vaultmem.embed import NumpyBertEmbedder, default_model_path
-item = next(i for i in load_locomo(json.loads(Path({dataset!r}).read_text())) if i.key == {key!r})
+items = [i for i in load_locomo(json.loads(Path({dataset!r}).read_text())) if {key!r} in ("all", i.key)]
 embedder = NumpyBertEmbedder(default_model_path())
+embedded = [0]  # texts sent to the model, every phase
+_embed, _embed_calls = embedder.embed, embedder.embed_calls
+def counted(texts):
+    embedded[0] += len(texts)
+    return _embed(texts)
+def counted_calls(calls):
+    embedded[0] += sum(map(len, calls))
+    return _embed_calls(calls)
+embedder.embed, embedder.embed_calls = counted, counted_calls
 def cpu():
     return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
-root = Path({vault!r})
-vault = Vault.init(root, embedder=embedder)
-t = time.perf_counter(); vault.ingest_messages(turn_records(item), source="bench"); ingest = time.perf_counter() - t
-t = time.perf_counter(); vault.flush(); flush = time.perf_counter() - t
-embedder.close()
-t, c = time.perf_counter(), cpu()
-vault.compact()
-compact = time.perf_counter() - t
-embedder.close()  # its workers' CPU counts once they are waited for
-compact_cpu = cpu() - c
-vault.close()
+ingest = flush = compact = compact_cpu = 0.0
 files = hashlib.sha256()
-for p in sorted((root / "sources").rglob("_*.md")):
-    files.update(str(p.relative_to(root)).encode() + p.read_bytes())
-conn = sqlite3.connect(root / ".vaultmem" / "chunks.db")
 vecs = hashlib.sha256()
-for path, vec in conn.execute("SELECT c.path, v.vec FROM chunks c JOIN vectors v ON v.id = c.id WHERE c.kind = 'summary' ORDER BY c.path"):
-    vecs.update(path.encode() + vec)
-print(json.dumps(dict(ingest=ingest, flush=flush, compact=compact, compact_cpu=compact_cpu, files=files.hexdigest(), vectors=vecs.hexdigest())))
+for n, item in enumerate(items):
+    root = Path({vault!r}) / str(n)
+    vault = Vault.init(root, embedder=embedder)
+    t = time.perf_counter(); vault.ingest_messages(turn_records(item), source="bench"); ingest += time.perf_counter() - t
+    t = time.perf_counter(); vault.flush(); flush += time.perf_counter() - t
+    embedder.close()
+    t, c = time.perf_counter(), cpu()
+    vault.compact()
+    compact += time.perf_counter() - t
+    embedder.close()  # its workers' CPU counts once they are waited for
+    compact_cpu += cpu() - c
+    vault.close()
+    for p in sorted((root / "sources").rglob("_*.md")):
+        files.update(str(p.relative_to(root)).encode() + p.read_bytes())
+    conn = sqlite3.connect(root / ".vaultmem" / "chunks.db")
+    for path, vec in conn.execute("SELECT c.path, v.vec FROM chunks c JOIN vectors v ON v.id = c.id WHERE c.kind = 'summary' ORDER BY c.path"):
+        vecs.update(path.encode() + vec)
+    conn.close()
+print(json.dumps(dict(ingest=ingest, flush=flush, compact=compact, compact_cpu=compact_cpu, embedded=embedded[0], files=files.hexdigest(), vectors=vecs.hexdigest())))
 """
 
 
@@ -58,7 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", type=Path)
     parser.add_argument("--base", type=Path, required=True, help="a directory holding an older vaultmem")
-    parser.add_argument("--conversation", default="conv-26")
+    parser.add_argument("--conversation", default="conv-26", help="a conversation's key, or 'all'")
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
     trees = {"base": args.base.resolve(), "now": Path(__file__).resolve().parent.parent}
@@ -76,6 +90,7 @@ def main() -> None:
                 out = run_in_tree(code, tree, tmp)
                 got = json.loads(out.strip().splitlines()[-1])
                 digests[name].add((got.pop("files"), got.pop("vectors")))
+                got["total"] = got["ingest"] + got["flush"] + got["compact"]
                 old = best.get(name)
                 best[name] = {k: min(v, old[k]) for k, v in got.items()} if old else got
     rows: list[list[object]] = []
@@ -84,6 +99,8 @@ def main() -> None:
         ("flush", "flush (embed) s"),
         ("compact", "compact s"),
         ("compact_cpu", "compact CPU s (with the embedder's workers)"),
+        ("total", "ingest + flush + compact s"),
+        ("embedded", "texts sent to the model (every phase)"),
     ):
         rows.append(
             [label, *(f"{best[t][key]:.1f}" for t in trees), f"{best['base'][key] / best['now'][key]:.2f}x"]

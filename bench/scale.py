@@ -116,6 +116,11 @@ def main() -> None:
             t = time.perf_counter()
             vault.flush()
             embed_s = time.perf_counter() - t
+        # The HNSW graph of a vault this large is built in the background after the vectors are saved;
+        # searches are timed once it is in (a vault searched day to day has it), not beside its build.
+        t = time.perf_counter()
+        vault.wait_for_graph()
+        graph_s = time.perf_counter() - t
         base_rss = rss_mb()
         t = time.perf_counter()
         vault.search("warm up the vector cache", k=10)
@@ -162,7 +167,8 @@ def main() -> None:
     )
     print(
         f"\n{leaves:,} leaves in {args.sources} sources; ingest {ingest_s:.1f} s, vectors {embed_s:.1f} s, "
-        f"first search (loads {leaves:,} vectors) {first_s * 1000:.0f} ms"
+        f"waited {graph_s:.1f} s for the HNSW graph, first search (loads {leaves:,} vectors) "
+        f"{first_s * 1000:.0f} ms"
     )
     print(table(["operation", "p50 ms", "p95 ms"], rows))
     print(f"\nfirst search in a new process (open + vectors + query), best of {args.runs}:")

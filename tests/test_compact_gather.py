@@ -35,9 +35,9 @@ class _Calls(FakeEmbedder):
         return [FakeEmbedder.embed(self, c) for c in calls]
 
 
-def _tree(root: Path, embedder: Embedder) -> dict[str, object]:
+def _tree(root: Path, embedder: Embedder, fanout: int = 50) -> dict[str, object]:
     """Compact a chat of 160 turns; the summary files' bytes and every summary's vector."""
-    with Vault.init(root, CONFIG.format(fanout=50, workers=1), embedder=embedder) as vault:
+    with Vault.init(root, CONFIG.format(fanout=fanout, workers=1), embedder=embedder) as vault:
         vault.ingest_messages(topic_records(40))
         vault.flush()
         report = vault.compact()
@@ -62,6 +62,9 @@ def test_gathered_calls_write_the_tree_the_calls_one_by_one_wrote(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(embed, "PARALLEL_MIN", 32)  # this small chat's batches are gathered too
+    # Each seal pass remembers on its own (the vault's shared memory would have the day digests embed
+    # some of the seal's texts first: ``test_one_remembering_serves_every_seal_digest_and_resummary``).
+    monkeypatch.setattr(Vault, "remembering", property(lambda self: Remembering(self.embedder)))
     gathered = _Calls()
     now = _tree(tmp_path / "now", gathered)
     assert gathered.gathered and max(len(g) for g in gathered.gathered) >= 6  # several levels' calls at once
@@ -77,6 +80,41 @@ def test_gathered_calls_write_the_tree_the_calls_one_by_one_wrote(
     assert sum(map(sum, gathered.gathered)) >= 150
 
 
+def test_condensation_gathers_its_new_parents_calls_and_writes_the_same_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new parents of one condensation step are summarised one by one; their embedding calls are
+    embedded together first (as a seal batch's levels' are), and the tree is the one written without."""
+    from vaultmem.compact import Planner
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 2)
+    condensing: list[bool] = []
+    original = Planner._condense_peers
+
+    def condense(self: Planner, *args: object) -> object:
+        condensing.append(True)
+        try:
+            return original(self, *args)  # type: ignore[arg-type]
+        finally:
+            condensing.pop()
+
+    monkeypatch.setattr(Planner, "_condense_peers", condense)
+    in_condensation: list[list[int]] = []
+
+    class Noting(_Calls):
+        def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
+            if condensing:
+                in_condensation.append([len(c) for c in calls])
+            return super().embed_calls(calls)
+
+    now = _tree(tmp_path / "now", Noting(), fanout=3)
+    assert in_condensation and max(len(g) for g in in_condensation) >= 2  # parents' calls embedded together
+    with monkeypatch.context() as m:
+        m.setattr(Remembering, "prepare", lambda self, calls: None)  # each parent embeds as it comes
+        before = _tree(tmp_path / "before", _Calls(), fanout=3)
+    assert now == before
+
+
 @pytest.mark.slow
 def test_gathered_calls_keep_every_vector_and_summary_with_minilm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -84,6 +122,7 @@ def test_gathered_calls_keep_every_vector_and_summary_with_minilm(
     """The real model on two processes: a batch is the same batch wherever it runs, so the rows are
     bit for bit the ones each level's own call gave."""
     monkeypatch.setattr(embed, "PARALLEL_MIN", 32)  # this small chat's batches are gathered, shared too
+    monkeypatch.setattr(Vault, "remembering", property(lambda self: Remembering(self.embedder)))  # per pass
     gathered: list[int] = []
 
     class Gathering(NumpyBertEmbedder):
@@ -101,3 +140,21 @@ def test_gathered_calls_keep_every_vector_and_summary_with_minilm(
         Remembering.prepare = original  # type: ignore[method-assign]
     assert now["files"] == before["files"]
     assert now["vectors"] == before["vectors"]  # the float32 bytes
+
+
+def test_one_remembering_serves_every_seal_digest_and_resummary_of_the_vault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The day digests and re-summaries summarise sentences the seal already embedded: through the
+    vault's one ``Remembering`` they are not embedded again, and the tree is the one written when each
+    pass and each summary embedded on its own."""
+    shared = _Calls()
+    now = _tree(tmp_path / "now", shared, fanout=3)
+    with monkeypatch.context() as m:
+        m.setattr(Vault, "remembering", property(lambda self: Remembering(self.embedder)))  # one per use
+        alone = _Calls()
+        before = _tree(tmp_path / "before", alone, fanout=3)
+    assert now == before
+    embedded_now = sum(shared.alone) + sum(map(sum, shared.gathered))
+    embedded_before = sum(alone.alone) + sum(map(sum, alone.gathered))
+    assert embedded_now < 0.7 * embedded_before, (embedded_now, embedded_before)

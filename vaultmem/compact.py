@@ -610,10 +610,12 @@ class Planner:
         if len(rest) >= 2:
             matrix = np.stack([lv.centroid for lv in rest])
             caps = cluster.Caps(s.condense_target, 2, s.condense_fanout, 1 << 30)
-            for members in cluster.group(matrix, [1] * len(rest), caps):
-                if len(members) < 2:
-                    continue
-                children = [rest[i] for i in members]
+            groups = [
+                [rest[i] for i in m] for m in cluster.group(matrix, [1] * len(rest), caps) if len(m) >= 2
+            ]
+            if self.prepare is not None:  # the new parents' embedding calls, all at once
+                self.prepare([call for c in groups for call in self.extractive.embed_calls(_parent_kids(c))])
+            for children in groups:
                 parent, write = self._new_parent(state, children, depth + 1)
                 writes.append(write)
                 created.append(parent)
@@ -676,16 +678,7 @@ class Planner:
             self._rename(child, new + child.dir[len(old) :], kids)
 
     def _new_parent(self, state: SourceState, children: list[_Level], depth: int) -> tuple[_Level, FileWrite]:
-        kids = [
-            Child(
-                lv.text,
-                lv.centroid,
-                title=lv.title,
-                ts=parse_ts(lv.earliest),
-                weight=float(max(1, lv.leaves)),
-            )
-            for lv in children
-        ]
+        kids = _parent_kids(children)
         centre = cluster.centroid(np.stack([lv.centroid for lv in children]), [lv.leaves for lv in children])
         result = self.extractive.summarise(kids, depth, apart=_beside(state, centre, depth, set()))
         title = clean_title(result.title)
@@ -838,6 +831,14 @@ def episodes(leaves: Sequence[_Leaf], gap_s: float) -> list[int]:
         out.append(n)
         prev, prev_ts = leaf, ts or prev_ts
     return out
+
+
+def _parent_kids(children: Sequence[_Level]) -> list[Child]:
+    """What a new parent of ``children`` is summarised from (``Planner._new_parent``)."""
+    return [
+        Child(lv.text, lv.centroid, title=lv.title, ts=parse_ts(lv.earliest), weight=float(max(1, lv.leaves)))
+        for lv in children
+    ]
 
 
 def _parent_dir(path: str) -> str:

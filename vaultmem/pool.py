@@ -86,6 +86,9 @@ class JobEnv(StepEnv):
     updates: Callable[[Callable[[], None]], str | None] | None = None
     # the Related links each level's file holds as last seen (related.Known; the vault keeps one)
     related_known: related.Known = field(default_factory=dict)
+    # the embedder shared by every seal of the vault, remembering what it embedded (``Vault.remembering``;
+    # its summariser embeds through it too); None: each seal pass remembers on its own
+    remembering: Callable[[], Remembering] | None = None
 
 
 @dataclass
@@ -505,8 +508,9 @@ class Pool:
         (nothing was changed) is planned again without it."""
         ctx = self.ctx
         with self._source_lock(source):
-            # Each distinct text embedded once for the whole compaction of the source (embed.Remembering).
-            embedder = Remembering(ctx.embedder())
+            # Each distinct text embedded once (embed.Remembering): for the vault's whole compaction and the
+            # digests and re-summaries that follow (``Vault.remembering``), or for this source's pass.
+            embedder = ctx.remembering() if ctx.remembering is not None else Remembering(ctx.embedder())
             applied: list[str] = []  # the steps of every attempt (one refused midway counts too)
             for attempt in range(1, REPLAN_TRIES + 1):
                 state = SourceState.load(conn, source, embedder.model_id, embedder.dim)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from vaultmem import agentio, db, decay, entities, frontmatter, fsio, index, topics, vectors, versions
 from vaultmem.config import DEFAULT_TEXT, Config, load_config
 from vaultmem.context import MODES, Context, gather
-from vaultmem.embed import Embedder, load_embedder
+from vaultmem.embed import Embedder, Remembering, load_embedder
 from vaultmem.errors import (
     ConflictError,
     DiskFull,
@@ -109,6 +109,7 @@ class Vault:
         self._graph_next: vectors.GraphJob | None = None
         self._write_lock = WriteLock(layout, self._git_error)
         self._summariser: Summariser | None = None
+        self._remembering: Remembering | None = None
         self._finder: EntityFinder | None = None
         # Related links as last written (related.Known): a pass reads only files whose links may move.
         self._related_known: dict[str, Any] = {}
@@ -773,6 +774,19 @@ class Vault:
             self._owned_embedder = self._embedder  # its worker processes stop with the vault
         return self._embedder
 
+    @property
+    def remembering(self) -> Remembering:
+        """The embedder as compaction asks it (``embed.Remembering``): each distinct text embedded once
+        for every seal, condensation, re-summary and day digest of this vault. A day's digest summarises
+        the sentences its source's levels were summarised from, a re-summary those of the level it
+        rewrites: on one LoCoMo conversation they asked 7,313 texts, nearly all embedded already. Up to
+        ``Remembering.size`` rows (about 25 MB), the least recently used going first; never the query
+        path's nor ingest's embedder."""
+        embedder = self.embedder
+        if self._remembering is None or self._remembering.inner is not embedder:
+            self._remembering = Remembering(embedder)
+        return self._remembering
+
     def flush(self, progress: Callable[[int, int], None] | None = None) -> WorkReport:
         """Run queued work (embedding, admission) in this process until the queue is idle.
 
@@ -813,7 +827,7 @@ class Vault:
 
         if self._summariser is None:
             # Sentence vectors for centrality and titles; the model loads only when a summary is written.
-            extractive = ExtractiveSummariser(lambda texts: self.embedder.embed(texts))
+            extractive = ExtractiveSummariser(lambda texts: self.remembering.embed(texts))
             endpoint = self._llm_endpoint()
             self._summariser = (
                 OpenAICompatSummariser(**endpoint, fallback=extractive)
@@ -847,6 +861,7 @@ class Vault:
             layout=self.layout,
             settings=self.compact_settings,
             embedder=lambda: self.embedder,
+            remembering=lambda: self.remembering,
             summariser=self.summariser,
             lock=self._locked,
             max_bytes=self.config.max_file_bytes,
