@@ -12,26 +12,34 @@ from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
 
+def assert_update(old: str, new: str, cosine: float, *, why: str) -> detect.Judgement:
+    """The new statement is judged an update of the old one, for the reason given (among others)."""
+    found = detect.judge(old, new, cosine)
+    assert found is not None, (old, new)
+    assert why in found.why, found.why
+    return found
+
+
 def test_a_state_that_changes_is_an_update() -> None:
-    rent = detect.judge(
+    rent = assert_update(
         "Ugh, paperwork day. My rent is 1,150 euros a month, due on the 1st.",
         "Heads up: the landlord wrote, my rent goes up to 1,250 euros a month from May.",
         0.7,
+        why="value changed: 1,150 -> 1,250",
     )
-    assert rent is not None and "value changed: 1,150 -> 1,250" in rent.why
     assert rent.confidence >= detect.PROPOSE_AT
-    standup = detect.judge(
+    assert_update(
         "The team standup is at 9:30 every day on the Ops channel.",
         "FYI the team standup is at 10:00 from next week.",
         0.7,
+        why="value changed: 9:30 -> 10:00",
     )
-    assert standup is not None and "value changed: 9:30 -> 10:00" in standup.why
-    tops = detect.judge(
+    assert_update(
         "Haul report: I've bought three tops from H&M this month.",
         "I've got five tops from H&M so far, need to stop!",
         0.6,
+        why="counted again: tops",
     )
-    assert tops is not None and "counted again: tops" in tops.why
 
 
 def test_two_events_with_their_own_values_are_not_an_update() -> None:
@@ -62,10 +70,12 @@ def test_two_events_with_their_own_values_are_not_an_update() -> None:
         is None
     )
     # An event that says the state changed is one.
-    moved = detect.judge(
-        "I live in Berlin with my partner.", "We moved to Lisbon last month, I live there now.", 0.6
+    assert_update(
+        "I live in Berlin with my partner.",
+        "We moved to Lisbon last month, I live there now.",
+        0.6,
+        why="value changed: Berlin -> Lisbon",
     )
-    assert moved is not None and "value changed: Berlin -> Lisbon" in moved.why
 
 
 def test_values_of_different_attributes_are_not_an_update() -> None:
@@ -163,19 +173,22 @@ def test_a_number_after_a_label_names_a_thing_it_does_not_count() -> None:
         is None
     )
     # The same build moved, and an identifier replaced in so many words, are updates.
-    moved = detect.judge(
+    assert_update(
         "The deploy of build 1001 is on Thursday morning.",
         "The deploy of build 1001 moved to Friday morning.",
         0.9,
+        why="value changed: Thursday -> Friday",
     )
-    assert moved is not None and "value changed: Thursday -> Friday" in moved.why
-    switched = detect.judge(
-        "We are on build 1001 in production.", "We switched production to build 1005 this morning.", 0.9
+    assert_update(
+        "We are on build 1001 in production.",
+        "We switched production to build 1005 this morning.",
+        0.9,
+        why="value changed: 1001 -> 1005",
     )
-    assert switched is not None and "value changed: 1001 -> 1005" in switched.why
     # A number before the noun still counts: "2 bikes" -> "4 bikes".
-    bikes = detect.judge("I have 2 bikes in the garage.", "I have 4 bikes in the garage now.", 0.9)
-    assert bikes is not None and "counted again: bikes" in bikes.why
+    assert_update(
+        "I have 2 bikes in the garage.", "I have 4 bikes in the garage now.", 0.9, why="counted again: bikes"
+    )
 
 
 def test_a_question_or_a_plan_holds_no_value_to_replace() -> None:
@@ -198,18 +211,18 @@ def test_a_question_or_a_plan_holds_no_value_to_replace() -> None:
         )
         is None
     )
-    told = detect.judge(
+    assert_update(
         "I ran the charity 5K last month, my personal best is 27 minutes.",
         "You know, the one where I finished with a personal best time of 26 minutes?",
         0.7,
+        why="value changed: 27 -> 26",
     )
-    assert told is not None and "value changed: 27 -> 26" in told.why
-    moved = detect.judge(
+    assert_update(
         "I'm planning the team offsite for 12 May in Porto.",
         "The team offsite moved to 19 May, same place in Porto.",
         0.8,
+        why="says it changed (moved)",
     )
-    assert moved is not None and "says it changed (moved)" in moved.why
 
 
 def test_a_value_only_supposed_or_planned_replaces_nothing() -> None:
@@ -260,14 +273,18 @@ def test_a_value_inside_a_range_or_already_in_the_old_text_is_no_change() -> Non
     mail = "Room charge: ¥38,000 per night x 2 nights = ¥76,000 (consumption tax included)"
     assert detect.judge(budget, mail, 0.6) is None
     # Still a change: the range itself moves, and a count with its attribute.
-    moved = detect.judge(
-        "The team standup is at 9:30 every day.", "FYI the team standup is now at 10:00 every day.", 0.7
+    assert_update(
+        "The team standup is at 9:30 every day.",
+        "FYI the team standup is now at 10:00 every day.",
+        0.7,
+        why="value changed: 9:30 -> 10:00",
     )
-    assert moved is not None and "value changed: 9:30 -> 10:00" in moved.why
-    bikes = detect.judge(
-        "We keep two cargo bikes in the shed.", "We keep four cargo bikes in the shed now.", 0.7
+    assert_update(
+        "We keep two cargo bikes in the shed.",
+        "We keep four cargo bikes in the shed now.",
+        0.7,
+        why="value changed: two -> four",
     )
-    assert bikes is not None and "value changed: two -> four" in bikes.why
 
 
 def test_a_name_where_a_change_was_made_is_not_what_it_became() -> None:
@@ -281,12 +298,12 @@ def test_a_name_where_a_change_was_made_is_not_what_it_became() -> None:
         )
         is None
     )
-    switched = detect.judge(
+    assert_update(
         "I do the weekly grocery run at Aldi on Saturdays.",
         "I switched the weekly grocery run to Lidl, Saturdays still.",
         0.7,
+        why="value changed: Aldi -> Lidl",
     )
-    assert switched is not None and "value changed: Aldi -> Lidl" in switched.why
 
 
 def test_chinese_numbers_that_name_a_thing_are_identifiers() -> None:
@@ -309,8 +326,12 @@ def test_chinese_numbers_that_name_a_thing_are_identifiers() -> None:
         ("12号房 check-in is at 15:00, check-out 11:00.", "14号房 check-in is at 16:00, check-out 11:00."),
     ):
         assert detect.judge(old, new, 0.9) is None, new
-    moved = detect.judge("12号房 check-in is at 15:00.", "12号房 check-in moved to 16:00.", 0.9)
-    assert moved is not None and "value changed: 15:00 -> 16:00" in moved.why
+    assert_update(
+        "12号房 check-in is at 15:00.",
+        "12号房 check-in moved to 16:00.",
+        0.9,
+        why="value changed: 15:00 -> 16:00",
+    )
 
 
 def test_values_of_two_slots_of_the_same_kind_are_not_an_update() -> None:
@@ -325,8 +346,7 @@ def test_values_of_two_slots_of_the_same_kind_are_not_an_update() -> None:
     home = "### Kyoto, April 2026 › Itinerary › Sun 19 April: home\n\nKeikyu to Haneda, flight at 11:05."
     assert detect.judge(home, offer, 0.69, shared_entities=1) is None
     moved = "Lufthansa wrote: the flight to Haneda on Sun 19 April moved to 13:20."
-    changed = detect.judge(home, moved, 0.7)
-    assert changed is not None and "value changed: 11:05 -> 13:20" in changed.why
+    assert_update(home, moved, 0.7, why="value changed: 11:05 -> 13:20")
     stay = (
         "### Kyoto, April 2026 › Itinerary › Wed 15 – Fri 17 April: Kyoto\n\n"
         "Check out of the ryokan, move to the business hotel near Kyoto Station (3 nights)."
@@ -336,31 +356,37 @@ def test_values_of_two_slots_of_the_same_kind_are_not_an_update() -> None:
         "Kyoto City accommodation tax is not included and is payable in cash at check-in."
     )
     assert detect.judge(stay, mail, 0.6, shared_entities=1) is None
-    longer = detect.judge(
+    assert_update(
         "We booked the business hotel near Kyoto Station for 3 nights.",
         "We extended the business hotel near Kyoto Station to 4 nights now.",
         0.8,
+        why="value changed: 3 -> 4",
     )
-    assert longer is not None and "value changed: 3 -> 4" in longer.why
     assert detect.judge("The blender at Target costs $45.", "The toaster at Target costs $30.", 0.7) is None
     assert detect.judge("My gym membership is $40 a month.", "My phone plan is $25 a month.", 0.7) is None
-    insurance = detect.judge(
-        "I pay $120 for car insurance every month.", "My car insurance is $140 a month.", 0.7
+    assert_update(
+        "I pay $120 for car insurance every month.",
+        "My car insurance is $140 a month.",
+        0.7,
+        why="value changed: $120 -> $140",
     )
-    assert insurance is not None and "value changed: $120 -> $140" in insurance.why
 
 
 def test_instead_replaces_a_value_or_compares_two_options() -> None:
     """ "Instead" alone, or "instead of" the old value, says the value changed; "instead of" something
     else of the old statement compares two options, and the new value is the other option's."""
-    porto = detect.judge(
-        "We're flying to Lisbon on the 12th.", "We're flying to Porto instead, same day.", 0.7
+    assert_update(
+        "We're flying to Lisbon on the 12th.",
+        "We're flying to Porto instead, same day.",
+        0.7,
+        why="says it changed (instead)",
     )
-    assert porto is not None and "says it changed (instead)" in porto.why
-    later = detect.judge(
-        "The team meeting is at 3pm on Friday.", "The team meeting is at 4pm instead of 3pm on Friday.", 0.7
+    assert_update(
+        "The team meeting is at 3pm on Friday.",
+        "The team meeting is at 4pm instead of 3pm on Friday.",
+        0.7,
+        why="value changed: 3pm -> 4pm",
     )
-    assert later is not None and "value changed: 3pm -> 4pm" in later.why
     fare = "Took the train instead of the bus today, the fare was €12."
     assert detect.judge("The bus fare to work is €8 each way.", fare, 0.7) is None
 
