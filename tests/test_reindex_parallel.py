@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import make_vault, topic_records
-from vaultmem import index, reindex
+from vaultmem import forking, index, reindex
 from vaultmem.embed import FakeEmbedder
 from vaultmem.reindex import ReindexReport
 from vaultmem.vault import Vault
@@ -39,7 +39,7 @@ def _state(conn: sqlite3.Connection) -> dict[str, object]:
 
 
 # A process reindexes with forked workers only while it has no other thread (a fork copies locks another
-# thread may hold), bar the vault's own HNSW builder (``reindex.fork_safe``). In CI a thread other tests
+# thread may hold), bar the vault's own HNSW builder (``forking.fork_safe``). In CI a thread other tests
 # started had been left (tqdm's monitor, from loading the torch model in test_embed: now stopped there; no
 # library thread outlives its owner), so the two-process reindex runs in a fresh process, as
 # ``vaultmem reindex`` does, whatever threads the test process holds.
@@ -138,7 +138,7 @@ def test_reindex_forks_beside_the_graph_builder_but_not_beside_other_threads(
     helper = threading.Thread(target=other.wait, name="the caller's own")
     helper.start()
     try:
-        assert not reindex._alone() and reindex._processes(100, 2) == 1
+        assert not forking.alone() and reindex._processes(100, 2) == 1
     finally:
         other.set()
         helper.join()

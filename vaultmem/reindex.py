@@ -53,10 +53,6 @@ class VaultFiles:
     processes: int = 1  # how many processes parsed the leaf files
 
 
-# Where ``Vault`` and the tests know them from (``forking`` holds them, below ``ingest`` as well).
-fork_safe = forking.fork_safe
-_alone = forking.alone
-
 PARALLEL_MIN_LEAVES = 2_000  # below this a worker's start costs more than the parsing it takes over
 
 # One leaf file read: (rel, id, row, pending), or (rel, None, why, False) when it is not a valid leaf.

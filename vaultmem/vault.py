@@ -934,7 +934,7 @@ class Vault:
         one not yet started. Not a daemon thread, and ``close`` joins it: a process that ends (a CLI
         command) finishes the build after its work is done instead of leaving the graph unbuilt, and no
         thread outlives the vault that started it."""
-        from vaultmem import reindex
+        from vaultmem import forking
 
         vectors.graph_imports()
         with self._graph_lock:
@@ -943,7 +943,7 @@ class Vault:
                 return
             self._graph_thread = threading.Thread(target=self._graph_worker, name="vaultmem-hnsw")
             self._graph_last = self._graph_thread
-            reindex.fork_safe(self._graph_thread)  # ``reindex`` may fork its readers while it builds
+            forking.fork_safe(self._graph_thread)  # reindex and ingest may fork while it builds
             self._graph_thread.start()
 
     def _graph_worker(self) -> None:

@@ -440,7 +440,7 @@ class GraphJob:
 
 def graph_imports() -> None:
     """Import what ``GraphJob.run`` uses, on the calling thread: the builder thread then never takes an
-    import lock (``reindex.fork_safe``: a reader forked beside it could wait on one forever)."""
+    import lock (``forking.fork_safe``: a reader forked beside it could wait on one forever)."""
     import filelock  # noqa: F401
 
     ann.available()
