@@ -773,9 +773,8 @@ def _heading_day(text: str) -> str:
         if line.lstrip().startswith("#"):
             tokens = [t.strip() for t in _TOKEN_RE.findall(line)]
             kinds = [_kind(tokens, i) for i in range(len(tokens))]
-            dated = [j for j, k in enumerate(kinds) if k == "date"]
-            if dated:
-                day = _day_of(tokens, kinds, len(tokens), len(tokens)) if dated else day
+            if "date" in kinds:
+                day = _day_of(tokens, kinds, len(tokens), len(tokens))
     return day
 
 

@@ -484,7 +484,7 @@ class Speakers:
             + r")(?:['’]s)?\b"
         )
         left = " ".join(re.sub(pattern, " ", query, flags=re.IGNORECASE).split())
-        return left if content_terms(left)[0] or content_terms(left)[1] else None
+        return left if any(content_terms(left)) else None
 
     def subject(self, query: str) -> frozenset[str]:
         """The speakers the query asks about: the first one it names, with those joined to it by "and"
