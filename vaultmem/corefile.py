@@ -182,9 +182,7 @@ class Entry:
     def retagged(self, tag: str) -> Entry:
         """The entry learnt again in the month ``tag``; its version keys stay (it held since its
         ``valid_from``, and a link it is part of still holds)."""
-        keys = carried(self)
-        plain = Entry(self.text, tag, None, True)
-        return _commented(plain, keys) if keys else plain
+        return _keyed(Entry(self.text, tag, None, True), carried(self))
 
 
 _WINDOW_RE = re.compile(r"\bvalid_(from|to):\s*([0-9][0-9:TZ+.\-]*)")
@@ -196,6 +194,9 @@ _CARRIED_RE = re.compile(
 _LINK_RE = re.compile(r"\b(supersedes|superseded_by):\s*([0-9a-f]{10})\b")
 _LEFT_RE = re.compile(r"<!-- left (\d{4}-\d{2}-\d{2}):")
 _ID_WORDS_RE = re.compile(r"\w+")
+
+
+ENTRY_ID_RE = re.compile(r"^[0-9a-f]{10}$")  # what ``entry_id`` gives
 
 
 def entry_id(text: str) -> str:
@@ -213,6 +214,11 @@ def versioned(entry: Entry, **keys: str) -> Entry:
 def _commented(entry: Entry, keys: Sequence[tuple[str, str]]) -> Entry:
     said = "; ".join(f"{k}: {v}" for k, v in keys)
     return Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- {said} -->", entry.bullet)
+
+
+def _keyed(plain: Entry, keys: Sequence[tuple[str, str]]) -> Entry:
+    """``plain`` with ``keys`` in a comment on its line, or as it is when there are none."""
+    return _commented(plain, keys) if keys else plain
 
 
 def carried(entry: Entry) -> list[tuple[str, str]]:
@@ -437,15 +443,13 @@ def unarchived(entry: Entry) -> Entry:
     it left (``valid_from``, ``supersedes``...), without the ``left`` comment, ``valid_to`` and
     ``superseded_by`` its replacement wrote."""
     keys = [(k, v) for k, v in carried(entry) if k not in ("valid_to", "superseded_by")]
-    plain = Entry(entry.text, entry.tag, None, entry.bullet)
-    return _commented(plain, keys) if keys else plain
+    return _keyed(Entry(entry.text, entry.tag, None, entry.bullet), keys)
 
 
 def unlinked(entry: Entry, old_id: str) -> Entry:
     """A successor without its ``supersedes: <old_id>`` (a reverted update); its other keys stay."""
     keys = [(k, v) for k, v in carried(entry) if (k, v) != ("supersedes", old_id)]
-    plain = Entry(entry.text, entry.tag, None, entry.bullet)
-    return _commented(plain, keys) if keys else plain
+    return _keyed(Entry(entry.text, entry.tag, None, entry.bullet), keys)
 
 
 def with_entries(doc: CoreDoc, items: Sequence[Item]) -> CoreDoc:

@@ -13,11 +13,12 @@ the MCP server can reach it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from vaultmem import frontmatter, fsio
+from vaultmem.corefile import ENTRY_ID_RE
 from vaultmem.corefile import NAME_RE as CORE_NAME_RE
 from vaultmem.corefile import rel_path as core_rel_path
 from vaultmem.errors import FrontmatterError, InvalidInput
@@ -27,8 +28,10 @@ from vaultmem.model import LEAF_ID_RE, format_ts, parse_ts
 DECISIONS = ("pending", "accept", "reject", "skip")
 EXPIRE_DAYS = 7  # a proposal nobody decided on this long goes into the weekly log as expired
 _NAME_RE = re.compile(r"^([0-9a-f]{16})-updates-([0-9a-f]{16})\.md$")
-_CORE_NAME_RE = re.compile(r"^core-([a-z0-9][a-z0-9-]{0,47})-([0-9a-f]{10})-updates-([0-9a-f]{10})\.md$")
-_ENTRY_ID_RE = re.compile(r"^[0-9a-f]{10}$")
+_CORE_NAME_RE = re.compile(
+    rf"^core-({CORE_NAME_RE.pattern.strip('^$')})-({ENTRY_ID_RE.pattern.strip('^$')})"
+    rf"-updates-({ENTRY_ID_RE.pattern.strip('^$')})\.md$"
+)
 _PAIR_RE = re.compile(r"\b([0-9a-f]{16}|[0-9a-f]{10}) updates ([0-9a-f]{16}|[0-9a-f]{10})\b")
 
 
@@ -89,7 +92,7 @@ def parse(text: str, rel: str) -> Proposal:
     decision = str(meta.get("decision", "pending")).strip().lower()
     file = str(meta.get("file", "")) if meta.get("kind") == "core-proposal" else ""
     if file:
-        ids = bool(_ENTRY_ID_RE.match(old) and _ENTRY_ID_RE.match(new) and CORE_NAME_RE.match(file))
+        ids = bool(ENTRY_ID_RE.match(old) and ENTRY_ID_RE.match(new) and CORE_NAME_RE.match(file))
     else:
         ids = bool(LEAF_ID_RE.match(old) and LEAF_ID_RE.match(new))
     if not ids or decision not in DECISIONS:
@@ -144,7 +147,7 @@ def set_decision(layout: Layout, p: Proposal, decision: str) -> Proposal:
     text, digest = fsio.read_text_guarded(path, 1 << 20)
     new = re.sub(r"(?m)^decision:.*$", f"decision: {decision}", text, count=1)
     fsio.atomic_write(path, new.encode("utf-8"), root=layout.root, expected=digest)
-    return Proposal(p.old, p.new, p.confidence, p.why, p.created, decision, p.file)
+    return replace(p, decision=decision)
 
 
 def find(layout: Layout, key: str) -> Proposal:

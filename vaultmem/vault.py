@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -88,7 +87,6 @@ if TYPE_CHECKING:
     from vaultmem.summarise import Summariser
 
 BATCH_MESSAGES = 2000
-_CORE_PAIR_RE = re.compile(r"^[0-9a-f]{10}-[0-9a-f]{10}$")  # two core entries' ids, new-old
 DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
 
 
@@ -1966,8 +1964,10 @@ class Vault:
     def revert_update(self, key: str) -> None:
         """Undo a link between two leaves, or between two entries of a core file (``new-old`` ids, as the
         weekly log writes it: 16 hex digits for leaves, 10 for core entries, ``coremem.revert``)."""
+        from vaultmem.corefile import ENTRY_ID_RE
+
         new_id, _, old_id = key.partition("-")
-        if _CORE_PAIR_RE.match(key):
+        if ENTRY_ID_RE.match(new_id) and ENTRY_ID_RE.match(old_id):
             from vaultmem import coremem, review
 
             with self.operation(f"memory: revert core update {new_id} of {old_id}"):
