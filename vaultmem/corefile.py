@@ -182,7 +182,7 @@ class Entry:
     def retagged(self, tag: str) -> Entry:
         """The entry learnt again in the month ``tag``; its version keys stay (it held since its
         ``valid_from``, and a link it is part of still holds)."""
-        return _keyed(Entry(self.text, tag, None, True), carried(self))
+        return keyed(Entry(self.text, tag, None, True), carried(self))
 
 
 _WINDOW_RE = re.compile(r"\bvalid_(from|to):\s*([0-9][0-9:TZ+.\-]*)")
@@ -216,7 +216,10 @@ def _commented(entry: Entry, keys: Sequence[tuple[str, str]]) -> Entry:
     return Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- {said} -->", entry.bullet)
 
 
-def _keyed(plain: Entry, keys: Sequence[tuple[str, str]]) -> Entry:
+VERSION_KEYS = frozenset(["valid_from", "valid_to", "supersedes", "superseded_by"])
+
+
+def keyed(plain: Entry, keys: Sequence[tuple[str, str]]) -> Entry:
     """``plain`` with ``keys`` in a comment on its line, or as it is when there are none."""
     return _commented(plain, keys) if keys else plain
 
@@ -443,13 +446,13 @@ def unarchived(entry: Entry) -> Entry:
     it left (``valid_from``, ``supersedes``...), without the ``left`` comment, ``valid_to`` and
     ``superseded_by`` its replacement wrote."""
     keys = [(k, v) for k, v in carried(entry) if k not in ("valid_to", "superseded_by")]
-    return _keyed(Entry(entry.text, entry.tag, None, entry.bullet), keys)
+    return keyed(Entry(entry.text, entry.tag, None, entry.bullet), keys)
 
 
 def unlinked(entry: Entry, old_id: str) -> Entry:
     """A successor without its ``supersedes: <old_id>`` (a reverted update); its other keys stay."""
     keys = [(k, v) for k, v in carried(entry) if (k, v) != ("supersedes", old_id)]
-    return _keyed(Entry(entry.text, entry.tag, None, entry.bullet), keys)
+    return keyed(Entry(entry.text, entry.tag, None, entry.bullet), keys)
 
 
 def with_entries(doc: CoreDoc, items: Sequence[Item]) -> CoreDoc:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from vaultmem.agentllm import without_thinking
-from vaultmem.corefile import Entry, Item, clean, prompt_text, versioned
+from vaultmem.corefile import VERSION_KEYS, Entry, Item, carried, clean, keyed, prompt_text, versioned
 from vaultmem.errors import SummariserError
 from vaultmem.scoring import FastScorer
 from vaultmem.summarise import STOPWORDS
@@ -322,9 +322,6 @@ def ask_model(
     return Outcome(tuple(trimmed), tuple(leaving), added, merged.retagged, tuple(notes), by, merged.proposed)
 
 
-_VERSION_COMMENT_RE = re.compile(r"<!--\s*((?:valid_from|valid_to|supersedes|superseded_by):[^>]*?)\s*-->")
-
-
 def _reuse(kept: Sequence[Entry], given: Sequence[Entry]) -> tuple[list[Entry], dict[str, str]]:
     """The model's entries; one that repeats a given entry word for word keeps that entry's own line,
     and one rewritten from a given entry with version keys (the given entry whose words it shares most)
@@ -337,13 +334,15 @@ def _reuse(kept: Sequence[Entry], given: Sequence[Entry]) -> tuple[list[Entry], 
             out.append(match)
             continue
         mine = words(entry.text)
-        keyed = [(len(mine & words(g.text)), g) for g in given if _VERSION_COMMENT_RE.search(g.raw or "")]
-        shared, source = max(keyed, key=lambda t: t[0], default=(0, None))
+        kept_keys = [(g, carried(g)) for g in given]
+        versions = [
+            (len(mine & words(g.text)), g, keys)
+            for g, keys in kept_keys
+            if any(k in VERSION_KEYS for k, _ in keys)
+        ]
+        shared, source, keys = max(versions, key=lambda t: t[0], default=(0, None, []))
         if source is not None and mine and shared >= INVENTED * len(mine):
-            keys = "; ".join(
-                m.group(1).strip().rstrip(";") for m in _VERSION_COMMENT_RE.finditer(source.raw or "")
-            )
-            entry = Entry(entry.text, entry.tag, f"{entry.prompt_line} <!-- {keys} -->", entry.bullet)
+            entry = keyed(entry, keys)  # the keys carried as ``corefile.carried`` reads them
             renamed[source.id] = entry.id
         out.append(entry)
     return out, renamed
