@@ -124,3 +124,48 @@ def test_move_files_checks_every_pair_before_moving_any(tmp_path: Path) -> None:
     assert (root / "a.md").exists() and not (root / "d" / "a.md").exists()
     fsio.move_files(root, [(root / "a.md", root / "d" / "a.md")])
     assert (root / "d" / "a.md").read_text() == "a.md"
+
+
+def test_move_files_syncs_each_directory_once_after_its_renames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path
+    fresh = root / "_fresh"
+    fresh.mkdir()
+    for i in range(6):
+        (fresh / f"{i}.md").write_text(f"leaf {i}")
+    synced: list[Path] = []
+    told: list[Path] = []
+
+    def sync(path: Path) -> None:
+        synced.append(path)
+        assert not any((fresh / f"{i}.md").exists() for i in range(6))  # every rename first
+
+    monkeypatch.setattr(fsio, "fsync_dir", sync)
+    monkeypatch.setattr(fsio, "changed", lambda paths: told.extend(paths))
+    moves = [(fresh / f"{i}.md", root / ("a" if i % 2 else "b") / f"{i}.md") for i in range(6)]
+    fsio.move_files(root, moves)
+    assert sorted(synced) == sorted([fresh, root / "a", root / "b"])
+    assert [(root / ("a" if i % 2 else "b") / f"{i}.md").read_text() for i in range(6)] == [
+        f"leaf {i}" for i in range(6)
+    ]
+    assert told == [p for pair in moves for p in pair]  # observers hear of every move, in order
+
+
+def test_move_files_that_fails_midway_syncs_what_it_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path
+    for name in ("x.md", "y.md"):
+        (root / name).write_text(name)
+    (root / "d").mkdir()
+    (root / "d" / "y.md").write_text("taken")
+    synced: list[Path] = []
+    told: list[Path] = []
+    monkeypatch.setattr(fsio, "fsync_dir", synced.append)
+    monkeypatch.setattr(fsio, "changed", lambda paths: told.extend(paths))
+    with pytest.raises(ConflictError, match="already exists"):
+        fsio.move_files(root, [(root / "x.md", root / "e" / "x.md"), (root / "y.md", root / "d" / "y.md")])
+    assert (root / "e" / "x.md").read_text() == "x.md" and (root / "y.md").exists()
+    assert sorted(synced) == sorted([root, root / "e"])
+    assert told == [root / "x.md", root / "e" / "x.md"]

@@ -415,25 +415,50 @@ def write_batch_durable(root: Path, writes: Iterable[PendingWrite], *, notify: b
 
 def move_files(root: Path, moves: Iterable[tuple[Path, Path]]) -> None:
     """Move files or directories without rewriting them (same filesystem), each durable in both of its
-    directories. Every end must resolve inside the vault ``root`` (checked for all before any move)."""
+    directories when this returns (or raises: what was moved before the failure is synced too). Every
+    end must resolve inside the vault ``root`` (checked for all before any move).
+
+    Each directory is synced once after all the renames, not once per file: a seal moving 400 leaves
+    out of ``_fresh/`` into 20 levels syncs 21 directories instead of 800. Nothing relies on the moves
+    reaching the disk in order: a step's note lists them all and a replay finishes each on its own
+    (``steps.heal``); ``db.set_aside`` moves a damaged index that is rebuilt whatever part of it moved."""
     pairs = list(moves)
     check_inside(root, [p for pair in pairs for p in pair])
-    for src, dst in pairs:
-        move_file(root, src, dst, checked=True)
+    done: list[tuple[Path, Path]] = []
+    try:
+        for src, dst in pairs:
+            _rename(src, dst)
+            done.append((src, dst))
+    finally:
+        for parent in dict.fromkeys(p.parent for pair in done for p in reversed(pair)):
+            with _space(parent):
+                fsync_dir(parent)
+        for src, dst in done:
+            _moved(src, dst)
 
 
 def move_file(root: Path, src: Path, dst: Path, *, checked: bool = False) -> None:
-    """Move one file or directory (``checked``: ``move_files`` has already checked both ends)."""
+    """Move one file or directory (``checked``: the caller has already checked both ends)."""
     if not checked:
         check_inside(root, [src, dst])
+    _rename(src, dst)
+    with _space(dst):
+        fsync_dir(dst.parent)
+        if src.parent != dst.parent:
+            fsync_dir(src.parent)
+    _moved(src, dst)
+
+
+def _rename(src: Path, dst: Path) -> None:
     if dst.exists():
         raise ConflictError(f"{dst} already exists; refusing to move {src.name} over it")
     with _space(dst):
         dst.parent.mkdir(parents=True, exist_ok=True)
         os.rename(src, dst)
-        fsync_dir(dst.parent)
-        if src.parent != dst.parent:
-            fsync_dir(src.parent)
+
+
+def _moved(src: Path, dst: Path) -> None:
+    """Tell the observers (``changed``) about a move that is done."""
     if dst.is_dir():  # a level directory: every file under it moved
         moved = [p for p in dst.rglob("*") if not p.is_dir()]
         changed([*moved, *(src / p.relative_to(dst) for p in moved)])
