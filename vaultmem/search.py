@@ -879,7 +879,7 @@ class Searcher:
         walk knows no filter, and ranks no summary: with summaries among the candidates it would push
         them all down)."""
         graph = self.leaf_structures()[0]
-        if any(i not in graph.leaf_pos for i in scores):
+        if not scores.keys() <= graph.leaf_pos.keys():  # a summary among them (one set test, in C)
             return
         top = sorted(scores, key=lambda i: (-scores[i], i))[: int(self.graph_seeds)]
         seeds = {i: scores[i] for i in top}
