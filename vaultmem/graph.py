@@ -219,15 +219,11 @@ class LeafGraph:
             return []
         nodes = np.fromiter(seed, dtype=np.intp, count=len(seed))
         mass = np.fromiter(seed.values(), dtype=np.float64, count=len(seed)) / total
-        # Each step's (leaf, share) pairs, summed per leaf at the end in step order: the same sums as
-        # adding into one array of every node, without a pass over all of them (100,000+) per search.
-        reached_at: list[npt.NDArray[np.intp]] = []
-        shares: list[npt.NDArray[np.float64]] = []
+        found = np.zeros(len(self._ids))
         share = RESTART
         for step in range(STEPS + 1):
             on_leaf = self._is_leaf[nodes]
-            reached_at.append(nodes[on_leaf])  # a step's nodes are distinct
-            shares.append(share * mass[on_leaf])
+            found[nodes[on_leaf]] += share * mass[on_leaf]  # a step's nodes are distinct
             if step == STEPS:
                 break
             degree = self._degree[nodes]
@@ -240,15 +236,11 @@ class LeafGraph:
             nodes, inverse = np.unique(reached, return_inverse=True)
             mass = np.asarray(np.bincount(inverse, weights=np.repeat(mass, degree)), dtype=np.float64)
             share *= 1.0 - RESTART
-        hit, where = np.unique(np.concatenate(reached_at), return_inverse=True)
-        summed = np.bincount(where, weights=np.concatenate(shares), minlength=len(hit))
-        hit, summed = hit[summed != 0], summed[summed != 0]
+        hit = np.flatnonzero(found)
         if len(hit) > limit:
-            top = np.argpartition(-summed, limit - 1)[:limit]
-            hit, summed = hit[top], summed[top]
-        found = dict(zip(hit.tolist(), summed.tolist(), strict=True))
+            hit = hit[np.argpartition(-found[hit], limit - 1)[:limit]]
         ids = self._ids
-        best = sorted(found, key=lambda p: (-found[p], ids[p] or ""))
+        best = sorted(hit.tolist(), key=lambda p: (-found[p], ids[p] or ""))
         return [i for p in best if (i := ids[p]) is not None]
 
 
