@@ -450,3 +450,39 @@ def test_config_default_threshold_is_the_scorer_default() -> None:
     from vaultmem.scoring import DEFAULT_THRESHOLD
 
     assert Config().score_threshold == DEFAULT_THRESHOLD
+
+
+def test_only_the_probes_whose_gates_pass_are_tried_and_the_same_rules_fire() -> None:
+    """``score`` looks up the probes a text's gates let through (``scoring._GATED``); the rules that fire
+    are those of testing every probe's gates one by one, on texts that open every word gate."""
+    from vaultmem import scoring
+
+    def every_probe(text: str) -> set[str]:
+        low = text.lower().replace("’", "'")
+        words = set(scoring._WORD_RE.findall(low))
+        cjk, digits = bool(scoring._CJK_RE.findall(text)), scoring._DIGIT_RE.search(text) is not None
+        fired = set()
+        for name, probes in scoring._PROBES.items():
+            for p in probes:
+                if (
+                    (p.cjk and not cjk)
+                    or (p.digits and not digits)
+                    or (p.words and p.words.isdisjoint(words))
+                ):
+                    continue
+                target = low if p.lowered else text
+                if p.marks and not any(mark in target for mark in p.marks):
+                    continue
+                if p.find is None or p.find(target):
+                    fired.add(name)
+                    break
+        return fired
+
+    gate_words = sorted({w for _, p in scoring._FLAT for w in p.words})
+    texts = [f"Remind me: the {w} thing on May 8 at 3pm, 2023-05-08, or 明天下午三点" for w in gate_words]
+    texts += [f"we talked about {w} again" for w in gate_words]
+    texts += ["ok", "好的", "I decided to use Postgres.", "password is [redacted:secret]", "3 days ago", ""]
+    rules = [name for name in scoring.RULES if name not in ("first_mention", "short")]
+    for text in texts:
+        reasons = set(FastScorer(seen_terms=set()).score(text).reasons)
+        assert {r for r in reasons if r in rules} == every_probe(text), text
