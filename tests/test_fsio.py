@@ -169,3 +169,44 @@ def test_move_files_that_fails_midway_syncs_what_it_moved(
     assert (root / "e" / "x.md").read_text() == "x.md" and (root / "y.md").exists()
     assert sorted(synced) == sorted([root, root / "e"])
     assert told == [root / "x.md", root / "e" / "x.md"]
+
+
+def test_a_batchs_intent_note_is_made_durable_by_the_batchs_sync_not_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The intent note of an ingest batch is not synced on its own (two fsyncs per batch): the batch's
+    filesystem sync, which comes before any leaf file takes its name, covers it."""
+    import os
+
+    from tests.helpers import chat
+    from vaultmem import Vault
+    from vaultmem.embed import FakeEmbedder
+
+    vault = Vault.init(tmp_path / "v", embedder=FakeEmbedder())
+    intent = vault.layout.intent
+    events: list[tuple[str, object]] = []
+    real_syncfs, real_fsync, real_replace = fsio._syncfs, os.fsync, os.replace
+
+    def syncfs(root: Path) -> None:
+        events.append(("syncfs", sorted(p.name for p in intent.glob("*.json"))))
+        real_syncfs(root)
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src: object, dst: object) -> None:
+        events.append(("replace", str(dst)))
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fsio, "_syncfs", syncfs)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    vault.ingest_messages(chat(10))
+    sync = next(i for i, (kind, _) in enumerate(events) if kind == "syncfs")
+    assert len(events[sync][1]) == 1  # the note is there when the batch syncs ...
+    assert not any(kind == "fsync" and str(intent) in str(what) for kind, what in events)  # ... unsynced
+    leaves = [i for i, (kind, what) in enumerate(events) if kind == "replace" and "_fresh" in str(what)]
+    assert len(leaves) == 10 and min(leaves) > sync  # no leaf file takes its name before the sync
+    assert not list(intent.glob("*.json"))
+    vault.close()

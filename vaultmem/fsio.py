@@ -322,12 +322,16 @@ def _write_new(tmp: Path, target: Path, data: bytes, *, fsync: bool) -> os.stat_
     return st
 
 
-def atomic_write(path: Path, data: bytes, *, root: Path, expected: str | bool | None = False) -> str:
+def atomic_write(
+    path: Path, data: bytes, *, root: Path, expected: str | bool | None = False, durable: bool = True
+) -> str:
     """Atomically write ``data`` to ``path`` (inside the vault ``root``) and return its hash.
 
     ``expected`` guards against overwriting someone else's change: ``False`` means no guard (only for
     files the engine alone owns, such as ``.vaultmem/`` state), ``None`` means the file must not exist,
-    and a hash means the file must still have exactly that content.
+    and a hash means the file must still have exactly that content. ``durable=False``: neither the
+    file nor its directory is synced here, for a note that a sync of the whole filesystem that follows
+    (``write_batch_durable``) makes durable before anything relies on it.
     """
     ensure_inside(root, path)
     if expected is not False:
@@ -340,14 +344,15 @@ def atomic_write(path: Path, data: bytes, *, root: Path, expected: str | bool | 
             )
     with _space(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _write_tmp(path, data, fsync=True)
+        tmp = _write_tmp(path, data, fsync=durable)
         try:
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise
-        fsync_dir(path.parent)
+        if durable:
+            fsync_dir(path.parent)
     changed([path])
     return sha256_bytes(data)
 

@@ -192,7 +192,8 @@ def write_leaves(
     if not new:
         _raise(_run(meanwhile))
         return []
-    intent = write_intent(layout, new=[leaf.path for leaf in new])
+    # Made durable by the batch's filesystem sync, which comes before any leaf file takes its name.
+    intent = write_intent(layout, new=[leaf.path for leaf in new], durable=False)
     folders: dict[str, Path] = {}  # one checked join per folder (a batch is mostly one _fresh folder)
     targets = []
     for leaf in new:
@@ -304,14 +305,20 @@ def _raise(exc: BaseException | None) -> None:
 
 
 def write_intent(
-    layout: Layout, *, new: Sequence[str] = (), rewrites: Sequence[tuple[str, str]] = ()
+    layout: Layout,
+    *,
+    new: Sequence[str] = (),
+    rewrites: Sequence[tuple[str, str]] = (),
+    durable: bool = True,
 ) -> Path:
     """Write (durably) the note of a batch about to change leaf files: ``new`` files to be created, and
     ``rewrites`` (path, hash of the bytes about to be written) of files replaced in place. The caller
-    removes it (``done_intent``) once the rows are committed."""
+    removes it (``done_intent``) once the rows are committed. ``durable=False``: not synced here, for a
+    batch whose ``write_batch_durable`` syncs the whole filesystem before its first file takes its name
+    (a crash before that sync leaves at most temp files, which the next writer removes)."""
     path = layout.intent / f"{secrets.token_hex(8)}.json"
     body = {"paths": list(new), "rewrites": [list(r) for r in rewrites]}
-    fsio.atomic_write(path, json.dumps(body).encode("utf-8"), root=layout.root)
+    fsio.atomic_write(path, json.dumps(body).encode("utf-8"), root=layout.root, durable=durable)
     return path
 
 
