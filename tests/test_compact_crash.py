@@ -40,7 +40,7 @@ from vaultmem.vault import Vault
 
 # Stages of a durable step (steps._execute), counted only while a step runs. "execute" counts steps
 # done: killed there, a step is complete but its write-ahead note is not yet removed.
-STAGES = {"syncfs": (fsio, "_syncfs"), "move_file": (fsio, "move_file"), "remove": (steps, "_remove"),
+STAGES = {"syncfs": (fsio, "_syncfs"), "rename": (fsio, "_rename"), "remove": (steps, "_remove"),
           "index": (steps, "_index"), "execute": (steps, "_execute")}
 kill_at = sys.argv[2] if len(sys.argv) > 2 else ""  # "stage:n", or "" to count the stages
 in_step = threading.local()
@@ -177,7 +177,7 @@ def _recover(path: Path, ids: frozenset[str]) -> None:
 # Shares stay well below 1: a run may make a few calls fewer than the measured one.
 STEP_MOMENTS = [
     ("syncfs", 0.0),  # the first step's files are written as temp files, none renamed yet
-    ("move_file", 1 / 3),  # part of a step's moves done
+    ("rename", 1 / 3),  # part of a step's moves done (renamed, their folders not yet synced)
     ("remove", 1 / 2),  # files moved and removed, vectors and rows not yet carried along
     ("index", 2 / 3),  # rows written, the write-ahead note still there
     ("execute", 3 / 4),  # a whole step done, its note not yet removed
