@@ -33,6 +33,16 @@ def test_a_side_write_commits_unsynced_and_puts_full_back(tmp_path: Path) -> Non
     conn.close()
 
 
+def test_outside_wal_mode_a_side_write_stays_synced(tmp_path: Path) -> None:
+    """In rollback-journal mode NORMAL can corrupt the file on a power cut: there it keeps FULL."""
+    conn = db.connect(tmp_path / "chunks.db")
+    conn.execute("PRAGMA journal_mode = DELETE")
+    with db.side_write(conn):
+        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('k', 'v')")
+        assert _sync(conn) == 2
+    conn.close()
+
+
 def test_a_searchs_heat_is_committed_without_a_sync_and_kept(tmp_path: Path) -> None:
     vault = Vault.init(tmp_path / "v", embedder=FakeEmbedder())
     said = ["We adopted a small grey kitten from the shelter and named her Miso.", "Miso is doing well."]

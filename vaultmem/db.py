@@ -853,6 +853,10 @@ def analyze(conn: sqlite3.Connection) -> bool:
 SYNC_NORMAL = 1  # ``PRAGMA synchronous`` values: 1 NORMAL, 2 FULL
 
 
+def _wal(conn: sqlite3.Connection) -> bool:
+    return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+
+
 class Connection(sqlite3.Connection):
     """``sqlite3.Connection`` counting the changes its ``side_write``s made (``connect`` opens these)."""
 
@@ -866,12 +870,14 @@ def side_write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     leave what searches remember (word counts, a filter's rows, the quote check) in place. Only a
     connection opened by ``connect`` keeps the count; on any other the stamp moves as for any write.
 
-    Advisory, so not worth a sync on the search path: outside a transaction it commits with
-    ``synchronous = NORMAL`` (the WAL is written but not synced; the next FULL commit or checkpoint
+    Advisory, so not worth a sync on the search path: outside a transaction, in WAL mode, it commits
+    with ``synchronous = NORMAL`` (the WAL is written but not synced; the next FULL commit or checkpoint
     syncs it too, and a power cut can lose only these last bookkeeping writes, never the index's
     consistency). At 100,000 leaves the sync was ~4 ms of a search's ~20 under load."""
     before = conn.total_changes
-    relaxed = None if conn.in_transaction else int(conn.execute("PRAGMA synchronous").fetchone()[0])
+    relaxed = None
+    if not conn.in_transaction and _wal(conn):  # NORMAL risks corruption in rollback-journal mode
+        relaxed = int(conn.execute("PRAGMA synchronous").fetchone()[0])
     if relaxed is not None and relaxed > SYNC_NORMAL:
         conn.execute(f"PRAGMA synchronous = {SYNC_NORMAL}")
     try:
