@@ -13,6 +13,7 @@ from tests.helpers import CONFIG, TOPICS, ChatServer, Reply, make_vault, topic_o
 from vaultmem import fsio
 from vaultmem.embed import FakeEmbedder
 from vaultmem.layout import SUMMARY_NAME
+from vaultmem.summarise import says_little, weak_opening
 from vaultmem.summaryfile import parse_summary, text_hash
 from vaultmem.vault import Vault
 
@@ -594,4 +595,48 @@ def test_after_compact_only_the_newest_turns_stay_in_fresh_even_where_a_session_
             "SELECT id FROM chunks WHERE kind = 'leaf' AND path LIKE '%/_fresh/%' ORDER BY ts, path"
         ).fetchall()
         assert [r["id"] for r in again] == [r["id"] for r in fresh]
+        assert vault.check().ok
+
+
+REACTIONS = [
+    "Thanks, Melanie! That plate is awesome! Did you make it?",
+    "Wow, Caroline, that looks amazing! What inspired it?",
+    "Wow, that's gorgeous! Where did you find it?",
+    "Wow, did you make that? It looks so real!",
+]
+
+
+def test_reactions_only_join_their_conversation_and_no_summary_opens_with_one(tmp_path: Path) -> None:
+    """A session's four reactions to a photo cluster together (they share only each other's words): as a
+    level of their own, its summary could only open with a reaction ("It looks so real!"). They join the
+    closest level of their session instead; every turn is kept."""
+    records: list[dict[str, object]] = []
+    texts = (
+        [r["content"] for r in topic_records(6)[:24:2]]
+        + REACTIONS
+        + [r["content"] for r in topic_records(6)[1:24:2]]
+    )
+    for i, text in enumerate(texts):
+        records.append(
+            {
+                "id": f"m{i}",
+                "speaker": "Melanie" if i % 2 else "Caroline",
+                "content": text,
+                "ts": f"2024-05-01T10:{i:02d}:00Z",
+                "session": "s0",
+                "source": "chat",
+            }
+        )
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(records)
+        vault.flush()
+        vault.compact()
+        sealed = levels(vault)  # _fresh/ left out
+        assert sum(t in REACTIONS for leaf_texts in sealed.values() for t in leaf_texts) == len(REACTIONS)
+        for directory, leaf_texts in sealed.items():
+            assert not all(says_little(t) for t in leaf_texts), (directory, leaf_texts)
+            node = parse_summary((vault.layout.root / directory / SUMMARY_NAME).read_text(), "x")[0]
+            first = node.text.splitlines()[0].removeprefix("- ")
+            assert not weak_opening(first.split(": ", 1)[-1]), (directory, node.text)
+        assert len(vault.ls()) == len(records)
         assert vault.check().ok

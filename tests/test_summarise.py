@@ -23,8 +23,10 @@ from vaultmem.summarise import (
     Summary,
     is_filler,
     person,
+    says_little,
     split_sentences,
     token_bound,
+    weak_opening,
 )
 from vaultmem.tokens import count_tokens
 
@@ -634,6 +636,14 @@ def test_filler_is_told_from_a_greeting_with_a_fact() -> None:
     assert not is_filler("Thanks, the invoice of $300 is paid.")
     assert not is_filler("We camped by the lake.")
     assert not is_filler("我明天下午三点去牙医那里")
+
+
+def test_a_turn_of_reactions_says_little_and_a_reaction_with_a_fact_does_not() -> None:
+    assert says_little("Wow, did you make that? It looks so real!")
+    assert says_little("Thanks, Melanie! That plate is awesome! Did you make it?")
+    assert not weak_opening("We camped by the lake last weekend.")
+    assert not says_little("Wow, that's gorgeous! I painted it at the pottery class on 3 May.")
+    assert not says_little("Thanks! We camped by the lake last weekend.")
 
 
 def test_informative_sentences_beat_central_chatter() -> None:

@@ -41,7 +41,14 @@ from vaultmem.model import Status, parse_ts
 from vaultmem.order import sibling_order
 from vaultmem.stale import Resummarised, children_of, current_fingerprint, fingerprint_rows
 from vaultmem.steps import FileWrite, StepEnv, TreeOp
-from vaultmem.summarise import NEIGHBOURS, Child, ExtractiveSummariser, neighbours, summarise_apart
+from vaultmem.summarise import (
+    NEIGHBOURS,
+    Child,
+    ExtractiveSummariser,
+    neighbours,
+    says_little,
+    summarise_apart,
+)
 from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
@@ -344,6 +351,8 @@ class Planner:
             apart=any(leaf.session for leaf in batch),
         )
         groups = [[rest[i] for i in members] for members in found]
+        # A group of reactions only joins its conversation's closest level after the others made theirs.
+        groups.sort(key=lambda members: _reactions_only([batch[i] for i in members]))
         if self.prepare is not None:
             self.prepare(
                 [
@@ -371,7 +380,7 @@ class Planner:
         left = [i for i in carried if not join([i], -np.inf)]  # its session's levels are full
         merged = len(carried) - len(left)
         for members in ([left] if left else []) + groups:
-            if join(members, s.merge_threshold):
+            if join(members, _join_threshold(s, [batch[i] for i in members])):
                 merged += len(members)
                 continue
             leaves = [batch[i] for i in members]
@@ -433,7 +442,7 @@ class Planner:
         left = [i for i in carried if not join([i], -np.inf)]
         out: list[list[int]] = []
         for members in ([left] if left else []) + groups:
-            if join(members, s.merge_threshold):
+            if join(members, _join_threshold(s, [batch[i] for i in members])):
                 continue
             out.append(members)
             level = _bucket_level(f"\x00new {len(out)}", "", "", "", [batch[i] for i in members])
@@ -723,6 +732,22 @@ class Planner:
         )
         state.levels[level.id] = level
         return level, FileWrite(node.path, render_summary(node), None)
+
+
+def _reactions_only(leaves: Sequence[_Leaf]) -> bool:
+    """A chat's group in which no sentence could open a summary (``summarise.says_little``): four
+    reactions to a photo ("Wow, did you make that? It looks so real!"). As a level of its own, its
+    summary could only open with one of them."""
+    return any(leaf.session or leaf.speaker for leaf in leaves) and all(
+        says_little(leaf.text) for leaf in leaves
+    )
+
+
+def _join_threshold(s: CompactSettings, leaves: Sequence[_Leaf]) -> float:
+    """How alike a level must be for the group ``leaves`` to join it: ``merge_threshold``, but any
+    likeness for reactions only, which belong with what they react to. ``continues`` still keeps a chat's
+    group to the levels its conversation goes on in; with none that has room, it is a level as before."""
+    return -np.inf if _reactions_only(leaves) else s.merge_threshold
 
 
 def _bucket_children(leaves: Sequence[_Leaf]) -> list[Child]:

@@ -342,6 +342,18 @@ def _thin(sentence: str, words: int) -> bool:
     return len(content) < words and not any(ch.isdigit() for ch in sentence)
 
 
+def weak_opening(sentence: str) -> bool:
+    """A line no summary should open with: it greets, thanks or reacts ("Wow, did you make that?"), or
+    has fewer than 3 words that say something ("It looks so real!", "Kyoto planning time.")."""
+    return greets(sentence) or _thin(sentence, _FILLER_CONTENT + 1)
+
+
+def says_little(text: str) -> bool:
+    """No sentence of ``text`` could open a summary (each is a ``weak_opening``): a turn of reactions
+    such as "Thanks, Melanie! That plate is awesome! Did you make it?"."""
+    return all(weak_opening(sentence) for sentence in split_sentences(text))
+
+
 def is_filler(sentence: str) -> bool:
     """A greeting, thanks, a reaction or a line too thin to say anything ("Please remember that.").
 
@@ -615,7 +627,7 @@ def _no_greeting_first(
     relevance = relevance.copy()
     for _ in range(8):
         first = candidates[min(picked)].sentence if picked else ""
-        if not picked or not (greets(first) or _thin(first, _FILLER_CONTENT + 1)):
+        if not picked or not weak_opening(first):
             return picked
         relevance[min(picked)] = -np.inf
         again = [
