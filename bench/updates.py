@@ -1,7 +1,7 @@
 """Memories that change (issue #20): the offline supersede detector and the current value in context.
 
     python bench/updates.py [LONGMEMEVAL.json] [--facts N] [--seed S] [--fake] [--before DETECT.py]
-        [--others N] [--pairs-out FILE | --pairs-in FILE]
+        [--others N] [--others-from K] [--no-ku] [--pairs-out FILE | --pairs-in FILE]
 
 Two sets, each ingested into fresh vaults through the public API and embedded with the packaged
 all-MiniLM-L6-v2 (``--fake``: the hashing embedder, for a quick run):
@@ -12,7 +12,8 @@ all-MiniLM-L6-v2 (``--fake``: the hashing embedder, for a quick run):
   haystack the evidence turns (``has_answer``) of different sessions are the (old, new) pairs;
 - ``--others N``: the haystacks of N LongMemEval questions of the other types (no update is labelled there:
   every proposal counts as false, so their precision is 0 by construction and what they show is how many
-  false proposals a real haystack of about 500 turns draws).
+  false proposals a real haystack of about 500 turns draws); ``--others-from K`` takes them after the
+  first K (a held-out set for rules read from the first ones); ``--no-ku`` leaves the KU set out.
 ``--before FILE`` judges the same candidate pairs with another copy of ``detect.py`` (for instance
 ``git show main:vaultmem/detect.py > /tmp/detect_main.py``): before and after in one run.
 ``--pairs-out`` saves every candidate pair (texts, cosine, label) as JSON; ``--pairs-in`` judges a saved
@@ -230,14 +231,19 @@ def synthetic(
 
 
 def lme(
-    path: Path, *, others: int = 0
+    path: Path, *, others: int = 0, skip: int = 0
 ) -> list[tuple[list[dict[str, Any]], list[tuple[str, str]], list[tuple[str, str, str]]]]:
     """The knowledge-update haystacks (labelled pairs and the question); with ``others``, instead the
-    haystacks of the first ``others`` questions of the other types (no pairs, no questions)."""
+    haystacks of ``others`` questions of the other types, after the first ``skip`` of them (no pairs, no
+    questions)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     out: list[tuple[list[dict[str, Any]], list[tuple[str, str]], list[tuple[str, str, str]]]] = []
+    skipped = 0
     for q in data:
         if (q["question_type"] == "knowledge-update") == bool(others):
+            continue
+        if others and skipped < skip:
+            skipped += 1
             continue
         if others and len(out) >= others:
             break
@@ -415,6 +421,13 @@ def main() -> None:
     ap.add_argument("--fake", action="store_true", help="hashing embedder instead of MiniLM")
     ap.add_argument("--before", type=Path, help="another detect.py to judge the same pairs with")
     ap.add_argument("--others", type=int, default=0, help="haystacks of other LongMemEval question types")
+    ap.add_argument(
+        "--others-from",
+        type=int,
+        default=0,
+        help="skip this many of them first (a held-out set: --others-from 20)",
+    )
+    ap.add_argument("--no-ku", action="store_true", help="leave the knowledge-update haystacks out")
     ap.add_argument("--pairs-out", type=Path, help="save the candidate pairs (JSON)")
     ap.add_argument("--pairs-in", type=Path, help="judge saved candidate pairs, ingest nothing")
     args = ap.parse_args()
@@ -429,9 +442,11 @@ def main() -> None:
             work = Path(tmp)
             todo: list[tuple[str, list[Any]]] = [("synthetic", [synthetic(args.facts, args.seed)])]
             if args.longmemeval:
-                todo.append(("longmemeval-ku", lme(args.longmemeval)))
+                if not args.no_ku:
+                    todo.append(("longmemeval-ku", lme(args.longmemeval)))
                 if args.others:
-                    todo.append(("longmemeval-other", lme(args.longmemeval, others=args.others)))
+                    other = lme(args.longmemeval, others=args.others, skip=args.others_from)
+                    todo.append(("longmemeval-other", other))
             for name, data in todo:
                 pairs, truth, ctx = run_set(name, data, embedder, work, context=name != "longmemeval-other")
                 sets[name] = (pairs, truth)

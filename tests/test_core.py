@@ -756,8 +756,10 @@ def test_an_accepted_or_auto_applied_core_update_is_revertible_from_the_cli(
         assert BERLIN not in profile.read_text(encoding="utf-8") and BERLIN in archive.read_text(
             encoding="utf-8"
         )
-        if week is not None:
-            assert f"vaultmem review --revert {new_id}-{old_id}" in week.read_text(encoding="utf-8")
+        # Accepted or applied at once, the week's log names the update with its undo command.
+        assert week is not None
+        assert f"vaultmem review --revert {new_id}-{old_id}" in week.read_text(encoding="utf-8")
+        assert ("**accepted**" if not config else "**applied**") in week.read_text(encoding="utf-8")
         code, _out, err = run(["review", "--revert", f"{new_id}-{old_id}", "--vault", root], capsys)
         assert code == 0, err
         text = profile.read_text(encoding="utf-8")
@@ -908,3 +910,59 @@ def test_an_entry_learnt_again_keeps_its_day_and_its_links() -> None:
         f"- [2026-07] {TEA} <!-- valid_from: 2026-07-10 -->",
         f"- [2026-01] {CELLO}",
     ]
+
+
+BOOK_CLUB = "Runs the Tuesday book club at the library."
+
+
+def test_a_core_update_applied_at_once_is_logged_and_its_revert_keeps_the_budget(tmp_path: Path) -> None:
+    """An update applied at once (auto-apply is on by default) writes an ``applied`` line with its undo
+    command in the week's log, as a leaf's does; undoing it puts the old entry back and applies the
+    file's budget again: what no longer fits moves to knowledge.md (before, the file stayed over budget
+    until the next update)."""
+    vault, clock = _profile(tmp_path, SMALL + "[updates]\nauto_apply_at = 0.75\n")
+    old_id, new_id = corefile.entry_id(BERLIN), corefile.entry_id(LISBON)
+    root = tmp_path / "v"
+    with vault:
+        assert vault.config.updates_auto_apply is True
+        vault.core_update("user-profile", [LISBON])  # 2026-05-02: applied at once
+        done = vault.core_update("user-profile", [BOOK_CLUB])
+        assert done.moved == () and done.chars <= done.budget
+        [week] = (root / "review" / "weekly").glob("*.md")
+        log = week.read_text(encoding="utf-8")
+        assert "**applied** (" in log
+        assert f"{new_id} updates {old_id}: entries of `core/user-profile.md`" in log
+        assert f"(undo: `vaultmem review --revert {new_id}-{old_id}`)" in log
+        assert "Berlin" not in log and "Lisbon" not in log  # a core entry's words stay in its file
+        assert vault.proposals() == []
+        clock[0] = datetime(2026, 5, 9, 10, tzinfo=UTC)
+        vault.revert_update(f"{new_id}-{old_id}")
+        profile = (root / "core" / "user-profile.md").read_text(encoding="utf-8")
+        knowledge = (root / "core" / "knowledge.md").read_text(encoding="utf-8")
+        assert BERLIN in profile and LISBON in profile and BOOK_CLUB in profile
+        assert (
+            TEA not in profile and f"{TEA} <!-- valid_from: 2026-03-05; from_file: user-profile;" in knowledge
+        )
+        assert not vault.core_file("user-profile").over_budget
+        assert BERLIN not in (root / "core" / "_archive" / "user-profile.md").read_text(encoding="utf-8")
+        assert "**reverted**" in "".join(
+            p.read_text(encoding="utf-8") for p in (root / "review" / "weekly").glob("*.md")
+        )
+        block = vault.core_block().text
+        assert BERLIN in block and TEA not in block and vault.check().ok
+
+
+def test_an_accepted_core_update_keeps_the_day_its_successor_was_learnt(tmp_path: Path) -> None:
+    """Accepting a core proposal days later versions the entries; the successor keeps ``valid_from`` of
+    the day it was learnt (``as_of`` in between shows it), not the day of the accept."""
+    vault, clock = _profile(tmp_path, "")
+    old_id = corefile.entry_id(BERLIN)
+    with vault:
+        vault.core_update("user-profile", [LISBON])  # learnt 2026-05-02, a proposal below 0.9
+        [p] = vault.proposals()
+        clock[0] = datetime(2026, 5, 20, 10, tzinfo=UTC)
+        vault.decide(p.new, "accept")
+        profile = (tmp_path / "v" / "core" / "user-profile.md").read_text(encoding="utf-8")
+        assert f"{LISBON} <!-- valid_from: 2026-05-02; supersedes: {old_id} -->" in profile
+        assert LISBON in vault.core_block(as_of="2026-05-10").text
+        assert vault.check().ok

@@ -902,9 +902,10 @@ def test_chromium_is_installed_by_setup_not_at_run_time() -> None:
 def _with_proposal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Vault, str, str]:
     from vaultmem import detect
 
-    monkeypatch.setattr(detect, "AUTO_APPLY_AT", 1.01)
     monkeypatch.setattr(detect, "PROPOSE_AT", 0.3)
-    vault = Vault.init(tmp_path / "rv", '[embed]\nmodel = "fake"\n', embedder=FakeEmbedder())
+    # The moved deadline is a firm change, applied at once by default: here it must wait for a person.
+    config = '[embed]\nmodel = "fake"\n\n[updates]\nauto_apply = false\n'
+    vault = Vault.init(tmp_path / "rv", config, embedder=FakeEmbedder())
     old = vault.remember("The Tidepool launch deadline is 27 March.", ts="2024-03-01T09:00:00Z").ids[0]
     new = vault.remember("The Tidepool launch deadline moved to 3 April.", ts="2024-03-10T09:00:00Z").ids[0]
     vault.flush()

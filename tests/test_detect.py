@@ -433,3 +433,111 @@ def test_now_after_a_span_and_starting_an_activity_say_nothing_changed() -> None
     netflix = "I'm trying to find some new stand-up comedy specials to watch on Netflix."
     classes = "I've been taking stand-up comedy classes on Tuesdays for 6 weeks now, it's been a blast."
     assert detect.judge(netflix, classes, 0.44) is None
+
+
+def test_a_name_counts_only_where_the_change_word_says_it_changed() -> None:
+    # The change word is another's: "increased" says the travel grew, not that Hawaiian became Gold.
+    assert (
+        detect.judge(
+            "I'm flying from LAX to HNL and I've been considering Hawaiian Airlines.",
+            "Alaska Airlines upgraded me to MVP Gold status due to my increased travel this quarter.",
+            0.7,
+        )
+        is None
+    )
+    # "used to" far from the name, in a long clause: a word of another thing.
+    assert (
+        detect.judge(
+            "Diwali marks the return of Lord Rama to Ayodhya after his exile.",
+            "My parents used to tell me that it's a festival of lights and that we light diyas to welcome "
+            "Goddess Lakshmi, not about Lord Rama.",
+            0.8,
+        )
+        is None
+    )
+    # The same names, the change word right before or after them: updates.
+    assert_update(
+        "Priya lives in Berlin.",
+        "Priya moved to Lisbon last month.",
+        0.7,
+        why="value changed: Berlin -> Lisbon",
+    )
+    assert_update(
+        "We fly to Porto on the 3rd.",
+        "We fly to Lisbon instead, same day.",
+        0.7,
+        why="value changed: Porto -> Lisbon",
+    )
+
+
+def test_requests_intentions_and_questions_hold_no_value() -> None:
+    # A request: what to write, not what holds.
+    assert (
+        detect.judge(
+            "Write a 2000 word article on nitrogen fertilizer and carbon capture.",
+            "Write a 1000 words article with the above outline.",
+            0.7,
+        )
+        is None
+    )
+    # An intention ("I'll try to stick to"), said after a habit.
+    assert (
+        detect.judge(
+            "I've been trying to read for at least 20 minutes before bed.",
+            "I'll try to stick to the 10-minute reading limit before bed.",
+            0.8,
+        )
+        is None
+    )
+    # "I'll have four bikes with me" says what will hold: still an update of "two bikes".
+    assert_update(
+        "I've been riding it along with my other two bikes.",
+        "I just got a new one, so I'll have four bikes with me on this trip.",
+        0.6,
+        why="value changed: two -> four",
+    )
+    # "instead" in a question or in a plan: nothing changed yet.
+    old = "Can you schedule tasks from 9:00 am? I usually start my most important task at 9:00 am."
+    assert (
+        detect.judge(old, "Is there a way so I can start my most important task at 9:15 am instead?", 0.8)
+        is None
+    )
+    assert (
+        detect.judge(
+            "I'm going to visit the Tsukiji Fish Market, it opens early.",
+            "I'm actually thinking of visiting the Tsukiji Outer Market instead of the Toyosu Market.",
+            0.7,
+        )
+        is None
+    )
+    assert_update(
+        old, "I start my most important task at 9:15 am instead.", 0.8, why="value changed: 9:00 -> 9:15"
+    )
+
+
+def test_only_the_strongest_evidence_reaches_the_auto_apply_tier() -> None:
+    # A change word, one slot, one subject: may apply at once.
+    firm = assert_update(
+        "I've already bought three tops from H&M, loving the summer collection.",
+        "I've got five tops from H&M so far, need to stop!",
+        0.9,
+        why="value changed: three -> five",
+    )
+    assert firm.confidence >= detect.AUTO_APPLY_AT
+    # The same change without a change word: a proposal, however close the two texts are.
+    plain = assert_update(
+        "I've bought three tops from H&M this month.",
+        "I've bought five tops from H&M this month.",
+        0.95,
+        why="value changed: three -> five",
+    )
+    assert detect.PROPOSE_AT <= plain.confidence <= detect.FIRM_BELOW < detect.AUTO_APPLY_AT
+    # Two subjects: one named, the other not ("Jan" reads as a month): capped too.
+    other = detect.judge(
+        "Masha's dentist appointment is on 2 March.", "The dentist appointment moved to 27 March.", 0.9
+    )
+    assert other is not None and other.confidence <= detect.FIRM_BELOW
+    same = detect.judge(
+        "Masha's dentist appointment is on 2 March.", "Masha's dentist appointment moved to 27 March.", 0.9
+    )
+    assert same is not None and same.confidence >= detect.AUTO_APPLY_AT

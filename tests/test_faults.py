@@ -66,9 +66,11 @@ condense_target = 2
 workers = 2
 
 # The supersede detector links each export's new opening hours to the last ones at once (``_hours``): its
-# writes (leaf files, levels marked stale, rows) are killed too, not only proposals in review/.
+# writes (leaf files, levels marked stale, rows) are killed too, not only proposals in review/. The hours
+# are said without a word of change (no firm change: held below 0.9), so the threshold is lowered.
 [updates]
 auto_apply = true
+auto_apply_at = 0.5
 """
 
 

@@ -45,11 +45,14 @@ def test_judge_needs_a_changed_value_about_the_same_thing() -> None:
 
 
 AUTO_APPLY = "[updates]\nauto_apply = true\nauto_apply_at = 0.5\n"
+# The inbox's own tests: the deadline that "moved" is a firm change, applied at once by default; with
+# auto-apply off it waits in review/ for a person.
+WAITS = "[updates]\nauto_apply = false\n"
 
 
 @pytest.fixture
 def pair(tmp_path: Path) -> tuple[Vault, str, str]:
-    return _pair(tmp_path, "")
+    return _pair(tmp_path, WAITS)
 
 
 def _pair(tmp_path: Path, config: str) -> tuple[Vault, str, str]:
@@ -61,17 +64,39 @@ def _pair(tmp_path: Path, config: str) -> tuple[Vault, str, str]:
     return v, old, new
 
 
-def test_auto_apply_is_off_unless_configured(tmp_path: Path) -> None:
-    """Off by default (measured: on long real chats 4 of 5 pairs at 0.9 were wrong): a pair above the
-    auto-apply confidence still waits in review/ for a person."""
-    with Vault.init(tmp_path / "default", embedder=FakeEmbedder()) as default:
-        assert default.config.updates_auto_apply is False
+def test_auto_apply_is_on_by_default_for_a_firm_change_only(tmp_path: Path) -> None:
+    """On by default (measured: only a firm change, a change word of one slot of one subject, reaches
+    ``AUTO_APPLY_AT``; 0 such links on 20 LongMemEval haystacks where nothing is an update): the
+    deadline that "moved" is linked at once, listed in the week's log with its undo command; the same
+    new value without a change word waits in review/ for a person; ``auto_apply = false`` turns it off."""
+    assert Config().updates_auto_apply is True
     assert Config().updates_auto_apply_at == detect.AUTO_APPLY_AT
-    vault, old, new = _pair(tmp_path, "[updates]\nauto_apply_at = 0.5\n")
+    vault, old, new = _pair(tmp_path / "default", "")
+    try:
+        assert vault.config.updates_auto_apply is True
+        done = vault.propose_updates(now=datetime(2024, 3, 11, tzinfo=UTC))
+        assert [(p.old, p.new) for p in done["applied"]] == [(old, new)] and done["proposed"] == []
+        assert done["applied"][0].confidence >= detect.AUTO_APPLY_AT
+        assert vault.get(old).superseded_by == (new,)
+        week = (vault.layout.root / "review" / "weekly" / "2024-W11.md").read_text(encoding="utf-8")
+        assert f"{new} updates {old}" in week and f"--revert {new}-{old}" in week
+    finally:
+        vault.close()
+    # The same value said without a change word: a proposal, not a link.
+    plain = Vault.init(tmp_path / "plain", '[embed]\nmodel = "fake"\n', embedder=FakeEmbedder())
+    try:
+        a = plain.remember(OLD, ts="2024-03-01T09:00:00Z", source="chat").ids[0]
+        b = plain.remember("The Tidepool launch deadline is 3 April.", ts="2024-03-10T09:00:00Z").ids[0]
+        plain.flush()
+        done = plain.propose_updates(now=datetime(2024, 3, 11, tzinfo=UTC))
+        assert done["applied"] == [] and [(p.old, p.new) for p in done["proposed"]] == [(a, b)]
+        assert detect.PROPOSE_AT <= done["proposed"][0].confidence <= detect.FIRM_BELOW
+    finally:
+        plain.close()
+    vault, old, new = _pair(tmp_path / "off", "[updates]\nauto_apply = false\nauto_apply_at = 0.5\n")
     try:
         done = vault.propose_updates(now=datetime(2024, 3, 11, tzinfo=UTC))
         assert done["applied"] == [] and [(p.old, p.new) for p in done["proposed"]] == [(old, new)]
-        assert done["proposed"][0].confidence >= 0.5
         assert vault.get(old).superseded_by == ()
     finally:
         vault.close()
@@ -89,6 +114,9 @@ def test_high_confidence_is_applied_at_once_and_revertible(tmp_path: Path) -> No
         vault.revert_update(f"{new}-{old}")
         assert vault.get(old).superseded_by == () and vault.get(new).supersedes == ()
         assert "superseded_by" not in vault.layout.abs(vault.get(old).path).read_text(encoding="utf-8")
+        # The undo is listed in the week's log too (the vault's clock: today's week).
+        logs = "".join(p.read_text(encoding="utf-8") for p in week.parent.glob("*.md"))
+        assert f"**reverted** (1.00): {new} updates {old}" in logs
         assert vault.check().ok
     finally:
         vault.close()

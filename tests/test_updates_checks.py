@@ -18,7 +18,7 @@ from vaultmem.vault import Vault
 
 
 def test_cli_accept_and_auto_apply(tmp_path: Path) -> None:
-    vault, old, new = _pair(tmp_path / "a", "")
+    vault, old, new = _pair(tmp_path / "a", "[updates]\nauto_apply = false\n")
     root = str(vault.layout.root)
     vault.close()
     assert run_cli("review", "--scan", "--vault", root).returncode == 0
@@ -41,7 +41,7 @@ def test_cli_accept_and_auto_apply(tmp_path: Path) -> None:
 
 
 def test_a_hand_edited_reject_and_reindex_from_the_files_alone(tmp_path: Path) -> None:
-    vault, old, new = _pair(tmp_path, "")
+    vault, old, new = _pair(tmp_path, "[updates]\nauto_apply = false\n")
     root = vault.layout.root
     try:
         [proposal] = vault.propose_updates(now=datetime(2024, 3, 11, tzinfo=UTC))["proposed"]

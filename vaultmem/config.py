@@ -75,8 +75,8 @@ half_life_days = 0.0        # > 0: a leaf nobody asked about ranks lower, halvin
 floor = 0.25                # ... never below this share of its score; nothing is ever deleted
 
 [updates]
-auto_apply = false          # link a supersede proposal at once (no review) when its confidence is at least ...
-auto_apply_at = 0.9         # ... this; off by default: on long real chats 4 of 6 such links were wrong
+auto_apply = true           # link a supersede proposal at once (no review) when its confidence is at least ...
+auto_apply_at = 0.9         # ... this, which only a firm change reaches (a change word, one slot, one subject)
 
 [core]
 file_budget = 800           # characters of each in-prompt core file (soul, user-profile, projects, patterns)
@@ -230,7 +230,7 @@ class Config:
     decay_half_life_days: float = 0.0
     decay_floor: float = 0.25
     # detect.AUTO_APPLY_AT (not imported: the detector's rules are loaded by the writes that need them)
-    updates_auto_apply: bool = False
+    updates_auto_apply: bool = True
     updates_auto_apply_at: float = 0.9
     core_file_budget: int = 800
     core_total_budget: int = 4000

@@ -382,15 +382,17 @@ def _versions(
     new: Sequence[Entry],
     now: datetime,
     why: dict[tuple[str, str], tuple[str, ...]] | None = None,
+    sure: dict[tuple[str, str], float] | None = None,
 ) -> corepolicy.Versions:
     """Cross-entry detection for an update of ``doc`` (issue #20): the supersede detector over each pair
     of an entry and a new one that share a content word, with their cosine from the vault's embedder
     (every text embedded once, in one batch, only when some pair needs it). ``why`` collects the
-    detector's reasons per (old, new) text, for the review inbox."""
+    detector's reasons per (old, new) text, for the review inbox, and ``sure`` its confidence."""
     from vaultmem import detect
 
     vectors: dict[str, Any] = {}
     reasons = why if why is not None else {}
+    confidences = sure if sure is not None else {}
 
     def judge(old: str, fresh: str) -> float | None:
         if not corepolicy.words(old) & corepolicy.words(fresh):
@@ -402,6 +404,7 @@ def _versions(
         if verdict is None:
             return None
         reasons[old, fresh] = verdict.why
+        confidences[old, fresh] = verdict.confidence
         return verdict.confidence
 
     return corepolicy.Versions(now.strftime("%Y-%m-%d"), judge, env.updates_auto_at, detect.PROPOSE_AT)
@@ -426,7 +429,8 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
         spec = env.settings.core.spec(name)
         model = env.model
         why: dict[tuple[str, str], tuple[str, ...]] = {}
-        versions = _versions(env, doc, new, now, why)
+        sure: dict[tuple[str, str], float] = {}
+        versions = _versions(env, doc, new, now, why, sure)
         if model is not None:
 
             def ask(system: str, user: str, model: ChatModel = model) -> str:
@@ -460,6 +464,7 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
                 continue  # a person edited it meanwhile: start again from their version
             moved = _place(env, doc, outcome.leaving, now)
             write(env, rel, corefile.render(doc, outcome.items), digest)
+            _log_applied(env, name, outcome, why, sure, now)
             proposed = _propose(env, name, outcome, why, now)
             result = CoreUpdate(
                 name,
@@ -474,6 +479,37 @@ def update(env: MemoryEnv, name: str, entries: str | Sequence[str]) -> CoreUpdat
             env.commit(_message(result))
             return result
     raise ConflictError(f"core/{name}.md kept changing while it was updated; try again")  # pragma: no cover
+
+
+def _log_applied(
+    env: MemoryEnv,
+    name: str,
+    outcome: corepolicy.Outcome,
+    why: Mapping[tuple[str, str], tuple[str, ...]],
+    sure: Mapping[tuple[str, str], float],
+    now: datetime,
+) -> None:
+    """Each entry replaced at once by a new version (an update at the auto-apply confidence, or a near
+    duplicate that changes a value) as an ``applied`` line in the week's log with its undo command
+    (``vaultmem review --revert NEW-OLD``), like a leaf's; under the write lock, after the file is
+    written (a crash between the two leaves an applied update unlogged, never a logged one undone)."""
+    from vaultmem import review
+    from vaultmem.model import format_ts
+
+    texts = {e.id: e.text for e in outcome.items if isinstance(e, Entry)}
+    for x in outcome.leaving:
+        if x.successor is None or x.successor not in texts:
+            continue
+        pair = (x.entry.text, texts[x.successor])
+        p = review.Proposal(
+            x.entry.id,
+            x.successor,
+            round(sure.get(pair, 1.0), 3),
+            why.get(pair, ()),
+            format_ts(now) or "",
+            file=name,
+        )
+        review.log(env.layout, now, "applied", p, x.entry.text, texts[x.successor])
 
 
 def _propose(
@@ -523,7 +559,14 @@ def settle(env: MemoryEnv, p: review.Proposal, outcome: str, now: datetime) -> t
     if old is None or fresh is None:
         return "gone", old.text if old else "(gone)", fresh.text if fresh else "(gone)"
     if outcome == "accepted":
-        successor = corefile.versioned(fresh, valid_from=now.strftime("%Y-%m-%d"), supersedes=old.id)
+        # The successor keeps the day it was learnt (``corefile.learnt``): it held from then, not only
+        # from the day a person accepted the proposal; an entry without one holds from today.
+        keys = [(k, v) for k, v in corefile.carried(fresh) if k != "supersedes"]
+        if not any(k == "valid_from" for k, _ in keys):
+            keys.insert(0, ("valid_from", now.strftime("%Y-%m-%d")))
+        successor = corefile.keyed(
+            Entry(fresh.text, fresh.tag, None, fresh.bullet), [*keys, ("supersedes", old.id)]
+        )
         items = [successor if x is fresh else x for x in doc.items if x is not old]
         reason = f"superseded by [{fresh.tag or corefile.month(now)}] {fresh.text[:80]}"
         rel = corefile.rel_path(p.file)
@@ -534,11 +577,13 @@ def settle(env: MemoryEnv, p: review.Proposal, outcome: str, now: datetime) -> t
     return outcome, old.text, fresh.text
 
 
-def revert(env: MemoryEnv, new_id: str, old_id: str) -> tuple[str, str, str]:
+def revert(env: MemoryEnv, new_id: str, old_id: str, now: datetime) -> tuple[str, str, str]:
     """Undo a version link between two entries of a core file (an accepted proposal or an update applied
     at once): the old entry comes back from the file's archive, right before its successor and with the
-    keys it had, and the successor loses its ``supersedes``. The file is written first, then the archive
-    loses the line, so a crash between the two leaves the entry in two places, never in none. Returns
+    keys it had, and the successor loses its ``supersedes``. The file's budget is applied again (what no
+    longer fits leaves as an update would move it, written before the file). The file is written first,
+    then the archive loses the line, so a crash between the two leaves the entry in two places, never in
+    none. Returns
     (the file's name, old text, new text); ``NodeNotFound`` when no file holds the pair. The caller holds
     the write lock."""
     for name in names(env):
@@ -561,9 +606,17 @@ def revert(env: MemoryEnv, new_id: str, old_id: str) -> tuple[str, str, str]:
                 items += [corefile.unarchived(old), corefile.unlinked(fresh, old_id)]
             else:
                 items.append(x)
+        items, evicted = corepolicy.evict(items, doc.budget, corefile.month(now))
+        _place(env, doc, evicted, now)
         write(env, corefile.rel_path(name), corefile.render(doc, items), digest)
-        rest = [x for x in archive.items if x is not old]
-        write(env, corefile.archive_rel(name), corefile.render(archive, rest), archive_digest)
+        archive, archive_digest = _load_archive(env, name)  # read again: the budget may have added to it
+        rest = [
+            x
+            for x in archive.items
+            if not (isinstance(x, Entry) and x.id == old_id and new_id in x.superseded_by)
+        ]
+        if archive_digest is not None:
+            write(env, corefile.archive_rel(name), corefile.render(archive, rest), archive_digest)
         return name, old.text, fresh.text
     raise NodeNotFound(f"no core file holds an entry {new_id} that supersedes {old_id}")
 

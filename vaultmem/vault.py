@@ -1793,7 +1793,7 @@ class Vault:
     ) -> dict[str, list[Any]]:
         """Run the offline detector over the leaves indexed since the last scan (all with ``rescan``):
         each older leaf a new one may update becomes a proposal in ``review/`` (confidence at least
-        ``detect.PROPOSE_AT``). With ``[updates] auto_apply`` on (off by default), one at least
+        ``detect.PROPOSE_AT``). With ``[updates] auto_apply`` on (the default), one at least
         ``auto_apply_at`` sure is linked at once instead and logged in the week's file. Pairs already
         linked, proposed or decided are skipped."""
         from vaultmem import detect, review
@@ -1971,7 +1971,7 @@ class Vault:
             from vaultmem import coremem, review
 
             with self.operation(f"memory: revert core update {new_id} of {old_id}"):
-                name, old_text, new_text = coremem.revert(self._memory(), new_id, old_id)
+                name, old_text, new_text = coremem.revert(self._memory(), new_id, old_id, self.clock())
                 p = review.Proposal(old_id, new_id, 1.0, (), "", file=name)
                 review.log(self.layout, self.clock(), "reverted", p, old_text, new_text)
             return
@@ -1980,8 +1980,13 @@ class Vault:
         }
         if len(pair) != 2:
             raise NodeNotFound(f"{key}: both leaves must be in the vault to undo their link")
+        from vaultmem import review
+
         with self.operation(f"memory: revert update {new_id} of {old_id}"):
             self._link(old_id, pair[old_id].path, new_id, pair[new_id].path, add=False)
+            # Listed in the week's log like a core revert: what was undone, and when.
+            p = review.Proposal(old_id, new_id, 1.0, (), "")
+            review.log(self.layout, self.clock(), "reverted", p, pair[old_id].text, pair[new_id].text)
 
     # -- forget and restore (issue #20) ---------------------------------------------------------------
     def forget(
