@@ -260,6 +260,41 @@ def test_the_leaves_are_ranked_by_the_query_moved_away_from_the_name(work_vault:
     assert (searcher.content_vector(embedder, other) == searcher.query_vector(embedder, other)).all()
 
 
+def test_a_named_question_costs_one_forward_pass(work_vault: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``judge_unnamed``, the hits of a query naming a speaker are ranked and judged (evidence cosine,
+    ``weak``) by the vector of the query without the name: only that text goes to the model. Off (the
+    default), the whole query is embedded too and judges the hits."""
+    searcher = work_vault.searcher
+    embedder = work_vault.embedder
+    sent: list[str] = []
+    embed = embedder.embed
+
+    def counting(texts):  # type: ignore[no-untyped-def]
+        sent.extend(texts)
+        return embed(texts)
+
+    monkeypatch.setattr(embedder, "embed", counting)
+    search_module.QUERY_VECTORS.clear()
+    query = "what did Diego say about the snapshot?"
+    searcher.judge_unnamed = True
+    hits = work_vault.search(query, k=5)
+    assert sent == ["what did say about the snapshot?"]
+    cache = searcher.vectors(embedder)
+    unnamed = searcher.query_vector(embedder, sent[0])
+    assert [h.cosine for h in hits] == pytest.approx(
+        [float(cache.matrix[cache.pos[h.id]] @ unnamed) for h in hits]
+    )
+    searcher.judge_unnamed = False
+    search_module.QUERY_VECTORS.clear()
+    sent.clear()
+    hits = work_vault.search(query, k=5)
+    assert sorted(sent) == sorted([query, "what did say about the snapshot?"])
+    whole = searcher.query_vector(embedder, query)
+    assert [h.cosine for h in hits] == pytest.approx(
+        [float(cache.matrix[cache.pos[h.id]] @ whole) for h in hits]
+    )
+
+
 def _leaf(vault: Vault, message_id: str) -> str:
     return str(vault.conn.execute("SELECT id FROM chunks WHERE source_id = ?", [message_id]).fetchone()[0])
 

@@ -58,6 +58,12 @@ SPEAKER_BOOST = 0.5
 # questions, bench/variants.py): C@1024 0.867 -> 0.880 (0.876 at 0.5), R@10 0.752 -> 0.808, no category
 # down; one more forward pass per such query (docs/architecture.md, "The question without the name").
 UNNAMED_QUERY = 1.0
+# Judge a hit's evidence cosine (and ``weak``) by the vector the leaves are ranked by (the name-free one)
+# instead of the whole query's: one forward pass for a query naming a speaker instead of two (LoCoMo conv-30
+# search p50 34 -> 21 ms), but the name-free cosine of true evidence is lower and one floor no longer
+# separates it from off-topic hits (bench/weak.py at 0.30: true evidence weak 0.028 -> 0.116, questions
+# with all 10 hits weak 0.000 -> 0.029): off (docs/architecture.md, "One forward pass for a named question").
+EVIDENCE_UNNAMED = False
 # Graph propagation (``graph.LeafGraph``): Personalized PageRank from the best GRAPH_SEEDS fused leaves
 # (weighted by their scores) and the entities the query names; its ranking is fused with this weight.
 GRAPH_WEIGHT = 1.0
@@ -552,6 +558,7 @@ class Searcher:
         self._speakers = Speakers()
         self.speaker_boost = SPEAKER_BOOST
         self.unnamed_query = UNNAMED_QUERY
+        self.judge_unnamed = EVIDENCE_UNNAMED
         self._graph = LeafGraph()
         self._leaf_file_tried = False
         self.graph_weight = GRAPH_WEIGHT
@@ -784,6 +791,14 @@ class Searcher:
         mixed = (1.0 - weight) * q + weight * unnamed
         norm = float(np.linalg.norm(mixed))
         return (mixed / norm).astype(np.float32) if norm > 0 else q
+
+    def judging_vector(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
+        """The vector a hit's evidence cosine (and a summary's closest quoted leaf) is judged by: the whole
+        query's; with ``judge_unnamed`` (``EVIDENCE_UNNAMED``), the one the leaves are ranked by
+        (``content_vector``), so a query naming a speaker costs one forward pass (the name-free text)."""
+        if self.judge_unnamed:
+            return self.content_vector(embedder, query)
+        return self.query_vector(embedder, query)
 
     def semantic(self, query: str, filters: Filters, limit: int) -> list[str]:
         embedder = self._embedder_factory()
@@ -1079,7 +1094,7 @@ class Searcher:
             if cache is None:
                 embedder = self._embedder_factory()
                 cache = self._vectors(embedder)
-                q = self.query_vector(embedder, query) if cache.ids else None
+                q = self.judging_vector(embedder, query) if cache.ids else None
             vectors, pos = cache.matrix, cache.pos
             # The quoted leaf closest to the query in meaning; by rank where a vector is missing.
             best = max(
@@ -1160,7 +1175,7 @@ class Searcher:
         total = sum(weights.values())
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
-        q = self.query_vector(embedder, query) if cache.ids else None
+        q = self.judging_vector(embedder, query) if cache.ids else None
         floor = weak_below(embedder.model_id)
         out = []
         for hit in hits:
