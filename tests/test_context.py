@@ -139,26 +139,3 @@ def test_drill_down_serialize_and_expand(tmp_path: Path) -> None:
         assert whole.complete and set(whole.nodes) >= {c.id for c in children}
         fetched = vault.fetch([children[0].id, level.id])
         assert [getattr(f, "id", None) for f in fetched] == [children[0].id, level.id]
-
-
-def _leaf_hit(node_id: str, score: float, session: str | None, source: str = "chat") -> Hit:
-    return Hit(
-        node_id, "leaf", f"x/{node_id}.md", node_id, score, source, session, None, None, None, (), 5, "active"
-    )
-
-
-def test_a_run_of_one_sessions_turns_makes_room_for_another_session() -> None:
-    """``spread_sessions``: each further leaf of a session ranked above counts less, so the best turn of a
-    second session moves up past the third and second of the first; leaves without a session, and the
-    same session name in another source, are not counted together."""
-    hits = [
-        _leaf_hit("a1", 1.0, "s1"),
-        _leaf_hit("a2", 0.9, "s1"),
-        _leaf_hit("a3", 0.8, "s1"),
-        _leaf_hit("b1", 0.7, "s2"),
-        _leaf_hit("c1", 0.65, "s1", source="other"),
-        _leaf_hit("n1", 0.6, None),
-    ]
-    assert [h.id for h in context.spread_sessions(hits, 0.0)] == [h.id for h in hits]
-    # a2: 0.9/1.5 = 0.6, a3: 0.8/2 = 0.4
-    assert [h.id for h in context.spread_sessions(hits, 0.5)] == ["a1", "b1", "c1", "a2", "n1", "a3"]

@@ -251,10 +251,6 @@ ATTRACTORS = 5  # summaries (best first) that attract their leaves
 BEAM = 3  # branches followed at each level of the walk
 WALK = 0.01  # scale of the walk's bonus (fused scores are RRF sums of about 0.01-0.2)
 SUMMARIES_CHOSEN = True
-# Each further candidate of a session already holding candidates ranked above it has its score divided by
-# (1 + SESSION_SPREAD * that count): a run of adjacent turns around one remark must not crowd out the turn
-# of another session that a multi-session question joins to it (0: off).
-SESSION_SPREAD = 0.0
 SIZE_FULL = 64  # tokens; a longer leaf gets a proportionally smaller share of a bonus  # in collapsed mode, summaries may be chosen into the context themselves
 
 
@@ -333,23 +329,6 @@ def _rescore(searcher: Searcher, base: Sequence[Hit], bonus: dict[str, float]) -
         known[hit.id] = hit
     ranked = sorted((i for i in scores if i in known), key=lambda i: (-scores[i], i))
     return [known[i] if known[i].score == scores[i] else replace(known[i], score=scores[i]) for i in ranked]
-
-
-def spread_sessions(hits: Sequence[Hit], spread: float) -> list[Hit]:
-    """``hits`` ranked again with each one's score divided by ``1 + spread * n``, n being the leaves of its
-    session (same source and session) ranked above it; summaries and leaves without a session keep their
-    score. Stable: equal scores keep their order."""
-    seen: dict[tuple[str, str], int] = {}
-    scored: list[tuple[float, int, Hit]] = []
-    for n, hit in enumerate(hits):
-        score = hit.score
-        if hit.kind == "leaf" and hit.session:
-            key = (hit.source, hit.session)
-            score = score / (1.0 + spread * seen.get(key, 0))
-            seen[key] = seen.get(key, 0) + 1
-        scored.append((score, n, hit))
-    scored.sort(key=lambda t: (-t[0], t[1]))
-    return [hit for _, _, hit in scored]
 
 
 def candidates(
@@ -444,8 +423,6 @@ def gather(
         now,
         lambda q, f: candidates(mode, searcher, q, k, f, embedder=embedder, tree=tree),
     )
-    if SESSION_SPREAD:
-        found = spread_sessions(found, SESSION_SPREAD)
     if rank is not None:
         found = rank(found)
     overlap = hit_ancestors(conn, tree, found) if tree is not None else None
