@@ -12,7 +12,10 @@ query are asked:
 For every hit in the top 10 (and every evidence turn): its cosine to the query, whether a content word of
 the query matched it (the word index, as search uses it) and the hit's ``weak`` flag. The table gives the
 cosine percentiles of each group and, for candidate rules, how often true evidence would be flagged weak
-and how often an off-topic query would get only weak hits. Datasets are read in place, never copied.
+and how often an off-topic query would get only weak hits. A hit's cosine is the one search reports (by
+the vector the leaves are ranked by: for a query naming a speaker, the name-free one); the rules on the
+"whole-query cos" judge by the whole query's vector instead, so both are compared in one run. Datasets are
+read in place, never copied.
 """
 
 from __future__ import annotations
@@ -118,10 +121,15 @@ def run_vault(
                 judged = hits + searcher.evidence(text, searcher.hits([(i, 0.0, None, None) for i in rest]))
                 words, _ = content_terms(text)
                 counts = {h.id: len(_matched_terms(vault, words, h.id)) for h in judged}
-                qv = searcher.query_vector(vault.embedder, text)
-                sims = searcher.vectors(vault.embedder).matrix @ qv
+                qv = searcher.judging_vector(vault.embedder, text)
+                cache = searcher.vectors(vault.embedder)
+                sims = cache.matrix @ qv
                 mean, std = float(sims.mean()), float(sims.std()) or 1.0
+                # The whole query's vector (names and all): how hits were judged before a query naming a
+                # speaker was judged by its name-free vector, for the before/after rules in one run.
+                whole = cache.matrix @ searcher.query_vector(vault.embedder, text)
                 for h in judged:
+                    pos = cache.pos.get(h.id)
                     rows.append(
                         {
                             "group": group,
@@ -130,6 +138,7 @@ def run_vault(
                             "evidence": h.id in ev_ids,
                             "weak": h.weak,
                             "cos": h.cosine,
+                            "cos_whole": None if pos is None else float(whole[pos]),
                             "z": None if h.cosine is None else (h.cosine - mean) / std,
                             "words": counts[h.id],
                             "terms": len(words),
@@ -183,6 +192,8 @@ def summarise(rows: list[dict[str, Any]], label: str) -> str:
             rules[f"coverage < {c0} and cos < {tau}"] = low_coverage(c0, below("cos", tau))
     for z0 in (3.0, 4.0, 5.0):
         rules[f"no word and z < {z0}"] = no_word(below("z", z0))
+    for tau in (0.25, 0.3, 0.35):
+        rules[f"coverage < 0.5 and whole-query cos < {tau}"] = low_coverage(0.5, below("cos_whole", tau))
     rules["search's weak flag (shipped)"] = lambda r: bool(r["weak"])
     body = []
     ev_top = groups["own: evidence turns in the top 10"]

@@ -17,6 +17,7 @@ import pytest
 
 from vaultmem import Vault
 from vaultmem import graph as graph_module
+from vaultmem import search as search_module
 from vaultmem.embed import FakeEmbedder
 from vaultmem.graph import LeafGraph
 from vaultmem.search import Filters, Speakers, name_words, remembered_window
@@ -257,6 +258,41 @@ def test_the_leaves_are_ranked_by_the_query_moved_away_from_the_name(work_vault:
     assert mixed == pytest.approx(expected, abs=1e-6)
     other = "ferry tickets to Lisbon"
     assert (searcher.content_vector(embedder, other) == searcher.query_vector(embedder, other)).all()
+
+
+def test_a_named_question_costs_one_forward_pass(work_vault: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``judge_unnamed``, the hits of a query naming a speaker are ranked and judged (evidence cosine,
+    ``weak``) by the vector of the query without the name: only that text goes to the model. Off (the
+    default), the whole query is embedded too and judges the hits."""
+    searcher = work_vault.searcher
+    embedder = work_vault.embedder
+    sent: list[str] = []
+    embed = embedder.embed
+
+    def counting(texts):  # type: ignore[no-untyped-def]
+        sent.extend(texts)
+        return embed(texts)
+
+    monkeypatch.setattr(embedder, "embed", counting)
+    search_module.QUERY_VECTORS.clear()
+    query = "what did Diego say about the snapshot?"
+    searcher.judge_unnamed = True
+    hits = work_vault.search(query, k=5)
+    assert sent == ["what did say about the snapshot?"]
+    cache = searcher.vectors(embedder)
+    unnamed = searcher.query_vector(embedder, sent[0])
+    assert [h.cosine for h in hits] == pytest.approx(
+        [float(cache.matrix[cache.pos[h.id]] @ unnamed) for h in hits]
+    )
+    searcher.judge_unnamed = False
+    search_module.QUERY_VECTORS.clear()
+    sent.clear()
+    hits = work_vault.search(query, k=5)
+    assert sorted(sent) == sorted([query, "what did say about the snapshot?"])
+    whole = searcher.query_vector(embedder, query)
+    assert [h.cosine for h in hits] == pytest.approx(
+        [float(cache.matrix[cache.pos[h.id]] @ whole) for h in hits]
+    )
 
 
 def _leaf(vault: Vault, message_id: str) -> str:
@@ -534,3 +570,82 @@ def test_the_writer_rewrites_the_leaf_file_when_far_behind(
     assert later is not None and later > seen
     graph, order = _new_searcher(filed_vault).leaf_structures()
     assert graph.rebuilds == 0 and _same_order(order, _fresh(filed_vault)[1])
+
+
+MOVE_CHAT = [
+    ("a1", "Ann", "I moved here from Sweden four years ago, right after school."),
+    ("a2", "Ann", "My grandma in Sweden sent me a necklace for my birthday."),
+    ("a3", "Bob", "Sweden sounds lovely, I love the lakes there."),
+    ("a4", "Bob", "Lakes and forests everywhere in Sweden, right?"),
+    ("a5", "Ann", "The bakery on the corner makes great bread."),
+    ("a6", "Bob", "My cat knocked a plant off the shelf again."),
+]
+
+
+@pytest.fixture
+def move_vault(tmp_path: Path) -> Vault:
+    lines = [
+        json.dumps(
+            {"id": i, "speaker": who, "content": text, "ts": f"2026-03-1{n}T10:00:00Z", "session": "s"}
+        )
+        for n, (i, who, text) in enumerate(MOVE_CHAT)
+    ]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    vault = Vault.init(tmp_path / "vault", embedder=FakeEmbedder())
+    vault.ingest_path(path, source="chat")
+    vault.flush()
+    return vault
+
+
+def test_feedback_terms_are_words_the_first_hits_share_and_the_query_lacks(move_vault: Vault) -> None:
+    searcher = move_vault.searcher
+    searcher.prf_terms = 5
+    best = [_leaf(move_vault, m) for m in ("a1", "a2", "a3")]
+    terms = searcher.feedback_terms("Where did Ann move from?", best)
+    assert terms[0] == "sweden"  # on all three
+    assert "lakes" not in terms  # on one of them only
+    assert "ann" not in terms  # asked already
+    assert searcher.feedback_terms("Where did Ann move from?", best[:1]) == []  # nothing shared by one hit
+    searcher.prf_terms = 0
+    assert searcher.feedback_terms("Where did Ann move from?", best) == []
+
+
+def _scores(searcher, query: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    return {i: s for i, s, _, _ in searcher.rank(query, Filters(kind="leaf"), 100)}
+
+
+def test_a_second_round_of_words_lifts_what_the_first_hits_reveal(move_vault: Vault) -> None:
+    """With ``prf_words``, a BM25 round over the query and the words its first hits share is fused in:
+    a turn that names Sweden but none of the question's words gains; an unrelated turn does not."""
+    searcher = move_vault.searcher
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    query = "Where did Ann move from after school?"
+    before = _scores(searcher, query)
+    searcher.prf_words, searcher.prf_terms, searcher.prf_docs = 1.0, 3, 3
+    after = _scores(searcher, query)
+    assert after[_leaf(move_vault, "a4")] > before[_leaf(move_vault, "a4")]
+    cat = _leaf(move_vault, "a6")  # neither the question's words nor Sweden
+    assert after[cat] == pytest.approx(before[cat])
+
+
+def test_rocchio_ranks_by_the_query_moved_toward_the_first_hits(move_vault: Vault) -> None:
+    """With ``prf_vector``, the cosine ranking of the query's vector plus ``prf_beta`` times the mean
+    vector of the best ``prf_docs`` first-round hits is fused in, with no forward pass of its own."""
+    searcher = move_vault.searcher
+    embedder = move_vault.embedder
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    query = "Where did Ann move from after school?"
+    before = _scores(searcher, query)
+    best = sorted(before, key=lambda i: (-before[i], i))[:2]
+    searcher.prf_vector, searcher.prf_docs, searcher.prf_beta = 1.0, 2, 0.5
+    search_module.QUERY_VECTORS.clear()
+    after = _scores(searcher, query)
+    assert len(search_module.QUERY_VECTORS._vectors) == 1  # the first round's vector, reused
+    cache = searcher.vectors(embedder)
+    q = searcher.content_vector(embedder, query)
+    moved = q + 0.5 * cache.matrix[[cache.pos[i] for i in best]].mean(axis=0)
+    order = np.argsort(-(cache.matrix @ (moved / np.linalg.norm(moved))), kind="stable")
+    for rank, row in enumerate(order, 1):
+        node = cache.ids[row]
+        assert after[node] == pytest.approx(before[node] + 1.0 / (search_module.RRF_K + rank), abs=1e-9)

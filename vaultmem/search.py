@@ -58,10 +58,26 @@ SPEAKER_BOOST = 0.5
 # questions, bench/variants.py): C@1024 0.867 -> 0.880 (0.876 at 0.5), R@10 0.752 -> 0.808, no category
 # down; one more forward pass per such query (docs/architecture.md, "The question without the name").
 UNNAMED_QUERY = 1.0
+# Judge a hit's evidence cosine (and ``weak``) by the vector the leaves are ranked by (the name-free one)
+# instead of the whole query's: one forward pass for a query naming a speaker instead of two (LoCoMo conv-30
+# search p50 34 -> 21 ms), but the name-free cosine of true evidence is lower and one floor no longer
+# separates it from off-topic hits (bench/weak.py at 0.30: true evidence weak 0.028 -> 0.116, questions
+# with all 10 hits weak 0.000 -> 0.029): off (docs/architecture.md, "One forward pass for a named question").
+EVIDENCE_UNNAMED = False
 # Graph propagation (``graph.LeafGraph``): Personalized PageRank from the best GRAPH_SEEDS fused leaves
 # (weighted by their scores) and the entities the query names; its ranking is fused with this weight.
 GRAPH_WEIGHT = 1.0
 GRAPH_SEEDS = 10
+# Pseudo-relevance feedback (a second round from what the first hits reveal, no LLM, no forward pass).
+# Rocchio on vectors: the query vector moved toward the mean vector of the best PRF_DOCS fused hits by
+# PRF_BETA, its cosine ranking fused with weight PRF_VECTOR. Terms: the PRF_TERMS words the best hits share
+# (each on at least two of them) that the query lacks, by idf, added to a second BM25 round fused with
+# weight PRF_WORDS. Measured in docs/architecture.md ("Feedback from the first hits").
+PRF_DOCS = 5
+PRF_BETA = 1.0
+PRF_VECTOR = 0.0
+PRF_TERMS = 0
+PRF_WORDS = 0.0
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
 WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
@@ -542,10 +558,16 @@ class Searcher:
         self._speakers = Speakers()
         self.speaker_boost = SPEAKER_BOOST
         self.unnamed_query = UNNAMED_QUERY
+        self.judge_unnamed = EVIDENCE_UNNAMED
         self._graph = LeafGraph()
         self._leaf_file_tried = False
         self.graph_weight = GRAPH_WEIGHT
         self.graph_seeds = GRAPH_SEEDS
+        self.prf_docs = PRF_DOCS
+        self.prf_beta = PRF_BETA
+        self.prf_vector = PRF_VECTOR
+        self.prf_terms = PRF_TERMS
+        self.prf_words = PRF_WORDS
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
@@ -770,6 +792,14 @@ class Searcher:
         norm = float(np.linalg.norm(mixed))
         return (mixed / norm).astype(np.float32) if norm > 0 else q
 
+    def judging_vector(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
+        """The vector a hit's evidence cosine (and a summary's closest quoted leaf) is judged by: the whole
+        query's; with ``judge_unnamed`` (``EVIDENCE_UNNAMED``), the one the leaves are ranked by
+        (``content_vector``), so a query naming a speaker costs one forward pass (the name-free text)."""
+        if self.judge_unnamed:
+            return self.content_vector(embedder, query)
+        return self.query_vector(embedder, query)
+
     def semantic(self, query: str, filters: Filters, limit: int) -> list[str]:
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
@@ -784,13 +814,54 @@ class Searcher:
         self, embedder: Embedder, cache: VectorCache, query: str, filters: Filters, limit: int
     ) -> list[str]:
         q = self.content_vector(embedder, query)
-        rows = None
-        if filters.kind is not None and replace(filters, kind=None).empty:
-            rows = cache.kind_rows(filters.kind)  # the common "leaves only" case needs no SQL
-        elif not filters.empty:
-            rows = self._filtered_rows(cache, filters)
-        top = cache.top(q, limit, rows)
+        top = cache.top(q, limit, self._rows_of(cache, filters))
         return [cache.ids[i] for i in top]
+
+    def _rows_of(self, cache: VectorCache, filters: Filters) -> npt.NDArray[np.intp] | None:
+        """The vector rows ``filters`` lets through (None: all)."""
+        if filters.kind is not None and replace(filters, kind=None).empty:
+            return cache.kind_rows(filters.kind)  # the common "leaves only" case needs no SQL
+        if not filters.empty:
+            return self._filtered_rows(cache, filters)
+        return None
+
+    def _feedback_vector(self, query: str, filters: Filters, limit: int, best: list[str]) -> list[str]:
+        """The cosine ranking by the query's vector moved toward the mean vector of ``best`` (the first
+        round's best hits): Rocchio's relevance feedback, with no forward pass (the query's vector is
+        remembered from the first round, the hits' vectors are in memory)."""
+        embedder = self._embedder_factory()
+        cache = self._vectors(embedder)
+        rows = [cache.pos[i] for i in best if i in cache.pos]
+        if not rows:
+            return []
+        with one_blas_thread:
+            q = self.content_vector(embedder, query)
+            centroid = cache.matrix[np.asarray(rows, dtype=np.intp)].mean(axis=0)
+            moved = q + self.prf_beta * centroid
+            norm = float(np.linalg.norm(moved))
+            if norm <= 0:
+                return []
+            top = cache.top((moved / norm).astype(np.float32), limit, self._rows_of(cache, filters))
+        return [cache.ids[i] for i in top]
+
+    def feedback_terms(self, query: str, best: list[str]) -> list[str]:
+        """Up to ``prf_terms`` words that at least two of ``best`` (the first round's best hits) hold and the
+        query does not, rarest first (by their idf in the word index): what the first hits reveal about
+        the question's subject (a place, a name, an activity)."""
+        if len(best) < 2 or self.prf_terms < 1:
+            return []
+        asked = set(fts_terms(query)[0])
+        counts: dict[str, int] = {}
+        for (text,) in self.conn.execute(
+            f"SELECT text FROM chunks WHERE id IN ({','.join('?' * len(best))})", best
+        ):
+            for word in {w for w in _WORD_RE.findall(text.lower()) if len(w) > 2}:
+                if word not in STOPWORDS and word not in asked and not word.isdigit():
+                    counts[word] = counts.get(word, 0) + 1
+        n = self._leaf_count()
+        shared = [w for w, c in counts.items() if c >= 2]
+        ranked = sorted(shared, key=lambda w: (-_idf(self._df("fts_words", _quoted(w)), n), w))
+        return ranked[: int(self.prf_terms)]
 
     def _filtered_rows(self, cache: VectorCache, filters: Filters) -> npt.NDArray[np.intp]:
         """The vector rows that pass ``filters``, remembered per filter until the index is written (a
@@ -828,6 +899,8 @@ class Searcher:
         for rank, node_id in enumerate(semantic, 1):
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
+        if (self.prf_vector or self.prf_words) and scores:
+            self._feed_back(query, filters, pool, scores)
         if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
             self._propagate(query, scores, pool)
         if self.neighbor_weight:
@@ -836,6 +909,23 @@ class Searcher:
             self._boost_speakers(query, scores, pool)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
+
+    def _feed_back(self, query: str, filters: Filters, limit: int, scores: dict[str, float]) -> None:
+        """Pseudo-relevance feedback: rankings from the best ``prf_docs`` fused hits of the first round
+        (``_feedback_vector``, ``feedback_terms``) fused into ``scores``."""
+        best = sorted(scores, key=lambda i: (-scores[i], i))[: int(self.prf_docs)]
+        found: list[tuple[float, list[str]]] = []
+        if self.prf_vector:
+            found.append((self.prf_vector, self._feedback_vector(query, filters, limit, best)))
+        if self.prf_words:
+            extra = self.feedback_terms(query, best)
+            if extra:
+                found.append(
+                    (self.prf_words, self.lexical(" ".join([query, *extra]), filters, limit)["words"])
+                )
+        for weight, ids in found:
+            for rank, node_id in enumerate(ids, 1):
+                scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
 
     def _boost_speakers(self, query: str, scores: dict[str, float], limit: int) -> None:
         """When the query names speakers, their best match leads and the rest is the fusion of two rankings:
@@ -1004,7 +1094,7 @@ class Searcher:
             if cache is None:
                 embedder = self._embedder_factory()
                 cache = self._vectors(embedder)
-                q = self.query_vector(embedder, query) if cache.ids else None
+                q = self.judging_vector(embedder, query) if cache.ids else None
             vectors, pos = cache.matrix, cache.pos
             # The quoted leaf closest to the query in meaning; by rank where a vector is missing.
             best = max(
@@ -1085,7 +1175,7 @@ class Searcher:
         total = sum(weights.values())
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
-        q = self.query_vector(embedder, query) if cache.ids else None
+        q = self.judging_vector(embedder, query) if cache.ids else None
         floor = weak_below(embedder.model_id)
         out = []
         for hit in hits:
