@@ -31,7 +31,10 @@ from retrieval import load_locomo, turn_records
 from vaultmem import Vault
 from vaultmem.embed import NumpyBertEmbedder, default_model_path
 items = [i for i in load_locomo(json.loads(Path({dataset!r}).read_text())) if {key!r} in ("all", i.key)]
-embedder = NumpyBertEmbedder(default_model_path())
+# Both trees keep derived model files (prepared weights; now also the ONNX graph) where a vault's embedder
+# keeps them (``vault.model_cache_dir``), here a fresh directory per run: built once, then read back by the
+# worker processes of every conversation.
+embedder = NumpyBertEmbedder(default_model_path(), cache_dir=Path({vault!r}) / "model-cache")
 embedded = [0]  # texts sent to the model, every phase
 _embed, _embed_calls = embedder.embed, embedder.embed_calls
 def counted(texts):
