@@ -124,13 +124,13 @@ def main() -> None:
             [
                 label,
                 *(f"{abs(best[t][key]):.1f}" for t in trees),
-                f"{best['base'][key] / best['now'][key]:.2f}x",
+                f"{best['base'][key] / best['now'][key]:.2f}x",  # a rate: the ratio of the negated rates
             ]
         )
     same = digests["base"] == digests["now"] and len(digests["now"]) == 1
     rows.append(["same summary files and summary vectors (bytes)", "", "", "yes" if same else "NO"])
     print(f"\n{args.conversation}, best of {args.runs} alternating run(s)")
-    print(table(["figure", "base", "now", "base/now"], rows))
+    print(table(["figure", "base", "now", "base/now (texts/s: now/base)"], rows))
 
 
 if __name__ == "__main__":

@@ -452,10 +452,10 @@ def _worker_start(
     _blas_controller().limit(limits=1, user_api="blas")  # this process only ever runs batches
 
 
-def _worker_forward(ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
+def _worker_forward(ids: npt.NDArray[np.int64], mask: Vectors, onnx: bool = False) -> Vectors:
     assert _WORKER is not None
     bert = _WORKER._load()
-    return _WORKER._forward_with(_WORKER._session(), bert, ids, mask)
+    return _WORKER._forward_with(_WORKER._session() if onnx else None, bert, ids, mask)
 
 
 def onnx_available() -> bool:
@@ -491,9 +491,11 @@ class NumpyBertEmbedder:
 
         ``runtime``: what runs a batch's forward pass. "numpy": ``_forward``. "onnx": ONNX Runtime on one
         thread, over a graph built from the same prepared weights (``_onnx_graph``; kept in ``cache_dir``
-        beside them): the same vectors to about 2e-6 per component, 1.3-1.7x as fast. It runs every call
-        of ``ONNX_MIN`` texts or more, and smaller calls (a query) once it is loaded: importing it and
-        opening the graph cost about half a second, more than a cold ``vaultmem search`` takes in all.
+        beside them): the same vectors to about 3e-7 per component, 1.3-1.7x as fast. It runs the batches
+        of every call of ``ONNX_MIN`` texts or more; smaller calls (a query, a level's sentences) run in
+        NumPy, so which runs a call depends on the call alone (``embed_calls`` gives each call's rows bit
+        for bit as the call alone gets them), and a cold ``vaultmem search`` does not pay the half second
+        that importing ONNX Runtime and opening the graph cost.
         "auto": "onnx" when onnxruntime and onnx are installed, else "numpy"."""
         if runtime not in ("auto", "numpy", "onnx"):
             raise ValueError(f"unknown runtime {runtime!r}")
@@ -550,14 +552,19 @@ class NumpyBertEmbedder:
             bert = self._load()
             planned = [self._batches(bert, texts) for texts in calls]
             outs = [np.empty((len(texts), self.dim), dtype=np.float32) for texts in calls]
-            work = [(out, *b) for out, batches in zip(outs, planned, strict=True) for b in batches]
+            work = [
+                (out, *b, len(texts) >= ONNX_MIN)
+                for out, batches, texts in zip(outs, planned, calls, strict=True)
+                for b in batches
+            ]
             self._run(bert, work, sum(len(t) for t in calls))
             return [_unit_rows(out) if len(out) else _empty(self.dim) for out in outs]
 
     def _embed(self, texts: Sequence[str]) -> Vectors:
         bert = self._load()
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        self._run(bert, [(out, *b) for b in self._batches(bert, texts)], len(texts))
+        big = len(texts) >= ONNX_MIN
+        self._run(bert, [(out, *b, big) for b in self._batches(bert, texts)], len(texts))
         return _unit_rows(out)
 
     def _batches(
@@ -593,35 +600,40 @@ class NumpyBertEmbedder:
     def _run(
         self,
         bert: _Bert,
-        work: list[tuple[Vectors, npt.NDArray[np.intp], npt.NDArray[np.int64], Vectors]],
+        work: list[tuple[Vectors, npt.NDArray[np.intp], npt.NDArray[np.int64], Vectors, bool]],
         texts: int,
     ) -> None:
-        """Run the batches of ``work`` (each with the array its rows go to), shared with the worker
-        processes when there are ``texts >= PARALLEL_MIN`` texts and more than one batch."""
-        session = self._session() if texts >= ONNX_MIN else self._ort
+        """Run the batches of ``work`` (each with the array its rows go to, and whether it belongs to a
+        call of ``ONNX_MIN`` texts or more: ONNX Runtime's batch with runtime "onnx"), shared with the
+        worker processes when there are ``texts >= PARALLEL_MIN`` texts and more than one batch."""
+        session = self._session() if any(w[4] for w in work) else None
+
+        def forward(ids: npt.NDArray[np.int64], mask: Vectors, big: bool) -> Vectors:
+            return self._forward_with(session if big else None, bert, ids, mask)
+
         pool = self._worker_pool() if texts >= PARALLEL_MIN and len(work) > 1 else None
         if pool is None:
-            for out, batch, ids, mask in work:
-                out[batch] = self._forward_with(session, bert, ids, mask)
+            for out, batch, ids, mask, big in work:
+                out[batch] = forward(ids, mask, big)
             return
         # Every ``workers``-th batch (the longest first) stays here, the others go to the worker
         # processes; the batches themselves are the ones this process would run.
         sent = {
-            n: pool.submit(_worker_forward, ids, mask)
-            for n, (_, _, ids, mask) in enumerate(work)
+            n: pool.submit(_worker_forward, ids, mask, big and session is not None)
+            for n, (_, _, ids, mask, big) in enumerate(work)
             if n % self.workers
         }
-        for n, (out, batch, ids, mask) in enumerate(work):
+        for n, (out, batch, ids, mask, big) in enumerate(work):
             if n not in sent:
-                out[batch] = self._forward_with(session, bert, ids, mask)
+                out[batch] = forward(ids, mask, big)
         broken = False
         for n, future in sent.items():
-            out, batch, ids, mask = work[n]
+            out, batch, ids, mask, big = work[n]
             try:
                 out[batch] = future.result()
             except Exception:  # a worker that could not start (a script without a __main__ guard) or died
                 broken = True
-                out[batch] = self._forward_with(session, bert, ids, mask)
+                out[batch] = forward(ids, mask, big)
         if broken:  # this process alone from now on
             self.close()
             self.workers = 1
@@ -928,7 +940,7 @@ def _store_prepared(cache_dir: Path, key: str, weights: dict[str, Vectors]) -> N
 # downloaded or exported through torch. Derived and disposable, like the prepared weights: the file is
 # named by the same key (the model's files and ``_ONNX_VERSION``).
 _ONNX_VERSION = "onnx-bert-1"
-# A call of this many texts or more opens the ONNX Runtime session (smaller calls use it once it is open).
+# A call of this many texts or more runs in ONNX Runtime (runtime "onnx"); smaller ones in NumPy.
 ONNX_MIN = 32
 
 
@@ -1118,7 +1130,7 @@ def load_embedder(
         # agreement with torch about 0.87, gate 0.95), so it is not offered.
         raise ModelError(
             "the onnx-int8 backend is not available: int8 quantisation changed search results too much; "
-            "use backend 'auto', 'numpy' or 'torch'"
+            "use backend 'auto', 'numpy', 'onnx' or 'torch'"
         )
     if backend not in BACKENDS:
         raise ModelError(f"unknown embedding backend {backend!r}: use one of {', '.join(BACKENDS)}")
