@@ -568,6 +568,12 @@ def test_onnx_runtime_gives_the_numpy_vectors(tmp_path: Path) -> None:
     again = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="onnx", cache_dir=cache)
     np.testing.assert_array_equal(again.embed(texts), got)  # the cached graph, the same rows
     assert list(cache.glob("onnx-bert-*.onnx")) == [graph]
+    graph.write_bytes(graph.read_bytes()[:4096])  # torn: the next process builds it again
+    rebuilt = NumpyBertEmbedder(
+        default_model_path(), batch_size=8, workers=1, runtime="onnx", cache_dir=cache
+    )
+    np.testing.assert_array_equal(rebuilt.embed(texts), got)
+    assert graph.stat().st_size > 80_000_000
     # A call's runtime depends on the call alone: small ones stay in NumPy with the session open, and
     # gathered calls get each call's rows bit for bit.
     np.testing.assert_array_equal(onnx.embed(texts[:3]), reference.embed(texts[:3]))

@@ -696,23 +696,25 @@ class NumpyBertEmbedder:
             return self._ort
 
     def _open_session(self) -> Any:
+        """The session over the cached graph; a graph that is missing or will not open (damaged) is
+        built again from the loaded weights and stored."""
         import onnxruntime as ort
 
-        path = _onnx_path(self.cache_dir, self._prepared_key()) if self.cache_dir is not None else None
-        model: bytes | str
-        if path is not None and path.is_file():
-            model = str(path)
-        else:
-            weights = self._bert_weights()
-            model = _onnx_graph(weights, self._config)
-            if path is not None:
-                _store_onnx(path, model)
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1  # one core per process, as NumPy's one BLAS thread
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3  # the library never prints: errors are raised
+        options.log_severity_level = 4  # the library never prints: errors are raised
+        path = _onnx_path(self.cache_dir, self._prepared_key()) if self.cache_dir is not None else None
+        if path is not None and path.is_file():
+            try:
+                return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            except Exception:  # a torn or damaged file: derived, so built again below
+                pass
+        model = _onnx_graph(self._bert_weights(), self._config)
+        if path is not None:
+            _store_onnx(path, model)
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
     def _bert_weights(self) -> dict[str, Vectors]:
