@@ -5,7 +5,8 @@
 
 LOCOMO_JSON (read only) supplies turn texts as the corpus and QA questions as queries; without it a
 seeded generator writes varied conversational sentences. The reference is sentence-transformers on
-torch, batch 64. The ONNX rows come from our own `torch.onnx.export` of the BERT encoder plus
+torch, batch 64; "numpy b64" is the second reference (top-10 agreement and largest per-component
+difference). "vaultmem onnx" rows are the engine's ONNX Runtime graph (`embed._onnx_graph`). The other ONNX rows come from our own `torch.onnx.export` of the BERT encoder plus
 `onnxruntime.quantization.quantize_dynamic` (the sentence-transformers ONNX route needs `optimum`,
 whose install would downgrade transformers in this venv). They need the `onnx` package for
 quantisation; pass --no-onnx to skip them.
@@ -307,11 +308,18 @@ def main() -> None:
     factories: dict[str, Callable[[], Embedder]] = {
         "torch b64 (reference)": lambda: SentenceTransformerEmbedder(str(model_dir), batch_size=64),
         "torch b256": lambda: SentenceTransformerEmbedder(str(model_dir), batch_size=256),
-        "numpy b32": lambda: NumpyBertEmbedder(model_dir, batch_size=32, workers=1),
-        "numpy b64": lambda: NumpyBertEmbedder(model_dir, batch_size=64, workers=1),
-        "numpy b128": lambda: NumpyBertEmbedder(model_dir, batch_size=128, workers=1),
+        "numpy b32": lambda: NumpyBertEmbedder(model_dir, batch_size=32, workers=1, runtime="numpy"),
+        "numpy b64": lambda: NumpyBertEmbedder(model_dir, batch_size=64, workers=1, runtime="numpy"),
+        "numpy b128": lambda: NumpyBertEmbedder(model_dir, batch_size=128, workers=1, runtime="numpy"),
+        f"numpy b64, {os.cpu_count()} processes": lambda: NumpyBertEmbedder(
+            model_dir, batch_size=64, runtime="numpy"
+        ),
+        # vaultmem's ONNX Runtime graph (``embed._onnx_graph``), one thread per process
+        "vaultmem onnx b64": lambda: NumpyBertEmbedder(model_dir, batch_size=64, workers=1, runtime="onnx"),
         # The default: a process per core shares the batches of a large call (``embed.PARALLEL_MIN``).
-        f"numpy b64, {os.cpu_count()} processes": lambda: NumpyBertEmbedder(model_dir, batch_size=64),
+        f"vaultmem onnx b64, {os.cpu_count()} processes (default)": lambda: NumpyBertEmbedder(
+            model_dir, batch_size=64, runtime="onnx"
+        ),
     }
     onnx_paths: dict[str, Path] = {}
     scratch = None
@@ -366,11 +374,21 @@ def run(
 
     reference = "torch b64 (reference)"
     ref_top = top_k(embedders[reference].embed(queries), vectors[reference])
+    numpy_name = "numpy b64" if "numpy b64" in embedders else None
+    numpy_top = top_k(embedders[numpy_name].embed(queries), vectors[numpy_name]) if numpy_name else None
     rows = []
     for name, embedder in embedders.items():
         cosines = np.sum(vectors[name] * vectors[reference], axis=1)
         own_top = top_k(embedder.embed(queries), vectors[name])
         agreement = statistics.mean(len(a & b) / TOP_K for a, b in zip(ref_top, own_top, strict=True))
+        numpy_agreement = (
+            f"{statistics.mean(len(a & b) / TOP_K for a, b in zip(numpy_top, own_top, strict=True)):.3f}"
+            if numpy_top is not None
+            else "-"
+        )
+        max_diff = (
+            f"{np.abs(vectors[name] - vectors[numpy_name]).max():.1e}" if numpy_name is not None else "-"
+        )
         rows.append(
             [
                 name,
@@ -381,6 +399,8 @@ def run(
                 f"{cosines.mean():.6f}",
                 f"{cosines.min():.6f}",
                 f"{agreement:.3f}",
+                numpy_agreement,
+                max_diff,
             ]
         )
     print()
@@ -393,6 +413,8 @@ def run(
         "mean cos",
         "min cos",
         "top-10 agree",
+        "top-10 agree (numpy b64)",
+        "max abs diff (numpy b64)",
     ]
     print(fmt_table(header, rows))
     if not args.cold_runs:

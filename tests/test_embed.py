@@ -529,3 +529,77 @@ def test_remembering_counts_every_text_when_threads_embed_at_once() -> None:
     for thread in threads:
         thread.join(120)
     assert remembering._count == 5
+
+
+# --- ONNX Runtime for batches -------------------------------------------------------------------------
+
+
+def test_onnx_backend_without_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without onnxruntime installed "auto" runs batches in NumPy, and "onnx" says what to install."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "onnx_available", lambda: False)
+    assert NumpyBertEmbedder(default_model_path()).runtime == "numpy"
+    with pytest.raises(ModelError, match="onnxruntime"):
+        load_embedder(backend="onnx")
+    monkeypatch.setattr(embed, "onnx_available", lambda: True)
+    assert NumpyBertEmbedder(default_model_path()).runtime == "onnx"
+    assert NumpyBertEmbedder(default_model_path(), runtime="numpy").runtime == "numpy"
+
+
+@pytest.mark.slow
+def test_onnx_runtime_gives_the_numpy_vectors(tmp_path: Path) -> None:
+    """The graph built from the prepared weights gives NumPy's vectors (to float rounding) and the same
+    nearest neighbours; it is built once and read back from the cache."""
+    texts = [f"{t} ({i})" for i in range(4) for t in TEXTS]  # >= ONNX_MIN: the call opens the session
+    reference = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="numpy")
+    expected = reference.embed(texts)
+    cache = tmp_path / "cache"
+    onnx = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="onnx", cache_dir=cache)
+    assert onnx.embed(texts[:1]).shape == (1, 384) and onnx._ort is None  # a lone query stays in NumPy
+    got = onnx.embed(texts)
+    assert onnx._ort is not None
+    assert np.abs(got - expected).max() < 1e-5
+    assert np.sum(got * expected, axis=1).min() > 0.99999
+    queries = reference.embed(["what does Mara prefer for travel?", "the ryokan check-in time"])
+    for q in queries:
+        assert set(np.argsort(-(expected @ q))[:10]) == set(np.argsort(-(got @ q))[:10])
+    (graph,) = cache.glob("onnx-bert-*.onnx")
+    again = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="onnx", cache_dir=cache)
+    np.testing.assert_array_equal(again.embed(texts), got)  # the cached graph, the same rows
+    assert list(cache.glob("onnx-bert-*.onnx")) == [graph]
+    graph.write_bytes(graph.read_bytes()[:4096])  # torn: the next process builds it again
+    rebuilt = NumpyBertEmbedder(
+        default_model_path(), batch_size=8, workers=1, runtime="onnx", cache_dir=cache
+    )
+    np.testing.assert_array_equal(rebuilt.embed(texts), got)
+    assert graph.stat().st_size > 80_000_000
+    # A call's runtime depends on the call alone: small ones stay in NumPy with the session open, and
+    # gathered calls get each call's rows bit for bit.
+    np.testing.assert_array_equal(onnx.embed(texts[:3]), reference.embed(texts[:3]))
+    small, large = onnx.embed_calls([texts[:3], texts])
+    np.testing.assert_array_equal(small, reference.embed(texts[:3]))
+    np.testing.assert_array_equal(large, got)
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_loses_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker processes killed between two calls (a crash, an OOM kill): the next call's batches that went
+    to them are run here, every row as this process alone computes it, and later calls stay here."""
+    import signal
+
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
+    texts = [f"turn {i}: {TEXTS[i % len(TEXTS)]} {'and more ' * (i % 5)}" for i in range(40)]
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1).embed(texts)
+    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=2)
+    try:
+        np.testing.assert_array_equal(shared.embed(texts), alone)
+        assert shared._pool is not None
+        for pid in list(shared._pool._processes):
+            os.kill(pid, signal.SIGKILL)
+        np.testing.assert_array_equal(shared.embed(texts), alone)
+        assert shared.workers == 1 and shared._pool is None
+    finally:
+        shared.close()
