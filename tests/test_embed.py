@@ -583,6 +583,31 @@ def test_onnx_runtime_gives_the_numpy_vectors(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_auto_runs_batches_in_numpy_when_onnx_runtime_cannot_run_the_graph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An installed ONNX Runtime that cannot open the graph (an old build without the fused kernels): "auto"
+    says why and embeds in NumPy, the same rows; "onnx", asked for by name, is an error."""
+    from vaultmem import embed
+
+    def refuse(self: NumpyBertEmbedder) -> None:
+        raise RuntimeError("Could not find an implementation for SkipLayerNormalization")
+
+    monkeypatch.setattr(embed, "onnx_available", lambda: True)
+    monkeypatch.setattr(NumpyBertEmbedder, "_open_session", refuse)
+    texts = [f"{t} ({i})" for i in range(4) for t in TEXTS]  # >= ONNX_MIN: the call wants the session
+    auto = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1)
+    assert auto.runtime == "onnx" and auto.onnx_failure is None
+    got = auto.embed(texts)
+    assert auto.runtime == "numpy" and "SkipLayerNormalization" in (auto.onnx_failure or "")
+    reference = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="numpy")
+    np.testing.assert_array_equal(got, reference.embed(texts))
+    named = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="onnx")
+    with pytest.raises(ModelError, match="use backend 'numpy'"):
+        named.embed(texts)
+
+
+@pytest.mark.slow
 def test_a_worker_that_dies_loses_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """Worker processes killed between two calls (a crash, an OOM kill): the next call's batches that went
     to them are run here, every row as this process alone computes it, and later calls stay here."""

@@ -503,7 +503,10 @@ class NumpyBertEmbedder:
         if runtime == "onnx" and not onnx_available():
             raise ModelError("the onnx backend needs onnxruntime and onnx: `pip install onnxruntime onnx`")
         self.runtime = "onnx" if runtime == "onnx" or (runtime == "auto" and onnx_available()) else "numpy"
+        self._chosen = runtime
         self._ort: Any = None
+        # Why ONNX Runtime chosen by "auto" could not run the graph (batches then run in NumPy); None if it can.
+        self.onnx_failure: str | None = None
         self.model_dir = _require_dir(model_dir)
         self.cache_dir = cache_dir
         self.workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
@@ -684,12 +687,15 @@ class NumpyBertEmbedder:
             return None
         self._load()  # outside the lock: the graph is built from the loaded weights
         with self._lock:
-            if self._ort is None:
+            if self._ort is None and self.runtime == "onnx":
                 try:
                     self._ort = self._open_session()
-                except ModelError:
-                    raise
                 except Exception as exc:
+                    if self._chosen == "auto":  # an install whose runtime cannot run the graph: NumPy
+                        self.runtime, self.onnx_failure = "numpy", str(exc)
+                        return None
+                    if isinstance(exc, ModelError):
+                        raise
                     raise ModelError(
                         f"ONNX Runtime could not run the model at {self.model_dir}: {exc}; "
                         f"use backend 'numpy'"
