@@ -598,3 +598,41 @@ def test_a_level_mixing_sessions_does_not_stand_for_either(tmp_path: Path) -> No
         vault.add_summary(fresh[at - 1 : at + 1], "Mixed.")
         messages = vault.build_message_list("kyoto")
         assert all(m["role"] != "tool" for m in messages) and len(messages) == 6
+
+
+def test_a_step_a_full_disk_cut_is_finished_by_the_daemons_pool_before_its_next_job(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step's note left in ``treeops/`` by a full disk (the step was cut midway, the daemon goes on):
+    while the disk is still full the pool waits again and the note stays; once space returns the pool
+    replays it before claiming another job, instead of leaving it for the next open."""
+    import errno
+
+    from vaultmem import db, pool
+    from vaultmem.errors import DiskFull
+
+    monkeypatch.setattr(pool, "DISK_FULL_WAIT_S", 0.0)
+    level = level_ids(vault)[0]
+    kids = children(vault, level)
+    plan = docmem.plan_insert_between(vault.conn, vault.layout, kids[0], kids[1], docmem.NewLeaf("between"))
+    vault.layout.treeops.mkdir(parents=True, exist_ok=True)
+    (vault.layout.treeops / "cut.json").write_bytes(plan.op.to_json())
+    workers = pool.Pool(vault.job_env())
+    workers._out_of_space(DiskFull("the disk is full"), until_idle=False)
+    conn = db.connect(vault.layout.db)
+    try:
+        real_heal = steps.heal
+
+        def still_full(*args: Any, **kwargs: Any) -> list[steps.Applied]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(steps, "heal", still_full)
+        assert not workers._finish_cut_steps(conn, until_idle=False)
+        assert steps.pending_notes(vault.layout) and workers._cut_steps
+        monkeypatch.setattr(steps, "heal", real_heal)
+        assert workers._finish_cut_steps(conn, until_idle=False)
+    finally:
+        conn.close()
+    assert not steps.pending_notes(vault.layout) and not workers._cut_steps
+    assert children(vault, level) == [kids[0], plan.ids[0], *kids[1:]]
+    assert_consistent(vault)

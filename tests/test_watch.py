@@ -503,7 +503,7 @@ def test_a_full_disk_while_the_daemon_writes_loses_nothing_says_so_and_recovers(
     thing under test; SQLite keeps writing) while the daemon reads a new note: the daemon keeps running
     and says the disk is full, the note is untouched, no temp file is left; once space returns the note
     reaches the index, the status carries the warning and ``check`` passes."""
-    from vaultmem import fsio, pool
+    from vaultmem import fsio, pool, steps
 
     monkeypatch.setattr(pool, "DISK_FULL_WAIT_S", 0.5)
     full = threading.Event()
@@ -536,6 +536,11 @@ def test_a_full_disk_while_the_daemon_writes_loses_nothing_says_so_and_recovers(
             lambda: any("nothing was lost" in w for w in seeded.stats().daemon["warnings"]),
             timeout=BULK_S,
             what="the warning in the status",
+        )
+        # A step the full disk cut midway (a seal or digest running at that moment) is finished by the
+        # daemon once space returns, not left for the next open.
+        wait_for(
+            lambda: not steps.pending_notes(seeded.layout), timeout=BULK_S, what="a cut step to be finished"
         )
         settle(daemon)
     assert refused and note.read_text(encoding="utf-8") == text

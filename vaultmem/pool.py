@@ -154,6 +154,9 @@ class Pool:
         self._source_locks: dict[str, threading.Lock] = {}  # one seal pass per source at a time
         self._until_idle = False
         self._disk_full: DiskFull | None = None  # the first full-disk error: an until-idle run stops
+        # A full disk may have cut a step midway (its note still in ``treeops/``): it is finished before the
+        # next job plans on the tree, not only on the next open.
+        self._cut_steps = False
 
     def wake(self) -> None:
         self._wake.set()
@@ -299,6 +302,8 @@ class Pool:
                     self._wake.wait(POLL_S)
                     self._wake.clear()
                     continue
+                if self._cut_steps and not self._finish_cut_steps(conn, until_idle):
+                    continue
                 try:
                     with self._state:
                         jobs = queue.claim(owner, kinds=[JobKind.ADMIT.value], limit=ADMIT_BATCH)
@@ -345,11 +350,35 @@ class Pool:
         with self._state:
             if self._disk_full is None:
                 self._disk_full = exc
+            self._cut_steps = True
         if until_idle:
             self.stop()
             return
         self.report.say(notes=[f"{exc}; waiting {DISK_FULL_WAIT_S:.0f}s before trying again"])
         self._stop.wait(DISK_FULL_WAIT_S)
+
+    def _finish_cut_steps(self, conn: sqlite3.Connection, until_idle: bool) -> bool:
+        """Finish the steps a full disk cut midway (``steps.heal``: their notes are replayed) before this
+        worker claims another job; False when the disk is still full (the pool has waited again)."""
+        try:
+            with self.ctx.lock():
+                if steps.pending_notes(self.ctx.layout):
+                    embedder = self.ctx.embedder()
+                    for step in steps.heal(conn, self.ctx.layout, embedder.model_id, embedder.dim):
+                        if self.ctx.commit is not None:
+                            self.ctx.commit(f"{step.message} (finished after a full disk)")
+        except Exception as exc:
+            if not (fsio.is_disk_full(exc) or db.is_disk_full(exc)):
+                # Not the disk: the note stays and the step is finished on the next open (or check --fix).
+                self.report.say(
+                    notes=[f"a step cut by a full disk was not finished: {type(exc).__name__}: {exc}"]
+                )
+            else:
+                self._out_of_space(DiskFull(f"the disk is full ({exc})"), until_idle)
+                return False
+        with self._state:
+            self._cut_steps = False
+        return True
 
     def _idle(self, conn: sqlite3.Connection) -> bool:
         with self._state:
