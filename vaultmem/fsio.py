@@ -442,16 +442,9 @@ def move_files(root: Path, moves: Iterable[tuple[Path, Path]]) -> None:
             _moved(src, dst)
 
 
-def move_file(root: Path, src: Path, dst: Path, *, checked: bool = False) -> None:
-    """Move one file or directory (``checked``: the caller has already checked both ends)."""
-    if not checked:
-        check_inside(root, [src, dst])
-    _rename(src, dst)
-    with _space(dst):
-        fsync_dir(dst.parent)
-        if src.parent != dst.parent:
-            fsync_dir(src.parent)
-    _moved(src, dst)
+def move_file(root: Path, src: Path, dst: Path) -> None:
+    """Move one file or directory (``move_files`` with one move)."""
+    move_files(root, [(src, dst)])
 
 
 def _rename(src: Path, dst: Path) -> None:
