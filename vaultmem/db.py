@@ -875,17 +875,18 @@ def side_write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     syncs it too, and a power cut can lose only these last bookkeeping writes, never the index's
     consistency). At 100,000 leaves the sync was ~4 ms of a search's ~20 under load."""
     before = conn.total_changes
-    relaxed = None
+    restore = None  # the connection's own value, put back after a relaxed commit
     if not conn.in_transaction and _wal(conn):  # NORMAL risks corruption in rollback-journal mode
-        relaxed = int(conn.execute("PRAGMA synchronous").fetchone()[0])
-    if relaxed is not None and relaxed > SYNC_NORMAL:
-        conn.execute(f"PRAGMA synchronous = {SYNC_NORMAL}")
+        level = int(conn.execute("PRAGMA synchronous").fetchone()[0])
+        if level > SYNC_NORMAL:
+            restore = level
+            conn.execute(f"PRAGMA synchronous = {SYNC_NORMAL}")
     try:
         with atomic(conn):
             yield conn
     finally:
-        if relaxed is not None and relaxed > SYNC_NORMAL:
-            conn.execute(f"PRAGMA synchronous = {relaxed}")
+        if restore is not None:
+            conn.execute(f"PRAGMA synchronous = {restore}")
         if isinstance(conn, Connection):
             conn.side_changes += conn.total_changes - before
 
