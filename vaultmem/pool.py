@@ -362,11 +362,14 @@ class Pool:
         worker claims another job; False when the disk is still full (the pool has waited again)."""
         try:
             with self.ctx.lock():
-                if steps.pending_notes(self.ctx.layout):
-                    embedder = self.ctx.embedder()
-                    for step in steps.heal(conn, self.ctx.layout, embedder.model_id, embedder.dim):
-                        if self.ctx.commit is not None:
-                            self.ctx.commit(f"{step.message} (finished after a full disk)")
+                if steps.pending_notes(self.ctx.layout):  # the embedder is not built for nothing
+                    steps.heal_recorded(
+                        conn,
+                        self.ctx.layout,
+                        self.ctx.embedder(),
+                        self.ctx.commit,
+                        "finished after a full disk",
+                    )
         except Exception as exc:
             if not (fsio.is_disk_full(exc) or db.is_disk_full(exc)):
                 # Not the disk: the note stays and the step is finished on the next open (or check --fix).

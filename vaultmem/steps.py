@@ -161,6 +161,22 @@ def heal(conn: sqlite3.Connection, layout: Layout, model: str, dim: int) -> list
     return done
 
 
+def heal_recorded(
+    conn: sqlite3.Connection,
+    layout: Layout,
+    embedder: Embedder,
+    commit: Callable[[str], None] | None,
+    why: str,
+) -> list[str]:
+    """``heal``, each finished step recorded for git auto-commit (``commit``; None: not recorded) as its
+    message followed by ``why`` in brackets; returns the messages. The caller holds the write lock."""
+    done = heal(conn, layout, embedder.model_id, embedder.dim)
+    if commit is not None:
+        for step in done:
+            commit(f"{step.message} ({why})")
+    return [step.message for step in done]
+
+
 def _op_files(layout: Layout, op: TreeOp) -> list[Path]:
     """Every file a step writes, moves (both ends, every file of a moved directory) or removes."""
     out = [layout.abs(w.path) for w in op.writes] + [layout.abs(rel) for rel, _ in op.removes]

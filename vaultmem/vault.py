@@ -315,11 +315,9 @@ class Vault:
         from vaultmem import steps
 
         with self._locked():
-            embedder = self.embedder
-            done = steps.heal(self.conn, self.layout, embedder.model_id, embedder.dim)
-            for step in done:
-                self._commit(f"{step.message} (finished after a crash)")
-            return [step.message for step in done]
+            return steps.heal_recorded(
+                self.conn, self.layout, self.embedder, self._commit, "finished after a crash"
+            )
 
     def close(self) -> None:
         """Close the vault: a background build of the HNSW graph is finished first (joined, so the
@@ -1964,11 +1962,12 @@ class Vault:
     def revert_update(self, key: str) -> None:
         """Undo a link between two leaves, or between two entries of a core file (``new-old`` ids, as the
         weekly log writes it: 16 hex digits for leaves, 10 for core entries, ``coremem.revert``)."""
+        from vaultmem import review
         from vaultmem.corefile import ENTRY_ID_RE
 
         new_id, _, old_id = key.partition("-")
         if ENTRY_ID_RE.match(new_id) and ENTRY_ID_RE.match(old_id):
-            from vaultmem import coremem, review
+            from vaultmem import coremem
 
             with self.operation(f"memory: revert core update {new_id} of {old_id}"):
                 name, old_text, new_text = coremem.revert(self._memory(), new_id, old_id, self.clock())
@@ -1980,8 +1979,6 @@ class Vault:
         }
         if len(pair) != 2:
             raise NodeNotFound(f"{key}: both leaves must be in the vault to undo their link")
-        from vaultmem import review
-
         with self.operation(f"memory: revert update {new_id} of {old_id}"):
             self._link(old_id, pair[old_id].path, new_id, pair[new_id].path, add=False)
             # Listed in the week's log like a core revert: what was undone, and when.
