@@ -902,7 +902,7 @@ def unsettled(statement: str) -> bool:
     first-person intention ("I'll try to ..."), a request opening with its verb ("Write a 1000 words
     post"), or a question that opens as one ("Can ...?", "What ...?"; not "You know, the one where I ran
     26 minutes?")."""
-    if _UNSETTLED_RE.search(statement) is not None or _INTENTION_RE.search(statement) is not None:
+    if _planned(statement):
         return True
     first = _WORD_RE.findall(statement.lower()[:20])
     if first and first[0] in _REQUESTS and statement.lstrip(" *_>\"'").lower().startswith(first[0]):
@@ -1040,6 +1040,11 @@ def _replaces(clause: str, end: int, old: str) -> bool:
     return any(t in values for t in said) and not any(
         t in _content(old) for t in (stem(x) for x in said if not x[0].isdigit() and x not in values)
     )
+
+
+def _one_subject(old: set[str], new: set[str]) -> bool:
+    """Whether two statements are of one subject: they name one in common, or neither names anyone."""
+    return bool(old & new) or not (old or new)
 
 
 def _planned(clause: str) -> bool:
@@ -1237,7 +1242,7 @@ def changes(old: str, new: str) -> list[Change]:
                     if len(shared) < need:
                         continue
                     events = vo.event + vn.event
-                    same = bool(subjects_o & subjects_n) or not (subjects_o or subjects_n)
+                    same = _one_subject(subjects_o, subjects_n)
                     found.append(
                         Change(vo.shown, vn.shown, vo.kind, shared, events, cue, overlap, vn.shown_unit, same)
                     )
@@ -1249,8 +1254,7 @@ def changes(old: str, new: str) -> list[Change]:
                 other = cn if neg_o is not None else co
                 if verb and verb in other:
                     events = bool(_event_clause(so.split())) + bool(_event_clause(sn.split()))
-                    people_o, people_n = names(so), names(sn)
-                    same = bool(people_o & people_n) or not (people_o or people_n)
+                    same = _one_subject(names(so), names(sn))
                     found.append(
                         Change("", "", "negation", frozenset([verb]), events, cue, overlap, "", same)
                     )
