@@ -323,15 +323,26 @@ def title_words_cut(title: str, source_words: set[str]) -> int:
 def slug_words_cut(folder: str, text: str) -> int:
     """Slug words of an ``NN-slug`` folder that are no whole word of the level's text (its leaves and
     title; a folder keeps its name when a later summary retitles the level, so not the title alone).
-    A CJK part needs only to occur in the text (CJK has no spaces between words)."""
+    A CJK part needs only to occur in the text (CJK has no spaces between words).
+    An identifier's parts (``fastcgi_param`` -> ``fastcgi-param``) are words of the text, but a slug that
+    ends inside an identifier (``…-fastcgi``) counts one cut word."""
     parts = folder.split("-")[1:]
-    words = set(re.findall(r"\w+", text.lower()))
+    idents = set(re.findall(r"[^\W_]+(?:_+[^\W_]+)+", text.lower()))
+    words = set(re.findall(r"\w+", text.lower())) | {p for w in idents for p in w.split("_") if p}
     cjk = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
-    return sum(
+    cut = sum(
         1
         for p in parts
         if p and p not in words and p != "level" and not (cjk.search(p) and p in text.lower())
     )
+    slug = "-" + "-".join(parts)
+    for ident in idents:
+        pieces = [p for p in ident.split("_") if p]
+        whole = "-" + "-".join(pieces)
+        heads = ("-" + "-".join(pieces[:k]) for k in range(1, len(pieces)))
+        if whole not in slug + "-" and any(slug.endswith(h) for h in heads):
+            cut += 1
+    return cut
 
 
 def evaluate(

@@ -677,3 +677,16 @@ def test_search_and_context_say_which_note_and_heading_a_section_comes_from(vaul
     assert "from Travel/Kyoto trip.md › Kyoto trip › Lodging › Ryokan" in shown
     context = agenttools.context_text(vault, "When do we check in at the ryokan?", 512)
     assert "(from Travel/Kyoto trip.md › Kyoto trip › Lodging › Ryokan)" in context
+
+
+def test_a_document_folder_drops_a_possessive_and_ends_at_a_whole_word() -> None:
+    from vaultmem.docsync import folder_slug
+
+    assert folder_slug("Asus router's DHCP") == "asus-router-dhcp"  # was asus-router-s-dhcp
+    assert folder_slug("Mara’s notes") == "mara-notes"
+    assert folder_slug("fastcgi_param reference") == "fastcgi_param-reference"  # identifiers stay whole
+    long = "configuring " + "the nginx reverse proxy for " * 3
+    slug = folder_slug(long)
+    assert len(slug) <= 60 and slug.split("-")[-1] in long.split()
+    assert folder_slug("x" * 70) == "x" * 60  # one word longer than the limit: cut at a character
+    assert folder_slug("CON") == "con-doc"

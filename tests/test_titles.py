@@ -46,13 +46,24 @@ def test_titles_and_folder_names_never_cut_a_word(texts: list[str]) -> None:
     assert slug == "" or re.fullmatch(r"[^\W_]+(?:-[^\W_]+)*", slug)
 
 
-@given(st.text(max_size=200))
+IDENTIFIER_TEXT = st.text(alphabet="abcdefxyzé京_ '’s.-", max_size=200)
+
+
+@given(st.one_of(st.text(max_size=200), IDENTIFIER_TEXT))
 def test_folder_slug_keeps_whole_words_within_the_limit(title: str) -> None:
     slug = folder_slug(title)
     assert len(slug) <= 40
     words = [w.lower() for w in re.findall(r"[^\W_]+", title)]
     for part in slug.split("-") if slug else []:
         assert part in words or any(w.startswith(part) and not w.isascii() for w in words)
+    # An identifier (a_b_c) is one word: the slug never ends inside it, unless it is the first word and
+    # too long alone (then its leading parts, each whole).
+    for ident in re.findall(r"[^\W_]+(?:_+[^\W_]+)+", title.lower()):
+        parts = [p for p in ident.split("_") if p]
+        for k in range(1, len(parts)):
+            head = "-".join(parts[:k])
+            if f"-{slug}".endswith(f"-{head}") and "-".join(parts) not in slug:
+                assert slug.startswith(head) and len("-".join(parts)) > 40, (title, slug, ident)
 
 
 def test_folder_names_of_real_titles() -> None:
@@ -64,6 +75,15 @@ def test_folder_names_of_real_titles() -> None:
     assert (
         folder_slug("internationalisation localisation considerations") == "internationalisation-localisation"
     )
+    # An identifier is one word: kept whole or left out, never its first part alone (LongMemEval 4b24c848).
+    assert folder_slug("nginx host ssl http2 fastcgi_param") == "nginx-host-ssl-http2-fastcgi-param"
+    assert folder_slug("nginx host ssl http2 daemon fastcgi_param") == "nginx-host-ssl-http2-daemon"
+    assert folder_slug("default conf template files fastcgi_param") == "default-conf-template-files"
+    assert folder_slug("fastcgi_param_with_a_very_long_identifier_beyond") == "fastcgi-param-with-a-very-long"
+    # A possessive 's leaves no lone "s" word behind, straight or curly apostrophe.
+    assert folder_slug("Asus router's DHCP lease") == "asus-router-dhcp-lease"
+    assert folder_slug("Mara’s dentist in March") == "mara-dentist-in-march"
+    assert folder_slug("O'Sullivan's pub quiz") == "o-sullivan-pub-quiz"
 
 
 def test_chinese_levels_get_a_readable_title_and_folder() -> None:

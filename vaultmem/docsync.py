@@ -154,9 +154,17 @@ def split_documents(messages: Iterable[Message]) -> tuple[list[Document], list[M
 
 
 # -- where a document lives -------------------------------------------------------------------------------
-def folder_slug(name: str) -> str:
-    """A folder name kept readable: letters of any script, digits, ``-``; secrets scrubbed first."""
-    cleaned = re.sub(r"[^\w]+", "-", scrub(name).lower()).strip("-_.")[:60].strip("-_.")
+_POSSESSIVE = re.compile(r"(?<=[^\W_])['\u2019][sS](?![^\W_])")
+
+
+def folder_slug(name: str, max_len: int = 60) -> str:
+    """A folder name kept readable: letters of any script, digits, ``_`` and ``-``; secrets scrubbed first.
+    A possessive ``'s`` goes (``Router's DHCP`` -> ``router-dhcp``, not ``router-s-dhcp``) and a long name
+    ends at a whole word (a single word longer than ``max_len`` is cut at a character)."""
+    cleaned = re.sub(r"[^\w]+", "-", _POSSESSIVE.sub("", scrub(name).lower())).strip("-_.")
+    if len(cleaned) > max_len:
+        whole = cleaned[: max_len + 1].rpartition("-")[0] if cleaned[max_len] != "-" else cleaned[:max_len]
+        cleaned = (whole or cleaned[:max_len]).strip("-_.")
     cleaned = cleaned or "untitled"
     return f"{cleaned}-doc" if _DEVICE.match(cleaned) else cleaned
 

@@ -179,27 +179,44 @@ def is_ignored(rel: str) -> bool:
     )
 
 
-_FOLDER_WORD_RE = re.compile(r"[^\W_]+")
+# A word of a folder name: letters and digits of any script, with the parts of an identifier joined by
+# ``_`` (``fastcgi_param``) kept together, and a possessive ``'s`` (``Mara's``) left out.
+_FOLDER_WORD_RE = re.compile(r"[^\W_]+(?:_+[^\W_]+)*")
+_FOLDER_POSSESSIVE_RE = re.compile(r"(?<=[^\W_])['\u2019][sS](?![^\W_])")
 _FOLDER_CJK_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+
+
+def folder_words(title: str) -> list[str]:
+    """The words a level folder's name is made of, lower-case: runs of letters and digits in any script;
+    an identifier's ``_``-joined parts stay one word (``fastcgi_param`` -> ``fastcgi-param``), a possessive
+    ``'s`` goes (``Mara's`` -> ``mara``, not ``mara`` and a lone ``s``)."""
+    text = _FOLDER_POSSESSIVE_RE.sub("", title.lower())
+    return [re.sub("_+", "-", word) for word in _FOLDER_WORD_RE.findall(text)]
 
 
 def folder_slug(title: str, words: int = 5, max_len: int = 40) -> str:
     """A level folder's name from its title: lower-case whole words joined by ``-`` (may be empty).
 
-    Words are runs of letters and digits in any script, so 京都旅行 or café stay readable (Obsidian and
-    every current file system take Unicode names); a word that would pass ``max_len`` characters is left
-    out, never cut, except a first word longer than the limit (a CJK run has no spaces), which is cut
-    at a character. Redacted first, like every name."""
+    Words are runs of letters and digits in any script (``folder_words``), so 京都旅行 or café stay
+    readable (Obsidian and every current file system take Unicode names); an identifier such as
+    ``fastcgi_param`` is one word, kept whole or left out (alone and too long: its leading parts). A word that would pass ``max_len`` characters
+    is left out, never cut, except a first word longer than the limit (a CJK run has no spaces), which is
+    cut at a character. Redacted first, like every name."""
     head = " ".join(title.split(maxsplit=words * 2 + 4)[: words * 2 + 4])
     kept: list[str] = []
     size = 0
-    for word in _FOLDER_WORD_RE.findall(scrub(head).lower()):
+    for word in folder_words(scrub(head)):
         if len(kept) == words:
             break
         cost = len(word) + (1 if kept else 0)
         if size + cost > max_len:
             if not kept and _FOLDER_CJK_RE.match(word):
                 kept.append(word[:max_len])
+            elif not kept and "-" in word:  # a long identifier alone: its leading parts, each whole
+                parts = word.split("-")
+                while parts and len("-".join(parts)) > max_len:
+                    parts.pop()
+                kept.extend(parts[:1] and ["-".join(parts)])
             break
         kept.append(word)
         size += cost
