@@ -103,6 +103,39 @@ def test_short_episodes_are_grouped_by_meaning_not_by_time() -> None:
     assert {labels[g[0]] for g in groups} == {0, 1, 2}
 
 
+def test_a_chats_small_groups_stay_in_their_session_not_with_the_greetings_of_another_day() -> None:
+    """LongMemEval e66b632c's ``07-assist-today``: "hi" and "Hello! How can I assist you today?" of
+    session S003 and a "yes" of S011 made one level. Greetings are closer to each other than to anything
+    their sessions are about, so by meaning the small groups of two sessions joined each other; in a chat
+    (``apart``) a small group of turns that say little joins a group of its own session, or of the
+    nearest session in time."""
+    rng = np.random.default_rng(5)
+    axes = np.eye(8, dtype=np.float32)
+    greeting = 7
+    sessions: list[int] = []
+    subjects: list[int] = []
+    for session in range(4):
+        turns = [greeting, greeting] if session == 0 else []
+        turns += [session] * 12
+        if session == 3:
+            turns.insert(6, greeting)  # a "yes" in the middle of the last session
+        sessions += [session] * len(turns)
+        subjects += turns
+    vectors = _unit(np.stack([axes[t] + 0.05 * rng.normal(size=8) for t in subjects]))
+    caps = Caps(12, 3, 32, 10_000)
+    little = [t == greeting for t in subjects]
+    groups = group(vectors, [10] * len(subjects), caps, sessions, apart=True, little=little)
+    assert sorted(i for g in groups for i in g) == list(range(len(subjects)))
+    for g in groups:
+        assert len({sessions[i] for i in g}) == 1, [(sessions[i], subjects[i]) for i in g]
+    # Without the flags (as before) the greetings of sessions 0 and 3 are one group.
+    before = group(vectors, [10] * len(subjects), caps, sessions, apart=True)
+    assert any({sessions[i] for i in g} == {0, 3} for g in before)
+    # Without ``apart`` (notes, not a chat) small groups still go where they are closest in meaning.
+    notes = group(vectors, [10] * len(subjects), caps, list(range(len(subjects))))
+    assert any({subjects[i] for i in g} == {greeting} for g in notes)
+
+
 def test_small_groups_join_their_nearest_neighbour() -> None:
     vectors = _unit(np.array([[1, 0], [1, 0.05], [1, 0.1], [0.98, 0.2], [0, 1]], dtype=np.float32))
     groups = group(vectors, [1] * 5, Caps(2, 3, 10, 100))

@@ -640,3 +640,41 @@ def test_reactions_only_join_their_conversation_and_no_summary_opens_with_one(tm
             assert not weak_opening(first.split(": ", 1)[-1]), (directory, node.text)
         assert len(vault.ls()) == len(records)
         assert vault.check().ok
+
+
+def test_greetings_of_two_days_do_not_make_a_level_of_their_own(tmp_path: Path) -> None:
+    """LongMemEval e66b632c's ``07-assist-today``: one day's "hi" and "How can I help you today?" and
+    another day's "yes" made a level, because greetings are closer to each other than to what either
+    day's chat was about. A small group of turns that say little stays in its own session's level."""
+    names = list(TOPICS)
+    records: list[dict[str, object]] = []
+    for day in range(5):
+        texts = [r["content"] for r in topic_records(10) if topic_of(str(r["content"])) == names[day % 4]]
+        if day == 0:
+            texts = ["Hi there!", "Hello there! How can I help you today?", *texts]
+        if day == 3:
+            texts.insert(5, "Yes there, thanks!")
+        if day == 4:
+            texts = [f"{t} Later." for t in texts[:8]]  # the fresh tail, left in _fresh/
+        for i, text in enumerate(texts):
+            records.append(
+                {
+                    "id": f"d{day}m{i}",
+                    "speaker": "Mara" if i % 2 else "assistant",
+                    "content": text,
+                    "ts": f"2024-05-{1 + 3 * day:02d}T10:{i:02d}:00Z",
+                    "session": f"s{day}",
+                    "source": "chat",
+                }
+            )
+    with make_vault(tmp_path / "v") as vault:
+        vault.ingest_messages(records)
+        vault.flush()
+        vault.compact()
+        sealed = levels(vault)
+        session_of = {str(r["content"]): str(r["session"]) for r in records}
+        assert sum(len(texts) for texts in sealed.values()) == 43
+        for directory, texts in sealed.items():
+            assert len({session_of[t] for t in texts}) == 1, (directory, texts)
+        assert len(vault.ls()) == len(records)
+        assert vault.check().ok

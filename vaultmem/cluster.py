@@ -52,12 +52,15 @@ def group(
     episodes: Sequence[int] | None = None,
     *,
     apart: bool = False,
+    little: Sequence[bool] | None = None,
 ) -> list[list[int]]:
     """Partition row indices of ``vectors`` (in their given, chronological order) into groups.
 
     ``episodes`` (one number per row) keeps groups within an episode where the episode is large enough
     for a group of its own; with ``apart`` (a chat's sessions) every episode is, however short: a short
     one is most often a session cut by the batch's edge, whose rest is or will be in a level of its own.
+    ``little`` (one flag per row, with ``apart``) marks rows that say little (greetings, "yes"): a small
+    group of only those joins by episode, not by meaning (``_merge_small``).
     Every index appears in exactly one group; groups and their members keep the input order."""
     n = len(vectors)
     if n == 0:
@@ -82,7 +85,8 @@ def group(
         for g in _agglomerate(vectors, members, caps.target, bar):
             split.extend(_split_to_caps(g, tokens, caps))
     home = list(episodes) if episodes is not None else [0] * n
-    merged = _merge_small(split, vectors, tokens, caps, home)
+    by_time = little if apart and episodes is not None and little is not None else None
+    merged = _merge_small(split, vectors, tokens, caps, home, by_time)
     return sorted((sorted(g) for g in merged), key=lambda g: g[0])
 
 
@@ -161,7 +165,15 @@ def _merge_small(
     tokens: Sequence[int],
     caps: Caps,
     episodes: Sequence[int],
+    little: Sequence[bool] | None = None,
 ) -> list[list[int]]:
+    """Join each group smaller than ``caps.min_size`` to another with room: the closest in meaning, its
+    own episode worth ``EPISODE_BONUS`` (half for the episode before or after). A small group of rows
+    that say little (``little``: a chat's greetings, "yes", "thanks") goes by time instead: a group of its
+    own episode, else of the nearest episode, the closest in meaning among those. By meaning, the
+    greetings of two days' chats joined each other: they are closer to each other than to anything
+    either conversation was about (LongMemEval: "hi", "How can I assist you today?" and another day's
+    "yes" made a level)."""
     groups = [list(g) for g in groups]
     while True:
         small = [g for g in groups if len(g) < caps.min_size]
@@ -174,7 +186,8 @@ def _merge_small(
                 continue
             here = centroid(vectors[g])
             mine = {episodes[i] for i in g}
-            best: tuple[float, int] | None = None
+            by_time = little is not None and all(little[i] for i in g)
+            best: tuple[float, float, int] | None = None
             for j, other in enumerate(groups):
                 if other is g:
                     continue
@@ -191,10 +204,11 @@ def _merge_small(
                     cosine += EPISODE_BONUS
                 elif any(abs(a - b) == 1 for a in near for b in mine):
                     cosine += EPISODE_BONUS / 2
-                if best is None or cosine > best[0]:
-                    best = (cosine, j)
+                apart = float(min(abs(a - b) for a in near for b in mine)) if by_time else 0.0
+                if best is None or (-apart, cosine) > best[:2]:
+                    best = (-apart, cosine, j)
             if best is not None:
-                groups[best[1]].extend(g)
+                groups[best[2]].extend(g)
                 groups.remove(g)
                 moved = True
                 break

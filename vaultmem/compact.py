@@ -342,13 +342,16 @@ class Planner:
         ):
             carried = []
         rest = list(range(len(carried), len(batch)))
-        # A chat's sessions are sealed apart (its short pieces join their own session's levels).
+        # A chat's sessions are sealed apart (its short pieces join their own session's levels, and a
+        # small group of turns that say little joins its own session or the nearest one, by time).
+        apart = any(leaf.session for leaf in batch)
         found = cluster.group(
             matrix[rest],
             [batch[i].tokens for i in rest],
             caps,
             [numbers[i] for i in rest],
-            apart=any(leaf.session for leaf in batch),
+            apart=apart,
+            little=[_says_little(batch[i]) for i in rest] if apart else None,
         )
         groups = [[rest[i] for i in members] for members in found]
         # A group of reactions only joins its conversation's closest level after the others made theirs.
@@ -741,6 +744,11 @@ def _reactions_only(leaves: Sequence[_Leaf]) -> bool:
     return any(leaf.session or leaf.speaker for leaf in leaves) and all(
         says_little(leaf.text) for leaf in leaves
     )
+
+
+def _says_little(leaf: _Leaf) -> bool:
+    """A turn that is only a reaction, a greeting or a "yes" (``says_little``), or one dropped at ingest."""
+    return leaf.status == Status.DROPPED.value or says_little(leaf.text)
 
 
 def _join_threshold(s: CompactSettings, leaves: Sequence[_Leaf]) -> float:
