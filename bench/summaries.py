@@ -320,15 +320,17 @@ def title_words_cut(title: str, source_words: set[str]) -> int:
     return cut
 
 
-def slug_words_cut(folder: str, text: str) -> int:
+def slug_words_cut(folder: str, text: str, title: str = "") -> int:
     """Slug words of an ``NN-slug`` folder that are no whole word of the level's text (its leaves and
     title; a folder keeps its name when a later summary retitles the level, so not the title alone).
     A CJK part needs only to occur in the text (CJK has no spaces between words).
     An identifier's parts (``fastcgi_param`` -> ``fastcgi-param``) are words of the text, but a slug that
-    ends inside an identifier (``…-fastcgi``) counts one cut word."""
+    ends inside an identifier of the title (``…-fastcgi``) counts one cut word (one of the leaves only
+    says nothing: "Random brightness" in a title is two words even if a leaf has ``random_brightness_delta``)."""
     parts = folder.split("-")[1:]
     idents = set(re.findall(r"[^\W_]+(?:_+[^\W_]+)+", text.lower()))
     words = set(re.findall(r"\w+", text.lower())) | {p for w in idents for p in w.split("_") if p}
+    idents = set(re.findall(r"[^\W_]+(?:_+[^\W_]+)+", title.lower()))
     cjk = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
     cut = sum(
         1
@@ -396,7 +398,7 @@ def evaluate(
             coherence.add("shipped_title_cut", title_words_cut(lv.title, words))
         for lv in levels:
             text = " ".join([lv.title, *(leaves[i]["text"] for i in lv.leaf_ids)])
-            coherence.add("folder_cut", slug_words_cut(lv.folder, text))
+            coherence.add("folder_cut", slug_words_cut(lv.folder, text, lv.title))
             coherence.add(
                 "folder_placeholder",
                 float(
