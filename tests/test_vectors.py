@@ -501,3 +501,17 @@ def test_close_finishes_the_background_build_and_leaves_no_thread(
     closer.join(120)
     assert alive_after_close == [False]
     assert vectors.MatrixFile.of(vault.layout.state, embedder.model_id).graph.header.is_file()
+
+
+def test_onnx_runtime_loads_after_the_graph_library() -> None:
+    """A process that opened a graph (usearch) and then embeds a batch or opens the query runtime imports
+    ONNX Runtime after usearch: that crashed the process (SIGSEGV) until the system C++ runtime was loaded
+    before usearch (``ann._usearch_index``). In a new process, as the order matters only there."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("onnxruntime")
+    code = "from vaultmem import ann\nassert ann.available()\nimport onnxruntime\nprint('alive')\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "alive"
