@@ -639,6 +639,7 @@ def test_query_runtime_opens_in_the_background_and_never_blocks_a_query(
     from vaultmem import embed
 
     monkeypatch.setattr(embed, "onnx_available", lambda: True)
+    monkeypatch.setattr(embed, "QUERY_IDLE_S", 0.0)  # open at once (a process that paused after a search)
     embedder = NumpyBertEmbedder(default_model_path(), workers=1)
     assert embedder.runtime == "onnx" and embedder.query_runtime == "numpy"
     numpy_row = np.full((1, 384), 1.0 / np.sqrt(384), dtype=np.float32)
@@ -675,6 +676,24 @@ def test_query_runtime_opens_in_the_background_and_never_blocks_a_query(
     assert embedder.wait_query_runtime(10) == "onnx"
     np.testing.assert_array_equal(embedder.embed_query("when is the dentist?"), [1.0] + [0.0] * 383)
     np.testing.assert_array_equal(embedder.embed(["when is the dentist?"]), numpy_row)  # batches as before
+
+
+def test_query_runtime_waits_for_a_pause_and_a_closed_embedder_never_opens_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The opening waits until the process has been ``QUERY_IDLE_S`` without a search; closing the embedder
+    (or the process exiting) before then cancels it: ONNX Runtime is never imported."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "onnx_available", lambda: True)
+    monkeypatch.setattr(embed, "QUERY_IDLE_S", 3600.0)
+    opened: list[bool] = []
+    monkeypatch.setattr(NumpyBertEmbedder, "_open_session", lambda self: opened.append(True))
+    embedder = NumpyBertEmbedder(default_model_path(), workers=1)
+    assert embedder.start_query_runtime() is True
+    assert embedder._warming is not None and embedder._warming.is_alive()  # waiting for a pause
+    embedder.close()
+    assert not embedder._warming.is_alive() and opened == [] and embedder.query_runtime == "numpy"
 
 
 def test_query_runtime_is_not_started_for_the_numpy_runtime() -> None:

@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -427,10 +428,16 @@ _WORKER: NumpyBertEmbedder | None = None
 _WARMING: weakref.WeakSet[NumpyBertEmbedder] = weakref.WeakSet()
 
 
+# ``start_query_runtime`` opens the session once the process has been this long without a search (the
+# last call of ``start_query_runtime`` or ``embed_query``): importing ONNX Runtime holds the interpreter
+# lock ~0.1 s and the opening keeps a second core busy ~0.7 s, which a search running meanwhile pays.
+QUERY_IDLE_S = 0.5
+
+
 @atexit.register
 def _wait_for_query_runtimes() -> None:
     for embedder in list(_WARMING):
-        embedder.wait_query_runtime()
+        embedder.stop_query_runtime()
 
 
 def _spawn_safe() -> bool:
@@ -521,6 +528,8 @@ class NumpyBertEmbedder:
         self._ort: Any = None
         self._ort_lock = threading.Lock()  # opening the session: never the lock a query's ``_load`` takes
         self._warming: threading.Thread | None = None  # ``start_query_runtime``'s thread
+        self._active = 0.0  # when the last search was (``time.monotonic``): the opening waits for a pause
+        self._stop = threading.Event()  # set by ``stop_query_runtime``
         # Why ONNX Runtime chosen by "auto" could not run the graph (batches then run in NumPy); None if it can.
         self.onnx_failure: str | None = None
         self.model_dir = _require_dir(model_dir)
@@ -571,6 +580,7 @@ class NumpyBertEmbedder:
         text's row differs between batches of other lengths); which one ran depends on the process's
         history, so a query vector is not promised bit for bit equal to a batch row (``embed`` and
         ``embed_calls`` keep that promise between themselves)."""
+        self._active = time.monotonic()  # a search: the query runtime's opening waits for a pause
         session = self._ort if self.runtime == "onnx" else None  # one read: no lock, no waiting
         if session is None:
             rows = self.embed([text])
@@ -592,7 +602,12 @@ class NumpyBertEmbedder:
         takes a few seconds more). Queries meanwhile run in NumPy and never wait for it. Once per
         embedder; a runtime that fails to open leaves queries in NumPy (batches report the error).
         Returns whether queries will switch (False with the NumPy runtime). A one-shot process (a
-        ``vaultmem search`` from a shell) does not call it: it would pay the opening for nothing."""
+        ``vaultmem search`` from a shell) does not call it: it would pay the opening for nothing.
+
+        The opening waits until no search came for ``QUERY_IDLE_S`` (each call, like each ``embed_query``,
+        counts as one): a search running while ONNX Runtime is imported would wait for it. A process that
+        exits, or an embedder closed, before then never opens it."""
+        self._active = time.monotonic()
         if self.runtime != "onnx":
             return False
         if not self._ort_lock.acquire(blocking=False):
@@ -615,7 +630,16 @@ class NumpyBertEmbedder:
             thread.join(timeout)
         return self.query_runtime
 
+    def stop_query_runtime(self) -> None:
+        """Cancel an opening that has not begun (still waiting for an idle moment) and wait for one under
+        way: ONNX Runtime's C++ must not run while the interpreter tears down (``close``, and at exit)."""
+        self._stop.set()
+        self.wait_query_runtime()
+
     def _warm(self) -> None:
+        while (idle := self._active + QUERY_IDLE_S - time.monotonic()) > 0:
+            if self._stop.wait(idle):
+                return  # closed or exiting first: never opened
         # A runtime that fails to open leaves queries in NumPy; a batch call raises the same error.
         with contextlib.suppress(Exception):
             self._session()
@@ -739,13 +763,13 @@ class NumpyBertEmbedder:
             return self._pool
 
     def close(self) -> None:
-        """Stop the worker processes (they stop with this process anyway), and wait for a query runtime
-        still opening (``start_query_runtime``)."""
+        """Stop the worker processes (they stop with this process anyway), and the query runtime's opening
+        (``stop_query_runtime``)."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
-        self.wait_query_runtime()
+        self.stop_query_runtime()
 
     def _forward_with(self, session: Any, bert: _Bert, ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
         """One batch's mean-pooled rows (not yet normalised): by ONNX Runtime's ``session``, or by NumPy
