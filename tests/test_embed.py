@@ -628,3 +628,118 @@ def test_a_worker_that_dies_loses_no_row(monkeypatch: pytest.MonkeyPatch) -> Non
         assert shared.workers == 1 and shared._pool is None
     finally:
         shared.close()
+
+
+def test_query_runtime_opens_in_the_background_and_never_blocks_a_query(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``start_query_runtime`` returns at once; while the session is still opening, queries run in NumPy
+    without waiting for it (nor for its lock); once it is open, queries run in it. Batch calls are not
+    touched: ``embed`` stays as it was."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "onnx_available", lambda: True)
+    monkeypatch.setattr(embed, "QUERY_IDLE_S", 0.0)  # open at once (a process that paused after a search)
+    embedder = NumpyBertEmbedder(default_model_path(), workers=1)
+    assert embedder.runtime == "onnx" and embedder.query_runtime == "numpy"
+    numpy_row = np.full((1, 384), 1.0 / np.sqrt(384), dtype=np.float32)
+    onnx_row = np.zeros((1, 384), dtype=np.float32)
+    onnx_row[0, 0] = 2.0
+    release = threading.Event()
+    opening = threading.Event()
+
+    class Session:
+        def run(self, _outputs: object, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+            assert feeds["input_ids"].shape == feeds["attention_mask"].shape == (1, 3)
+            return [onnx_row.copy()]
+
+    def open_session(self: NumpyBertEmbedder) -> Session:
+        opening.set()
+        assert release.wait(10)
+        return Session()
+
+    batch = (np.array([0]), np.array([[101, 7, 102]], dtype=np.int64), np.ones((1, 3), dtype=np.float32))
+    monkeypatch.setattr(NumpyBertEmbedder, "_open_session", open_session)
+    monkeypatch.setattr(NumpyBertEmbedder, "_load", lambda self: None)
+    monkeypatch.setattr(NumpyBertEmbedder, "_batches", lambda self, bert, texts: [batch])
+    monkeypatch.setattr(NumpyBertEmbedder, "embed", lambda self, texts: numpy_row.copy())
+    assert embedder.start_query_runtime() is True
+    assert opening.wait(10)  # the session is opening now, on its own thread
+    answered: list[np.ndarray] = []
+    query = threading.Thread(target=lambda: answered.append(embedder.embed_query("when is the dentist?")))
+    query.start()
+    query.join(10)
+    assert not query.is_alive() and len(answered) == 1  # answered while the session was still opening
+    np.testing.assert_array_equal(answered[0], numpy_row[0])
+    assert embedder.query_runtime == "numpy" and embedder.start_query_runtime() is True  # started once
+    release.set()
+    assert embedder.wait_query_runtime(10) == "onnx"
+    np.testing.assert_array_equal(embedder.embed_query("when is the dentist?"), [1.0] + [0.0] * 383)
+    np.testing.assert_array_equal(embedder.embed(["when is the dentist?"]), numpy_row)  # batches as before
+
+
+def test_query_runtime_waits_for_a_pause_and_a_closed_embedder_never_opens_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The opening waits until the process has been ``QUERY_IDLE_S`` without a search; closing the embedder
+    (or the process exiting) before then cancels it: ONNX Runtime is never imported."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "onnx_available", lambda: True)
+    monkeypatch.setattr(embed, "QUERY_IDLE_S", 3600.0)
+    opened: list[bool] = []
+    monkeypatch.setattr(NumpyBertEmbedder, "_open_session", lambda self: opened.append(True))
+    embedder = NumpyBertEmbedder(default_model_path(), workers=1)
+    assert embedder.start_query_runtime() is True
+    assert embedder._warming is not None and embedder._warming.is_alive()  # waiting for a pause
+    embedder.close()
+    assert not embedder._warming.is_alive() and opened == [] and embedder.query_runtime == "numpy"
+
+
+def test_query_runtime_is_not_started_for_the_numpy_runtime() -> None:
+    embedder = NumpyBertEmbedder(default_model_path(), workers=1, runtime="numpy")
+    assert embedder.start_query_runtime() is False
+    assert embedder._warming is None and embedder.wait_query_runtime() == "numpy"
+
+
+@pytest.mark.slow
+def test_query_runtime_gives_the_same_neighbours_and_downloads_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queries by ONNX Runtime (opened in the background, its graph built into an empty cache with every
+    network connection refused) give NumPy's vectors to float rounding and the same top 10; batch calls
+    keep their rows bit for bit."""
+    import socket
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a network connection was attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    texts = [f"{t} ({i})" for i in range(4) for t in TEXTS]
+    queries = [
+        "what does Mara prefer for travel?",
+        "the ryokan check-in time",
+        "Caroline support group",
+        "budget review Friday",
+        "散步",
+    ]
+    reference = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="numpy")
+    corpus = reference.embed(texts)
+    expected = reference.embed(queries[:1])
+    embedder = NumpyBertEmbedder(
+        default_model_path(), batch_size=8, workers=1, runtime="onnx", cache_dir=tmp_path / "cache"
+    )
+    np.testing.assert_array_equal(embedder.embed_query(queries[0]), expected[0])  # before: NumPy's row
+    assert embedder.start_query_runtime()
+    assert embedder.wait_query_runtime(120) == "onnx"
+    assert list((tmp_path / "cache").glob("onnx-bert-*.onnx"))
+    for q in queries:
+        got, want = embedder.embed_query(q), reference.embed([q])[0]
+        assert np.abs(got - want).max() < 1e-6
+        assert list(np.argsort(-(corpus @ got))[:10]) == list(np.argsort(-(corpus @ want))[:10])
+    np.testing.assert_array_equal(embedder.embed(texts[:3]), reference.embed(texts[:3]))
+    small, large = embedder.embed_calls([texts[:3], texts])
+    np.testing.assert_array_equal(small, reference.embed(texts[:3]))
+    np.testing.assert_array_equal(large, embedder.embed(texts))
+    embedder.close()

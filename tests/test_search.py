@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.helpers import chat, make_vault, topic_of, topic_records
@@ -260,6 +261,48 @@ def test_query_vectors_are_shared_between_vaults(tmp_path: Path) -> None:
         v.close()
     # One forward pass in all: context after search, and the second vault, reuse the first vector.
     assert asked == [["roses near the fence"], []]
+
+
+class QueryRuntimeEmbedder(CountingEmbedder):
+    """Embeds queries by ``embed_query`` (as the NumPy embedder does) and counts runtime starts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = 0
+        self.queries: list[str] = []
+
+    def embed_query(self, text: str) -> np.ndarray:
+        self.queries.append(text)
+        return self.embed([text])[0]
+
+    def start_query_runtime(self) -> bool:
+        self.started += 1
+        return True
+
+
+def test_a_search_starts_the_query_runtime_unless_the_process_is_one_shot(tmp_path: Path) -> None:
+    """After a search or context the embedder may open its faster query runtime in the background (the
+    process will likely search again); queries go through ``embed_query``. The CLI's vaults do not."""
+    from vaultmem.cli import open_vault
+    from vaultmem.search import QUERY_VECTORS
+
+    QUERY_VECTORS.clear()
+    embedder = QueryRuntimeEmbedder()
+    v = Vault.init(tmp_path / "v", embedder=embedder)
+    v.ingest_messages(chat(3), source="chat")
+    v.flush()
+    assert embedder.started == 0
+    v.search("roses near the fence", k=3)
+    assert embedder.started == 1 and embedder.queries == ["roses near the fence"]
+    v.context("kitten shelter", 200)
+    assert embedder.started == 2  # a no-op once started (the embedder's business)
+    v.warm_queries = False
+    v.search("the hedge by the gate", k=3)
+    assert embedder.started == 2
+    v.close()
+    cli_vault = open_vault(tmp_path / "v")
+    assert cli_vault.warm_queries is False
+    cli_vault.close()
 
 
 def test_vectors_written_by_another_connection_are_seen(vault: Vault) -> None:

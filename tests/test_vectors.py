@@ -169,7 +169,7 @@ def test_matrix_file_is_mapped_by_a_new_process(tmp_path: Path, monkeypatch: pyt
     files = vectors.MatrixFile.of(vault.layout.state, vault.embedder.model_id)
     assert files.data.is_file() and files.header.is_file()
     cache = fresh_cache(vault)
-    assert isinstance(cache.matrix, np.memmap)  # mapped, not read row by row
+    assert isinstance(cache.matrix.base, np.memmap)  # mapped, not read row by row (a plain view of it)
     assert same_as_index(cache, vault)
     vault.close()
 
@@ -217,11 +217,11 @@ def test_matrix_file_of_another_index_or_damaged_is_never_read(
     fb.data.write_bytes(fa.data.read_bytes())  # b's folder now holds a's vectors (a copied file)
     fb.header.write_bytes(fa.header.read_bytes())
     cache = fresh_cache(b)
-    assert not isinstance(cache.matrix, np.memmap) and same_as_index(cache, b)
+    assert not isinstance(cache.matrix.base, np.memmap) and same_as_index(cache, b)
     a.save_vectors(force=True)
     fa.data.write_bytes(fa.data.read_bytes()[:200])  # torn
     cache = fresh_cache(a)
-    assert not isinstance(cache.matrix, np.memmap) and same_as_index(cache, a)
+    assert not isinstance(cache.matrix.base, np.memmap) and same_as_index(cache, a)
     a.close()
     b.close()
 
@@ -232,7 +232,9 @@ def test_reindex_rewrites_the_matrix_file(tmp_path: Path, monkeypatch: pytest.Mo
     report = vault.reindex()
     assert report.vectors == 40
     cache = fresh_cache(vault)
-    assert isinstance(cache.matrix, np.memmap) and set(cache.ids) == before and same_as_index(cache, vault)
+    assert (
+        isinstance(cache.matrix.base, np.memmap) and set(cache.ids) == before and same_as_index(cache, vault)
+    )
     vault.close()
 
 
@@ -286,6 +288,32 @@ def test_graph_candidates_rescored_have_recall_at_10_of_brute_force(
     cache.graph = graph_of(tmp_path, clustered(5000, dim=64, seed=21))
     cache._moved = set()
     assert recall_at_10(cache, queries[5:]) < 0.9
+
+
+def test_kind_rows_are_kept_until_the_rows_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind's rows (and the mask the graph's candidates are filtered by) are listed once, not for every
+    search, and listed again when rows come; the graph's leaves-only candidates equal the exact answer."""
+    monkeypatch.setattr(vectors, "APPROX_ABOVE", 1000)
+    m = clustered(3000, dim=64)
+    cache = cache_of(m.copy())
+    cache.ids = [("s" if i % 10 == 0 else "") + f"{i:015x}" for i in range(3000)]
+    cache.pos = {i: n for n, i in enumerate(cache.ids)}
+    cache.graph = graph_of(tmp_path, m)
+    leaves = cache.kind_rows("leaf")
+    assert cache.kind_rows("leaf") is leaves and not leaves.flags.writeable
+    np.testing.assert_array_equal(leaves, np.flatnonzero(np.arange(3000) % 10 != 0))
+    np.testing.assert_array_equal(cache.kind_rows("summary"), np.arange(0, 3000, 10))
+    assert cache.kind_rows("leaf") is not leaves  # the other kind was asked in between: listed again
+    np.testing.assert_array_equal(cache.kind_rows("leaf"), leaves)
+    q = unit(m[7:8] + 0.1)[0]
+    got = cache.top(q, 10, cache.kind_rows("leaf"))
+    sims = m @ q
+    sims[::10] = -np.inf
+    np.testing.assert_array_equal(np.sort(got), np.sort(np.argsort(-sims)[:10]))
+    cache.ids.append("0" * 16)  # a new leaf (as ``refresh`` appends one)
+    cache.pos[cache.ids[-1]] = 3000
+    cache.matrix = np.vstack([cache.matrix, m[:1]])
+    assert len(cache.kind_rows("leaf")) == len(leaves) + 1
 
 
 def test_graph_is_not_used_for_a_narrow_filter_or_when_far_behind(
@@ -501,3 +529,17 @@ def test_close_finishes_the_background_build_and_leaves_no_thread(
     closer.join(120)
     assert alive_after_close == [False]
     assert vectors.MatrixFile.of(vault.layout.state, embedder.model_id).graph.header.is_file()
+
+
+def test_onnx_runtime_loads_after_the_graph_library() -> None:
+    """A process that opened a graph (usearch) and then embeds a batch or opens the query runtime imports
+    ONNX Runtime after usearch: that crashed the process (SIGSEGV) until the system C++ runtime was loaded
+    before usearch (``ann._usearch_index``). In a new process, as the order matters only there."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("onnxruntime")
+    code = "from vaultmem import ann\nassert ann.available()\nimport onnxruntime\nprint('alive')\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "alive"

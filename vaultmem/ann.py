@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,9 +54,34 @@ def matrix_key(model: str, dim: int, epoch: str, seq: int, ids: Sequence[str]) -
     return {"model": model, "dim": dim, "epoch": epoch, "seq": seq, "count": len(ids), "ids": digest}
 
 
+def _usearch_index() -> Any:
+    """``usearch.index.Index``, imported safely for ONNX Runtime (``embed``) loaded after it.
+
+    usearch's Linux wheel carries its own static copy of the C++ runtime. Once it is loaded, importing
+    ONNX Runtime, whose module links the system's libstdc++, crashed the process (SIGSEGV in
+    ``std::codecvt``, usearch 2.26 with onnxruntime 1.32): a search of a large vault (which opens the
+    graph) followed by a batch embed or the query runtime in the same process (a server, the daemon, the
+    Python API). Loading the system libstdc++ first, with its symbols global, avoids it; where there is
+    none (macOS, a static build) nothing changes."""
+    global _stdcxx
+    if _stdcxx is None and sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            _stdcxx = ctypes.CDLL("libstdc++.so.6", mode=os.RTLD_GLOBAL)
+        except OSError:
+            _stdcxx = False
+    from usearch.index import Index
+
+    return Index
+
+
+_stdcxx: Any = None  # the system C++ runtime, loaded once before usearch (``_usearch_index``)
+
+
 def available() -> bool:
     try:
-        import usearch.index  # noqa: F401
+        _usearch_index()
     except ImportError:  # pragma: no cover - a dependency; without it search scores without a graph
         return False
     return True
@@ -84,9 +110,7 @@ def open_graph(files: GraphFile, key: dict[str, Any]) -> Graph | None:
         header = json.loads(files.header.read_text(encoding="utf-8"))
         if not isinstance(header, dict) or header.get("matrix") != key:
             return None
-        from usearch.index import Index
-
-        index = Index.restore(str(files.data), view=True, expansion_search=EXPANSION_SEARCH)
+        index = _usearch_index().restore(str(files.data), view=True, expansion_search=EXPANSION_SEARCH)
         if index is None or len(index) != key["count"] or index.ndim != key["dim"]:
             return None
         return Graph(index, key["count"])
@@ -107,9 +131,7 @@ def graph_behind(files: GraphFile, key: dict[str, Any]) -> bool:
 
 def build(matrix: npt.NDArray[np.float32], threads: int | None = None) -> bytes:
     """The serialised graph over every row of ``matrix`` (row number = key)."""
-    from usearch.index import Index
-
-    index = Index(
+    index = _usearch_index()(
         ndim=matrix.shape[1],
         metric="ip",
         dtype="f32",

@@ -133,6 +133,9 @@ def open_vault(explicit: Path | None) -> Vault:
     from vaultmem.vault import Vault  # here, not on top: `vaultmem mcp` answers before it opens a vault
 
     vault = Vault.open(locate_vault(explicit))
+    # One command, then exit: opening the faster query runtime after its search would cost the process
+    # more than it saves (a server turns it back on).
+    vault.warm_queries = False
     say_warnings(vault)
     return vault
 
@@ -1230,6 +1233,7 @@ def dashboard(
     from vaultmem.dashboard import Dashboard, export_html
 
     with open_vault(vault_path) as vault:
+        vault.warm_queries = export is None  # a server searches again and again
         if read_only or export is not None:
             # A viewer writes nothing: no digest written on demand, no query heat, no buttons.
             vault.read_only = vault.read_only or "the dashboard was started to show, not to change"

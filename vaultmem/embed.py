@@ -18,6 +18,8 @@ module, ``load_embedder()`` and a query ``embed`` with the numpy backend stay to
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -29,6 +31,8 @@ import os
 import re
 import sys
 import threading
+import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -419,6 +423,22 @@ PARALLEL_MIN = 256
 
 _WORKER: NumpyBertEmbedder | None = None
 
+# Embedders whose query runtime may still be opening on a background thread: the process waits for them
+# at exit, since ONNX Runtime's C++ code must not be running while the interpreter tears down.
+_WARMING: weakref.WeakSet[NumpyBertEmbedder] = weakref.WeakSet()
+
+
+# ``start_query_runtime`` opens the session once the process has been this long without a search (the
+# last call of ``start_query_runtime`` or ``embed_query``): importing ONNX Runtime holds the interpreter
+# lock ~0.1 s and the opening keeps a second core busy ~0.7 s, which a search running meanwhile pays.
+QUERY_IDLE_S = 0.5
+
+
+@atexit.register
+def _wait_for_query_runtimes() -> None:
+    for embedder in list(_WARMING):
+        embedder.stop_query_runtime()
+
 
 def _spawn_safe() -> bool:
     """Whether a spawned process may import this program's main module: a spawned worker imports it
@@ -496,7 +516,8 @@ class NumpyBertEmbedder:
         every call of ``ONNX_MIN`` texts or more; smaller calls (a query, a level's sentences) run in
         NumPy, so which runs a call depends on the call alone (``embed_calls`` gives each call's rows bit
         for bit as the call alone gets them), and a cold ``vaultmem search`` does not pay the half second
-        that importing ONNX Runtime and opening the graph cost.
+        that importing ONNX Runtime and opening the graph cost. Queries (``embed_query``) run in it once
+        the session is open (``start_query_runtime``: processes that search again).
         "auto": "onnx" when onnxruntime and onnx are installed, else "numpy"."""
         if runtime not in ("auto", "numpy", "onnx"):
             raise ValueError(f"unknown runtime {runtime!r}")
@@ -505,6 +526,10 @@ class NumpyBertEmbedder:
         self.runtime = "onnx" if runtime == "onnx" or (runtime == "auto" and onnx_available()) else "numpy"
         self._chosen = runtime
         self._ort: Any = None
+        self._ort_lock = threading.Lock()  # opening the session: never the lock a query's ``_load`` takes
+        self._warming: threading.Thread | None = None  # ``start_query_runtime``'s thread
+        self._active = 0.0  # when the last search was (``time.monotonic``): the opening waits for a pause
+        self._stop = threading.Event()  # set by ``stop_query_runtime``
         # Why ONNX Runtime chosen by "auto" could not run the graph (batches then run in NumPy); None if it can.
         self.onnx_failure: str | None = None
         self.model_dir = _require_dir(model_dir)
@@ -547,6 +572,77 @@ class NumpyBertEmbedder:
         # single queries p50 16 ms instead of 90 ms on a busy machine.
         with one_blas_thread:
             return self._embed(texts)
+
+    def embed_query(self, text: str) -> Vectors:
+        """One query's unit vector, shape (dim,): by ONNX Runtime once this process has its session open
+        (``start_query_runtime``, or a batch call that opened it), else by NumPy, as ``embed([text])[0]``.
+        Never waits for the session. The two differ by float rounding (about 1e-7 per component, as a
+        text's row differs between batches of other lengths); which one ran depends on the process's
+        history, so a query vector is not promised bit for bit equal to a batch row (``embed`` and
+        ``embed_calls`` keep that promise between themselves)."""
+        self._active = time.monotonic()  # a search: the query runtime's opening waits for a pause
+        session = self._ort if self.runtime == "onnx" else None  # one read: no lock, no waiting
+        if session is None:
+            rows = self.embed([text])
+        else:
+            ((_, ids, mask),) = self._batches(self._load(), [text])
+            rows = _unit_rows(session.run(None, {"input_ids": ids, "attention_mask": mask})[0])
+        row: Vectors = rows[0]
+        return row
+
+    @property
+    def query_runtime(self) -> str:
+        """What runs ``embed_query`` now: "onnx" once the session is open, else "numpy"."""
+        return "onnx" if self.runtime == "onnx" and self._ort is not None else "numpy"
+
+    def start_query_runtime(self) -> bool:
+        """For a process that will search again (a server, the Python API after its first search): open
+        ONNX Runtime's session on a background thread, so that ``embed_query`` uses it once it is open
+        (about 0.6 s: importing ONNX Runtime and opening the cached graph; a first build of the graph
+        takes a few seconds more). Queries meanwhile run in NumPy and never wait for it. Once per
+        embedder; a runtime that fails to open leaves queries in NumPy (batches report the error).
+        Returns whether queries will switch (False with the NumPy runtime). A one-shot process (a
+        ``vaultmem search`` from a shell) does not call it: it would pay the opening for nothing.
+
+        The opening waits until no search came for ``QUERY_IDLE_S`` (each call, like each ``embed_query``,
+        counts as one): a search running while ONNX Runtime is imported would wait for it. A process that
+        exits, or an embedder closed, before then never opens it."""
+        self._active = time.monotonic()
+        if self.runtime != "onnx":
+            return False
+        if not self._ort_lock.acquire(blocking=False):
+            return True  # a batch call is opening the session now
+        try:
+            if self._warming is None and self._ort is None:
+                self._warming = threading.Thread(
+                    target=self._warm, name="vaultmem-query-runtime", daemon=True
+                )
+                self._warming.start()
+                _WARMING.add(self)
+        finally:
+            self._ort_lock.release()
+        return True
+
+    def wait_query_runtime(self, timeout: float | None = None) -> str:
+        """Wait for ``start_query_runtime``'s thread (if any) to finish; returns ``query_runtime``."""
+        thread = self._warming
+        if thread is not None:
+            thread.join(timeout)
+        return self.query_runtime
+
+    def stop_query_runtime(self) -> None:
+        """Cancel an opening that has not begun (still waiting for an idle moment) and wait for one under
+        way: ONNX Runtime's C++ must not run while the interpreter tears down (``close``, and at exit)."""
+        self._stop.set()
+        self.wait_query_runtime()
+
+    def _warm(self) -> None:
+        while (idle := self._active + QUERY_IDLE_S - time.monotonic()) > 0:
+            if self._stop.wait(idle):
+                return  # closed or exiting first: never opened
+        # A runtime that fails to open leaves queries in NumPy; a batch call raises the same error.
+        with contextlib.suppress(Exception):
+            self._session()
 
     def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[Vectors]:
         """What ``[self.embed(texts) for texts in calls]`` returns, row for row: each call cut into the
@@ -667,11 +763,13 @@ class NumpyBertEmbedder:
             return self._pool
 
     def close(self) -> None:
-        """Stop the worker processes (they stop with this process anyway)."""
+        """Stop the worker processes (they stop with this process anyway), and the query runtime's opening
+        (``stop_query_runtime``)."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+        self.stop_query_runtime()
 
     def _forward_with(self, session: Any, bert: _Bert, ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
         """One batch's mean-pooled rows (not yet normalised): by ONNX Runtime's ``session``, or by NumPy
@@ -685,8 +783,11 @@ class NumpyBertEmbedder:
         """The ONNX Runtime session (runtime "onnx"), opened on first use; None for the NumPy runtime."""
         if self.runtime != "onnx":
             return None
+        if self._ort is not None:
+            return self._ort
         self._load()  # outside the lock: the graph is built from the loaded weights
-        with self._lock:
+        # Its own lock: a query's ``_load`` (``self._lock``) must not wait while the session opens.
+        with self._ort_lock:
             if self._ort is None and self.runtime == "onnx":
                 try:
                     self._ort = self._open_session()

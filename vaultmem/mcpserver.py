@@ -128,10 +128,14 @@ class VaultHandle:
     @staticmethod
     def warm(vault: Vault) -> None:
         """Load the vectors and the model now, not on the first search (a missing model is reported
-        by the search that needs it)."""
+        by the search that needs it), and start opening the faster query runtime in the background
+        (``NumpyBertEmbedder.start_query_runtime``: the server answers many queries)."""
         with contextlib.suppress(VaultError):
             vault.searcher.vectors(vault.embedder)
             vault.embedder.embed(["warm up"])
+            start = getattr(vault.embedder, "start_query_runtime", None)
+            if start is not None:
+                start()
 
     def wait(self) -> Vault:
         self._opened.wait()

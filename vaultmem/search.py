@@ -396,8 +396,10 @@ class QueryVectors:
     """The vectors of the most recently used queries, per model (least recently used go first).
 
     Shared by every ``Searcher`` of the process (an MCP server or the daemon open one per request). A
-    vector is a pure function of the model and the text, so a remembered one is exactly what the
-    embedder would return."""
+    query is embedded by the embedder's ``embed_query`` when it has one (the NumPy embedder's: by ONNX
+    Runtime once the process has opened it, ``NumpyBertEmbedder.start_query_runtime``), else as a
+    one-text ``embed``. Either way the vector depends on the model and the text only, to float rounding
+    (about 1e-7), so a remembered one is what the embedder would return."""
 
     def __init__(self, size: int = 256) -> None:
         self.size = size
@@ -411,7 +413,9 @@ class QueryVectors:
             if known is not None:
                 self._vectors.move_to_end(key)
                 return known
-        vec = np.array(embedder.embed([query])[0], dtype=np.float32)  # a copy: the batch is not kept
+        embed_query = getattr(embedder, "embed_query", None)
+        row = embed_query(query) if embed_query is not None else embedder.embed([query])[0]
+        vec = np.array(row, dtype=np.float32)  # a copy: the batch is not kept
         vec.setflags(write=False)  # shared: nobody may change it in place
         with self._lock:
             self._vectors[key] = vec

@@ -120,6 +120,9 @@ class Vault:
 
             self._autocommit = AutoCommit(layout.root, self._locked, self.warnings)
         self.read_only: str | None = None  # why writes are off (a read-only vault); None when they are on
+        # After a search, let the embedder open its faster query runtime in the background (``_searched``):
+        # this process will likely search again. A one-shot command (the CLI's) sets it False.
+        self.warm_queries = True
         # "Now" for the agent memory tiers (entry tags, idle sessions, episode times); tests inject one.
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
         self._chat_model: ChatModel | None = None
@@ -1335,7 +1338,16 @@ class Vault:
         hits = self._versions(query, self._decayed(found, now, as_of), filters, include_superseded)[:k]
         self.record_query(query)
         self._asked(hits, now)
+        self._searched()
         return hits
+
+    def _searched(self) -> None:
+        """After a search or context: with ``warm_queries``, the embedder (when it has one) opens the
+        runtime that embeds queries faster on a background thread, for the searches still to come
+        (``NumpyBertEmbedder.start_query_runtime``; a no-op once started)."""
+        start = getattr(self._embedder, "start_query_runtime", None) if self.warm_queries else None
+        if start is not None:
+            start()
 
     def _decayed(self, hits: list[Hit], now: datetime | None, as_of: object = None) -> list[Hit]:
         """With ``[decay]`` on, leaves nobody asked about for long rank lower (``decay.py``). Not for an
@@ -1427,6 +1439,7 @@ class Vault:
         )
         self.record_query(query)
         self._asked([item.hit for item in ctx.items], now)
+        self._searched()
         return ctx
 
     # -- navigation ----------------------------------------------------------------------------------
