@@ -142,3 +142,45 @@ def test_every_delete_trigger_has_its_set_form(tmp_path: Path) -> None:
     conn = db.connect(tmp_path / "c.db")
     assert set(db.delete_triggers(conn)) == set(db.DELETE_TRIGGERS_AS_SETS)
     conn.close()
+
+
+def test_bulk_delete_of_every_row_truncates_instead_of_visiting_each_row(tmp_path: Path) -> None:
+    """``rows`` "1" (every row, as reindex asks): one DELETE without WHERE, which SQLite does by
+    truncating the table and its indexes once the triggers are off (same result: the test above)."""
+    conn = db.connect(tmp_path / "t.db")
+    with atomic(conn):
+        index.insert_rows(conn, _rows(300))
+    said: list[str] = []
+    conn.set_trace_callback(said.append)
+    with atomic(conn):
+        db.bulk_delete(conn, "1")
+    conn.set_trace_callback(None)
+    deletes = [s for s in said if s.startswith("DELETE FROM chunks")]
+    assert deletes == ["DELETE FROM chunks"], deletes
+    assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 0
+    conn.close()
+
+
+def test_reindex_empties_the_vectors_wholesale_before_the_rows_go(tmp_path: Path) -> None:
+    """Reindex loads every vector again from the sidecars: the table is emptied in one statement first,
+    so the delete triggers' set form finds nothing to delete row by row; the vectors come back."""
+    from tests.helpers import chat
+    from vaultmem import Vault
+    from vaultmem.embed import FakeEmbedder
+
+    vault = Vault.init(tmp_path / "v", embedder=FakeEmbedder())
+    vault.ingest_messages(chat(30))
+    vault.flush()
+    before = vault.conn.execute("SELECT id, vec FROM vectors ORDER BY id").fetchall()
+    said: list[str] = []
+    vault.conn.set_trace_callback(said.append)
+    report = vault.reindex()
+    vault.conn.set_trace_callback(None)
+    wholesale = said.index("DELETE FROM vectors")
+    per_id = next(i for i, s in enumerate(said) if s.startswith("DELETE FROM vectors WHERE id IN"))
+    assert wholesale < per_id
+    assert report.vectors == len(before) == 30
+    assert [tuple(r) for r in vault.conn.execute("SELECT id, vec FROM vectors ORDER BY id")] == [
+        tuple(r) for r in before
+    ]
+    vault.close()

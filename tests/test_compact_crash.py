@@ -34,18 +34,30 @@ HANG_S = 280.0  # bounds a hung child only (the per-test timeout is 300 s); no s
 
 COMPACT = """
 import os, signal, sys, threading
-from vaultmem import fsio, lock, steps
+from vaultmem import fsio, lock, sidecar, steps
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
 # Stages of a durable step (steps._execute), counted only while a step runs. "execute" counts steps
-# done: killed there, a step is complete but its write-ahead note is not yet removed.
+# done: killed there, a step is complete but its write-ahead note is not yet removed. "sidecars" counts
+# the filesystem syncs of a step's sidecar batch (sidecar.update_many): killed there, the step's new
+# sidecars are synced temp files, none renamed into place.
 STAGES = {"syncfs": (fsio, "_syncfs"), "rename": (fsio, "_rename"), "remove": (steps, "_remove"),
-          "index": (steps, "_index"), "execute": (steps, "_execute")}
+          "index": (steps, "_index"), "execute": (steps, "_execute"), "sidecars": (fsio, "_syncfs")}
 kill_at = sys.argv[2] if len(sys.argv) > 2 else ""  # "stage:n", or "" to count the stages
 in_step = threading.local()
+in_sidecars = threading.local()
 calls = dict.fromkeys(STAGES, 0)
 counting = threading.Lock()
+real_update_many = sidecar.update_many
+
+def update_many(*args, **kwargs):
+    in_sidecars.on = True
+    try:
+        return real_update_many(*args, **kwargs)
+    finally:
+        in_sidecars.on = False
+sidecar.update_many = update_many
 
 def counted(stage, real):
     def stage_done(*args, **kwargs):
@@ -56,6 +68,8 @@ def counted(stage, real):
         finally:
             if stage == "execute":
                 in_step.on = False
+        if stage == "sidecars" and not getattr(in_sidecars, "on", False):
+            return result
         if stage == "execute" or getattr(in_step, "on", False):
             with counting:
                 calls[stage] += 1
@@ -179,6 +193,7 @@ STEP_MOMENTS = [
     ("syncfs", 0.0),  # the first step's files are written as temp files, none renamed yet
     ("rename", 1 / 3),  # part of a step's moves done (renamed, their folders not yet synced)
     ("remove", 1 / 2),  # files moved and removed, vectors and rows not yet carried along
+    ("sidecars", 1 / 2),  # the step's new sidecars synced as temp files, none renamed into place yet
     ("index", 2 / 3),  # rows written, the write-ahead note still there
     ("execute", 3 / 4),  # a whole step done, its note not yet removed
 ]

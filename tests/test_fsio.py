@@ -210,3 +210,39 @@ def test_a_batchs_intent_note_is_made_durable_by_the_batchs_sync_not_its_own(
     assert len(leaves) == 10 and min(leaves) > sync  # no leaf file takes its name before the sync
     assert not list(intent.glob("*.json"))
     vault.close()
+
+
+def test_read_text_stat_reads_a_file_in_one_call_and_still_all_of_a_file_that_grew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short read of exactly the size fstat gave is the end: no second read only to see it (10,000
+    leaf files in a reindex). A file longer than fstat said (it grew meanwhile) is read to its end."""
+    import os
+
+    path = tmp_path / "a.md"
+    path.write_text("hello world\n" * 100, encoding="utf-8")
+    reads: list[int] = []
+    real_read, real_fstat = os.read, os.fstat
+
+    def read(fd: int, n: int) -> bytes:
+        reads.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(os, "read", read)
+    text, digest, st = fsio.read_text_stat(path, 1 << 20)
+    assert text == "hello world\n" * 100 and st.st_size == 1200 and len(reads) == 1
+    assert digest == fsio.sha256_bytes(path.read_bytes())
+
+    calls = [0]
+
+    def fstat(fd: int) -> object:  # the first fstat sees the file before its last 200 bytes
+        calls[0] += 1
+        got = real_fstat(fd)
+        if calls[0] == 1:
+            return os.stat_result((got.st_mode, 0, 0, 0, 0, 0, got.st_size - 200, 0, 0, 0))
+        return got
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    reads.clear()
+    text, digest, _st = fsio.read_text_stat(path, 1 << 20)
+    assert text == "hello world\n" * 100 and len(reads) == 2  # the short read was not the size: on to EOF

@@ -40,11 +40,17 @@ def fork():
         forks.append(pid)
     return pid
 os.fork = fork
+rows_here = []  # leaf rows made in this process (a forked writer's own are not seen here)
+real_row = ingest.index.leaf_row
+def leaf_row(*args, **kwargs):
+    rows_here.append(1)
+    return real_row(*args, **kwargs)
+ingest.index.leaf_row = leaf_row
 vault = make_vault(sys.argv[1])
 vault.clock = lambda: datetime.fromisoformat(sys.argv[2])
 report = vault.ingest_messages(topic_records(int(sys.argv[3]) // 4))
 vault.close()
-print(json.dumps({"forks": len(forks), "added": len(report.added)}))
+print(json.dumps({"forks": len(forks), "added": len(report.added), "rows_here": len(rows_here)}))
 """
 
 
@@ -81,7 +87,9 @@ def test_forked_writes_leave_the_same_files_rows_fts_and_jobs(
         cwd=Path(__file__).parent.parent,
     ).stdout
     child = json.loads(out)
-    assert child == {"forks": MESSAGES // 25, "added": MESSAGES}  # every batch but the last one forked
+    # Every batch but the last one forked, and its writer made the batch's rows: only the last batch's
+    # 20 rows (written here, nothing to overlap) were made in the parent.
+    assert child == {"forks": MESSAGES // 25, "added": MESSAGES, "rows_here": MESSAGES % 25}
 
     monkeypatch.setattr(forking, "can_fork", lambda: False)
     monkeypatch.setattr("vaultmem.vault.BATCH_MESSAGES", 25)
@@ -177,3 +185,49 @@ print("ok")
         cwd=Path(__file__).parent.parent,
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_first_batch_is_small_so_writing_starts_at_once_and_nothing_is_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first batch is built before anything can overlap it: it is ``FIRST_BATCH_MESSAGES`` long, the
+    rest ``BATCH_MESSAGES``; every message lands once, in order, as with equal batches."""
+    monkeypatch.setattr("vaultmem.vault.FIRST_BATCH_MESSAGES", 3)
+    monkeypatch.setattr("vaultmem.vault.BATCH_MESSAGES", 10)
+    sizes: list[int] = []
+    real = ingest.build_leaves
+
+    def build_leaves(messages: list[object], *args: object, **kwargs: object) -> object:
+        sizes.append(len(messages))
+        return real(messages, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest, "build_leaves", build_leaves)
+    vault = make_vault(tmp_path / "v")
+    done: list[int] = []
+    report = vault.ingest_messages(topic_records(6), progress=lambda n, _total: done.append(n))
+    assert sizes == [3, 10, 10, 1] and done == [3, 13, 23, 24]
+    assert len(report.added) == 24 and len(vault.ls()) == 24
+    assert [leaf.source_id for leaf in sorted(vault.ls(), key=lambda leaf: leaf.ts or 0)][:3] == [
+        "m0",
+        "m1",
+        "m2",
+    ]
+    sizes.clear()
+    again = vault.ingest_messages(topic_records(1))  # fewer messages than a first batch: one batch
+    assert sizes == [3, 1] and again.duplicates == 4 and not again.added
+    assert vault.check().ok
+    vault.close()
+
+
+def test_a_batchs_rows_and_its_sessions_jobs_commit_together(tmp_path: Path) -> None:
+    """The session notes' jobs of a batch are queued in the transaction of its rows: one commit (one sync
+    of the WAL) per batch, and a crash never leaves rows whose sessions were not scheduled."""
+    vault = make_vault(tmp_path / "v")
+    vault.clock = lambda: datetime.fromisoformat("2024-05-01T12:00:00+00:00")
+    commits: list[str] = []
+    vault.conn.set_trace_callback(lambda sql: commits.append(sql) if sql.strip() == "COMMIT" else None)
+    vault.ingest_messages(topic_records(5))
+    vault.conn.set_trace_callback(None)
+    jobs = vault.conn.execute("SELECT count(*) FROM jobs WHERE kind = 'session_end'").fetchone()[0]
+    assert jobs == 1 and len(commits) == 1, (jobs, commits)
+    vault.close()

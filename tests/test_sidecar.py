@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -245,3 +246,89 @@ def test_directory_members_are_matched_exactly_not_by_like_pattern(tmp_path: Pat
         vault.check(fix=True)
         names = {node.path for node in _nodes_in_dir(vault.conn, "sources/chat/_fresh")}
         assert len(names) == 2 and all(p.startswith("sources/chat/_fresh/") for p in names)
+
+
+def test_update_many_writes_each_sidecar_as_update_would_with_one_sync_for_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several directories' sidecars in one durable batch: entries put and removed as ``update`` does, a
+    sidecar left empty removed, an unreadable one left alone when only pruned (``only_if_readable``) and
+    replaced when given entries; one filesystem sync and no file fsync for the lot."""
+    import os
+
+    from vaultmem import fsio
+
+    layout = Layout(tmp_path)
+    a, b, c, d, e = (tmp_path / name for name in "abcde")
+    for directory in (a, b, c, d):
+        directory.mkdir()
+    one, two = (sidecar.Entry.of(h, np.full(4, i, dtype=np.float32)) for i, h in enumerate(("h1", "h2")))
+    sidecar.update(layout, a, "m", 4, {"x.md": one, "y.md": two})
+    sidecar.update(layout, b, "m", 4, {"x.md": one})
+    (c / "_embeddings.json").write_text("{torn", encoding="utf-8")
+    (d / "_embeddings.json").write_text("{torn", encoding="utf-8")
+    syncs: list[Path] = []
+    fsyncs: list[str] = []
+    real_syncfs, real_fsync = fsio._syncfs, os.fsync
+
+    def syncfs(root: Path) -> None:
+        syncs.append(root)
+        real_syncfs(root)
+
+    def fsync(fd: int) -> None:
+        fsyncs.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(fsio, "_syncfs", syncfs)
+    monkeypatch.setattr(os, "fsync", fsync)
+    sidecar.update_many(
+        layout,
+        "m",
+        4,
+        {
+            a: sidecar.Change(put={"z.md": two}, remove=frozenset({"x.md"})),
+            b: sidecar.Change(remove=frozenset({"x.md"}), only_if_readable=True),
+            c: sidecar.Change(remove=frozenset({"x.md"}), only_if_readable=True),
+            d: sidecar.Change(put={"x.md": one}),
+            e: sidecar.Change(put={"x.md": one}),
+        },
+    )
+    assert set(sidecar.read(a, "m", 4).entries) == {"y.md", "z.md"}
+    assert sidecar.read(a, "m", 4).entries["z.md"].hash == "h2"
+    assert not (b / "_embeddings.json").exists()  # its last entry went
+    assert (c / "_embeddings.json").read_text(encoding="utf-8") == "{torn"  # never rewritten to prune
+    assert set(sidecar.read(d, "m", 4).entries) == {"x.md"} and sidecar.read(d, "m", 4).problem is None
+    assert set(sidecar.read(e, "m", 4).entries) == {"x.md"}  # a new one
+    assert len(syncs) == 1
+    assert not any(Path(p).is_file() or "_embeddings" in p for p in fsyncs)  # only directories synced
+    assert not list(tmp_path.rglob(f"{fsio.TMP_PREFIX}*"))
+
+
+def test_update_many_refuses_a_sidecar_changed_since_it_was_read_and_writes_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard of each sidecar is checked before any is written: a conflict leaves every one as it was."""
+    from vaultmem.errors import ConflictError
+
+    layout = Layout(tmp_path)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    one = sidecar.Entry.of("h1", np.ones(4, dtype=np.float32))
+    sidecar.update(layout, a, "m", 4, {"x.md": one})
+    sidecar.update(layout, b, "m", 4, {"x.md": one})
+    before = {p: (p / "_embeddings.json").read_bytes() for p in (a, b)}
+    real_read = sidecar.read
+
+    def read(directory: Path, model: str, dim: int) -> sidecar.Sidecar:
+        got = real_read(directory, model, dim)
+        if directory == b:  # someone else writes b's sidecar between its read and the batch
+            (b / "_embeddings.json").write_bytes(before[b] + b" ")
+        return got
+
+    monkeypatch.setattr(sidecar, "read", read)
+    with pytest.raises(ConflictError):
+        sidecar.update_many(
+            layout, "m", 4, {a: sidecar.Change(put={"y.md": one}), b: sidecar.Change(put={"y.md": one})}
+        )
+    assert (a / "_embeddings.json").read_bytes() == before[a]

@@ -104,11 +104,14 @@ def read_text_stat(path: Path, max_bytes: int) -> tuple[str, str, os.stat_result
         if size > max_bytes:
             raise InvalidInput(f"{path}: {size} bytes is over the {max_bytes}-byte limit; split the file")
         chunks = []
+        want = max(size + 1, 65536)
         while True:
-            chunk = os.read(fd, max(size + 1, 65536))
+            chunk = os.read(fd, want)
             if not chunk:
                 break
             chunks.append(chunk)
+            if len(chunk) < want and sum(map(len, chunks)) == size:
+                break  # a short read of the size fstat gave: the end (no read only to see it)
         st = os.fstat(fd)
     finally:
         os.close(fd)

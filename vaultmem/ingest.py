@@ -173,11 +173,13 @@ def write_leaves(
     layout: Layout,
     leaves: list[Leaf],
     meanwhile: Callable[[], object] | None = None,
+    also: Callable[[list[Leaf]], object] | None = None,
 ) -> list[str]:
     """Make the files of new leaves durable, then commit their rows and admit jobs in one transaction.
 
     Leaves whose id is already indexed (or repeated in the batch) are skipped: re-ingesting identical
-    input creates nothing. Returns the ids actually added.
+    input creates nothing. Returns the ids actually added. ``also`` is given the leaves added, inside
+    that same transaction (the ingest's other bookkeeping: one commit, one sync of the WAL).
 
     ``meanwhile`` (the next batch's ``build_leaves``) runs while the files are rendered and written: in a
     forked process when the batch is large and this process may fork (``_write_forked``), so the two
@@ -206,17 +208,16 @@ def write_leaves(
             raise ValueError(f"not a leaf file path: {leaf.path!r}")
         targets.append(where / name)
     try:
-        written, failed = _write_forked(layout.root, new, targets, meanwhile)
+        rows, failed = _write_forked(layout.root, new, targets, meanwhile)
     except (UnsafePath, ConflictError):
         fsio.remove_file(layout.root, intent)  # refused before any file was written
         raise
     fsio.changed(targets)
-    rows = []
-    for leaf, done in zip(new, written, strict=True):
-        rows.append(index.leaf_row(leaf, index.FileStamp(done.hash, done.size, done.mtime_ns)))
     with atomic(conn):
         index.insert_rows(conn, rows)
         JobQueue(conn).enqueue_many(admit_job(leaf.id) for leaf in new)
+        if also is not None:
+            also(new)
     fsio.remove_file(layout.root, intent)
     _raise(failed)
     return [leaf.id for leaf in new]
@@ -225,23 +226,32 @@ def write_leaves(
 FORK_MIN_FILES = 200  # below this a fork (a few ms, and its copied pages) costs more than it overlaps
 
 
-def _write_files(root: Path, leaves: list[Leaf], targets: list[Path]) -> list[fsio.Written]:
-    """Render the leaves and write them durably to ``targets`` (observers not told: the caller tells)."""
+Row = tuple[object, ...]
+
+
+def _write_files(root: Path, leaves: list[Leaf], targets: list[Path]) -> list[Row]:
+    """Render the leaves and write them durably to ``targets`` (observers not told: the caller tells);
+    returns their index rows, stamped with the files as written. The rows are made here, in the forked
+    writer when there is one, so the parent (building the next batch meanwhile) only inserts them."""
     writes = [
         fsio.PendingWrite(target, leaffile.render_leaf(leaf).encode("utf-8"))
         for leaf, target in zip(leaves, targets, strict=True)
     ]
-    return fsio.write_batch_durable(root, writes, notify=False)
+    written = fsio.write_batch_durable(root, writes, notify=False)
+    return [
+        index.leaf_row(leaf, index.FileStamp(done.hash, done.size, done.mtime_ns))
+        for leaf, done in zip(leaves, written, strict=True)
+    ]
 
 
 def _write_forked(
     root: Path, leaves: list[Leaf], targets: list[Path], meanwhile: Callable[[], object] | None
-) -> tuple[list[fsio.Written], BaseException | None]:
+) -> tuple[list[Row], BaseException | None]:
     """``_write_files`` while ``meanwhile`` runs. With ``meanwhile``, at least ``FORK_MIN_FILES`` files
     and a process that may fork (``forking.can_fork``: no thread that could hold a lock the child
     takes), the files are written by a forked child, which starts with the leaves already in its memory
-    and sends back only what was written (or the exception that stopped it, raised here); otherwise
-    here, then ``meanwhile``. Returns the files written and ``meanwhile``'s exception, if any.
+    and sends back only the rows of the files written (or the exception that stopped it, raised here);
+    otherwise here, then ``meanwhile``. Returns the rows and ``meanwhile``'s exception, if any.
 
     The child only renders and writes files: it never touches the index, and ends with ``os._exit`` (no
     atexit hook, no buffer of the parent's flushed twice). Killed midway, it leaves what a crash in the

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import replace
 from typing import Any
 
 from vaultmem import frontmatter
@@ -171,6 +170,18 @@ def parse_leaf(text: str, rel_path: str, *, blocks: bool = True) -> tuple[Leaf, 
     valid = parse_validity(meta, rel_path)
     clean = _Cleaner()
     body = clean.text(doc.body.strip())
+    source_id = clean.opt(meta.get("source_id"))
+    session = clean.opt(meta.get("session"))
+    role = clean.opt(meta.get("role"))
+    speaker = clean.opt(meta.get("speaker"))
+    ts = parse_ts(meta.get("ts"))
+    message_ids = tuple(clean.field(m) for m in _str_list(meta.get("message_ids"), "message_ids", rel_path))
+    reasons = _str_list(meta.get("reasons"), "reasons", rel_path)
+    entities = entity_keys(_str_list(meta.get("entities"), "entities", rel_path))
+    provenance_clean = {str(k): clean.field(str(v)) for k, v in provenance.items()}
+    # The kinds the file lists, then any a hand edit added (the index knows the text was redacted):
+    # every field is cleaned above, so ``clean.kinds`` is complete here.
+    listed = _str_list(meta.get("redactions"), "redactions", rel_path)
     leaf = Leaf(
         id=leaf_id,
         source=source,
@@ -178,32 +189,27 @@ def parse_leaf(text: str, rel_path: str, *, blocks: bool = True) -> tuple[Leaf, 
         path=rel_path,
         kind=kind,
         seq=seq,
-        source_id=clean.opt(meta.get("source_id")),
-        session=clean.opt(meta.get("session")),
-        role=clean.opt(meta.get("role")),
-        speaker=clean.opt(meta.get("speaker")),
-        ts=parse_ts(meta.get("ts")),
-        message_ids=tuple(
-            clean.field(m) for m in _str_list(meta.get("message_ids"), "message_ids", rel_path)
-        ),
+        source_id=source_id,
+        session=session,
+        role=role,
+        speaker=speaker,
+        ts=ts,
+        message_ids=message_ids,
         status=status,
         score=score,
-        reasons=_str_list(meta.get("reasons"), "reasons", rel_path),
+        reasons=reasons,
         tokens=count_tokens(body),
         content_hash=content_hash(body),
-        redactions=(),
+        redactions=tuple(dict.fromkeys([*listed, *clean.kinds])),
         order=order,
-        entities=entity_keys(_str_list(meta.get("entities"), "entities", rel_path)),
-        meta={str(k): clean.field(str(v)) for k, v in provenance.items()},
+        entities=entities,
+        meta=provenance_clean,
         valid_from=valid.valid_from,
         valid_to=valid.valid_to,
         supersedes=valid.supersedes,
         superseded_by=valid.superseded_by,
         ingested=valid.ingested,
     )
-    # The kinds the file lists, then any a hand edit added (the index knows the text was redacted).
-    listed = _str_list(meta.get("redactions"), "redactions", rel_path)
-    leaf = replace(leaf, redactions=tuple(dict.fromkeys([*listed, *clean.kinds])))
     return leaf, doc
 
 

@@ -214,12 +214,14 @@ def reindex(
     *,
     workers: int | None = None,
 ) -> ReindexReport:
-    """Replace every chunk row by the rows of the files (``workers``: see ``read_vault``)."""
+    """Replace every chunk row by the rows of the files (``workers``: see ``read_vault``). Every vector
+    goes too: the caller (``Vault.reindex``) loads them again from the sidecars."""
     files = read_vault(layout, max_bytes, progress, workers=workers)
     with atomic(conn):
-        # Empty the FTS tables wholesale first (the delete triggers' set form then finds nothing there),
-        # then every row with the delete triggers' work done once (vectors, mentions, the graph log).
-        for table in ("fts_words", "fts_trigram", "fts_nav_words", "fts_nav_trigram"):
+        # Empty the FTS tables and the vectors wholesale first (the delete triggers' set form then finds
+        # nothing there; the caller loads every vector again from the sidecars), then every row with the
+        # delete triggers' work done once (mentions, the graph log).
+        for table in ("fts_words", "fts_trigram", "fts_nav_words", "fts_nav_trigram", "vectors"):
             conn.execute(f"DELETE FROM {table}")
         bulk_delete(conn)
         index.insert_rows(conn, files.rows.values())

@@ -12,6 +12,7 @@ Encoding: each vector is base64 of its little-endian float32 bytes.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -131,16 +132,74 @@ def update(
     files are in the vault's ``.vaultmem/locks/``)."""
     root = layout.root
     with lock_for(layout, directory):
-        current = read(directory, model, dim)
-        if current.problem is not None:
-            # The caller rebuilt every entry from the texts; anything unreadable is replaced whole.
-            current = Sidecar(model, dim, file_hash=current.file_hash)
-        current.entries.update(put)
-        for name in remove:
-            current.entries.pop(name, None)
-        path = directory / SIDECAR_NAME
-        if not current.entries:
-            if current.file_hash is not None:
+        path, data, expected = _merged(directory, model, dim, put, remove)
+        if data is None:
+            if expected is not None:
                 fsio.remove_file(root, path)
             return
-        fsio.atomic_write(path, render(current), root=root, expected=current.file_hash)
+        fsio.atomic_write(path, data, root=root, expected=expected)
+
+
+@dataclass(frozen=True)
+class Change:
+    """What ``update_many`` does to one directory's sidecar: ``put`` entries in, ``remove`` names out.
+    ``only_if_readable``: leave a sidecar that cannot be read (corrupt, another model's) as it is,
+    instead of replacing it with the ``put`` entries alone."""
+
+    put: Mapping[str, Entry] = field(default_factory=dict)
+    remove: frozenset[str] = frozenset()
+    only_if_readable: bool = False
+
+
+def update_many(layout: Layout, model: str, dim: int, changes: Mapping[Path, Change]) -> None:
+    """``update`` of several directories' sidecars, made durable together: one filesystem sync for all
+    the files, then each directory synced once (``fsio.write_batch_durable``), instead of a file sync and
+    a directory sync per sidecar. Every directory's lock is held, taken in path order, from its read to
+    its write. A crash before the sync leaves every sidecar as it was (and temp files); after it, each
+    is the old or the new file."""
+    root = layout.root
+    directories = sorted(changes)
+    writes: list[fsio.PendingWrite] = []
+    gone: list[Path] = []
+    with contextlib.ExitStack() as locks:
+        for directory in directories:
+            locks.enter_context(lock_for(layout, directory))
+        for directory in directories:
+            change = changes[directory]
+            path, data, expected = _merged(
+                directory, model, dim, change.put, change.remove, change.only_if_readable
+            )
+            if data is not None:
+                writes.append(fsio.PendingWrite(path, data, expected))
+            elif expected is not None and path.exists():
+                gone.append(path)
+        fsio.write_batch_durable(root, writes)
+        for path in gone:
+            fsio.remove_file(root, path)
+
+
+def _merged(
+    directory: Path,
+    model: str,
+    dim: int,
+    put: Mapping[str, Entry],
+    remove: frozenset[str],
+    only_if_readable: bool = False,
+) -> tuple[Path, bytes | None, str | None]:
+    """A sidecar with ``put`` in and ``remove`` out, as (path, bytes to write, hash of the file read).
+    The bytes are None when nothing is to be written: no entry left (the file, if any, goes), or an
+    unreadable sidecar left alone (``only_if_readable``; the hash is then None too). The caller holds the
+    directory's lock."""
+    path = directory / SIDECAR_NAME
+    current = read(directory, model, dim)
+    if current.problem is not None:
+        if only_if_readable:
+            return path, None, None  # never rewrite what cannot be read
+        # The caller rebuilt every entry from the texts; anything unreadable is replaced whole.
+        current = Sidecar(model, dim, file_hash=current.file_hash)
+    current.entries.update(put)
+    for name in remove:
+        current.entries.pop(name, None)
+    if not current.entries:
+        return path, None, current.file_hash
+    return path, render(current), current.file_hash

@@ -307,18 +307,23 @@ def _carry_vectors(conn: sqlite3.Connection, layout: Layout, op: TreeOp, model: 
             put[str(PurePosixPath(rel).parent)][PurePosixPath(rel).name] = sidecar.Entry.of(
                 leaf.content_hash, leaf_vec
             )
-    for rel_dir, entries in put.items():
-        sidecar.update(layout, layout.abs(rel_dir), model, dim, entries)
     gone: dict[str, set[str]] = defaultdict(set)
     for rel, _expected in op.removes:
         name = PurePosixPath(rel).name
         if name != SIDECAR_NAME and not layout.abs(rel).exists():
             gone[str(PurePosixPath(rel).parent)].add(name)
+    changes = {layout.abs(rel_dir): sidecar.Change(put=entries) for rel_dir, entries in put.items()}
     for rel_dir, names in gone.items():
         directory = layout.abs(rel_dir)
-        if not directory.is_dir() or sidecar.read(directory, model, dim).problem is not None:
-            continue  # removed whole, or another model's sidecar: never rewrite what cannot be read
-        sidecar.update(layout, directory, model, dim, {}, remove=frozenset(names))
+        if not directory.is_dir():
+            continue  # removed whole
+        # A sidecar that cannot be read (another model's) is never rewritten only to prune it.
+        old = changes.get(directory)
+        changes[directory] = sidecar.Change(
+            put=old.put if old else {}, remove=frozenset(names), only_if_readable=old is None
+        )
+    # All of the step's sidecars synced at once (the step's note, still there, replays this on a crash).
+    sidecar.update_many(layout, model, dim, changes)
 
 
 def _after_moves(rel_dir: str, moves: tuple[tuple[str, str], ...]) -> str:

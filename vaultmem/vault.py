@@ -87,6 +87,9 @@ if TYPE_CHECKING:
     from vaultmem.summarise import Summariser
 
 BATCH_MESSAGES = 2000
+# The first batch is built before any file is written (nothing to overlap it with): a small one lets the
+# forked writer start at once, and every later batch is built while the one before is written.
+FIRST_BATCH_MESSAGES = 250
 DEFAULT_CONTEXT_MODE = "walk"  # measured against "flat" and "collapsed": bench/retrieval.py --modes
 
 
@@ -551,8 +554,8 @@ class Vault:
         built: list[list[Leaf]] = []
         failed: list[BaseException] = []  # building the next batch failed: raised once this one is done
 
-        def build(start: int) -> None:  # the leaves of the batch at ``start``, kept in ``built``
-            batch = messages[start : start + BATCH_MESSAGES]
+        def build(start: int, end: int) -> None:  # the leaves of messages[start:end], kept in ``built``
+            batch = messages[start:end]
             try:
                 leaves = build_leaves(
                     batch, self.layout, self.scorer, self.config.chunk_max_tokens, self.clock()
@@ -562,18 +565,22 @@ class Vault:
                 return
             built.append(leaves)
 
-        build(0)
-        for start in range(0, total, BATCH_MESSAGES):
+        first = min(FIRST_BATCH_MESSAGES, BATCH_MESSAGES)
+        starts = [0, *range(first, total, BATCH_MESSAGES)] if total else []
+        ends = [*starts[1:], total]
+        build(0, first)
+        for start, end in zip(starts, ends, strict=True):
             if failed:
                 raise failed[0]
-            batch = messages[start : start + BATCH_MESSAGES]
+            batch = messages[start:end]
             leaves = built.pop()
-            after = start + BATCH_MESSAGES
+            after = end
             # The next batch's leaves are built while this one's files are written (``write_leaves``).
-            meanwhile = (lambda after=after: build(after)) if after < total else None
+            meanwhile = (lambda a=after: build(a, a + BATCH_MESSAGES)) if after < total else None
             with self._locked():
                 try:
-                    added = write_leaves(self.conn, self.layout, leaves, meanwhile)
+                    # Sessions that got messages have their jobs queued in the batch's transaction.
+                    added = write_leaves(self.conn, self.layout, leaves, meanwhile, self._sessions_touched)
                 except DiskFull as exc:
                     kept = (
                         f"the {len(report.added)} new leaves of the {start} messages before were kept"
@@ -586,7 +593,6 @@ class Vault:
                         " space, then run the same ingest again (what is already in is skipped)"
                     ) from exc
                 added_set = set(added)  # once: a set built per leaf made a batch quadratic
-                self._sessions_touched([leaf for leaf in leaves if leaf.id in added_set])
                 if added:
                     names = sorted({leaf.source for leaf in leaves if leaf.id in added_set})
                     self._commit(f"memory: add {len(added)} leaves from {', '.join(names)}")
