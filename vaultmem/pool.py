@@ -718,8 +718,9 @@ class Pool:
             due = [day, *(d for d in digest.due_days(conn, time.time()) if d != day)]
             with self._state:
                 due = [d for d in due if d not in self._prepared_days]
-            if len(due) < 2:
-                return  # one day (the daemon's nightly job): its own calls, nothing read twice
+                if len(due) < 2:  # one day (the daemon's nightly job): its own calls, nothing read twice
+                    self._prepared_days.add(day)  # being built: no later prepare takes it in
+                    return
             calls: list[list[str]] = []
             days: list[date] = []
             for each in due:
