@@ -9,11 +9,12 @@ directory, as a vault's embedder does: the first run builds them (its flush pays
 read them back.
 
 ``--conversation all``: every conversation of the file, each in its own vault one after the other in
-one process with one embedder (as ``bench/retrieval.py --compact`` builds them); the phases' seconds
-are the sums. Each run builds the vaults in a fresh process per tree (``--base``: a directory holding another copy of
+one process with one embedder (as ``bench/retrieval.py --compact`` builds them), whose worker
+processes are started once and kept, as one ``ingest --wait`` keeps them; the phases' seconds are
+the sums. Each run builds the vaults in a fresh process per tree (``--base``: a directory holding another copy of
 the ``vaultmem`` package), the trees alternating so a loaded machine slows both alike. Reported per
 tree: wall seconds of each phase, the compaction's CPU seconds (this process and the embedder's worker
-processes, stopped before it is read), and whether the two trees wrote the same summaries (every
+processes, read from /proc while they live), and whether the two trees wrote the same summaries (every
 summary file's bytes) and the same summary vectors (float32 bytes).
 """
 
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import run_in_tree, table
 
 _RUN = """
-import hashlib, json, resource, sqlite3, sys, time
+import hashlib, json, os, resource, sqlite3, sys, time
 sys.path.insert(0, {bench!r})
 from pathlib import Path
 from retrieval import load_locomo, turn_records
@@ -49,8 +50,25 @@ def counted_calls(calls):
     embedded[0] += sum(map(len, calls))
     return _embed_calls(calls)
 embedder.embed, embedder.embed_calls = counted, counted_calls
+TICK = os.sysconf("SC_CLK_TCK")
+def live_children_cpu():
+    # The embedder's worker processes live on from one conversation to the next (as in one
+    # ``ingest --wait``): their CPU so far, read from /proc (RUSAGE_CHILDREN counts only waited children).
+    total = 0.0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                fields = Path("/proc/" + pid + "/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+    return total
 def cpu():
-    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+    return live_children_cpu() + sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 ingest = flush = compact = compact_cpu = 0.0
 leaves = 0
 files = hashlib.sha256()
@@ -60,14 +78,10 @@ for n, item in enumerate(items):
     vault = Vault.init(root, embedder=embedder)
     t = time.perf_counter(); vault.ingest_messages(turn_records(item), source="bench"); ingest += time.perf_counter() - t
     t = time.perf_counter(); vault.flush(); flush += time.perf_counter() - t
-    embedder.close()
+    t, c = time.perf_counter(), cpu()
     if not {flush_only!r}:
-        t, c = time.perf_counter(), cpu()
         vault.compact()
-    else:
-        t, c = time.perf_counter(), cpu()
     compact += time.perf_counter() - t
-    embedder.close()  # its workers' CPU counts once they are waited for
     compact_cpu += cpu() - c
     leaves += vault.conn.execute("SELECT count(*) FROM chunks WHERE kind = 'leaf'").fetchone()[0]
     vault.close()
@@ -77,6 +91,7 @@ for n, item in enumerate(items):
     for path, vec in conn.execute("SELECT c.path, v.vec FROM chunks c JOIN vectors v ON v.id = c.id WHERE c.kind = 'summary' ORDER BY c.path"):
         vecs.update(path.encode() + vec)
     conn.close()
+embedder.close()
 print(json.dumps(dict(leaves=leaves, ingest=ingest, flush=flush, compact=compact, compact_cpu=compact_cpu, embedded=embedded[0], files=files.hexdigest(), vectors=vecs.hexdigest())))
 """
 

@@ -158,3 +158,54 @@ def test_one_remembering_serves_every_seal_digest_and_resummary_of_the_vault(
     embedded_now = sum(shared.alone) + sum(map(sum, shared.gathered))
     embedded_before = sum(alone.alone) + sum(map(sum, alone.gathered))
     assert embedded_now < 0.7 * embedded_before, (embedded_now, embedded_before)
+
+
+def test_a_call_waits_for_the_rows_another_threads_prepare_is_embedding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A seal's and the day digests' gathered calls share sentences: a text one thread is embedding in
+    ``prepare`` is not sent to the model again by another thread's call, which gets the same row."""
+    import threading
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 2)
+    started, release = threading.Event(), threading.Event()
+
+    class Slow(_Calls):
+        def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
+            started.set()
+            assert release.wait(30)
+            return super().embed_calls(calls)
+
+    inner = Slow()
+    remembering = Remembering(inner)
+    preparing = threading.Thread(target=remembering.prepare, args=([["a b c", "d e f"], ["g h i"]],))
+    preparing.start()
+    assert started.wait(30)
+    rows: list[npt.NDArray[np.float32]] = []
+    asking = threading.Thread(target=lambda: rows.append(remembering.embed(["d e f", "x y z"])))
+    asking.start()
+    asking.join(0.5)
+    assert asking.is_alive()  # waiting for "d e f" (it would have embedded it at once)
+    release.set()
+    preparing.join(30)
+    asking.join(30)
+    assert inner.gathered == [[2, 1]] and inner.alone == [1]  # only "x y z" went to the model again
+    assert np.array_equal(rows[0], FakeEmbedder(384).embed(["d e f", "x y z"]))
+    assert remembering.computed == 4
+
+
+def test_a_failed_prepare_lets_the_waiting_call_embed_the_text_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 2)
+
+    class Failing(_Calls):
+        def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
+            raise RuntimeError("worker gone")
+
+    inner = Failing()
+    remembering = Remembering(inner)
+    with pytest.raises(RuntimeError):
+        remembering.prepare([["a b c"], ["d e f"]])
+    assert np.array_equal(remembering.embed(["a b c"]), FakeEmbedder(384).embed(["a b c"]))
+    assert inner.alone == [1]

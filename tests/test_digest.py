@@ -7,11 +7,13 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from tests.helpers import run
@@ -400,3 +402,89 @@ def test_cli_digest_prints_text_and_json(built: Vault, capsys: pytest.CaptureFix
     assert code == 1 and err.startswith("vaultmem: error:") and "YYYY-MM-DD" in err
     code, _, err = run(["digest", "--week", "--month", "--vault", v], capsys)
     assert code == 1 and "exclude each other" in err
+
+
+class _Gathering(FakeEmbedder):
+    """The fake embedder, recording each ``embed`` call's texts and each gathered call's calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alone: list[list[str]] = []
+        self.gathered: list[list[list[str]]] = []
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.alone.append(list(texts))
+        return super().embed(texts)
+
+    def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
+        self.gathered.append([list(c) for c in calls])
+        return [FakeEmbedder.embed(self, c) for c in calls]
+
+
+NO_SEAL = CONFIG.replace("seal_min_leaves = 2", "seal_min_leaves = 1000")
+
+
+def _digests_only(root: Path, embedder: _Gathering) -> dict[str, str]:
+    """The digests of ``DAYS`` (no seal: the buffer never fills), every global file's text."""
+    with Vault.init(root, NO_SEAL, embedder=embedder) as vault:
+        vault.ingest_messages(records())
+        vault.flush()
+        embedder.alone.clear()  # the leaves' own vectors: not the digests'
+        assert vault.work().jobs_failed == 0
+        return {
+            str(p.relative_to(root)): p.read_text(encoding="utf-8")
+            for p in sorted((root / "global").rglob("_summary.md"))
+        }
+
+
+def test_a_digest_looks_for_no_title_it_would_not_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Days, weeks and months are named by their dates: the summariser embeds their sentences, never
+    key phrases for a title (before: ~45% of a first run's digest texts), and the digest is the same."""
+    from vaultmem.summarise import ExtractiveSummariser
+
+    looked: list[bool] = []
+    original = ExtractiveSummariser._key_phrase_title
+
+    def key_phrase_title(self: ExtractiveSummariser, *args: object) -> str | None:
+        looked.append(True)
+        return original(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ExtractiveSummariser, "_key_phrase_title", key_phrase_title)
+    embedder = _Gathering()
+    now = _digests_only(tmp_path / "now", embedder)
+    assert now and not looked
+    sentences = {text for turns in DAYS.values() for *_, text in turns}
+    asked = {t for call in embedder.alone for t in call}
+    asked |= {t for g in embedder.gathered for c in g for t in c}
+    # The days' sentences, and the lines of the days' digests the weeks and months roll up: no key phrase.
+    assert {t.split(": ", 1)[-1] for t in asked} == sentences
+
+
+def test_due_days_digests_embed_their_sentences_together_and_write_the_same_digests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first digest job embeds its day's and every other due day's sentences in one gathered call
+    (``Remembering.prepare``: shared with the embedder's workers); the other days' jobs find them
+    remembered, nothing is embedded twice, and the digests are the ones written day by day."""
+    from vaultmem import embed
+    from vaultmem.embed import Remembering
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 2)
+    gathered = _Gathering()
+    now = _digests_only(tmp_path / "now", gathered)
+    [first, *_] = gathered.gathered
+    assert len(first) == len(DAYS)  # one call per day, all at once
+    day_sentences = [t for call in first for t in call]
+    assert sorted(day_sentences) == sorted(text for turns in DAYS.values() for *_, text in turns)
+    alone = [t for call in gathered.alone for t in call]
+    assert not set(alone) & set(day_sentences)  # the days' jobs found them remembered
+    with monkeypatch.context() as m:
+        m.setattr(Remembering, "prepare", lambda self, calls: None)  # each day embeds as it comes
+        one_by_one = _Gathering()
+        before = _digests_only(tmp_path / "before", one_by_one)
+    assert not one_by_one.gathered
+    assert now == before
+    before_texts = [t for call in one_by_one.alone for t in call]
+    assert len(alone) + len(day_sentences) == len(before_texts)

@@ -25,6 +25,7 @@ from vaultmem.summarise import (
     person,
     says_little,
     split_sentences,
+    summarise_untitled,
     token_bound,
     weak_opening,
 )
@@ -702,3 +703,47 @@ def test_a_sentence_is_never_picked_twice_when_only_ruled_out_ones_remain() -> N
     lines = summary.text.splitlines()
     assert len(lines) == len(set(lines))
     assert_valid(summary, 1)
+
+
+class _Counting(FakeEmbedder):
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+_CHAT = [
+    Child("I booked the ryokan in Kyoto for April. The garden there has a koi pond.", None, speaker="Mara"),
+    Child("Great, the train tickets to Kyoto are bought too. We leave on the third.", None, speaker="Tom"),
+    Child("My sister will water the roses while we are away in Kyoto.", None, speaker="Mara"),
+]
+
+
+def test_an_untitled_summary_embeds_its_sentences_and_no_key_phrase() -> None:
+    """A caller that names the level itself (a digest's date) asks ``titled=False``: the same text, only
+    the sentences sent to the model (no key phrase), and ``embed_calls`` says so."""
+    titled_model, untitled_model = _Counting(), _Counting()
+    titled = ExtractiveSummariser(titled_model.embed).summarise(_CHAT, 1)
+    summariser = ExtractiveSummariser(untitled_model.embed)
+    untitled = summariser.summarise(_CHAT, 1, titled=False)
+    assert untitled.text == titled.text and untitled.title
+    calls = summariser.embed_calls(_CHAT, titled=False)
+    assert calls == [untitled_model.texts]  # the sentences, once: the one call it made
+    assert len(titled_model.texts) > len(untitled_model.texts)  # the key phrases it no longer embeds
+    assert summariser.embed_calls(_CHAT)[0] == calls[0] and len(summariser.embed_calls(_CHAT)) == 2
+
+
+def test_summarise_untitled_asks_a_summariser_that_takes_no_titled_keyword_as_before() -> None:
+    class Plain:
+        name = "plain"
+
+        def summarise(self, children: Sequence[Child], depth: int) -> Summary:
+            return Summary("Plain", f"{len(children)} at {depth}", self.name)
+
+    assert summarise_untitled(Plain(), _CHAT, 2) == Summary("Plain", "3 at 2", "plain")
+    model = _Counting()
+    assert summarise_untitled(ExtractiveSummariser(model.embed), _CHAT, 1).text
+    assert model.texts == ExtractiveSummariser(model.embed).embed_calls(_CHAT, titled=False)[0]

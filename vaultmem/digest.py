@@ -35,12 +35,12 @@ from vaultmem import frontmatter, fsio, index, steps, validity, vectors, wikilin
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput
-from vaultmem.jobs import JobQueue, digest_job
+from vaultmem.jobs import JobKind, JobQueue, digest_job
 from vaultmem.layout import SUMMARY_NAME, Layout
 from vaultmem.model import Status, parse_ts
 from vaultmem.stale import Resummarised
 from vaultmem.steps import FileWrite, StepEnv, TreeOp
-from vaultmem.summarise import Child, Summariser
+from vaultmem.summarise import Child, Summariser, summarise_untitled
 from vaultmem.summaryfile import (
     ChildLink,
     SummaryNode,
@@ -193,6 +193,40 @@ def _enqueue(conn: sqlite3.Connection, days: set[date], now: float) -> int:
         added = queue.enqueue_many(digest_job(d) for d in sorted(days) if d < today)
         added += queue.enqueue_many((digest_job(d) for d in sorted(days) if d >= today), delay_s=wait)
     return added
+
+
+def due_days(conn: sqlite3.Connection, now: float, limit: int = 1000) -> list[date]:
+    """The days whose ``digest_daily`` job is due or running, in claim order."""
+    rows = conn.execute(
+        "SELECT payload FROM jobs WHERE kind = ? AND (state = 'running' OR (state = 'queued' AND run_after <= ?))"
+        " ORDER BY priority DESC, id LIMIT ?",
+        (JobKind.DIGEST_DAILY.value, now, limit),
+    )
+    out: list[date] = []
+    for row in rows:
+        try:
+            out.append(date.fromisoformat(str(_json(row["payload"]).get("day"))))
+        except ValueError:
+            continue  # not a day: its own job fails on it
+    return out
+
+
+def embed_calls(conn: sqlite3.Connection, summariser: Summariser, model: str, day: date) -> list[list[str]]:
+    """The embedding calls the digest of ``day`` makes for the day itself (its sentences; a digest
+    embeds no key phrase), in order: a caller embeds several days' calls together
+    (``embed.Remembering.prepare``: one batched call, shared with the embedder's worker processes)
+    before the days' jobs run one by one and find their rows remembered. Empty for a summariser that
+    does not say (an LLM's) and for a day without leaves. The week and month above a day are left to
+    its job: they summarise what the day's digest will say."""
+    calls_of = getattr(summariser, "embed_calls", None)
+    leaves = day_leaves(conn, day) if calls_of is not None else []
+    if calls_of is None or not leaves:
+        return []
+    vecs = vectors.by_ids(conn, model, [leaf.id for leaf in leaves])
+    return [
+        list(call)
+        for call in calls_of(_day_children(_most_central(leaves, vecs, LINK_CAP), vecs), titled=False)
+    ]
 
 
 def _leaf_day(ts: str | None, mtime_ns: int | None) -> date:
@@ -441,20 +475,8 @@ def _day_node(
         empty = _Content(title, "(no memories left on this day)", (), 0, None, None)
         return _node(current, day_dir(day), f"day:{day}", 1, empty), ()
     linked = _most_central(leaves, vecs, LINK_CAP)
-    readable = [leaf for leaf in linked if leaf.status != Status.DROPPED.value] or linked
-    result = summariser.summarise(
-        [
-            Child(
-                validity.marked(leaf.text, leaf.supersedes, leaf.superseded_by),
-                vecs.get(leaf.id),
-                speaker=leaf.speaker,
-                ts=leaf.when,
-                weight=validity.SUPERSEDED_WEIGHT if validity.listed(leaf.superseded_by) else 1.0,
-            )
-            for leaf in readable
-        ],
-        1,
-    )
+    # Named by its date: the summariser looks for no title (embeds no key phrase).
+    result = summarise_untitled(summariser, _day_children(linked, vecs), 1)
     counts = [_count_line(src, [x for x in leaves if x.source == src]) for src in _sources(leaves)]
     by_source = sorted(linked, key=lambda leaf: (leaf.source, leaf.when, leaf.seq, leaf.path))
     content = _Content(
@@ -467,6 +489,21 @@ def _day_node(
         result.summariser,
     )
     return _node(current, day_dir(day), f"day:{day}", 1, content), result.notes
+
+
+def _day_children(linked: Sequence[_DayLeaf], vecs: dict[str, Vector]) -> list[Child]:
+    """What a day's digest summarises: its linked leaves, dropped ones left out unless all are."""
+    readable = [leaf for leaf in linked if leaf.status != Status.DROPPED.value] or linked
+    return [
+        Child(
+            validity.marked(leaf.text, leaf.supersedes, leaf.superseded_by),
+            vecs.get(leaf.id),
+            speaker=leaf.speaker,
+            ts=leaf.when,
+            weight=validity.SUPERSEDED_WEIGHT if validity.listed(leaf.superseded_by) else 1.0,
+        )
+        for leaf in readable
+    ]
 
 
 def _sources(leaves: Sequence[_DayLeaf]) -> list[str]:
@@ -536,7 +573,8 @@ def _rollup_node(
         return _node(
             current, directory, seed, depth, _Content(title, "(no digests left)", (), 0, None, None)
         ), ()
-    result = summariser.summarise(
+    result = summarise_untitled(  # named by its week or month
+        summariser,
         [
             Child(k.text, k.vec, title=k.title, ts=k.earliest, weight=float(max(1, k.descendants)))
             for k in kids

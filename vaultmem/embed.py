@@ -91,6 +91,9 @@ class Remembering:
         self.computed = 0  # texts sent to ``inner``
         self._known: OrderedDict[str, Vectors] = OrderedDict()
         self._lock = threading.Lock()  # the pool's threads share one compaction's embedder
+        # Texts a ``prepare`` is embedding right now: another thread's call waits for their rows instead
+        # of embedding them again (a seal's and the day digests' gathered calls share sentences).
+        self._pending: dict[str, threading.Event] = {}
 
     @property
     def model_id(self) -> str:
@@ -110,30 +113,46 @@ class Remembering:
         if embed_calls is None:
             return
         with self._lock:
-            seen = set(self._known)
-        todos: list[list[str]] = []
-        for texts in calls:
-            todo = [t for t in dict.fromkeys(texts) if t not in seen]
-            seen.update(todo)
-            if todo:
-                todos.append(todo)
-        if sum(len(t) for t in todos) < PARALLEL_MIN or len(todos) < 2:
-            return  # nothing to share: the calls embed their own texts as they come
-        results = embed_calls(todos)
-        with self._lock:
-            for todo, rows in zip(todos, results, strict=True):
-                self.computed += len(todo)
-                for text, row in zip(todo, rows, strict=True):
-                    self._known[text] = np.array(row, dtype=np.float32)
-                    self._known.move_to_end(text)
-            while len(self._known) > self.size:
-                self._known.popitem(last=False)
+            seen = set(self._known) | set(self._pending)
+            todos: list[list[str]] = []
+            for texts in calls:
+                todo = [t for t in dict.fromkeys(texts) if t not in seen]
+                seen.update(todo)
+                if todo:
+                    todos.append(todo)
+            if sum(len(t) for t in todos) < PARALLEL_MIN or len(todos) < 2:
+                return  # nothing to share: the calls embed their own texts as they come
+            done = threading.Event()
+            self._pending.update((t, done) for todo in todos for t in todo)
+        try:
+            results = embed_calls(todos)
+            with self._lock:
+                for todo, rows in zip(todos, results, strict=True):
+                    self.computed += len(todo)
+                    for text, row in zip(todo, rows, strict=True):
+                        self._known[text] = np.array(row, dtype=np.float32)
+                        self._known.move_to_end(text)
+                while len(self._known) > self.size:
+                    self._known.popitem(last=False)
+        finally:  # failed too: the waiting calls embed the texts themselves
+            with self._lock:
+                for todo in todos:
+                    for text in todo:
+                        if self._pending.get(text) is done:
+                            del self._pending[text]
+            done.set()
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         if len(texts) == 0:
             return _empty(self.dim)
         with self._lock:
             known = {t: self._known[t] for t in texts if t in self._known}
+            waits = {self._pending[t] for t in texts if t not in known and t in self._pending}
+        if waits:  # another thread's ``prepare`` is embedding some of them: their rows, not a second run
+            for event in waits:
+                event.wait()
+            with self._lock:
+                known.update((t, self._known[t]) for t in texts if t not in known and t in self._known)
         todo = [t for t in dict.fromkeys(texts) if t not in known]
         if todo:
             rows = self.inner.embed(todo)

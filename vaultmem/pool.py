@@ -22,6 +22,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import date
 
 from vaultmem import db, digest, fsio, related, steps, topics
 from vaultmem.admit import AdmitReport, EntityFinder, admit, find_entities, reread_pending
@@ -60,6 +61,9 @@ POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
 DISK_FULL_WAIT_S = 30.0  # the daemon's workers wait this long after a full disk
+# The day digests' sentences embedded together ahead of their jobs, at most about this many texts at a
+# time (a quarter of ``Remembering.size``: they are still remembered when their jobs ask for them).
+PREPARE_DIGEST_TEXTS = 4_096
 REPLAN_TRIES = 3  # a seal pass whose step met a file changed that instant is planned again this often
 # Kinds queued ahead of their handler (none at present): left queued, never claimed, so they are
 # neither failed nor parked, and they never keep "until idle" runs going.
@@ -157,6 +161,10 @@ class Pool:
         # A full disk may have cut a step midway (its note still in ``treeops/``): it is finished before the
         # next job plans on the tree, not only on the next open.
         self._cut_steps = False
+        # Days whose digests' sentences were embedded together ahead of their jobs (``_prepare_digests``);
+        # the lock makes a second worker wait for those rows instead of embedding them again.
+        self._prepared_days: set[date] = set()
+        self._preparing = threading.Lock()
 
     def wake(self) -> None:
         self._wake.set()
@@ -684,7 +692,45 @@ class Pool:
 
     def _digest_daily(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         day = digest.parse_day(str(job.payload["day"]))
-        return self._settle(queue, job, digest.build_day(self.ctx, conn, day), committed=True)
+        self._prepare_digests(conn, day)
+        try:
+            return self._settle(queue, job, digest.build_day(self.ctx, conn, day), committed=True)
+        finally:
+            with self._state:
+                self._prepared_days.discard(day)  # queued again later (new leaves): prepared again
+
+    def _prepare_digests(self, conn: sqlite3.Connection, day: date) -> None:
+        """Embed the sentences of this day's digest and of the other due days' together, up to
+        ``PREPARE_DIGEST_TEXTS`` (``digest.embed_calls``, ``Remembering.prepare``): one batched call
+        that the embedder shares with its worker processes, where each day's job would make its own
+        small call in this thread (a first run of one LoCoMo conversation: 38 days' calls, the largest
+        part of its compaction's model time). Only with the vault's shared ``remembering``, which the
+        summariser embeds through."""
+        if self.ctx.remembering is None or not self.ctx.digest:
+            return
+        # Every digest job passes here before it embeds: a day another worker is running is either
+        # prepared already or waiting for this lock, so taking it in (``due_days``) embeds nothing twice.
+        with self._preparing:  # another worker preparing: wait for its rows
+            with self._state:
+                if day in self._prepared_days:
+                    return
+            remembering = self.ctx.remembering()
+            due = [day, *(d for d in digest.due_days(conn, time.time()) if d != day)]
+            with self._state:
+                due = [d for d in due if d not in self._prepared_days]
+                if len(due) < 2:  # one day (the daemon's nightly job): its own calls, nothing read twice
+                    self._prepared_days.add(day)  # being built: no later prepare takes it in
+                    return
+            calls: list[list[str]] = []
+            days: list[date] = []
+            for each in due:
+                if sum(map(len, calls)) >= PREPARE_DIGEST_TEXTS:
+                    break
+                calls += digest.embed_calls(conn, self.ctx.summariser, remembering.model_id, each)
+                days.append(each)
+            remembering.prepare(calls)
+            with self._state:
+                self._prepared_days.update(days)
 
     def _settle(
         self, queue: JobQueue, job: Job, result: Resummarised, *, committed: bool = False, **counts: int

@@ -73,6 +73,17 @@ def summarise_apart(
     return summariser.summarise(children, depth)
 
 
+def summarise_untitled(summariser: Summariser, children: Sequence[Child], depth: int) -> Summary:
+    """``summariser.summarise`` for a caller that keeps its own title (a digest is named by its date):
+    told so where it takes a keyword ``titled`` (the extractive summariser then embeds no key phrase,
+    about 45% of the texts a day's digest would send to the model); its title is a cheap one."""
+    method: Any = summariser.summarise
+    if "titled" in inspect.signature(method).parameters:
+        result: Summary = method(children, depth, titled=False)
+        return result
+    return summariser.summarise(children, depth)
+
+
 NEIGHBOURS = 8  # a level's title stands out from this many of the most similar levels beside it
 
 
@@ -480,18 +491,19 @@ class ExtractiveSummariser:
             candidates = [c for c in candidates if not c.filler] or candidates
         return candidates, child_words
 
-    def embed_calls(self, children: Sequence[Child]) -> list[list[str]]:
-        """The texts of each call ``summarise(children, ...)`` makes to ``embed``, in order (its sentences,
-        then its key phrases): a caller embeds several levels' calls together before summarising them
-        one by one (``embed.Remembering.prepare``). Read from the same steps ``summarise`` takes."""
+    def embed_calls(self, children: Sequence[Child], *, titled: bool = True) -> list[list[str]]:
+        """The texts of each call ``summarise(children, ..., titled=titled)`` makes to ``embed``, in order
+        (its sentences, then its key phrases): a caller embeds several levels' calls together before
+        summarising them one by one (``embed.Remembering.prepare``). Read from the same steps
+        ``summarise`` takes."""
         if self.embed is None:
             return []
         candidates, _ = self._picked_candidates(children)
         if not candidates:
-            titled = [Child(c.title, None) for c in children if c.title and c.title.strip()]
-            return self.embed_calls(titled) if titled else []
+            named = [Child(c.title, None) for c in children if c.title and c.title.strip()]
+            return self.embed_calls(named, titled=titled) if named else []
         calls = [[c.sentence for c in candidates]]
-        if self.ranking == "informative":
+        if self.ranking == "informative" and titled:
             texts, _speakers = self._phrase_texts(children, candidates)
             if texts is not None:
                 phrases = keyphrase.candidates(texts, _phrase_stop(_speakers))
@@ -499,14 +511,18 @@ class ExtractiveSummariser:
                     calls.append(phrases)
         return calls
 
-    def summarise(self, children: Sequence[Child], depth: int, *, apart: Vectors | None = None) -> Summary:
+    def summarise(
+        self, children: Sequence[Child], depth: int, *, apart: Vectors | None = None, titled: bool = True
+    ) -> Summary:
+        """``titled=False``: the caller keeps a title of its own (a digest's date), so none is looked
+        for among key phrases (none is embedded); the summary still has the cheap word-based title."""
         bound = token_bound(depth)
         candidates, child_words = self._picked_candidates(children)
         if not candidates:
-            titled = [Child(c.title, None) for c in children if c.title and c.title.strip()]
-            if not titled:
+            named = [Child(c.title, None) for c in children if c.title and c.title.strip()]
+            if not named:
                 return Summary(FALLBACK_TITLE, _EMPTY_TEXT, self.name)
-            return self.summarise(titled, depth, apart=apart)
+            return self.summarise(named, depth, apart=apart, titled=titled)
         weights = _child_weights(children)
         lexical = _lexical_centrality(candidates, child_words, weights)
         relevance, vectors, rows, distinct = self._relevance(children, candidates, weights, lexical)
@@ -522,7 +538,7 @@ class ExtractiveSummariser:
             lines = [truncate(candidates[picked[0]].display, bound - 1)]
         text = "\n".join(f"- {line}" for line in lines)
         title = _title(candidates, child_words, picked, weights)
-        if self.ranking == "informative" and vectors is not None and self.embed is not None:
+        if titled and self.ranking == "informative" and vectors is not None and self.embed is not None:
             title = self._key_phrase_title(children, candidates, vectors, apart) or title
         return Summary(title, text, self.name)
 
