@@ -649,3 +649,38 @@ def test_rocchio_ranks_by_the_query_moved_toward_the_first_hits(move_vault: Vaul
     for rank, row in enumerate(order, 1):
         node = cache.ids[row]
         assert after[node] == pytest.approx(before[node] + 1.0 / (search_module.RRF_K + rank), abs=1e-9)
+
+
+def test_feedback_leaves_a_question_asking_for_a_time_alone(move_vault: Vault) -> None:
+    """A question asking when (``timeparse.asks_time``) is ranked as without feedback (its answer is often a
+    terse turn the moved vector ranks below the topic's richer ones); with ``prf_on_time`` it gets it too."""
+    searcher = move_vault.searcher
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    timed, plain = "When did Ann move from Sweden?", "Where did Ann move from after school?"
+    before = {q: _scores(searcher, q) for q in (timed, plain)}
+    searcher.prf_vector, searcher.prf_docs, searcher.prf_beta = 1.0, 2, 0.5
+    assert _scores(searcher, timed) == before[timed]
+    assert _scores(searcher, plain) != before[plain]
+    searcher.prf_on_time = True
+    assert _scores(searcher, timed) != before[timed]
+
+
+def test_feedback_never_displaces_the_first_rounds_best_kept(move_vault: Vault) -> None:
+    """With ``prf_keep``, what the feedback lifts goes right below the first round's best ``prf_keep``
+    hits: they stay on top, in their order; without it a strong feedback round reorders the top."""
+    searcher = move_vault.searcher
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    query = "Where did Ann move from after school?"
+
+    def order() -> list[str]:
+        scores = _scores(searcher, query)
+        return sorted(scores, key=lambda i: (-scores[i], i))
+
+    first = order()
+    searcher.prf_vector, searcher.prf_docs, searcher.prf_beta = 20.0, 4, 5.0
+    moved = order()
+    assert moved[:2] != first[:2]  # the feedback alone would displace them
+    searcher.prf_keep = 2
+    kept = order()
+    assert kept[:2] == first[:2]
+    assert kept[2:] == [i for i in moved if i not in first[:2]]
