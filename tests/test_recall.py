@@ -620,6 +620,7 @@ def test_a_second_round_of_words_lifts_what_the_first_hits_reveal(move_vault: Va
     a turn that names Sweden but none of the question's words gains; an unrelated turn does not."""
     searcher = move_vault.searcher
     searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
     query = "Where did Ann move from after school?"
     before = _scores(searcher, query)
     searcher.prf_words, searcher.prf_terms, searcher.prf_docs = 1.0, 3, 3
@@ -635,6 +636,7 @@ def test_rocchio_ranks_by_the_query_moved_toward_the_first_hits(move_vault: Vaul
     searcher = move_vault.searcher
     embedder = move_vault.embedder
     searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
     query = "Where did Ann move from after school?"
     before = _scores(searcher, query)
     best = sorted(before, key=lambda i: (-before[i], i))[:2]
@@ -656,6 +658,7 @@ def test_feedback_leaves_a_question_asking_for_a_time_alone(move_vault: Vault) -
     terse turn the moved vector ranks below the topic's richer ones); with ``prf_on_time`` it gets it too."""
     searcher = move_vault.searcher
     searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
     timed, plain = "When did Ann move from Sweden?", "Where did Ann move from after school?"
     before = {q: _scores(searcher, q) for q in (timed, plain)}
     searcher.prf_vector, searcher.prf_docs, searcher.prf_beta = 1.0, 2, 0.5
@@ -670,6 +673,7 @@ def test_feedback_never_displaces_the_first_rounds_best_kept(move_vault: Vault) 
     hits: they stay on top, in their order; without it a strong feedback round reorders the top."""
     searcher = move_vault.searcher
     searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
     query = "Where did Ann move from after school?"
 
     def order() -> list[str]:
@@ -684,3 +688,14 @@ def test_feedback_never_displaces_the_first_rounds_best_kept(move_vault: Vault) 
     kept = order()
     assert kept[:2] == first[:2]
     assert kept[2:] == [i for i in moved if i not in first[:2]]
+
+
+def test_feedback_is_on_for_a_question_that_asks_no_time(move_vault: Vault) -> None:
+    """Shipped settings: Rocchio feedback (``PRF_VECTOR``) moves the ranking of a question asking no time."""
+    searcher = move_vault.searcher
+    assert searcher.prf_vector > 0 and searcher.prf_keep > 0 and not searcher.prf_on_time
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0  # feedback's scores alone
+    query = "Where did Ann move from after school?"
+    shipped = _scores(searcher, query)
+    searcher.prf_vector = 0.0
+    assert _scores(searcher, query) != shipped
