@@ -668,6 +668,27 @@ def test_feedback_leaves_a_question_asking_for_a_time_alone(move_vault: Vault) -
     assert _scores(searcher, timed) != before[timed]
 
 
+def test_feedback_leaves_a_question_naming_a_time_alone(move_vault: Vault) -> None:
+    """A question naming a time window (``timeparse.find_range``), or a ranking within one, is ranked as
+    without feedback; with ``prf_on_named_time`` it gets it too."""
+    searcher = move_vault.searcher
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
+    named = "Where did Ann say she moved from in March 2026?"
+    within = Filters(kind="leaf", since=datetime(2026, 3, 1, tzinfo=UTC))
+    plain = "Where did Ann say she moved from?"
+
+    def within_scores(query: str) -> dict[str, float]:
+        return {i: s for i, s, _, _ in searcher.rank(query, within, 100)}
+
+    before = (_scores(searcher, named), within_scores(plain))
+    searcher.prf_vector, searcher.prf_docs, searcher.prf_beta = 1.0, 2, 0.5
+    assert (_scores(searcher, named), within_scores(plain)) == before
+    searcher.prf_on_named_time = True
+    after = (_scores(searcher, named), within_scores(plain))
+    assert after[0] != before[0] and after[1] != before[1]
+
+
 def test_feedback_never_displaces_the_first_rounds_best_kept(move_vault: Vault) -> None:
     """With ``prf_keep``, what the feedback lifts goes right below the first round's best ``prf_keep``
     hits: they stay on top, in their order; without it a strong feedback round reorders the top."""

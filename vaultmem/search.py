@@ -84,6 +84,9 @@ PRF_WORDS = 0.0
 # is often a terse turn ("I've had them for 3 years now") that the moved vector ranks below the topic's
 # richer turns (LoCoMo temporal 0.957 -> 0.938 with feedback on every question). True: feedback on those too.
 PRF_ON_TIME = False
+# Feedback skips a question naming a time window ("two weeks ago", "in May 2023"; ``timeparse.find_range``)
+# and a ranking restricted to one (``since``/``until``), as for a time question. True: feedback on those too.
+PRF_ON_NAMED_TIME = False
 # Feedback fills in below the first round's best PRF_KEEP hits and never displaces them (0: it may): what
 # the first round ranks highest keeps its place (without it adversarial 0.956 -> 0.947 at 0.5).
 PRF_KEEP = 5
@@ -578,6 +581,7 @@ class Searcher:
         self.prf_terms = PRF_TERMS
         self.prf_words = PRF_WORDS
         self.prf_on_time = PRF_ON_TIME
+        self.prf_on_named_time = PRF_ON_NAMED_TIME
         self.prf_keep = PRF_KEEP
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
@@ -910,11 +914,7 @@ class Searcher:
         for rank, node_id in enumerate(semantic, 1):
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
-        if (
-            (self.prf_vector or self.prf_words)
-            and scores
-            and (self.prf_on_time or not timeparse.asks_time(query))
-        ):
+        if (self.prf_vector or self.prf_words) and scores and self._feedback_for(query, filters):
             self._feed_back(query, filters, pool, scores)
         if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
             self._propagate(query, scores, pool)
@@ -924,6 +924,18 @@ class Searcher:
             self._boost_speakers(query, scores, pool)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
+
+    def _feedback_for(self, query: str, filters: Filters) -> bool:
+        """Whether feedback applies to ``query``: not to one asking for a time (``prf_on_time``) nor to one
+        naming a time window or ranked within one (``prf_on_named_time``)."""
+        if not self.prf_on_time and timeparse.asks_time(query):
+            return False
+        if not self.prf_on_named_time:
+            if filters.since is not None or filters.until is not None:
+                return False
+            if timeparse.find_range(query, datetime.now(UTC)) is not None:
+                return False
+        return True
 
     def _feed_back(self, query: str, filters: Filters, limit: int, scores: dict[str, float]) -> None:
         """Pseudo-relevance feedback: rankings from the best ``prf_docs`` fused hits of the first round
