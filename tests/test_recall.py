@@ -620,6 +620,7 @@ def test_a_second_round_of_words_lifts_what_the_first_hits_reveal(move_vault: Va
     a turn that names Sweden but none of the question's words gains; an unrelated turn does not."""
     searcher = move_vault.searcher
     searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
     query = "Where did Ann move from after school?"
     before = _scores(searcher, query)
     searcher.prf_words, searcher.prf_terms, searcher.prf_docs = 1.0, 3, 3
@@ -635,6 +636,7 @@ def test_rocchio_ranks_by_the_query_moved_toward_the_first_hits(move_vault: Vaul
     searcher = move_vault.searcher
     embedder = move_vault.embedder
     searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
     query = "Where did Ann move from after school?"
     before = _scores(searcher, query)
     best = sorted(before, key=lambda i: (-before[i], i))[:2]
@@ -649,3 +651,72 @@ def test_rocchio_ranks_by_the_query_moved_toward_the_first_hits(move_vault: Vaul
     for rank, row in enumerate(order, 1):
         node = cache.ids[row]
         assert after[node] == pytest.approx(before[node] + 1.0 / (search_module.RRF_K + rank), abs=1e-9)
+
+
+def test_feedback_leaves_a_question_asking_for_a_time_alone(move_vault: Vault) -> None:
+    """A question asking when (``timeparse.asks_time``) is ranked as without feedback (its answer is often a
+    terse turn the moved vector ranks below the topic's richer ones); with ``prf_on_time`` it gets it too."""
+    searcher = move_vault.searcher
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
+    timed, plain = "When did Ann move from Sweden?", "Where did Ann move from after school?"
+    before = {q: _scores(searcher, q) for q in (timed, plain)}
+    searcher.prf_vector, searcher.prf_docs, searcher.prf_beta = 1.0, 2, 0.5
+    assert _scores(searcher, timed) == before[timed]
+    assert _scores(searcher, plain) != before[plain]
+    searcher.prf_on_time = True
+    assert _scores(searcher, timed) != before[timed]
+
+
+def test_feedback_leaves_a_question_naming_a_time_alone(move_vault: Vault) -> None:
+    """A question naming a time window (``timeparse.find_range``), or a ranking within one, is ranked as
+    without feedback; with ``prf_on_named_time`` it gets it too."""
+    searcher = move_vault.searcher
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
+    named = "Where did Ann say she moved from in March 2026?"
+    within = Filters(kind="leaf", since=datetime(2026, 3, 1, tzinfo=UTC))
+    plain = "Where did Ann say she moved from?"
+
+    def within_scores(query: str) -> dict[str, float]:
+        return {i: s for i, s, _, _ in searcher.rank(query, within, 100)}
+
+    before = (_scores(searcher, named), within_scores(plain))
+    searcher.prf_vector, searcher.prf_docs, searcher.prf_beta = 1.0, 2, 0.5
+    assert (_scores(searcher, named), within_scores(plain)) == before
+    searcher.prf_on_named_time = True
+    after = (_scores(searcher, named), within_scores(plain))
+    assert after[0] != before[0] and after[1] != before[1]
+
+
+def test_feedback_never_displaces_the_first_rounds_best_kept(move_vault: Vault) -> None:
+    """With ``prf_keep``, what the feedback lifts goes right below the first round's best ``prf_keep``
+    hits: they stay on top, in their order; without it a strong feedback round reorders the top."""
+    searcher = move_vault.searcher
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
+    query = "Where did Ann move from after school?"
+
+    def order() -> list[str]:
+        scores = _scores(searcher, query)
+        return sorted(scores, key=lambda i: (-scores[i], i))
+
+    first = order()
+    searcher.prf_vector, searcher.prf_docs, searcher.prf_beta = 20.0, 4, 5.0
+    moved = order()
+    assert moved[:2] != first[:2]  # the feedback alone would displace them
+    searcher.prf_keep = 2
+    kept = order()
+    assert kept[:2] == first[:2]
+    assert kept[2:] == [i for i in moved if i not in first[:2]]
+
+
+def test_feedback_is_on_for_a_question_that_asks_no_time(move_vault: Vault) -> None:
+    """Shipped settings: Rocchio feedback (``PRF_VECTOR``) moves the ranking of a question asking no time."""
+    searcher = move_vault.searcher
+    assert searcher.prf_vector > 0 and searcher.prf_keep > 0 and not searcher.prf_on_time
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0  # feedback's scores alone
+    query = "Where did Ann move from after school?"
+    shipped = _scores(searcher, query)
+    searcher.prf_vector = 0.0
+    assert _scores(searcher, query) != shipped

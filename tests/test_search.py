@@ -319,7 +319,7 @@ def test_vectors_written_by_another_connection_are_seen(vault: Vault) -> None:
     other.close()
     vault.search("kitten shelter", k=3)
     assert first[0].id not in cache.pos
-    again = vault.search("kitten shelter", k=3)
+    again = vault.search("kitten shelter", k=10)  # feedback may move it below 3
     assert next(h for h in again if h.id == first[0].id).cosine is None
 
 

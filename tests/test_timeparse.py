@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vaultmem.timeparse import TimeRange, day_of, find_range, strip_range
+from vaultmem.timeparse import TimeRange, asks_time, day_of, find_range, strip_range
 
 SAT = datetime(2026, 11, 21, 15, 0, tzinfo=UTC)  # Saturday, ISO week Mon 16 .. Sun 22 November
 WED = datetime(2026, 3, 11, 9, 30, tzinfo=UTC)  # Wednesday, ISO week Mon 9 .. Sun 15 March
@@ -389,3 +389,44 @@ def test_on_a_day_of_march_or_may_is_a_date() -> None:
     now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
     assert find_range("what did Diego say on 17 March", now).text == "on 17 March"  # type: ignore[union-attr]
     assert find_range("2 may be enough", now) is None
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "When did Caroline go to the LGBTQ support group?",
+        "How long has Nate had his first two turtles?",
+        "For how long has Nate had his snakes?",
+        "In what year did John move?",
+        "Which month did they meet?",
+        "After how many weeks did Tim call back?",
+        "How many days passed between the concert and the trip?",
+        "Which did I buy first, the bike or the car?",
+        "What is the order of the three events: 'a', 'b' and 'c'?",
+        "我什么时候去的北京？",
+        "他多久没来了",
+    ],
+)
+def test_a_question_asking_for_a_time(query: str) -> None:
+    assert asks_time(query)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "What did Melanie feel when she saw the lake?",  # "when" as a conjunction
+        "Where did Joanna travel to in July 2022?",  # names a time, asks a place
+        "Who supports Caroline when she has a negative experience?",
+        "How many pets does Nate have?",
+        "What was the last book she read?",
+        "她去了哪里？",
+        "",
+    ],
+)
+def test_a_question_not_asking_for_a_time(query: str) -> None:
+    assert not asks_time(query)
+
+
+@given(st.text(max_size=80))
+def test_asks_time_never_raises(query: str) -> None:
+    assert asks_time(query) in (True, False)

@@ -396,6 +396,26 @@ def find_range(query: str, now: datetime) -> TimeRange | None:
     return TimeRange(start, end, text, yearless)
 
 
+# A question asking for a time or an order ("When did…", "How long has…", "In what year…", "How many days
+# passed…", "Which did I do first, …", "What is the order of …"): its interrogative opens the question (a "when" later on is mostly a
+# conjunction: "what did she feel when…"). Chinese: 什么时候, 哪天/哪年, 几月, 多久.
+_ASKS_TIME_RE = re.compile(
+    r"^\W*(?:(?:in|on|at|for|after|before|around|about|approximately|roughly|by|since|and|so|but|then)\s+)*"
+    r"(?:when\b|how\s+long\b|how\s+(?:many|much)\s+(?:time|days|weeks|months|years|hours|minutes)\b"
+    r"|(?:what|which)\s+(?:year|month|day|date|time|week|season|decade)\b"
+    r"|which\b[^?]*\b(?:first|earlier|later)\b)"
+    r"|\b(?:what\s+is\s+the|in\s+(?:what|which))\s+order\b"
+    r"|什么时候|何时|哪(?:一)?(?:天|年|月|周)|几月|几号|多久|多长时间",
+    re.IGNORECASE,
+)
+
+
+def asks_time(query: str) -> bool:
+    """Whether ``query`` asks for a time, a duration or an order of events (not whether it names one:
+    ``find_range``). Pure; any text."""
+    return _ASKS_TIME_RE.search(query) is not None
+
+
 _PUNCT = ",.;:!?，。；：！？、"
 
 
