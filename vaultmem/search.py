@@ -90,6 +90,8 @@ PRF_ON_NAMED_TIME = False
 # Feedback fills in below the first round's best PRF_KEEP hits and never displaces them (0: it may): what
 # the first round ranks highest keeps its place (without it adversarial 0.956 -> 0.947 at 0.5).
 PRF_KEEP = 5
+# Rocchio ranks only the first round's candidates (no vector search of its own) instead of every vector.
+PRF_WITHIN = False
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
 WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
@@ -587,6 +589,7 @@ class Searcher:
         self.prf_on_time = PRF_ON_TIME
         self.prf_on_named_time = PRF_ON_NAMED_TIME
         self.prf_keep = PRF_KEEP
+        self.prf_within = PRF_WITHIN
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
@@ -844,7 +847,9 @@ class Searcher:
             return self._filtered_rows(cache, filters)
         return None
 
-    def _feedback_vector(self, query: str, filters: Filters, limit: int, best: list[str]) -> list[str]:
+    def _feedback_vector(
+        self, query: str, filters: Filters, limit: int, best: list[str], within: list[str] | None = None
+    ) -> list[str]:
         """The cosine ranking by the query's vector moved toward the mean vector of ``best`` (the first
         round's best hits): Rocchio's relevance feedback, with no forward pass (the query's vector is
         remembered from the first round, the hits' vectors are in memory)."""
@@ -860,7 +865,14 @@ class Searcher:
             norm = float(np.linalg.norm(moved))
             if norm <= 0:
                 return []
-            top = cache.top((moved / norm).astype(np.float32), limit, self._rows_of(cache, filters))
+            unit = (moved / norm).astype(np.float32)
+            if within is not None:  # only the first round's candidates, each scored exactly
+                pos = np.asarray([cache.pos[i] for i in within if i in cache.pos], dtype=np.intp)
+                if not len(pos):
+                    return []
+                order = np.argsort(-(cache.matrix[pos] @ unit), kind="stable")[:limit]
+                return [cache.ids[int(pos[j])] for j in order]
+            top = cache.top(unit, limit, self._rows_of(cache, filters))
         return [cache.ids[i] for i in top]
 
     def feedback_terms(self, query: str, best: list[str]) -> list[str]:
@@ -947,7 +959,8 @@ class Searcher:
         best = sorted(scores, key=lambda i: (-scores[i], i))[: int(self.prf_docs)]
         found: list[tuple[float, list[str]]] = []
         if self.prf_vector:
-            found.append((self.prf_vector, self._feedback_vector(query, filters, limit, best)))
+            within = list(scores) if self.prf_within else None
+            found.append((self.prf_vector, self._feedback_vector(query, filters, limit, best, within)))
         if self.prf_words:
             extra = self.feedback_terms(query, best)
             if extra:
