@@ -636,7 +636,7 @@ def test_rocchio_ranks_by_the_query_moved_toward_the_first_hits(move_vault: Vaul
     searcher = move_vault.searcher
     embedder = move_vault.embedder
     searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
-    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
+    searcher.prf_vector, searcher.prf_keep, searcher.prf_within = 0.0, 0, False  # the first round alone
     query = "Where did Ann move from after school?"
     before = _scores(searcher, query)
     best = sorted(before, key=lambda i: (-before[i], i))[:2]
@@ -651,6 +651,42 @@ def test_rocchio_ranks_by_the_query_moved_toward_the_first_hits(move_vault: Vaul
     for rank, row in enumerate(order, 1):
         node = cache.ids[row]
         assert after[node] == pytest.approx(before[node] + 1.0 / (search_module.RRF_K + rank), abs=1e-9)
+
+
+def test_rocchio_within_ranks_only_the_first_rounds_candidates_with_no_second_vector_search(
+    move_vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``prf_within`` (the default), the moved vector ranks only the first round's candidates, each
+    scored exactly (no second vector search over every row: at 100,000 leaves that search cost 3-4 ms)."""
+    from vaultmem import vectors as vectors_module
+
+    searcher = move_vault.searcher
+    embedder = move_vault.embedder
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0  # the first round alone
+    query = "Where did Ann move from after school?"
+    before = _scores(searcher, query)
+    best = sorted(before, key=lambda i: (-before[i], i))[:2]
+    searcher.prf_vector, searcher.prf_docs, searcher.prf_beta, searcher.prf_within = 1.0, 2, 0.5, True
+    tops: list[int] = []
+    real_top = vectors_module.VectorCache.top
+
+    def counted(self: vectors_module.VectorCache, *args: object, **kw: object) -> object:
+        tops.append(1)
+        return real_top(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(vectors_module.VectorCache, "top", counted)
+    after = _scores(searcher, query)
+    assert len(tops) == 1  # the first round's search; the feedback searched nothing
+    cache = searcher.vectors(embedder)
+    q = searcher.content_vector(embedder, query)
+    moved = q + 0.5 * cache.matrix[[cache.pos[i] for i in best]].mean(axis=0)
+    candidates = [i for i in before if i in cache.pos]
+    sims = cache.matrix[[cache.pos[i] for i in candidates]] @ (moved / np.linalg.norm(moved))
+    for rank, j in enumerate(np.argsort(-sims, kind="stable"), 1):
+        node = candidates[int(j)]
+        assert after[node] == pytest.approx(before[node] + 1.0 / (search_module.RRF_K + rank), abs=1e-9)
+    assert set(after) == set(before)  # nothing the first round did not find
 
 
 def test_feedback_leaves_a_question_asking_for_a_time_alone(move_vault: Vault) -> None:
