@@ -9,13 +9,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from vaultmem.cli import main
@@ -93,6 +95,32 @@ def chat(
         }
         for i in range(n)
     ]
+
+
+class RecordingEmbedder(FakeEmbedder):
+    """The fake embedder, recording what it is asked: the texts of each ``embed`` call (``alone``) and of
+    each gathered call's calls (``gathered``); ``alone_sizes``/``gathered_sizes`` count them."""
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__(dim)
+        self.alone: list[list[str]] = []
+        self.gathered: list[list[list[str]]] = []
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        self.alone.append(list(texts))
+        return super().embed(texts)
+
+    def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
+        self.gathered.append([list(c) for c in calls])
+        return [FakeEmbedder.embed(self, c) for c in calls]
+
+    @property
+    def alone_sizes(self) -> list[int]:
+        return [len(texts) for texts in self.alone]
+
+    @property
+    def gathered_sizes(self) -> list[list[int]]:
+        return [[len(c) for c in calls] for calls in self.gathered]
 
 
 @contextmanager

@@ -12,27 +12,17 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tests.helpers import CONFIG, topic_records
+from tests.helpers import CONFIG, RecordingEmbedder, topic_records
 from vaultmem import embed
 from vaultmem.embed import Embedder, FakeEmbedder, NumpyBertEmbedder, Remembering, default_model_path
 from vaultmem.vault import Vault
 
 
-class _Calls(FakeEmbedder):
-    """The fake embedder, recording what it is asked (one list per ``embed``, one per gathered call)."""
+class _Calls(RecordingEmbedder):
+    """The recording fake embedder at MiniLM's width."""
 
     def __init__(self) -> None:
         super().__init__(384)
-        self.alone: list[int] = []
-        self.gathered: list[list[int]] = []
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        self.alone.append(len(texts))
-        return super().embed(texts)
-
-    def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
-        self.gathered.append([len(c) for c in calls])
-        return [FakeEmbedder.embed(self, c) for c in calls]
 
 
 def _tree(root: Path, embedder: Embedder, fanout: int = 50) -> dict[str, object]:
@@ -67,17 +57,18 @@ def test_gathered_calls_write_the_tree_the_calls_one_by_one_wrote(
     monkeypatch.setattr(Vault, "remembering", property(lambda self: Remembering(self.embedder)))
     gathered = _Calls()
     now = _tree(tmp_path / "now", gathered)
-    assert gathered.gathered and max(len(g) for g in gathered.gathered) >= 6  # several levels' calls at once
+    together = gathered.gathered_sizes
+    assert together and max(len(g) for g in together) >= 6  # several levels' calls at once
     with monkeypatch.context() as m:
         m.setattr(Remembering, "prepare", lambda self, calls: None)  # each level embeds as it comes
         alone = _Calls()
         before = _tree(tmp_path / "before", alone)
-    assert not alone.gathered
+    assert not alone.gathered_sizes
     assert now == before
     # The texts embedded together were no longer asked for one level at a time, and nothing was
     # embedded twice (the rest: the leaves at ingest, the summaries' vectors, the parents).
-    assert sum(gathered.alone) + sum(map(sum, gathered.gathered)) == sum(alone.alone)
-    assert sum(map(sum, gathered.gathered)) >= 150
+    assert sum(gathered.alone_sizes) + sum(map(sum, gathered.gathered_sizes)) == sum(alone.alone_sizes)
+    assert sum(map(sum, gathered.gathered_sizes)) >= 150
 
 
 def test_condensation_gathers_its_new_parents_calls_and_writes_the_same_tree(
@@ -155,8 +146,8 @@ def test_one_remembering_serves_every_seal_digest_and_resummary_of_the_vault(
         alone = _Calls()
         before = _tree(tmp_path / "before", alone, fanout=3)
     assert now == before
-    embedded_now = sum(shared.alone) + sum(map(sum, shared.gathered))
-    embedded_before = sum(alone.alone) + sum(map(sum, alone.gathered))
+    embedded_now = sum(shared.alone_sizes) + sum(map(sum, shared.gathered_sizes))
+    embedded_before = sum(alone.alone_sizes) + sum(map(sum, alone.gathered_sizes))
     assert embedded_now < 0.7 * embedded_before, (embedded_now, embedded_before)
 
 
@@ -189,7 +180,9 @@ def test_a_call_waits_for_the_rows_another_threads_prepare_is_embedding(
     release.set()
     preparing.join(30)
     asking.join(30)
-    assert inner.gathered == [[2, 1]] and inner.alone == [1]  # only "x y z" went to the model again
+    assert inner.gathered_sizes == [[2, 1]] and inner.alone_sizes == [
+        1
+    ]  # only "x y z" went to the model again
     assert np.array_equal(rows[0], FakeEmbedder(384).embed(["d e f", "x y z"]))
     assert remembering.computed == 4
 
@@ -208,4 +201,4 @@ def test_a_failed_prepare_lets_the_waiting_call_embed_the_text_itself(
     with pytest.raises(RuntimeError):
         remembering.prepare([["a b c"], ["d e f"]])
     assert np.array_equal(remembering.embed(["a b c"]), FakeEmbedder(384).embed(["a b c"]))
-    assert inner.alone == [1]
+    assert inner.alone_sizes == [1]

@@ -7,16 +7,14 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 import pytest
 
-from tests.helpers import run
+from tests.helpers import RecordingEmbedder, run
 from vaultmem import digest, index
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import InvalidInput
@@ -404,27 +402,10 @@ def test_cli_digest_prints_text_and_json(built: Vault, capsys: pytest.CaptureFix
     assert code == 1 and "exclude each other" in err
 
 
-class _Gathering(FakeEmbedder):
-    """The fake embedder, recording each ``embed`` call's texts and each gathered call's calls."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.alone: list[list[str]] = []
-        self.gathered: list[list[list[str]]] = []
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        self.alone.append(list(texts))
-        return super().embed(texts)
-
-    def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
-        self.gathered.append([list(c) for c in calls])
-        return [FakeEmbedder.embed(self, c) for c in calls]
-
-
 NO_SEAL = CONFIG.replace("seal_min_leaves = 2", "seal_min_leaves = 1000")
 
 
-def _digests_only(root: Path, embedder: _Gathering) -> dict[str, str]:
+def _digests_only(root: Path, embedder: RecordingEmbedder) -> dict[str, str]:
     """The digests of ``DAYS`` (no seal: the buffer never fills), every global file's text."""
     with Vault.init(root, NO_SEAL, embedder=embedder) as vault:
         vault.ingest_messages(records())
@@ -452,7 +433,7 @@ def test_a_digest_looks_for_no_title_it_would_not_use(
         return original(self, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ExtractiveSummariser, "_key_phrase_title", key_phrase_title)
-    embedder = _Gathering()
+    embedder = RecordingEmbedder()
     now = _digests_only(tmp_path / "now", embedder)
     assert now and not looked
     sentences = {text for turns in DAYS.values() for *_, text in turns}
@@ -472,7 +453,7 @@ def test_due_days_digests_embed_their_sentences_together_and_write_the_same_dige
     from vaultmem.embed import Remembering
 
     monkeypatch.setattr(embed, "PARALLEL_MIN", 2)
-    gathered = _Gathering()
+    gathered = RecordingEmbedder()
     now = _digests_only(tmp_path / "now", gathered)
     [first, *_] = gathered.gathered
     assert len(first) == len(DAYS)  # one call per day, all at once
@@ -482,7 +463,7 @@ def test_due_days_digests_embed_their_sentences_together_and_write_the_same_dige
     assert not set(alone) & set(day_sentences)  # the days' jobs found them remembered
     with monkeypatch.context() as m:
         m.setattr(Remembering, "prepare", lambda self, calls: None)  # each day embeds as it comes
-        one_by_one = _Gathering()
+        one_by_one = RecordingEmbedder()
         before = _digests_only(tmp_path / "before", one_by_one)
     assert not one_by_one.gathered
     assert now == before
