@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from vaultmem.interrupts import interrupts_held
+
 # Measured for #22 on 100,000 hashed 384-dim vectors (bench/scale.py's, harder for a graph than real
 # sentence embeddings), loaded 2-core machine, per query for 100 candidates: brute force 48.7 ms, sign bits
 # about 11 ms, this graph 2.1 ms at recall@100 0.9994 (recall@10 1.0) after exact re-scoring; building it
@@ -71,7 +73,8 @@ def _usearch_index() -> Any:
             _stdcxx = ctypes.CDLL("libstdc++.so.6", mode=os.RTLD_GLOBAL)
         except OSError:
             _stdcxx = False
-    from usearch.index import Index
+    with interrupts_held():  # native code loading on the main thread (``interrupts``)
+        from usearch.index import Index
 
     return Index
 

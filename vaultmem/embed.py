@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem.errors import ModelError, VaultError
+from vaultmem.interrupts import interrupts_held
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -809,7 +810,10 @@ class NumpyBertEmbedder:
         with self._ort_lock:
             if self._ort is None and self.runtime == "onnx":
                 try:
-                    self._ort = self._open_session()
+                    # Its import evaluates Python and catches what that raises: a Ctrl-C landing there
+                    # was lost (``interrupts``).
+                    with interrupts_held():
+                        self._ort = self._open_session()
                 except Exception as exc:
                     if self._chosen == "auto":  # an install whose runtime cannot run the graph: NumPy
                         self.runtime, self.onnx_failure = "numpy", str(exc)
