@@ -496,6 +496,48 @@ def test_cli_watch_stops_cleanly_on_sigint(vault: Vault) -> None:
     assert b"batches" in out and vault.stats().daemon["running"] is False
 
 
+def test_a_full_disk_only_the_workers_meet_is_said_by_the_daemon(
+    seeded: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's pool meets the full disk (the queued day digests write their step notes) while the
+    daemon's own turns write nothing: a worker only waits and tries again, so the daemon says it, in
+    the notice and the status; once space returns the work finishes and ``check`` passes."""
+    from vaultmem import fsio, pool, steps
+
+    monkeypatch.setattr(pool, "DISK_FULL_WAIT_S", 0.5)
+    full = threading.Event()
+    full.set()
+    real_write_new = fsio._write_new
+
+    def write_new(tmp: Path, target: Path, data: bytes, *, fsync: bool) -> os.stat_result:
+        if full.is_set() and "treeops" in target.parts:  # only a pool step writes these
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write_new(tmp, target, data, fsync=fsync)
+
+    monkeypatch.setattr(fsio, "_write_new", write_new)
+    assert seeded.jobs.counts()["queued"] > 0  # the digests of the chat's day wait for the pool
+    notices: list[str] = []
+    with watching(seeded.layout.root, disk_full_wait_s=0.5, on_notice=notices.append) as daemon:
+        wait_for(lambda: notices, timeout=BULK_S, what="the daemon to say its workers found the disk full")
+        assert "no space left" in notices[0] and "nothing was lost" in notices[0]
+        assert "queued work is tried again" in notices[0]
+        wait_for(
+            lambda: any("nothing was lost" in w for w in seeded.stats().daemon["warnings"]),
+            timeout=BULK_S,
+            what="the warning in the status",
+        )
+        assert seeded.stats().daemon["running"]
+        full.clear()
+        wait_for(
+            lambda: seeded.jobs.counts()["queued"] == 0 and not steps.pending_notes(seeded.layout),
+            timeout=BULK_S,
+            what="the work to finish once space returned",
+        )
+        settle(daemon)
+    assert not fsio.stray_temp_files(seeded.layout.root)
+    assert seeded.check().ok
+
+
 def test_a_full_disk_while_the_daemon_writes_loses_nothing_says_so_and_recovers(
     seeded: Vault, monkeypatch: pytest.MonkeyPatch
 ) -> None:

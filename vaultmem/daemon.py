@@ -290,6 +290,8 @@ class Daemon:
                     except DiskFull as exc:
                         self._out_of_space(exc, stop)
                         continue
+                    finally:
+                        self._workers_out_of_space(pool)
                     self._hold_while_settling(pool)
                     self._commit_if_due(pool)
                     self.write_status()
@@ -354,16 +356,23 @@ class Daemon:
         and nothing stops for good: said at once (``on_notice``, the status's warnings once it can be
         written), then after ``disk_full_wait_s`` a stat rescan reads again whatever the batch did not
         finish. The pool's workers wait on their own (``pool.DISK_FULL_WAIT_S``)."""
-        message = (
-            f"{exc}: nothing was lost; the changes are read again every {self.disk_full_wait_s:.0f}s"
-            " until there is space (free some)"
-        )
+        self._say_full(exc, f"the changes are read again every {self.disk_full_wait_s:.0f}s")
+        stop.wait(self.disk_full_wait_s)
+        self.last_rescan = self.clock() - self.rescan_s  # the next turn rescans
+
+    def _workers_out_of_space(self, pool: Pool) -> None:
+        """A full disk the pool's workers met (a seal, a digest, an embedding batch) is said as the
+        daemon's own is: a worker only waits and tries again, and the person would hear nothing."""
+        exc = pool.take_disk_full()
+        if exc is not None:
+            self._say_full(exc, f"the queued work is tried again every {pool.disk_full_wait_s():.0f}s")
+
+    def _say_full(self, exc: DiskFull, again: str) -> None:
+        message = f"{exc}: nothing was lost; {again} until there is space (free some)"
         self._warn(message)
         if self.on_notice is not None:
             self.on_notice(message)
         self.write_status(force=True)  # skipped while the disk is still full
-        stop.wait(self.disk_full_wait_s)
-        self.last_rescan = self.clock() - self.rescan_s  # the next turn rescans
 
     def _git_settling(self, now: float) -> bool:
         """True while a git command other than this vault's own commits has changed the repository (HEAD,

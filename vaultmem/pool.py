@@ -158,6 +158,9 @@ class Pool:
         self._source_locks: dict[str, threading.Lock] = {}  # one seal pass per source at a time
         self._until_idle = False
         self._disk_full: DiskFull | None = None  # the first full-disk error: an until-idle run stops
+        self._full_unsaid: DiskFull | None = (
+            None  # met by a daemon's worker, not yet said (``take_disk_full``)
+        )
         # A full disk may have cut a step midway (its note still in ``treeops/``): it is finished before the
         # next job plans on the tree, not only on the next open.
         self._cut_steps = False
@@ -362,8 +365,23 @@ class Pool:
         if until_idle:
             self.stop()
             return
+        with self._state:
+            if self._full_unsaid is None:
+                self._full_unsaid = exc
         self.report.say(notes=[f"{exc}; waiting {DISK_FULL_WAIT_S:.0f}s before trying again"])
         self._stop.wait(DISK_FULL_WAIT_S)
+
+    def take_disk_full(self) -> DiskFull | None:
+        """The full disk a worker of the running pool met since the last call (the first of them), for the
+        daemon to say: a worker only waits (``DISK_FULL_WAIT_S``) and tries again."""
+        with self._state:
+            exc, self._full_unsaid = self._full_unsaid, None
+        return exc
+
+    @staticmethod
+    def disk_full_wait_s() -> float:
+        """How long a daemon's worker waits after a full disk before it tries again."""
+        return DISK_FULL_WAIT_S
 
     def _finish_cut_steps(self, conn: sqlite3.Connection, until_idle: bool) -> bool:
         """Finish the steps a full disk cut midway (``steps.heal``: their notes are replayed) before this
