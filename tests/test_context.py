@@ -159,6 +159,7 @@ def test_value_per_token_fills_the_budget_with_three_short_turns_before_one_long
     by_value = assemble("q", hits, budget, per_token_full=64)
     assert [i.hit.id for i in by_value.items] == [h.id for h in short]  # items stay in rank order
     assert [i.rank for i in by_value.items] == [2, 3, 4]
+    assert assemble("q", hits, budget).items == by_value.items  # the shipped default fills by value
     assert count_tokens(by_value.text) == by_value.tokens <= budget
 
 

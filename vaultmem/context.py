@@ -2,7 +2,9 @@
 
 Context assembly: fill a token budget with remembered text, ready to paste into a prompt.
 
-Owns the rendering of memory for a model and the budget rule. Items are chosen greedily in rank order;
+Owns the rendering of memory for a model and the budget rule. Items are chosen greedily by value per
+token (``fill_order``: rank order among items of up to ``PER_TOKEN_FULL`` tokens, a longer one worth
+proportionally less, so one long reply does not displace three short turns ranked just below it);
 the chosen ones are then printed grouped by conversation and day, in time order, so the model reads a
 coherent transcript and the date and session are written once per group instead of once per line:
 
@@ -160,7 +162,9 @@ def render_summary_block(hit: Hit) -> str:
 # Value per token (issue 19): the budget is filled by ``1 / (PER_TOKEN_K + rank)`` per token rather
 # than in rank order, an item's tokens counted as at least ``PER_TOKEN_FULL`` (so every item of up to
 # that size keeps its rank order, and a longer one is worth proportionally less). 0 = rank order.
-PER_TOKEN_FULL = 0
+# 128 = half the chunker's cap: LoCoMo's short turns keep their order (no question moved), and a
+# 256-token chunk of a long assistant reply counts as two turns (LongMemEval dev C@1024 0.639 -> 0.869).
+PER_TOKEN_FULL = 128
 PER_TOKEN_K = 10  # rank offset of the value (as search's RRF_K): how fast value falls with rank
 
 
