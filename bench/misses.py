@@ -70,9 +70,11 @@ def analyse(vault: Vault, item: Item, categories: set[str], budget: int) -> list
     captured: list[list[Hit]] = []
     original = ctxmod.assemble
 
-    def capture(query: str, hits: Any, budget_tokens: int, ancestors: Any = None) -> Any:
+    def capture(
+        query: str, hits: Any, budget_tokens: int, ancestors: Any = None, *, per_token_full: int | None = None
+    ) -> Any:
         captured.append(list(hits))
-        return original(query, hits, budget_tokens, ancestors)
+        return original(query, hits, budget_tokens, ancestors, per_token_full=per_token_full)
 
     rows: list[dict[str, Any]] = []
     ctxmod.assemble = capture

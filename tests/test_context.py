@@ -139,3 +139,51 @@ def test_drill_down_serialize_and_expand(tmp_path: Path) -> None:
         assert whole.complete and set(whole.nodes) >= {c.id for c in children}
         fetched = vault.fetch([children[0].id, level.id])
         assert [getattr(f, "id", None) for f in fetched] == [children[0].id, level.id]
+
+
+def _turn(n: int, words: int, role: str = "user") -> Hit:
+    text = " ".join(f"w{n}x{i}" for i in range(words))
+    return Hit(f"{n:016x}", "leaf", f"x/{n}.md", text, 1.0 / n, "chat", "s1", f"2024-05-01T10:00:{n:02d}Z",
+               None, role, (f"m{n}",), count_tokens(text), "admitted")  # fmt: skip
+
+
+def test_value_per_token_fills_the_budget_with_three_short_turns_before_one_long_reply() -> None:
+    # Rank 1 is a long reply; ranks 2-4 are short turns that together cost about half as much. Filled in
+    # rank order the reply takes the budget; by value per token the three short turns come first.
+    reply, short = _turn(1, 160, "assistant"), [_turn(n, 25) for n in (2, 3, 4)]
+    hits = [reply, *short]
+    assert reply.tokens > 2 * sum(h.tokens for h in short)
+    budget = reply.tokens + 40
+    by_rank = assemble("q", hits, budget, per_token_full=0)
+    assert [i.hit.id for i in by_rank.items] == [reply.id]
+    by_value = assemble("q", hits, budget, per_token_full=64)
+    assert [i.hit.id for i in by_value.items] == [h.id for h in short]  # items stay in rank order
+    assert [i.rank for i in by_value.items] == [2, 3, 4]
+    assert assemble("q", hits, budget).items == by_value.items  # the shipped default fills by value
+    assert count_tokens(by_value.text) == by_value.tokens <= budget
+
+
+def test_value_per_token_keeps_rank_order_among_turns_up_to_the_full_size() -> None:
+    hits = [_turn(n, 2 + n) for n in range(1, 9)]
+    assert all(h.tokens <= 64 for h in hits)
+    assert context.fill_order(hits, 64) == list(range(len(hits)))
+    # A longer turn is worth less per token: one five times the full size falls below the next turn.
+    long_first = [_turn(1, 40), *hits[1:]]
+    assert context.fill_order(long_first, 32)[0] == 1
+
+
+def test_the_context_knob_is_read_at_call_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with _compacted(tmp_path) as vault:
+        monkeypatch.setattr(context, "PER_TOKEN_FULL", 0)
+        calls: list[int] = []
+        real = context.fill_order
+
+        def spy(hits: list[Hit], full: int, k: int | None = None) -> list[int]:
+            calls.append(full)
+            return real(hits, full, k)
+
+        monkeypatch.setattr(context, "fill_order", spy)
+        vault.context("kyoto ryokan temple", 300)
+        monkeypatch.setattr(context, "PER_TOKEN_FULL", 48)
+        vault.context("kyoto ryokan temple", 300)
+        assert calls == [0, 48]

@@ -2,7 +2,9 @@
 
 Context assembly: fill a token budget with remembered text, ready to paste into a prompt.
 
-Owns the rendering of memory for a model and the budget rule. Items are chosen greedily in rank order;
+Owns the rendering of memory for a model and the budget rule. Items are chosen greedily by value per
+token (``fill_order``: rank order among items of up to ``PER_TOKEN_FULL`` tokens, a longer one worth
+proportionally less, so one long reply does not displace three short turns ranked just below it);
 the chosen ones are then printed grouped by conversation and day, in time order, so the model reads a
 coherent transcript and the date and session are written once per group instead of once per line:
 
@@ -157,24 +159,48 @@ def render_summary_block(hit: Hit) -> str:
     return neutralise(f"{head}\n{hit.text.strip()}")
 
 
+# Value per token (issue 19): the budget is filled by ``1 / (PER_TOKEN_K + rank)`` per token rather
+# than in rank order, an item's tokens counted as at least ``PER_TOKEN_FULL`` (so every item of up to
+# that size keeps its rank order, and a longer one is worth proportionally less). 0 = rank order.
+# 128 = half the chunker's cap: LoCoMo's short turns keep their order (no question moved), and a
+# 256-token chunk of a long assistant reply counts as two turns (LongMemEval dev C@1024 0.639 -> 0.869).
+PER_TOKEN_FULL = 128
+PER_TOKEN_K = 10  # rank offset of the value (as search's RRF_K): how fast value falls with rank
+
+
+def fill_order(hits: Sequence[Hit], full: int, k: int | None = None) -> list[int]:
+    """Indexes of ``hits`` (in rank order) in the order the budget is filled: by value per token,
+    value ``1 / (k + rank)`` (``k`` default ``PER_TOKEN_K``), tokens ``max(full, hit.tokens)``; ties
+    (and ``full`` 0) in rank order."""
+    k = PER_TOKEN_K if k is None else k
+    if full <= 0:
+        return list(range(len(hits)))
+    return sorted(range(len(hits)), key=lambda i: (-1.0 / ((k + i + 1) * max(full, hits[i].tokens)), i))
+
+
 def assemble(
     query: str,
     hits: Sequence[Hit],
     budget_tokens: int,
     ancestors: Mapping[str, tuple[str, ...]] | None = None,
+    *,
+    per_token_full: int | None = None,
 ) -> Context:
-    """Greedy fill in rank order; an item that does not fit is skipped so smaller later ones can.
+    """Greedy fill in ``fill_order`` (rank order, or value per token with ``per_token_full``, default
+    ``PER_TOKEN_FULL``); an item that does not fit is skipped so smaller later ones can.
 
     With ``ancestors`` (node id -> its summaries, nearest first) the chosen nodes never overlap: a
     summary is skipped when one of its descendants or ancestors is already in, and so is a leaf under a
-    chosen summary; the better-ranked of the two is the one kept."""
+    chosen summary; the one filled first is the one kept. ``items`` are in rank order."""
     used = count_tokens(HEADER) + count_tokens(FOOTER)
     chosen: list[ContextItem] = []
     seen_text: set[str] = set()
     covered: set[str] = set()  # chosen nodes and all their ancestors
     chosen_ids: set[str] = set()
     groups = _Groups(with_source=len({hit.source for hit in hits if hit.kind == "leaf"}) > 1)
-    for rank, hit in enumerate(hits, 1):
+    full = PER_TOKEN_FULL if per_token_full is None else per_token_full
+    for position in fill_order(hits, full):
+        rank, hit = position + 1, hits[position]
         if used >= budget_tokens:
             break
         key = " ".join(hit.text.split()).lower()
@@ -205,6 +231,7 @@ def assemble(
         used += cost
     if not chosen:
         return Context(query, budget_tokens, (), "", 0)
+    chosen.sort(key=lambda item: item.rank)
     text = render(chosen, groups)
     return Context(query, budget_tokens, tuple(chosen), text, count_tokens(text))
 
