@@ -2,6 +2,7 @@
 
     python bench/summaries.py DATASET_PATH [--limit N] [--embed-cache FILE.npz] [--llm URL MODEL]
                               [--threshold 0.70] [--dump-pairs FILE.tsv] [--out FILE.json]
+                              [--keep DIR [--reuse]] [--apart-weights W,..] [--specific-weights W,..]
 
 Each LoCoMo conversation (or LongMemEval haystack) is ingested into a fresh vault through the public API
 (one message per turn, with its id, speaker, session and time), embedded and compacted with the shipped
@@ -11,7 +12,9 @@ gave it, by each summariser of the run, so the summarisers are compared on the s
 - ``lead``: the first sentences of the children, in order, within the same token bound;
 - ``central``: the extractive summariser as it was before issue #18 (embedding centrality + MMR, title
   from frequent words), kept as ``ExtractiveSummariser(ranking="central")``;
-- ``extractive``: the shipped offline summariser;
+- ``extractive``: the shipped offline summariser (told, above depth 1, the words of the vault's depth-1
+  summaries, ``summarise.Background``, as the compactor tells it; ``--specific-weights 0`` adds a row
+  ranking without them, as before session 11);
 - ``llm:<model>``: an OpenAI-compatible endpoint, when ``--llm`` names one.
 
 Per summariser and depth, at each summary's actual token count (``tokens`` column):
@@ -76,6 +79,8 @@ from vaultmem.keyphrase import APART_WEIGHT
 from vaultmem.llm import OpenAICompatSummariser
 from vaultmem.model import parse_ts
 from vaultmem.summarise import (
+    SPECIFIC_WEIGHT,
+    Background,
     Child,
     ExtractiveSummariser,
     Summariser,
@@ -414,6 +419,8 @@ def evaluate(
             beside[lv.id] = (
                 neighbours(lv.centroid, np.stack(others)) if others and lv.centroid is not None else None
             )
+        # The words of the source's depth-1 levels, as the compactor tells them above depth 1.
+        background = Background.of([lv_text(vault, lv) for lv in levels if lv.depth == 1])
         # Whether the titles the compactor gave (shipped) name their level, by the same measure as below.
         shipped = [lv for lv in levels if lv.centroid is not None]
         if shipped:
@@ -428,7 +435,12 @@ def evaluate(
                     coherence.add("shipped_title_margin", own - float(np.mean(others_sims)))
         for summariser in summarisers:
             t0 = time.perf_counter()
-            made = {lv.id: summarise_apart(summariser, lv.children, lv.depth, beside[lv.id]) for lv in levels}
+            made = {
+                lv.id: summarise_apart(
+                    summariser, lv.children, lv.depth, beside[lv.id], background if lv.depth >= 2 else None
+                )
+                for lv in levels
+            }
             timing[f"{summariser.name}_s"] += time.perf_counter() - t0
             titles = [made[lv.id].title for lv in levels]
             title_vecs = embedder.embed(titles)
@@ -498,6 +510,8 @@ def summary_name(s: Summariser) -> str:
         return "central (before #18)"
     if isinstance(s, ExtractiveSummariser) and s.embed is not None and s.apart_weight != APART_WEIGHT:
         return f"extractive, apart {s.apart_weight:g}"
+    if isinstance(s, ExtractiveSummariser) and s.embed is not None and s.specific_weight != SPECIFIC_WEIGHT:
+        return f"extractive, specific {s.specific_weight:g}"
     if isinstance(s, ExtractiveSummariser) and s.embed is None:
         return "extractive, no sentence vectors"
     return s.name
@@ -595,6 +609,12 @@ def main() -> None:
         default=[],
         help="also title with these keyphrase.APART_WEIGHT values, e.g. 0,0.3 (0: titles not told their neighbours)",
     )
+    parser.add_argument(
+        "--specific-weights",
+        type=lambda v: [float(x) for x in v.split(",") if x],
+        default=[],
+        help="also rank lines above depth 1 with these summarise.SPECIFIC_WEIGHT values, e.g. 0 (as before)",
+    )
     parser.add_argument("--reuse", action="store_true", help="with --keep: open vaults built earlier")
     args = parser.parse_args()
     data = json.loads(args.dataset.read_text(encoding="utf-8"))
@@ -614,6 +634,8 @@ def main() -> None:
     summarisers.append(ExtractiveSummariser(embedder.embed))  # as the compactor runs it
     for weight in args.apart_weights:  # titles told their neighbours with other weights (0: not at all)
         summarisers.append(ExtractiveSummariser(embedder.embed, apart_weight=weight))
+    for weight in args.specific_weights:  # lines above depth 1 ranked with another specificity weight
+        summarisers.append(ExtractiveSummariser(embedder.embed, specific_weight=weight))
     if args.no_vectors:
         summarisers.append(ExtractiveSummariser())
     if args.llm:

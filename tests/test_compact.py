@@ -13,7 +13,7 @@ from tests.helpers import CONFIG, TOPICS, ChatServer, Reply, make_vault, topic_o
 from vaultmem import fsio
 from vaultmem.embed import FakeEmbedder
 from vaultmem.layout import SUMMARY_NAME
-from vaultmem.summarise import says_little, weak_opening
+from vaultmem.summarise import Background, ExtractiveSummariser, says_little, weak_opening
 from vaultmem.summaryfile import parse_summary, text_hash
 from vaultmem.vault import Vault
 
@@ -678,3 +678,43 @@ def test_greetings_of_two_days_do_not_make_a_level_of_their_own(tmp_path: Path) 
             assert len({session_of[t] for t in texts}) == 1, (directory, texts)
         assert len(vault.ls()) == len(records)
         assert vault.check().ok
+
+
+def test_summaries_above_depth_one_are_told_the_words_of_the_sources_depth_one_levels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Condensation and re-summarising both pass a ``Background`` counted on the source's depth-1
+    summaries to a level above depth 1, and none to a level of depth 1."""
+    told: list[tuple[int, Background | None]] = []
+    original = ExtractiveSummariser.summarise
+
+    def recording(self: ExtractiveSummariser, children, depth, **kwargs):  # type: ignore[no-untyped-def]
+        told.append((depth, kwargs.get("background")))
+        return original(self, children, depth, **kwargs)
+
+    monkeypatch.setattr(ExtractiveSummariser, "summarise", recording)
+    with make_vault(tmp_path / "v", fanout=4) as vault:
+        vault.ingest_messages(topic_records(40))
+        vault.flush()
+        vault.compact()
+        ones = vault.conn.execute(
+            "SELECT count(*) FROM chunks WHERE kind = 'summary' AND depth = 1 AND path LIKE 'sources/%'"
+        ).fetchone()[0]
+        assert ones >= 4
+        parents = vault.conn.execute(
+            "SELECT count(*) FROM chunks WHERE kind = 'summary' AND depth >= 2 AND path LIKE 'sources/%'"
+        ).fetchone()[0]
+        assert parents >= 1
+        assert all(background is None for depth, background in told if depth == 1)
+        # (a day's week and month roll-ups, and topics, are summarised above depth 1 without one)
+        above = [background for depth, background in told if depth >= 2 and background is not None]
+        assert len(above) >= parents and all(2 <= b.levels <= ones for b in above)
+
+        told.clear()
+        leaf = next(x for x in vault.ls(status="sealed") if x.path.count("/") >= 4)
+        path = vault.layout.root / leaf.path
+        path.write_text(path.read_text().replace(leaf.text, leaf.text + " The hedge needs trimming."))
+        assert vault.compact().resummarised >= 2
+        above = [background for depth, background in told if depth >= 2 and background is not None]
+        assert above and all(b.levels == ones for b in above)
+        assert all(background is None for depth, background in told if depth == 1)

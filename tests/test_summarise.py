@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from tests.helpers import ChatServer, Reply, Request
 from vaultmem.embed import FakeEmbedder
 from vaultmem.llm import OpenAICompatSummariser, parse_reply
 from vaultmem.summarise import (
+    Background,
     Child,
     ExtractiveSummariser,
     Summariser,
@@ -25,6 +27,7 @@ from vaultmem.summarise import (
     person,
     says_little,
     split_sentences,
+    summarise_apart,
     summarise_untitled,
     token_bound,
     weak_opening,
@@ -747,3 +750,80 @@ def test_summarise_untitled_asks_a_summariser_that_takes_no_titled_keyword_as_be
     model = _Counting()
     assert summarise_untitled(ExtractiveSummariser(model.embed), _CHAT, 1).text
     assert model.texts == ExtractiveSummariser(model.embed).embed_calls(_CHAT, titled=False)[0]
+
+
+# --- above depth 1: the level's own words -------------------------------------------------------------
+
+_EVERYDAY = [
+    "Joanna: I love how it makes me feel so motivated and hopeful about everything lately.",
+    "Joanna: I feel really grateful and happy for all the people in my life right now.",
+    "Nate: I love hearing that you feel so hopeful and motivated, it makes me happy too.",
+    "Joanna: Honestly it makes me feel grateful for every single day and all the people around.",
+]
+_DAIRY_FREE = [
+    "Joanna: Dairy-free brownies with coconut cream came out well.",
+    "Nate: I bake dairy-free desserts now.",
+    "Joanna: My dairy-free vanilla cake won the bake sale.",
+]
+
+
+def _baking_children() -> list[Child]:
+    """Three depth-1 summaries (no vectors: lexical ranking), each with lines of feelings every level of
+    the chat has and one line on the subject they share, dairy-free desserts."""
+    return [
+        Child(
+            "\n".join(f"- {line}" for line in [*(f"{e[:-1]} {when}." for e in _EVERYDAY), subject]),
+            None,
+            title="day",
+            weight=8.0,
+        )
+        for subject, when in zip(_DAIRY_FREE, ("this week", "these days", "this month"), strict=True)
+    ]
+
+
+def test_above_depth_one_lines_dense_in_the_levels_own_words_win_given_a_background() -> None:
+    children = _baking_children()
+    assert sum(count_tokens(c.text) for c in children) > token_bound(2)  # not everything fits
+    everyday = " ".join(_EVERYDAY)
+    background = Background.of([*(everyday for _ in range(30)), "Joanna: the bake sale was on Sunday."])
+    assert background.rarity("feel") < 0.05 < 3.0 < background.rarity("dairy")
+    told = lines_of(ExtractiveSummariser().summarise(children, 2, background=background))
+    assert set(_DAIRY_FREE) <= set(told)
+    assert_valid(ExtractiveSummariser().summarise(children, 2, background=background), 2)
+    # Without a background (depth 1, a digest, an LLM's fallback) or with the weight 0, lines rank as before.
+    before = lines_of(ExtractiveSummariser().summarise(children, 2))
+    assert not set(_DAIRY_FREE) <= set(before)
+    unweighted = ExtractiveSummariser(specific_weight=0).summarise(children, 2, background=background)
+    assert lines_of(unweighted) == before
+
+
+def test_a_background_is_counted_on_an_even_sample_of_many_levels() -> None:
+    texts = [f"level {i} about topic{i % 10}" for i in range(100)]
+    whole = Background.of(texts)
+    assert whole.levels == 100 and whole.counts["level"] == 100 and whole.counts["topic3"] == 10
+    sample = Background.of(texts, limit=20)
+    assert sample.levels == 20 and sample.counts["level"] == 20
+    assert sample.rarity("level") == 0.0 and sample.rarity("unseen") == pytest.approx(math.log(20))
+
+
+def test_summarise_apart_passes_a_background_only_to_a_summariser_that_takes_it() -> None:
+    seen: list[object] = []
+
+    class Old:
+        name = "old"
+
+        def summarise(self, children: Sequence[Child], depth: int) -> Summary:
+            return Summary("old", "- old", self.name)
+
+    class New(Old):
+        def summarise(  # type: ignore[override]
+            self, children: Sequence[Child], depth: int, *, background: Background | None = None
+        ) -> Summary:
+            seen.append(background)
+            return Summary("new", "- new", self.name)
+
+    background = Background.of(["a text"])
+    children = [Child("Some text to summarise here.", None)]
+    assert summarise_apart(Old(), children, 2, None, background).title == "old"
+    assert summarise_apart(New(), children, 2, None, background).title == "new"
+    assert seen == [background]

@@ -43,6 +43,7 @@ from vaultmem.stale import Resummarised, children_of, current_fingerprint, finge
 from vaultmem.steps import FileWrite, StepEnv, TreeOp
 from vaultmem.summarise import (
     NEIGHBOURS,
+    Background,
     Child,
     ExtractiveSummariser,
     neighbours,
@@ -627,8 +628,9 @@ class Planner:
             ]
             if self.prepare is not None:  # the new parents' embedding calls, all at once
                 self.prepare([call for c in groups for call in self.extractive.embed_calls(_parent_kids(c))])
+            background = _background(state) if groups else None
             for children in groups:
-                parent, write = self._new_parent(state, children, depth + 1)
+                parent, write = self._new_parent(state, children, depth + 1, background)
                 writes.append(write)
                 created.append(parent)
                 for child in children:
@@ -689,10 +691,14 @@ class Planner:
         for child in kids.get(level.id, []):
             self._rename(child, new + child.dir[len(old) :], kids)
 
-    def _new_parent(self, state: SourceState, children: list[_Level], depth: int) -> tuple[_Level, FileWrite]:
+    def _new_parent(
+        self, state: SourceState, children: list[_Level], depth: int, background: Background | None = None
+    ) -> tuple[_Level, FileWrite]:
         kids = _parent_kids(children)
         centre = cluster.centroid(np.stack([lv.centroid for lv in children]), [lv.leaves for lv in children])
-        result = self.extractive.summarise(kids, depth, apart=_beside(state, centre, depth, set()))
+        result = self.extractive.summarise(
+            kids, depth, apart=_beside(state, centre, depth, set()), background=background
+        )
         title = clean_title(result.title)
         directory = self._new_dir(state, state.root, title)
         early = [lv.earliest for lv in children if lv.earliest]
@@ -794,6 +800,25 @@ def _bucket_level(
         len(leaves),
         {leaf.session for leaf in leaves if leaf.session},
     )
+
+
+def _background(state: SourceState) -> Background:
+    """The words of the source's depth-1 levels (their summaries, in time order): what a summary above
+    depth 1 tells its subject's words from (``summarise.Background``)."""
+    ones = sorted(
+        (lv for lv in state.levels.values() if lv.depth == 1), key=lambda lv: (lv.earliest or "", lv.dir)
+    )
+    return Background.of([lv.text for lv in ones])
+
+
+def _background_rows(conn: sqlite3.Connection, source: str) -> Background:
+    """``_background`` from the index, for re-summarising a level above depth 1."""
+    rows = conn.execute(
+        "SELECT text FROM chunks WHERE kind = 'summary' AND source = ? AND depth = 1 AND path LIKE ?"
+        " AND json_extract(provenance, '$.document') IS NULL ORDER BY ts, path",
+        (source, f"{SOURCES}/%"),
+    )
+    return Background.of([r[0] for r in rows])
 
 
 def _beside(state: SourceState, centre: Vector, depth: int, exclude: set[str]) -> Vector | None:
@@ -979,7 +1004,8 @@ def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resumma
     if beside is not None and vecs:
         centre = cluster.centroid(np.stack(list(vecs.values())))
         beside = neighbours(centre, beside) if centre.shape[0] == beside.shape[1] else None
-    result = summarise_apart(summariser, kids, node.depth, beside) if kids else None
+    background = _background_rows(conn, node.source) if kids and node.depth >= 2 else None
+    result = summarise_apart(summariser, kids, node.depth, beside, background) if kids else None
     notes = list(result.notes) if result else []
     prefix = node.directory + "/"
     count, earliest, latest = conn.execute(

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 from vaultmem.summarise import (
     LINE_MARK_RE,
     SPACE_RE,
+    Background,
     Child,
     ExtractiveSummariser,
     Summariser,
@@ -234,8 +235,16 @@ class OpenAICompatSummariser:
         self.max_input_tokens = max_input_tokens
         self.fallback: Summariser = fallback if fallback is not None else ExtractiveSummariser()
 
-    def summarise(self, children: Sequence[Child], depth: int, *, apart: Vectors | None = None) -> Summary:
-        """``apart`` reaches the fallback only (the model is asked for a title of its own)."""
+    def summarise(
+        self,
+        children: Sequence[Child],
+        depth: int,
+        *,
+        apart: Vectors | None = None,
+        background: Background | None = None,
+    ) -> Summary:
+        """``apart`` and ``background`` reach the fallback only (the model is asked for a title of its
+        own and reads every line itself)."""
         notes: list[str] = []
         if not any(c.text.strip() for c in children):
             notes.append(f"llm: nothing to summarise; {self.fallback.name} fallback")
@@ -246,7 +255,7 @@ class OpenAICompatSummariser:
                 except SummariserError as exc:
                     then = f"{self.fallback.name} fallback" if short else "shorter prompt"
                     notes.append(f"llm: {exc}; {then}")
-        result = summarise_apart(self.fallback, children, depth, apart)
+        result = summarise_apart(self.fallback, children, depth, apart, background)
         return replace(result, notes=(*notes, *result.notes))
 
     def _attempt(self, children: Sequence[Child], depth: int, short: bool, notes: list[str]) -> Summary:

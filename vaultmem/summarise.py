@@ -18,7 +18,7 @@ import inspect
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
@@ -61,16 +61,30 @@ class Summariser(Protocol):
 
 
 def summarise_apart(
-    summariser: Summariser, children: Sequence[Child], depth: int, apart: Vectors | None
+    summariser: Summariser,
+    children: Sequence[Child],
+    depth: int,
+    apart: Vectors | None,
+    background: Background | None = None,
 ) -> Summary:
     """``summariser.summarise`` told the vectors of the levels beside this one (``neighbours``) where it
     takes them (a keyword ``apart``: the extractive and LLM summarisers do; one written before it was
-    added, e.g. a custom fallback, is called as before): a title names what sets a level apart."""
+    added, e.g. a custom fallback, is called as before): a title names what sets a level apart. Likewise
+    ``background`` (the words the source's levels share, ``Background``), where it takes it."""
     method: Any = summariser.summarise
-    if apart is not None and "apart" in inspect.signature(method).parameters:
-        result: Summary = method(children, depth, apart=apart)
-        return result
-    return summariser.summarise(children, depth)
+    told: dict[str, Any] = {}
+    if apart is not None and _takes(method, "apart"):
+        told["apart"] = apart
+    if background is not None and _takes(method, "background"):
+        told["background"] = background
+    result: Summary = method(children, depth, **told) if told else summariser.summarise(children, depth)
+    return result
+
+
+def _takes(method: Callable[..., Any], keyword: str) -> bool:
+    """``method`` has a parameter ``keyword``, or takes any keyword (``**kwargs``: a wrapper)."""
+    parameters = inspect.signature(method).parameters
+    return keyword in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def summarise_untitled(summariser: Summariser, children: Sequence[Child], depth: int) -> Summary:
@@ -97,6 +111,37 @@ def neighbours(centre: Vectors, others: Vectors, k: int = NEIGHBOURS) -> Vectors
     keep = np.argsort(-sims, kind="stable")[:k]
     out: Vectors = unit[keep].astype(np.float32)
     return out
+
+
+BACKGROUND_LEVELS = 1024  # a background is counted on at most this many levels (evenly spread)
+
+
+@dataclass(frozen=True)
+class Background:
+    """In how many of a source's levels (their summaries, ``levels`` in all) each content word occurs:
+    what is common to every subject of a vault ("love", "feel", "today") against what names one
+    ("dairy-free", "LeBron", "adoption"). Above depth 1 a summary prefers the lines dense in words its
+    children share and the rest of the source does not (``ExtractiveSummariser``, ``SPECIFIC_WEIGHT``)."""
+
+    levels: int
+    counts: Mapping[str, int]
+
+    @classmethod
+    def of(cls, texts: Sequence[str], limit: int = BACKGROUND_LEVELS) -> Background:
+        """Counted on ``texts`` (a source's depth-1 summaries, in time order), or on ``limit`` of them
+        taken at an even stride when there are more: a share estimated on a sample, at a bounded cost."""
+        if len(texts) > limit:
+            stride = len(texts) / limit
+            texts = [texts[int(i * stride)] for i in range(limit)]
+        counts: Counter[str] = Counter()
+        for text in texts:
+            counts.update(set(_feature_list(text)[0]))
+        return cls(len(texts), counts)
+
+    def rarity(self, word: str) -> float:
+        """log(levels / levels using ``word``): 0 for a word every level uses; a word none uses counts as
+        used once."""
+        return math.log(max(self.levels, 1) / max(self.counts.get(word, 0), 1))
 
 
 def token_bound(depth: int) -> int:
@@ -387,6 +432,10 @@ def information(sentence: str) -> float:
 # --- extractive ------------------------------------------------------------------------------------
 
 _MMR_LAMBDA = 0.7
+# Above depth 1, given a ``Background``: a line's specificity (0..1, ``_specific``) beside its rank (a
+# cosine plus the fast score). LoCoMo dev depth 2 (session 11 harness): 0.7 and 1.0 alike (0.352, 0.351),
+# 1.4 worse (0.339).
+SPECIFIC_WEIGHT = 1.0
 # Inherited vectors tie every sentence of a child; word overlap with all children breaks the tie
 # and nudges across children, but only a little next to embedding centrality.
 _LEXICAL_WEIGHT = 0.1
@@ -472,17 +521,21 @@ class ExtractiveSummariser:
         *,
         ranking: str = "informative",
         apart_weight: float = keyphrase.APART_WEIGHT,
+        specific_weight: float = SPECIFIC_WEIGHT,
     ) -> None:
         """``ranking="informative"`` (the default) weighs what a sentence carries beside how central it
         is and leaves out greetings, thanks and filler; ``"central"`` is the ranking before issue #18
         (centrality and MMR only), kept as the baseline ``bench/summaries.py`` measures against.
         ``apart_weight``: how much a title phrase's likeness to the levels beside this one counts
-        against it (``keyphrase.title``; 0 names the level without looking at its neighbours)."""
+        against it (``keyphrase.title``; 0 names the level without looking at its neighbours).
+        ``specific_weight``: how much a line's density in the level's own words counts, when a
+        ``background`` is given (``_specific``; 0 ranks as without one)."""
         if ranking not in ("informative", "central"):
             raise ValueError(f"unknown ranking {ranking!r}: 'informative' or 'central'")
         self.embed = embed
         self.ranking = ranking
         self.apart_weight = apart_weight
+        self.specific_weight = specific_weight
 
     def _picked_candidates(self, children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[str, None]]]:
         candidates, child_words = _candidates(children)
@@ -512,22 +565,33 @@ class ExtractiveSummariser:
         return calls
 
     def summarise(
-        self, children: Sequence[Child], depth: int, *, apart: Vectors | None = None, titled: bool = True
+        self,
+        children: Sequence[Child],
+        depth: int,
+        *,
+        apart: Vectors | None = None,
+        titled: bool = True,
+        background: Background | None = None,
     ) -> Summary:
         """``titled=False``: the caller keeps a title of its own (a digest's date), so none is looked
-        for among key phrases (none is embedded); the summary still has the cheap word-based title."""
+        for among key phrases (none is embedded); the summary still has the cheap word-based title.
+        ``background``: the words of the source's levels (the compactor tells it above depth 1): a line
+        dense in words the children share and the source's other levels do not ranks higher. It changes
+        which lines are picked, never which texts are embedded."""
         bound = token_bound(depth)
         candidates, child_words = self._picked_candidates(children)
         if not candidates:
             named = [Child(c.title, None) for c in children if c.title and c.title.strip()]
             if not named:
                 return Summary(FALLBACK_TITLE, _EMPTY_TEXT, self.name)
-            return self.summarise(named, depth, apart=apart, titled=titled)
+            return self.summarise(named, depth, apart=apart, titled=titled, background=background)
         weights = _child_weights(children)
         lexical = _lexical_centrality(candidates, child_words, weights)
         relevance, vectors, rows, distinct = self._relevance(children, candidates, weights, lexical)
         if self.ranking == "informative":
             relevance = _informative(candidates, relevance)
+            if background is not None and self.specific_weight:
+                relevance = relevance + self.specific_weight * _specific(candidates, child_words, background)
         picked = _mmr(candidates, relevance, vectors, rows, distinct, bound)
         if self.ranking == "informative":
             picked = _no_greeting_first(candidates, relevance, vectors, rows, distinct, bound, picked)
@@ -693,6 +757,39 @@ def _informative(candidates: list[_Candidate], central: npt.NDArray[np.float64])
         + _SELF_WEIGHT * persons[:, 0]
         - _ADDRESS_PENALTY * persons[:, 1]
     )
+
+
+_SPECIFIC_MIN_WORDS = (
+    4  # a shorter line is counted as this long: "LeBron." is no denser than "I love LeBron."
+)
+
+
+def _specific(
+    candidates: list[_Candidate], child_words: list[dict[str, None]], background: Background
+) -> npt.NDArray[np.float64]:
+    """How densely each line speaks of what sets the level apart, scaled so the densest line is 1: over
+    its content words, the share of the children using the word times its ``rarity`` among the source's
+    levels, summed and divided by the line's length in words. A short line naming the children's common
+    subject ("Joanna: Got any favourite flavours for dairy-free desserts?") then ranks above a long one of
+    words every level uses ("I love how it makes me feel so motivated and hopeful").
+
+    Above depth 1 the children's lines are their best already; the fast score and centrality hardly
+    tell which of them state the facts under a level (LoCoMo dev, architecture.md), while the level's
+    own words do: a reference fact names its subject, as a line dense in the subject's words does."""
+    share: Counter[str] = Counter()
+    for words in child_words:
+        share.update(words.keys())
+    count = max(len(child_words), 1)
+    weight = {w: share[w] / count * background.rarity(w) for w in share}
+    density = np.array(
+        [
+            sum(weight.get(f, 0.0) for f in c.features)
+            / max(_feature_list(c.sentence)[1], _SPECIFIC_MIN_WORDS)
+            for c in candidates
+        ]
+    )
+    top = float(density.max()) if len(density) else 0.0
+    return density / top if top > 0 else density
 
 
 def _lexical_centrality(
