@@ -59,19 +59,23 @@ SPEAKER_BOOST = 0.5
 # down; one more forward pass per such query (docs/architecture.md, "The question without the name").
 UNNAMED_QUERY = 1.0
 # A question in the first person ("how many appointments did I go to", "my", "me") asked of a chat between a
-# user and an assistant (leaves of role "user" and of another role among the candidates) is about the
-# user: the user's own turns gain this share of their fused score, ranked like a named speaker's
-# (``Searcher._boost_speakers``). No-op when the query names a speaker, says "you" (it asks what the
-# assistant said) or the candidates have no user/other-role pair (a chat between named people).
-FIRST_PERSON_BOOST = 0.0
+# user and an assistant (leaves of role "user" and of another role among the candidates) is about the user:
+# the user's own turns' fused scores are multiplied by 1 + FIRST_PERSON_BOOST (``Searcher._boost_speakers``).
+# The assistant's long replies repeat a topic's words, the user's short reports hold the facts. No-op when the
+# query names a speaker, says "you" (it asks what the assistant said) or the candidates are not a user/other-
+# role pair (a chat between named people: LoCoMo dev identical). LongMemEval dev, 20 haystacks: C@1024
+# multi-session 0.509 -> 0.861, temporal-reasoning 0.758 -> 0.909 (plateau from 2 to 4; docs/architecture.md,
+# "The people a question is about").
+FIRST_PERSON_BOOST = 2.0
 # A question about two people ("what do Melanie and Caroline both like", "what movies have Joanna and Nate
 # seen") asks for a fact of each: each person's own leaves, in the order the fused ranking gives them, are a
 # ranking of their own, fused into it with this weight, so each person's best hits reach the top and one
 # person's many matches cannot crowd out the other's (``Searcher._split_people``). 0: off.
 SPLIT_WEIGHT = 0.0
 # True: the first-person prior reranks like a named speaker's (the plain ranking fused with the boosted one,
-# the user's best match first); False: the user's scores are multiplied, nothing else.
-FIRST_PERSON_FUSED = True
+# the user's best match first); False (shipped): the user's scores are multiplied, nothing else (at 1.0,
+# multi-session C@1024 0.639 fused, 0.824 multiplied).
+FIRST_PERSON_FUSED = False
 # Judge a hit's evidence cosine (and ``weak``) by the vector the leaves are ranked by (the name-free one)
 # instead of the whole query's: one forward pass for a query naming a speaker instead of two (LoCoMo conv-30
 # search p50 34 -> 21 ms), but the name-free cosine of true evidence is lower and one floor no longer
