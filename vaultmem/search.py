@@ -72,6 +72,10 @@ FIRST_PERSON_BOOST = 2.0
 # ranking of their own, fused into it with this weight, so each person's best hits reach the top and one
 # person's many matches cannot crowd out the other's (``Searcher._split_people``). 0: off.
 SPLIT_WEIGHT = 0.0
+# A question about a speaker (``Speakers.subject``: "what activities does Melanie partake in") also gets a
+# cosine ranking over that speaker's own leaves only, fused with this weight: the other speaker's turns on
+# the topic cannot fill the vector pool (no forward pass: the query's vector is the first round's). 0: off.
+SPLIT_VECTOR = 0.0
 # True: the first-person prior reranks like a named speaker's (the plain ranking fused with the boosted one,
 # the user's best match first); False (shipped): the user's scores are multiplied, nothing else (at 1.0,
 # multi-session C@1024 0.639 fused, 0.824 multiplied).
@@ -608,6 +612,8 @@ class Searcher:
         self.first_person_boost = FIRST_PERSON_BOOST
         self.first_person_fused = FIRST_PERSON_FUSED
         self.split_weight = SPLIT_WEIGHT
+        self.split_vector = SPLIT_VECTOR
+        self._said: tuple[tuple[int, int, int] | None, dict[str, list[str]]] = (None, {})
         self.unnamed_query = UNNAMED_QUERY
         self.judge_unnamed = EVIDENCE_UNNAMED
         self._graph = LeafGraph()
@@ -963,6 +969,8 @@ class Searcher:
         for rank, node_id in enumerate(semantic, 1):
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
+        if self.split_vector and replace(filters, kind=None).empty and filters.kind != "summary":
+            self._speaker_vectors(query, scores, pool)
         if (self.prf_vector or self.prf_words) and scores and self._feedback_for(query, filters):
             self._feed_back(query, filters, pool, scores)
         if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
@@ -1015,6 +1023,44 @@ class Searcher:
             for node_id in sorted(risen, key=lambda i: (-scores[i], i)):
                 step = math.nextafter(step, -math.inf)
                 scores[node_id] = step
+
+    def _speaker_vectors(self, query: str, scores: dict[str, float], limit: int) -> None:
+        """For each speaker the query is about, the cosine ranking of that speaker's leaves alone, fused
+        into ``scores`` with ``split_vector``."""
+        self._speakers.refresh(self.conn)
+        named = self._speakers.subject(query)
+        if not named:
+            return
+        embedder = self._embedder_factory()
+        cache = self._vectors(embedder)
+        if not cache.ids:
+            return
+        q = self.content_vector(embedder, query)
+        for speaker in sorted(named):
+            ids = self._said_by(speaker)
+            pos = np.asarray([cache.pos[i] for i in ids if i in cache.pos], dtype=np.intp)
+            if not len(pos):
+                continue
+            with one_blas_thread:
+                order = np.argsort(-(cache.matrix[pos] @ q), kind="stable")[:limit]
+            for rank, j in enumerate(order, 1):
+                node_id = cache.ids[int(pos[j])]
+                scores[node_id] = scores.get(node_id, 0.0) + self.split_vector / (RRF_K + rank)
+
+    def _said_by(self, speaker: str) -> list[str]:
+        """The ids of ``speaker``'s leaves, remembered until the index is written."""
+        stamp = write_stamp(self.conn)
+        if stamp is None or self._said[0] != stamp or len(self._said[1]) > 64:
+            self._said = (stamp, {})
+        known = self._said[1].get(speaker)
+        if known is None:
+            known = self._said[1][speaker] = [
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT id FROM chunks WHERE speaker = ? AND kind = 'leaf'", [speaker]
+                )
+            ]
+        return known
 
     def _split_people(self, query: str, scores: dict[str, float]) -> None:
         """A query about two or more speakers joined by "and" (``Speakers.subject``): each one's leaves, in
