@@ -70,7 +70,8 @@ FIRST_PERSON_BOOST = 2.0
 # A question about two people ("what do Melanie and Caroline both like", "what movies have Joanna and Nate
 # seen") asks for a fact of each: each person's own leaves, in the order the fused ranking gives them, are a
 # ranking of their own, fused into it with this weight, so each person's best hits reach the top and one
-# person's many matches cannot crowd out the other's (``Searcher._split_people``). 0: off.
+# person's many matches cannot crowd out the other's (``Searcher._split_people``). 0: off. LoCoMo dev: every
+# C@1024/C@2048 figure identical at 0.5, 1 and 2 (docs/architecture.md, "The people a question is about").
 SPLIT_WEIGHT = 0.0
 # A question about a speaker (``Speakers.subject``: "what activities does Melanie partake in") also gets a
 # cosine ranking over that speaker's own leaves only, fused with this weight: the other speaker's turns on
