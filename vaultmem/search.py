@@ -970,9 +970,11 @@ class Searcher:
         for rank, node_id in enumerate(semantic, 1):
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
-        if self.split_vector and replace(filters, kind=None).empty and filters.kind != "summary":
-            self._speaker_vectors(query, scores, pool)
-        if (self.prf_vector or self.prf_words) and scores and self._feedback_for(query, filters):
+        if (
+            (self.prf_vector or self.prf_words or self.split_vector)
+            and scores
+            and self._feedback_for(query, filters)
+        ):
             self._feed_back(query, filters, pool, scores)
         if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
             self._propagate(query, scores, pool)
@@ -1005,6 +1007,8 @@ class Searcher:
         if self.prf_vector:
             within = list(scores) if self.prf_within else None
             found.append((self.prf_vector, self._feedback_vector(query, filters, limit, best, within)))
+        if self.split_vector and replace(filters, kind=None).empty and filters.kind != "summary":
+            found.extend((self.split_vector, ids) for ids in self._speaker_vectors(query, limit))
         if self.prf_words:
             extra = self.feedback_terms(query, best)
             if extra:
@@ -1025,18 +1029,19 @@ class Searcher:
                 step = math.nextafter(step, -math.inf)
                 scores[node_id] = step
 
-    def _speaker_vectors(self, query: str, scores: dict[str, float], limit: int) -> None:
-        """For each speaker the query is about, the cosine ranking of that speaker's leaves alone, fused
-        into ``scores`` with ``split_vector``."""
+    def _speaker_vectors(self, query: str, limit: int) -> list[list[str]]:
+        """For each speaker the query is about, the cosine ranking of that speaker's leaves alone (fused as
+        the feedback's rankings are: ``_feed_back``)."""
         self._speakers.refresh(self.conn)
         named = self._speakers.subject(query)
         if not named:
-            return
+            return []
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
         if not cache.ids:
-            return
+            return []
         q = self.content_vector(embedder, query)
+        out: list[list[str]] = []
         for speaker in sorted(named):
             ids = self._said_by(speaker)
             pos = np.asarray([cache.pos[i] for i in ids if i in cache.pos], dtype=np.intp)
@@ -1044,9 +1049,8 @@ class Searcher:
                 continue
             with one_blas_thread:
                 order = np.argsort(-(cache.matrix[pos] @ q), kind="stable")[:limit]
-            for rank, j in enumerate(order, 1):
-                node_id = cache.ids[int(pos[j])]
-                scores[node_id] = scores.get(node_id, 0.0) + self.split_vector / (RRF_K + rank)
+            out.append([cache.ids[int(pos[j])] for j in order])
+        return out
 
     def _said_by(self, speaker: str) -> list[str]:
         """The ids of ``speaker``'s leaves, remembered until the index is written."""
