@@ -159,3 +159,14 @@ def test_the_split_leaves_a_question_about_one_person_alone(friends_chat: Vault)
     plain = _texts(friends_chat, query)
     searcher.split_weight = 2.0
     assert _texts(friends_chat, query) == plain
+
+
+def test_a_ranking_of_the_subjects_own_leaves_brings_theirs_into_a_small_pool(friends_chat: Vault) -> None:
+    """``split_vector`` (off by default): the cosine ranking of the subject speaker's leaves alone, fused like
+    feedback, reaches a leaf of hers that the whole vault's rankings leave out of a small pool."""
+    query = "What has Joanna seen at the movies?"
+    searcher = friends_chat.searcher
+    searcher.split_vector = 0.0
+    assert "I finally saw Little Women, loved it." not in [h.text for h in searcher.find(query, k=2, pool=2)]
+    searcher.split_vector = 1.0
+    assert "I finally saw Little Women, loved it." in [h.text for h in searcher.find(query, k=2, pool=2)]
