@@ -74,8 +74,11 @@ FIRST_PERSON_BOOST = 2.0
 # C@1024/C@2048 figure identical at 0.5, 1 and 2 (docs/architecture.md, "The people a question is about").
 SPLIT_WEIGHT = 0.0
 # A question about a speaker (``Speakers.subject``: "what activities does Melanie partake in") also gets a
-# cosine ranking over that speaker's own leaves only, fused with this weight: the other speaker's turns on
-# the topic cannot fill the vector pool (no forward pass: the query's vector is the first round's). 0: off.
+# cosine ranking over that speaker's own leaves only, fused like the feedback's rankings (skipped for time
+# questions, below the first round's best PRF_KEEP) with this weight: the other speaker's turns on the topic
+# cannot fill the vector pool (no forward pass). 0: off. LoCoMo dev at 0.5: C@1024 0.885 -> 0.888, multi-hop
+# 0.614 -> 0.625, open-domain 0.587 -> 0.617, but single-hop 0.943 -> 0.939 (15 up / 8 down); at 1.0 adversarial
+# 0.956 -> 0.935 (docs/architecture.md, "The people a question is about").
 SPLIT_VECTOR = 0.0
 # True: the first-person prior reranks like a named speaker's (the plain ranking fused with the boosted one,
 # the user's best match first); False (shipped): the user's scores are multiplied, nothing else (at 1.0,
