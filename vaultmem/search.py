@@ -58,6 +58,32 @@ SPEAKER_BOOST = 0.5
 # questions, bench/variants.py): C@1024 0.867 -> 0.880 (0.876 at 0.5), R@10 0.752 -> 0.808, no category
 # down; one more forward pass per such query (docs/architecture.md, "The question without the name").
 UNNAMED_QUERY = 1.0
+# A question in the first person ("how many appointments did I go to", "my", "me") asked of a chat between a
+# user and an assistant (leaves of role "user" and of another role among the candidates) is about the user:
+# the user's own turns' fused scores are multiplied by 1 + FIRST_PERSON_BOOST (``Searcher._boost_speakers``).
+# The assistant's long replies repeat a topic's words, the user's short reports hold the facts. No-op when the
+# query names a speaker, says "you" (it asks what the assistant said) or the candidates are not a user/other-
+# role pair (a chat between named people: LoCoMo dev identical). LongMemEval dev, 20 haystacks: C@1024
+# multi-session 0.509 -> 0.861, temporal-reasoning 0.758 -> 0.909 (plateau from 2 to 4; docs/architecture.md,
+# "The people a question is about").
+FIRST_PERSON_BOOST = 2.0
+# A question about two people ("what do Melanie and Caroline both like", "what movies have Joanna and Nate
+# seen") asks for a fact of each: each person's own leaves, in the order the fused ranking gives them, are a
+# ranking of their own, fused into it with this weight, so each person's best hits reach the top and one
+# person's many matches cannot crowd out the other's (``Searcher._split_people``). 0: off. LoCoMo dev: every
+# C@1024/C@2048 figure identical at 0.5, 1 and 2 (docs/architecture.md, "The people a question is about").
+SPLIT_WEIGHT = 0.0
+# A question about a speaker (``Speakers.subject``: "what activities does Melanie partake in") also gets a
+# cosine ranking over that speaker's own leaves only, fused like the feedback's rankings (skipped for time
+# questions, below the first round's best PRF_KEEP) with this weight: the other speaker's turns on the topic
+# cannot fill the vector pool (no forward pass). 0: off. LoCoMo dev at 0.5: C@1024 0.885 -> 0.888, multi-hop
+# 0.614 -> 0.625, open-domain 0.587 -> 0.617, but single-hop 0.943 -> 0.939 (15 up / 8 down); at 1.0 adversarial
+# 0.956 -> 0.935 (docs/architecture.md, "The people a question is about").
+SPLIT_VECTOR = 0.0
+# True: the first-person prior reranks like a named speaker's (the plain ranking fused with the boosted one,
+# the user's best match first); False (shipped): the user's scores are multiplied, nothing else (at 1.0,
+# multi-session C@1024 0.639 fused, 0.824 multiplied).
+FIRST_PERSON_FUSED = False
 # Judge a hit's evidence cosine (and ``weak``) by the vector the leaves are ranked by (the name-free one)
 # instead of the whole query's: one forward pass for a query naming a speaker instead of two (LoCoMo conv-30
 # search p50 34 -> 21 ms), but the name-free cosine of true evidence is lower and one floor no longer
@@ -538,6 +564,17 @@ class Speakers:
         return frozenset(out)
 
 
+_FIRST_PERSON = frozenset(["i", "me", "my", "mine", "myself"])
+_SECOND_PERSON = frozenset(["you", "your", "yours", "yourself"])
+
+
+def first_person(query: str) -> bool:
+    """Whether ``query`` speaks in the first person ("did I", "my", "me") and not to someone ("did you
+    recommend", "your"): a question to a memory about what its user did, said or has."""
+    words = set(_WORD_RE.findall(query.lower()))
+    return bool(words & _FIRST_PERSON) and not words & _SECOND_PERSON
+
+
 def speakers(conn: sqlite3.Connection) -> list[str]:
     """The vault's distinct speakers, in order: one seek of the speaker index per speaker (a new process
     read every row of the vault for them: 0.2 s at 100,000 leaves)."""
@@ -576,6 +613,11 @@ class Searcher:
         self._order = SessionOrder()
         self._speakers = Speakers()
         self.speaker_boost = SPEAKER_BOOST
+        self.first_person_boost = FIRST_PERSON_BOOST
+        self.first_person_fused = FIRST_PERSON_FUSED
+        self.split_weight = SPLIT_WEIGHT
+        self.split_vector = SPLIT_VECTOR
+        self._said: tuple[tuple[int, int, int] | None, dict[str, list[str]]] = (None, {})
         self.unnamed_query = UNNAMED_QUERY
         self.judge_unnamed = EVIDENCE_UNNAMED
         self._graph = LeafGraph()
@@ -931,13 +973,19 @@ class Searcher:
         for rank, node_id in enumerate(semantic, 1):
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
-        if (self.prf_vector or self.prf_words) and scores and self._feedback_for(query, filters):
+        if (
+            (self.prf_vector or self.prf_words or self.split_vector)
+            and scores
+            and self._feedback_for(query, filters)
+        ):
             self._feed_back(query, filters, pool, scores)
         if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
             self._propagate(query, scores, pool)
         if self.neighbor_weight:
             self._spread_to_neighbors(scores, filters)
-        if self.speaker_boost:
+        if self.split_weight:
+            self._split_people(query, scores)
+        if self.speaker_boost or self.first_person_boost:
             self._boost_speakers(query, scores, pool)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
@@ -962,6 +1010,8 @@ class Searcher:
         if self.prf_vector:
             within = list(scores) if self.prf_within else None
             found.append((self.prf_vector, self._feedback_vector(query, filters, limit, best, within)))
+        if self.split_vector and replace(filters, kind=None).empty and filters.kind != "summary":
+            found.extend((self.split_vector, ids) for ids in self._speaker_vectors(query, limit))
         if self.prf_words:
             extra = self.feedback_terms(query, best)
             if extra:
@@ -982,32 +1032,108 @@ class Searcher:
                 step = math.nextafter(step, -math.inf)
                 scores[node_id] = step
 
+    def _speaker_vectors(self, query: str, limit: int) -> list[list[str]]:
+        """For each speaker the query is about, the cosine ranking of that speaker's leaves alone (fused as
+        the feedback's rankings are: ``_feed_back``)."""
+        self._speakers.refresh(self.conn)
+        named = self._speakers.subject(query)
+        if not named:
+            return []
+        embedder = self._embedder_factory()
+        cache = self._vectors(embedder)
+        if not cache.ids:
+            return []
+        q = self.content_vector(embedder, query)
+        out: list[list[str]] = []
+        for speaker in sorted(named):
+            ids = self._said_by(speaker)
+            pos = np.asarray([cache.pos[i] for i in ids if i in cache.pos], dtype=np.intp)
+            if not len(pos):
+                continue
+            with one_blas_thread:
+                order = np.argsort(-(cache.matrix[pos] @ q), kind="stable")[:limit]
+            out.append([cache.ids[int(pos[j])] for j in order])
+        return out
+
+    def _said_by(self, speaker: str) -> list[str]:
+        """The ids of ``speaker``'s leaves, remembered until the index is written."""
+        stamp = write_stamp(self.conn)
+        if stamp is None or self._said[0] != stamp or len(self._said[1]) > 64:
+            self._said = (stamp, {})
+        known = self._said[1].get(speaker)
+        if known is None:
+            known = self._said[1][speaker] = [
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT id FROM chunks WHERE speaker = ? AND kind = 'leaf'", [speaker]
+                )
+            ]
+        return known
+
+    def _split_people(self, query: str, scores: dict[str, float]) -> None:
+        """A query about two or more speakers joined by "and" (``Speakers.subject``): each one's leaves, in
+        their fused order, are a ranking of their own, fused into ``scores`` with ``split_weight``: the
+        question is split into one per person, and each person's best hits reach the top."""
+        self._speakers.refresh(self.conn)
+        named = self._speakers.subject(query)
+        if len(named) < 2:
+            return
+        ids = list(scores)
+        said: dict[str, str] = {}
+        for part, marks in index.in_batches(ids):
+            said.update(
+                (node_id, speaker)
+                for node_id, speaker in self.conn.execute(
+                    f"SELECT id, speaker FROM chunks WHERE id IN ({marks}) AND speaker IS NOT NULL", part
+                )
+                if speaker in named
+            )
+        if len(set(said.values())) < 2:
+            return
+        rank: dict[str, int] = dict.fromkeys(named, 0)
+        weight = self.split_weight
+        for node_id in sorted(said, key=lambda i: (-scores[i], i)):
+            speaker = said[node_id]
+            rank[speaker] += 1
+            scores[node_id] += weight / (RRF_K + rank[speaker])
+
     def _boost_speakers(self, query: str, scores: dict[str, float], limit: int) -> None:
         """When the query names speakers, their best match leads and the rest is the fusion of two rankings:
         the ranking as it is and the one with their own leaves' scores raised by ``speaker_boost``. Their
         words come first, but the best match said by someone else keeps a place near the top (a question
         may misattribute, and a multiplied score alone pushed those out: LoCoMo adversarial -0.06).
+        A query naming no speaker but speaking in the first person (``first_person``) does the same for
+        the user's turns of a user/assistant chat, by ``first_person_boost`` (``FIRST_PERSON_BOOST``).
         Only the best ``limit`` are reranked; the rest (never returned) are dropped."""
         self._speakers.refresh(self.conn)
-        named = self._speakers.subject(query)
-        if not named:
+        named = self._speakers.subject(query) if self.speaker_boost else frozenset()
+        first = not named and bool(self.first_person_boost) and first_person(query)
+        if not named and not first:
             return
         plain = sorted(scores, key=lambda i: (-scores[i], i))
         for node_id in plain[limit:]:
             del scores[node_id]
         plain = plain[:limit]
         own: set[str] = set()
+        others = False
         for part, marks in index.in_batches(plain):
-            own.update(
-                node_id
-                for node_id, speaker in self.conn.execute(
-                    f"SELECT id, speaker FROM chunks WHERE id IN ({marks}) AND speaker IS NOT NULL", part
-                )
-                if speaker in named
-            )
-        if not own or len(own) == len(plain):
+            for node_id, speaker, role in self.conn.execute(
+                f"SELECT id, speaker, role FROM chunks WHERE id IN ({marks})", part
+            ):
+                if named:
+                    if speaker is not None and speaker in named:
+                        own.add(node_id)
+                elif role == "user":
+                    own.add(node_id)
+                elif role is not None:
+                    others = True
+        if not own or len(own) == len(plain) or (first and not others):
             return
-        factor = 1.0 + self.speaker_boost
+        factor = 1.0 + (self.speaker_boost if named else self.first_person_boost)
+        if first and not self.first_person_fused:
+            for node_id in own:
+                scores[node_id] *= factor
+            return
         boosted = sorted(plain, key=lambda i: (-(scores[i] * factor if i in own else scores[i]), i))
         fused = dict.fromkeys(plain, 0.0)
         for ranking in (plain, boosted):

@@ -1,0 +1,172 @@
+"""Recall that knows whom a question is about (issue 19): a first-person question asked of a user/assistant
+chat ranks the user's own turns up, and a question about two people gives each of them their own best hits.
+
+Real files, real SQLite, the deterministic fake embedder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vaultmem import Vault
+from vaultmem.embed import FakeEmbedder
+from vaultmem.search import first_person
+
+# A user telling an assistant about two dentist visits; the assistant's long replies repeat the question's
+# words far more often than the user's short reports do.
+ASSISTANT_CHAT = [
+    ("s1", "user", "Can you suggest how to prepare for a dentist appointment? I get nervous."),
+    (
+        "s1",
+        "assistant",
+        "Preparing for a dentist appointment: write down questions for the dentist, arrive early for the"
+        " appointment, tell the dentist you are nervous, and book the dentist appointment in the morning so"
+        " you do not worry all day. Many people find a dentist appointment easier with music.",
+    ),
+    ("s2", "user", "I went to my dentist appointment on Monday and got a filling."),
+    (
+        "s2",
+        "assistant",
+        "Glad the filling went well. After a dentist appointment with a filling, avoid hot drinks; most"
+        " dentist offices schedule a follow-up dentist appointment within six months.",
+    ),
+    ("s3", "user", "Another dentist visit today, a cleaning this time."),
+    (
+        "s3",
+        "assistant",
+        "Regular cleanings are great. A dentist appointment every six months keeps teeth healthy; ask your"
+        " dentist about the appointment reminders.",
+    ),
+]
+
+# Two friends: Nate talks about movies all the time, Joanna mentions the one she saw once.
+FRIENDS_CHAT = [
+    ("s1", "Nate", "I watched the movie Inception again last night, what a movie."),
+    ("s1", "Joanna", "Nice! I spent the day writing my screenplay."),
+    ("s1", "Nate", "Movies like that make me want to see every Nolan movie."),
+    ("s2", "Nate", "Saw the movie Dune at the cinema, best movie this year."),
+    ("s2", "Joanna", "My allergies are bad this week."),
+    ("s2", "Nate", "I rate movies on a list, Dune is my top movie now."),
+    ("s3", "Joanna", "I finally saw Little Women, loved it."),
+    ("s3", "Nate", "Another movie night with the turtles: we watched a movie about the sea."),
+    ("s3", "Nate", "Every movie night I make popcorn for the movie."),
+]
+
+
+def _vault(tmp_path: Path, chat: list[tuple[str, str, str]], key: str) -> Vault:
+    lines = [
+        json.dumps(
+            {
+                "id": f"m{i}",
+                key: who,
+                "content": text,
+                "session": session,
+                "ts": f"2024-03-0{i + 1}T10:00:00Z",
+            }
+        )
+        for i, (session, who, text) in enumerate(chat)
+    ]
+    (tmp_path / "chat.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    vault = Vault.init(tmp_path / "vault", embedder=FakeEmbedder())
+    vault.ingest_path(tmp_path / "chat.jsonl", source="chat")
+    vault.flush()
+    return vault
+
+
+@pytest.fixture
+def assistant_chat(tmp_path: Path) -> Vault:
+    return _vault(tmp_path, ASSISTANT_CHAT, "role")
+
+
+@pytest.fixture
+def friends_chat(tmp_path: Path) -> Vault:
+    return _vault(tmp_path, FRIENDS_CHAT, "speaker")
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("How many dentist appointments did I go to?", True),
+        ("What did I say about my filling", True),
+        ("Remind me when I've been to the dentist", True),
+        ("What did you recommend for my dentist appointment?", False),  # asks what the assistant said
+        ("How many dentist appointments did Nate go to?", False),
+        ("Is it dentist day", False),
+    ],
+)
+def test_first_person(query: str, expected: bool) -> None:
+    assert first_person(query) is expected
+
+
+def _texts(vault: Vault, query: str) -> list[str]:
+    return [h.text for h in vault.search(query, k=6)]
+
+
+def test_a_first_person_question_ranks_the_users_own_turns_up(assistant_chat: Vault) -> None:
+    query = "How many dentist appointments did I go to?"
+    hits = assistant_chat.search(query, k=6)  # the shipped setting
+    assert [h.role for h in hits[:3]] == ["user"] * 3
+    assistant_chat.searcher.first_person_boost = 0.0
+    plain = _texts(assistant_chat, query)
+    # Without the prior the user's terse report of the second visit ranks below every assistant reply.
+    assert plain[-1].startswith("Another dentist visit")
+
+
+def test_the_fused_first_person_prior_puts_the_users_best_match_first(assistant_chat: Vault) -> None:
+    searcher = assistant_chat.searcher
+    searcher.first_person_boost, searcher.first_person_fused = 1.0, True
+    hits = assistant_chat.search("How many dentist appointments did I go to?", k=6)
+    assert hits[0].role == "user"
+    visit = next(n for n, h in enumerate(hits) if h.text.startswith("Another dentist visit"))
+    assert visit < 5
+
+
+def test_the_first_person_prior_leaves_a_question_to_the_assistant_alone(assistant_chat: Vault) -> None:
+    query = "What did you recommend for my dentist appointment?"
+    searcher = assistant_chat.searcher
+    searcher.first_person_boost = 0.0
+    plain = _texts(assistant_chat, query)
+    searcher.first_person_boost, searcher.first_person_fused = 1.0, False
+    assert _texts(assistant_chat, query) == plain
+
+
+def test_the_first_person_prior_leaves_a_chat_between_named_people_alone(friends_chat: Vault) -> None:
+    query = "What movie did I say I saw?"
+    searcher = friends_chat.searcher
+    searcher.first_person_boost = 0.0
+    plain = _texts(friends_chat, query)
+    searcher.first_person_boost, searcher.first_person_fused = 4.0, False
+    assert _texts(friends_chat, query) == plain
+
+
+def test_a_question_about_two_people_gives_each_their_own_best_hit(friends_chat: Vault) -> None:
+    query = "What movies have Joanna and Nate both seen?"
+    searcher = friends_chat.searcher
+    searcher.split_weight = 0.0
+    # Nate's many movie turns crowd Joanna's one movie out of the top 6.
+    assert "I finally saw Little Women, loved it." not in _texts(friends_chat, query)
+    searcher.split_weight = 1.0
+    assert "I finally saw Little Women, loved it." in _texts(friends_chat, query)
+
+
+def test_the_split_leaves_a_question_about_one_person_alone(friends_chat: Vault) -> None:
+    query = "What movies has Nate seen?"
+    searcher = friends_chat.searcher
+    searcher.split_weight = 0.0
+    plain = _texts(friends_chat, query)
+    searcher.split_weight = 2.0
+    assert _texts(friends_chat, query) == plain
+
+
+def test_a_ranking_of_the_subjects_own_leaves_brings_theirs_into_a_small_pool(friends_chat: Vault) -> None:
+    """``split_vector`` (off by default): the cosine ranking of the subject speaker's leaves alone, fused like
+    feedback, reaches a leaf of hers that the whole vault's rankings leave out of a small pool."""
+    query = "What has Joanna seen at the movies?"
+    searcher = friends_chat.searcher
+    searcher.split_vector = 0.0
+    assert "I finally saw Little Women, loved it." not in [h.text for h in searcher.find(query, k=2, pool=2)]
+    searcher.split_vector = 1.0
+    assert "I finally saw Little Women, loved it." in [h.text for h in searcher.find(query, k=2, pool=2)]
