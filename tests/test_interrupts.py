@@ -31,11 +31,10 @@ def _swallowing_work() -> bool:
 
 def test_an_interrupt_in_the_block_is_raised_once_after_it_and_never_inside() -> None:
     swallowed = None
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts_held():
-            os.kill(os.getpid(), signal.SIGINT)
-            os.kill(os.getpid(), signal.SIGINT)
-            swallowed = _swallowing_work()
+    with pytest.raises(KeyboardInterrupt), interrupts_held():
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        swallowed = _swallowing_work()
     assert swallowed is False
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is back
     assert _swallowing_work() is False  # nothing left pending: the second signal was the same Ctrl-C
