@@ -786,6 +786,20 @@ def test_bf16_runtime_stays_near_float32_and_keeps_the_batch_rules(monkeypatch: 
     small, large = bf16.embed_calls([texts[:3], texts])
     np.testing.assert_array_equal(small, reference.embed(texts[:3]))
     np.testing.assert_array_equal(large, got)
+    # Threads of one process take turns with torch's (global) thread count: each gets this rows.
+    torch.set_num_threads(2)
+    rows: list[npt.NDArray[np.float32]] = []
+    workers = [
+        threading.Thread(target=lambda: rows.extend(bf16.embed(texts) for _ in range(3))) for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert len(rows) == 6 and torch.get_num_threads() == 2
+    for row in rows:
+        np.testing.assert_array_equal(row, got)
+    torch.set_num_threads(threads)
     monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
     shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=3, runtime="bf16")
     alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1, runtime="bf16")

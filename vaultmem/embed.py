@@ -1197,8 +1197,11 @@ class _Bf16Bert:
     its bias inside the kernel (one rounding to bfloat16), and the feed-forward's GELU on the bfloat16
     rows between its two matrices. The embedding sum, attention scores and softmax, residual stream,
     layer norms and pooling stay float32, as in ``_forward``. One thread, as NumPy's one BLAS thread, set
-    around each batch and restored. Deterministic for a given batch, so ``embed_calls``' rule (each
-    call's rows bit for bit as the call alone gets them) holds as for the other runtimes."""
+    around each batch and restored (torch's thread count is global: batches of one process take turns,
+    so no batch runs with another's setting). Deterministic for a given batch, so ``embed_calls``' rule
+    (each call's rows bit for bit as the call alone gets them) holds as for the other runtimes."""
+
+    _turn = threading.Lock()
 
     def __init__(self, bert: _Bert) -> None:
         import torch
@@ -1226,8 +1229,6 @@ class _Bf16Bert:
 
     def forward(self, bert: _Bert, ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
         torch = self._torch
-        linear, layer_norm = torch.nn.functional.linear, torch.nn.functional.layer_norm
-        bf = torch.bfloat16
         batch, length = ids.shape
         hidden = bert.word.shape[1]
         head_dim = hidden // bert.heads
@@ -1235,6 +1236,23 @@ class _Bf16Bert:
         x_np = bert.word[ids]  # the gather and sum in NumPy, as ``_forward``: no copy of the word table
         x_np += bert.position[:length]
         x_np += bert.token_type
+        with self._turn:
+            return self._run(torch, bert, x_np, mask, batch, length, hidden, head_dim, eps)
+
+    def _run(
+        self,
+        torch: Any,
+        bert: _Bert,
+        x_np: Vectors,
+        mask: Vectors,
+        batch: int,
+        length: int,
+        hidden: int,
+        head_dim: int,
+        eps: float,
+    ) -> Vectors:
+        linear, layer_norm = torch.nn.functional.linear, torch.nn.functional.layer_norm
+        bf = torch.bfloat16
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
