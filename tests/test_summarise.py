@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import ChatServer, Reply, Request
-from vaultmem.embed import FakeEmbedder
+from vaultmem.embed import FakeEmbedder, Remembering
 from vaultmem.llm import OpenAICompatSummariser, parse_reply
 from vaultmem.summarise import (
     Child,
@@ -747,3 +747,24 @@ def test_summarise_untitled_asks_a_summariser_that_takes_no_titled_keyword_as_be
     model = _Counting()
     assert summarise_untitled(ExtractiveSummariser(model.embed), _CHAT, 1).text
     assert model.texts == ExtractiveSummariser(model.embed).embed_calls(_CHAT, titled=False)[0]
+
+
+def test_a_parent_embeds_its_child_summaries_lines_as_the_bare_sentences_below_embedded() -> None:
+    """A level's lines read "Mara: I booked ..."; its parent (or a week's roll-up) embeds each as the bare
+    sentence the level below embedded, so one compaction's memo has it and the model is not asked again.
+    A leaf's own "Note: ..." stays whole: only a child summary's speaker prefix goes."""
+    model = _Counting()
+    remembering = Remembering(model)
+    summariser = ExtractiveSummariser(remembering.embed)
+    below = [summariser.summarise(_CHAT[:2], 1), summariser.summarise(_CHAT[2:], 1)]
+    assert "- Mara: I booked the ryokan in Kyoto for April." in below[0].text
+    sent = len(model.texts)
+    kids = [Child(s.text, None, title=s.title) for s in below]
+    calls = summariser.embed_calls(kids, titled=False)
+    assert "I booked the ryokan in Kyoto for April." in calls[0]
+    assert not any(t.startswith(("Mara:", "Tom:")) for t in calls[0])
+    parent = summariser.summarise(kids, 2, titled=False)
+    assert model.texts[sent:] == []  # every line was remembered from the level below
+    assert "Mara: " in parent.text  # the summary still shows who said it
+    note = [Child("Note: the koi pond needs feeding twice a day.", None)]
+    assert summariser.embed_calls(note, titled=False) == [["Note: the koi pond needs feeding twice a day."]]

@@ -442,6 +442,18 @@ def _candidates(children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[
     return substantive or everything, child_words
 
 
+def _vector_texts(children: Sequence[Child], candidates: Sequence[_Candidate]) -> list[str]:
+    """What is embedded for each candidate: its sentence, but a child summary's line "Caroline: I went
+    ..." as its bare sentence, the text the level below embedded for that line (so a roll-up or a
+    parent finds it remembered instead of sending the line to the model again)."""
+    out = []
+    for c in candidates:
+        child = children[c.child]
+        bare = child.title is not None and not child.speaker
+        out.append(_SPEAKER_PREFIX_RE.sub("", c.sentence, count=1) if bare else c.sentence)
+    return out
+
+
 def _phrase_stop(speakers: frozenset[str]) -> frozenset[str]:
     return STOPWORDS | _FILLER_WORDS | _TITLE_NOISE | speakers
 
@@ -502,7 +514,7 @@ class ExtractiveSummariser:
         if not candidates:
             named = [Child(c.title, None) for c in children if c.title and c.title.strip()]
             return self.embed_calls(named, titled=titled) if named else []
-        calls = [[c.sentence for c in candidates]]
+        calls = [_vector_texts(children, candidates)]
         if self.ranking == "informative" and titled:
             texts, _speakers = self._phrase_texts(children, candidates)
             if texts is not None:
@@ -606,7 +618,7 @@ class ExtractiveSummariser:
         child_matrix = np.stack(child_vectors) if child_vectors else None
 
         if self.embed is not None:
-            embedded = self.embed([c.sentence for c in candidates])
+            embedded = self.embed(_vector_texts(children, candidates))
             if len(embedded) != len(candidates):
                 raise ValueError(f"embed returned {len(embedded)} rows for {len(candidates)} sentences")
             matrix = np.stack([_unit(v) for v in embedded])
