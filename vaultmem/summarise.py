@@ -443,15 +443,10 @@ def _candidates(children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[
 
 
 def _vector_texts(children: Sequence[Child], candidates: Sequence[_Candidate]) -> list[str]:
-    """What is embedded for each candidate: its sentence, but a child summary's line "Caroline: I went
-    ..." as its bare sentence, the text the level below embedded for that line (so a roll-up or a
-    parent finds it remembered instead of sending the line to the model again)."""
-    out = []
-    for c in candidates:
-        child = children[c.child]
-        bare = child.title is not None and not child.speaker
-        out.append(_SPEAKER_PREFIX_RE.sub("", c.sentence, count=1) if bare else c.sentence)
-    return out
+    """What is embedded for each candidate: a chat leaf's sentence as the summary shows it, "Caroline: I
+    went ...", so the line a parent or a roll-up reads in this level's summary is the text already
+    embedded (found remembered, not sent to the model again); any other sentence as it is."""
+    return [c.display if children[c.child].speaker else c.sentence for c in candidates]
 
 
 def _phrase_stop(speakers: frozenset[str]) -> frozenset[str]:
