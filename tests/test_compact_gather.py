@@ -76,9 +76,15 @@ def test_condensation_gathers_its_new_parents_calls_and_writes_the_same_tree(
 ) -> None:
     """The new parents of one condensation step are summarised one by one; their embedding calls are
     embedded together first (as a seal batch's levels' are), and the tree is the one written without."""
+    from vaultmem import summarise
     from vaultmem.compact import Planner
 
     monkeypatch.setattr(embed, "PARALLEL_MIN", 2)
+    # The parents' lines are remembered from the seals (a chat leaf's sentence is embedded as its line reads),
+    # which leaves this small tree's condensation next to nothing to gather: embed them bare here, as before.
+    monkeypatch.setattr(
+        summarise, "_vector_texts", lambda children, candidates: [c.sentence for c in candidates]
+    )
     condensing: list[bool] = []
     original = Planner._condense_peers
 

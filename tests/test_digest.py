@@ -458,7 +458,12 @@ def test_due_days_digests_embed_their_sentences_together_and_write_the_same_dige
     [first, *_] = gathered.gathered
     assert len(first) == len(DAYS)  # one call per day, all at once
     day_sentences = [t for call in first for t in call]
-    assert sorted(day_sentences) == sorted(text for turns in DAYS.values() for *_, text in turns)
+    # each as its digest line reads ("Speaker: sentence"; the assistant's leaf has no speaker), so the
+    # week's roll-up finds its lines remembered
+    expected = [
+        text if who == "Assistant" else f"{who}: {text}" for turns in DAYS.values() for *_, who, text in turns
+    ]
+    assert sorted(day_sentences) == sorted(expected)
     alone = [t for call in gathered.alone for t in call]
     assert not set(alone) & set(day_sentences)  # the days' jobs found them remembered
     with monkeypatch.context() as m:

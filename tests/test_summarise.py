@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import ChatServer, Reply, Request
-from vaultmem.embed import FakeEmbedder
+from vaultmem.embed import FakeEmbedder, Remembering
 from vaultmem.llm import OpenAICompatSummariser, parse_reply
 from vaultmem.summarise import (
     Background,
@@ -827,3 +827,23 @@ def test_summarise_apart_passes_a_background_only_to_a_summariser_that_takes_it(
     assert summarise_apart(Old(), children, 2, None, background).title == "old"
     assert summarise_apart(New(), children, 2, None, background).title == "new"
     assert seen == [background]
+
+
+def test_a_parent_finds_its_child_summaries_lines_embedded_by_the_level_below() -> None:
+    """A chat leaf's sentence is embedded as the level's summary shows it ("Mara: I booked ..."), so its
+    parent (or a week's roll-up), reading that line, finds it in one compaction's memo and does not ask
+    the model again. A sentence of a leaf without a speaker is embedded as it is."""
+    model = _Counting()
+    remembering = Remembering(model)
+    summariser = ExtractiveSummariser(remembering.embed)
+    below = [summariser.summarise(_CHAT[:2], 1), summariser.summarise(_CHAT[2:], 1)]
+    assert "- Mara: I booked the ryokan in Kyoto for April." in below[0].text
+    assert "Mara: I booked the ryokan in Kyoto for April." in model.texts
+    sent = len(model.texts)
+    kids = [Child(s.text, None, title=s.title) for s in below]
+    assert "Mara: I booked the ryokan in Kyoto for April." in summariser.embed_calls(kids, titled=False)[0]
+    parent = summariser.summarise(kids, 2, titled=False)
+    assert model.texts[sent:] == []  # every line was remembered from the level below
+    assert "Mara: " in parent.text
+    note = [Child("Note: the koi pond needs feeding twice a day.", None)]
+    assert summariser.embed_calls(note, titled=False) == [["Note: the koi pond needs feeding twice a day."]]

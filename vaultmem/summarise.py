@@ -491,6 +491,13 @@ def _candidates(children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[
     return substantive or everything, child_words
 
 
+def _vector_texts(children: Sequence[Child], candidates: Sequence[_Candidate]) -> list[str]:
+    """What is embedded for each candidate: a chat leaf's sentence as the summary shows it, "Caroline: I
+    went ...", so the line a parent or a roll-up reads in this level's summary is the text already
+    embedded (found remembered, not sent to the model again); any other sentence as it is."""
+    return [c.display if children[c.child].speaker else c.sentence for c in candidates]
+
+
 def _phrase_stop(speakers: frozenset[str]) -> frozenset[str]:
     return STOPWORDS | _FILLER_WORDS | _TITLE_NOISE | speakers
 
@@ -555,7 +562,7 @@ class ExtractiveSummariser:
         if not candidates:
             named = [Child(c.title, None) for c in children if c.title and c.title.strip()]
             return self.embed_calls(named, titled=titled) if named else []
-        calls = [[c.sentence for c in candidates]]
+        calls = [_vector_texts(children, candidates)]
         if self.ranking == "informative" and titled:
             texts, _speakers = self._phrase_texts(children, candidates)
             if texts is not None:
@@ -670,7 +677,7 @@ class ExtractiveSummariser:
         child_matrix = np.stack(child_vectors) if child_vectors else None
 
         if self.embed is not None:
-            embedded = self.embed([c.sentence for c in candidates])
+            embedded = self.embed(_vector_texts(children, candidates))
             if len(embedded) != len(candidates):
                 raise ValueError(f"embed returned {len(embedded)} rows for {len(candidates)} sentences")
             matrix = np.stack([_unit(v) for v in embedded])
