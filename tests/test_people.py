@@ -170,3 +170,41 @@ def test_a_ranking_of_the_subjects_own_leaves_brings_theirs_into_a_small_pool(fr
     assert "I finally saw Little Women, loved it." not in [h.text for h in searcher.find(query, k=2, pool=2)]
     searcher.split_vector = 1.0
     assert "I finally saw Little Women, loved it." in [h.text for h in searcher.find(query, k=2, pool=2)]
+
+
+def test_the_first_person_prior_lowers_the_replies_and_leaves_what_has_no_role_in_place(
+    tmp_path: Path,
+) -> None:
+    """The prior lowers the assistant's replies rather than raising the user's turns: within the chat the
+    same order, while a leaf without a role (a note, a document, a clinic's message) keeps its place
+    beside the user's turns instead of falling below all of them ("what should I know before my trip?"
+    should still find the trip's own note)."""
+    vault = _vault(tmp_path, ASSISTANT_CHAT, "role")
+    clinic = tmp_path / "clinic.jsonl"
+    clinic.write_text(
+        json.dumps(
+            {
+                "id": "c1",
+                "speaker": "Smile Clinic",
+                "content": "Reminder: your next dentist appointment is on Monday 14 April at 9:00.",
+                "session": "c",
+                "ts": "2024-03-10T10:00:00Z",
+            }
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    vault.ingest_path(clinic, source="clinic")
+    vault.flush()
+    roles = {
+        r["id"]: r["role"] for r in vault.conn.execute("SELECT id, role FROM chunks WHERE kind = 'leaf'")
+    }
+    note = next(i for i, role in roles.items() if role is None)
+    users = sorted(i for i, role in roles.items() if role == "user")
+    replies = sorted(i for i, role in roles.items() if role == "assistant")
+    scores = {replies[0]: 0.9, note: 0.8, users[0]: 0.7, users[1]: 0.6, replies[1]: 0.5, users[2]: 0.4}
+    vault.searcher._boost_speakers("When is my next dentist appointment?", scores, limit=10)
+    order = sorted(scores, key=lambda i: -scores[i])
+    assert order[:4] == [note, users[0], users[1], users[2]]  # the note still leads the user's turns
+    assert set(order[4:]) == {replies[0], replies[1]}
+    assert scores[note] == 0.8 and scores[users[0]] == 0.7  # only the replies moved

@@ -60,7 +60,8 @@ SPEAKER_BOOST = 0.5
 UNNAMED_QUERY = 1.0
 # A question in the first person ("how many appointments did I go to", "my", "me") asked of a chat between a
 # user and an assistant (leaves of role "user" and of another role among the candidates) is about the user:
-# the user's own turns' fused scores are multiplied by 1 + FIRST_PERSON_BOOST (``Searcher._boost_speakers``).
+# the other roles' turns (the assistant's replies) have their fused scores divided by 1 + FIRST_PERSON_BOOST
+# (``Searcher._boost_speakers``); leaves without a role (notes, documents, mail) keep theirs.
 # The assistant's long replies repeat a topic's words, the user's short reports hold the facts. No-op when the
 # query names a speaker, says "you" (it asks what the assistant said) or the candidates are not a user/other-
 # role pair (a chat between named people: LoCoMo dev identical). LongMemEval dev, 20 haystacks: C@1024
@@ -1103,7 +1104,8 @@ class Searcher:
         words come first, but the best match said by someone else keeps a place near the top (a question
         may misattribute, and a multiplied score alone pushed those out: LoCoMo adversarial -0.06).
         A query naming no speaker but speaking in the first person (``first_person``) does the same for
-        the user's turns of a user/assistant chat, by ``first_person_boost`` (``FIRST_PERSON_BOOST``).
+        the user's turns of a user/assistant chat, by ``first_person_boost`` (``FIRST_PERSON_BOOST``): the
+        replies' scores are divided by it, so leaves without a role keep their place beside the user's.
         Only the best ``limit`` are reranked; the rest (never returned) are dropped."""
         self._speakers.refresh(self.conn)
         named = self._speakers.subject(query) if self.speaker_boost else frozenset()
@@ -1115,7 +1117,7 @@ class Searcher:
             del scores[node_id]
         plain = plain[:limit]
         own: set[str] = set()
-        others = False
+        replies: set[str] = set()  # the other side of a user/assistant chat
         for part, marks in index.in_batches(plain):
             for node_id, speaker, role in self.conn.execute(
                 f"SELECT id, speaker, role FROM chunks WHERE id IN ({marks})", part
@@ -1126,13 +1128,15 @@ class Searcher:
                 elif role == "user":
                     own.add(node_id)
                 elif role is not None:
-                    others = True
-        if not own or len(own) == len(plain) or (first and not others):
+                    replies.add(node_id)
+        if not own or len(own) == len(plain) or (first and not replies):
             return
         factor = 1.0 + (self.speaker_boost if named else self.first_person_boost)
         if first and not self.first_person_fused:
-            for node_id in own:
-                scores[node_id] *= factor
+            # The replies go down rather than the user's turns up: within a chat the same order, while
+            # what has no role (notes, documents, mail) keeps its place beside the user's turns.
+            for node_id in replies:
+                scores[node_id] /= factor
             return
         boosted = sorted(plain, key=lambda i: (-(scores[i] * factor if i in own else scores[i]), i))
         fused = dict.fromkeys(plain, 0.0)
