@@ -124,22 +124,23 @@ def test_the_fused_first_person_prior_puts_the_users_best_match_first(assistant_
     assert visit < 5
 
 
+def _texts_with(vault: Vault, query: str, **knobs: float) -> list[str]:
+    """The top texts with the Searcher's ``knobs`` set first."""
+    for name, value in knobs.items():
+        setattr(vault.searcher, name, value)
+    return _texts(vault, query)
+
+
 def test_the_first_person_prior_leaves_a_question_to_the_assistant_alone(assistant_chat: Vault) -> None:
     query = "What did you recommend for my dentist appointment?"
-    searcher = assistant_chat.searcher
-    searcher.first_person_boost = 0.0
-    plain = _texts(assistant_chat, query)
-    searcher.first_person_boost, searcher.first_person_fused = 1.0, False
-    assert _texts(assistant_chat, query) == plain
+    plain = _texts_with(assistant_chat, query, first_person_boost=0.0)
+    assert _texts_with(assistant_chat, query, first_person_boost=1.0, first_person_fused=False) == plain
 
 
 def test_the_first_person_prior_leaves_a_chat_between_named_people_alone(friends_chat: Vault) -> None:
     query = "What movie did I say I saw?"
-    searcher = friends_chat.searcher
-    searcher.first_person_boost = 0.0
-    plain = _texts(friends_chat, query)
-    searcher.first_person_boost, searcher.first_person_fused = 4.0, False
-    assert _texts(friends_chat, query) == plain
+    plain = _texts_with(friends_chat, query, first_person_boost=0.0)
+    assert _texts_with(friends_chat, query, first_person_boost=4.0, first_person_fused=False) == plain
 
 
 def test_a_question_about_two_people_gives_each_their_own_best_hit(friends_chat: Vault) -> None:
@@ -154,11 +155,8 @@ def test_a_question_about_two_people_gives_each_their_own_best_hit(friends_chat:
 
 def test_the_split_leaves_a_question_about_one_person_alone(friends_chat: Vault) -> None:
     query = "What movies has Nate seen?"
-    searcher = friends_chat.searcher
-    searcher.split_weight = 0.0
-    plain = _texts(friends_chat, query)
-    searcher.split_weight = 2.0
-    assert _texts(friends_chat, query) == plain
+    plain = _texts_with(friends_chat, query, split_weight=0.0)
+    assert _texts_with(friends_chat, query, split_weight=2.0) == plain
 
 
 def test_a_ranking_of_the_subjects_own_leaves_brings_theirs_into_a_small_pool(friends_chat: Vault) -> None:
