@@ -58,8 +58,8 @@ def test_folder_slug_keeps_whole_words_within_the_limit(title: str) -> None:
         assert part in words or any(w.startswith(part) and not w.isascii() for w in words)
     # An identifier (a_b_c) is one word: the slug never ends inside it, unless it is the first word and
     # too long alone (then its leading parts, each whole).
-    for ident in re.findall(r"[^\W_]+(?:_+[^\W_]+)+", title.lower()):
-        parts = [p for p in ident.split("_") if p]
+    for ident in re.findall(r"[^\W_]+(?:(?:_+|\.)[^\W_]+)+", title.lower()):
+        parts = [p for p in re.split(r"[_.]+", ident) if p]
         for k in range(1, len(parts)):
             head = "-".join(parts[:k])
             if f"-{slug}".endswith(f"-{head}") and "-".join(parts) not in slug:
@@ -81,6 +81,14 @@ def test_folder_names_of_real_titles() -> None:
     assert folder_slug("default conf template files fastcgi_param") == "default-conf-template-files"
     assert folder_slug("fastcgi_param_with_a_very_long_identifier_beyond") == "fastcgi-param-with-a-very-long"
     # A possessive 's leaves no lone "s" word behind, straight or curly apostrophe.
+    # A version is one word: "v0.9.2" was cut to "v0" by the five-word limit.
+    assert (
+        folder_slug("tidepool-worker restarted, webhook, v0.9.2 since Friday")
+        == "tidepool-worker-restarted-webhook-v0-9-2"
+    )
+    assert folder_slug("Tagged v0.9.3, log line, merged") == "tagged-v0-9-3-log-line-merged"
+    assert folder_slug("staging passed, Postgres 16.2, p95 latency") == "staging-passed-postgres-16-2-p95"
+    assert folder_slug("Kyoto trip. Budget") == "kyoto-trip-budget"  # a sentence's dot and space part words
     assert folder_slug("Asus router's DHCP lease") == "asus-router-dhcp-lease"
     assert folder_slug("Mara’s dentist in March") == "mara-dentist-in-march"
     assert folder_slug("O'Sullivan's pub quiz") == "o-sullivan-pub-quiz"
