@@ -449,8 +449,13 @@ class _Candidate(NamedTuple):  # not a frozen dataclass: built per sentence, and
     child: int
     cost: int  # tokens of the display line, bullet mark included
     features: frozenset[str]
-    fragment: bool  # under 3 words ("ok", "(~20 min)."): too short to say anything on its own
+    words: int  # the sentence's words, a CJK character counting as one (``_feature_list``)
     filler: bool = False  # a greeting, thanks, a reaction, a line with nothing in it
+
+    @property
+    def fragment(self) -> bool:
+        """Under 3 words ("ok", "(~20 min)."): too short to say anything on its own."""
+        return self.words < _MIN_SENTENCE_WORDS
 
 
 def _with_speaker(sentence: str, name: str) -> str:
@@ -482,7 +487,7 @@ def _candidates(children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[
                     index,
                     count_tokens(display) + 1,
                     frozenset(features),
-                    size < _MIN_SENTENCE_WORDS,
+                    size,
                     is_filler(sentence),
                 )
             )
@@ -766,9 +771,8 @@ def _informative(candidates: list[_Candidate], central: npt.NDArray[np.float64])
     )
 
 
-_SPECIFIC_MIN_WORDS = (
-    4  # a shorter line is counted as this long: "LeBron." is no denser than "I love LeBron."
-)
+# A shorter line is counted as this long: "LeBron." is no denser than "I love LeBron."
+_SPECIFIC_MIN_WORDS = 4
 
 
 def _specific(
@@ -789,11 +793,7 @@ def _specific(
     count = max(len(child_words), 1)
     weight = {w: share[w] / count * background.rarity(w) for w in share}
     density = np.array(
-        [
-            sum(weight.get(f, 0.0) for f in c.features)
-            / max(_feature_list(c.sentence)[1], _SPECIFIC_MIN_WORDS)
-            for c in candidates
-        ]
+        [sum(weight.get(f, 0.0) for f in c.features) / max(c.words, _SPECIFIC_MIN_WORDS) for c in candidates]
     )
     top = float(density.max()) if len(density) else 0.0
     return density / top if top > 0 else density
