@@ -13,7 +13,7 @@ import re
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -82,8 +82,8 @@ SPLIT_WEIGHT = 0.0
 # 0.956 -> 0.935 (docs/architecture.md, "The people a question is about").
 SPLIT_VECTOR = 0.0
 # True: the first-person prior reranks like a named speaker's (the plain ranking fused with the boosted one,
-# the user's best match first); False (shipped): the user's scores are multiplied, nothing else (at 1.0,
-# multi-session C@1024 0.639 fused, 0.824 multiplied).
+# the user's best match first); False (shipped): the replies' scores are divided, nothing else (at 1.0,
+# multi-session C@1024 0.639 fused, 0.824 with the user's scores multiplied, the same order).
 FIRST_PERSON_FUSED = False
 # Judge a hit's evidence cosine (and ``weak``) by the vector the leaves are ranked by (the name-free one)
 # instead of the whole query's: one forward pass for a query naming a speaker instead of two (LoCoMo conv-30
@@ -1079,16 +1079,7 @@ class Searcher:
         named = self._speakers.subject(query)
         if len(named) < 2:
             return
-        ids = list(scores)
-        said: dict[str, str] = {}
-        for part, marks in index.in_batches(ids):
-            said.update(
-                (node_id, speaker)
-                for node_id, speaker in self.conn.execute(
-                    f"SELECT id, speaker FROM chunks WHERE id IN ({marks}) AND speaker IS NOT NULL", part
-                )
-                if speaker in named
-            )
+        said = {node_id: speaker for node_id, speaker, _ in self._who_said(list(scores)) if speaker in named}
         if len(set(said.values())) < 2:
             return
         rank: dict[str, int] = dict.fromkeys(named, 0)
@@ -1097,6 +1088,11 @@ class Searcher:
             speaker = said[node_id]
             rank[speaker] += 1
             scores[node_id] += weight / (RRF_K + rank[speaker])
+
+    def _who_said(self, ids: list[str]) -> Iterator[tuple[str, str | None, str | None]]:
+        """(id, speaker, role) of each of ``ids`` the index holds, read in batches."""
+        for part, marks in index.in_batches(ids):
+            yield from self.conn.execute(f"SELECT id, speaker, role FROM chunks WHERE id IN ({marks})", part)
 
     def _boost_speakers(self, query: str, scores: dict[str, float], limit: int) -> None:
         """When the query names speakers, their best match leads and the rest is the fusion of two rankings:
@@ -1118,17 +1114,14 @@ class Searcher:
         plain = plain[:limit]
         own: set[str] = set()
         replies: set[str] = set()  # the other side of a user/assistant chat
-        for part, marks in index.in_batches(plain):
-            for node_id, speaker, role in self.conn.execute(
-                f"SELECT id, speaker, role FROM chunks WHERE id IN ({marks})", part
-            ):
-                if named:
-                    if speaker is not None and speaker in named:
-                        own.add(node_id)
-                elif role == "user":
+        for node_id, speaker, role in self._who_said(plain):
+            if named:
+                if speaker is not None and speaker in named:
                     own.add(node_id)
-                elif role is not None:
-                    replies.add(node_id)
+            elif role == "user":
+                own.add(node_id)
+            elif role is not None:
+                replies.add(node_id)
         if not own or len(own) == len(plain) or (first and not replies):
             return
         factor = 1.0 + (self.speaker_boost if named else self.first_person_boost)
