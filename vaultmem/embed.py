@@ -504,7 +504,8 @@ def onnx_available() -> bool:
 
 
 def bf16_available() -> bool:
-    """Whether torch, which runs the "bf16" runtime's batches, is installed (it is not a dependency)."""
+    """Whether torch, which runs the "bf16" runtime's batches, is installed (sentence-transformers brings
+    it; vaultmem itself imports it only for this runtime and the "torch" backend)."""
     return importlib.util.find_spec("torch") is not None
 
 

@@ -158,9 +158,8 @@ class Pool:
         self._source_locks: dict[str, threading.Lock] = {}  # one seal pass per source at a time
         self._until_idle = False
         self._disk_full: DiskFull | None = None  # the first full-disk error: an until-idle run stops
-        self._full_unsaid: DiskFull | None = (
-            None  # met by a daemon's worker, not yet said (``take_disk_full``)
-        )
+        # A full disk a daemon's worker met, not yet said (``take_disk_full``).
+        self._full_unsaid: DiskFull | None = None
         # A full disk may have cut a step midway (its note still in ``treeops/``): it is finished before the
         # next job plans on the tree, not only on the next open.
         self._cut_steps = False
