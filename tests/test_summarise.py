@@ -23,6 +23,7 @@ from vaultmem.summarise import (
     ExtractiveSummariser,
     Summariser,
     Summary,
+    asks_to_keep,
     is_filler,
     person,
     says_little,
@@ -795,6 +796,123 @@ def test_above_depth_one_lines_dense_in_the_levels_own_words_win_given_a_backgro
     assert not set(_DAIRY_FREE) <= set(before)
     unweighted = ExtractiveSummariser(specific_weight=0).summarise(children, 2, background=background)
     assert lines_of(unweighted) == before
+
+
+# A depth-2 level of the sample vault's assistant chat: a deadline, a trip, a Chinese aside in one child.
+_RENT = "One more: remind me to pay the rent before the 1st."
+_ASIDE = "换个话题：陈静下周拿到新的 MacBook，想装雾凇拼音。"
+_MIXED = [
+    Child(
+        "- Two big things: Tidepool has to be on Postgres 16 before Friday 20 March (our provider retires the"
+        " Postgres 15 instance class that weekend), and I'm going to Kyoto in April.\n"
+        "- I've pencilled in the Postgres 16 cutover for Thursday 19 March at 07:00 Lisbon time, with the"
+        " 20 March deadline as the hard stop.\n"
+        f"- {_RENT}",
+        None,
+        title="March deadline, next three weeks",
+        weight=7.0,
+    ),
+    Child(
+        "- Kyoto: 11 to 19 April, budget €2,400 all in, flights included.\n"
+        "- I prefer trains over flights wherever there's a choice, so no domestic flights in Japan.\n"
+        "- And I'm vegetarian — not vegan, eggs and dairy are fine.",
+        None,
+        title="Kyoto budget, trains over flights",
+        weight=4.0,
+    ),
+    Child(
+        "- Diego is cutting v0.9.3 tomorrow morning.\n"
+        "- Diego is on call this weekend, I'll put it in the handover.\n"
+        f"- {_ASIDE}\n"
+        "- 我记得 macOS 上要用鼠须管？\n"
+        "- 具体步骤是什么？",
+        None,
+        title="Diego, macOS",
+        weight=5.0,
+    ),
+    Child(
+        "- Now the ryokan: I found Yadoya Shirakawa in Higashiyama, ¥38,000 per night with dinner and"
+        " breakfast, for 13–15 April.\n"
+        "- Two nights is ¥76,000, about €470 at ¥162 to the euro — good value for Higashiyama in April.\n"
+        "- They said I must arrive by 18:00 or they can't serve dinner.",
+        None,
+        title="ryokan in Higashiyama",
+        weight=11.0,
+    ),
+    Child(
+        "- Rehearsed the Postgres 15 → 16 upgrade on staging last night with `pg_upgrade --link`: 4 minutes"
+        " for 38 GB.\n"
+        "- The new image ships a newer glibc (2.31 is Debian 11, 2.36 is Debian 12), and glibc defines how"
+        " text sorts.",
+        None,
+        title="pg_upgrade rehearsal",
+        weight=8.0,
+    ),
+]
+_LEAVE = "陈静：我3月24日到26日请假搬家，那几天的 on-call 已经和 Diego 换了。"
+_MOVING = [
+    Child(f"- {_LEAVE}\n- 陈静：新家在浦东，搬家以后离公司近多了。", None, title="搬家 请假", weight=4.0),
+    Child("- 陈静：搬家公司报价 2800 元，周六上午九点到。\n- 陈静：旧房子的押金下周退。", None, weight=3.0),
+    Child(
+        "- 陈静：搬家那天要请物业开货梯。\n- 陈静：猫先送到朋友家住两天。",
+        None,
+        title="搬家 货梯",
+        weight=3.0,
+    ),
+    Child(
+        "- Mara: Staging passed, p95 query latency is back under 40 ms after the vacuum finished overnight.\n"
+        "- Diego: I'll watch the Grafana dashboards tonight and page Priya if the replica lags again.\n"
+        "- Priya: I rebuilt db-replica from the new primary in about 40 minutes, and it is in sync now.\n"
+        "- Mara: The Payflow webhook retries are logged with their X-Payflow-Retry header since Tuesday.",
+        None,
+        title="staging passed",
+        weight=4.0,
+    ),
+]
+
+
+def test_in_a_mixed_level_an_english_reminder_is_kept_and_a_chinese_aside_does_not_win_for_its_script() -> (
+    None
+):
+    """A CJK line's features are character pairs, every one "rare" in a mostly English source and none a
+    stop word: it outranked the English lines on specificity (the sample vault lost its rent reminder to
+    the Chinese aside). Counted per word as an English line is, the aside competes fairly; and the
+    person's request to be reminded is kept."""
+    assert sum(count_tokens(c.text) for c in _MIXED) > token_bound(2)
+    background = Background.of(
+        [c.text for c in _MIXED] + ["- Fixed and merged — PR #418.\n- Panics recovered."]
+    )
+    summary = ExtractiveSummariser().summarise(_MIXED, 2, background=background)
+    assert_valid(summary, 2)
+    assert _RENT in lines_of(summary)
+    assert _ASIDE not in lines_of(summary)
+
+
+def test_a_chinese_fact_is_kept_where_chinese_is_the_levels_subject() -> None:
+    assert sum(count_tokens(c.text) for c in _MOVING) > token_bound(2)
+    background = Background.of([c.text for c in _MOVING + _MIXED])
+    summary = ExtractiveSummariser().summarise(_MOVING, 2, background=background)
+    assert_valid(summary, 2)
+    assert _LEAVE in lines_of(summary)
+    assert sum("搬家" in line for line in lines_of(summary)) >= 2
+
+
+@pytest.mark.parametrize(
+    ("sentence", "asked"),
+    [
+        ("One more: remind me to pay the rent before the 1st.", True),
+        ("Mara: Can you remind me about the dentist on Friday?", True),
+        ("Note to self: renew the passport before June.", True),
+        ("请提醒我周五交房租。", True),
+        ("Moments like these remind me to appreciate the ones I love.", False),
+        ("They motivate me and remind me why I'm doing this.", False),
+        ("I'll never forget the day my youngest took her first steps.", False),
+        ("Remember that staying positive is very important.", False),
+        ("提醒一下：我3月24日到26日请假。", False),
+    ],
+)
+def test_a_request_to_be_reminded_is_told_from_a_recollection(sentence: str, asked: bool) -> None:
+    assert asks_to_keep(sentence) is asked
 
 
 def test_a_background_is_counted_on_an_even_sample_of_many_levels() -> None:

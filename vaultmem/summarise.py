@@ -264,6 +264,11 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
+def _is_cjk(feature: str) -> bool:
+    """A feature of ``_feature_list`` that is CJK (a character pair, or a lone character)."""
+    return not feature.isascii() and bool(_CJK_RE.match(feature))
+
+
 def _feature_list(text: str) -> tuple[list[str], int]:
     """Content words, then character bigrams for CJK (written without spaces, so no words to split);
     and the number of words, counting a CJK character as one."""
@@ -732,6 +737,28 @@ def _no_greeting_first(
 
 
 _INFO_WEIGHT = 1.0  # the fast score (0..1) beside a cosine
+# A line in which the person asks to be reminded ("One more: remind me to pay the rent before the 1st.",
+# 提醒我…) is what they said a memory must keep. Only a request opening its clause: the fast score's
+# ``remember`` reason also fires on recollections and advice ("Moments like these remind me to…", "I'll
+# never forget it", "Remember that staying positive…": 36 lines of LoCoMo dev's depth-1 summaries, none
+# a request), which the ranking must not lift.
+_ASKED_WEIGHT = 0.5
+_ASKED_RE = re.compile(
+    r"(?:^|[:;,.!?—–]\s*|\b(?:please|pls|can you|could you|would you|will you)\s+)"
+    r"(?:remind me\b|don't let me forget\b|do not let me forget\b|make a note\b|note to self\b|"
+    r"set (?:me )?a reminder\b)"
+    r"|(?:提醒我|记得提醒|記得提醒|帮我记|幫我記|别让我忘|別讓我忘)",
+    re.IGNORECASE,
+)
+
+
+def asks_to_keep(sentence: str) -> bool:
+    """The speaker asks to be reminded of something, or to have it noted ("remind me to pay the rent",
+    "Please make a note: …", 提醒我…): a request, not a recollection ("that day always reminds me")."""
+    sentence = sentence.replace("’", "'")
+    return bool(_ASKED_RE.search(sentence) or _ASKED_RE.search(_SPEAKER_PREFIX_RE.sub("", sentence, count=1)))
+
+
 _QUESTION_PENALTY = 0.8  # a question asks; the answer (its own sentence) carries the fact
 _SELF_WEIGHT = 0.2  # the speaker tells of themselves: what a memory keeps
 _ADDRESS_PENALTY = 0.2  # the line speaks to the other person: praise, advice, sympathy
@@ -760,11 +787,13 @@ def _informative(candidates: list[_Candidate], central: npt.NDArray[np.float64])
     lines with "you"). Centrality is not rescaled: within a node of near-identical vectors a min-max
     scale would blow noise up to 0..1."""
     info = np.array([information(c.sentence) for c in candidates])
+    asked = np.array([asks_to_keep(c.sentence) for c in candidates], dtype=np.float64)
     asks = np.array([c.sentence.rstrip().endswith(("?", "？")) for c in candidates], dtype=np.float64)
     persons = np.array([person(c.sentence) for c in candidates], dtype=np.float64).reshape(-1, 2)
     return (
         central
         + _INFO_WEIGHT * info
+        + _ASKED_WEIGHT * asked
         - _QUESTION_PENALTY * asks
         + _SELF_WEIGHT * persons[:, 0]
         - _ADDRESS_PENALTY * persons[:, 1]
@@ -791,12 +820,34 @@ def _specific(
     for words in child_words:
         share.update(words.keys())
     count = max(len(child_words), 1)
-    weight = {w: share[w] / count * background.rarity(w) for w in share}
+    weight = {w: share[w] / count * background.rarity(w) * _script_weight(w) for w in share}
     density = np.array(
         [sum(weight.get(f, 0.0) for f in c.features) / max(c.words, _SPECIFIC_MIN_WORDS) for c in candidates]
     )
     top = float(density.max()) if len(density) else 0.0
     return density / top if top > 0 else density
+
+
+# CJK has no spaces, so its features are character pairs (``_feature_list``), and a line of them would be
+# "all content": every character sits in two pairs and no stop word is left out, so a Chinese aside in a
+# mostly English level outranked every English line on specificity (the sample vault's rent reminder
+# lost to "换个话题：陈静下周拿到新的 MacBook…"). For specificity a pair counts half (each character once,
+# like an English word), and a pair with a function character (的, 了, 我, 吗…, the CJK stop words) not
+# at all: a Chinese line then has about as many weighted features per word as an English one.
+_CJK_PAIR_WEIGHT = 0.5
+_CJK_STOP = frozenset(
+    "的了是在我你他她它们這这那个個和就也都与與及着著吗嗎呢吧啊呀哦嗯把被给給很还還又么麼之而其或等从從让讓得地您咱"
+)
+
+
+def _script_weight(feature: str) -> float:
+    """What a feature counts for in ``_specific``: 1 for a word, ``_CJK_PAIR_WEIGHT`` for a CJK pair, 0
+    for a pair with a CJK stop character."""
+    if not _is_cjk(feature):
+        return 1.0
+    if any(ch in _CJK_STOP for ch in feature):
+        return 0.0
+    return _CJK_PAIR_WEIGHT
 
 
 def _lexical_centrality(
