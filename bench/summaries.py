@@ -3,6 +3,7 @@
     python bench/summaries.py DATASET_PATH [--limit N] [--embed-cache FILE.npz] [--llm URL MODEL]
                               [--threshold 0.70] [--dump-pairs FILE.tsv] [--out FILE.json]
                               [--keep DIR [--reuse]] [--apart-weights W,..] [--specific-weights W,..]
+                              [--title-centres sentences]
 
 Each LoCoMo conversation (or LongMemEval haystack) is ingested into a fresh vault through the public API
 (one message per turn, with its id, speaker, session and time), embedded and compacted with the shipped
@@ -512,6 +513,8 @@ def summary_name(s: Summariser) -> str:
         return f"extractive, apart {s.apart_weight:g}"
     if isinstance(s, ExtractiveSummariser) and s.embed is not None and s.specific_weight != SPECIFIC_WEIGHT:
         return f"extractive, specific {s.specific_weight:g}"
+    if isinstance(s, ExtractiveSummariser) and s.embed is not None and s.title_centre != "children":
+        return f"extractive, title centre {s.title_centre}"
     if isinstance(s, ExtractiveSummariser) and s.embed is None:
         return "extractive, no sentence vectors"
     return s.name
@@ -615,6 +618,12 @@ def main() -> None:
         default=[],
         help="also rank lines above depth 1 with these summarise.SPECIFIC_WEIGHT values, e.g. 0 (as before)",
     )
+    parser.add_argument(
+        "--title-centres",
+        type=lambda v: [x for x in v.split(",") if x],
+        default=[],
+        help="also title against these centres, e.g. sentences (as before: the mean of the sentence vectors)",
+    )
     parser.add_argument("--reuse", action="store_true", help="with --keep: open vaults built earlier")
     args = parser.parse_args()
     data = json.loads(args.dataset.read_text(encoding="utf-8"))
@@ -636,6 +645,8 @@ def main() -> None:
         summarisers.append(ExtractiveSummariser(embedder.embed, apart_weight=weight))
     for weight in args.specific_weights:  # lines above depth 1 ranked with another specificity weight
         summarisers.append(ExtractiveSummariser(embedder.embed, specific_weight=weight))
+    for centre in args.title_centres:  # titles' key phrases scored against another centre
+        summarisers.append(ExtractiveSummariser(embedder.embed, title_centre=centre))
     if args.no_vectors:
         summarisers.append(ExtractiveSummariser())
     if args.llm:

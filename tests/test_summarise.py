@@ -965,3 +965,30 @@ def test_a_parent_finds_its_child_summaries_lines_embedded_by_the_level_below() 
     assert "Mara: " in parent.text
     note = [Child("Note: the koi pond needs feeding twice a day.", None)]
     assert summariser.embed_calls(note, titled=False) == [["Note: the koi pond needs feeding twice a day."]]
+
+
+def _by_keyword(texts: list[str]) -> npt.NDArray[np.float32]:
+    """A vector per text counting "kyoto", "ramen" and "budget" in it (plus a constant, never zero)."""
+    rows = [[t.lower().count(k) for k in ("kyoto", "ramen", "budget")] + [0.1] for t in texts]
+    out = np.array(rows, dtype=np.float32)
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_a_titles_best_phrase_is_scored_against_the_childrens_own_vectors() -> None:
+    """The title names what the children are about by their own vectors (a leaf's, a child level's), not by
+    the mean of the "Speaker: sentence" lines, which carry the speakers and the chatter: here every line
+    says "ramen" more often, while each leaf's own vector says Kyoto."""
+    kyoto = vec(1, 0, 0, 0)
+    children = [
+        Child(
+            "Ramen for lunch, ramen for dinner, the ramen place near Kyoto station.", kyoto, speaker="Mara"
+        ),
+        Child("More ramen tonight, the ramen queue was long, then back to Kyoto.", kyoto, speaker="Mara"),
+        Child("Ramen again; the ryokan in Kyoto is booked for April.", kyoto, speaker="Mara"),
+    ]
+    first = ExtractiveSummariser(_by_keyword).summarise(children, 1).title.split(",")[0]
+    assert "Kyoto" in first
+    before = ExtractiveSummariser(_by_keyword, title_centre="sentences").summarise(children, 1)
+    assert "Kyoto" not in before.title.split(",")[0]
+    with pytest.raises(ValueError, match="title centre"):
+        ExtractiveSummariser(_by_keyword, title_centre="leaves")

@@ -539,6 +539,7 @@ class ExtractiveSummariser:
         ranking: str = "informative",
         apart_weight: float = keyphrase.APART_WEIGHT,
         specific_weight: float = SPECIFIC_WEIGHT,
+        title_centre: str = "children",
     ) -> None:
         """``ranking="informative"`` (the default) weighs what a sentence carries beside how central it
         is and leaves out greetings, thanks and filler; ``"central"`` is the ranking before issue #18
@@ -546,13 +547,18 @@ class ExtractiveSummariser:
         ``apart_weight``: how much a title phrase's likeness to the levels beside this one counts
         against it (``keyphrase.title``; 0 names the level without looking at its neighbours).
         ``specific_weight``: how much a line's density in the level's own words counts, when a
-        ``background`` is given (``_specific``; 0 ranks as without one)."""
+        ``background`` is given (``_specific``; 0 ranks as without one). ``title_centre``: what a title's
+        key phrases are scored against, the children's own vectors (``"children"``) or the mean of the
+        sentences' vectors (``"sentences"``, the centre before session 12)."""
         if ranking not in ("informative", "central"):
             raise ValueError(f"unknown ranking {ranking!r}: 'informative' or 'central'")
         self.embed = embed
         self.ranking = ranking
         self.apart_weight = apart_weight
         self.specific_weight = specific_weight
+        if title_centre not in ("children", "sentences"):
+            raise ValueError(f"unknown title centre {title_centre!r}: 'children' or 'sentences'")
+        self.title_centre = title_centre
 
     def _picked_candidates(self, children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[str, None]]]:
         candidates, child_words = _candidates(children)
@@ -630,14 +636,25 @@ class ExtractiveSummariser:
         vectors: Vectors,
         apart: Vectors | None,
     ) -> str | None:
-        """Key phrases closest to the level's centre (the children's sentences) and away from the closest
-        of the levels beside it (``apart``), speakers left out: they are in every line and name no
-        subject. Mostly CJK text keeps the word-based title."""
+        """Key phrases closest to the level's centre and away from the closest of the levels beside it
+        (``apart``), speakers left out: they are in every line and name no subject. The centre is the
+        children's own vectors, weighted (``title_centre="children"``; the mean of the sentences' vectors
+        where no child has one), or the mean of the sentences' vectors (``"sentences"``, as before session
+        12): a chat's lines are embedded as "Speaker: sentence", and their mean leans to the speakers'
+        names and the chatter. Mostly CJK text keeps the word-based title."""
         assert self.embed is not None
         texts, speakers = self._phrase_texts(children, candidates)
         if texts is None:
             return None
         centre = _unit(vectors.mean(axis=0))
+        if self.title_centre == "children":
+            own = [
+                (w, _unit(c.vector))
+                for c, w in zip(children, _child_weights(children), strict=True)
+                if c.vector is not None and np.asarray(c.vector).size == centre.shape[0]
+            ]
+            if own and any(w > 0 for w, _ in own):
+                centre = _unit(np.array([w for w, _ in own]) @ np.stack([v for _, v in own]))
         away = None
         if apart is not None and apart.ndim == 2 and len(apart) and apart.shape[1] == centre.shape[0]:
             away = np.asarray(apart, dtype=np.float32)
