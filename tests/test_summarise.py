@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tests.helpers import ChatServer, Reply, Request
 from vaultmem.embed import FakeEmbedder, Remembering
 from vaultmem.llm import OpenAICompatSummariser, parse_reply
+from vaultmem.scoring import FastScorer
 from vaultmem.summarise import (
     Background,
     Child,
@@ -24,6 +25,7 @@ from vaultmem.summarise import (
     Summariser,
     Summary,
     asks_to_keep,
+    information,
     is_filler,
     person,
     says_little,
@@ -913,6 +915,15 @@ def test_a_chinese_fact_is_kept_where_chinese_is_the_levels_subject() -> None:
 )
 def test_a_request_to_be_reminded_is_told_from_a_recollection(sentence: str, asked: bool) -> None:
     assert asks_to_keep(sentence) is asked
+
+
+def test_the_fast_scores_memory_reason_counts_in_a_summary_only_for_a_request() -> None:
+    """ "I'll never forget…" recalls, "remind me to pay…" asks: only the request keeps the reason's weight."""
+    recollection = "I'll never forget the day my youngest took her first steps."
+    request = "One more: remind me to pay the rent before the 1st."
+    assert "remember" in FastScorer().score(recollection).reasons
+    assert information(recollection) == pytest.approx(FastScorer().score(recollection).value - 0.35)
+    assert information(request) == FastScorer().score(request).value
 
 
 def test_a_background_is_counted_on_an_even_sample_of_many_levels() -> None:

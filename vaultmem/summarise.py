@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vaultmem import keyphrase
-from vaultmem.scoring import FastScorer
+from vaultmem.scoring import RULES, FastScorer
 from vaultmem.tokens import count_tokens
 
 Vectors = npt.NDArray[np.float32]
@@ -428,10 +428,37 @@ def is_filler(sentence: str) -> bool:
     return len(content) < (_FILLER_CONTENT + 1 if _GREETING_RE.match(sentence) else _FILLER_CONTENT)
 
 
+# A line in which the person asks to be reminded ("One more: remind me to pay the rent before the 1st.",
+# 提醒我…) is what they said a memory must keep. Only a request opening its clause: the fast score's
+# ``remember`` reason also fires on recollections and advice ("Moments like these remind me to…", "I'll
+# never forget it", "Remember that staying positive…": 36 lines of LoCoMo dev's depth-1 summaries, none
+# a request), which the ranking must not lift: ``information`` counts that reason only for a request (LoCoMo
+# dev, session 12, same levels: depth 1/2/3+ recall 0.572/0.349/0.189 -> 0.573/0.352/0.199).
+_ASKED_RE = re.compile(
+    r"(?:^|[:;,.!?—–]\s*|\b(?:please|pls|can you|could you|would you|will you)\s+)"
+    r"(?:remind me\b|don't let me forget\b|do not let me forget\b|make a note\b|note to self\b|"
+    r"set (?:me )?a reminder\b)"
+    r"|(?:提醒我|记得提醒|記得提醒|帮我记|幫我記|别让我忘|別讓我忘)",
+    re.IGNORECASE,
+)
+
+
+def asks_to_keep(sentence: str) -> bool:
+    """The speaker asks to be reminded of something, or to have it noted ("remind me to pay the rent",
+    "Please make a note: …", 提醒我…): a request, not a recollection ("that day always reminds me")."""
+    sentence = sentence.replace("’", "'")
+    return bool(_ASKED_RE.search(sentence) or _ASKED_RE.search(_SPEAKER_PREFIX_RE.sub("", sentence, count=1)))
+
+
 def information(sentence: str) -> float:
     """How much a sentence looks like it carries a fact, in [0, 1]: the fast score's reasons (dates,
-    amounts, decisions, preferences, names, versions) and its length, judged on the sentence alone."""
-    return FastScorer().score(sentence).value
+    amounts, decisions, preferences, names, versions) and its length, judged on the sentence alone. Its
+    ``remember`` reason counts only for a request (``asks_to_keep``): in a summary's candidates it fires
+    mostly on recollections and advice ("I'll never forget that day", "remind me why I do this")."""
+    score = FastScorer().score(sentence)
+    if "remember" in score.reasons and not asks_to_keep(sentence):
+        return max(0.0, score.value - RULES["remember"].weight)
+    return score.value
 
 
 # --- extractive ------------------------------------------------------------------------------------
@@ -754,26 +781,7 @@ def _no_greeting_first(
 
 
 _INFO_WEIGHT = 1.0  # the fast score (0..1) beside a cosine
-# A line in which the person asks to be reminded ("One more: remind me to pay the rent before the 1st.",
-# 提醒我…) is what they said a memory must keep. Only a request opening its clause: the fast score's
-# ``remember`` reason also fires on recollections and advice ("Moments like these remind me to…", "I'll
-# never forget it", "Remember that staying positive…": 36 lines of LoCoMo dev's depth-1 summaries, none
-# a request), which the ranking must not lift.
-_ASKED_WEIGHT = 0.5
-_ASKED_RE = re.compile(
-    r"(?:^|[:;,.!?—–]\s*|\b(?:please|pls|can you|could you|would you|will you)\s+)"
-    r"(?:remind me\b|don't let me forget\b|do not let me forget\b|make a note\b|note to self\b|"
-    r"set (?:me )?a reminder\b)"
-    r"|(?:提醒我|记得提醒|記得提醒|帮我记|幫我記|别让我忘|別讓我忘)",
-    re.IGNORECASE,
-)
-
-
-def asks_to_keep(sentence: str) -> bool:
-    """The speaker asks to be reminded of something, or to have it noted ("remind me to pay the rent",
-    "Please make a note: …", 提醒我…): a request, not a recollection ("that day always reminds me")."""
-    sentence = sentence.replace("’", "'")
-    return bool(_ASKED_RE.search(sentence) or _ASKED_RE.search(_SPEAKER_PREFIX_RE.sub("", sentence, count=1)))
+_ASKED_WEIGHT = 0.5  # a request to be reminded (``asks_to_keep``) beside the fast score
 
 
 _QUESTION_PENALTY = 0.8  # a question asks; the answer (its own sentence) carries the fact
