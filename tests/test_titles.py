@@ -58,8 +58,8 @@ def test_folder_slug_keeps_whole_words_within_the_limit(title: str) -> None:
         assert part in words or any(w.startswith(part) and not w.isascii() for w in words)
     # An identifier (a_b_c) is one word: the slug never ends inside it, unless it is the first word and
     # too long alone (then its leading parts, each whole).
-    for ident in re.findall(r"[^\W_]+(?:(?:_+|\.)[^\W_]+)+", title.lower()):
-        parts = [p for p in re.split(r"[_.]+", ident) if p]
+    for ident in re.findall(r"[^\W_]+(?:(?:_+|[.-])[^\W_]+)+", title.lower()):
+        parts = [p for p in re.split(r"[_.-]+", ident) if p]
         for k in range(1, len(parts)):
             head = "-".join(parts[:k])
             if f"-{slug}".endswith(f"-{head}") and "-".join(parts) not in slug:
@@ -87,6 +87,13 @@ def test_folder_names_of_real_titles() -> None:
         == "tidepool-worker-restarted-webhook-v0-9-2"
     )
     assert folder_slug("Tagged v0.9.3, log line, merged") == "tagged-v0-9-3-log-line-merged"
+    # A hyphenated word too: the sample vault's "搬家 那几天的 on-call, X-Payflow-Retry header" was
+    # named 06-搬家-那几天的-on-call-x.
+    assert (
+        folder_slug("搬家 那几天的 on-call, X-Payflow-Retry header")
+        == "搬家-那几天的-on-call-x-payflow-retry-header"
+    )
+    assert folder_slug("Payflow key, sends empty-body retries") == "payflow-key-sends-empty-body-retries"
     assert folder_slug("staging passed, Postgres 16.2, p95 latency") == "staging-passed-postgres-16-2-p95"
     assert folder_slug("Kyoto trip. Budget") == "kyoto-trip-budget"  # a sentence's dot and space part words
     assert folder_slug("Asus router's DHCP lease") == "asus-router-dhcp-lease"

@@ -180,18 +180,18 @@ def is_ignored(rel: str) -> bool:
 
 
 # A word of a folder name: letters and digits of any script, with the parts of an identifier joined by
-# ``_`` (``fastcgi_param``) or by single dots (a version ``v0.9.2``, ``node.js``, ``16.2``) kept together,
-# and a possessive ``'s`` (``Mara's``) left out.
-_FOLDER_WORD_RE = re.compile(r"[^\W_]+(?:(?:_+|\.)[^\W_]+)*")
+# ``_`` (``fastcgi_param``), by single dots (a version ``v0.9.2``, ``node.js``, ``16.2``) or by single
+# hyphens (``X-Payflow-Retry``, ``on-call``) kept together, and a possessive ``'s`` (``Mara's``) left out.
+_FOLDER_WORD_RE = re.compile(r"[^\W_]+(?:(?:_+|[.-])[^\W_]+)*")
 _FOLDER_POSSESSIVE_RE = re.compile(r"(?<=[^\W_])['\u2019][sS](?![^\W_])")
 _FOLDER_CJK_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 
 
 def folder_words(title: str) -> list[str]:
     """The words a level folder's name is made of, lower-case: runs of letters and digits in any script;
-    an identifier's ``_``- or ``.``-joined parts stay one word (``fastcgi_param`` -> ``fastcgi-param``,
-    ``v0.9.2`` -> ``v0-9-2``: a version is never cut to ``v0``), a possessive ``'s`` goes (``Mara's`` ->
-    ``mara``, not ``mara`` and a lone ``s``)."""
+    an identifier's ``_``-, ``.``- or ``-``-joined parts stay one word (``fastcgi_param`` ->
+    ``fastcgi-param``, ``v0.9.2`` -> ``v0-9-2``: a version is never cut to ``v0``; ``X-Payflow-Retry``
+    never to ``x``), a possessive ``'s`` goes (``Mara's`` -> ``mara``, not ``mara`` and a lone ``s``)."""
     text = _FOLDER_POSSESSIVE_RE.sub("", title.lower())
     return [re.sub("[_.]+", "-", word) for word in _FOLDER_WORD_RE.findall(text)]
 
