@@ -154,6 +154,18 @@ def test_a_mixed_chinese_and_english_level_gets_words_not_clauses_in_its_title()
     assert 2 <= len(title.split()) <= 6
 
 
+def test_a_short_chinese_run_with_a_function_character_is_no_title_word() -> None:
+    """ "我记得" (I remember), "换个话题" (change of subject) and "那几天的" (of those days) are short CJK runs
+    but clauses, not names: the sample vault's depth-2 title was "我记得 macOS, cutting v0.9.3 tomorrow".
+    Names and terms (陈静, 搬家) stay words."""
+    from vaultmem.keyphrase import candidates
+
+    found = candidates(["我记得 macOS 上要用鼠须管？", "换个话题：陈静 搬家 那几天的 on-call"], frozenset())
+    words = {w for p in found for w in p.split()}
+    assert {"陈静", "搬家", "macOS"} <= words
+    assert not {"我记得", "换个话题", "那几天的"} & words
+
+
 def test_a_title_names_what_sets_its_level_apart_from_the_levels_beside_it() -> None:
     """Many small levels of one chat all say "Spring trip planning with Diego": told the levels beside it,
     a level's title opens with its own subject (the ryokan), not with what every level of the chat shares."""

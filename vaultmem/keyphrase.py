@@ -32,8 +32,13 @@ _MMR_LAMBDA = 0.6
 _WORD_RE = re.compile(r"[^\W\d_](?:[\w'’.&+-]*[^\W_])?|\d+(?:[.,]\d+)*")
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 # CJK is written without spaces: a run of CJK characters between spaces or punctuation is a word only
-# when short (a name, a term: 陈静, 鼠须管); a longer one is a clause and ends a phrase.
+# when short (a name, a term: 陈静, 鼠须管); a longer one is a clause and ends a phrase. A short run with
+# a function character (CJK_STOP: 的, 了, 我, 个…) is a clause too ("我记得", I remember; "换个话题",
+# change of subject): it names no subject.
 _CJK_WORD_MAX = 4
+CJK_STOP = frozenset(
+    "的了是在我你他她它们這这那个個和就也都与與及着著吗嗎呢吧啊呀哦嗯把被给給很还還又么麼之而其或等从從让讓得地您咱"
+)
 # A full stop ends a run only before a space or the end, so "v0.9.3" and "e.g" stay whole words.
 _BREAK_RE = re.compile(r"[,;:!?()\[\]{}\"“”«»|/\\<>=*#`~—–]+|\.+(?=\s|$)|\s-\s")
 
@@ -43,7 +48,8 @@ def _runs(text: str, stop: frozenset[str]) -> Iterable[list[str]]:
     for piece in _BREAK_RE.split(text):
         run: list[str] = []
         for word in _WORD_RE.findall(piece):
-            clause = len(word) > _CJK_WORD_MAX and bool(_CJK_RE.search(word))
+            cjk = bool(_CJK_RE.search(word))
+            clause = cjk and (len(word) > _CJK_WORD_MAX or any(ch in CJK_STOP for ch in word))
             if word.casefold() in stop or len(word) < 2 or word.isdigit() or clause:
                 if run:
                     yield run

@@ -863,9 +863,7 @@ def _specific(
 # has as many weighted features per word as an English one: 0.47 on the 64 Chinese sentences of
 # tests/data/entities_gold.jsonl against 0.47 content words per word on LoCoMo dev's lines (0.83 before).
 _CJK_PAIR_WEIGHT = 0.5
-_CJK_STOP = frozenset(
-    "的了是在我你他她它们這这那个個和就也都与與及着著吗嗎呢吧啊呀哦嗯把被给給很还還又么麼之而其或等从從让讓得地您咱"
-)
+_CJK_STOP = keyphrase.CJK_STOP
 
 
 def _words_of(candidate: _Candidate) -> float:
