@@ -7,7 +7,10 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -333,6 +336,54 @@ def test_worker_processes_give_the_same_vectors(monkeypatch: pytest.MonkeyPatch)
     np.testing.assert_array_equal(together, alone)
 
 
+class _Never(Future[Any]):
+    """A batch no worker ever starts: waiting for it is a failure, not a hang."""
+
+    def result(self, timeout: float | None = None) -> Any:
+        assert self.done(), "waited for a worker that never started"
+        return super().result(timeout)
+
+
+class _Pool:
+    """A stand-in for the worker pool: its workers never start (every batch stays pending), or run each
+    batch at once when it is sent (here, by ``_worker_forward``)."""
+
+    def __init__(self, run: bool) -> None:
+        self.run = run
+        self.sent: list[Future[Any]] = []
+
+    def submit(self, fn: Any, *args: Any) -> Future[Any]:
+        future: Future[Any] = Future() if self.run else _Never()
+        if self.run:
+            future.set_running_or_notify_cancel()
+            future.set_result(fn(*args))
+        self.sent.append(future)
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+def test_batches_are_shared_by_speed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process takes a large call's batches from the shortest end, each one no worker has started:
+    workers that never start leave it every batch (nothing waits for them); workers that take every
+    batch at once leave it none. The rows are the same either way."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
+    texts = [f"turn {i}: {TEXTS[i % len(TEXTS)]} {'and then some more ' * (i % 7)}" for i in range(40)]
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1, runtime="numpy").embed(texts)
+    monkeypatch.setattr(embed, "_WORKER", NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1))
+    for run in (False, True):
+        shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=2, runtime="numpy")
+        shared._pool = pool = _Pool(run)
+        np.testing.assert_array_equal(shared.embed(texts), alone)
+        assert len(pool.sent) == 10  # every batch offered
+        assert all(f.cancelled() for f in pool.sent) is not run  # idle workers: every batch ran here
+        assert all(f.done() and not f.cancelled() for f in pool.sent) is run  # busy ones: none did
+        assert shared.workers == 2
+
+
 @pytest.mark.slow
 def test_workers_that_cannot_start_leave_the_work_here(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
@@ -348,6 +399,12 @@ def test_workers_that_cannot_start_leave_the_work_here(
     shared.embed(texts[:2])  # weights loaded here
     shared.model_dir = tmp_path / "gone"  # where the workers would look for them
     np.testing.assert_array_equal(shared.embed(texts), alone)
+    # This process may have run every batch before the worker failed to start: once it has, the next
+    # call finds the pool broken.
+    if shared._pool is not None:
+        with pytest.raises(BrokenProcessPool):
+            shared._pool.submit(embed._worker_ready).result()
+        np.testing.assert_array_equal(shared.embed(texts), alone)
     assert shared.workers == 1 and shared._pool is None
 
 
@@ -625,6 +682,10 @@ def test_a_worker_that_dies_loses_no_row(monkeypatch: pytest.MonkeyPatch) -> Non
         for pid in list(shared._pool._processes):
             os.kill(pid, signal.SIGKILL)
         np.testing.assert_array_equal(shared.embed(texts), alone)
+        if shared._pool is not None:  # this process ran every batch itself: the next call finds out
+            with pytest.raises(BrokenProcessPool):
+                shared._pool.submit(embed._worker_ready).result()
+            np.testing.assert_array_equal(shared.embed(texts), alone)
         assert shared.workers == 1 and shared._pool is None
     finally:
         shared.close()
@@ -746,7 +807,8 @@ def test_query_runtime_gives_the_same_neighbours_and_downloads_nothing(
 
 
 def test_bf16_backend_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The "bf16" runtime is opt-in and says what to install; choosing it loads nothing yet."""
+    """The "bf16" backend says what to install; choosing it loads nothing yet; its queries stay float32
+    (by ONNX Runtime once ``start_query_runtime`` opened it, as the "onnx" runtime's)."""
     from vaultmem import embed
 
     monkeypatch.setattr(embed, "bf16_available", lambda: False)
@@ -756,8 +818,56 @@ def test_bf16_backend_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     chosen = load_embedder(backend="bf16", workers=1)
     assert isinstance(chosen, NumpyBertEmbedder) and chosen.runtime == "bf16"
     assert chosen._bert is None and chosen._bf16 is None  # nothing loaded before the first call
-    assert not chosen.start_query_runtime() and chosen.query_runtime == "numpy"  # queries stay fp32
-    assert NumpyBertEmbedder(default_model_path()).runtime in ("onnx", "numpy")  # never chosen by "auto"
+    monkeypatch.setattr(embed, "onnx_available", lambda: False)
+    alone = NumpyBertEmbedder(default_model_path(), workers=1, runtime="bf16")
+    assert not alone.start_query_runtime() and alone.query_runtime == "numpy"
+
+
+def test_bf16_cpu_reads_the_cpu_flags(tmp_path: Path) -> None:
+    """bfloat16 in hardware: AVX512-BF16 or AMX-BF16 among the flags; anything else, or no file, no."""
+    from vaultmem.embed import bf16_cpu
+
+    def cpuinfo(flags: str) -> Path:
+        path = tmp_path / f"cpuinfo-{len(list(tmp_path.iterdir()))}"
+        path.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n", encoding="utf-8")
+        return path
+
+    assert bf16_cpu(cpuinfo("fpu sse2 avx2 avx512f avx512_vnni avx512_bf16 avx512_vbmi"))
+    assert bf16_cpu(cpuinfo("fpu avx512f amx_bf16 amx_tile amx_int8"))
+    assert not bf16_cpu(cpuinfo("fpu sse2 avx2 avx512f avx512_vnni"))
+    assert not bf16_cpu(cpuinfo("fpu avx512f avx512_bf16x"))  # a whole flag, not a prefix
+    assert not bf16_cpu(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("cpu", "torch", "onnx", "backend", "runtime"),
+    [
+        (True, True, True, "auto", "bf16"),  # the CPU has it and torch is there: bfloat16
+        (True, False, True, "auto", "onnx"),  # no torch: float32
+        (False, True, True, "auto", "onnx"),  # no bfloat16 instructions: float32
+        (False, True, False, "auto", "numpy"),
+        (True, True, True, "fp32", "onnx"),  # the opt-out
+        (True, True, False, "fp32", "numpy"),
+        (False, True, True, "bf16", "bf16"),  # by name, on any CPU
+        (True, True, True, "numpy", "numpy"),
+    ],
+)
+def test_auto_picks_bf16_where_the_cpu_has_it(
+    monkeypatch: pytest.MonkeyPatch, cpu: bool, torch: bool, onnx: bool, backend: str, runtime: str
+) -> None:
+    """The default ("auto") runs large calls in bfloat16 where the CPU multiplies it in hardware and
+    torch is installed, float32 elsewhere; ``backend = "fp32"`` keeps float32 (ONNX Runtime when
+    installed). Queries stay float32 in every case."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "bf16_cpu", lambda cpuinfo=None: cpu)
+    monkeypatch.setattr(embed, "bf16_available", lambda: torch)
+    monkeypatch.setattr(embed, "onnx_available", lambda: onnx)
+    chosen = load_embedder(backend=backend, workers=1)
+    assert isinstance(chosen, NumpyBertEmbedder) and chosen.runtime == runtime
+    assert chosen.query_runtime == "numpy" and chosen._bert is None  # nothing opened or loaded yet
+    assert chosen.start_query_runtime() is (onnx and runtime != "numpy")
+    chosen.close()
 
 
 @pytest.mark.slow
