@@ -325,7 +325,7 @@ def main() -> None:
     }
     if bf16_available():
         # the "bf16" runtime (``embed._Bf16Bert``; the default where the CPU has bfloat16 instructions):
-        # out/up/down in bfloat16, q/k/v in float32, by torch
+        # out/down in bfloat16, q/k/v and up in float32, by torch
         factories["vaultmem bf16 b64"] = lambda: NumpyBertEmbedder(
             model_dir, batch_size=64, workers=1, runtime="bf16"
         )

@@ -919,3 +919,51 @@ def test_bf16_runtime_stays_near_float32_and_keeps_the_batch_rules(monkeypatch: 
     finally:
         shared.close()
     np.testing.assert_array_equal(together, alone.embed(texts))
+
+
+@pytest.mark.slow
+def test_a_vault_mixes_float32_and_bf16_vectors(tmp_path: Path) -> None:
+    """A vault embedded in float32 and continued in bf16 (the default on a CPU with bfloat16 instructions,
+    or a vault moved between machines): the same model id, so nothing is re-embedded and the old rows
+    stay byte for byte; the new rows are bf16's (near float32's, not equal); float32 queries find leaves
+    of either kind."""
+    from vaultmem import Vault
+
+    def records(tag: str, special: str) -> list[dict[str, Any]]:
+        filler = [
+            f"{tag} {i}: the weekly sync covered budget line {i} and the printer queue" for i in range(39)
+        ]
+        return [
+            {"id": f"{tag}{i}", "speaker": "Ana", "content": text, "session": tag}
+            for i, text in enumerate([special, *filler])
+        ]
+
+    fp32 = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="numpy")
+    bf16 = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="bf16")
+    assert fp32.model_id == bf16.model_id
+    root = tmp_path / "v"
+    with Vault.init(root, embedder=fp32) as vault:
+        vault.ingest_messages(
+            records("old", "We adopted a grey whippet from the animal shelter."), source="c"
+        )
+        assert vault.flush().embedded == 40
+        before = dict(vault.conn.execute("SELECT id, vec FROM vectors").fetchall())
+    with Vault.open(root, embedder=bf16) as vault:
+        vault.ingest_messages(records("new", "The ryokan in Kyoto confirmed our room for April."), source="c")
+        assert vault.flush().embedded == 40  # the new leaves only
+        after = dict(vault.conn.execute("SELECT id, vec FROM vectors").fetchall())
+        assert all(after[i] == vec for i, vec in before.items())
+        new = [i for i in after if i not in before]
+        texts = [
+            f"{speaker}: {text}"
+            for speaker, text in (
+                vault.conn.execute("SELECT speaker, text FROM chunks WHERE id = ?", (i,)).fetchone()
+                for i in new
+            )
+        ]
+        got = np.stack([np.frombuffer(after[i], dtype="<f4") for i in new])
+        expected = fp32.embed(texts)
+        assert 1e-5 < np.abs(got - expected).max() < 5e-3
+        assert np.sum(got * expected, axis=1).min() > 0.9999
+        assert vault.search("which dog did they get from the shelter?", k=1)[0].message_ids == ["old0"]
+        assert vault.search("hotel reservation in Japan", k=1)[0].message_ids == ["new0"]
