@@ -570,9 +570,9 @@ class NumpyBertEmbedder:
         for bit as the call alone gets them), and a cold ``vaultmem search`` does not pay the half second
         that importing ONNX Runtime and opening the graph cost. Queries (``embed_query``) run in it once
         the session is open (``start_query_runtime``: processes that search again).
-        "bf16": the batches of the same calls run by torch with the linear layers in bfloat16
-        (``_Bf16Bert``; needs torch, and a CPU with bfloat16 instructions to be fast): rows within about
-        2e-3 per component of NumPy's (cosine 0.99998), not the same vectors; queries and small calls
+        "bf16": the batches of the same calls run by torch with two of each block's linear layers in
+        bfloat16 (``_Bf16Bert``; needs torch, and a CPU with bfloat16 instructions to be fast): rows within
+        about 1e-3 per component of NumPy's (cosine 0.999995), not the same vectors; queries and small calls
         stay float32 (queries by ONNX Runtime once ``start_query_runtime`` opened it, as with "onnx").
         See docs/architecture.md for its speed and its dev-set agreement.
         "fp32": "onnx" when onnxruntime and onnx are installed, else "numpy".
