@@ -19,6 +19,7 @@ module, ``load_embedder()`` and a query ``embed`` with the numpy backend stay to
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -546,6 +547,9 @@ class NumpyBertEmbedder:
     # they stay near 64 texts of 128 tokens (about 50 MB for 12 heads).
     _MAX_BATCH_AREA = 64 * 128 * 128
     _FFN_ROWS = 256
+    # Batches sent ahead to each worker process (``_run``): one running, one waiting, so a worker does
+    # not sit idle while this process finishes a batch before topping it up.
+    _IN_FLIGHT = 2
 
     def __init__(
         self,
@@ -787,35 +791,46 @@ class NumpyBertEmbedder:
             for out, batch, ids, mask, big in work:
                 out[batch] = forward(ids, mask, big)
             return
-        # Every batch (the longest first) is offered to the worker processes; this process takes them
-        # from the other end (the shortest first), each one no worker has started yet (a future still
-        # pending can be cancelled), until it meets one a worker has. So the work is shared by speed:
-        # workers still starting, or slowed by a busy machine, take fewer. The batches themselves are
-        # the ones this process would run, so where one runs changes no bit.
-        sent: dict[int, Any] = {}
+        # The worker processes take batches from the front (the longest first), this process from the
+        # back, until they meet; each worker has up to ``_IN_FLIGHT`` batches sent ahead, topped up
+        # between this process's batches. So the work is shared by speed: workers still starting, or
+        # slowed by a busy machine, take fewer. (A sent batch is never taken back: cancelling a future
+        # of a pool that then breaks kills Python 3.11's pool thread.) The batches themselves are the
+        # ones this process would run, so where one runs changes no bit.
+        executor = pool
+        pending = collections.deque(range(len(work)))
+        sent: dict[Any, int] = {}
         broken = False
-        try:
-            for n, (_, _, ids, mask, big) in enumerate(work):
-                sent[n] = pool.submit(_worker_forward, ids, mask, big and session is not None)
-        except Exception:  # a pool whose processes died: what was not sent runs here
-            broken = True
-        here = set()
-        for n in reversed(range(len(work))):
-            future = sent.get(n)
-            if future is not None and not future.cancel():
-                break
-            out, batch, ids, mask, big = work[n]
-            out[batch] = forward(ids, mask, big)
-            here.add(n)
-        for n, future in sent.items():
-            if n in here:
-                continue
-            out, batch, ids, mask, big = work[n]
+
+        def send() -> None:
+            nonlocal broken
+            while not broken and pending and len(sent) < self._IN_FLIGHT * (self.workers - 1):
+                n = pending.popleft()
+                _, _, ids, mask, big = work[n]
+                try:
+                    sent[executor.submit(_worker_forward, ids, mask, big and session is not None)] = n
+                except Exception:  # a pool whose processes died: what was not sent runs here
+                    pending.appendleft(n)
+                    broken = True
+
+        def collect(future: Any) -> None:
+            nonlocal broken
+            out, batch, ids, mask, big = work[sent.pop(future)]
             try:
                 out[batch] = future.result()
             except Exception:  # a worker that could not start (a script without a __main__ guard) or died
                 broken = True
                 out[batch] = forward(ids, mask, big)
+
+        send()
+        while pending:
+            out, batch, ids, mask, big = work[pending.pop()]
+            out[batch] = forward(ids, mask, big)
+            for future in [f for f in sent if f.done()]:
+                collect(future)
+            send()
+        for future in list(sent):
+            collect(future)
         if broken:  # this process alone from now on
             self.close()
             self.workers = 1
