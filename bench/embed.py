@@ -319,7 +319,7 @@ def main() -> None:
         # vaultmem's ONNX Runtime graph (``embed._onnx_graph``), one thread per process
         "vaultmem onnx b64": lambda: NumpyBertEmbedder(model_dir, batch_size=64, workers=1, runtime="onnx"),
         # The default: a process per core shares the batches of a large call (``embed.PARALLEL_MIN``).
-        f"vaultmem onnx b64, {os.cpu_count()} processes (default)": lambda: NumpyBertEmbedder(
+        f"vaultmem onnx b64, {os.cpu_count()} processes (fp32 default)": lambda: NumpyBertEmbedder(
             model_dir, batch_size=64, runtime="onnx"
         ),
     }
@@ -329,8 +329,8 @@ def main() -> None:
         factories["vaultmem bf16 b64"] = lambda: NumpyBertEmbedder(
             model_dir, batch_size=64, workers=1, runtime="bf16"
         )
-        factories[f"vaultmem bf16 b64, {os.cpu_count()} processes"] = lambda: NumpyBertEmbedder(
-            model_dir, batch_size=64, runtime="bf16"
+        factories[f"vaultmem bf16 b64, {os.cpu_count()} processes (default with bf16)"] = lambda: (
+            NumpyBertEmbedder(model_dir, batch_size=64, runtime="bf16")
         )
         # session 11's form: all four linear layers in bfloat16 (one process)
         factories["vaultmem bf16 all-linears b64"] = lambda: _all_linears_bf16(model_dir)
