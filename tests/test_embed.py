@@ -952,4 +952,4 @@ def test_a_vault_mixes_float32_and_bf16_vectors(tmp_path: Path) -> None:
         assert 1e-5 < np.abs(got - expected).max() < 5e-3
         assert np.sum(got * expected, axis=1).min() > 0.9999
         assert list(vault.search("which dog did they get from the shelter?", k=1)[0].message_ids) == ["old0"]
-        assert list(vault.search("hotel reservation in Japan", k=1)[0].message_ids) == ["new0"]
+        assert list(vault.search("which ryokan in Kyoto did they book?", k=1)[0].message_ids) == ["new0"]
