@@ -5,7 +5,11 @@ uses real files and SQLite."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from vaultmem import detect
 from vaultmem.embed import FakeEmbedder
@@ -541,3 +545,56 @@ def test_only_the_strongest_evidence_reaches_the_auto_apply_tier() -> None:
         "Masha's dentist appointment is on 2 March.", "Masha's dentist appointment moved to 27 March.", 0.9
     )
     assert same is not None and same.confidence >= detect.AUTO_APPLY_AT
+
+
+PAIRS = Path(__file__).parent / "data" / "detect_pairs.json"
+
+
+def _judged(texts: list[str], row: list[Any]) -> list[Any] | None:
+    """One row of ``PAIRS`` (old, new, cosine, same_speaker, shared_entities, other_people, verdict) judged
+    now: [confidence, why] or None. After a change of the detector's rules that is meant, the verdicts are
+    written again with this (the texts and pairs stay)."""
+    old, new, cosine, same_speaker, shared, other = row[:6]
+    found = detect.judge(
+        texts[old], texts[new], cosine, same_speaker=same_speaker, shared_entities=shared, other_people=other
+    )
+    return None if found is None else [found.confidence, list(found.why)]
+
+
+@pytest.fixture
+def read_afresh() -> None:
+    """No text read before this test (``detect.READ_CACHE``)."""
+    for cached in (detect._read, detect._statement, detect._people):
+        cached.cache_clear()
+
+
+@pytest.mark.usefixtures("read_afresh")
+def test_reading_each_text_once_keeps_every_verdict() -> None:
+    """2,505 pairs of realistic texts (this file's, the entity gold sets', bench/updates.py's synthetic
+    facts), each text with its nearest by shared words, were judged by the detector before it read each
+    text once (main 9d1ca95). The same verdicts, confidences and reasons now: with every text read for
+    the first time, then again with all of them kept."""
+    data = json.loads(PAIRS.read_text(encoding="utf-8"))
+    texts, pairs = data["texts"], data["pairs"]
+    assert sum(row[6] is not None for row in pairs) == 148  # the pin covers real verdicts, not only None
+    for _ in range(2):
+        assert [row for row in pairs if _judged(texts, row) != row[6]] == []
+
+
+@pytest.mark.usefixtures("read_afresh")
+def test_a_text_judged_against_many_is_cut_and_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[str] = []
+    values = detect.statement_values
+
+    def counted(sentence: str) -> list[detect.Value]:
+        read.append(sentence)
+        return values(sentence)
+
+    monkeypatch.setattr(detect, "statement_values", counted)
+    old = "The team standup is at 9:30 every day on the Ops channel. Priya runs it."
+    news = [f"FYI the team standup is at {t} from next week." for t in ("10:00", "10:15", "10:30")]
+    verdicts = [detect.judge(old, new, 0.7) for new in news]
+    assert all(v is not None and v.why[0].startswith("value changed: 9:30 ->") for v in verdicts)
+    assert sorted(read) == sorted(
+        ["The team standup is at 9:30 every day on the Ops channel.", "Priya runs it.", *news]
+    )

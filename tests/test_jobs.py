@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from vaultmem import db
-from vaultmem.jobs import BACKOFF_BASE_S, JobQueue
+from vaultmem.jobs import BACKOFF_BASE_S, Job, JobQueue
 
 
 class Clock:
@@ -122,3 +123,35 @@ def test_queue_survives_reopen(tmp_path: Path) -> None:
     reopened = JobQueue(db.connect(path))
     assert [j.payload for j in reopened.list()] == [{"day": "2026-03-01"}]
     assert reopened.pending() == 1
+
+
+def test_a_long_jobs_heartbeat_renews_its_lease_at_most_every_few_seconds(
+    queue: JobQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Update detection beats once per leaf it reads, a seal once per step: each renewal is a commit, so
+    the lease is renewed only when ``HEARTBEAT_S`` has passed since the last one."""
+    from vaultmem import pool
+
+    ticks = [50.0]
+    monkeypatch.setattr(time, "monotonic", lambda: ticks[0])
+    queue.enqueue("detect_updates", {})
+    [job] = queue.claim("w1", lease_s=120.0)
+    renewed: list[int] = []
+    extend = queue.extend
+
+    def counted(j: Job, lease_s: float = 120.0) -> None:
+        renewed.append(j.id)
+        extend(j, lease_s)
+
+    monkeypatch.setattr(queue, "extend", counted)
+    beat = pool._heartbeat(queue, job)
+    for _ in range(400):  # a conversation's leaves, read faster than HEARTBEAT_S
+        beat()
+    assert renewed == []
+    clock(queue).now += 100
+    ticks[0] += pool.HEARTBEAT_S
+    beat()
+    beat()
+    assert renewed == [job.id]
+    clock(queue).now += 100  # 200 s after the claim: the renewal kept it from expiring
+    assert queue.claim("w2") == []

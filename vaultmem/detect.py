@@ -14,7 +14,10 @@ measurement (bench/updates.py; docs/architecture.md, "Memories that change"). Pu
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from vaultmem import entities
@@ -918,7 +921,7 @@ def asks(statement: str) -> bool:
 
 def _other_numbered(old: str, new: str) -> bool:
     """Both statements name a thing by number under the same label, and the numbers differ."""
-    a, b = _labelled(old), _labelled(new)
+    a, b = _statement(old).labelled, _statement(new).labelled
     return any(label in b and b[label] != number for label, number in a.items())
 
 
@@ -1018,11 +1021,14 @@ def _other_option(new: str, old: str) -> bool:
     """Whether the new statement's values belong to another option than the old statement's: it names
     what it did not choose, and that is the old statement's subject, not its value ("Took the train
     instead of the bus, the fare was 12" after "The bus fare is 8")."""
-    old_values, old_words = {v.text for v in statement_values(old)}, _content(old)
-    for said in _not_chosen(new):
-        if any(t in old_values for t in said):
+    said_not = _statement(new).not_chosen
+    if not said_not:
+        return False
+    read = _statement(old)
+    for said in said_not:
+        if any(t in read.value_texts for t in said):
             continue  # "4pm instead of 3pm": the old value itself, replaced
-        if any(stem(t) in old_words for t in said if t not in _STOP):
+        if any(stem(t) in read.content for t in said if t not in _STOP):
             return True
     return False
 
@@ -1036,13 +1042,14 @@ def _replaces(clause: str, end: int, old: str) -> bool:
     if not re.match(r"\s+of\b", rest):
         return True
     said = [t.lower() for t in _TOKEN_RE.findall(rest)[1:5] if t not in _SEP]
-    values = {v.text for v in statement_values(old)}
+    read = _statement(old)
+    values = read.value_texts
     return any(t in values for t in said) and not any(
-        t in _content(old) for t in (stem(x) for x in said if not x[0].isdigit() and x not in values)
+        t in read.content for t in (stem(x) for x in said if not x[0].isdigit() and x not in values)
     )
 
 
-def _one_subject(old: set[str], new: set[str]) -> bool:
+def _one_subject(old: AbstractSet[str], new: AbstractSet[str]) -> bool:
     """Whether two statements are of one subject: they name one in common, or neither names anyone."""
     return bool(old & new) or not (old or new)
 
@@ -1119,7 +1126,7 @@ def _holds(value: Value, statement: str) -> bool:
     )
 
 
-def _still_held(value: Value, statement: str, held: list[tuple[str, Value]]) -> bool:
+def _still_held(value: Value, statement: str, held: Sequence[tuple[str, Value]]) -> bool:
     """Whether another text (its values that hold: ``held``) says ``value`` too, of the same thing: same
     kind and text, the same counted thing for a count, and a word of its attribute in common."""
     return any(
@@ -1162,12 +1169,82 @@ def _within(new: Value, old: Value, statement: str) -> bool:
     return False
 
 
-def _two_items(vo: Value, vn: Value, co: set[str], cn: set[str]) -> bool:
+def _two_items(vo: Value, vn: Value, co: AbstractSet[str], cn: AbstractSet[str]) -> bool:
     """Whether two amounts are the prices of two things: each is said with a word the other statement
     does not have ("the blender ... $45", "the toaster ... $30"), not only with shared words."""
     own_o = {w for w in vo.attribute if not w.startswith("@")} - cn - vn.attribute
     own_n = {w for w in vn.attribute if not w.startswith("@")} - co - vo.attribute
     return bool(own_o) and bool(own_n)
+
+
+# -- each text read once -------------------------------------------------------------------------------
+# A leaf is judged against up to 8 earlier ones, and is the earlier one of many newer leaves: on a first
+# run every text would be cut into statements and read for values again for each pair (most of a
+# compaction's CPU outside the model). What ``changes`` and ``judge`` ask of a text or a statement depends
+# on nothing but its words, so it is read once and kept (least recently used first out).
+READ_CACHE = 2048  # texts kept; their statements: 4x
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """What ``changes`` asks of one statement, read once (``_statement``)."""
+
+    text: str
+    values: tuple[Value, ...]
+    value_texts: frozenset[str]
+    chosen_texts: frozenset[str]  # its values but those it says were not chosen ("4pm instead of 3pm")
+    content: frozenset[str]
+    names: frozenset[str]
+    not_chosen: tuple[tuple[str, ...], ...]
+    labelled: Mapping[str, str]
+    unsettled: bool
+    asks: bool
+    data: bool  # JSON or key=value pasted into a chat (``_DATA_RE``)
+    cue_word: bool  # a change word anywhere in it (else ``_cue`` of it finds none)
+    negated: str | None
+    says: bool
+
+
+@functools.lru_cache(maxsize=4 * READ_CACHE)
+def _statement(sentence: str) -> _Statement:
+    values = tuple(statement_values(sentence))
+    value_texts = frozenset(v.text for v in values)
+    not_chosen = tuple(tuple(said) for said in _not_chosen(sentence))
+    return _Statement(
+        sentence,
+        values,
+        value_texts,
+        value_texts - {t for said in not_chosen for t in said},
+        frozenset(_content(sentence)),
+        frozenset(names(sentence)),
+        not_chosen,
+        _labelled(sentence),
+        unsettled(sentence),
+        asks(sentence),
+        _DATA_RE.search(sentence) is not None,
+        _STRICT_CUE_RE.search(sentence) is not None,
+        _negated_verb(sentence),
+        _says(sentence),
+    )
+
+
+@dataclass(frozen=True)
+class _Text:
+    statements: tuple[_Statement, ...]
+    words: frozenset[str]  # possessives read as their names ("Bin Laden's" has "laden")
+    heading_day: str
+    held: tuple[tuple[str, Value], ...]  # the values its statements say hold (``_holds``)
+
+
+@functools.lru_cache(maxsize=READ_CACHE)
+def _read(text: str) -> _Text:
+    read = tuple(_statement(s) for s in statements(text))
+    return _Text(
+        read,
+        frozenset(w.removesuffix("'s") for w in _WORD_RE.findall(text.lower())),
+        _heading_day(text),
+        tuple((st.text, v) for st in read for v in st.values if _holds(v, st.text)),
+    )
 
 
 def changes(old: str, new: str) -> list[Change]:
@@ -1176,26 +1253,22 @@ def changes(old: str, new: str) -> list[Change]:
     words (at least ``MIN_SHARED_ATTRIBUTE`` of them, one when the new statement says it changed), of
     the same counted thing for a count; or the same verb negated in one and not the other."""
     found: list[Change] = []
-    old_statements = [(s, statement_values(s), _content(s)) for s in statements(old)]
-    new_statements = [(s, statement_values(s)) for s in statements(new)]
-    # Words of each text, possessives read as their names ("Bin Laden's" has "laden").
-    old_words = {w.removesuffix("'s") for w in _WORD_RE.findall(old.lower())}
-    new_words = {w.removesuffix("'s") for w in _WORD_RE.findall(new.lower())}
-    head_old, head_new = _heading_day(old), _heading_day(new)
-    held_old = [(s, v) for s, values, _ in old_statements for v in values if _holds(v, s)]
-    held_new = [(s, v) for s, values in new_statements for v in values if _holds(v, s)]
-    for sn, new_values in new_statements:
-        if _DATA_RE.search(sn):
+    read_old, read_new = _read(old), _read(new)
+    old_words, new_words = read_old.words, read_new.words
+    head_old, head_new = read_old.heading_day, read_new.heading_day
+    held_old, held_new = read_old.held, read_new.held
+    for n in read_new.statements:
+        if n.data:
             continue
-        cn = _content(sn)
-        for so, old_values, co in old_statements:
-            if (unsettled(so) or unsettled(sn)) and not _cue(sn, so):
+        sn, new_values, cn = n.text, n.values, n.content
+        for o in read_old.statements:
+            so, old_values, co = o.text, o.values, o.content
+            if (o.unsettled or n.unsettled) and not (n.cue_word and _cue(sn, so)):
                 continue  # a question or a plan: no value held on either side
             overlap = len(co & cn) / max(1, min(len(co), len(cn)))
-            texts_old, texts_new = {v.text for v in old_values}, {v.text for v in new_values}
-            texts_new -= {t for said in _not_chosen(sn) for t in said}  # "4pm instead of 3pm": not held
+            texts_old, texts_new = o.value_texts, n.chosen_texts  # "4pm instead of 3pm": not held
             other_option = _other_option(sn, so)
-            question = asks(sn)
+            question = n.asks
             for vo in old_values:
                 if vo.text in texts_new or not vo.asserted or _still_held(vo, so, held_new):
                     continue  # the new text still says the old value holds ("stays on Debian 11 for now")
@@ -1229,7 +1302,7 @@ def changes(old: str, new: str) -> list[Change]:
                     if vo.kind == "id" and not cue:
                         continue  # "build 1001" then "build 1005": two things named, unless it changed
                     # Said of two subjects ("Duc's team has 37", "Finn's team has 35"): not a change.
-                    subjects_o, subjects_n = names(so) - {vo.shown}, names(sn) - {vn.shown}
+                    subjects_o, subjects_n = o.names - {vo.shown}, n.names - {vn.shown}
                     if subjects_o and subjects_n and not subjects_o & subjects_n:
                         continue
                     if vo.kind != "id" and _other_numbered(so, sn):
@@ -1246,15 +1319,15 @@ def changes(old: str, new: str) -> list[Change]:
                     found.append(
                         Change(vo.shown, vn.shown, vo.kind, shared, events, cue, overlap, vn.shown_unit, same)
                     )
-            neg_o, neg_n = _negated_verb(so), _negated_verb(sn)
-            cue = _cue(sn, so)
-            flipped = (neg_o is None) != (neg_n is None) and _says(so) and _says(sn)
+            neg_o, neg_n = o.negated, n.negated
+            cue = _cue(sn, so) if n.cue_word else ""
+            flipped = (neg_o is None) != (neg_n is None) and o.says and n.says
             if flipped and overlap >= (0.5 if cue else 0.75):
                 verb = neg_o if neg_o is not None else neg_n
                 other = cn if neg_o is not None else co
                 if verb and verb in other:
                     events = bool(_event_clause(so.split())) + bool(_event_clause(sn.split()))
-                    same = _one_subject(names(so), names(sn))
+                    same = _one_subject(o.names, n.names)
                     found.append(
                         Change("", "", "negation", frozenset([verb]), events, cue, overlap, "", same)
                     )
@@ -1335,9 +1408,15 @@ def other_people(old_entities: list[str], new_entities: list[str]) -> bool:
 
 def _two_people(old: str, new: str) -> bool:
     """The entity rules find people in both texts and none in common."""
-    a = {m.key for m in entities.extract(old) if m.key.startswith("person:")}
-    b = {m.key for m in entities.extract(new) if m.key.startswith("person:")} if a else set()
+    a = _people(old)
+    b = _people(new) if a else frozenset()
     return bool(a and b and not a & b)
+
+
+@functools.lru_cache(maxsize=READ_CACHE)
+def _people(text: str) -> frozenset[str]:
+    """The keys of the people the entity rules find in a text (read once: see ``READ_CACHE``)."""
+    return frozenset(m.key for m in entities.extract(text) if m.key.startswith("person:"))
 
 
 # -- the model's turn (optional): with an ``[llm]`` endpoint, a proposal is judged by the model ----------

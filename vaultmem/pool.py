@@ -61,6 +61,7 @@ POLL_S = 0.5  # fallback poll for work queued by another process
 DEFER_S = 0.25  # a parent waiting for a child's re-summary looks again this soon
 SOON_S = 1.0  # jobs due within this time keep an "until idle" run going
 DISK_FULL_WAIT_S = 30.0  # the daemon's workers wait this long after a full disk
+HEARTBEAT_S = 5.0  # a running job renews its lease (``JobQueue.extend``: 120 s) at most this often
 # The day digests' sentences embedded together ahead of their jobs, at most about this many texts at a
 # time (a quarter of ``Remembering.size``: they are still remembered when their jobs ask for them).
 PREPARE_DIGEST_TEXTS = 4_096
@@ -526,14 +527,14 @@ class Pool:
     def _seal(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         source = str(job.payload["source"])
         self.seal_source(
-            conn, source, force=bool(job.payload.get("force", False)), heartbeat=lambda: queue.extend(job)
+            conn, source, force=bool(job.payload.get("force", False)), heartbeat=_heartbeat(queue, job)
         )
         # Leaves admitted while this pass ran could not queue another seal (this one held the dedupe
         # key), so look once more before letting go of it.
         for _ in range(3):
             if not buffer_ready(self._state_of(conn, source), self.ctx.settings, time.time()):
                 break
-            self.seal_source(conn, source, heartbeat=lambda: queue.extend(job))
+            self.seal_source(conn, source, heartbeat=_heartbeat(queue, job))
         self._retime_buffer_timer(conn, queue, source)
         return True
 
@@ -543,7 +544,7 @@ class Pool:
         s = self.ctx.settings
         age = buffer_age(state, s, time.time())
         if age >= s.max_wait_s:
-            self.seal_source(conn, source, force=True, heartbeat=lambda: queue.extend(job))
+            self.seal_source(conn, source, force=True, heartbeat=_heartbeat(queue, job))
             return True
         if state.tail_and_buffer(s)[0]:
             # Due early (the buffer it was queued for was sealed in part): wait for the leaves left.
@@ -695,14 +696,14 @@ class Pool:
         """The new leaves queue their own ``admit`` jobs; sealing follows from there."""
         if self.ctx.ingest is None:
             raise ConflictError("this process cannot ingest configured sources; run `vaultmem jobs --run`")
-        self.report.say(self.ctx.ingest(str(job.payload["source"]), lambda: queue.extend(job)))
+        self.report.say(self.ctx.ingest(str(job.payload["source"]), _heartbeat(queue, job)))
         return True
 
     def _detect_updates(self, conn: sqlite3.Connection, queue: JobQueue, job: Job) -> bool:
         """Proposals (and updates applied at once) for the leaves admitted since the last look."""
         if self.ctx.updates is None:
             return True  # this process keeps no review inbox: the next one that does looks again
-        line = self.ctx.updates(lambda: queue.extend(job))
+        line = self.ctx.updates(_heartbeat(queue, job))
         if line:
             self.report.say(line)
         return True
@@ -846,3 +847,19 @@ def run_admit(
     report.admitted += result.admitted
     report.notes.extend(result.rebuilt_sidecars)
     return result
+
+
+def _heartbeat(queue: JobQueue, job: Job) -> Callable[[], None]:
+    """What a long job calls as it goes (per step, per leaf): its lease renewed, at most every
+    ``HEARTBEAT_S``. Each renewal is a commit; update detection called it for every leaf it read (417
+    commits on the first run of one LoCoMo conversation, more time than judging them)."""
+    last = time.monotonic()
+
+    def beat() -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= HEARTBEAT_S:
+            last = now
+            queue.extend(job)
+
+    return beat
