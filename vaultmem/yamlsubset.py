@@ -273,21 +273,47 @@ def _parse_value(text: str) -> Any:
 
 
 def load(raw: str) -> dict[str, Any] | None:
-    """Parse frontmatter written in the subset, or return None so the caller falls back to YAML."""
+    """Parse frontmatter written in the subset, or return None so the caller falls back to YAML.
+
+    A line is parsed once: ``kind: leaf``, ``role: user``, ``status: admitted`` repeat on every leaf of
+    a vault, and a reindex reads them all (the parse of a line depends on nothing else)."""
     out: dict[str, Any] = {}
-    unsafe = _unsafe_re()
-    try:
-        for line in raw.split("\n"):
-            if not line:
-                continue
-            match = _KEY_LINE_RE.fullmatch(line)
-            if match is None:
-                return None
-            # YAML ignores spaces around a plain value ("k:  0" is the integer 0).
-            key, text = match.group(1), match.group(2).strip(" ")
-            if not text or key in out or _tag(key) != _STR_TAG or unsafe.search(text):
-                return None
-            out[key] = _parse_value(text)
-    except _Unknown:
-        return None
+    lines = _LINES
+    for line in raw.split("\n"):
+        if not line:
+            continue
+        parsed = lines.get(line)
+        if parsed is None:
+            parsed = _line(line)
+            if parsed[2] is not dict:  # a flow mapping is parsed each time (no frozen form kept)
+                if len(lines) >= LINES_KEPT:
+                    lines.clear()
+                lines[line] = parsed
+        key, value, kind = parsed
+        if key is None or key in out:
+            return None
+        out[key] = list(value) if kind is list else value
     return out
+
+
+LINES_KEPT = 4096  # lines remembered (a line is ~40 characters: ~0.5 MB at most)
+_LINES: dict[str, tuple[str | None, Any, type]] = {}
+
+
+def _line(line: str) -> tuple[str | None, Any, type]:
+    """(key, value, type) of one frontmatter line, the key None when the line is not in the subset; a
+    list's value is kept as a tuple (``load`` gives each caller its own list)."""
+    match = _KEY_LINE_RE.fullmatch(line)
+    if match is None:
+        return None, None, type(None)
+    # YAML ignores spaces around a plain value ("k:  0" is the integer 0).
+    key, text = match.group(1), match.group(2).strip(" ")
+    if not text or _tag(key) != _STR_TAG or _unsafe_re().search(text):
+        return None, None, type(None)
+    try:
+        value = _parse_value(text)
+    except _Unknown:
+        return None, None, type(None)
+    if isinstance(value, list):
+        return key, tuple(value), list
+    return key, value, type(value)
