@@ -312,7 +312,9 @@ def test_weak_matches_are_flagged_in_search_and_context(
 
 def test_search_imports_only_what_it_needs(tmp_path: Path) -> None:
     """Opening a vault and searching it, as `vaultmem search` does from a cold shell, must not pay for
-    ingest, compaction, topics, git or torch."""
+    ingest, compaction, topics, git or torch, nor for what only writing or reading files needs: PyYAML,
+    the update detector, the secret rules (and their Aho-Corasick automaton), the Chinese word lists and
+    time rules."""
     import subprocess
     import sys
 
@@ -326,11 +328,17 @@ def test_search_imports_only_what_it_needs(tmp_path: Path) -> None:
     code = (
         "import sys, vaultmem.cli; from vaultmem import Vault; from vaultmem.embed import FakeEmbedder;"
         f"v = Vault.open({str(tmp_path / 'v')!r}, embedder=FakeEmbedder());"
-        "assert v.search('roses near the fence', k=3);"
-        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('vaultmem.', 'torch', 'email', 'git')))))"
+        "assert v.search('roses near the Fence', k=3);"
+        "from vaultmem import entities_names, redact, timeparse;"
+        "print(entities_names._ENGLISH, entities_names._CHINESE, redact._rules.cache_info().currsize,"
+        " timeparse._cn_compiled.cache_info().currsize);"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('vaultmem.', 'torch', 'email', 'git',"
+        " 'yaml', 'ahocorasick')))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    loaded = set(out.split())
+    flags, modules = out.splitlines()
+    assert flags == "True False 0 0"  # "Fence" was looked up among English names (the query's topic heat)
+    loaded = set(modules.split())
     for module in (
         "vaultmem.ingest",
         "vaultmem.compact",
@@ -353,6 +361,9 @@ def test_search_imports_only_what_it_needs(tmp_path: Path) -> None:
         "vaultmem.llm",
         "torch",
         "email",
+        "yaml",
+        "vaultmem.detect",
+        "ahocorasick",
     ):
         assert module not in loaded, f"{module} is imported to open and search a vault"
     assert "vaultmem.search" in loaded and "vaultmem.vault" in loaded

@@ -630,3 +630,33 @@ def test_people_on_the_labelled_sets_are_precise_and_found(name: str) -> None:
         assert precision >= 0.9, (lang, precision)
         assert recall >= floor, (lang, recall)
     assert prf(counts[("all",)])[0] >= 0.9
+
+
+_FIRST_CALLS = {
+    "find_english": "list(n.find_english('My friend Sofia flew to Kyoto with ANA and the iPhone 16 Pro'))",
+    "find_chinese": "list(n.find_chinese('李娜明天和王老师去上海交大'))",
+    "listed_kind": "[n.listed_kind('GitHub'), n.listed_kind('淘宝')]",
+    "software_words": "sorted(n.software_words())[:5]",
+}
+
+
+@pytest.mark.parametrize("first", sorted(_FIRST_CALLS))
+def test_word_lists_are_read_on_first_use_whichever_call_comes_first(first: str) -> None:
+    """The word lists and their regexes are built on first use, not at import: every public function
+    builds what it needs, and a new process gets the same answers whichever call comes first."""
+    import subprocess
+    import sys
+
+    from vaultmem import entities_names
+
+    calls = [first, *(name for name in sorted(_FIRST_CALLS) if name != first)]
+    code = "import vaultmem.entities_names as n\nprint(n._ENGLISH, n._CHINESE)\n" + "".join(
+        f"print(repr({_FIRST_CALLS[name]}))\n" for name in calls
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    lines = out.splitlines()
+    assert lines[0] == "False False"  # nothing read at import
+    n = entities_names
+    expected = [repr(eval(_FIRST_CALLS[name], {"n": n})) for name in calls]
+    assert lines[1:] == expected
+    assert eval(_FIRST_CALLS["listed_kind"], {"n": n}) == ["org", "product"]  # both lists were read

@@ -321,6 +321,57 @@ def test_the_graph_walk_follows_conversations_and_entities(work_vault: Vault) ->
     assert graph.entities_named({"tickets", "to", "lisbon"}) == ["place:lisbon"]
 
 
+def _walk_by_unique(graph: LeafGraph, leaves: dict[str, float], entities: dict[str, float]) -> np.ndarray:
+    """The walk's scores as first written: the reached nodes listed by np.unique at every step."""
+    seed = {graph.leaf_pos[i]: w for i, w in leaves.items()}
+    for entity, weight in entities.items():
+        seed[graph.entity_pos[entity]] = seed.get(graph.entity_pos[entity], 0.0) + weight
+    nodes = np.fromiter(seed, dtype=np.intp)
+    mass = np.fromiter(seed.values(), dtype=np.float64) / sum(seed.values())
+    found = np.zeros(len(graph._ids))
+    share = graph_module.RESTART
+    for step in range(graph_module.STEPS + 1):
+        on_leaf = graph._is_leaf[nodes]
+        found[nodes[on_leaf]] += share * mass[on_leaf]
+        if step == graph_module.STEPS:
+            break
+        degree = graph._degree[nodes]
+        keep = (degree > 0) & (degree <= graph_module.HUB_EDGES)
+        nodes, mass, degree = nodes[keep], mass[keep] / degree[keep], degree[keep]
+        if not len(nodes):
+            break
+        offsets = np.arange(int(degree.sum())) - np.repeat(np.cumsum(degree) - degree, degree)
+        reached = graph._next[np.repeat(graph._start[nodes], degree) + offsets]
+        nodes, inverse = np.unique(reached, return_inverse=True)
+        mass = np.bincount(inverse, weights=np.repeat(mass, degree))
+        share *= 1.0 - graph_module.RESTART
+    return found
+
+
+def test_the_walk_scores_as_listing_every_step_did(
+    work_vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last step adds its mass without listing the nodes it reaches: every leaf's score is the same,
+    bit for bit, as when each step's nodes were listed (np.unique), so the ranking is too."""
+    graph = LeafGraph()
+    graph.refresh(work_vault.conn)
+    scores: list[np.ndarray] = []
+    monkeypatch.setattr(graph_module.np, "flatnonzero", lambda a: scores.append(a.copy()) or np.nonzero(a)[0])
+    leaves = list(graph.leaf_pos)
+    seeds = [
+        ({leaves[0]: 1.0}, {}),
+        ({}, {"place:lisbon": 1.0}),
+        ({i: 1.0 / (n + 1) for n, i in enumerate(leaves)}, {"place:lisbon": 0.5}),
+    ]
+    for steps in (1, 2, 4):
+        monkeypatch.setattr(graph_module, "STEPS", steps)
+        for seed_leaves, seed_entities in seeds:
+            scores.clear()
+            graph.walk(seed_leaves, seed_entities, 10)
+            assert len(scores) == 1 and scores[0].any()
+            assert np.array_equal(scores[0], _walk_by_unique(graph, seed_leaves, seed_entities))
+
+
 def test_a_hub_passes_nothing_on(work_vault: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
     """Diego is mentioned on most leaves: past the hub limit he receives but passes nothing on, so a walk
     from a seed that only he connects to the rest reaches nothing beyond its own conversation."""

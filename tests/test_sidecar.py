@@ -332,3 +332,22 @@ def test_update_many_refuses_a_sidecar_changed_since_it_was_read_and_writes_none
             layout, "m", 4, {a: sidecar.Change(put={"y.md": one}), b: sidecar.Change(put={"y.md": one})}
         )
     assert (a / "_embeddings.json").read_bytes() == before[a]
+
+
+@pytest.mark.parametrize("dim", [384, 6, 5, 1])
+def test_vectors_decoded_together_equal_each_decoded_alone(dim: int) -> None:
+    """A reindex decodes a directory's vectors in one call (no padding: dim a multiple of 3) or one by
+    one (padding): the same float32 rows either way, and a bad text fails as decoding it alone does."""
+    rng = np.random.default_rng(dim)
+    rows = [rng.standard_normal(dim).astype(np.float32) for _ in range(7)]
+    texts = [sidecar.encode_vector(v) for v in rows]
+    together = sidecar.decode_vectors(texts, dim)
+    assert all(a.dtype == np.float32 and a.shape == (dim,) for a in together)
+    assert [a.tobytes() for a in together] == [sidecar.decode_vector(t, dim).tobytes() for t in texts]
+    assert sidecar.decode_vectors([], dim) == []
+    bad = [*texts[:3], "!" + texts[3][1:], *texts[4:]]
+    with pytest.raises(ValueError) as alone:
+        sidecar.decode_vector(bad[3], dim)
+    with pytest.raises(ValueError) as batch:
+        sidecar.decode_vectors(bad, dim)
+    assert str(batch.value) == str(alone.value)

@@ -430,3 +430,32 @@ def test_a_question_not_asking_for_a_time(query: str) -> None:
 @given(st.text(max_size=80))
 def test_asks_time_never_raises(query: str) -> None:
     assert asks_time(query) in (True, False)
+
+
+def test_a_text_without_chinese_characters_skips_the_chinese_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Chinese rules are compiled on the first text with a character from U+4E00 up and run only on
+    such texts: none of them can match without one, so every window is the one all rules give."""
+    from vaultmem import timeparse
+
+    for pattern, _ in timeparse._cn_compiled():
+        assert all(c.isascii() or c >= "\u4e00" for c in pattern.pattern), pattern.pattern
+        assert any(c >= "\u4e00" for c in pattern.pattern)
+    now = datetime(2026, 5, 20, 12, tzinfo=UTC)
+    queries = [
+        "what did we decide 3 weeks ago",
+        "in 2023",
+        "12 2024 05",
+        "last Tuesday in May",
+        "since 2021-03-04",
+        "10/12 and 3 months",
+        "上周三我们说了什么",
+        "2023年5月的预算",
+        "去年 in May",
+        "近3天",
+        "",
+    ]
+    got = [timeparse.find_range(q, now) for q in queries if q]
+    every = timeparse._EN_COMPILED + timeparse._cn_compiled()
+    monkeypatch.setattr(timeparse, "_rules", lambda text: every)
+    assert got == [timeparse.find_range(q, now) for q in queries if q]
+    assert sum(g is not None for g in got) >= 8

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -129,3 +130,26 @@ def test_user_yaml_declines_to_full_parser() -> None:
 def test_tag_shortcut_matches_pyyaml_resolver(text: str) -> None:
     expected = yaml.resolver.Resolver().resolve(yaml.ScalarNode, text, (True, False))
     assert yamlsubset._tag(text) == expected
+
+
+def test_a_line_parsed_once_gives_each_load_its_own_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load`` remembers each line's parse (the same lines repeat on every leaf): a list is the caller's
+    own, a flow mapping is parsed again, a line outside the subset stays outside, and a full memory
+    starts afresh without changing any result."""
+    raw = "kind: leaf\nreasons: [datetime, money]\nprovenance: {a: b}\nseq: 0\n"
+    first = yamlsubset.load(raw)
+    assert first == {"kind": "leaf", "reasons": ["datetime", "money"], "provenance": {"a": "b"}, "seq": 0}
+    first["reasons"].append("mutated")
+    first["provenance"]["c"] = "d"
+    assert yamlsubset.load(raw) == {
+        "kind": "leaf",
+        "reasons": ["datetime", "money"],
+        "provenance": {"a": "b"},
+        "seq": 0,
+    }
+    assert yamlsubset.load("kind: leaf\nkind: leaf\n") is None  # a repeated key, remembered line or not
+    assert yamlsubset.load("a: b: c\n") is None and yamlsubset.load("a: b: c\n") is None
+    monkeypatch.setattr(yamlsubset, "LINES_KEPT", 2)
+    for n in range(10):
+        assert yamlsubset.load(f"n: {n}\nkind: leaf\n") == {"n": n, "kind": "leaf"}
+    assert len(yamlsubset._LINES) <= 2

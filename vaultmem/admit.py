@@ -293,12 +293,17 @@ def vectors_from_sidecars(
     missing: list[str] = []
     for rel_dir, rows in rows_by_dir.items():
         current = sidecar.read(Path(layout.abs(rel_dir)), model, dim)
+        found: list[tuple[str, str]] = []  # (id, hash) of the rows whose vector the sidecar holds
+        raws: list[str] = []
         for row in rows:
             entry = current.entries.get(row["path"].rpartition("/")[2])
             if entry is not None and entry.hash == row["content_hash"]:
-                loaded.append(vectors.VectorRow(row["id"], entry.hash, entry.vector(dim)))
+                found.append((row["id"], entry.hash))
+                raws.append(entry.raw)
             else:
                 missing.append(row["id"])
+        decoded = sidecar.decode_vectors(raws, dim)  # a directory's vectors in one call
+        loaded.extend(vectors.VectorRow(i, h, v) for (i, h), v in zip(found, decoded, strict=True))
     conn.execute("DELETE FROM vectors")
     vectors.upsert(conn, model, loaded)
     return len(loaded), missing

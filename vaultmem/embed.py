@@ -22,6 +22,7 @@ import atexit
 import collections
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -194,14 +195,20 @@ _CJK = (
     "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs
     "\uac00-\ud7af"  # hangul syllables
 )
-_TOKEN_RE = re.compile(rf"[{_CJK}]+|[^\W{_CJK}]+")
-_CJK_RUN_RE = re.compile(rf"[{_CJK}]+")
+
+
+@functools.cache
+def _fake_res() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The FakeEmbedder's token regexes, compiled on its first use (classes this wide cost ~4 ms to
+    compile, and a process embedding with the real model never uses them)."""
+    return re.compile(rf"[{_CJK}]+|[^\W{_CJK}]+"), re.compile(rf"[{_CJK}]+")
 
 
 def _fake_features(text: str) -> list[str]:
     features: list[str] = []
-    for token in _TOKEN_RE.findall(text.lower()):
-        if _CJK_RUN_RE.fullmatch(token):
+    token_re, cjk_run_re = _fake_res()
+    for token in token_re.findall(text.lower()):
+        if cjk_run_re.fullmatch(token):
             # CJK is written without spaces, so character bigrams stand in for words.
             features.extend([token] if len(token) == 1 else [token[i : i + 2] for i in range(len(token) - 1)])
         else:

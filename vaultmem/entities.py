@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from vaultmem.entities_names import HAN_RE, SOFTWARE_WORDS, STOP, find_chinese, find_english, listed_kind
+from vaultmem.entities_names import HAN_RE, STOP, find_chinese, find_english, listed_kind, software_words
 from vaultmem.model import utc
 from vaultmem.redact import scrub
 
@@ -294,11 +294,12 @@ def _find_versions(text: str, ref: date | None) -> Iterator[_Hit]:
         head = text[max(0, m.start() - 30) : m.start()]
         name = head.rsplit(None, 1)[-1].lstrip("(\"'“[") if head and not head[-1].isspace() else ""
         low = name.lower()
+        software = software_words()
         if _VERSIONED_NAME_RE.fullmatch(name) and (
-            low in SOFTWARE_WORDS or (name[0].isupper() and "." in m[1] and low not in STOP)
+            low in software or (name[0].isupper() and "." in m[1] and low not in STOP)
         ):
             start = m.start() - len(name)
-            yield start, m.start(), "product" if low in SOFTWARE_WORDS else "project", low, name
+            yield start, m.start(), "product" if low in software else "project", low, name
             yield m.start(1), m.end(), "version", f"{low} {m[1]}", text[start : m.end()]
     for m in _V_VERSION_RE.finditer(text):
         if _after(text, m.start(), _WORD_CHARS + "."):

@@ -1,6 +1,6 @@
 """Names in a leaf's text: people, places, organisations, products, events, and projects by their shape,
-in English and Chinese. Rules and word lists (``vaultmem/gazetteer/*.txt``, read once at import); no
-model, no I/O after import, no keys (``entities`` turns what is found here into keys).
+in English and Chinese. Rules and word lists (``vaultmem/gazetteer/*.txt``, read once, on first use: a process
+that never looks for a name never reads them); no model, no I/O after that, no keys (``entities`` turns what is found here into keys).
 
 A finder yields ``(start, end, kind, surface)``; ``entities.extract`` runs them after the structured
 kinds (links, dates, money...) have claimed their characters. In the order they claim text:
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 import unicodedata
 from collections.abc import Iterable, Iterator
 from importlib import resources
@@ -79,23 +80,27 @@ join buy bring pick quick write room met saw called texted told asked visited in
 messaged hugged helped watched
 """
 )
-_PERSON_NOT = _file_words("not_person.txt")
-_GIVEN = _file_words("given_names.txt")
-_GIVEN_COMMON = _file_words("given_names_common.txt")
+# Built on first use (the word lists and the regexes that cost to compile): every public function calls
+# ``_english()`` or ``_chinese()`` first.
+_PERSON_NOT: frozenset[str]
+_GIVEN: frozenset[str]
+_GIVEN_COMMON: frozenset[str]
 
 _L = "A-Za-z0-9\u00c0-\u024f"  # Latin letters and digits: Chinese text is for find_chinese
-_TOKEN_RE = re.compile(f"[{_L}](?:[{_L}'’&+.-]*[{_L}+])?|&")
+_TOKEN = f"[{_L}](?:[{_L}'’&+.-]*[{_L}+])?|&"
+_TOKEN_RE: re.Pattern[str]
 _POSSESSIVE_RE = re.compile(r"['’]s?$")
 _POSSESSIVE_ENDS = ("'", "’", "'s", "’s")
 
 
 # The words find_english looks at: those with a capital letter, numbers (a model, a year), and the small
 # words inside multi-word names (Turks and Caicos, Bank of America). Skipping the rest keeps it fast.
-_CAND_RE = re.compile(
+_CAND = (
     f"(?<![{_L}'’&+.-])(?!I(?:['’](?:m|ve|ll|d))?(?![{_L}'’&+.-]))"  # not "I", "I'm": half of them in chat
     f"(?:[{_L}]*[A-Z\u00c0-\u00de](?:[{_L}'’&+.-]*[{_L}+])?"
     f"|\\d{{1,4}}(?![{_L}])|(?:and|of|de|del|da|do|du|la|le|von|van|der|the)(?![{_L}'’])|&)"
 )
+_CAND_RE: re.Pattern[str]
 
 
 def _tokens(text: str) -> tuple[str, ...]:
@@ -132,18 +137,10 @@ class _Gazetteer:
         )
 
 
-_EN = _Gazetteer(
-    [
-        ("event", "events.txt"),
-        ("place", "places.txt"),
-        ("org", "orgs.txt"),
-        ("product", "products.txt"),
-        ("product", "software.txt"),
-    ]
-)
-PRODUCT_WORDS = frozenset(w for w, kind in _EN.single.items() if kind == "product")
+_EN: _Gazetteer
+PRODUCT_WORDS: frozenset[str]
 # Software whose name a version number may follow ("Postgres 16"): a device's number is its model.
-SOFTWARE_WORDS = frozenset(_Gazetteer([("product", "software.txt")]).single)
+SOFTWARE_WORDS: frozenset[str]
 
 _ORG_SUFFIX = _words(
     """inc inc. ltd ltd. llc corp corp. corporation co co. company gmbh ag plc group bank airlines airways
@@ -170,27 +167,28 @@ _HONORIFICS = _words(
 _KIN = _words(
     "aunt auntie aunty uncle grandma grandpa granny nana nonna nonno abuela abuelo tia tío tio cousin"
 )
-_RELATION_BEFORE_RE = re.compile(
+_RELATION_BEFORE = (
     r"(?:\b(?:my|our|his|her|their|your)\s+(?:best\s+|old\s+|new\s+|little\s+|big\s+|older\s+|younger\s+)?"
     r"(?:friend|buddy|pal|sister|brother|sis|bro|mom|mum|dad|mother|father|son|daughter|wife|husband"
     r"|girlfriend|boyfriend|partner|fianc[ée]e?|cousin|aunt|uncle|niece|nephew|grandma|grandpa|grandson"
     r"|granddaughter|boss|manager|colleague|coworker|co-worker|teammate|roommate|neighbou?r|teacher|coach"
     r"|tutor|student|doctor|therapist|dentist|landlord|kid|baby|ex)|\b(?:named|called|name\s+is|name's))"
-    r",?\s+$",
-    re.IGNORECASE,
+    r",?\s+$"
 )
-_VOCATIVE_RE = re.compile(
+_VOCATIVE = (
     r"(?:^|[\n.!?]\s*)(?:hi|hey|hello|dear|thanks|thank\s+you|congrats|congratulations|bye|morning"
-    r"|good\s+morning|happy\s+birthday|sorry|love\s+you|miss\s+you|welcome),?\s+$",
-    re.IGNORECASE,
+    r"|good\s+morning|happy\s+birthday|sorry|love\s+you|miss\s+you|welcome),?\s+$"
 )
-_AFTER_RE = re.compile(
+_AFTER = (
     r"(?:['’]s\s+(?:mom|mum|dad|mother|father|wife|husband|son|daughter|sister|brother|kids|family|"
     r"girlfriend|boyfriend|partner|friend|birthday|wedding|house|place|party|dog|cat|office)\b"
     r"|\s+(?:said|says|told|tells|asked|asks|wrote|writes|replied|replies|texted|emailed|messaged|called"
     r"|mentioned|thinks|thought|wants|wanted|suggested|explained|agreed|promised|invited|recommended"
     r"|loves|hates|likes|knows)\b|\s+and\s+I\b|,\s+who\b)"
 )
+_RELATION_BEFORE_RE: re.Pattern[str]
+_VOCATIVE_RE: re.Pattern[str]
+_AFTER_RE: re.Pattern[str]
 _AND_ME_RE = re.compile(r"\b(?:me|I)\s+and\s+$")
 _OWN_LINE_RE = re.compile(r"(?:^|\n)[ \t]*$")  # a name alone on its line: a signature
 _LINE_END_RE = re.compile(r"[ \t]*(?:\n|$)")
@@ -233,6 +231,7 @@ class _Tok:
 def find_english(text: str) -> Iterator[Found]:
     if not any(c.isupper() for c in text):
         return
+    _english()
     toks = [_Tok(m) for m in _CAND_RE.finditer(text)]
     claimed = [False] * len(toks)
     if _EN.exclude_re is not None:
@@ -462,9 +461,8 @@ def _person(text: str, group: list[_Tok], heading: bool) -> Iterator[Found]:
         yield start, end, "person", surface
 
 
-_HONORIFIC_BEFORE_RE = re.compile(
-    r"\b(?:" + "|".join(sorted(_HONORIFICS, key=len, reverse=True)) + r")\.?\s+$", re.IGNORECASE
-)
+_HONORIFIC_BEFORE = r"\b(?:" + "|".join(sorted(_HONORIFICS, key=len, reverse=True)) + r")\.?\s+$"
+_HONORIFIC_BEFORE_RE: re.Pattern[str]
 
 
 def _person_evidence(text: str, start: int, end: int) -> bool:
@@ -505,14 +503,18 @@ def _trie_regex(words: Iterable[str]) -> str:
     return build(trie)
 
 
-_ZH_KINDS: dict[str, str] = {}
-for _kind, _file in (("event", "zh_events.txt"), ("place", "zh_places.txt"), ("org", "zh_orgs.txt")):
-    for _word in _file_words(_file):
-        _ZH_KINDS.setdefault(_word, _kind if not _word.startswith("!") else "")
-for _word in _file_words("zh_products.txt"):
-    _ZH_KINDS.setdefault(_word, "product")
-_ZH_KINDS = {w.lstrip("!"): k for w, k in _ZH_KINDS.items()}
-_ZH_WORDS_RE = re.compile(_trie_regex(_ZH_KINDS))
+def _zh_kinds() -> dict[str, str]:
+    kinds: dict[str, str] = {}
+    for kind, name in (("event", "zh_events.txt"), ("place", "zh_places.txt"), ("org", "zh_orgs.txt")):
+        for word in _file_words(name):
+            kinds.setdefault(word, kind if not word.startswith("!") else "")
+    for word in _file_words("zh_products.txt"):
+        kinds.setdefault(word, "product")
+    return {w.lstrip("!"): k for w, k in kinds.items()}
+
+
+_ZH_KINDS: dict[str, str]
+_ZH_WORDS_RE: re.Pattern[str]
 _ZH_ROAD_RE = re.compile("大道|大街|路|街|巷|广场")
 
 _SURNAMES = (
@@ -520,7 +522,7 @@ _SURNAMES = (
     "崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤"
 )
 _COMPOUND_SURNAMES = ("欧阳", "司马", "上官", "诸葛")
-_ZH_GIVEN = frozenset("".join(_entries("zh_given.txt")).replace(" ", ""))
+_ZH_GIVEN: frozenset[str]
 # Everyday words and places that begin with a surname character: never a name, whatever the cue.
 _NOT_NAMES = _words(
     """
@@ -558,15 +560,15 @@ _TITLES = (
 # or of a time (明天 上午 下午 晚上 之后).
 _PRE_CUE_CHARS = frozenset("和跟与给诉问复找叫同见谢系请让由把被向对替帮陪等约及是派知天午上后晚")
 _NUMERALS = frozenset("一二三四五六七八九十几两这那每个")
-_ZH_PERSON_RE = re.compile(
-    "(?:" + "|".join(_COMPOUND_SURNAMES) + f"|[{_SURNAMES}])[{_HAN}]{{1,2}}|[小老][{_SURNAMES}]"
-)
+_ZH_PERSON = "(?:" + "|".join(_COMPOUND_SURNAMES) + f"|[{_SURNAMES}])[{_HAN}]{{1,2}}|[小老][{_SURNAMES}]"
+_ZH_PERSON_RE: re.Pattern[str]
 
 
 def find_chinese(text: str) -> Iterator[Found]:
     """Chinese names from the word lists, then people; ``claimed`` spans are never reused."""
     if not HAN_RE.search(text):
         return
+    _chinese()
     taken = bytearray(len(text))
     for m in _ZH_WORDS_RE.finditer(text):
         taken[m.start() : m.end()] = b"\x01" * (m.end() - m.start())
@@ -635,8 +637,73 @@ def _is_cue_start(text: str, at: int) -> bool:
 @functools.lru_cache(maxsize=1024)  # asked for every leaf's speaker, and speakers repeat
 def listed_kind(name: str) -> str:
     """The kind a word list gives ``name`` as a whole ("GitHub" -> "org"), or ""."""
+    _english()
+    _chinese()
     words = _tokens(name.strip().lower())
     for known, kind, exact, _ambiguous in _EN.by_first.get(words[0], []) if words else ():
         if known == words and not exact:
             return kind
     return _ZH_KINDS.get(name.strip(), "")
+
+
+def software_words() -> frozenset[str]:
+    """Software whose name a version number may follow ("Postgres 16"), lower case."""
+    _english()
+    return SOFTWARE_WORDS
+
+
+_LOCK = threading.Lock()
+_ENGLISH = False
+_CHINESE = False
+
+
+def _english() -> None:
+    """Read the English word lists and compile the regexes find_english uses, once per process (~10 ms:
+    a one-shot command that never looks for a name does not pay it)."""
+    if not _ENGLISH:
+        with _LOCK:
+            if not _ENGLISH:
+                _load_english()
+
+
+def _chinese() -> None:
+    """The same for the Chinese word lists and people (only text with Han characters needs them)."""
+    if not _CHINESE:
+        with _LOCK:
+            if not _CHINESE:
+                _load_chinese()
+
+
+def _load_english() -> None:
+    global _PERSON_NOT, _GIVEN, _GIVEN_COMMON, _TOKEN_RE, _CAND_RE, _EN, PRODUCT_WORDS, SOFTWARE_WORDS
+    global _RELATION_BEFORE_RE, _VOCATIVE_RE, _AFTER_RE, _HONORIFIC_BEFORE_RE, _ENGLISH
+    _PERSON_NOT = _file_words("not_person.txt")
+    _GIVEN = _file_words("given_names.txt")
+    _GIVEN_COMMON = _file_words("given_names_common.txt")
+    _TOKEN_RE = re.compile(_TOKEN)
+    _CAND_RE = re.compile(_CAND)
+    _EN = _Gazetteer(
+        [
+            ("event", "events.txt"),
+            ("place", "places.txt"),
+            ("org", "orgs.txt"),
+            ("product", "products.txt"),
+            ("product", "software.txt"),
+        ]
+    )
+    PRODUCT_WORDS = frozenset(w for w, kind in _EN.single.items() if kind == "product")
+    SOFTWARE_WORDS = frozenset(_Gazetteer([("product", "software.txt")]).single)
+    _RELATION_BEFORE_RE = re.compile(_RELATION_BEFORE, re.IGNORECASE)
+    _VOCATIVE_RE = re.compile(_VOCATIVE, re.IGNORECASE)
+    _AFTER_RE = re.compile(_AFTER)
+    _HONORIFIC_BEFORE_RE = re.compile(_HONORIFIC_BEFORE, re.IGNORECASE)
+    _ENGLISH = True
+
+
+def _load_chinese() -> None:
+    global _ZH_KINDS, _ZH_WORDS_RE, _ZH_GIVEN, _ZH_PERSON_RE, _CHINESE
+    _ZH_KINDS = _zh_kinds()
+    _ZH_WORDS_RE = re.compile(_trie_regex(_ZH_KINDS))
+    _ZH_GIVEN = frozenset("".join(_entries("zh_given.txt")).replace(" ", ""))
+    _ZH_PERSON_RE = re.compile(_ZH_PERSON)
+    _CHINESE = True

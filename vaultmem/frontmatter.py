@@ -8,30 +8,46 @@ Tolerates a UTF-8 BOM and CRLF line ends. Never touches the disk: callers do the
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from vaultmem import yamlsubset
 from vaultmem.errors import FrontmatterError
 from vaultmem.redact import redact, scrub
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+if TYPE_CHECKING:
+    import yaml
 
 
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+# PyYAML is imported on first use (most frontmatter is in ``yamlsubset``'s subset, and a process that
+# reads none, a `vaultmem search`, never imports it).
+@functools.cache
+def _loader() -> Any:
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.cache
+def _dumper() -> Any:
     """Block style for mappings, flow style for lists: ``reasons: [money, date]`` stays one line."""
+    import yaml
+
+    class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+        pass
+
+    _Dumper.add_representer(list, _flow_list)
+    _Dumper.add_representer(tuple, _flow_list)
+    return _Dumper
 
 
 def _flow_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True)
 
 
-_Dumper.add_representer(list, _flow_list)
-_Dumper.add_representer(tuple, _flow_list)
 _FENCE_RE = re.compile(r"^---[ \t]*$", re.MULTILINE)
 _TOP_KEY_RE = re.compile(r"^([^\s#\-][^:]*?|\"[^\"]*\"|'[^']*'):(?:\s|$)")
 
@@ -67,14 +83,16 @@ def split(text: str, *, where: str = "file", blocks: bool = True) -> MdDoc:
     body = text[closing.end() :]
     if body.startswith("\n"):
         body = body[1:]
-    try:
-        meta = yamlsubset.load(raw)
-        if meta is None:
-            meta = yaml.load(raw, Loader=_Loader) if raw.strip() else {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" at line {mark.line + 2}" if mark is not None else ""
-        raise FrontmatterError(f"{where}: malformed YAML frontmatter{line}; fix or remove it") from exc
+    meta = yamlsubset.load(raw)
+    if meta is None and raw.strip():
+        import yaml
+
+        try:
+            meta = yaml.load(raw, Loader=_loader())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f" at line {mark.line + 2}" if mark is not None else ""
+            raise FrontmatterError(f"{where}: malformed YAML frontmatter{line}; fix or remove it") from exc
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
@@ -104,9 +122,11 @@ def dump_mapping(values: Mapping[str, Any]) -> str:
     fast = yamlsubset.dump(values)
     if fast is not None:
         return fast
+    import yaml
+
     text: str = yaml.dump(
         dict(values),
-        Dumper=_Dumper,
+        Dumper=_dumper(),
         sort_keys=False,
         allow_unicode=True,
         default_flow_style=False,

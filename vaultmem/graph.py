@@ -233,9 +233,17 @@ class LeafGraph:
                 break
             offsets = np.arange(int(degree.sum())) - np.repeat(np.cumsum(degree) - degree, degree)
             reached = self._next[np.repeat(self._start[nodes], degree) + offsets]
+            share *= 1.0 - RESTART
+            if step == STEPS - 1:
+                # The last step's nodes only add to ``found``: each one's mass summed over its edges in
+                # their order (as np.unique's inverse summed it) and added where it is a leaf, without
+                # sorting them (the largest step: ~1 ms of a search at 100,000 leaves). Nodes not reached
+                # add 0.0, which changes nothing.
+                summed = np.bincount(reached, weights=np.repeat(mass, degree), minlength=len(found))
+                found += share * np.where(self._is_leaf, summed, 0.0)
+                break
             nodes, inverse = np.unique(reached, return_inverse=True)
             mass = np.asarray(np.bincount(inverse, weights=np.repeat(mass, degree)), dtype=np.float64)
-            share *= 1.0 - RESTART
         hit = np.flatnonzero(found)
         if len(hit) > limit:
             hit = hit[np.argpartition(-found[hit], limit - 1)[:limit]]

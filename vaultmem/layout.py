@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -184,7 +185,14 @@ def is_ignored(rel: str) -> bool:
 # hyphens (``X-Payflow-Retry``, ``on-call``) kept together, and a possessive ``'s`` (``Mara's``) left out.
 _FOLDER_WORD_RE = re.compile(r"[^\W_]+(?:(?:_+|[.-])[^\W_]+)*")
 _FOLDER_POSSESSIVE_RE = re.compile(r"(?<=[^\W_])['\u2019][sS](?![^\W_])")
-_FOLDER_CJK_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_FOLDER_CJK = "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]"
+
+
+@functools.cache
+def _folder_cjk_re() -> re.Pattern[str]:
+    """Compiled on first use: a class this wide costs ~5 ms to compile, and most commands never name a
+    folder."""
+    return re.compile(_FOLDER_CJK)
 
 
 def folder_words(title: str) -> list[str]:
@@ -212,7 +220,7 @@ def folder_slug(title: str, words: int = 5, max_len: int = 40) -> str:
             break
         cost = len(word) + (1 if kept else 0)
         if size + cost > max_len:
-            if not kept and _FOLDER_CJK_RE.match(word):
+            if not kept and _folder_cjk_re().match(word):
                 kept.append(word[:max_len])
             elif not kept and "-" in word:  # a long identifier alone: its leading parts, each whole
                 parts = word.split("-")

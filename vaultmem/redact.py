@@ -21,7 +21,8 @@ Three sets of rules, in this order (the order breaks ties between matches of the
    ``bench/redact.py``. Hex near hash words (sha256, checksum, commit, ...), UUIDs, URLs, data URIs and
    base64 that decodes to text are not secrets.
 
-Speed matters because this is the ingest hot path: patterns are compiled once at import, and each one
+Speed matters because this is the ingest hot path: patterns are compiled once, on the first text long
+enough to hold a secret (not at import: a `vaultmem search` pays nothing for them), and each one
 only runs when one of its trigger substrings (gitleaks calls them keywords) occurs in the lowercased
 text, so ordinary prose costs a few hundred substring tests. In a sweep, the matches of all patterns are
 collected on the same text and the earliest (then the longest) wins where they overlap; a match that
@@ -42,8 +43,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-
-import ahocorasick
 
 MARKER_RE = re.compile(r"\[REDACTED:[a-z0-9_]+\]")
 
@@ -396,18 +395,32 @@ def _high_entropy(value: str) -> int:
     return len(value) if shannon(value) >= 3.0 else 0
 
 
+@dataclass(frozen=True)
+class _RuleSource:
+    """One of the own rules before it is compiled (``_rules`` compiles them, on first use)."""
+
+    kind: str
+    pattern: str
+    triggers: tuple[str, ...]
+    check: Callable[[str], int] | None
+    flags: re.RegexFlag
+
+    def compiled(self) -> _Rule:
+        return _Rule(self.kind, re.compile(self.pattern, self.flags), self.triggers, self.check)
+
+
 def _rule(
     kind: str,
     pattern: str,
     triggers: tuple[str, ...],
     check: Callable[[str], int] | None = None,
     flags: re.RegexFlag = re.IGNORECASE,
-) -> _Rule:
-    return _Rule(kind, re.compile(pattern, flags), triggers, check)
+) -> _RuleSource:
+    return _RuleSource(kind, pattern, triggers, check, flags)
 
 
 # Order breaks ties between matches with the same start and length: specific kinds before generic ones.
-_OWN_RULES: tuple[_Rule, ...] = (
+_OWN_RULES: tuple[_RuleSource, ...] = (
     _rule(
         "private_key",
         r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----"
@@ -538,9 +551,12 @@ def _rules() -> _Rules:
     """Every rule, read on the first text that could hold a secret (not at import: a `vaultmem search`
     that never redacts a long text never reads the catalogue)."""
     catalogue, _ = _load_catalogue()
-    rules: tuple[_Base, ...] = (*_OWN_RULES, *catalogue, _KeywordEntropy(), _BareEntropy())
+    own = tuple(rule.compiled() for rule in _OWN_RULES)
+    rules: tuple[_Base, ...] = (*own, *catalogue, _KeywordEntropy(), _BareEntropy())
     # Every trigger in one Aho-Corasick automaton: one pass over the text finds all of them (a loop of
     # `trigger in text` over the catalogue's 230 keywords cost 5x more on LongMemEval's long turns).
+    import ahocorasick  # with the rules: an extension module a process that never redacts does not load
+
     triggers = ahocorasick.Automaton()
     for order, rule in enumerate(rules):
         for trigger in rule.triggers:

@@ -15,6 +15,7 @@ then the longer phrase, then the earlier one.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -355,9 +356,25 @@ _CN_RULES: list[tuple[str, Handler]] = [
 # Rules whose phrase may leave the year out (then the window is the most recent occurrence).
 _YEARLESS: frozenset[Handler] = frozenset({_en_date, _en_day_month, _en_month, _cn_date})
 
-_RULES: tuple[tuple[re.Pattern[str], Handler], ...] = tuple(
-    (re.compile(p, re.IGNORECASE), h) for p, h in _EN_RULES + _CN_RULES
+_EN_COMPILED: tuple[tuple[re.Pattern[str], Handler], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), h) for p, h in _EN_RULES
 )
+
+
+@functools.cache
+def _cn_compiled() -> tuple[tuple[re.Pattern[str], Handler], ...]:
+    """The Chinese rules, compiled on the first text that could hold one (~5 ms: a process that only
+    ever sees English, a `vaultmem search` say, does not pay it)."""
+    return tuple((re.compile(p, re.IGNORECASE), h) for p, h in _CN_RULES)
+
+
+def _rules(text: str) -> tuple[tuple[re.Pattern[str], Handler], ...]:
+    """The rules that can match ``text``, in their order. Every Chinese rule needs a character from
+    U+4E00 up (日, 周, 月, 年, 前, 近...; no case to fold), so a text without one is left to the English
+    rules: the same matches either way."""
+    if text and max(text) >= "\u4e00":
+        return _EN_COMPILED + _cn_compiled()
+    return _EN_COMPILED
 
 
 # --- public --------------------------------------------------------------------------------------
@@ -370,7 +387,7 @@ def find_range(query: str, now: datetime) -> TimeRange | None:
         raise ValueError("find_range needs a timezone-aware `now`")
     now = now.astimezone(UTC)
     found: list[tuple[Window, str, tuple[int, int], bool]] = []
-    for pattern, handler in _RULES:
+    for pattern, handler in _rules(query):
         for m in pattern.finditer(query):
             try:
                 window = handler(m, now)

@@ -13,14 +13,17 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vaultmem import detect, index
+from vaultmem import index
 from vaultmem.search import Filters, Hit
 from vaultmem.validity import SUPERSEDED_BY, SUPERSEDES
 from vaultmem.vectors import VectorCache
+
+if TYPE_CHECKING:  # imported where judged: a process that only searches never loads the detector
+    from vaultmem import detect
 
 MAX_CHAIN = 16  # a chain of versions longer than this is followed no further (a cycle typed by hand)
 
@@ -244,6 +247,8 @@ def candidates(
     version link would have to write into it)."""
     if not stated(row) or not index.has_file(row["path"]):
         return []
+    from vaultmem import detect
+
     out = []
     for old, cosine in earlier_neighbours(conn, cache, row["id"]):
         old_entities, new_entities = json.loads(old["entities"]), json.loads(row["entities"])
@@ -261,6 +266,8 @@ def judged(
 ) -> list[tuple[sqlite3.Row, detect.Judgement]]:
     """The earlier leaves the leaf ``row`` may update, each with the detector's judgement (those it
     rules out are left out)."""
+    from vaultmem import detect
+
     out = []
     for old, cosine, facts in candidates(conn, cache, row):
         verdict = detect.judge(old["text"], row["text"], cosine, **facts)

@@ -18,9 +18,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
-_RESOLVER = yaml.resolver.Resolver()
 _STR_TAG = "tag:yaml.org,2002:str"
 _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -32,7 +29,21 @@ _FLOAT_RE = re.compile(r"-?[0-9]+\.[0-9]+")
 _KEY_LINE_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*): (.+)")
 _ITEM_RE = re.compile(r"\s*((?:\"(?:[^\"\\]|\\.)*\"|'(?:[^']|'')*'|[^,\[\]{}\"'])*?)\s*(?:,|$)")
 # What PyYAML refuses to read, plus the characters YAML treats as line breaks inside scalars.
-_UNSAFE_RE = re.compile("[^\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_UNSAFE = "[^\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+
+
+# PyYAML and this class are made on first use, not at import (~15 ms): a process that reads no
+# frontmatter (a `vaultmem search`) never pays for them.
+@functools.cache
+def _unsafe_re() -> re.Pattern[str]:
+    return re.compile(_UNSAFE)
+
+
+@functools.cache
+def _resolver() -> Any:
+    import yaml
+
+    return yaml.resolver.Resolver()
 
 
 # PyYAML's implicit resolvers are keyed by first character; for text starting with an ASCII letter only
@@ -73,7 +84,9 @@ def _tag(text: str) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def _resolve(text: str) -> str:
-    return str(_RESOLVER.resolve(yaml.ScalarNode, text, (True, False)))  # type: ignore[no-untyped-call]
+    import yaml
+
+    return str(_resolver().resolve(yaml.ScalarNode, text, (True, False)))
 
 
 def _plain_ok(text: str) -> bool:
@@ -87,7 +100,7 @@ def _plain_ok(text: str) -> bool:
 
 
 def _quote(text: str) -> str | None:
-    if _UNSAFE_RE.search(text):
+    if _unsafe_re().search(text):
         return None  # control characters: let PyYAML choose the escapes
     return json.dumps(text, ensure_ascii=False)
 
@@ -260,20 +273,47 @@ def _parse_value(text: str) -> Any:
 
 
 def load(raw: str) -> dict[str, Any] | None:
-    """Parse frontmatter written in the subset, or return None so the caller falls back to YAML."""
+    """Parse frontmatter written in the subset, or return None so the caller falls back to YAML.
+
+    A line is parsed once: ``kind: leaf``, ``role: user``, ``status: admitted`` repeat on every leaf of
+    a vault, and a reindex reads them all (the parse of a line depends on nothing else)."""
     out: dict[str, Any] = {}
-    try:
-        for line in raw.split("\n"):
-            if not line:
-                continue
-            match = _KEY_LINE_RE.fullmatch(line)
-            if match is None:
-                return None
-            # YAML ignores spaces around a plain value ("k:  0" is the integer 0).
-            key, text = match.group(1), match.group(2).strip(" ")
-            if not text or key in out or _tag(key) != _STR_TAG or _UNSAFE_RE.search(text):
-                return None
-            out[key] = _parse_value(text)
-    except _Unknown:
-        return None
+    lines = _LINES
+    for line in raw.split("\n"):
+        if not line:
+            continue
+        parsed = lines.get(line)
+        if parsed is None:
+            parsed = _line(line)
+            if parsed[2] is not dict:  # a flow mapping is parsed each time (no frozen form kept)
+                if len(lines) >= LINES_KEPT:
+                    lines.clear()
+                lines[line] = parsed
+        key, value, kind = parsed
+        if key is None or key in out:
+            return None
+        out[key] = list(value) if kind is list else value
     return out
+
+
+LINES_KEPT = 4096  # lines remembered (a line is ~40 characters: ~0.5 MB at most)
+_LINES: dict[str, tuple[str | None, Any, type]] = {}
+
+
+def _line(line: str) -> tuple[str | None, Any, type]:
+    """(key, value, type) of one frontmatter line, the key None when the line is not in the subset; a
+    list's value is kept as a tuple (``load`` gives each caller its own list)."""
+    match = _KEY_LINE_RE.fullmatch(line)
+    if match is None:
+        return None, None, type(None)
+    # YAML ignores spaces around a plain value ("k:  0" is the integer 0).
+    key, text = match.group(1), match.group(2).strip(" ")
+    if not text or _tag(key) != _STR_TAG or _unsafe_re().search(text):
+        return None, None, type(None)
+    try:
+        value = _parse_value(text)
+    except _Unknown:
+        return None, None, type(None)
+    if isinstance(value, list):
+        return key, tuple(value), list
+    return key, value, type(value)
