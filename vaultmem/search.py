@@ -120,6 +120,17 @@ PRF_KEEP = 5
 # Rocchio ranks only the first round's candidates, each scored exactly, instead of every vector (a second
 # vector search: +3-4 ms search p50 at 100,000 leaves). LoCoMo dev: every C@1024/C@2048 figure identical.
 PRF_WITHIN = True
+# Level-guided candidates (issue 19, session 12): the question's vector against the depth-1 levels (the
+# summaries whose children are leaves, vectors already in the index); of the best LEVEL_TOP levels, each
+# one's LEVEL_LEAVES leaves closest to the question, in the levels' order, are a ranking fused like the
+# feedback's (same gate, below the kept best) with weight LEVEL_WEIGHT. It reaches a turn whose own words
+# and vector say little but whose stretch of talk is about the question ("activities with her family"),
+# in sessions the first round missed. LEVEL_SUBJECT: only leaves said by the speakers the question is about.
+# 0: off. Measured in docs/architecture.md ("Level-guided candidates").
+LEVEL_WEIGHT = 0.0
+LEVEL_TOP = 20
+LEVEL_LEAVES = 1
+LEVEL_SUBJECT = False
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
 WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
@@ -634,6 +645,12 @@ class Searcher:
         self.prf_on_named_time = PRF_ON_NAMED_TIME
         self.prf_keep = PRF_KEEP
         self.prf_within = PRF_WITHIN
+        self.level_weight = LEVEL_WEIGHT
+        self.level_top = LEVEL_TOP
+        self.level_leaves = LEVEL_LEAVES
+        self.level_subject = LEVEL_SUBJECT
+        # Depth-1 levels -> their leaves (id, speaker), remembered until the index is written.
+        self._levels: tuple[tuple[int, int, int] | None, dict[str, list[tuple[str, str | None]]]] = (None, {})
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
@@ -975,7 +992,7 @@ class Searcher:
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
         if (
-            (self.prf_vector or self.prf_words or self.split_vector)
+            (self.prf_vector or self.prf_words or self.split_vector or self.level_weight)
             and scores
             and self._feedback_for(query, filters)
         ):
@@ -1013,6 +1030,8 @@ class Searcher:
             found.append((self.prf_vector, self._feedback_vector(query, filters, limit, best, within)))
         if self.split_vector and replace(filters, kind=None).empty and filters.kind != "summary":
             found.extend((self.split_vector, ids) for ids in self._speaker_vectors(query, limit))
+        if self.level_weight and replace(filters, kind=None).empty and filters.kind != "summary":
+            found.append((self.level_weight, self.level_leaves_of(query)))
         if self.prf_words:
             extra = self.feedback_terms(query, best)
             if extra:
@@ -1032,6 +1051,54 @@ class Searcher:
             for node_id in sorted(risen, key=lambda i: (-scores[i], i)):
                 step = math.nextafter(step, -math.inf)
                 scores[node_id] = step
+
+    def level_leaves_of(self, query: str) -> list[str]:
+        """Level-guided candidates: the depth-1 levels closest to the query (by their summary's vector),
+        best first, each giving its ``level_leaves`` leaves closest to the query; with ``level_subject``
+        only leaves said by the speakers the query is about (``Speakers.subject``). No forward pass: the
+        query's vector is remembered from the first round."""
+        levels = self._leaf_levels()
+        if not levels:
+            return []
+        embedder = self._embedder_factory()
+        cache = self._vectors(embedder)
+        level_ids = [i for i in levels if i in cache.pos]
+        if not level_ids:
+            return []
+        subject: frozenset[str] = frozenset()
+        if self.level_subject:
+            self._speakers.refresh(self.conn)
+            subject = self._speakers.subject(query)
+        out: list[str] = []
+        take = max(1, int(self.level_leaves))
+        with one_blas_thread:
+            q = self.content_vector(embedder, query)
+            rows = np.asarray([cache.pos[i] for i in level_ids], dtype=np.intp)
+            for row in cache.top(q, int(self.level_top), rows):
+                kids = [
+                    leaf
+                    for leaf, speaker in levels[cache.ids[int(row)]]
+                    if leaf in cache.pos and (not subject or speaker in subject)
+                ]
+                if not kids:
+                    continue
+                sims = cache.matrix[np.asarray([cache.pos[k] for k in kids], dtype=np.intp)] @ q
+                out.extend(kids[int(j)] for j in np.argsort(-sims, kind="stable")[:take])
+        return out
+
+    def _leaf_levels(self) -> dict[str, list[tuple[str, str | None]]]:
+        """Each depth-1 level (a leaf's parent) -> its leaves (id, speaker), in seq order, remembered until
+        the index is written."""
+        stamp = write_stamp(self.conn)
+        if stamp is not None and self._levels[0] == stamp:
+            return self._levels[1]
+        levels: dict[str, list[tuple[str, str | None]]] = {}
+        for leaf, parent, speaker in self.conn.execute(
+            "SELECT id, parent, speaker FROM chunks WHERE kind = 'leaf' AND parent IS NOT NULL ORDER BY seq"
+        ):
+            levels.setdefault(parent, []).append((leaf, speaker))
+        self._levels = (stamp, levels)
+        return levels
 
     def _speaker_vectors(self, query: str, limit: int) -> list[list[str]]:
         """For each speaker the query is about, the cosine ranking of that speaker's leaves alone (fused as
