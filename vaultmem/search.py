@@ -131,6 +131,9 @@ LEVEL_WEIGHT = 0.0
 LEVEL_TOP = 20
 LEVEL_LEAVES = 1
 LEVEL_SUBJECT = False
+# LEVEL_KEEP > 0: the list is fused last (after the walk, neighbours and speakers), below the final ranking's
+# best LEVEL_KEEP hits, so it only adds candidates; 0: fused in the feedback round (below its PRF_KEEP).
+LEVEL_KEEP = 0
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
 WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
@@ -606,6 +609,24 @@ def name_words(speaker: str) -> list[str]:
     return [w for w in _WORD_RE.findall(name) if len(w) > 1 and not w.isdigit() and w not in STOPWORDS]
 
 
+def _fuse_below(scores: dict[str, float], found: list[tuple[float, list[str]]], keep: int) -> None:
+    """Fuse the rankings ``found`` ((weight, ids best first)) into ``scores`` by reciprocal rank; with
+    ``keep`` > 0, what rises above the best ``keep`` of ``scores`` as they were goes right below them, in
+    its own order, so they keep their places."""
+    kept = sorted(scores, key=lambda i: (-scores[i], i))[:keep] if keep > 0 else []
+    below = scores[kept[-1]] if kept and len(kept) == keep else None
+    for weight, ids in found:
+        for rank, node_id in enumerate(ids, 1):
+            scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
+    if below is not None:  # what rose above the kept hits goes right below them, in its own order
+        protected = set(kept)
+        risen = [i for i in scores if i not in protected and scores[i] >= below]
+        step = below
+        for node_id in sorted(risen, key=lambda i: (-scores[i], i)):
+            step = math.nextafter(step, -math.inf)
+            scores[node_id] = step
+
+
 class Searcher:
     """Hybrid search over one vault's index. Keeps vectors in memory between queries."""
 
@@ -649,6 +670,7 @@ class Searcher:
         self.level_top = LEVEL_TOP
         self.level_leaves = LEVEL_LEAVES
         self.level_subject = LEVEL_SUBJECT
+        self.level_keep = LEVEL_KEEP
         # Depth-1 levels -> their leaves (id, speaker), remembered until the index is written.
         self._levels: tuple[tuple[int, int, int] | None, dict[str, list[tuple[str, str | None]]]] = (None, {})
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
@@ -1005,6 +1027,15 @@ class Searcher:
             self._split_people(query, scores)
         if self.speaker_boost or self.first_person_boost:
             self._boost_speakers(query, scores, pool)
+        if (
+            self.level_weight
+            and self.level_keep
+            and scores
+            and replace(filters, kind=None).empty
+            and filters.kind != "summary"
+            and self._feedback_for(query, filters)
+        ):
+            self._add_levels(query, scores)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
 
@@ -1030,7 +1061,12 @@ class Searcher:
             found.append((self.prf_vector, self._feedback_vector(query, filters, limit, best, within)))
         if self.split_vector and replace(filters, kind=None).empty and filters.kind != "summary":
             found.extend((self.split_vector, ids) for ids in self._speaker_vectors(query, limit))
-        if self.level_weight and replace(filters, kind=None).empty and filters.kind != "summary":
+        if (
+            self.level_weight
+            and not self.level_keep
+            and replace(filters, kind=None).empty
+            and filters.kind != "summary"
+        ):
             found.append((self.level_weight, self.level_leaves_of(query)))
         if self.prf_words:
             extra = self.feedback_terms(query, best)
@@ -1038,19 +1074,12 @@ class Searcher:
                 found.append(
                     (self.prf_words, self.lexical(" ".join([query, *extra]), filters, limit)["words"])
                 )
-        keep = int(self.prf_keep)
-        kept = sorted(scores, key=lambda i: (-scores[i], i))[:keep] if keep > 0 else []
-        below = scores[kept[-1]] if kept and len(kept) == keep else None
-        for weight, ids in found:
-            for rank, node_id in enumerate(ids, 1):
-                scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
-        if below is not None:  # what rose above the kept hits goes right below them, in its own order
-            protected = set(kept)
-            risen = [i for i in scores if i not in protected and scores[i] >= below]
-            step = below
-            for node_id in sorted(risen, key=lambda i: (-scores[i], i)):
-                step = math.nextafter(step, -math.inf)
-                scores[node_id] = step
+        _fuse_below(scores, found, int(self.prf_keep))
+
+    def _add_levels(self, query: str, scores: dict[str, float]) -> None:
+        """The level-guided list (``level_leaves_of``) fused into the final ranking below its best
+        ``level_keep`` hits: it adds candidates and never reorders the top."""
+        _fuse_below(scores, [(self.level_weight, self.level_leaves_of(query))], int(self.level_keep))
 
     def level_leaves_of(self, query: str) -> list[str]:
         """Level-guided candidates: the depth-1 levels closest to the query (by their summary's vector),
