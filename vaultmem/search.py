@@ -126,7 +126,9 @@ PRF_WITHIN = True
 # feedback's (same gate, below the kept best) with weight LEVEL_WEIGHT. It reaches a turn whose own words
 # and vector say little but whose stretch of talk is about the question ("activities with her family"),
 # in sessions the first round missed. LEVEL_SUBJECT: only leaves said by the speakers the question is about.
-# 0: off. Measured in docs/architecture.md ("Level-guided candidates").
+# 0: off. LoCoMo dev at 0.5 (feedback round): open-domain 0.587 -> 0.606-0.629, multi-hop 0.614 -> 0.617-0.627,
+# but single-hop or adversarial falls at 1,024 tokens in every setting (docs/architecture.md, "Level-guided
+# candidates"); no levels in a vault not yet compacted: nothing added.
 LEVEL_WEIGHT = 0.0
 LEVEL_TOP = 20
 LEVEL_LEAVES = 1
