@@ -182,3 +182,21 @@ def test_the_level_list_leaves_a_time_question_and_a_vault_without_levels_alone(
 
 def test_the_level_list_is_off_by_default(levelled: Vault) -> None:
     assert search_module.LEVEL_WEIGHT == 0.0 and levelled.searcher.level_weight == 0.0
+
+
+def test_fused_last_the_list_only_adds_below_the_final_best(levelled: Vault) -> None:
+    """With ``level_keep``, the list is fused after every other step, below the final ranking's best
+    ``level_keep``: they keep their places and order, and the list's leaves join below them."""
+    searcher = levelled.searcher
+    searcher.prf_vector = 0.0
+    plain = _scores(levelled, QUERY)
+    first = sorted(plain, key=lambda i: (-plain[i], i))
+    searcher.level_weight, searcher.level_keep, searcher.level_top = 50.0, 2, 6
+    after = _scores(levelled, QUERY)
+    order = sorted(after, key=lambda i: (-after[i], i))
+    listed = searcher.level_leaves_of(QUERY)
+    # Unprotected, the list's first leaf outside the best 2 would lead: its share alone beats their scores.
+    outside = next(i for i in listed if i not in first[:2])
+    assert 50.0 / (search_module.RRF_K + len(listed)) > plain[first[0]]
+    assert order[:2] == first[:2] and order[2] in listed and outside in order[2 : 2 + len(listed)]
+    assert set(after) == set(plain) | set(listed) and set(listed) - set(plain)
