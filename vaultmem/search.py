@@ -120,6 +120,22 @@ PRF_KEEP = 5
 # Rocchio ranks only the first round's candidates, each scored exactly, instead of every vector (a second
 # vector search: +3-4 ms search p50 at 100,000 leaves). LoCoMo dev: every C@1024/C@2048 figure identical.
 PRF_WITHIN = True
+# Level-guided candidates (issue 19, session 12): the question's vector against the depth-1 levels (the
+# summaries whose children are leaves, vectors already in the index); of the best LEVEL_TOP levels, each
+# one's LEVEL_LEAVES leaves closest to the question, in the levels' order, are a ranking fused like the
+# feedback's (same gate, below the kept best) with weight LEVEL_WEIGHT. It reaches a turn whose own words
+# and vector say little but whose stretch of talk is about the question ("activities with her family"),
+# in sessions the first round missed. LEVEL_SUBJECT: only leaves said by the speakers the question is about.
+# 0: off. LoCoMo dev at 0.5 (feedback round): open-domain 0.587 -> 0.606-0.629, multi-hop 0.614 -> 0.617-0.627,
+# but single-hop or adversarial falls at 1,024 tokens in every setting (docs/architecture.md, "Level-guided
+# candidates"); no levels in a vault not yet compacted: nothing added.
+LEVEL_WEIGHT = 0.0
+LEVEL_TOP = 20
+LEVEL_LEAVES = 1
+LEVEL_SUBJECT = False
+# LEVEL_KEEP > 0: the list is fused last (after the walk, neighbours and speakers), below the final ranking's
+# best LEVEL_KEEP hits, so it only adds candidates; 0: fused in the feedback round (below its PRF_KEEP).
+LEVEL_KEEP = 0
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
 WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
@@ -595,6 +611,24 @@ def name_words(speaker: str) -> list[str]:
     return [w for w in _WORD_RE.findall(name) if len(w) > 1 and not w.isdigit() and w not in STOPWORDS]
 
 
+def _fuse_below(scores: dict[str, float], found: list[tuple[float, list[str]]], keep: int) -> None:
+    """Fuse the rankings ``found`` ((weight, ids best first)) into ``scores`` by reciprocal rank; with
+    ``keep`` > 0, what rises above the best ``keep`` of ``scores`` as they were goes right below them, in
+    its own order, so they keep their places."""
+    kept = sorted(scores, key=lambda i: (-scores[i], i))[:keep] if keep > 0 else []
+    below = scores[kept[-1]] if kept and len(kept) == keep else None
+    for weight, ids in found:
+        for rank, node_id in enumerate(ids, 1):
+            scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
+    if below is not None:  # what rose above the kept hits goes right below them, in its own order
+        protected = set(kept)
+        risen = [i for i in scores if i not in protected and scores[i] >= below]
+        step = below
+        for node_id in sorted(risen, key=lambda i: (-scores[i], i)):
+            step = math.nextafter(step, -math.inf)
+            scores[node_id] = step
+
+
 class Searcher:
     """Hybrid search over one vault's index. Keeps vectors in memory between queries."""
 
@@ -634,6 +668,13 @@ class Searcher:
         self.prf_on_named_time = PRF_ON_NAMED_TIME
         self.prf_keep = PRF_KEEP
         self.prf_within = PRF_WITHIN
+        self.level_weight = LEVEL_WEIGHT
+        self.level_top = LEVEL_TOP
+        self.level_leaves = LEVEL_LEAVES
+        self.level_subject = LEVEL_SUBJECT
+        self.level_keep = LEVEL_KEEP
+        # Depth-1 levels -> their leaves (id, speaker), remembered until the index is written.
+        self._levels: tuple[tuple[int, int, int] | None, dict[str, list[tuple[str, str | None]]]] = (None, {})
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
@@ -975,7 +1016,7 @@ class Searcher:
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
         if (
-            (self.prf_vector or self.prf_words or self.split_vector)
+            (self.prf_vector or self.prf_words or self.split_vector or self.level_weight)
             and scores
             and self._feedback_for(query, filters)
         ):
@@ -988,6 +1029,15 @@ class Searcher:
             self._split_people(query, scores)
         if self.speaker_boost or self.first_person_boost:
             self._boost_speakers(query, scores, pool)
+        if (
+            self.level_weight
+            and self.level_keep
+            and scores
+            and replace(filters, kind=None).empty
+            and filters.kind != "summary"
+            and self._feedback_for(query, filters)
+        ):
+            self._add_levels(query, scores)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
 
@@ -1013,25 +1063,73 @@ class Searcher:
             found.append((self.prf_vector, self._feedback_vector(query, filters, limit, best, within)))
         if self.split_vector and replace(filters, kind=None).empty and filters.kind != "summary":
             found.extend((self.split_vector, ids) for ids in self._speaker_vectors(query, limit))
+        if (
+            self.level_weight
+            and not self.level_keep
+            and replace(filters, kind=None).empty
+            and filters.kind != "summary"
+        ):
+            found.append((self.level_weight, self.level_leaves_of(query)))
         if self.prf_words:
             extra = self.feedback_terms(query, best)
             if extra:
                 found.append(
                     (self.prf_words, self.lexical(" ".join([query, *extra]), filters, limit)["words"])
                 )
-        keep = int(self.prf_keep)
-        kept = sorted(scores, key=lambda i: (-scores[i], i))[:keep] if keep > 0 else []
-        below = scores[kept[-1]] if kept and len(kept) == keep else None
-        for weight, ids in found:
-            for rank, node_id in enumerate(ids, 1):
-                scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
-        if below is not None:  # what rose above the kept hits goes right below them, in its own order
-            protected = set(kept)
-            risen = [i for i in scores if i not in protected and scores[i] >= below]
-            step = below
-            for node_id in sorted(risen, key=lambda i: (-scores[i], i)):
-                step = math.nextafter(step, -math.inf)
-                scores[node_id] = step
+        _fuse_below(scores, found, int(self.prf_keep))
+
+    def _add_levels(self, query: str, scores: dict[str, float]) -> None:
+        """The level-guided list (``level_leaves_of``) fused into the final ranking below its best
+        ``level_keep`` hits: it adds candidates and never reorders the top."""
+        _fuse_below(scores, [(self.level_weight, self.level_leaves_of(query))], int(self.level_keep))
+
+    def level_leaves_of(self, query: str) -> list[str]:
+        """Level-guided candidates: the depth-1 levels closest to the query (by their summary's vector),
+        best first, each giving its ``level_leaves`` leaves closest to the query; with ``level_subject``
+        only leaves said by the speakers the query is about (``Speakers.subject``). No forward pass: the
+        query's vector is remembered from the first round."""
+        levels = self._leaf_levels()
+        if not levels:
+            return []
+        embedder = self._embedder_factory()
+        cache = self._vectors(embedder)
+        level_ids = [i for i in levels if i in cache.pos]
+        if not level_ids:
+            return []
+        subject: frozenset[str] = frozenset()
+        if self.level_subject:
+            self._speakers.refresh(self.conn)
+            subject = self._speakers.subject(query)
+        out: list[str] = []
+        take = max(1, int(self.level_leaves))
+        with one_blas_thread:
+            q = self.content_vector(embedder, query)
+            rows = np.asarray([cache.pos[i] for i in level_ids], dtype=np.intp)
+            for row in cache.top(q, int(self.level_top), rows):
+                kids = [
+                    leaf
+                    for leaf, speaker in levels[cache.ids[int(row)]]
+                    if leaf in cache.pos and (not subject or speaker in subject)
+                ]
+                if not kids:
+                    continue
+                sims = cache.matrix[np.asarray([cache.pos[k] for k in kids], dtype=np.intp)] @ q
+                out.extend(kids[int(j)] for j in np.argsort(-sims, kind="stable")[:take])
+        return out
+
+    def _leaf_levels(self) -> dict[str, list[tuple[str, str | None]]]:
+        """Each depth-1 level (a leaf's parent) -> its leaves (id, speaker), in seq order, remembered until
+        the index is written."""
+        stamp = write_stamp(self.conn)
+        if stamp is not None and self._levels[0] == stamp:
+            return self._levels[1]
+        levels: dict[str, list[tuple[str, str | None]]] = {}
+        for leaf, parent, speaker in self.conn.execute(
+            "SELECT id, parent, speaker FROM chunks WHERE kind = 'leaf' AND parent IS NOT NULL ORDER BY seq"
+        ):
+            levels.setdefault(parent, []).append((leaf, speaker))
+        self._levels = (stamp, levels)
+        return levels
 
     def _speaker_vectors(self, query: str, limit: int) -> list[list[str]]:
         """For each speaker the query is about, the cosine ranking of that speaker's leaves alone (fused as
