@@ -612,18 +612,20 @@ def _asks_for_advice(words: list[str]) -> bool:
 def first_person(query: str, requests: bool = True) -> bool:
     """Whether ``query`` is about its asker, a user of a chat with an assistant: it speaks in the first
     person ("did I", "my", "me") and not of what the assistant said ("did you recommend", "your", "the
-    list you provided", "remind me"). With ``requests`` (``FIRST_PERSON_REQUESTS``), "you" asked for
-    advice now ("can you suggest accessories for my phone", "I'm anxious about Tokyo, do you have tips")
-    still counts: the advice rests on what the user said of themself (``_asks_for_advice``)."""
+    list you provided"). With ``requests`` (``FIRST_PERSON_REQUESTS``), "you" asked for advice now ("can
+    you suggest accessories for my phone", "I'm anxious about Tokyo, do you have tips") still counts: the
+    advice rests on what the user said of themself (``_asks_for_advice``); and a question that sends the
+    user back to the shared chat ("can you remind me", "what we discussed", "our previous chat") does not.
+    Without it any "you" leaves the question to the assistant's words (the rule before)."""
     words = _WORD_RE.findall(query.lower())
     if not _FIRST_PERSON.intersection(words):
         return False
     second = _SECOND_PERSON.intersection(words)
+    if not requests:
+        return not second  # the rule before: any "you" asks what the assistant said
     if (second or _SHARED.intersection(words)) and _RECALLING.intersection(words):
         return False  # "can you remind me", "what we discussed", "our previous chat": either side's words
-    if not second:
-        return True
-    return requests and _asks_for_advice(words)
+    return not second or _asks_for_advice(words)
 
 
 def speakers(conn: sqlite3.Connection) -> list[str]:
