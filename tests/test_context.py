@@ -187,16 +187,3 @@ def test_the_context_knob_is_read_at_call_time(tmp_path: Path, monkeypatch: pyte
         monkeypatch.setattr(context, "PER_TOKEN_FULL", 48)
         vault.context("kyoto ryokan temple", 300)
         assert calls == [0, 48]
-
-
-def test_the_lead_goes_in_first_whatever_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``PER_TOKEN_LEAD``: the best hits go in first, then the rest by value per token (a question whose
-    answer is one long reply keeps it)."""
-    reply, short = _turn(1, 160, "assistant"), [_turn(n, 25) for n in (2, 3, 4)]
-    hits = [reply, *short]
-    budget = reply.tokens + 40
-    monkeypatch.setattr(context, "PER_TOKEN_LEAD", 0)
-    assert reply.id not in [i.hit.id for i in assemble("q", hits, budget, per_token_full=64).items]
-    monkeypatch.setattr(context, "PER_TOKEN_LEAD", 1)
-    assert context.fill_order(hits, 64) == [0, 1, 2, 3]
-    assert assemble("q", hits, budget, per_token_full=64).items[0].hit.id == reply.id

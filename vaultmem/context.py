@@ -166,21 +166,16 @@ def render_summary_block(hit: Hit) -> str:
 # 256-token chunk of a long assistant reply counts as two turns (LongMemEval dev C@1024 0.639 -> 0.869).
 PER_TOKEN_FULL = 128
 PER_TOKEN_K = 10  # rank offset of the value (as search's RRF_K): how fast value falls with rank
-# The best PER_TOKEN_LEAD hits go in first whatever their size, then the rest by value per token: a question
-# whose answer is one long reply ("what was the trail you recommended") keeps its best hit. 0: none.
-PER_TOKEN_LEAD = 0
 
 
 def fill_order(hits: Sequence[Hit], full: int, k: int | None = None) -> list[int]:
-    """Indexes of ``hits`` (in rank order) in the order the budget is filled: the best ``PER_TOKEN_LEAD``
-    first, then by value per token, value ``1 / (k + rank)`` (``k`` default ``PER_TOKEN_K``), tokens
-    ``max(full, hit.tokens)``; ties (and ``full`` 0) in rank order."""
+    """Indexes of ``hits`` (in rank order) in the order the budget is filled: by value per token,
+    value ``1 / (k + rank)`` (``k`` default ``PER_TOKEN_K``), tokens ``max(full, hit.tokens)``; ties
+    (and ``full`` 0) in rank order."""
     k = PER_TOKEN_K if k is None else k
     if full <= 0:
         return list(range(len(hits)))
-    lead = min(len(hits), max(0, int(PER_TOKEN_LEAD)))
-    rest = sorted(range(lead, len(hits)), key=lambda i: (-1.0 / ((k + i + 1) * max(full, hits[i].tokens)), i))
-    return [*range(lead), *rest]
+    return sorted(range(len(hits)), key=lambda i: (-1.0 / ((k + i + 1) * max(full, hits[i].tokens)), i))
 
 
 def assemble(
