@@ -63,10 +63,11 @@ UNNAMED_QUERY = 1.0
 # the other roles' turns (the assistant's replies) have their fused scores divided by 1 + FIRST_PERSON_BOOST
 # (``Searcher._boost_speakers``); leaves without a role (notes, documents, mail) keep theirs.
 # The assistant's long replies repeat a topic's words, the user's short reports hold the facts. No-op when the
-# query names a speaker, says "you" (it asks what the assistant said) or the candidates are not a user/other-
-# role pair (a chat between named people: LoCoMo dev identical). LongMemEval dev, 20 haystacks: C@1024
-# multi-session 0.509 -> 0.861, temporal-reasoning 0.758 -> 0.909 (plateau from 2 to 4; docs/architecture.md,
-# "The people a question is about").
+# query names a speaker, asks what the assistant said ("you", but see FIRST_PERSON_REQUESTS) or the candidates
+# are not a user/other-role pair (a chat between named people: LoCoMo dev identical). LongMemEval dev, 20
+# haystacks: C@1024 multi-session 0.509 -> 0.861, temporal-reasoning 0.758 -> 0.909 (plateau from 2 to 4); all
+# 40, C@1024 0.869 -> 0.894 with value-per-token filling on, no question type down (docs/architecture.md, "The
+# people a question is about").
 FIRST_PERSON_BOOST = 2.0
 # A question about two people ("what do Melanie and Caroline both like", "what movies have Joanna and Nate
 # seen") asks for a fact of each: each person's own leaves, in the order the fused ranking gives them, are a
@@ -88,12 +89,15 @@ FIRST_PERSON_FUSED = False
 # The first-person prior also takes a question that asks the assistant for advice now, about the user's own
 # situation ("can you suggest accessories for my phone", "I'm anxious about Tokyo, do you have any tips"):
 # the advice rests on what the user said of themself. Not one that asks what the assistant said ("the trail
-# you recommended", "can you remind me", "our previous chat"): ``first_person``.
+# you recommended", "can you remind me", "our previous chat"): ``first_person``. LongMemEval dev, all 40:
+# preference 0.667 -> 1.000 at 1,024 tokens (3 questions), 1 up / 0 down, every other type identical.
 FIRST_PERSON_REQUESTS = True
 # Under the first-person prior the reply that directly follows the user's best-matching turn keeps its score
 # when the question says the user got something ("what recipe did I get for lasagna", "what was I told"):
 # the question is about the user, but what they got may be in the answer to their request (1); 2: for every
-# first-person question; 0: off.
+# first-person question; 0: off. No such question in LongMemEval dev: at 1 its contexts are identical (one
+# evidence turn leaves the top 5 for the top 10), at 2 R@5 0.825 -> 0.794 (the reply to the best user turn is
+# often the long one repeating the question's words). Test: test_people.py, "what did I get".
 FIRST_PERSON_ANSWER = 1
 # Judge a hit's evidence cosine (and ``weak``) by the vector the leaves are ranked by (the name-free one)
 # instead of the whole query's: one forward pass for a query naming a speaker instead of two (LoCoMo conv-30
