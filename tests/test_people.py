@@ -220,6 +220,9 @@ def test_the_first_person_prior_lowers_the_replies_and_leaves_what_has_no_role_i
         ("I'm checking our previous chat about my shift rota, what was Admon's shift?", False),
         ("What did you suggest for my dinner?", False),
         ("Do you like your new job? I like mine", False),
+        ("What did I tell you about my sister's wedding?", True),  # "you" hears the user's words
+        ("Did I send you my CV?", True),
+        ("What did you tell me about my CV?", False),
     ],
 )
 def test_first_person_takes_a_request_for_advice_and_not_a_question_about_what_was_said(

@@ -585,9 +585,9 @@ _SECOND_PERSON = frozenset(["you", "your", "yours", "yourself"])
 _ASKING = frozenset(["can", "could", "would", "will", "do"])
 # Words that send a question back to what was said earlier in the chat, or by the assistant: with "you" in
 # the question, the answer may be the assistant's reply ("can you remind me", "our previous chat").
-_RECALLING = frozenset(
-    ["remind", "previous", "earlier", "discussed", "talked", "chatted", "mentioned", "said", "told", "again"]
-)
+_RECALLING = frozenset(["remind", "previous", "earlier", "discussed", "talked", "chatted", "again"])
+# "What did I tell you", "did I send you my CV", "what I said to you": "you" hears the user's own words.
+_TOLD = frozenset(["tell", "told", "ask", "asked", "show", "showed", "send", "sent", "give", "gave", "to"])
 # "What did I get", "what was I told": what the user got may be the answer to a request (FIRST_PERSON_ANSWER).
 _RECEIVING = frozenset(["get", "got", "receive", "received", "given", "told", "learn", "learned", "learnt"])
 _SHARED = frozenset(["we", "our", "us"])  # the user and the assistant: "our previous chat"
@@ -599,16 +599,19 @@ _PAST = frozenset(
 
 def _asks_for_advice(words: list[str]) -> bool:
     """Whether every "you" of ``words`` asks the assistant for something now ("can you suggest", "do you
-    have any tips", "what do you think"): the question is then about the user's own situation, and the
-    user's turns hold what it rests on. "Did you", "you recommended", "your suggestion" ask for what the
-    assistant said."""
+    have any tips", "what do you think") or hears the user's own words ("what did I tell you"): the
+    question is then about the user, and the user's turns hold what it rests on. "Did you", "you
+    recommended", "your suggestion" ask for what the assistant said."""
     for n, word in enumerate(words):
         if word in ("your", "yours", "yourself"):
             return False
         if word != "you":
             continue
+        before = words[n - 1] if n else ""
         after = words[n + 1] if n + 1 < len(words) else ""
-        if n == 0 or words[n - 1] not in _ASKING or after.endswith("ed") or after in _PAST:
+        if before in _TOLD:
+            continue
+        if before not in _ASKING or after.endswith("ed") or after in _PAST:
             return False
     return True
 
