@@ -206,3 +206,109 @@ def test_the_first_person_prior_lowers_the_replies_and_leaves_what_has_no_role_i
     assert order[:4] == [note, users[0], users[1], users[2]]  # the note still leads the user's turns
     assert set(order[4:]) == {replies[0], replies[1]}
     assert scores[note] == 0.8 and scores[users[0]] == 0.7  # only the replies moved
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("Can you suggest some useful accessories for my phone?", True),  # advice on the user's situation
+        ("I'm anxious about getting around Tokyo. Do you have any helpful tips?", True),
+        ("I'm deciding whether to buy a NAS now or wait. What do you think?", True),
+        ("Can you tell me what I ordered last week?", True),
+        ("What was the name of that trail you recommended for my hike?", False),  # the assistant's words
+        ("Can you remind me of the deli near my hotel?", False),  # back to the earlier chat
+        ("I'm checking our previous chat about my shift rota, what was Admon's shift?", False),
+        ("What did you suggest for my dinner?", False),
+        ("Do you like your new job? I like mine", False),
+        ("What did I tell you about my sister's wedding?", True),  # "you" hears the user's words
+        ("Did I send you my CV?", True),
+        ("What did you tell me about my CV?", False),
+    ],
+)
+def test_first_person_takes_a_request_for_advice_and_not_a_question_about_what_was_said(
+    query: str, expected: bool
+) -> None:
+    assert first_person(query) is expected
+    # The rule before (requests off): only a question without "you" is the user's.
+    assert first_person(query, requests=False) is ("you" not in query.lower().split())
+
+
+# A user who has said once which phone they own; the assistant's replies talk about phone accessories at length.
+PHONE_CHAT = [
+    ("s1", "user", "I just got an iPhone 15 Pro as my phone, the camera is amazing."),
+    ("s1", "assistant", "Congratulations on the new iPhone! Enjoy the camera."),
+    ("s2", "user", "What is the weather like in Lisbon in May?"),
+    (
+        "s2",
+        "assistant",
+        "Useful accessories for a phone: a phone case, a phone charger, a phone stand, useful phone"
+        " accessories like a power bank, and some useful accessories for a phone camera.",
+    ),
+]
+
+
+def test_a_request_for_advice_about_the_users_phone_ranks_the_users_own_report_first(tmp_path: Path) -> None:
+    vault = _vault(tmp_path, PHONE_CHAT, "role")
+    query = "Can you suggest some useful accessories for my phone?"
+    vault.searcher.first_person_requests = False
+    assert vault.search(query, k=4)[0].role == "assistant"  # the reply that repeats the question's words
+    vault.searcher.first_person_requests = True  # shipped
+    assert vault.search(query, k=4)[0].text.startswith("I just got an iPhone 15 Pro")
+
+
+# The user asks about a hike; the assistant names the trail. Another session has the user's own hike report.
+HIKE_CHAT = [
+    ("s1", "user", "I am going back to Moncayo park for a hike, my favourite park. Any trail for my hike?"),
+    (
+        "s1",
+        "assistant",
+        "I recommended the GR-90 trail: the GR-90 trail crosses Moncayo with panoramic views.",
+    ),
+    ("s2", "user", "My hike in Moncayo park was lovely, the trail was muddy on my hike."),
+    ("s2", "assistant", "Glad you enjoyed it."),
+]
+
+
+def test_what_did_you_recommend_ranks_the_assistants_turn_first(tmp_path: Path) -> None:
+    vault = _vault(tmp_path, HIKE_CHAT, "role")
+    hits = vault.search("What was the trail you recommended for my hike in Moncayo park?", k=4)
+    assert hits[0].text.startswith("I recommended the GR-90 trail")
+    # The same words asked of the user's own doings do rank the user's turns first: the rule, not the
+    # words, keeps the reply on top above.
+    assert vault.search("What was the trail for my hike in Moncayo park?", k=4)[0].role == "user"
+
+
+# The user asked for a recipe and got it; two other sessions have the user's own lasagna reports.
+RECIPE_CHAT = [
+    ("s1", "user", "Can you give me a recipe for lasagna? I want to get a good one."),
+    (
+        "s1",
+        "assistant",
+        "Classic lasagna recipe: layer pasta sheets with ragù and béchamel, top with mozzarella and"
+        " parmesan, and bake for 45 minutes at 180 degrees.",
+    ),
+    ("s2", "user", "I made lasagna for the kids, they loved the lasagna."),
+    ("s2", "assistant", "Lovely, a family lasagna night."),
+    ("s3", "user", "Lasagna again today, I did get a lasagna at the deli."),
+    ("s3", "assistant", "Deli food is handy on a busy day."),
+    ("s4", "user", "My lasagna dish is too small."),
+    ("s4", "assistant", "A bigger dish helps."),
+]
+
+
+def test_what_did_i_get_keeps_the_answer_to_the_users_best_matching_turn(tmp_path: Path) -> None:
+    vault = _vault(tmp_path, RECIPE_CHAT, "role")
+    query = "What recipe did I get for lasagna?"
+
+    def recipe_rank() -> tuple[int, int]:
+        """The recipe's rank, and the rank of the user's last-ranked turn."""
+        hits = vault.search(query, k=6)
+        recipe = next(n for n, h in enumerate(hits) if h.text.startswith("Classic lasagna recipe"))
+        return recipe, max(n for n, h in enumerate(hits) if h.role == "user")
+
+    vault.searcher.first_person_answer = 0
+    recipe, last_user = recipe_rank()
+    assert recipe > last_user  # every reply divided: the recipe falls below all the user's turns
+    vault.searcher.first_person_answer = 1  # shipped: the question says "did I get"
+    recipe, last_user = recipe_rank()
+    assert recipe < last_user  # the answer the user's request got keeps its place among their turns

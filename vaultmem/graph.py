@@ -340,6 +340,10 @@ class SessionOrder:
     def neighbors(self, node_id: str) -> tuple[str, ...]:
         return tuple(n for n in (self._prev.get(node_id), self._next.get(node_id)) if n is not None)
 
+    def after(self, node_id: str) -> str | None:
+        """The leaf that follows ``node_id`` in its conversation (a user's turn: the reply it got)."""
+        return self._next.get(node_id)
+
     def spread(self, node_id: str, full_tokens: int) -> tuple[tuple[str, float], ...]:
         """The node's neighbours with their size share ``min(1, full_tokens / tokens)`` (a long neighbour
         is worth less context than a short one), remembered until the next change."""

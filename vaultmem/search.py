@@ -63,10 +63,11 @@ UNNAMED_QUERY = 1.0
 # the other roles' turns (the assistant's replies) have their fused scores divided by 1 + FIRST_PERSON_BOOST
 # (``Searcher._boost_speakers``); leaves without a role (notes, documents, mail) keep theirs.
 # The assistant's long replies repeat a topic's words, the user's short reports hold the facts. No-op when the
-# query names a speaker, says "you" (it asks what the assistant said) or the candidates are not a user/other-
-# role pair (a chat between named people: LoCoMo dev identical). LongMemEval dev, 20 haystacks: C@1024
-# multi-session 0.509 -> 0.861, temporal-reasoning 0.758 -> 0.909 (plateau from 2 to 4; docs/architecture.md,
-# "The people a question is about").
+# query names a speaker, asks what the assistant said ("you", but see FIRST_PERSON_REQUESTS) or the candidates
+# are not a user/other-role pair (a chat between named people: LoCoMo dev identical). LongMemEval dev, 20
+# haystacks: C@1024 multi-session 0.509 -> 0.861, temporal-reasoning 0.758 -> 0.909 (plateau from 2 to 4); all
+# 40, C@1024 0.869 -> 0.894 with value-per-token filling on, no question type down (docs/architecture.md, "The
+# people a question is about").
 FIRST_PERSON_BOOST = 2.0
 # A question about two people ("what do Melanie and Caroline both like", "what movies have Joanna and Nate
 # seen") asks for a fact of each: each person's own leaves, in the order the fused ranking gives them, are a
@@ -85,6 +86,19 @@ SPLIT_VECTOR = 0.0
 # the user's best match first); False (shipped): the replies' scores are divided, nothing else (at 1.0,
 # multi-session C@1024 0.639 fused, 0.824 with the user's scores multiplied, the same order).
 FIRST_PERSON_FUSED = False
+# The first-person prior also takes a question that asks the assistant for advice now, about the user's own
+# situation ("can you suggest accessories for my phone", "I'm anxious about Tokyo, do you have any tips"):
+# the advice rests on what the user said of themself. Not one that asks what the assistant said ("the trail
+# you recommended", "can you remind me", "our previous chat"): ``first_person``. LongMemEval dev, all 40:
+# preference 0.667 -> 1.000 at 1,024 tokens (3 questions), 1 up / 0 down, every other type identical.
+FIRST_PERSON_REQUESTS = True
+# Under the first-person prior the reply that directly follows the user's best-matching turn keeps its score
+# when the question says the user got something ("what recipe did I get for lasagna", "what was I told"):
+# the question is about the user, but what they got may be in the answer to their request (1); 2: for every
+# first-person question; 0: off. No such question in LongMemEval dev: at 1 its contexts are identical (one
+# evidence turn leaves the top 5 for the top 10), at 2 R@5 0.825 -> 0.794 (the reply to the best user turn is
+# often the long one repeating the question's words). Test: test_people.py, "what did I get".
+FIRST_PERSON_ANSWER = 1
 # Judge a hit's evidence cosine (and ``weak``) by the vector the leaves are ranked by (the name-free one)
 # instead of the whole query's: one forward pass for a query naming a speaker instead of two (LoCoMo conv-30
 # search p50 34 -> 21 ms), but the name-free cosine of true evidence is lower and one floor no longer
@@ -583,13 +597,58 @@ class Speakers:
 
 _FIRST_PERSON = frozenset(["i", "me", "my", "mine", "myself"])
 _SECOND_PERSON = frozenset(["you", "your", "yours", "yourself"])
+# "can you suggest", "do you have", "what do you think", "would you recommend": "you" asked for advice now.
+_ASKING = frozenset(["can", "could", "would", "will", "do"])
+# Words that send a question back to what was said earlier in the chat, or by the assistant: with "you" in
+# the question, the answer may be the assistant's reply ("can you remind me", "our previous chat").
+_RECALLING = frozenset(["remind", "previous", "earlier", "discussed", "talked", "chatted", "again"])
+# "What did I tell you", "did I send you my CV", "what I said to you": "you" hears the user's own words.
+_TOLD = frozenset(["tell", "told", "ask", "asked", "show", "showed", "send", "sent", "give", "gave", "to"])
+# "What did I get", "what was I told": what the user got may be the answer to a request (FIRST_PERSON_ANSWER).
+_RECEIVING = frozenset(["get", "got", "receive", "received", "given", "told", "learn", "learned", "learnt"])
+_SHARED = frozenset(["we", "our", "us"])  # the user and the assistant: "our previous chat"
+# Past forms that do not end in "ed": "the deli you found", "what you gave me".
+_PAST = frozenset(
+    ["said", "told", "gave", "wrote", "sent", "made", "came", "showed", "shown", "found", "put"]
+)
 
 
-def first_person(query: str) -> bool:
-    """Whether ``query`` speaks in the first person ("did I", "my", "me") and not to someone ("did you
-    recommend", "your"): a question to a memory about what its user did, said or has."""
-    words = set(_WORD_RE.findall(query.lower()))
-    return bool(words & _FIRST_PERSON) and not words & _SECOND_PERSON
+def _asks_for_advice(words: list[str]) -> bool:
+    """Whether every "you" of ``words`` asks the assistant for something now ("can you suggest", "do you
+    have any tips", "what do you think") or hears the user's own words ("what did I tell you"): the
+    question is then about the user, and the user's turns hold what it rests on. "Did you", "you
+    recommended", "your suggestion" ask for what the assistant said."""
+    for n, word in enumerate(words):
+        if word in ("your", "yours", "yourself"):
+            return False
+        if word != "you":
+            continue
+        before = words[n - 1] if n else ""
+        after = words[n + 1] if n + 1 < len(words) else ""
+        if before in _TOLD:
+            continue
+        if before not in _ASKING or after.endswith("ed") or after in _PAST:
+            return False
+    return True
+
+
+def first_person(query: str, requests: bool = True) -> bool:
+    """Whether ``query`` is about its asker, a user of a chat with an assistant: it speaks in the first
+    person ("did I", "my", "me") and not of what the assistant said ("did you recommend", "your", "the
+    list you provided"). With ``requests`` (``FIRST_PERSON_REQUESTS``), "you" asked for advice now ("can
+    you suggest accessories for my phone", "I'm anxious about Tokyo, do you have tips") still counts: the
+    advice rests on what the user said of themself (``_asks_for_advice``); and a question that sends the
+    user back to the shared chat ("can you remind me", "what we discussed", "our previous chat") does not.
+    Without it any "you" leaves the question to the assistant's words (the rule before)."""
+    words = _WORD_RE.findall(query.lower())
+    if not _FIRST_PERSON.intersection(words):
+        return False
+    second = _SECOND_PERSON.intersection(words)
+    if not requests:
+        return not second  # the rule before: any "you" asks what the assistant said
+    if (second or _SHARED.intersection(words)) and _RECALLING.intersection(words):
+        return False  # "can you remind me", "what we discussed", "our previous chat": either side's words
+    return not second or _asks_for_advice(words)
 
 
 def speakers(conn: sqlite3.Connection) -> list[str]:
@@ -650,6 +709,8 @@ class Searcher:
         self.speaker_boost = SPEAKER_BOOST
         self.first_person_boost = FIRST_PERSON_BOOST
         self.first_person_fused = FIRST_PERSON_FUSED
+        self.first_person_requests = FIRST_PERSON_REQUESTS
+        self.first_person_answer = FIRST_PERSON_ANSWER
         self.split_weight = SPLIT_WEIGHT
         self.split_vector = SPLIT_VECTOR
         self._said: tuple[tuple[int, int, int] | None, dict[str, list[str]]] = (None, {})
@@ -1203,7 +1264,11 @@ class Searcher:
         Only the best ``limit`` are reranked; the rest (never returned) are dropped."""
         self._speakers.refresh(self.conn)
         named = self._speakers.subject(query) if self.speaker_boost else frozenset()
-        first = not named and bool(self.first_person_boost) and first_person(query)
+        first = (
+            not named
+            and bool(self.first_person_boost)
+            and first_person(query, bool(self.first_person_requests))
+        )
         if not named and not first:
             return
         plain = sorted(scores, key=lambda i: (-scores[i], i))
@@ -1226,6 +1291,12 @@ class Searcher:
         if first and not self.first_person_fused:
             # The replies go down rather than the user's turns up: within a chat the same order, while
             # what has no role (notes, documents, mail) keeps its place beside the user's turns.
+            if self.first_person_answer >= 2 or (
+                self.first_person_answer and _RECEIVING.intersection(_WORD_RE.findall(query.lower()))
+            ):
+                # The answer the user's best-matching turn got is spared: the user may ask what they got.
+                best = min(own, key=lambda i: (-scores[i], i))
+                replies.discard(self.leaf_structures()[1].after(best) or "")
             for node_id in replies:
                 scores[node_id] /= factor
             return
