@@ -110,6 +110,37 @@ def test_chinese_levels_get_a_readable_title_and_folder() -> None:
     assert folder_slug(summary.title) != "level"
 
 
+def test_a_chinese_title_keeps_a_date_written_together_as_one_word() -> None:
+    """The sample vault titled a level "提醒一下 我 3 月": 3月24日 (24 March) was cut into "3" and "月"."""
+    texts = [
+        "提醒一下：我3月24日到26日请假（搬家），那几天的 on-call 我已经和 Diego 换了。",
+        "好的，没问题！祝搬家顺利。",
+        "搬家那天需要帮忙吗？",
+    ]
+    children = [Child(t, FAKE.embed([t])[0], speaker="陈静") for t in texts]
+    title = ExtractiveSummariser(FAKE.embed).summarise(children, 1).title
+    assert re.search("[\u4e00-\u9fff]", title)
+    for word in title.split():  # each word is written so in a child: nothing was cut apart
+        assert any(word in text for text in texts), word
+    if "3" in title:
+        assert "3月" in title
+
+
+def test_a_title_holds_no_preposition_or_indefinite_pronoun() -> None:
+    """The sample vault titled a level "inside Japan everything, day pass costs" from "inside Japan
+    everything can be Shinkansen": such words name no subject."""
+    texts = [
+        "Lisbon to Tokyo has to be a flight, but inside Japan everything can be Shinkansen.",
+        "Inside Japan everything runs on time; the day pass costs ¥2,000.",
+        "Across Kyoto everyone takes the bus, and something like a day pass helps.",
+    ]
+    children = [Child(t, FAKE.embed([t])[0], speaker="assistant") for t in texts]
+    title = ExtractiveSummariser(FAKE.embed).summarise(children, 1).title
+    words = {w.casefold() for w in _words(title)}
+    assert words, title
+    assert not words & {"inside", "across", "everything", "everyone", "something"}, title
+
+
 def test_a_title_names_the_subject_in_its_own_casing() -> None:
     embed = FAKE.embed
     texts = [

@@ -385,7 +385,11 @@ _FILLER_WORDS = frozenset(
 # Words of praise and feeling that fill a chat but never name a level's subject (titles only).
 _TITLE_NOISE = frozenset(
     "inspiring inspired proud grateful truly kind words another best part super incredible beautiful "  # noqa: SIM905
-    "cute special stuff lots feel feeling felt thinking hope".split()
+    "cute special stuff lots feel feeling felt thinking hope "
+    # Prepositions and indefinite pronouns that STOPWORDS keeps for the summaries' own scoring: they name
+    # no subject ("inside Japan everything" was a sample vault title).
+    "inside outside within without across around toward towards onto via per among beside besides beyond "
+    "everything something anything nothing everyone someone anyone everybody somebody anybody nobody".split()
 )
 _FILLER_CONTENT = 2  # a line needs this many words that say something (or a number) not to be filler
 _SPEAKER_PREFIX_RE = re.compile(r"^[^\W\d_][\w .'-]{0,39}:\s+")  # "Caroline: " (lines of a child summary)
@@ -968,19 +972,23 @@ def _mmr(
 
 def _cjk_head(sentence: str) -> str:
     """The start of a mostly CJK sentence: CJK runs cut at a character (each is a word), other words
-    kept whole and apart, about ``_TITLE_CJK_CHARS`` characters in all."""
-    parts: list[str] = []
+    kept whole, about ``_TITLE_CJK_CHARS`` characters in all. Runs written together stay together
+    ("3月24日", "v2版本"); a space stands where the sentence had a space or punctuation."""
+    out = ""
     size = 0
-    for run in re.findall(rf"[{_CJK}]+|[^\W_{_CJK}]+", sentence):
+    end = 0
+    for match in re.finditer(rf"[{_CJK}]+|[^\W_{_CJK}]+", sentence):
+        run = match.group()
         if _CJK_RE.match(run):
             run = run[: max(0, _TITLE_CJK_CHARS - size)]
-        elif size + len(run) > _TITLE_CJK_CHARS and parts:
+        elif size + len(run) > _TITLE_CJK_CHARS and out:
             break
         if not run:
             break
-        parts.append(run)
+        out += run if match.start() == end or not out else " " + run
         size += len(run)
-    return " ".join(parts)
+        end = match.end()
+    return out
 
 
 def _title(
