@@ -105,3 +105,41 @@ def test_ctrl_c_while_onnx_runtime_loads_comes_after_the_import_whole() -> None:
     )
     assert proc.stdout.strip() == "interrupted after True", proc.stderr
     assert proc.returncode == 130, proc.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_bf16_runtime_imports_torch_comes_after_the_import_whole() -> None:
+    """The "bf16" runtime imports torch on first use, on the main thread, for seconds. A Ctrl-C that
+    lands while the import starts (sent by an import hook, so it is pending there every time) is raised
+    after torch is imported whole, in vaultmem's code, not inside the import."""
+    pytest.importorskip("torch")
+    script = (
+        "import os, signal, sys\n"
+        "class Trip:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch':\n"
+        "            sys.meta_path.remove(self)\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "from vaultmem.embed import NumpyBertEmbedder, default_model_path\n"
+        "embedder = NumpyBertEmbedder(default_model_path(), runtime='bf16', workers=1)\n"
+        "embedder._load()\n"
+        "assert 'torch' not in sys.modules\n"
+        "sys.meta_path.insert(0, Trip())\n"
+        "try:\n"
+        "    embedder._session()\n"
+        "except KeyboardInterrupt:\n"
+        "    torch = sys.modules.get('torch')\n"
+        "    print('interrupted after', hasattr(torch, 'bfloat16'))\n"
+        "    sys.exit(130)\n"
+        "print('not interrupted')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"},
+        timeout=240,
+    )
+    assert proc.stdout.strip() == "interrupted after True", proc.stderr
+    assert proc.returncode == 130, proc.stderr

@@ -1297,7 +1297,11 @@ class _Bf16Bert:
     FLOAT32: frozenset[str] = frozenset({"qkv", "up"})
 
     def __init__(self, bert: _Bert) -> None:
-        import torch
+        # torch's import runs for seconds on the main thread and evaluates Python from native code: a
+        # Ctrl-C raised inside it can leave the process marked as interrupted, so that it exits by
+        # SIGINT after the command reported and chose 130 (``interrupts``).
+        with interrupts_held():
+            import torch
 
         self._torch = torch
 
