@@ -78,6 +78,20 @@ def test_off_the_main_thread_and_with_ctrl_c_ignored_it_changes_nothing() -> Non
         signal.signal(signal.SIGINT, previous)
 
 
+def _assert_interrupted_after_the_import(script: str) -> None:
+    """Run ``script`` in a new Python: it prints whether the library was imported whole when the held
+    Ctrl-C came, and exits 130."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"},
+        timeout=240,
+    )
+    assert proc.stdout.strip() == "interrupted after True", proc.stderr
+    assert proc.returncode == 130, proc.stderr
+
+
 def test_ctrl_c_while_onnx_runtime_loads_comes_after_the_import_whole() -> None:
     """The real library: a SIGINT pending when ``import onnxruntime`` starts would be raised inside
     the import (the module left half-initialised, or the interrupt caught by its initialisation);
@@ -96,15 +110,7 @@ def test_ctrl_c_while_onnx_runtime_loads_comes_after_the_import_whole() -> None:
         "    sys.exit(130)\n"
         "print('not interrupted')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=240,
-    )
-    assert proc.stdout.strip() == "interrupted after True", proc.stderr
-    assert proc.returncode == 130, proc.stderr
+    _assert_interrupted_after_the_import(script)
 
 
 @pytest.mark.slow
@@ -134,12 +140,4 @@ def test_ctrl_c_while_the_bf16_runtime_imports_torch_comes_after_the_import_whol
         "    sys.exit(130)\n"
         "print('not interrupted')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"},
-        timeout=240,
-    )
-    assert proc.stdout.strip() == "interrupted after True", proc.stderr
-    assert proc.returncode == 130, proc.stderr
+    _assert_interrupted_after_the_import(script)
