@@ -1323,29 +1323,18 @@ class _Bf16Bert:
         ]
 
     def forward(self, bert: _Bert, ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
-        torch = self._torch
-        batch, length = ids.shape
-        hidden = bert.word.shape[1]
-        head_dim = hidden // bert.heads
-        eps = float(bert.eps)
         x_np = bert.word[ids]  # the gather and sum in NumPy, as ``_forward``: no copy of the word table
-        x_np += bert.position[:length]
+        x_np += bert.position[: ids.shape[1]]
         x_np += bert.token_type
         with self._turn:
-            return self._run(torch, bert, x_np, mask, batch, length, hidden, head_dim, eps)
+            return self._run(bert, x_np, mask)
 
-    def _run(
-        self,
-        torch: Any,
-        bert: _Bert,
-        x_np: Vectors,
-        mask: Vectors,
-        batch: int,
-        length: int,
-        hidden: int,
-        head_dim: int,
-        eps: float,
-    ) -> Vectors:
+    def _run(self, bert: _Bert, x_np: Vectors, mask: Vectors) -> Vectors:
+        """The blocks and the pooling over the embedded batch ``x_np`` (batch, length, hidden)."""
+        torch = self._torch
+        batch, length, hidden = x_np.shape
+        head_dim = hidden // bert.heads
+        eps = float(bert.eps)
         layer_norm = torch.nn.functional.layer_norm
 
         def linear(x: Any, weight: Any, bias: Any) -> Any:  # in the weights' type, out as it comes
