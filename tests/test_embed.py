@@ -255,6 +255,24 @@ def test_overlapping_query_blas_limits_restore_the_original() -> None:
     assert blas_threads() == before
 
 
+def test_a_one_shot_query_and_its_scoring_share_one_view_of_the_blas_libraries() -> None:
+    """threadpoolctl's view of the loaded libraries is looked for again when modules were imported
+    since it was taken (``_blas_controller``). A new process's first query loads the model, which
+    imports tokenizers: loaded before the view is taken, the scoring after it (``one_blas_thread``, as
+    ``search`` enters it) uses the same view instead of a second one."""
+    code = (
+        "from vaultmem import embed\n"
+        "e = embed.NumpyBertEmbedder(embed.default_model_path(), runtime='numpy', workers=1)\n"
+        "e.embed_query('a first query')\n"
+        "first = embed._controller\n"
+        "with embed.one_blas_thread:\n"
+        "    pass\n"
+        "assert first is not None and embed._controller is first, 'looked for again'\n"
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+
+
 # --- the real model --------------------------------------------------------------------------------
 
 

@@ -651,6 +651,7 @@ class NumpyBertEmbedder:
         # One BLAS thread for every call: BERT-small's matrices are too small for OpenBLAS threads to pay
         # off. Measured on 400 LoCoMo turns: 75 texts/s with 1 thread, 30 with 2, 15 with the default;
         # single queries p50 16 ms instead of 90 ms on a busy machine.
+        self._load()  # first: what loading imports (tokenizers) would make the BLAS view be looked for again
         with one_blas_thread:
             return self._embed(texts)
 
@@ -729,8 +730,8 @@ class NumpyBertEmbedder:
         """What ``[self.embed(texts) for texts in calls]`` returns, row for row: each call cut into the
         batches it would get alone, and the batches of all the calls shared with the worker processes
         when there are ``PARALLEL_MIN`` texts or more (many small calls then use every core)."""
+        bert = self._load()  # before the BLAS view is taken (``embed``)
         with one_blas_thread:
-            bert = self._load()
             planned = [self._batches(bert, texts) for texts in calls]
             outs = [np.empty((len(texts), self.dim), dtype=np.float32) for texts in calls]
             work = [
