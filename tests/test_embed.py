@@ -739,6 +739,7 @@ def test_query_runtime_opens_in_the_background_and_never_blocks_a_query(
     assert embedder.query_runtime == "numpy" and embedder.start_query_runtime() is True  # started once
     release.set()
     assert embedder.wait_query_runtime(10) == "onnx"
+    assert embedder.queries_off_thread is True  # a search may embed its query ahead (search.VectorsAhead)
     np.testing.assert_array_equal(embedder.embed_query("when is the dentist?"), [1.0] + [0.0] * 383)
     np.testing.assert_array_equal(embedder.embed(["when is the dentist?"]), numpy_row)  # batches as before
 
@@ -870,6 +871,7 @@ def test_auto_picks_bf16_where_the_cpu_has_it(
     chosen = load_embedder(backend=backend, workers=1)
     assert isinstance(chosen, NumpyBertEmbedder) and chosen.runtime == runtime
     assert chosen.query_runtime == "numpy" and chosen._bert is None  # nothing opened or loaded yet
+    assert chosen.queries_off_thread is False  # NumPy's queries stay in the searching thread
     assert chosen.start_query_runtime() is (onnx and runtime != "numpy")
     chosen.close()
 

@@ -311,6 +311,8 @@ class WaitingEmbedder(CountingEmbedder):
     (``reading``, set by ``Searcher.lexical``) and notes its thread and whether it had begun; with
     ``failing``, it raises instead."""
 
+    queries_off_thread = True  # as the NumPy embedder says once ONNX Runtime runs its queries
+
     def __init__(self) -> None:
         super().__init__()
         self.armed = False
@@ -378,6 +380,12 @@ def test_a_new_querys_vectors_are_embedded_while_the_word_indexes_are_read(
     QUERY_VECTORS.clear()
     with pytest.raises(ModelError, match="the model is gone"):
         v.search(queries[1], k=5)
+    # An embedder that does not say its queries may run elsewhere embeds them in the searching thread.
+    embedder.failing = False
+    embedder.queries_off_thread = False  # type: ignore[misc]
+    embedder.seen.clear()
+    assert found(queries[1]) == after[1]
+    assert embedder.seen == [(queries[1], True, True)]
     v.close()
 
 

@@ -677,6 +677,15 @@ class NumpyBertEmbedder:
         """What runs ``embed_query`` now: "onnx" once the session is open, else "numpy"."""
         return "onnx" if self._query_onnx and self._ort is not None else "numpy"
 
+    @property
+    def queries_off_thread(self) -> bool:
+        """Whether ``embed_query`` may run on another thread than the searching one as cheaply as on it
+        (``search.VectorsAhead``): with ONNX Runtime, yes. NumPy's forward pass, no: on a thread other
+        than the main one, after the main thread had used OpenBLAS, the one-thread limit did not hold
+        (threadpoolctl read 2 threads inside ``one_blas_thread``) and a query cost 40-270 ms of CPU
+        instead of 6-12 (OpenBLAS 0.3 with pthreads, 2 cores)."""
+        return self.query_runtime == "onnx"
+
     def start_query_runtime(self) -> bool:
         """For a process that will search again (a server, the Python API after its first search): open
         ONNX Runtime's session on a background thread, so that ``embed_query`` uses it once it is open

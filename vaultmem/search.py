@@ -510,9 +510,10 @@ QUERY_VECTORS = QueryVectors()
 
 class VectorsAhead(threading.Thread):
     """Query vectors embedded on a thread of their own while the search reads its word indexes
-    (``Searcher.rank``): the forward pass (ONNX Runtime or NumPy's BLAS) and SQLite's FTS5 scoring
-    both run without the interpreter lock, so on two cores a new query's search takes about the
-    longer of the two instead of their sum. The vectors land in ``QUERY_VECTORS``, where the search
+    (``Searcher.rank``): ONNX Runtime's forward pass and SQLite's FTS5 scoring both run without the
+    interpreter lock, so on two cores a new query's search takes about the longer of the two instead of
+    their sum. Only for an embedder whose ``queries_off_thread`` says its queries cost no more there
+    (``NumpyBertEmbedder.queries_off_thread``: not NumPy's forward pass). The vectors land in ``QUERY_VECTORS``, where the search
     finds them as if it had embedded them itself: same vectors, same hits.
 
     Not a daemon: a process that exits meanwhile (a Ctrl-C during the word search) waits for the
@@ -1011,11 +1012,13 @@ class Searcher:
         """With ``overlap``, a thread embedding the query texts the vector side will ask for
         (``content_vector``, ``judging_vector``) that are not remembered yet, started; None when there is
         nothing to embed (all remembered, or no vectors to score against, as ``semantic`` then embeds
-        nothing either)."""
+        nothing either) or the embedder does not say its queries may run on another thread."""
         if not self.overlap:
             return None
         embedder = self._embedder_factory()
-        if not self._vectors(embedder).ids:
+        # Only an embedder that says its queries cost no more on another thread (``queries_off_thread``:
+        # the NumPy embedder once ONNX Runtime runs its queries; NumPy's own forward pass does not).
+        if not getattr(embedder, "queries_off_thread", False) or not self._vectors(embedder).ids:
             return None
         texts = [query]
         if self.unnamed_query:
