@@ -1935,10 +1935,24 @@ def usage_line(exc: click_exceptions.ClickException) -> str:
     return f"{where}: error: {message} (see `{where} --help`)"
 
 
+def one_blas_thread_for_the_process() -> None:
+    """OpenBLAS on one thread in the whole process, set before NumPy loads it (commands import NumPy
+    lazily, so a command's process has not loaded it yet); a value the user set is kept.
+
+    ``embed.one_blas_thread`` limits the threads that embed and score, but on a thread other than the
+    main one its limit did not hold once the main thread had set and restored one (threadpoolctl read
+    2 threads inside it; OpenBLAS 0.3.31, pthreads): the job workers' forward passes (compaction,
+    ``watch``) then ran BLAS on two threads, which on two busy cores cost several times the CPU.
+    LoCoMo conv-26's first run (``bench/firstrun.py``, one run, loaded): compaction 29.9 s of CPU with
+    main's setting, 16.6 s with this one."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console script. Exit status: 0 ok, 1 a vault error (one line), 2 a usage error (one line),
     130 interrupted. ``standalone_mode=False`` so that errors come here and are printed as one line
     (click's own printing is a usage block or, with rich, a box)."""
+    one_blas_thread_for_the_process()
     try:
         result = app(args=argv, prog_name="vaultmem", standalone_mode=False)
     except VaultError as exc:
