@@ -273,6 +273,35 @@ def test_a_one_shot_query_and_its_scoring_share_one_view_of_the_blas_libraries()
     assert result.returncode == 0, result.stderr
 
 
+def test_one_blas_thread_holds_on_any_thread_after_the_main_thread_used_it() -> None:
+    """threadpoolctl 3.8 lets one thread at a time set OpenBLAS's thread count; the main thread kept that
+    right after its first query (``restore_original_limits`` does not give it up), and a job worker's
+    limit was then ignored: its forward passes ran on every BLAS thread (``_release_blas_control``)."""
+    from threadpoolctl import threadpool_info
+
+    from vaultmem.embed import one_blas_thread
+
+    def blas_threads() -> set[int]:
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    before = blas_threads()
+    with one_blas_thread:  # a query on the main thread
+        pass
+    seen: list[set[int]] = []
+
+    def worker() -> None:
+        with one_blas_thread:
+            seen.append(blas_threads())
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [{1}]
+    assert blas_threads() == before  # restored on the way out, from whichever thread
+    with one_blas_thread:  # and the main thread may set it again
+        assert blas_threads() == {1}
+
+
 # --- the real model --------------------------------------------------------------------------------
 
 

@@ -1939,12 +1939,11 @@ def one_blas_thread_for_the_process() -> None:
     """OpenBLAS on one thread in the whole process, set before NumPy loads it (commands import NumPy
     lazily, so a command's process has not loaded it yet); a value the user set is kept.
 
-    ``embed.one_blas_thread`` limits the threads that embed and score, but on a thread other than the
-    main one its limit did not hold once the main thread had set and restored one (threadpoolctl read
-    2 threads inside it; OpenBLAS 0.3.31, pthreads): the job workers' forward passes (compaction,
-    ``watch``) then ran BLAS on two threads, which on two busy cores cost several times the CPU.
-    LoCoMo conv-26's first run (``bench/firstrun.py``, one run, loaded): compaction 29.9 s of CPU with
-    main's setting, 16.6 s with this one."""
+    ``embed.one_blas_thread`` limits the threads that embed and score; this also covers NumPy work
+    outside it (compaction's clustering on the job workers' threads) and keeps OpenBLAS from starting
+    threads at all. Before ``embed._release_blas_control`` the limit did not hold on the job workers'
+    threads, and this setting alone took LoCoMo conv-26's compaction from 29.9 s of CPU to 16.6 s
+    (``bench/firstrun.py``, one run, loaded)."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 

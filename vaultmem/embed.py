@@ -438,8 +438,25 @@ class _OneBlasThread:
         with self._lock:
             self._depth -= 1
             if self._depth == 0:
+                _release_blas_control()  # whichever thread set the limit, this one may restore it
                 self._limiter.restore_original_limits()
                 self._limiter = None
+                _release_blas_control()  # and the next thread to enter may set it again
+
+
+def _release_blas_control() -> None:
+    """Let any thread set OpenBLAS's (process-wide) thread count next. threadpoolctl 3.8 lets one thread
+    at a time set it: the first to set a limit keeps that right until it leaves its limits through
+    ``with`` (``restore_original_limits`` alone does not give it up), and a limit set on any other
+    thread meanwhile is silently ignored. Without this, once the main thread had run a query, the job
+    workers' forward passes ran BLAS on two threads (threadpoolctl read 2 inside ``one_blas_thread``;
+    a query cost 40-270 ms of CPU instead of 6-12). Called with nobody inside ``one_blas_thread``."""
+    import threadpoolctl
+
+    controller = getattr(threadpoolctl, "OpenBLASController", None)
+    clear = getattr(controller, "clear_controlling_thread", None)
+    if clear is not None:  # threadpoolctl before 3.8 has no controlling thread
+        clear(force=True)
 
 
 one_blas_thread = _OneBlasThread()
@@ -680,10 +697,10 @@ class NumpyBertEmbedder:
     @property
     def queries_off_thread(self) -> bool:
         """Whether ``embed_query`` may run on another thread than the searching one as cheaply as on it
-        (``search.VectorsAhead``): with ONNX Runtime, yes. NumPy's forward pass, no: on a thread other
-        than the main one, after the main thread had used OpenBLAS, the one-thread limit did not hold
-        (threadpoolctl read 2 threads inside ``one_blas_thread``) and a query cost 40-270 ms of CPU
-        instead of 6-12 (OpenBLAS 0.3 with pthreads, 2 cores)."""
+        (``search.VectorsAhead``): with ONNX Runtime, yes (measured). NumPy's forward pass: not since
+        ``_release_blas_control`` (before it a query there cost 40-270 ms of CPU instead of 6-12, on
+        every BLAS thread); much of a short query's pass holds the interpreter lock, so it would overlap
+        the word search little."""
         return self.query_runtime == "onnx"
 
     def start_query_runtime(self) -> bool:
