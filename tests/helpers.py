@@ -376,6 +376,28 @@ class ObservedDaemon(Daemon):
         self.turns += 1
 
 
+def pin_runtime(vault: Path, backend: str = "fp32") -> None:
+    """Set the vault's ``[embed] backend`` in its config file. The suite's conftest makes this process
+    choose float32 runtimes (``embed.CPUINFO``), but a CLI run in a subprocess reads the real CPU flags:
+    with "auto" it would embed batches in bfloat16 on a CPU that has bfloat16 instructions and in
+    float32 on another. A test whose subprocess embeds with the real model pins its runtime here."""
+    config = vault / ".vaultmem" / "config.toml"
+    lines = config.read_text(encoding="utf-8").splitlines() if config.exists() else []
+    pinned = f'backend = "{backend}"'
+    try:
+        start = lines.index("[embed]")
+    except ValueError:
+        lines += ["", "[embed]", pinned]
+    else:
+        end = next((n for n in range(start + 1, len(lines)) if lines[n].startswith("[")), len(lines))
+        found = [n for n in range(start + 1, end) if lines[n].split("=")[0].strip() == "backend"]
+        if found:
+            lines[found[0]] = pinned
+        else:
+            lines.insert(start + 1, pinned)
+    config.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def run_cli(*args: str, stdin: str | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """``python -m vaultmem.cli`` in a subprocess (this checkout's code), output captured as text."""
     return subprocess.run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -390,3 +391,27 @@ def test_cli_format_names_are_the_sniffers() -> None:
     from vaultmem.inputs.sniff import FORMAT_NAMES
 
     assert cli.FORMAT_NAMES == FORMAT_NAMES
+
+
+@pytest.mark.parametrize(("preset", "threads"), [(None, 1), ("2", 2)])
+def test_a_command_runs_openblas_on_one_thread_unless_the_user_says_otherwise(
+    preset: str | None, threads: int
+) -> None:
+    """The console script sets OpenBLAS to one thread before NumPy is loaded
+    (``cli.one_blas_thread_for_the_process``): a limit set per call on a worker thread did not hold.
+    A count the user set in the environment is theirs."""
+    code = (
+        "from vaultmem import cli\n"
+        "try:\n"
+        "    cli.main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import numpy\n"
+        "from threadpoolctl import threadpool_info\n"
+        "print([p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip().splitlines()[-1] == str([threads])

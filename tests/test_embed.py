@@ -255,6 +255,53 @@ def test_overlapping_query_blas_limits_restore_the_original() -> None:
     assert blas_threads() == before
 
 
+def test_a_one_shot_query_and_its_scoring_share_one_view_of_the_blas_libraries() -> None:
+    """threadpoolctl's view of the loaded libraries is looked for again when modules were imported
+    since it was taken (``_blas_controller``). A new process's first query loads the model, which
+    imports tokenizers: loaded before the view is taken, the scoring after it (``one_blas_thread``, as
+    ``search`` enters it) uses the same view instead of a second one."""
+    code = (
+        "from vaultmem import embed\n"
+        "e = embed.NumpyBertEmbedder(embed.default_model_path(), runtime='numpy', workers=1)\n"
+        "e.embed_query('a first query')\n"
+        "first = embed._controller\n"
+        "with embed.one_blas_thread:\n"
+        "    pass\n"
+        "assert first is not None and embed._controller is first, 'looked for again'\n"
+    )
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+
+
+def test_one_blas_thread_holds_on_any_thread_after_the_main_thread_used_it() -> None:
+    """threadpoolctl 3.8 lets one thread at a time set OpenBLAS's thread count; the main thread kept that
+    right after its first query (``restore_original_limits`` does not give it up), and a job worker's
+    limit was then ignored: its forward passes ran on every BLAS thread (``_release_blas_control``)."""
+    from threadpoolctl import threadpool_info
+
+    from vaultmem.embed import one_blas_thread
+
+    def blas_threads() -> set[int]:
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    before = blas_threads()
+    with one_blas_thread:  # a query on the main thread
+        pass
+    seen: list[set[int]] = []
+
+    def worker() -> None:
+        with one_blas_thread:
+            seen.append(blas_threads())
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen == [{1}]
+    assert blas_threads() == before  # restored on the way out, from whichever thread
+    with one_blas_thread:  # and the main thread may set it again
+        assert blas_threads() == {1}
+
+
 # --- the real model --------------------------------------------------------------------------------
 
 
@@ -721,6 +768,7 @@ def test_query_runtime_opens_in_the_background_and_never_blocks_a_query(
     assert embedder.query_runtime == "numpy" and embedder.start_query_runtime() is True  # started once
     release.set()
     assert embedder.wait_query_runtime(10) == "onnx"
+    assert embedder.queries_off_thread is True  # a search may embed its query ahead (search.VectorsAhead)
     np.testing.assert_array_equal(embedder.embed_query("when is the dentist?"), [1.0] + [0.0] * 383)
     np.testing.assert_array_equal(embedder.embed(["when is the dentist?"]), numpy_row)  # batches as before
 
@@ -852,6 +900,7 @@ def test_auto_picks_bf16_where_the_cpu_has_it(
     chosen = load_embedder(backend=backend, workers=1)
     assert isinstance(chosen, NumpyBertEmbedder) and chosen.runtime == runtime
     assert chosen.query_runtime == "numpy" and chosen._bert is None  # nothing opened or loaded yet
+    assert chosen.queries_off_thread is False  # NumPy's queries stay in the searching thread
     assert chosen.start_query_runtime() is (onnx and runtime != "numpy")
     chosen.close()
 

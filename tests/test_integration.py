@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tests.helpers import EXAMPLES_CONFIG, ingest_examples
-from vaultmem import Vault
+from tests.helpers import EXAMPLES_CONFIG, ingest_examples, pin_runtime
+from vaultmem import Vault, embed
 from vaultmem.embed import load_embedder
 
 # The timeout guards against a hang, not a slow machine: a full compaction with the real model took 61 s
@@ -69,6 +71,7 @@ def test_cli_search_end_to_end(tmp_path: Path) -> None:
     env = {**os.environ, "VAULTMEM_VAULT": str(vault)}
     cli = [sys.executable, "-m", "vaultmem.cli"]
     subprocess.run([*cli, "init", str(vault)], check=True, env=env, capture_output=True)
+    pin_runtime(vault)  # the same runtime on every CPU (``pin_runtime``)
     out = subprocess.run(
         [*cli, "ingest", str(inbox), "--wait", "--json"], check=True, env=env, capture_output=True
     )
@@ -103,3 +106,57 @@ def test_topics_digest_and_time_questions_on_the_sample_inputs_with_the_real_mod
         hits = vault.search("what did we plan on 9 March 2026?", 3)
         assert all(h.ts is not None and h.ts.startswith("2026-03-09") for h in hits)
         assert vault.check().ok
+
+
+def _cli_vectors(tmp_path: Path, name: str, runtime: str, inbox: Path) -> dict[str, np.ndarray]:
+    """The vectors a CLI subprocess stores for ``inbox``'s turns in a new vault pinned to ``runtime``,
+    by the leaf's text."""
+    vault = tmp_path / name
+    cli = [sys.executable, "-m", "vaultmem.cli"]
+    subprocess.run([*cli, "init", str(vault)], check=True, capture_output=True)
+    pin_runtime(vault, runtime)
+    out = subprocess.run(
+        [*cli, "ingest", str(inbox), "--wait", "--json", "--vault", str(vault)],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    conn = sqlite3.connect(vault / ".vaultmem" / "chunks.db")
+    rows = conn.execute(
+        "SELECT c.text, v.vec FROM chunks c JOIN vectors v ON v.id = c.id WHERE c.kind = 'leaf'"
+    )
+    found = {text: np.frombuffer(blob, dtype="<f4") for text, blob in rows}
+    conn.close()
+    return found
+
+
+@pytest.mark.parametrize("runtime", ["fp32", "bf16"])
+def test_the_cli_embeds_in_the_runtime_its_vault_names_whatever_the_cpu(tmp_path: Path, runtime: str) -> None:
+    """A CLI subprocess is out of reach of the conftest's float32 patch: it embeds in the runtime its
+    vault's config names (``pin_runtime``). Each runtime runs here on purpose, against NumPy float32 on
+    the same turns: "fp32" (ONNX Runtime where installed) to float rounding, "bf16" (where the CPU has
+    bfloat16 instructions) measurably apart yet within its documented distance. A batch of 48 turns
+    is one call above ``embed.ONNX_MIN``: the runtime runs it, not NumPy."""
+    if runtime == "bf16":
+        if not embed.bf16_available():
+            pytest.skip("torch is not installed: there is no bf16 runtime to run")
+        if not embed.bf16_cpu(Path("/proc/cpuinfo")):  # the real flags: the conftest hides them in-process
+            pytest.skip(
+                "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): auto never picks bf16 here"
+            )
+    inbox = tmp_path / "chat.json"
+    turns = [
+        {"id": str(n), "speaker": "Mara" if n % 2 else "Diego", "content": f"{text} (note {n})"}
+        for n, text in enumerate([t for _, _, t in TURNS] * 8)
+    ][:48]
+    assert len(turns) > embed.ONNX_MIN
+    inbox.write_text(json.dumps(turns), encoding="utf-8")
+    reference = _cli_vectors(tmp_path, "numpy", "numpy", inbox)
+    pinned = _cli_vectors(tmp_path, runtime, runtime, inbox)
+    assert pinned.keys() == reference.keys() and len(pinned) == len(turns)
+    apart = max(float(np.abs(pinned[t] - reference[t]).max()) for t in reference)
+    cosine = min(float(pinned[t] @ reference[t]) for t in reference)
+    if runtime == "fp32":
+        assert apart < 1e-5, apart  # bf16's rows are ~1e-3 apart: an unpinned CLI on a bf16 CPU fails here
+    else:
+        assert 1e-5 < apart < 2e-2 and cosine > 0.9999, (apart, cosine)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import chat
+from tests.helpers import chat, pin_runtime
 from vaultmem.embed import FakeEmbedder
 from vaultmem.vault import Vault
 
@@ -86,6 +86,7 @@ def _interrupt_mid_wait(
 ) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
     vault = tmp_path / "v"
     subprocess.run(_cli("init", str(vault)), check=True, env=_env(), capture_output=True)
+    pin_runtime(vault)  # float32 on every CPU: a bf16 CPU would otherwise import torch here
     export = _chat_export(tmp_path / "trip.jsonl", 400)
     proc = subprocess.Popen(
         _cli("ingest", str(export), "--wait", "--vault", str(vault)),

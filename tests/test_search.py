@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from tests.helpers import chat, make_vault, topic_of, topic_records
 from vaultmem import Vault
 from vaultmem.context import assemble
 from vaultmem.embed import FakeEmbedder
-from vaultmem.errors import InvalidInput
+from vaultmem.errors import InvalidInput, ModelError
 from vaultmem.search import Filters, Hit
 from vaultmem.tokens import count_tokens
 
@@ -303,6 +304,89 @@ def test_a_search_starts_the_query_runtime_unless_the_process_is_one_shot(tmp_pa
     cli_vault = open_vault(tmp_path / "v")
     assert cli_vault.warm_queries is False
     cli_vault.close()
+
+
+class WaitingEmbedder(CountingEmbedder):
+    """Once ``armed``, each query's embedding waits (up to a timeout) for the word search to begin
+    (``reading``, set by ``Searcher.lexical``) and notes its thread and whether it had begun; with
+    ``failing``, it raises instead."""
+
+    queries_off_thread = True  # as the NumPy embedder says once ONNX Runtime runs its queries
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.failing = False
+        self.reading = threading.Event()
+        self.seen: list[tuple[str, bool, bool]] = []  # (text, on the main thread, word search begun)
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        if self.failing:
+            raise ModelError("the model is gone")
+        if self.armed:
+            begun = self.reading.wait(timeout=10)
+            on_main = threading.current_thread() is threading.main_thread()
+            self.seen.extend((t, on_main, begun) for t in texts)
+        return super().embed(texts)
+
+
+def test_a_new_querys_vectors_are_embedded_while_the_word_indexes_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query not embedded yet is embedded on a thread of its own while the words are searched
+    (``VectorsAhead``): here each forward pass waits for the word search to begin, which it could not
+    if they ran one after the other. Both texts the vector side asks for go ahead: the query's and,
+    when it names a speaker, the one without the name. The hits are those of a search that embeds
+    after the word search in its own thread (``overlap`` off), to the last bit of every score."""
+    from vaultmem.search import QUERY_VECTORS, Searcher
+
+    embedder = WaitingEmbedder()
+    v = Vault.init(tmp_path / "v", embedder=embedder)
+    v.ingest_messages(
+        [{"id": i, "speaker": who, "content": text, "ts": ts, "session": s} for i, who, text, ts, s in DOCS],
+        source="home",
+    )
+    v.flush()
+    lexical = Searcher.lexical
+
+    def reading(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        embedder.reading.set()
+        return lexical(self, *args, **kwargs)
+
+    monkeypatch.setattr(Searcher, "lexical", reading)
+    queries = ["what did Ana say about pasta", "a kitten from the shelter", "雾凇拼音"]
+
+    def found(query: str) -> list[tuple[str, float, float | None, float | None]]:
+        QUERY_VECTORS.clear()
+        embedder.reading.clear()
+        return [(h.id, h.score, h.cosine, h.coverage) for h in v.search(query, k=5)]
+
+    v.searcher.overlap = False
+    after = [found(q) for q in queries]
+    v.searcher.overlap = True
+    embedder.armed = True
+    ahead = [found(q) for q in queries]
+    embedder.armed = False
+    assert ahead == after and all(after)
+    assert sorted(t for t, _, _ in embedder.seen) == sorted([*queries, "what did say about pasta"])
+    assert all(not on_main and begun for _, on_main, begun in embedder.seen)
+    # Remembered vectors are not embedded again, ahead or not.
+    embedder.armed = True
+    embedder.seen.clear()
+    v.search(queries[-1], k=5)  # the last one found: its vector is remembered
+    assert embedder.seen == []
+    # An error embedding ahead is the search's error, raised in the searching thread.
+    embedder.failing = True
+    QUERY_VECTORS.clear()
+    with pytest.raises(ModelError, match="the model is gone"):
+        v.search(queries[1], k=5)
+    # An embedder that does not say its queries may run elsewhere embeds them in the searching thread.
+    embedder.failing = False
+    embedder.queries_off_thread = False  # type: ignore[misc]
+    embedder.seen.clear()
+    assert found(queries[1]) == after[1]
+    assert embedder.seen == [(queries[1], True, True)]
+    v.close()
 
 
 def test_vectors_written_by_another_connection_are_seen(vault: Vault) -> None:

@@ -1935,10 +1935,23 @@ def usage_line(exc: click_exceptions.ClickException) -> str:
     return f"{where}: error: {message} (see `{where} --help`)"
 
 
+def one_blas_thread_for_the_process() -> None:
+    """OpenBLAS on one thread in the whole process, set before NumPy loads it (commands import NumPy
+    lazily, so a command's process has not loaded it yet); a value the user set is kept.
+
+    ``embed.one_blas_thread`` limits the threads that embed and score; this also covers NumPy work
+    outside it (compaction's clustering on the job workers' threads) and keeps OpenBLAS from starting
+    threads at all. Before ``embed._release_blas_control`` the limit did not hold on the job workers'
+    threads, and this setting alone took LoCoMo conv-26's compaction from 29.9 s of CPU to 16.6 s
+    (``bench/firstrun.py``, one run, loaded)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console script. Exit status: 0 ok, 1 a vault error (one line), 2 a usage error (one line),
     130 interrupted. ``standalone_mode=False`` so that errors come here and are printed as one line
     (click's own printing is a usage block or, with rich, a box)."""
+    one_blas_thread_for_the_process()
     try:
         result = app(args=argv, prog_name="vaultmem", standalone_mode=False)
     except VaultError as exc:

@@ -438,8 +438,25 @@ class _OneBlasThread:
         with self._lock:
             self._depth -= 1
             if self._depth == 0:
+                _release_blas_control()  # whichever thread set the limit, this one may restore it
                 self._limiter.restore_original_limits()
                 self._limiter = None
+                _release_blas_control()  # and the next thread to enter may set it again
+
+
+def _release_blas_control() -> None:
+    """Let any thread set OpenBLAS's (process-wide) thread count next. threadpoolctl 3.8 lets one thread
+    at a time set it: the first to set a limit keeps that right until it leaves its limits through
+    ``with`` (``restore_original_limits`` alone does not give it up), and a limit set on any other
+    thread meanwhile is silently ignored. Without this, once the main thread had run a query, the job
+    workers' forward passes ran BLAS on two threads (threadpoolctl read 2 inside ``one_blas_thread``;
+    a query cost 40-270 ms of CPU instead of 6-12). Called with nobody inside ``one_blas_thread``."""
+    import threadpoolctl
+
+    controller = getattr(threadpoolctl, "OpenBLASController", None)
+    clear = getattr(controller, "clear_controlling_thread", None)
+    if clear is not None:  # threadpoolctl before 3.8 has no controlling thread
+        clear(force=True)
 
 
 one_blas_thread = _OneBlasThread()
@@ -651,6 +668,7 @@ class NumpyBertEmbedder:
         # One BLAS thread for every call: BERT-small's matrices are too small for OpenBLAS threads to pay
         # off. Measured on 400 LoCoMo turns: 75 texts/s with 1 thread, 30 with 2, 15 with the default;
         # single queries p50 16 ms instead of 90 ms on a busy machine.
+        self._load()  # first: what loading imports (tokenizers) would make the BLAS view be looked for again
         with one_blas_thread:
             return self._embed(texts)
 
@@ -675,6 +693,15 @@ class NumpyBertEmbedder:
     def query_runtime(self) -> str:
         """What runs ``embed_query`` now: "onnx" once the session is open, else "numpy"."""
         return "onnx" if self._query_onnx and self._ort is not None else "numpy"
+
+    @property
+    def queries_off_thread(self) -> bool:
+        """Whether ``embed_query`` may run on another thread than the searching one as cheaply as on it
+        (``search.VectorsAhead``): with ONNX Runtime, yes (measured). NumPy's forward pass: not since
+        ``_release_blas_control`` (before it a query there cost 40-270 ms of CPU instead of 6-12, on
+        every BLAS thread); much of a short query's pass holds the interpreter lock, so it would overlap
+        the word search little."""
+        return self.query_runtime == "onnx"
 
     def start_query_runtime(self) -> bool:
         """For a process that will search again (a server, the Python API after its first search): open
@@ -729,8 +756,8 @@ class NumpyBertEmbedder:
         """What ``[self.embed(texts) for texts in calls]`` returns, row for row: each call cut into the
         batches it would get alone, and the batches of all the calls shared with the worker processes
         when there are ``PARALLEL_MIN`` texts or more (many small calls then use every core)."""
+        bert = self._load()  # before the BLAS view is taken (``embed``)
         with one_blas_thread:
-            bert = self._load()
             planned = [self._batches(bert, texts) for texts in calls]
             outs = [np.empty((len(texts), self.dim), dtype=np.float32) for texts in calls]
             work = [
@@ -1323,29 +1350,18 @@ class _Bf16Bert:
         ]
 
     def forward(self, bert: _Bert, ids: npt.NDArray[np.int64], mask: Vectors) -> Vectors:
-        torch = self._torch
-        batch, length = ids.shape
-        hidden = bert.word.shape[1]
-        head_dim = hidden // bert.heads
-        eps = float(bert.eps)
         x_np = bert.word[ids]  # the gather and sum in NumPy, as ``_forward``: no copy of the word table
-        x_np += bert.position[:length]
+        x_np += bert.position[: ids.shape[1]]
         x_np += bert.token_type
         with self._turn:
-            return self._run(torch, bert, x_np, mask, batch, length, hidden, head_dim, eps)
+            return self._run(bert, x_np, mask)
 
-    def _run(
-        self,
-        torch: Any,
-        bert: _Bert,
-        x_np: Vectors,
-        mask: Vectors,
-        batch: int,
-        length: int,
-        hidden: int,
-        head_dim: int,
-        eps: float,
-    ) -> Vectors:
+    def _run(self, bert: _Bert, x_np: Vectors, mask: Vectors) -> Vectors:
+        """The blocks and the pooling over the embedded batch ``x_np`` (batch, length, hidden)."""
+        torch = self._torch
+        batch, length, hidden = x_np.shape
+        head_dim = hidden // bert.heads
+        eps = float(bert.eps)
         layer_norm = torch.nn.functional.layer_norm
 
         def linear(x: Any, weight: Any, bias: Any) -> Any:  # in the weights' type, out as it comes

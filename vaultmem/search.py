@@ -495,12 +495,49 @@ class QueryVectors:
                 self._vectors.popitem(last=False)
         return vec
 
+    def missing(self, embedder: Embedder, queries: Sequence[str]) -> list[str]:
+        """Those of ``queries`` whose vector is not remembered (``get`` would embed them)."""
+        with self._lock:
+            return [q for q in queries if (embedder.model_id, q) not in self._vectors]
+
     def clear(self) -> None:
         with self._lock:
             self._vectors.clear()
 
 
 QUERY_VECTORS = QueryVectors()
+
+
+class VectorsAhead(threading.Thread):
+    """Query vectors embedded on a thread of their own while the search reads its word indexes
+    (``Searcher.rank``): ONNX Runtime's forward pass and SQLite's FTS5 scoring both run without the
+    interpreter lock, so on two cores a new query's search takes about the longer of the two instead of
+    their sum. Only for an embedder whose ``queries_off_thread`` says its queries cost no more there
+    (``NumpyBertEmbedder.queries_off_thread``: not NumPy's forward pass). The vectors land in ``QUERY_VECTORS``, where the search
+    finds them as if it had embedded them itself: same vectors, same hits.
+
+    Not a daemon: a process that exits meanwhile (a Ctrl-C during the word search) waits for the
+    forward pass to end rather than tearing the interpreter down under ONNX Runtime's C++ code."""
+
+    def __init__(self, embedder: Embedder, queries: Sequence[str]) -> None:
+        super().__init__(name="vaultmem-query-vectors", daemon=False)
+        self._embedder = embedder
+        self._queries = list(queries)
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for query in self._queries:
+                QUERY_VECTORS.get(self._embedder, query)
+        except BaseException as exc:  # raised again in the searching thread (``wait``)
+            self._error = exc
+
+    def wait(self) -> None:
+        """Wait for the vectors; an error embedding them is raised here, as the search would have."""
+        self.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 class WordHolders:
@@ -739,6 +776,9 @@ class Searcher:
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
+        # The query's vectors embedded on a thread of their own while the word indexes are read
+        # (``VectorsAhead``); False: in the searching thread, after them (the same vectors either way).
+        self.overlap = True
         self.neighbor_weight = NEIGHBOR_WEIGHT
         self._count: tuple[int, int] | None = None
         self._nonleaf: tuple[int, int] | None = None
@@ -968,6 +1008,31 @@ class Searcher:
             return self.content_vector(embedder, query)
         return self.query_vector(embedder, query)
 
+    def _vectors_ahead(self, query: str) -> VectorsAhead | None:
+        """With ``overlap``, a thread embedding the query texts the vector side will ask for
+        (``content_vector``, ``judging_vector``) that are not remembered yet, started; None when there is
+        nothing to embed (all remembered, or no vectors to score against, as ``semantic`` then embeds
+        nothing either) or the embedder does not say its queries may run on another thread."""
+        if not self.overlap:
+            return None
+        embedder = self._embedder_factory()
+        # Only an embedder that says its queries cost no more on another thread (``queries_off_thread``:
+        # the NumPy embedder once ONNX Runtime runs its queries; NumPy's own forward pass does not).
+        if not getattr(embedder, "queries_off_thread", False) or not self._vectors(embedder).ids:
+            return None
+        texts = [query]
+        if self.unnamed_query:
+            self._speakers.refresh(self.conn)
+            left = self._speakers.without_names(query)
+            if left is not None:
+                texts = [left] if self.unnamed_query >= 1.0 and self.judge_unnamed else [left, query]
+        missing = QUERY_VECTORS.missing(embedder, texts)
+        if not missing:
+            return None
+        ahead = VectorsAhead(embedder, missing)
+        ahead.start()
+        return ahead
+
     def semantic(self, query: str, filters: Filters, limit: int) -> list[str]:
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
@@ -1064,7 +1129,10 @@ class Searcher:
         self, query: str, filters: Filters, pool: int
     ) -> list[tuple[str, float, int | None, int | None]]:
         """Fused ranking: (id, score, lexical rank, vector rank), best first."""
+        ahead = self._vectors_ahead(query)
         lexical = self.lexical(query, filters, pool)
+        if ahead is not None:
+            ahead.wait()
         semantic = self.semantic(query, filters, pool)
         scores: dict[str, float] = {}
         lex_rank: dict[str, int] = {}
