@@ -389,7 +389,9 @@ _TITLE_NOISE = frozenset(
     # Prepositions and indefinite pronouns that STOPWORDS keeps for the summaries' own scoring: they name
     # no subject ("inside Japan everything" was a sample vault title).
     "inside outside within without across around toward towards onto via per among beside besides beyond "
-    "everything something anything nothing everyone someone anyone everybody somebody anybody nobody".split()
+    "everything something anything nothing everyone someone anyone everybody somebody anybody nobody "
+    # Adverbs that end a clause, not a name ("retry header instead", "usually serve dinner").
+    "instead already still anyway anyways usually actually probably basically apparently".split()
 )
 _FILLER_CONTENT = 2  # a line needs this many words that say something (or a number) not to be filler
 _SPEAKER_PREFIX_RE = re.compile(r"^[^\W\d_][\w .'-]{0,39}:\s+")  # "Caroline: " (lines of a child summary)
@@ -970,10 +972,36 @@ def _mmr(
         np.maximum(redundancy, similarity, out=redundancy)
 
 
+# A lead-in that opens a Chinese line and names nothing: "提醒一下：" (a reminder:), "换个话题，" (to change the
+# subject,), "对了，" (oh right,). Only before a colon or comma: "提醒我…" (remind me…) is the request itself.
+_CJK_LEAD_IN_RE = re.compile(
+    r"^(?:提醒一下|提醒下|顺便说一下|顺便问一下|顺便提一下|顺便|对了|另外|还有|换个话题|换个话题吧|话说|说起来|"
+    r"其实|那个|请记住|记住|注意|补充一下|更新一下|总之|总而言之|首先|然后|最后|所以|不过|好的|好吧|嗯|哦)"
+    r"\s*[：:，,、]\s*"
+)
+
+
+def _cjk_title_start(sentence: str) -> str:
+    """Where a Chinese title taken from ``sentence`` starts: after a speaker's prefix ("Chen Jing: ", on a
+    child summary's line), after lead-ins that name nothing (``_CJK_LEAD_IN_RE``) and after function
+    characters (``CJK_STOP``: 我, 的, 了…) opening what is left. "提醒一下：我3月24日到26日请假（搬家）" (a reminder:
+    I … 24 to 26 March leave (moving)) is titled from "3月24日…", not "提醒一下 我3月"."""
+    rest = _SPEAKER_PREFIX_RE.sub("", sentence, count=1).strip()
+    while True:
+        lead = _CJK_LEAD_IN_RE.match(rest)
+        if not lead or not rest[lead.end() :].strip():
+            break
+        rest = rest[lead.end() :]
+    stripped = rest.lstrip("".join(_CJK_STOP))
+    return stripped if _CJK_RE.search(stripped) else rest
+
+
 def _cjk_head(sentence: str) -> str:
-    """The start of a mostly CJK sentence: CJK runs cut at a character (each is a word), other words
-    kept whole, about ``_TITLE_CJK_CHARS`` characters in all. Runs written together stay together
-    ("3月24日", "v2版本"); a space stands where the sentence had a space or punctuation."""
+    """The start of a mostly CJK sentence (from ``_cjk_title_start``): CJK runs cut at a character (each
+    is a word), other words kept whole, about ``_TITLE_CJK_CHARS`` characters in all. Runs written
+    together stay together ("3月24日", "v2版本"); a space stands where the sentence had a space or
+    punctuation."""
+    sentence = _cjk_title_start(sentence)
     out = ""
     size = 0
     end = 0
