@@ -537,7 +537,7 @@ def clauses(sentence: str, prefixed: bool = False) -> list[str]:
         return [sentence]
     spans.append((start, len(body)))
     out: list[str] = []
-    pending: int | None = None  # a short clause with a number, joined to the next
+    pending: int | None = None  # where a short clause (a number, or few words) began: joined to the next
     for begin, end in spans:
         begin = begin if pending is None else pending
         piece = _CLAUSE_OPENING_RE.sub("", body[begin:end].strip()).strip(" ,")
@@ -547,7 +547,7 @@ def clauses(sentence: str, prefixed: bool = False) -> list[str]:
             pending = None
         elif _has_digit(piece) or len(words) >= _FILLER_CONTENT:
             pending = begin
-    if pending is not None:  # the last clause is short and has a number: it stays with the one before
+    if pending is not None:  # the last clause is short: it stays with the one before
         if not out:
             return [sentence]
         out[-1] = _CLAUSE_OPENING_RE.sub("", body[body.find(out[-1]) :].strip()).strip(" ,")
