@@ -3,7 +3,7 @@
     python bench/summaries.py DATASET_PATH [--limit N] [--embed-cache FILE.npz] [--llm URL MODEL]
                               [--threshold 0.70] [--dump-pairs FILE.tsv] [--out FILE.json]
                               [--keep DIR [--reuse]] [--apart-weights W,..] [--specific-weights W,..]
-                              [--title-centres sentences]
+                              [--title-centres sentences] [--whole-sentences]
 
 Each LoCoMo conversation (or LongMemEval haystack) is ingested into a fresh vault through the public API
 (one message per turn, with its id, speaker, session and time), embedded and compacted with the shipped
@@ -15,7 +15,8 @@ gave it, by each summariser of the run, so the summarisers are compared on the s
   from frequent words), kept as ``ExtractiveSummariser(ranking="central")``;
 - ``extractive``: the shipped offline summariser (told, above depth 1, the words of the vault's depth-1
   summaries, ``summarise.Background``, as the compactor tells it; ``--specific-weights 0`` adds a row
-  ranking without them, as before session 11);
+  ranking without them, as before session 11; ``--whole-sentences`` adds a row whose lines are whole
+  sentences, not clauses, as before session 13);
 - ``llm:<model>``: an OpenAI-compatible endpoint, when ``--llm`` names one.
 
 Per summariser and depth, at each summary's actual token count (``tokens`` column):
@@ -515,6 +516,8 @@ def summary_name(s: Summariser) -> str:
         return f"extractive, specific {s.specific_weight:g}"
     if isinstance(s, ExtractiveSummariser) and s.embed is not None and s.title_centre != "children":
         return f"extractive, title centre {s.title_centre}"
+    if isinstance(s, ExtractiveSummariser) and s.embed is not None and not s.clauses:
+        return "extractive, whole sentences"
     if isinstance(s, ExtractiveSummariser) and s.embed is None:
         return "extractive, no sentence vectors"
     return s.name
@@ -624,6 +627,11 @@ def main() -> None:
         default=[],
         help="also title against these centres, e.g. sentences (as before: the mean of the sentence vectors)",
     )
+    parser.add_argument(
+        "--whole-sentences",
+        action="store_true",
+        help="also the extractive summariser with whole sentences as lines (clauses=False, as before session 13)",
+    )
     parser.add_argument("--reuse", action="store_true", help="with --keep: open vaults built earlier")
     args = parser.parse_args()
     data = json.loads(args.dataset.read_text(encoding="utf-8"))
@@ -647,6 +655,8 @@ def main() -> None:
         summarisers.append(ExtractiveSummariser(embedder.embed, specific_weight=weight))
     for centre in args.title_centres:  # titles' key phrases scored against another centre
         summarisers.append(ExtractiveSummariser(embedder.embed, title_centre=centre))
+    if args.whole_sentences:
+        summarisers.append(ExtractiveSummariser(embedder.embed, clauses=False))
     if args.no_vectors:
         summarisers.append(ExtractiveSummariser())
     if args.llm:

@@ -242,3 +242,52 @@ def test_a_title_names_what_sets_its_level_apart_from_the_levels_beside_it() -> 
             return Summary("old title", "old text", self.name)
 
     assert summarise_apart(Old(), children, 1, apart).title == "old title"
+
+
+def test_a_chinese_title_opens_with_its_subject_not_a_lead_in() -> None:
+    """The sample vault titled Chen Jing's leave "提醒一下 我3月" ("a reminder, I March"): the lead-in
+    (提醒一下：) and the pronoun (我) name nothing; the title opens with the date. On a child summary's line
+    the speaker's prefix is left out too."""
+    texts = [
+        "提醒一下：我3月24日到26日请假（搬家），那几天的 on-call 我已经和 Diego 换了。",
+        "好的，没问题！祝搬家顺利。",
+        "搬家那天需要帮忙吗？",
+    ]
+    title = _level_title(texts, "陈静")
+    assert title.startswith("3月"), title
+    assert "提醒" not in title and "我" not in title, title
+    depth_two = [
+        Child(
+            "- Chen Jing: 对了，我3月24日到26日请假。\n- Mara: 搬家顺利。", FAKE.embed(["x"])[0], title="搬家"
+        )
+    ]
+    title = ExtractiveSummariser(FAKE.embed).summarise(depth_two, 2).title
+    assert title.startswith("3月"), title
+
+
+def test_a_title_opens_with_words_and_an_identifier_may_follow() -> None:
+    """The sample vault titled a level "tidepool_webhook_worker_panics_total, retry header instead": the
+    metric's name sat closest to the level's centre (its lines repeat it), but a person reads a title
+    from its first phrase. An identifier may follow a phrase of words; an adverb ("instead") ends a
+    clause and names nothing."""
+    from vaultmem.keyphrase import candidates, is_identifier, title
+    from vaultmem.summarise import _phrase_stop
+
+    texts = [
+        "Recover panics in the batch worker and count them in tidepool_webhook_worker_panics_total.",
+        "The alert fires when tidepool_webhook_worker_panics_total increases.",
+        "Payflow sends an empty body with the retry header instead.",
+        "Reject empty payloads with 400 instead of panicking.",
+    ]
+    stop = _phrase_stop(frozenset())
+    found = candidates(texts, stop)
+    assert "tidepool_webhook_worker_panics_total" in found
+    assert not any("instead" in p.split() for p in found), found
+    centre = FAKE.embed(["tidepool_webhook_worker_panics_total"])[0]
+    made = title(texts, centre, FAKE.embed, stop)
+    assert made is not None
+    first = made.split(", ")[0]
+    assert not is_identifier(first), made
+    assert is_identifier("WEBHOOK_MAX_BYTES") and not is_identifier("v0.9.3 shipped")
+    only = ["tidepool_webhook_worker_panics_total rises.", "tidepool_webhook_worker_panics_total again."]
+    assert title(only, centre, FAKE.embed, stop) is not None  # no phrase of words: the identifier it is

@@ -6,7 +6,8 @@ written), their scores (cosine of each phrase's vector with the level's centroid
 relevance so two phrases of a title say different things) and the title made of them: 2-6 whole words.
 
 Must never: cut a word (a title is made of whole candidate words), return a placeholder (it returns
-``None`` and the caller keeps its own title), or embed more than ``MAX_CANDIDATES`` phrases per title.
+``None`` and the caller keeps its own title), open a title with an identifier when a phrase of words is
+found (``is_identifier``), or embed more than ``MAX_CANDIDATES`` phrases per title.
 Mostly CJK text has no spaces to find phrases by; the caller titles it. In mixed text a CJK run longer
 than ``_CJK_WORD_MAX`` characters is a clause, not a word, and is never part of a phrase.
 """
@@ -41,6 +42,17 @@ CJK_STOP = frozenset(
 )
 # A full stop ends a run only before a space or the end, so "v0.9.3" and "e.g" stay whole words.
 _BREAK_RE = re.compile(r"[,;:!?()\[\]{}\"“”«»|/\\<>=*#`~—–]+|\.+(?=\s|$)|\s-\s")
+
+
+# An identifier: a word joined by "_" (``tidepool_webhook_worker_panics_total``, ``WEBHOOK_MAX_BYTES``) or
+# longer than any word a person writes in a title. Close to a level's centre (it is what the lines
+# repeat), but it reads as code: a title never opens with one (``title``).
+_IDENTIFIER_CHARS = 24
+
+
+def is_identifier(phrase: str) -> bool:
+    """``phrase`` holds a word joined by "_" or longer than ``_IDENTIFIER_CHARS`` characters."""
+    return any("_" in word.strip("_") or len(word) > _IDENTIFIER_CHARS for word in phrase.split())
 
 
 def _runs(text: str, stop: frozenset[str]) -> Iterable[list[str]]:
@@ -117,7 +129,9 @@ def title(
         relevance = relevance - apart_weight * (vectors @ away.T).max(axis=1)
     # Longer phrases say more: a small bonus per word, so "pottery class" beats "pottery" when close.
     relevance = relevance + 0.03 * np.array([len(p.split()) - 1 for p in phrases])
-    best = int(np.argmax(relevance))
+    # A title is read from its first phrase: words lead it, an identifier may follow them.
+    worded = np.array([not is_identifier(p) for p in phrases])
+    best = int(np.argmax(np.where(worded, relevance, -np.inf))) if worded.any() else int(np.argmax(relevance))
     chosen = [best]
     words = len(phrases[best].split())
     redundancy = vectors @ vectors[best]
