@@ -150,6 +150,14 @@ LEVEL_SUBJECT = False
 # LEVEL_KEEP > 0: the list is fused last (after the walk, neighbours and speakers), below the final ranking's
 # best LEVEL_KEEP hits, so it only adds candidates; 0: fused in the feedback round (below its PRF_KEEP).
 LEVEL_KEEP = 0
+# LEVEL_SPREAD False: the level list's share of a leaf's score neither spreads to its neighbours
+# (``_spread_to_neighbors``) nor makes it a seed of the walk (``_propagate``): a leaf the list brings in
+# comes alone, not with the turns around it (with it, each added leaf brought up to two more above the
+# budget's edge). LEVEL_NOVEL > 0: only levels holding none of the first round's best LEVEL_NOVEL leaves
+# give a leaf (levels the first round already reached add nothing new, only crowding). Measured in
+# docs/architecture.md ("Level candidates that come alone").
+LEVEL_SPREAD = True
+LEVEL_NOVEL = 0
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
 WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
@@ -688,6 +696,13 @@ def _fuse_below(scores: dict[str, float], found: list[tuple[float, list[str]]], 
             scores[node_id] = step
 
 
+def _without(scores: dict[str, float], added: dict[str, float] | None) -> dict[str, float]:
+    """``scores`` less the shares in ``added`` (a leaf only ``added`` brought in scores 0)."""
+    if not added:
+        return scores
+    return {i: max(0.0, s - added.get(i, 0.0)) for i, s in scores.items()}
+
+
 class Searcher:
     """Hybrid search over one vault's index. Keeps vectors in memory between queries."""
 
@@ -734,8 +749,11 @@ class Searcher:
         self.level_leaves = LEVEL_LEAVES
         self.level_subject = LEVEL_SUBJECT
         self.level_keep = LEVEL_KEEP
+        self.level_spread = LEVEL_SPREAD
+        self.level_novel = LEVEL_NOVEL
         # Depth-1 levels -> their leaves (id, speaker), remembered until the index is written.
         self._levels: tuple[tuple[int, int, int] | None, dict[str, list[tuple[str, str | None]]]] = (None, {})
+        self._level_of: dict[str, str] = {}  # leaf -> its depth-1 level, with ``_levels``
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
@@ -1076,16 +1094,17 @@ class Searcher:
         for rank, node_id in enumerate(semantic, 1):
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
+        added: dict[str, float] = {}  # the level list's share of each score (``level_spread`` off)
         if (
             (self.prf_vector or self.prf_words or self.split_vector or self.level_weight)
             and scores
             and self._feedback_for(query, filters)
         ):
-            self._feed_back(query, filters, pool, scores)
+            self._feed_back(query, filters, pool, scores, added)
         if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
-            self._propagate(query, scores, pool)
+            self._propagate(query, scores, pool, added)
         if self.neighbor_weight:
-            self._spread_to_neighbors(scores, filters)
+            self._spread_to_neighbors(scores, filters, added)
         if self.split_weight:
             self._split_people(query, scores)
         if self.speaker_boost or self.first_person_boost:
@@ -1114,10 +1133,19 @@ class Searcher:
                 return False
         return True
 
-    def _feed_back(self, query: str, filters: Filters, limit: int, scores: dict[str, float]) -> None:
+    def _feed_back(
+        self,
+        query: str,
+        filters: Filters,
+        limit: int,
+        scores: dict[str, float],
+        added: dict[str, float] | None = None,
+    ) -> None:
         """Pseudo-relevance feedback: rankings from the best ``prf_docs`` fused hits of the first round
-        (``_feedback_vector``, ``feedback_terms``) fused into ``scores``."""
-        best = sorted(scores, key=lambda i: (-scores[i], i))[: int(self.prf_docs)]
+        (``_feedback_vector``, ``feedback_terms``) fused into ``scores``. With ``level_spread`` off, the level
+        list's share of each leaf's score is put in ``added`` (``_spread_to_neighbors``, ``_propagate``)."""
+        ordered = sorted(scores, key=lambda i: (-scores[i], i))
+        best = ordered[: int(self.prf_docs)]
         found: list[tuple[float, list[str]]] = []
         if self.prf_vector:
             within = list(scores) if self.prf_within else None
@@ -1130,7 +1158,11 @@ class Searcher:
             and replace(filters, kind=None).empty
             and filters.kind != "summary"
         ):
-            found.append((self.level_weight, self.level_leaves_of(query)))
+            listed = self.level_leaves_of(query, ordered[: int(self.level_novel)])
+            found.append((self.level_weight, listed))
+            if added is not None and not self.level_spread:
+                for rank, node_id in enumerate(listed, 1):
+                    added[node_id] = added.get(node_id, 0.0) + self.level_weight / (RRF_K + rank)
         if self.prf_words:
             extra = self.feedback_terms(query, best)
             if extra:
@@ -1144,14 +1176,16 @@ class Searcher:
         ``level_keep`` hits: it adds candidates and never reorders the top."""
         _fuse_below(scores, [(self.level_weight, self.level_leaves_of(query))], int(self.level_keep))
 
-    def level_leaves_of(self, query: str) -> list[str]:
+    def level_leaves_of(self, query: str, reached: Sequence[str] = ()) -> list[str]:
         """Level-guided candidates: the depth-1 levels closest to the query (by their summary's vector),
         best first, each giving its ``level_leaves`` leaves closest to the query; with ``level_subject``
-        only leaves said by the speakers the query is about (``Speakers.subject``). No forward pass: the
-        query's vector is remembered from the first round."""
+        only leaves said by the speakers the query is about (``Speakers.subject``). A level holding one of
+        ``reached`` (the first round's best) gives none. No forward pass: the query's vector is remembered
+        from the first round."""
         levels = self._leaf_levels()
         if not levels:
             return []
+        skip = {self._level_of[i] for i in reached if i in self._level_of}
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
         level_ids = [i for i in levels if i in cache.pos]
@@ -1162,11 +1196,14 @@ class Searcher:
             self._speakers.refresh(self.conn)
             subject = self._speakers.subject(query)
         out: list[str] = []
+        taken = 0
         take = max(1, int(self.level_leaves))
         with one_blas_thread:
             q = self.content_vector(embedder, query)
             rows = np.asarray([cache.pos[i] for i in level_ids], dtype=np.intp)
-            for row in cache.top(q, int(self.level_top), rows):
+            for row in cache.top(q, int(self.level_top) + len(skip), rows):
+                if cache.ids[int(row)] in skip:
+                    continue
                 kids = [
                     leaf
                     for leaf, speaker in levels[cache.ids[int(row)]]
@@ -1176,6 +1213,9 @@ class Searcher:
                     continue
                 sims = cache.matrix[np.asarray([cache.pos[k] for k in kids], dtype=np.intp)] @ q
                 out.extend(kids[int(j)] for j in np.argsort(-sims, kind="stable")[:take])
+                taken += 1
+                if taken == int(self.level_top):
+                    break
         return out
 
     def _leaf_levels(self) -> dict[str, list[tuple[str, str | None]]]:
@@ -1190,6 +1230,7 @@ class Searcher:
         ):
             levels.setdefault(parent, []).append((leaf, speaker))
         self._levels = (stamp, levels)
+        self._level_of = {leaf: parent for parent, kids in levels.items() for leaf, _ in kids}
         return levels
 
     def _speaker_vectors(self, query: str, limit: int) -> list[list[str]]:
@@ -1310,7 +1351,9 @@ class Searcher:
         fused[lead] = max(fused.values()) * (1.0 + 1e-6)
         scores.update(fused)
 
-    def _propagate(self, query: str, scores: dict[str, float], limit: int) -> None:
+    def _propagate(
+        self, query: str, scores: dict[str, float], limit: int, added: dict[str, float] | None = None
+    ) -> None:
         """Fuse the Personalized PageRank ranking of the leaf graph, seeded by the best fused leaves and
         the entities the query names, into ``scores``. Only for a ranking of leaves without filters (the
         walk knows no filter, and ranks no summary: with summaries among the candidates it would push
@@ -1318,19 +1361,24 @@ class Searcher:
         graph = self.leaf_structures()[0]
         if not scores.keys() <= graph.leaf_pos.keys():  # a summary among them (one set test, in C)
             return
-        top = sorted(scores, key=lambda i: (-scores[i], i))[: int(self.graph_seeds)]
-        seeds = {i: scores[i] for i in top}
+        base = _without(scores, added)
+        top = sorted(base, key=lambda i: (-base[i], i))[: int(self.graph_seeds)]
+        seeds = {i: base[i] for i in top}
         named = dict.fromkeys(graph.entities_named(set(_WORD_RE.findall(query.lower()))), 1.0)
         weight = self.graph_weight
         for rank, node_id in enumerate(graph.walk(seeds, named, limit), 1):
             scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
 
-    def _spread_to_neighbors(self, scores: dict[str, float], filters: Filters) -> None:
+    def _spread_to_neighbors(
+        self, scores: dict[str, float], filters: Filters, added: dict[str, float] | None = None
+    ) -> None:
+        """Each leaf's neighbours gain a share of its score (``added``: the part of a score that does not
+        spread)."""
         order = self.leaf_structures()[1]
         bonus: dict[str, float] = {}
         spread = order.spread
         weight = self.neighbor_weight
-        for node_id, score in scores.items():
+        for node_id, score in _without(scores, added).items():
             # The stronger neighbour counts, not the sum: a weak turn wedged between two strong ones must
             # not outrank them. A long neighbour is worth less context than a short one (its share).
             for neighbor, share in spread(node_id, NEIGHBOR_FULL_TOKENS):
