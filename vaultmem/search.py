@@ -158,6 +158,9 @@ LEVEL_KEEP = 0
 # docs/architecture.md ("Level candidates that come alone").
 LEVEL_SPREAD = True
 LEVEL_NOVEL = 0
+# LEVEL_HEAD > 0: the ranking is also made without the level list (every other step the same) and its best
+# LEVEL_HEAD lead the final ranking in their order; the list's leaves can only join below them.
+LEVEL_HEAD = 0
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
 WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
@@ -696,6 +699,24 @@ def _fuse_below(scores: dict[str, float], found: list[tuple[float, list[str]]], 
             scores[node_id] = step
 
 
+def _keep_head(scores: dict[str, float], head: list[str]) -> None:
+    """Put ``head`` (ids, best first) first in ``scores``, in its order (from the best of their scores down);
+    what scored as high as the last of them goes right below them, in its own order."""
+    if not head:
+        return
+    step = max(scores.get(i, 0.0) for i in head)
+    for node_id in head:
+        scores[node_id] = step
+        step = math.nextafter(step, -math.inf)
+    last = scores[head[-1]]
+    kept = set(head)
+    risen = [i for i in scores if i not in kept and scores[i] >= last]
+    step = last
+    for node_id in sorted(risen, key=lambda i: (-scores[i], i)):
+        step = math.nextafter(step, -math.inf)
+        scores[node_id] = step
+
+
 def _without(scores: dict[str, float], added: dict[str, float] | None) -> dict[str, float]:
     """``scores`` less the shares in ``added`` (a leaf only ``added`` brought in scores 0)."""
     if not added:
@@ -751,6 +772,7 @@ class Searcher:
         self.level_keep = LEVEL_KEEP
         self.level_spread = LEVEL_SPREAD
         self.level_novel = LEVEL_NOVEL
+        self.level_head = LEVEL_HEAD
         # Depth-1 levels -> their leaves (id, speaker), remembered until the index is written.
         self._levels: tuple[tuple[int, int, int] | None, dict[str, list[tuple[str, str | None]]]] = (None, {})
         self._level_of: dict[str, str] = {}  # leaf -> its depth-1 level, with ``_levels``
@@ -1095,20 +1117,20 @@ class Searcher:
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
         added: dict[str, float] = {}  # the level list's share of each score (``level_spread`` off)
+        # With ``level_head``, the same steps without the level list, whose best ``level_head`` lead.
+        plain: dict[str, float] | None = None
         if (
             (self.prf_vector or self.prf_words or self.split_vector or self.level_weight)
             and scores
             and self._feedback_for(query, filters)
         ):
-            self._feed_back(query, filters, pool, scores, added)
-        if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
-            self._propagate(query, scores, pool, added)
-        if self.neighbor_weight:
-            self._spread_to_neighbors(scores, filters, added)
-        if self.split_weight:
-            self._split_people(query, scores)
-        if self.speaker_boost or self.first_person_boost:
-            self._boost_speakers(query, scores, pool)
+            if self.level_weight and self.level_head and not self.level_keep:
+                plain = dict(scores)
+            self._feed_back(query, filters, pool, scores, added, plain)
+        self._later_steps(query, filters, pool, scores, added)
+        if plain is not None:
+            self._later_steps(query, filters, pool, plain, None)
+            _keep_head(scores, sorted(plain, key=lambda i: (-plain[i], i))[: int(self.level_head)])
         if (
             self.level_weight
             and self.level_keep
@@ -1120,6 +1142,24 @@ class Searcher:
             self._add_levels(query, scores)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
+
+    def _later_steps(
+        self,
+        query: str,
+        filters: Filters,
+        pool: int,
+        scores: dict[str, float],
+        added: dict[str, float] | None,
+    ) -> None:
+        """The steps after feedback: the walk, neighbours, people split, speakers."""
+        if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
+            self._propagate(query, scores, pool, added)
+        if self.neighbor_weight:
+            self._spread_to_neighbors(scores, filters, added)
+        if self.split_weight:
+            self._split_people(query, scores)
+        if self.speaker_boost or self.first_person_boost:
+            self._boost_speakers(query, scores, pool)
 
     def _feedback_for(self, query: str, filters: Filters) -> bool:
         """Whether feedback applies to ``query``: not to one asking for a time (``prf_on_time``) nor to one
@@ -1140,13 +1180,16 @@ class Searcher:
         limit: int,
         scores: dict[str, float],
         added: dict[str, float] | None = None,
+        plain: dict[str, float] | None = None,
     ) -> None:
         """Pseudo-relevance feedback: rankings from the best ``prf_docs`` fused hits of the first round
         (``_feedback_vector``, ``feedback_terms``) fused into ``scores``. With ``level_spread`` off, the level
-        list's share of each leaf's score is put in ``added`` (``_spread_to_neighbors``, ``_propagate``)."""
+        list's share of each leaf's score is put in ``added`` (``_spread_to_neighbors``, ``_propagate``).
+        ``plain`` (a copy of ``scores``) gets the same rankings but the level list's."""
         ordered = sorted(scores, key=lambda i: (-scores[i], i))
         best = ordered[: int(self.prf_docs)]
         found: list[tuple[float, list[str]]] = []
+        listed: list[str] | None = None
         if self.prf_vector:
             within = list(scores) if self.prf_within else None
             found.append((self.prf_vector, self._feedback_vector(query, filters, limit, best, within)))
@@ -1169,6 +1212,8 @@ class Searcher:
                 found.append(
                     (self.prf_words, self.lexical(" ".join([query, *extra]), filters, limit)["words"])
                 )
+        if plain is not None:
+            _fuse_below(plain, [f for f in found if f[1] is not listed], int(self.prf_keep))
         _fuse_below(scores, found, int(self.prf_keep))
 
     def _add_levels(self, query: str, scores: dict[str, float]) -> None:
