@@ -1126,7 +1126,8 @@ class Searcher:
         ):
             if self.level_weight and self.level_head and not self.level_keep:
                 plain = dict(scores)
-            self._feed_back(query, filters, pool, scores, added, plain)
+            if not self._feed_back(query, filters, pool, scores, added, plain):
+                plain = None  # no level list: the ranking is the plain one
         self._later_steps(query, filters, pool, scores, added)
         if plain is not None:
             self._later_steps(query, filters, pool, plain, None)
@@ -1181,11 +1182,12 @@ class Searcher:
         scores: dict[str, float],
         added: dict[str, float] | None = None,
         plain: dict[str, float] | None = None,
-    ) -> None:
+    ) -> list[str]:
         """Pseudo-relevance feedback: rankings from the best ``prf_docs`` fused hits of the first round
         (``_feedback_vector``, ``feedback_terms``) fused into ``scores``. With ``level_spread`` off, the level
         list's share of each leaf's score is put in ``added`` (``_spread_to_neighbors``, ``_propagate``).
-        ``plain`` (a copy of ``scores``) gets the same rankings but the level list's."""
+        ``plain`` (a copy of ``scores``) gets the same rankings but the level list's. Returns the level
+        list (empty without one)."""
         ordered = sorted(scores, key=lambda i: (-scores[i], i))
         best = ordered[: int(self.prf_docs)]
         found: list[tuple[float, list[str]]] = []
@@ -1215,6 +1217,7 @@ class Searcher:
         if plain is not None:
             _fuse_below(plain, [f for f in found if f[1] is not listed], int(self.prf_keep))
         _fuse_below(scores, found, int(self.prf_keep))
+        return listed or []
 
     def _add_levels(self, query: str, scores: dict[str, float]) -> None:
         """The level-guided list (``level_leaves_of``) fused into the final ranking below its best
