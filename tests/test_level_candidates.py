@@ -266,3 +266,16 @@ def test_with_level_head_the_best_without_the_list_lead_in_their_order(levelled:
     order = sorted(after, key=lambda i: (-after[i], i))
     assert order[:3] == first[:3]
     assert set(listed) - set(first[:3]) <= set(order[3:])
+
+
+def test_the_kept_head_counts_leaves_not_summaries(levelled: Vault) -> None:
+    """``search`` lists a summary as a leaf it quotes or drops it, so the kept head reaches past summaries
+    until it holds ``level_head`` leaves."""
+    kinds = dict(levelled.conn.execute("SELECT id, kind FROM chunks").fetchall())
+    summaries = [i for i, k in kinds.items() if k == "summary"][:2]
+    leaves = [i for i, k in kinds.items() if k == "leaf"][:3]
+    order = [summaries[0], leaves[0], summaries[1], leaves[1], leaves[2]]
+    levelled.searcher.rank(QUERY, Filters(kind="leaf"), 3)  # the leaf graph is built
+    assert levelled.searcher._head(order, 2) == order[:4]
+    assert levelled.searcher._head(order, 3) == order
+    assert levelled.searcher._head(order, 0) == []

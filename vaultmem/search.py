@@ -1131,7 +1131,7 @@ class Searcher:
         self._later_steps(query, filters, pool, scores, added)
         if plain is not None:
             self._later_steps(query, filters, pool, plain, None)
-            _keep_head(scores, sorted(plain, key=lambda i: (-plain[i], i))[: int(self.level_head)])
+            _keep_head(scores, self._head(sorted(plain, key=lambda i: (-plain[i], i)), int(self.level_head)))
         if (
             self.level_weight
             and self.level_keep
@@ -1143,6 +1143,18 @@ class Searcher:
             self._add_levels(query, scores)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
+
+    def _head(self, order: list[str], leaves: int) -> list[str]:
+        """The start of ``order`` that holds ``leaves`` leaves: a summary among them counts for none
+        (``search`` lists it as a leaf it quotes, or drops it, ``quotes_as_leaves``)."""
+        known = self.leaf_structures()[0].leaf_pos
+        head: list[str] = []
+        for node_id in order:
+            if leaves <= 0:
+                break
+            head.append(node_id)
+            leaves -= node_id in known
+        return head
 
     def _later_steps(
         self,
