@@ -151,15 +151,16 @@ LEVEL_SUBJECT = False
 # best LEVEL_KEEP hits, so it only adds candidates; 0: fused in the feedback round (below its PRF_KEEP).
 LEVEL_KEEP = 0
 # LEVEL_SPREAD False: the level list's share of a leaf's score neither spreads to its neighbours
-# (``_spread_to_neighbors``) nor makes it a seed of the walk (``_propagate``): a leaf the list brings in
-# comes alone, not with the turns around it (with it, each added leaf brought up to two more above the
-# budget's edge). LEVEL_NOVEL > 0: only levels holding none of the first round's best LEVEL_NOVEL leaves
-# give a leaf (levels the first round already reached add nothing new, only crowding). Measured in
-# docs/architecture.md ("Level candidates that come alone").
+# (``_spread_to_neighbors``) nor makes it a seed of the walk (``_propagate``): a listed leaf comes alone, not
+# with the turns around it. LEVEL_NOVEL > 0: only levels holding none of the first round's best LEVEL_NOVEL
+# leaves give a leaf (the walk and the neighbours already reach those). LEVEL_HEAD > 0: the ranking is also
+# made without the level list (every other step the same) and its first LEVEL_HEAD leaves lead the final
+# ranking in their order; the list's leaves join below (R@5 kept). LoCoMo dev: spread off loses the gains
+# (they come with the listed leaves' neighbours); LEVEL_NOVEL 10 lifts multi-hop and open-domain with no
+# category falling at 1,024 tokens, but 8, 12, 15 and 20 each drop one: a fit to dev, so all stay off
+# (docs/architecture.md, "Level candidates at the budget's edge").
 LEVEL_SPREAD = True
 LEVEL_NOVEL = 0
-# LEVEL_HEAD > 0: the ranking is also made without the level list (every other step the same) and its best
-# LEVEL_HEAD lead the final ranking in their order; the list's leaves can only join below them.
 LEVEL_HEAD = 0
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
