@@ -178,6 +178,8 @@ def test_the_level_list_leaves_a_time_question_and_a_vault_without_levels_alone(
     plain = _scores(fresh, QUERY)
     fresh.searcher.level_weight = 1.0
     assert _scores(fresh, QUERY) == plain
+    fresh.searcher.level_novel, fresh.searcher.level_head = 10, 5  # nothing listed: no kept head either
+    assert _scores(fresh, QUERY) == plain
 
 
 def test_the_level_list_is_off_by_default(levelled: Vault) -> None:
