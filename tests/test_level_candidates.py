@@ -137,8 +137,8 @@ def test_the_best_levels_give_their_leaves_closest_to_the_question(levelled: Vau
     assert mel and {said[i] for i in mel} == {"Mel"}
 
 
-def _scores(vault: Vault, query: str) -> dict[str, float]:
-    return {i: s for i, s, _, _ in vault.searcher.rank(query, Filters(kind="leaf"), 3)}
+def _scores(vault: Vault, query: str, pool: int = 3) -> dict[str, float]:
+    return {i: s for i, s, _, _ in vault.searcher.rank(query, Filters(kind="leaf"), pool)}
 
 
 def test_the_level_list_adds_candidates_fused_like_feedback(levelled: Vault) -> None:
@@ -178,6 +178,8 @@ def test_the_level_list_leaves_a_time_question_and_a_vault_without_levels_alone(
     plain = _scores(fresh, QUERY)
     fresh.searcher.level_weight = 1.0
     assert _scores(fresh, QUERY) == plain
+    fresh.searcher.level_novel, fresh.searcher.level_head = 10, 5  # nothing listed: no kept head either
+    assert _scores(fresh, QUERY) == plain
 
 
 def test_the_level_list_is_off_by_default(levelled: Vault) -> None:
@@ -200,3 +202,82 @@ def test_fused_last_the_list_only_adds_below_the_final_best(levelled: Vault) -> 
     assert 50.0 / (search_module.RRF_K + len(listed)) > plain[first[0]]
     assert order[:2] == first[:2] and order[2] in listed and outside in order[2 : 2 + len(listed)]
     assert set(after) == set(plain) | set(listed) and set(listed) - set(plain)
+
+
+def test_levels_the_first_round_reached_give_no_leaf(levelled: Vault) -> None:
+    """``level_leaves_of(query, reached)``: a level holding one of ``reached`` is passed over, and the next
+    best level takes its place (still ``level_top`` levels)."""
+    searcher = levelled.searcher
+    searcher.level_top = 3
+    plain = searcher.level_leaves_of(QUERY)
+    parent = dict(levelled.conn.execute("SELECT id, parent FROM chunks WHERE kind = 'leaf'").fetchall())
+    reached = [plain[0]]
+    got = searcher.level_leaves_of(QUERY, reached)
+    assert len(got) == 3 and all(parent[i] != parent[plain[0]] for i in got)
+    assert got[:2] == plain[1:3]  # the others keep their order, a fourth level joins at the end
+    assert got == [i for i in _expected(levelled, QUERY, 4, 1) if parent[i] != parent[plain[0]]]
+
+
+def test_with_level_novel_the_ranking_skips_the_levels_of_the_first_best(levelled: Vault) -> None:
+    searcher = levelled.searcher
+    searcher.graph_weight = searcher.neighbor_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0
+    first = sorted(_scores(levelled, QUERY).items(), key=lambda kv: (-kv[1], kv[0]))
+    searcher.level_weight, searcher.level_top, searcher.level_novel = 0.5, 2, 1
+    after = _scores(levelled, QUERY)
+    listed = searcher.level_leaves_of(QUERY, [first[0][0]])
+    assert listed != searcher.level_leaves_of(QUERY)  # the best leaf's level would have given one
+    assert set(after) == {i for i, _ in first} | set(listed)
+    for rank, node in enumerate(listed, 1):
+        before = dict(first).get(node, 0.0)
+        assert after[node] == pytest.approx(before + 0.5 / (search_module.RRF_K + rank))
+
+
+def test_without_level_spread_a_listed_leaf_comes_alone(levelled: Vault) -> None:
+    """``level_spread`` off: the neighbours of a listed leaf gain nothing from the list's share, so every
+    score is the one without the list plus the list's share; on, its neighbours rise with it."""
+    searcher = levelled.searcher
+    searcher.graph_weight = searcher.speaker_boost = 0.0
+    searcher.prf_vector, searcher.prf_keep = 0.0, 0
+    plain = _scores(levelled, QUERY)
+    searcher.level_weight, searcher.level_top, searcher.level_spread = 0.5, 4, False
+    alone = _scores(levelled, QUERY)
+    listed = searcher.level_leaves_of(QUERY)
+    share = {node: 0.5 / (search_module.RRF_K + rank) for rank, node in enumerate(listed, 1)}
+    assert set(alone) == set(plain) | set(listed)
+    for node, score in alone.items():
+        assert score == pytest.approx(plain.get(node, 0.0) + share.get(node, 0.0))
+    searcher.level_spread = True
+    spread = _scores(levelled, QUERY)
+    assert set(spread) > set(alone)  # on: the listed leaves bring their neighbours in
+
+
+def test_with_level_head_the_best_without_the_list_lead_in_their_order(levelled: Vault) -> None:
+    """``level_head``: the final ranking's best N are those of the ranking made without the list (every
+    other step on: feedback, walk, neighbours, speakers), in that order; the list's leaves join below."""
+    searcher = levelled.searcher
+    searcher.prf_keep = 0
+    plain = _scores(levelled, QUERY, 40)
+    first = sorted(plain, key=lambda i: (-plain[i], i))
+    searcher.level_weight, searcher.level_top = 50.0, 6
+    listed = searcher.level_leaves_of(QUERY)
+    unkept = _scores(levelled, QUERY, 40)
+    assert sorted(unkept, key=lambda i: (-unkept[i], i))[:3] != first[:3]  # unprotected, the list leads
+    searcher.level_head = 3
+    after = _scores(levelled, QUERY, 40)
+    order = sorted(after, key=lambda i: (-after[i], i))
+    assert order[:3] == first[:3]
+    assert set(listed) - set(first[:3]) <= set(order[3:])
+
+
+def test_the_kept_head_counts_leaves_not_summaries(levelled: Vault) -> None:
+    """``search`` lists a summary as a leaf it quotes or drops it, so the kept head reaches past summaries
+    until it holds ``level_head`` leaves."""
+    kinds = dict(levelled.conn.execute("SELECT id, kind FROM chunks").fetchall())
+    summaries = [i for i, k in kinds.items() if k == "summary"][:2]
+    leaves = [i for i, k in kinds.items() if k == "leaf"][:3]
+    order = [summaries[0], leaves[0], summaries[1], leaves[1], leaves[2]]
+    levelled.searcher.rank(QUERY, Filters(kind="leaf"), 3)  # the leaf graph is built
+    assert levelled.searcher._head(order, 2) == order[:4]
+    assert levelled.searcher._head(order, 3) == order
+    assert levelled.searcher._head(order, 0) == []

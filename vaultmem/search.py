@@ -150,6 +150,18 @@ LEVEL_SUBJECT = False
 # LEVEL_KEEP > 0: the list is fused last (after the walk, neighbours and speakers), below the final ranking's
 # best LEVEL_KEEP hits, so it only adds candidates; 0: fused in the feedback round (below its PRF_KEEP).
 LEVEL_KEEP = 0
+# LEVEL_SPREAD False: the level list's share of a leaf's score neither spreads to its neighbours
+# (``_spread_to_neighbors``) nor makes it a seed of the walk (``_propagate``): a listed leaf comes alone, not
+# with the turns around it. LEVEL_NOVEL > 0: only levels holding none of the first round's best LEVEL_NOVEL
+# leaves give a leaf (the walk and the neighbours already reach those). LEVEL_HEAD > 0: the ranking is also
+# made without the level list (every other step the same) and its first LEVEL_HEAD leaves lead the final
+# ranking in their order; the list's leaves join below (R@5 kept). LoCoMo dev: spread off loses the gains
+# (they come with the listed leaves' neighbours); LEVEL_NOVEL 10 lifts multi-hop and open-domain with no
+# category falling at 1,024 tokens, but 8, 12, 15 and 20 each drop one: a fit to dev, so all stay off
+# (docs/architecture.md, "Level candidates at the budget's edge").
+LEVEL_SPREAD = True
+LEVEL_NOVEL = 0
+LEVEL_HEAD = 0
 # A hit that holds little of the query's words is weak below this cosine, per embedding model. Measured on
 # LoCoMo and LongMemEval (bench/weak.py; docs/architecture.md, "Weak matches").
 WEAK_BELOW = {"sentence-transformers/all-MiniLM-L6-v2": 0.30}
@@ -725,6 +737,31 @@ def _fuse_below(scores: dict[str, float], found: list[tuple[float, list[str]]], 
             scores[node_id] = step
 
 
+def _keep_head(scores: dict[str, float], head: list[str]) -> None:
+    """Put ``head`` (ids, best first) first in ``scores``, in its order (from the best of their scores down);
+    what scored as high as the last of them goes right below them, in its own order."""
+    if not head:
+        return
+    step = max(scores.get(i, 0.0) for i in head)
+    for node_id in head:
+        scores[node_id] = step
+        step = math.nextafter(step, -math.inf)
+    last = scores[head[-1]]
+    kept = set(head)
+    risen = [i for i in scores if i not in kept and scores[i] >= last]
+    step = last
+    for node_id in sorted(risen, key=lambda i: (-scores[i], i)):
+        step = math.nextafter(step, -math.inf)
+        scores[node_id] = step
+
+
+def _without(scores: dict[str, float], added: dict[str, float] | None) -> dict[str, float]:
+    """``scores`` less the shares in ``added`` (a leaf only ``added`` brought in scores 0)."""
+    if not added:
+        return scores
+    return {i: max(0.0, s - added.get(i, 0.0)) for i, s in scores.items()}
+
+
 class Searcher:
     """Hybrid search over one vault's index. Keeps vectors in memory between queries."""
 
@@ -771,8 +808,12 @@ class Searcher:
         self.level_leaves = LEVEL_LEAVES
         self.level_subject = LEVEL_SUBJECT
         self.level_keep = LEVEL_KEEP
+        self.level_spread = LEVEL_SPREAD
+        self.level_novel = LEVEL_NOVEL
+        self.level_head = LEVEL_HEAD
         # Depth-1 levels -> their leaves (id, speaker), remembered until the index is written.
         self._levels: tuple[tuple[int, int, int] | None, dict[str, list[tuple[str, str | None]]]] = (None, {})
+        self._level_of: dict[str, str] = {}  # leaf -> its depth-1 level, with ``_levels``
         # Topic and digest nodes restate leaves: at full weight they pushed the leaves that answer out of
         # the top 10 (LoCoMo R@10 0.695; 0.730 at half weight; 0.744 with no word match at all).
         self.weights = {"words": 1.0, "trigram": 1.0, "vector": 1.0, "nav_words": 0.5, "nav_trigram": 0.5}
@@ -1144,20 +1185,22 @@ class Searcher:
         for rank, node_id in enumerate(semantic, 1):
             scores[node_id] = scores.get(node_id, 0.0) + self.weights["vector"] / (RRF_K + rank)
             vec_rank[node_id] = rank
+        added: dict[str, float] = {}  # the level list's share of each score (``level_spread`` off)
+        # With ``level_head``, the same steps without the level list, whose best ``level_head`` lead.
+        plain: dict[str, float] | None = None
         if (
             (self.prf_vector or self.prf_words or self.split_vector or self.level_weight)
             and scores
             and self._feedback_for(query, filters)
         ):
-            self._feed_back(query, filters, pool, scores)
-        if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
-            self._propagate(query, scores, pool)
-        if self.neighbor_weight:
-            self._spread_to_neighbors(scores, filters)
-        if self.split_weight:
-            self._split_people(query, scores)
-        if self.speaker_boost or self.first_person_boost:
-            self._boost_speakers(query, scores, pool)
+            if self.level_weight and self.level_head and not self.level_keep:
+                plain = dict(scores)
+            if not self._feed_back(query, filters, pool, scores, added, plain):
+                plain = None  # no level list: the ranking is the plain one
+        self._later_steps(query, filters, pool, scores, added)
+        if plain is not None:
+            self._later_steps(query, filters, pool, plain, None)
+            _keep_head(scores, self._head(sorted(plain, key=lambda i: (-plain[i], i)), int(self.level_head)))
         if (
             self.level_weight
             and self.level_keep
@@ -1169,6 +1212,36 @@ class Searcher:
             self._add_levels(query, scores)
         ordered = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
         return [(i, s, lex_rank.get(i), vec_rank.get(i)) for i, s in ordered]
+
+    def _head(self, order: list[str], leaves: int) -> list[str]:
+        """The start of ``order`` that holds ``leaves`` leaves: a summary among them counts for none
+        (``search`` lists it as a leaf it quotes, or drops it, ``quotes_as_leaves``)."""
+        known = self.leaf_structures()[0].leaf_pos
+        head: list[str] = []
+        for node_id in order:
+            if leaves <= 0:
+                break
+            head.append(node_id)
+            leaves -= node_id in known
+        return head
+
+    def _later_steps(
+        self,
+        query: str,
+        filters: Filters,
+        pool: int,
+        scores: dict[str, float],
+        added: dict[str, float] | None,
+    ) -> None:
+        """The steps after feedback: the walk, neighbours, people split, speakers."""
+        if self.graph_weight and replace(filters, kind=None).empty and filters.kind != "summary":
+            self._propagate(query, scores, pool, added)
+        if self.neighbor_weight:
+            self._spread_to_neighbors(scores, filters, added)
+        if self.split_weight:
+            self._split_people(query, scores)
+        if self.speaker_boost or self.first_person_boost:
+            self._boost_speakers(query, scores, pool)
 
     def _feedback_for(self, query: str, filters: Filters) -> bool:
         """Whether feedback applies to ``query``: not to one asking for a time (``prf_on_time``) nor to one
@@ -1182,11 +1255,24 @@ class Searcher:
                 return False
         return True
 
-    def _feed_back(self, query: str, filters: Filters, limit: int, scores: dict[str, float]) -> None:
+    def _feed_back(
+        self,
+        query: str,
+        filters: Filters,
+        limit: int,
+        scores: dict[str, float],
+        added: dict[str, float] | None = None,
+        plain: dict[str, float] | None = None,
+    ) -> list[str]:
         """Pseudo-relevance feedback: rankings from the best ``prf_docs`` fused hits of the first round
-        (``_feedback_vector``, ``feedback_terms``) fused into ``scores``."""
-        best = sorted(scores, key=lambda i: (-scores[i], i))[: int(self.prf_docs)]
+        (``_feedback_vector``, ``feedback_terms``) fused into ``scores``. With ``level_spread`` off, the level
+        list's share of each leaf's score is put in ``added`` (``_spread_to_neighbors``, ``_propagate``).
+        ``plain`` (a copy of ``scores``) gets the same rankings but the level list's. Returns the level
+        list (empty without one)."""
+        ordered = sorted(scores, key=lambda i: (-scores[i], i))
+        best = ordered[: int(self.prf_docs)]
         found: list[tuple[float, list[str]]] = []
+        listed: list[str] | None = None
         if self.prf_vector:
             within = list(scores) if self.prf_within else None
             found.append((self.prf_vector, self._feedback_vector(query, filters, limit, best, within)))
@@ -1198,28 +1284,37 @@ class Searcher:
             and replace(filters, kind=None).empty
             and filters.kind != "summary"
         ):
-            found.append((self.level_weight, self.level_leaves_of(query)))
+            listed = self.level_leaves_of(query, ordered[: int(self.level_novel)])
+            found.append((self.level_weight, listed))
+            if added is not None and not self.level_spread:
+                for rank, node_id in enumerate(listed, 1):
+                    added[node_id] = added.get(node_id, 0.0) + self.level_weight / (RRF_K + rank)
         if self.prf_words:
             extra = self.feedback_terms(query, best)
             if extra:
                 found.append(
                     (self.prf_words, self.lexical(" ".join([query, *extra]), filters, limit)["words"])
                 )
+        if plain is not None:
+            _fuse_below(plain, [f for f in found if f[1] is not listed], int(self.prf_keep))
         _fuse_below(scores, found, int(self.prf_keep))
+        return listed or []
 
     def _add_levels(self, query: str, scores: dict[str, float]) -> None:
         """The level-guided list (``level_leaves_of``) fused into the final ranking below its best
         ``level_keep`` hits: it adds candidates and never reorders the top."""
         _fuse_below(scores, [(self.level_weight, self.level_leaves_of(query))], int(self.level_keep))
 
-    def level_leaves_of(self, query: str) -> list[str]:
+    def level_leaves_of(self, query: str, reached: Sequence[str] = ()) -> list[str]:
         """Level-guided candidates: the depth-1 levels closest to the query (by their summary's vector),
         best first, each giving its ``level_leaves`` leaves closest to the query; with ``level_subject``
-        only leaves said by the speakers the query is about (``Speakers.subject``). No forward pass: the
-        query's vector is remembered from the first round."""
+        only leaves said by the speakers the query is about (``Speakers.subject``). A level holding one of
+        ``reached`` (the first round's best) gives none. No forward pass: the query's vector is remembered
+        from the first round."""
         levels = self._leaf_levels()
         if not levels:
             return []
+        skip = {self._level_of[i] for i in reached if i in self._level_of}
         embedder = self._embedder_factory()
         cache = self._vectors(embedder)
         level_ids = [i for i in levels if i in cache.pos]
@@ -1230,11 +1325,14 @@ class Searcher:
             self._speakers.refresh(self.conn)
             subject = self._speakers.subject(query)
         out: list[str] = []
+        taken = 0
         take = max(1, int(self.level_leaves))
         with one_blas_thread:
             q = self.content_vector(embedder, query)
             rows = np.asarray([cache.pos[i] for i in level_ids], dtype=np.intp)
-            for row in cache.top(q, int(self.level_top), rows):
+            for row in cache.top(q, int(self.level_top) + len(skip), rows):
+                if cache.ids[int(row)] in skip:
+                    continue
                 kids = [
                     leaf
                     for leaf, speaker in levels[cache.ids[int(row)]]
@@ -1244,6 +1342,9 @@ class Searcher:
                     continue
                 sims = cache.matrix[np.asarray([cache.pos[k] for k in kids], dtype=np.intp)] @ q
                 out.extend(kids[int(j)] for j in np.argsort(-sims, kind="stable")[:take])
+                taken += 1
+                if taken == int(self.level_top):
+                    break
         return out
 
     def _leaf_levels(self) -> dict[str, list[tuple[str, str | None]]]:
@@ -1258,6 +1359,7 @@ class Searcher:
         ):
             levels.setdefault(parent, []).append((leaf, speaker))
         self._levels = (stamp, levels)
+        self._level_of = {leaf: parent for parent, kids in levels.items() for leaf, _ in kids}
         return levels
 
     def _speaker_vectors(self, query: str, limit: int) -> list[list[str]]:
@@ -1378,7 +1480,9 @@ class Searcher:
         fused[lead] = max(fused.values()) * (1.0 + 1e-6)
         scores.update(fused)
 
-    def _propagate(self, query: str, scores: dict[str, float], limit: int) -> None:
+    def _propagate(
+        self, query: str, scores: dict[str, float], limit: int, added: dict[str, float] | None = None
+    ) -> None:
         """Fuse the Personalized PageRank ranking of the leaf graph, seeded by the best fused leaves and
         the entities the query names, into ``scores``. Only for a ranking of leaves without filters (the
         walk knows no filter, and ranks no summary: with summaries among the candidates it would push
@@ -1386,19 +1490,24 @@ class Searcher:
         graph = self.leaf_structures()[0]
         if not scores.keys() <= graph.leaf_pos.keys():  # a summary among them (one set test, in C)
             return
-        top = sorted(scores, key=lambda i: (-scores[i], i))[: int(self.graph_seeds)]
-        seeds = {i: scores[i] for i in top}
+        base = _without(scores, added)
+        top = sorted(base, key=lambda i: (-base[i], i))[: int(self.graph_seeds)]
+        seeds = {i: base[i] for i in top}
         named = dict.fromkeys(graph.entities_named(set(_WORD_RE.findall(query.lower()))), 1.0)
         weight = self.graph_weight
         for rank, node_id in enumerate(graph.walk(seeds, named, limit), 1):
             scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
 
-    def _spread_to_neighbors(self, scores: dict[str, float], filters: Filters) -> None:
+    def _spread_to_neighbors(
+        self, scores: dict[str, float], filters: Filters, added: dict[str, float] | None = None
+    ) -> None:
+        """Each leaf's neighbours gain a share of its score (``added``: the part of a score that does not
+        spread)."""
         order = self.leaf_structures()[1]
         bonus: dict[str, float] = {}
         spread = order.spread
         weight = self.neighbor_weight
-        for node_id, score in scores.items():
+        for node_id, score in _without(scores, added).items():
             # The stronger neighbour counts, not the sum: a weak turn wedged between two strong ones must
             # not outrank them. A long neighbour is worth less context than a short one (its share).
             for neighbor, share in spread(node_id, NEIGHBOR_FULL_TOKENS):
