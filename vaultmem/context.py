@@ -206,6 +206,7 @@ class _Tail:
         self.per_session: dict[tuple[str, str], int] = {}
         self.wanted = _words(" ".join(content_terms(query)[0])) if COVER_WEIGHT > 0 else set()
         self.covered: set[str] = set()
+        self._words: dict[str, set[str]] = {}
 
     def add(self, hit: Hit) -> None:
         self.chosen.add(hit.id)
@@ -213,7 +214,13 @@ class _Tail:
             key = (hit.source, hit.session)
             self.per_session[key] = self.per_session.get(key, 0) + 1
         if self.wanted:
-            self.covered |= _words(hit.text) & self.wanted
+            self.covered |= self.words(hit) & self.wanted
+
+    def words(self, hit: Hit) -> set[str]:
+        known = self._words.get(hit.id)
+        if known is None:
+            known = self._words[hit.id] = _words(hit.text)
+        return known
 
     def run(self, node_id: str) -> int:
         """Chosen turns joined to ``node_id`` by a chain of chosen adjacent turns."""
@@ -234,7 +241,7 @@ class _Tail:
         if SESSION_DECAY != 1.0 and hit.session is not None:
             f *= SESSION_DECAY ** self.per_session.get((hit.source, hit.session), 0)
         if self.wanted:
-            new = (_words(hit.text) & self.wanted) - self.covered
+            new = (self.words(hit) & self.wanted) - self.covered
             f *= 1.0 + COVER_WEIGHT * len(new) / len(self.wanted)
         return f
 
@@ -307,6 +314,10 @@ def assemble(
         k = PER_TOKEN_K
         base = {i: 1.0 / ((k + i + 1) * max(full, hits[i].tokens, 1)) for i in order[len(head) :]}
         while base and used < budget_tokens:
+            room = budget_tokens - used
+            base = {i: v for i, v in base.items() if hits[i].tokens <= room}  # the rest cannot fit
+            if not base:
+                break
             best = max(base, key=lambda i: (base[i] * tail.factor(hits[i]), -i))
             del base[best]
             take(best)
