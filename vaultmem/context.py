@@ -56,7 +56,7 @@ import numpy as np
 from vaultmem import index, versions
 from vaultmem.embed import Embedder
 from vaultmem.frame import CLOSE, OPEN, neutralise
-from vaultmem.search import _WORD_RE, Filters, Hit, Searcher, content_terms, window_ranked
+from vaultmem.search import _WORD_RE, Filters, Hit, Searcher, Speakers, content_terms, window_ranked
 from vaultmem.tokens import count_tokens
 
 HEADER = OPEN
@@ -190,6 +190,9 @@ FILL_HEAD = 10
 RUN_DECAY = 1.0
 SESSION_DECAY = 1.0
 COVER_WEIGHT = 0.0
+OTHER_SPEAKER = (
+    1.0  # a tail leaf said by someone other than the question's subject (``subject``): value x this
+)
 
 
 def _words(text: str) -> set[str]:
@@ -200,8 +203,11 @@ class _Tail:
     """The factor of an item's value given what is chosen (``RUN_DECAY``, ``SESSION_DECAY``,
     ``COVER_WEIGHT``)."""
 
-    def __init__(self, query: str, neighbours: Callable[[str], Sequence[str]] | None) -> None:
+    def __init__(
+        self, query: str, neighbours: Callable[[str], Sequence[str]] | None, subject: frozenset[str]
+    ) -> None:
         self.neighbours = neighbours
+        self.subject = subject
         self.chosen: set[str] = set()
         self.per_session: dict[tuple[str, str], int] = {}
         self.wanted = _words(" ".join(content_terms(query)[0])) if COVER_WEIGHT > 0 else set()
@@ -238,6 +244,8 @@ class _Tail:
         f = 1.0
         if RUN_DECAY != 1.0 and hit.kind == "leaf":
             f *= RUN_DECAY ** self.run(hit.id)
+        if OTHER_SPEAKER != 1.0 and self.subject and hit.kind == "leaf" and hit.speaker not in self.subject:
+            f *= OTHER_SPEAKER
         if SESSION_DECAY != 1.0 and hit.session is not None:
             f *= SESSION_DECAY ** self.per_session.get((hit.source, hit.session), 0)
         if self.wanted:
@@ -254,6 +262,7 @@ def assemble(
     *,
     per_token_full: int | None = None,
     neighbours: Callable[[str], Sequence[str]] | None = None,
+    subject: frozenset[str] = frozenset(),
 ) -> Context:
     """Greedy fill in ``fill_order`` (rank order, or value per token with ``per_token_full``, default
     ``PER_TOKEN_FULL``); an item that does not fit is skipped so smaller later ones can. Past
@@ -269,8 +278,8 @@ def assemble(
     chosen_ids: set[str] = set()
     groups = _Groups(with_source=len({hit.source for hit in hits if hit.kind == "leaf"}) > 1)
     full = PER_TOKEN_FULL if per_token_full is None else per_token_full
-    dynamic = RUN_DECAY != 1.0 or SESSION_DECAY != 1.0 or COVER_WEIGHT > 0
-    tail = _Tail(query, neighbours) if dynamic else None
+    dynamic = RUN_DECAY != 1.0 or SESSION_DECAY != 1.0 or COVER_WEIGHT > 0 or OTHER_SPEAKER != 1.0
+    tail = _Tail(query, neighbours, subject) if dynamic else None
 
     def take(position: int) -> None:
         nonlocal used
@@ -545,6 +554,12 @@ def gather(
     if rank is not None:
         found = rank(found)
     overlap = hit_ancestors(conn, tree, found) if tree is not None else None
-    ctx = assemble(query, found, budget_tokens, overlap, neighbours=searcher.leaf_structures()[1].neighbors)
+    subject = frozenset[str]()
+    if OTHER_SPEAKER != 1.0:  # off by default: no speaker scan on the shipped path
+        speakers = Speakers()
+        speakers.refresh(conn)
+        subject = speakers.subject(query)
+    neighbours = searcher.leaf_structures()[1].neighbors
+    ctx = assemble(query, found, budget_tokens, overlap, neighbours=neighbours, subject=subject)
     judged = {h.id: h for h in searcher.evidence(query, [item.hit for item in ctx.items])}
     return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))
