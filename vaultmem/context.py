@@ -184,15 +184,16 @@ def fill_order(hits: Sequence[Hit], full: int, k: int | None = None) -> list[int
 # - ``RUN_DECAY`` per chosen turn it would join in one run of adjacent turns (neighbour spreading ranks a
 #   strong turn's neighbours high; a run of them crowds out the exact turn of another session);
 # - ``SESSION_DECAY`` per chosen item of its session (the n-th item of one session is worth less);
-# - ``1 + COVER_WEIGHT * share`` of the question's content words it brings that no chosen item holds.
-# 1.0 / 1.0 / 0.0 = off (the static ``fill_order``).
+# - ``1 + COVER_WEIGHT * share`` of the question's content words it brings that no chosen item holds;
+# - ``OTHER_SPEAKER`` for a turn not said by the question's subject (``assemble``'s ``subject``).
+# 1.0 / 1.0 / 0.0 / 1.0 = off (the static ``fill_order``). Measured on LoCoMo and LongMemEval dev (docs/
+# architecture.md, "The budget's tail"): the run and session rules lose everywhere, coverage changes
+# nothing, OTHER_SPEAKER 0.7 lifts every category at 2,048 tokens but costs adversarial ones at 1,024.
 FILL_HEAD = 10
 RUN_DECAY = 1.0
 SESSION_DECAY = 1.0
 COVER_WEIGHT = 0.0
-OTHER_SPEAKER = (
-    1.0  # a tail leaf said by someone other than the question's subject (``subject``): value x this
-)
+OTHER_SPEAKER = 1.0
 
 
 def _words(text: str) -> set[str]:
