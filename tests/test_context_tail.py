@@ -97,7 +97,7 @@ def test_cover_weight_prefers_a_turn_with_a_question_word_the_context_lacks(
     assert _ids(ctx) == [hits[0].id, hits[2].id]
 
 
-def test_gather_passes_the_session_order_as_neighbours(
+def test_gather_passes_the_session_order_when_the_run_rule_is_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[tuple[str, ...]] = []
@@ -105,7 +105,9 @@ def test_gather_passes_the_session_order_as_neighbours(
 
     def spy(*args: object, **kwargs: object) -> context.Context:
         neighbours = kwargs["neighbours"]
-        assert callable(neighbours)
+        if neighbours is None:
+            seen.append(())
+            return real(*args, **kwargs)  # type: ignore[arg-type]
         first = args[1][0]  # type: ignore[index]
         seen.append(tuple(neighbours(first.id)))
         return real(*args, **kwargs)  # type: ignore[arg-type]
@@ -113,8 +115,10 @@ def test_gather_passes_the_session_order_as_neighbours(
     monkeypatch.setattr(context, "assemble", spy)
     with make_vault(tmp_path) as vault:
         vault.ingest_messages(topic_records(6))
+        vault.context("kyoto ryokan temple", 300)  # off: no session order looked up
+        monkeypatch.setattr(context, "RUN_DECAY", 0.5)
         vault.context("kyoto ryokan temple", 300)
-    assert seen and seen[0]  # a turn of a chat has a neighbour
+    assert len(seen) == 2 and seen[0] == () and seen[1]  # a turn of a chat has a neighbour
 
 
 def test_other_speaker_lowers_a_tail_turn_not_said_by_the_subject(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -560,7 +560,7 @@ def gather(
         speakers = Speakers()
         speakers.refresh(conn)
         subject = speakers.subject(query)
-    neighbours = searcher.leaf_structures()[1].neighbors
+    neighbours = searcher.leaf_structures()[1].neighbors if RUN_DECAY != 1.0 else None
     ctx = assemble(query, found, budget_tokens, overlap, neighbours=neighbours, subject=subject)
     judged = {h.id: h for h in searcher.evidence(query, [item.hit for item in ctx.items])}
     return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))
