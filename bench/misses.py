@@ -70,11 +70,9 @@ def analyse(vault: Vault, item: Item, categories: set[str], budget: int) -> list
     captured: list[list[Hit]] = []
     original = ctxmod.assemble
 
-    def capture(
-        query: str, hits: Any, budget_tokens: int, ancestors: Any = None, *, per_token_full: int | None = None
-    ) -> Any:
+    def capture(query: str, hits: Any, budget_tokens: int, ancestors: Any = None, **options: Any) -> Any:
         captured.append(list(hits))
-        return original(query, hits, budget_tokens, ancestors, per_token_full=per_token_full)
+        return original(query, hits, budget_tokens, ancestors, **options)
 
     rows: list[dict[str, Any]] = []
     ctxmod.assemble = capture

@@ -56,7 +56,7 @@ import numpy as np
 from vaultmem import index, versions
 from vaultmem.embed import Embedder
 from vaultmem.frame import CLOSE, OPEN, neutralise
-from vaultmem.search import Filters, Hit, Searcher, window_ranked
+from vaultmem.search import _WORD_RE, Filters, Hit, Searcher, Speakers, content_terms, window_ranked
 from vaultmem.tokens import count_tokens
 
 HEADER = OPEN
@@ -178,6 +178,83 @@ def fill_order(hits: Sequence[Hit], full: int, k: int | None = None) -> list[int
     return sorted(range(len(hits)), key=lambda i: (-1.0 / ((k + i + 1) * max(full, hits[i].tokens)), i))
 
 
+# How the budget's tail is filled (issue 19, session 13). Past the first ``FILL_HEAD`` items of
+# ``fill_order`` (kept as they are), each next item is the one of best value per token at that moment,
+# its value scaled by what the context already holds:
+# - ``RUN_DECAY`` per chosen turn it would join in one run of adjacent turns (neighbour spreading ranks a
+#   strong turn's neighbours high; a run of them crowds out the exact turn of another session);
+# - ``SESSION_DECAY`` per chosen item of its session (the n-th item of one session is worth less);
+# - ``1 + COVER_WEIGHT * share`` of the question's content words it brings that no chosen item holds;
+# - ``OTHER_SPEAKER`` for a turn not said by the question's subject (``assemble``'s ``subject``).
+# 1.0 / 1.0 / 0.0 / 1.0 = off (the static ``fill_order``). Measured on LoCoMo and LongMemEval dev (docs/
+# architecture.md, "The budget's tail"): the run and session rules lose everywhere, coverage changes
+# nothing, OTHER_SPEAKER 0.7 lifts every category at 2,048 tokens but costs adversarial ones at 1,024.
+FILL_HEAD = 10
+RUN_DECAY = 1.0
+SESSION_DECAY = 1.0
+COVER_WEIGHT = 0.0
+OTHER_SPEAKER = 1.0
+
+
+def _words(text: str) -> set[str]:
+    return {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in _WORD_RE.findall(text.lower())}
+
+
+class _Tail:
+    """The factor of an item's value given what is chosen (``RUN_DECAY``, ``SESSION_DECAY``,
+    ``COVER_WEIGHT``)."""
+
+    def __init__(
+        self, query: str, neighbours: Callable[[str], Sequence[str]] | None, subject: frozenset[str]
+    ) -> None:
+        self.neighbours = neighbours
+        self.subject = subject
+        self.chosen: set[str] = set()
+        self.per_session: dict[tuple[str, str], int] = {}
+        self.wanted = _words(" ".join(content_terms(query)[0])) if COVER_WEIGHT > 0 else set()
+        self.covered: set[str] = set()
+        self._words: dict[str, set[str]] = {}
+
+    def add(self, hit: Hit) -> None:
+        self.chosen.add(hit.id)
+        if hit.session is not None:
+            key = (hit.source, hit.session)
+            self.per_session[key] = self.per_session.get(key, 0) + 1
+        if self.wanted:
+            self.covered |= self.words(hit) & self.wanted
+
+    def words(self, hit: Hit) -> set[str]:
+        known = self._words.get(hit.id)
+        if known is None:
+            known = self._words[hit.id] = _words(hit.text)
+        return known
+
+    def run(self, node_id: str) -> int:
+        """Chosen turns joined to ``node_id`` by a chain of chosen adjacent turns."""
+        if self.neighbours is None:
+            return 0
+        seen, todo = {node_id}, [node_id]
+        while todo:
+            for n in self.neighbours(todo.pop()):
+                if n in self.chosen and n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        return len(seen) - 1
+
+    def factor(self, hit: Hit) -> float:
+        f = 1.0
+        if RUN_DECAY != 1.0 and hit.kind == "leaf":
+            f *= RUN_DECAY ** self.run(hit.id)
+        if OTHER_SPEAKER != 1.0 and self.subject and hit.kind == "leaf" and hit.speaker not in self.subject:
+            f *= OTHER_SPEAKER
+        if SESSION_DECAY != 1.0 and hit.session is not None:
+            f *= SESSION_DECAY ** self.per_session.get((hit.source, hit.session), 0)
+        if self.wanted:
+            new = (self.words(hit) & self.wanted) - self.covered
+            f *= 1.0 + COVER_WEIGHT * len(new) / len(self.wanted)
+        return f
+
+
 def assemble(
     query: str,
     hits: Sequence[Hit],
@@ -185,9 +262,12 @@ def assemble(
     ancestors: Mapping[str, tuple[str, ...]] | None = None,
     *,
     per_token_full: int | None = None,
+    neighbours: Callable[[str], Sequence[str]] | None = None,
+    subject: frozenset[str] = frozenset(),
 ) -> Context:
     """Greedy fill in ``fill_order`` (rank order, or value per token with ``per_token_full``, default
-    ``PER_TOKEN_FULL``); an item that does not fit is skipped so smaller later ones can.
+    ``PER_TOKEN_FULL``); an item that does not fit is skipped so smaller later ones can. Past
+    ``FILL_HEAD`` items the tail rules apply when set (``neighbours``: a leaf id's adjacent turns).
 
     With ``ancestors`` (node id -> its summaries, nearest first) the chosen nodes never overlap: a
     summary is skipped when one of its descendants or ancestors is already in, and so is a leaf under a
@@ -199,21 +279,23 @@ def assemble(
     chosen_ids: set[str] = set()
     groups = _Groups(with_source=len({hit.source for hit in hits if hit.kind == "leaf"}) > 1)
     full = PER_TOKEN_FULL if per_token_full is None else per_token_full
-    for position in fill_order(hits, full):
+    dynamic = RUN_DECAY != 1.0 or SESSION_DECAY != 1.0 or COVER_WEIGHT > 0 or OTHER_SPEAKER != 1.0
+    tail = _Tail(query, neighbours, subject) if dynamic else None
+
+    def take(position: int) -> None:
+        nonlocal used
         rank, hit = position + 1, hits[position]
-        if used >= budget_tokens:
-            break
         key = " ".join(hit.text.split()).lower()
         if key in seen_text:
-            continue
+            return
         above = ancestors.get(hit.id, ()) if ancestors is not None else ()
         if hit.id in covered or any(a in chosen_ids for a in above):
-            continue  # overlaps a chosen node
+            return  # overlaps a chosen node
         if hit.kind == "summary":
             block = render_summary_block(hit)
             cost = count_tokens(block)
             if used + cost > budget_tokens:
-                continue
+                return
             chosen.append(ContextItem(hit, block, cost, rank))
         else:
             line = render_line(hit)
@@ -221,7 +303,7 @@ def assemble(
             group = group_key(hit)
             cost = line_tokens + groups.cost_of_adding(group)
             if used + cost > budget_tokens:
-                continue
+                return
             groups.add(group)
             chosen.append(ContextItem(hit, line, line_tokens, rank))
         seen_text.add(key)
@@ -229,6 +311,26 @@ def assemble(
         covered.add(hit.id)
         covered.update(above)
         used += cost
+        if tail is not None:
+            tail.add(hit)
+
+    order = fill_order(hits, full)
+    head = order[: max(0, FILL_HEAD)] if tail is not None else order
+    for position in head:
+        if used >= budget_tokens:
+            break
+        take(position)
+    if tail is not None:
+        k = PER_TOKEN_K
+        base = {i: 1.0 / ((k + i + 1) * max(full, hits[i].tokens, 1)) for i in order[len(head) :]}
+        while base and used < budget_tokens:
+            room = budget_tokens - used
+            base = {i: v for i, v in base.items() if hits[i].tokens <= room}  # the rest cannot fit
+            if not base:
+                break
+            best = max(base, key=lambda i: (base[i] * tail.factor(hits[i]), -i))
+            del base[best]
+            take(best)
     if not chosen:
         return Context(query, budget_tokens, (), "", 0)
     chosen.sort(key=lambda item: item.rank)
@@ -453,6 +555,12 @@ def gather(
     if rank is not None:
         found = rank(found)
     overlap = hit_ancestors(conn, tree, found) if tree is not None else None
-    ctx = assemble(query, found, budget_tokens, overlap)
+    subject = frozenset[str]()
+    if OTHER_SPEAKER != 1.0:  # off by default: no speaker scan on the shipped path
+        speakers = Speakers()
+        speakers.refresh(conn)
+        subject = speakers.subject(query)
+    neighbours = searcher.leaf_structures()[1].neighbors if RUN_DECAY != 1.0 else None
+    ctx = assemble(query, found, budget_tokens, overlap, neighbours=neighbours, subject=subject)
     judged = {h.id: h for h in searcher.evidence(query, [item.hit for item in ctx.items])}
     return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))
