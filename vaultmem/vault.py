@@ -1837,10 +1837,12 @@ class Vault:
             cache = self.searcher.vectors(self.embedder)
             decided = review.decided_pairs(self.layout)
             waiting = {(p.new, p.old) for p in review.inbox(self.layout)[0]}
+            # The scan's leaves find their closest leaves in blocks (the same ones as one by one).
+            nearest = versions.Neighbours(cache, [r["id"] for r in rows], 4 * versions.NEIGHBOURS + 1)
             for row in rows:
                 if heartbeat is not None:
                     heartbeat()
-                for old, offline in versions.judged(self.conn, cache, row):
+                for old, offline in versions.judged(self.conn, cache, row, nearest):
                     if (row["id"], old["id"]) in decided | waiting or offline.confidence < detect.PROPOSE_AT:
                         continue
                     verdict = self._model_judges(old["text"], row["text"], offline)
