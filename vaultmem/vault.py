@@ -39,7 +39,15 @@ from vaultmem.errors import (
     VaultExists,
     VaultNotFound,
 )
-from vaultmem.jobs import JobQueue, admit_job, ingest_job, release_dead, resummarise_job, seal_job
+from vaultmem.jobs import (
+    JobQueue,
+    admit_job,
+    ingest_job,
+    release_dead,
+    resummarise_job,
+    schedule_session_notes,
+    seal_job,
+)
 from vaultmem.layout import AGENT_TOPS, FRESH, RESERVED_TOP, SOURCES, Layout
 from vaultmem.lock import WriteLock
 from vaultmem.model import (
@@ -2610,11 +2618,17 @@ class Vault:
         return memindex.search(self.conn, query, kinds, k)
 
     def _sessions_touched(self, leaves: list[Leaf]) -> None:
-        """Ingest hook: chat sessions that just got messages get (or push back) their note's job."""
-        if leaves:
-            from vaultmem import memtiers
-
-            memtiers.schedule(self._memory(), leaves)
+        """Ingest hook: chat sessions that just got messages get (or push back) their note's job
+        (``memtiers.schedule``'s work, without importing the memory tiers)."""
+        c = self.config
+        if leaves and c.sessions_auto:
+            schedule_session_notes(
+                self.conn,
+                leaves,
+                now=self.clock(),
+                idle_s=c.sessions_idle_s,
+                max_age_days=c.sessions_max_age_days,
+            )
 
     def _check_memory(self, report: CheckReport, *, fix: bool) -> CheckReport:
         """``check`` of the agent memory files, added to the report of the rest."""
