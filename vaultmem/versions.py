@@ -238,7 +238,7 @@ class Neighbours:
             start = self._at.get(leaf_id)
             block = [leaf_id] if start is None else self.upcoming[start : start + self.BLOCK]
             self._found.update(self._score([b for b in block if b in cache.pos]))
-        found = self._found.get(leaf_id)
+        found = self._found.pop(leaf_id)  # handed out once: a scan of 100k leaves keeps one block
         return self._reference(pos) if found is None else found
 
     def _reference(self, pos: int) -> npt.NDArray[np.intp]:
