@@ -203,13 +203,14 @@ class Neighbours:
     Each block of ``BLOCK`` upcoming rows is scored against every leaf by one matrix product and its
     ``n + 1`` best found by ``argpartition``, instead of a matrix-vector product and a full sort per row
     (at 100k leaves ~10 ms a row, so O(N²) over a first run). A matrix product adds in another order
-    than a matrix-vector product, so a score may differ from the reference in its last bits: by at most
-    ``2 * d * 2**-24`` times the two vectors' norms (the rounding bound of a ``d``-term dot product in
-    float32, for either order). When the ``n``-th and ``n + 1``-th scores are further apart than that,
-    both computations choose the same ``n`` rows, listed best first; when they are closer (a near-tie
-    or a tie at the cut, e.g. two leaves of the same text) the row is answered by ``nearest_leaves``
-    itself, so the rows chosen are always the reference's, ties broken as it breaks them. A cache
-    changed since a block was scored (a refresh) is scored again."""
+    than a matrix-vector product, so a score may differ from the reference in its last bits: each is
+    within ``gamma_d`` (``d * 2**-24`` over one minus that) times the two vectors' norms of the exact dot
+    product, in any order, so the two differ by at most twice that. When the ``n``-th and ``n + 1``-th
+    scores are more than four times that apart, both computations choose the same ``n`` rows (listed
+    best first); when they are closer (a near-tie, or a tie at the cut: two leaves of the same text) the
+    row is answered by the reference's own product (``_reference``), so the rows chosen are always the
+    reference's, ties broken as it breaks them. A cache changed since a block was scored (a refresh) is
+    scored again."""
 
     BLOCK = 64
 
