@@ -33,11 +33,13 @@ assert forking.can_fork()
 ingest.FORK_MIN_FILES = 1
 vault_module.BATCH_MESSAGES = 25
 forks = []
+yaml_at_fork = []  # what a writer inherits: PyYAML (the frontmatter's resolver) already imported
 real_fork = os.fork
 def fork():
     pid = real_fork()
     if pid:
         forks.append(pid)
+        yaml_at_fork.append("yaml" in sys.modules)
     return pid
 os.fork = fork
 rows_here = []  # leaf rows made in this process (a forked writer's own are not seen here)
@@ -50,7 +52,8 @@ vault = make_vault(sys.argv[1])
 vault.clock = lambda: datetime.fromisoformat(sys.argv[2])
 report = vault.ingest_messages(topic_records(int(sys.argv[3]) // 4))
 vault.close()
-print(json.dumps({"forks": len(forks), "added": len(report.added), "rows_here": len(rows_here)}))
+print(json.dumps({"forks": len(forks), "added": len(report.added), "rows_here": len(rows_here),
+                  "yaml_at_fork": sorted(set(yaml_at_fork))}))
 """
 
 
@@ -88,8 +91,14 @@ def test_forked_writes_leave_the_same_files_rows_fts_and_jobs(
     ).stdout
     child = json.loads(out)
     # Every batch but the last one forked, and its writer made the batch's rows: only the last batch's
-    # 20 rows (written here, nothing to overlap) were made in the parent.
-    assert child == {"forks": MESSAGES // 25, "added": MESSAGES, "rows_here": MESSAGES % 25}
+    # 20 rows (written here, nothing to overlap) were made in the parent. Every writer started with what
+    # rendering needs ready (``yamlsubset.prepare``), not importing PyYAML once per batch.
+    assert child == {
+        "forks": MESSAGES // 25,
+        "added": MESSAGES,
+        "rows_here": MESSAGES % 25,
+        "yaml_at_fork": [True],
+    }
 
     monkeypatch.setattr(forking, "can_fork", lambda: False)
     monkeypatch.setattr("vaultmem.vault.BATCH_MESSAGES", 25)

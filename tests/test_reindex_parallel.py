@@ -142,3 +142,46 @@ def test_reindex_forks_beside_the_graph_builder_but_not_beside_other_threads(
     finally:
         other.set()
         helper.join()
+
+
+# The same vault reindexed in fresh processes (forking allowed), with the sidecars read ahead by a forked
+# child and with everything read in the one process; ``Ahead`` records whether it forked.
+_AHEAD = """
+import json, sys
+from vaultmem import forking, reindex
+from vaultmem.embed import FakeEmbedder
+from vaultmem.vault import Vault
+reindex._cores = lambda: 1
+forked = []
+real = forking.Ahead.__init__
+def init(self, work):
+    if sys.argv[2] == "no":
+        forking.can_fork = lambda: False
+    real(self, work)
+    forked.append(self.forked)
+forking.Ahead.__init__ = init
+with Vault.open(sys.argv[1], embedder=FakeEmbedder()) as vault:
+    report = vault.reindex()
+print(json.dumps({"forked": forked, "vectors": report.vectors, "requeued": report.requeued}))
+"""
+
+
+def test_sidecars_read_ahead_by_a_child_load_the_same_vectors(tmp_path: Path) -> None:
+    with make_vault(tmp_path / "v", workers=1) as vault:
+        vault.ingest_messages(topic_records(12))
+        vault.flush()
+        vault.compact()
+        vault.ingest_messages(topic_records(3, start=100))  # pending: no vector yet, queued again
+        vault.work()
+        vault.ingest_messages(topic_records(2, start=200))
+    states, said = [], []
+    for ahead in ("yes", "no", "yes"):
+        child = subprocess.run(
+            [sys.executable, "-c", _AHEAD, str(tmp_path / "v"), ahead], capture_output=True, text=True, check=True
+        )  # fmt: skip
+        said.append(json.loads(child.stdout.strip().splitlines()[-1]))
+        with Vault.open(tmp_path / "v", embedder=FakeEmbedder()) as vault:
+            states.append(_state(vault.conn))
+    assert [s["forked"] for s in said] == [[True], [False], [True]]
+    assert said[0] == {**said[1], "forked": [True]} and said[0]["vectors"] > 50
+    assert states[0] == states[1] == states[2]

@@ -179,3 +179,35 @@ def test_imported_history_and_disabled_notes_queue_nothing(tmp_path: Path) -> No
     off.ingest_messages(trip("now", datetime.now(UTC)), source="chat")
     assert not session_jobs(off)
     off.close()
+
+
+def test_an_ingest_queues_session_notes_without_importing_the_memory_tiers(tmp_path: Path) -> None:
+    """Every ingest batch schedules its sessions' notes (``jobs.schedule_session_notes``); importing the
+    memory tiers for it (core memory, its policy, the model client, the checker) cost a first ingest
+    ~0.1 s. ``memtiers.schedule`` queues the same jobs."""
+    import subprocess
+    import sys
+
+    messages = trip("live", datetime.now(UTC) - timedelta(minutes=5))
+    code = (
+        "import json, sys; from vaultmem import Vault; from vaultmem.embed import FakeEmbedder;"
+        f"v = Vault.init({str(tmp_path / 'v')!r}, embedder=FakeEmbedder());"
+        f"v.ingest_messages(json.loads({json.dumps(json.dumps(messages))}), source='chat');"
+        "print([j.payload['session'] for j in v.jobs.list() if j.kind == 'session_end']);"
+        "print(sorted(m for m in sys.modules if m in ('vaultmem.memtiers', 'vaultmem.coremem',"
+        " 'vaultmem.corepolicy', 'vaultmem.check', 'vaultmem.llm', 'vaultmem.memindex')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["['live']", "[]"]
+    from vaultmem import memtiers
+
+    vault = make(tmp_path / "again")
+    vault.clock = lambda: datetime.now(UTC)
+    assert memtiers.schedule(vault._memory(), []) == 0
+    vault.ingest_messages(messages, source="chat")
+    queued = session_jobs(vault)
+    vault.conn.execute("DELETE FROM jobs WHERE kind = ?", (JobKind.SESSION_END.value,))
+    leaves = [vault.get(i) for (i,) in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'")]
+    assert memtiers.schedule(vault._memory(), leaves) == 1
+    assert [s for s, _ in session_jobs(vault)] == [s for s, _ in queued] == ["live"]
+    vault.close()

@@ -351,3 +351,41 @@ def test_vectors_decoded_together_equal_each_decoded_alone(dim: int) -> None:
     with pytest.raises(ValueError) as batch:
         sidecar.decode_vectors(bad, dim)
     assert str(batch.value) == str(alone.value)
+
+
+def test_a_sidecar_written_after_it_was_read_ahead_is_read_again(tmp_path: Path) -> None:
+    from vaultmem import admit
+
+    vault = Vault.init(tmp_path / "v", embedder=FakeEmbedder())
+    vault.ingest_messages(chat(4), source="chat")
+    vault.flush()
+    model, dim = vault.embedder.model_id, vault.embedder.dim
+    leaf = vault.ls()[0]
+    dirs = admit.leaf_dirs(row["path"] for row in vault.conn.execute("SELECT path FROM chunks"))
+    ahead = admit.read_sidecars(vault.layout, dirs, model, dim)
+    assert admit.vectors_from_sidecars(vault.conn, vault.layout, model, dim, ahead)[0] == 4
+    vec = lambda i: vault.conn.execute("SELECT vec FROM vectors WHERE id = ?", (i,)).fetchone()[0]  # noqa: E731
+    kept = vec(leaf.id)
+    # The leaf's vector rewritten in its sidecar after the read ahead: the new one is loaded.
+    other = np.ones(dim, dtype=np.float32) / np.sqrt(dim)
+    name = leaf.path.rsplit("/", 1)[1]
+    directory = vault.layout.abs(leaf.path).parent
+    sidecar.update(vault.layout, directory, model, dim, {name: sidecar.Entry.of(leaf.content_hash, other)})
+    admit.vectors_from_sidecars(vault.conn, vault.layout, model, dim, ahead)
+    got = vec(leaf.id)
+    assert got != kept, "not read again"
+    assert np.array_equal(np.frombuffer(got, dtype="<f4"), other)
+    # Read ahead again, it is taken as read (the file is not read a second time).
+    ahead = admit.read_sidecars(vault.layout, dirs, model, dim)
+    calls: list[Path] = []
+    real = sidecar.read
+    sidecar.read = lambda d, m, n: calls.append(d) or real(d, m, n)  # type: ignore[assignment,func-returns-value]
+    try:
+        assert admit.vectors_from_sidecars(vault.conn, vault.layout, model, dim, ahead)[0] == 4
+        assert calls == []
+        admit.vectors_from_sidecars(vault.conn, vault.layout, model, dim)
+        assert calls == [directory]
+    finally:
+        sidecar.read = real  # type: ignore[assignment]
+    assert vec(leaf.id) == got
+    vault.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
@@ -18,7 +18,7 @@ from vaultmem import entities, index, sidecar, vectors
 from vaultmem.db import atomic
 from vaultmem.embed import Embedder
 from vaultmem.errors import FrontmatterError, InvalidInput
-from vaultmem.layout import Layout
+from vaultmem.layout import SIDECAR_NAME, Layout
 from vaultmem.model import Leaf, Status
 from vaultmem.scan import read_leaf_file
 from vaultmem.status import set_status
@@ -280,10 +280,40 @@ def _parent(rel: str) -> str:
     return rel.rpartition("/")[0] or "."
 
 
+# A sidecar read ahead: the file's (inode, size, mtime_ns) when it was read (None: there was none).
+ReadAhead = dict[str, tuple[tuple[int, int, int] | None, sidecar.Sidecar]]
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def read_sidecars(layout: Layout, rel_dirs: Sequence[str], model: str, dim: int) -> ReadAhead:
+    """The sidecars of ``rel_dirs``, each with its file's stamp (before it was read, so a file replaced
+    meanwhile is never taken as current): what ``vectors_from_sidecars`` takes as read ahead. A reindex
+    reads them in a forked process while it inserts the rows (``forking.Ahead``)."""
+    out: ReadAhead = {}
+    for rel_dir in rel_dirs:
+        directory = Path(layout.abs(rel_dir))
+        stamp = _stamp(directory / SIDECAR_NAME)
+        out[rel_dir] = (stamp, sidecar.read(directory, model, dim))
+    return out
+
+
+def leaf_dirs(paths: Iterable[str]) -> list[str]:
+    """The directories (as ``vectors_from_sidecars`` groups rows) of the rows with these paths."""
+    return list(dict.fromkeys(_parent(p) for p in paths))
+
+
 def vectors_from_sidecars(
-    conn: sqlite3.Connection, layout: Layout, model: str, dim: int
+    conn: sqlite3.Connection, layout: Layout, model: str, dim: int, ahead: ReadAhead | None = None
 ) -> tuple[int, list[str]]:
-    """Load every matching sidecar vector into the ``vectors`` table (used by reindex).
+    """Load every matching sidecar vector into the ``vectors`` table (used by reindex). ``ahead``:
+    sidecars already read (``read_sidecars``); one whose file changed since (its stamp) is read again.
 
     Returns (vectors loaded, ids of leaves with no usable vector)."""
     rows_by_dir: dict[str, list[sqlite3.Row]] = defaultdict(list)
@@ -292,7 +322,12 @@ def vectors_from_sidecars(
     loaded: list[vectors.VectorRow] = []
     missing: list[str] = []
     for rel_dir, rows in rows_by_dir.items():
-        current = sidecar.read(Path(layout.abs(rel_dir)), model, dim)
+        directory = Path(layout.abs(rel_dir))
+        got = ahead.get(rel_dir) if ahead is not None else None
+        if got is not None and got[0] == _stamp(directory / SIDECAR_NAME):
+            current = got[1]
+        else:
+            current = sidecar.read(directory, model, dim)
         found: list[tuple[str, str]] = []  # (id, hash) of the rows whose vector the sidecar holds
         raws: list[str] = []
         for row in rows:

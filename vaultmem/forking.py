@@ -7,8 +7,15 @@ logging's, and any lock of the code it runs; a thread marked ``fork_safe`` takes
 
 from __future__ import annotations
 
+import gc
+import os
+import pickle
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Generic, TypeVar, cast
+
+T = TypeVar("T")
 
 # Threads a forked child may be copied beside (``fork_safe``).
 _FORK_SAFE: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
@@ -33,3 +40,80 @@ def can_fork() -> bool:
     import multiprocessing
 
     return "fork" in multiprocessing.get_all_start_methods() and alone()
+
+
+class Ahead(Generic[T]):
+    """``work`` started in a forked child, its result taken later (``result``): the child's CPU overlaps
+    what this process does meanwhile. Without fork (``can_fork`` false) ``work`` runs here, at
+    ``result``. Use as a context manager: leaving it without taking the result ends the child (its
+    pipe closed, then waited for), so no child outlives the block.
+
+    The child runs ``work`` with the garbage collector off (a collection would copy every page shared
+    with this process), sends back its pickled result or the exception that stopped it, and ends with
+    ``os._exit`` (no atexit hook, no buffer of this process's flushed twice). ``work`` must write
+    nothing: a child killed midway must leave nothing behind."""
+
+    def __init__(self, work: Callable[[], T]) -> None:
+        self._work = work
+        self._pid: int | None = None
+        self._read: int | None = None
+        if can_fork():
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child (coverage does not follow a fork)
+                code = 1
+                try:
+                    os.close(read_end)
+                    gc.disable()
+                    outcome: tuple[str, object]
+                    try:
+                        outcome = ("ok", work())
+                    except BaseException as exc:  # every failure goes back to the parent
+                        outcome = ("error", exc)
+                    try:
+                        data = pickle.dumps(outcome)
+                    except Exception:  # an exception that does not pickle: its text does
+                        data = pickle.dumps(("error", OSError(f"{type(outcome[1]).__name__}: {outcome[1]}")))
+                    with open(write_end, "wb") as pipe:
+                        pipe.write(data)
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(write_end)
+            self._pid, self._read = pid, read_end
+
+    @property
+    def forked(self) -> bool:
+        return self._pid is not None
+
+    def result(self) -> T:
+        """The work's result (its exception raised here); once."""
+        if self._read is None:
+            return self._work()
+        read_end, self._read = self._read, None
+        try:
+            with open(read_end, "rb") as pipe:
+                data = pipe.read()
+        finally:
+            self._wait()
+        try:
+            kind, value = pickle.loads(data)
+        except Exception as exc:  # nothing (the child was killed) or not unpicklable
+            raise OSError("a forked helper process ended without a result") from exc
+        if kind != "ok":
+            raise value
+        return cast(T, value)
+
+    def _wait(self) -> None:
+        pid, self._pid = self._pid, None
+        if pid is not None:
+            os.waitpid(pid, 0)
+
+    def __enter__(self) -> Ahead[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._read is not None:  # not taken: the child's write fails on the closed pipe, it ends
+            os.close(self._read)
+            self._read = None
+        self._wait()

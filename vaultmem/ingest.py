@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vaultmem import forking, fsio, index, leaffile
+from vaultmem import forking, fsio, index, leaffile, yamlsubset
 from vaultmem.chunker import chunk_message
 from vaultmem.db import atomic
 from vaultmem.errors import ConflictError, FrontmatterError, InvalidInput, UnsafePath
@@ -259,6 +259,7 @@ def _write_forked(
     if meanwhile is None or len(leaves) < FORK_MIN_FILES or not forking.can_fork():
         written = _write_files(root, leaves, targets)
         return written, _run(meanwhile)
+    yamlsubset.prepare()  # once here, not in every batch's writer (PyYAML's import: ~15 ms each)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child (coverage does not follow a fork)

@@ -15,12 +15,13 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from vaultmem.db import atomic
 from vaultmem.errors import DiskFull
+from vaultmem.model import InputKind, Leaf
 
 
 class JobKind(StrEnum):
@@ -124,6 +125,33 @@ def session_end_job(source: str, session: str) -> NewJob:
         {"source": source, "session": session},
         dedupe_key=f"session_end:{source}\x1f{session}",
     )
+
+
+def schedule_session_notes(
+    conn: sqlite3.Connection, leaves: Sequence[Leaf], *, now: datetime, idle_s: float, max_age_days: float
+) -> int:
+    """Queue (or push back) the ``session_end`` job of every chat session among ``leaves``, due when the
+    session has been idle for ``idle_s``. Sessions whose newest message is older than ``max_age_days``
+    (an imported history) get none. Returns how many sessions were scheduled. Here rather than in
+    ``memtiers`` (whose ``schedule`` calls it): every ingest batch runs it, and importing the memory
+    tiers (core memory, its policy, the model client, the checker) cost a first ingest ~0.1 s."""
+    cutoff = now - timedelta(days=max_age_days)
+    newest: dict[tuple[str, str], Any] = {}
+    for leaf in leaves:
+        if leaf.kind is not InputKind.CHAT or not leaf.session:
+            continue
+        key = (leaf.source, leaf.session)
+        if key not in newest or (leaf.ts is not None and (newest[key] is None or leaf.ts > newest[key])):
+            newest[key] = leaf.ts
+    due = [key for key, ts in newest.items() if ts is None or ts >= cutoff]
+    if not due:
+        return 0
+    run_after = now.timestamp() + idle_s
+    jobs = [session_end_job(source, session) for source, session in due]
+    queue = JobQueue(conn)
+    queue.enqueue_many(jobs, delay_s=run_after - time.time())
+    queue.postpone([j.dedupe_key for j in jobs if j.dedupe_key], run_after)
+    return len(due)
 
 
 def ingest_job(source: str) -> NewJob:

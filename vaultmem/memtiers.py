@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -31,8 +29,8 @@ from vaultmem import coremem, episodes, fsio, index, memindex, recipes, sessionn
 from vaultmem.coremem import MemoryEnv
 from vaultmem.episodes import Episode, Step
 from vaultmem.errors import ConflictError, InvalidInput, NodeNotFound, SummariserError
-from vaultmem.jobs import Job, JobQueue, session_end_job
-from vaultmem.model import InputKind, Leaf, format_ts, parse_ts
+from vaultmem.jobs import Job, schedule_session_notes
+from vaultmem.model import Leaf, format_ts, parse_ts
 from vaultmem.recipes import Recipe, RecipeMatch
 from vaultmem.sessionnote import SessionNote
 
@@ -161,28 +159,14 @@ def list_sessions(env: MemoryEnv, limit: int | None = None) -> list[SessionNote]
 def schedule(env: MemoryEnv, leaves: Sequence[Leaf]) -> int:
     """Queue (or push back) the ``session_end`` job of every chat session among ``leaves``, due when the
     session has been idle for ``idle_s``. Sessions whose newest message is older than
-    ``max_age_days`` (an imported history) get none. Returns how many sessions were scheduled."""
+    ``max_age_days`` (an imported history) get none. Returns how many sessions were scheduled
+    (``jobs.schedule_session_notes``, which an ingest calls without importing this module)."""
     s = env.settings
     if not s.session_auto:
         return 0
-    now = env.clock()
-    cutoff = now - timedelta(days=s.session_max_age_days)
-    newest: dict[tuple[str, str], Any] = {}
-    for leaf in leaves:
-        if leaf.kind is not InputKind.CHAT or not leaf.session:
-            continue
-        key = (leaf.source, leaf.session)
-        if key not in newest or (leaf.ts is not None and (newest[key] is None or leaf.ts > newest[key])):
-            newest[key] = leaf.ts
-    due = [key for key, ts in newest.items() if ts is None or ts >= cutoff]
-    if not due:
-        return 0
-    run_after = now.timestamp() + s.session_idle_s
-    jobs = [session_end_job(source, session) for source, session in due]
-    queue = JobQueue(env.conn)
-    queue.enqueue_many(jobs, delay_s=run_after - time.time())
-    queue.postpone([j.dedupe_key for j in jobs if j.dedupe_key], run_after)
-    return len(due)
+    return schedule_session_notes(
+        env.conn, leaves, now=env.clock(), idle_s=s.session_idle_s, max_age_days=s.session_max_age_days
+    )
 
 
 def run_session_job(env: MemoryEnv, job: Job) -> bool:

@@ -213,10 +213,14 @@ def reindex(
     progress: Callable[[int, int], None] | None = None,
     *,
     workers: int | None = None,
+    read: Callable[[VaultFiles], object] | None = None,
 ) -> ReindexReport:
     """Replace every chunk row by the rows of the files (``workers``: see ``read_vault``). Every vector
-    goes too: the caller (``Vault.reindex``) loads them again from the sidecars."""
+    goes too: the caller (``Vault.reindex``) loads them again from the sidecars. ``read`` is told the
+    files read, before their rows are written (the caller starts reading the sidecars there)."""
     files = read_vault(layout, max_bytes, progress, workers=workers)
+    if read is not None:
+        read(files)
     with atomic(conn):
         # Empty the FTS tables and the vectors wholesale first (the delete triggers' set form then finds
         # nothing there; the caller loads every vector again from the sidecars), then every row with the

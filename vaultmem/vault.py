@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -39,7 +39,15 @@ from vaultmem.errors import (
     VaultExists,
     VaultNotFound,
 )
-from vaultmem.jobs import JobQueue, admit_job, ingest_job, release_dead, resummarise_job, seal_job
+from vaultmem.jobs import (
+    JobQueue,
+    admit_job,
+    ingest_job,
+    release_dead,
+    resummarise_job,
+    schedule_session_notes,
+    seal_job,
+)
 from vaultmem.layout import AGENT_TOPS, FRESH, RESERVED_TOP, SOURCES, Layout
 from vaultmem.lock import WriteLock
 from vaultmem.model import (
@@ -1837,10 +1845,12 @@ class Vault:
             cache = self.searcher.vectors(self.embedder)
             decided = review.decided_pairs(self.layout)
             waiting = {(p.new, p.old) for p in review.inbox(self.layout)[0]}
+            # The scan's leaves find their closest leaves in blocks (the same ones as one by one).
+            nearest = versions.Neighbours(cache, [r["id"] for r in rows], 4 * versions.NEIGHBOURS + 1)
             for row in rows:
                 if heartbeat is not None:
                     heartbeat()
-                for old, offline in versions.judged(self.conn, cache, row):
+                for old, offline in versions.judged(self.conn, cache, row, nearest):
                     if (row["id"], old["id"]) in decided | waiting or offline.confidence < detect.PROPOSE_AT:
                         continue
                     verdict = self._model_judges(old["text"], row["text"], offline)
@@ -2353,15 +2363,25 @@ class Vault:
         return report
 
     def _reindex(self, progress: Callable[[int, int], None] | None = None) -> ReindexReport:
-        from vaultmem import memindex
-        from vaultmem.admit import vectors_from_sidecars
-        from vaultmem.reindex import reindex
+        from vaultmem import forking, memindex
+        from vaultmem.admit import ReadAhead, leaf_dirs, read_sidecars, vectors_from_sidecars
+        from vaultmem.reindex import VaultFiles, reindex
 
         embedder = self.embedder
+        ahead: list[forking.Ahead[ReadAhead]] = []
         # One transaction: a reader sees the old index or the new one, never a document node without
         # the sections of its note (read again below) or rows without their vectors.
-        with self._locked(), db.atomic(self.conn):
-            report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress)
+        with self._locked(), db.atomic(self.conn), ExitStack() as stack:
+
+            def read_ahead(files: VaultFiles) -> None:
+                # The files' sidecars (the JSON and base64 of every vector) read by a forked child while
+                # the rows are inserted; a sidecar written meanwhile is read again (``read_sidecars``).
+                dirs = leaf_dirs(files.paths.values())
+                model, dim = embedder.model_id, embedder.dim
+                work = forking.Ahead(lambda: read_sidecars(self.layout, dirs, model, dim))
+                ahead.append(stack.enter_context(work))
+
+            report = reindex(self.conn, self.layout, self.config.max_file_bytes, progress, read=read_ahead)
             memory, unread = memindex.reindex(
                 self.conn, self.layout, self.config.max_file_bytes, self.memory_settings.core
             )
@@ -2377,7 +2397,13 @@ class Vault:
                 self.read_notes(present, gone=[n for n in notes if n not in kept])
                 sections = sum(len(section_rows(self.conn, n)) for n in present)
                 report = replace(report, leaves=report.leaves + sections)
-            loaded, missing = vectors_from_sidecars(self.conn, self.layout, embedder.model_id, embedder.dim)
+            loaded, missing = vectors_from_sidecars(
+                self.conn,
+                self.layout,
+                embedder.model_id,
+                embedder.dim,
+                ahead[0].result() if ahead and ahead[0].forked else None,
+            )
             requeued = self.jobs.enqueue_many(admit_job(i) for i in missing)
         with self._locked():
             self.save_vectors()
@@ -2608,11 +2634,17 @@ class Vault:
         return memindex.search(self.conn, query, kinds, k)
 
     def _sessions_touched(self, leaves: list[Leaf]) -> None:
-        """Ingest hook: chat sessions that just got messages get (or push back) their note's job."""
-        if leaves:
-            from vaultmem import memtiers
-
-            memtiers.schedule(self._memory(), leaves)
+        """Ingest hook: chat sessions that just got messages get (or push back) their note's job
+        (``memtiers.schedule``'s work, without importing the memory tiers)."""
+        c = self.config
+        if leaves and c.sessions_auto:
+            schedule_session_notes(
+                self.conn,
+                leaves,
+                now=self.clock(),
+                idle_s=c.sessions_idle_s,
+                max_age_days=c.sessions_max_age_days,
+            )
 
     def _check_memory(self, report: CheckReport, *, fix: bool) -> CheckReport:
         """``check`` of the agent memory files, added to the report of the rest."""

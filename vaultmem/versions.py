@@ -16,15 +16,17 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from vaultmem import index
 from vaultmem.search import Filters, Hit
 from vaultmem.validity import SUPERSEDED_BY, SUPERSEDES
-from vaultmem.vectors import VectorCache
+from vaultmem.vectors import Matrix, VectorCache
 
 if TYPE_CHECKING:  # imported where judged: a process that only searches never loads the detector
     from vaultmem import detect
 
+NEIGHBOURS = 8  # earlier leaves judged against each new one (the closest of up to 4 * 8 + 1)
 MAX_CHAIN = 16  # a chain of versions longer than this is followed no further (a cycle typed by hand)
 
 
@@ -187,18 +189,128 @@ def scoped(
     return replace(filters, valid_at=valid_at, as_of=as_of)
 
 
+def nearest_leaves(cache: VectorCache, pos: int, n: int) -> npt.NDArray[np.intp]:
+    """The ``n`` leaf rows of ``cache`` closest to row ``pos`` (itself among them), best first: one
+    matrix-vector product over every leaf. The reference ``Neighbours`` answers as."""
+    leaves = cache.kind_rows("leaf")
+    sims = cache.matrix[leaves] @ cache.matrix[pos]
+    return np.asarray(leaves[np.argsort(-sims)][:n], dtype=np.intp)
+
+
+class Neighbours:
+    """``nearest_leaves`` for many rows known in advance (a scan's new leaves), answered in blocks.
+
+    Each block of ``BLOCK`` upcoming rows is scored against every leaf by one matrix product and its
+    ``n + 1`` best found by ``argpartition``, instead of a matrix-vector product and a full sort per row
+    (at 100k leaves ~10 ms a row, so O(N²) over a first run). A matrix product adds in another order
+    than a matrix-vector product, so a score may differ from the reference in its last bits: each is
+    within ``gamma_d`` (``d * 2**-24`` over one minus that) times the two vectors' norms of the exact dot
+    product, in any order, so the two differ by at most twice that. When the ``n``-th and ``n + 1``-th
+    scores are more than four times that apart, both computations choose the same ``n`` rows (listed
+    best first); when they are closer (a near-tie, or a tie at the cut: two leaves of the same text) the
+    row is answered by the reference's own product (``_reference``), so the rows chosen are always the
+    reference's, ties broken as it breaks them. A cache changed since a block was scored (a refresh) is
+    scored again."""
+
+    BLOCK = 64
+
+    def __init__(self, cache: VectorCache, upcoming: Sequence[str], n: int) -> None:
+        self.cache = cache
+        self.n = n
+        self.upcoming = list(upcoming)
+        self._at = {row_id: i for i, row_id in enumerate(self.upcoming)}
+        self._found: dict[str, npt.NDArray[np.intp] | None] = {}
+        # The matrix the blocks were scored on (its id, rows and last sequence number read).
+        self._scored: tuple[int, int, int] | None = None
+        self._longest: float | None = None  # the longest vector's norm (of that matrix)
+        self._rows: Matrix | None = None  # the leaves' rows, as the reference multiplies them
+        self.exact = 0  # rows answered by the reference (near-ties at the cut): for tests and benches
+
+    def __call__(self, leaf_id: str) -> npt.NDArray[np.intp] | None:
+        """The ``n`` leaf rows closest to ``leaf_id`` (None: it has no vector)."""
+        cache = self.cache
+        pos = cache.pos.get(leaf_id)
+        if pos is None:
+            return None
+        state = (id(cache.matrix), len(cache.ids), cache.seq)
+        if state != self._scored:
+            self._found, self._scored, self._longest, self._rows = {}, state, None, None
+        if leaf_id not in self._found:
+            start = self._at.get(leaf_id)
+            block = [leaf_id] if start is None else self.upcoming[start : start + self.BLOCK]
+            self._found.update(self._score([b for b in block if b in cache.pos]))
+        found = self._found.pop(leaf_id)  # handed out once: a scan of 100k leaves keeps one block
+        return self._reference(pos) if found is None else found
+
+    def _reference(self, pos: int) -> npt.NDArray[np.intp]:
+        """The reference's scores (its own matrix-vector product, on the leaves' rows copied once, not
+        per row); its full sort only when two scores tie exactly at the cut (its order then decides)."""
+        self.exact += 1
+        cache, n = self.cache, self.n
+        leaves = cache.kind_rows("leaf")
+        if self._rows is None:
+            self._rows = cache.matrix if len(leaves) == len(cache.ids) else cache.matrix[leaves]
+        sims = self._rows @ cache.matrix[pos]
+        if len(leaves) > n:
+            best = np.argpartition(-sims, n)[: n + 1]
+            best = best[np.argsort(-sims[best], kind="stable")]
+            if sims[best[n - 1]] != sims[best[n]]:
+                return np.asarray(leaves[best[:n]], dtype=np.intp)
+        return np.asarray(leaves[np.argsort(-sims)][:n], dtype=np.intp)
+
+    def _score(self, block: list[str]) -> dict[str, npt.NDArray[np.intp] | None]:
+        """Each row of ``block`` with its ``n`` nearest leaves, or None where the cut is too close to
+        call (the reference answers those)."""
+        cache, n = self.cache, self.n
+        leaves = cache.kind_rows("leaf")
+        if len(leaves) <= n:  # every leaf is chosen: the reference's cheap case
+            return dict.fromkeys(block)
+        positions = np.fromiter((cache.pos[b] for b in block), dtype=np.intp, count=len(block))
+        queries = cache.matrix[positions]
+        sims = queries @ cache.matrix.T
+        if len(leaves) != len(cache.ids):
+            sims = sims[:, leaves]
+        best = np.argpartition(-sims, n, axis=1)[:, : n + 1]
+        if self._longest is None:
+            self._longest = float(np.sqrt(np.max(np.einsum("ij,ij->i", cache.matrix, cache.matrix))))
+        # gamma_d = d u / (1 - d u) bounds the rounding of a float32 dot product of d terms, in any
+        # order, relative to the product of the norms; each score is that close to the exact one, so
+        # this and the reference may differ by 2 gamma_d, and a gap of 4 gamma_d at the cut is safe.
+        du = 2.0**-24 * cache.dim
+        gamma = du / (1.0 - du) * self._longest * 1.01
+        out: dict[str, npt.NDArray[np.intp] | None] = {}
+        for i, row_id in enumerate(block):
+            top = best[i][np.argsort(-sims[i, best[i]], kind="stable")]
+            scores = sims[i, top]
+            bound = 4.0 * gamma * float(np.linalg.norm(queries[i]))
+            if not float(scores[n - 1]) - float(scores[n]) > bound:
+                out[row_id] = None
+            else:
+                out[row_id] = np.asarray(leaves[top[:n]], dtype=np.intp)
+        return out
+
+
 def earlier_neighbours(
-    conn: sqlite3.Connection, cache: VectorCache, leaf_id: str, k: int = 8
+    conn: sqlite3.Connection,
+    cache: VectorCache,
+    leaf_id: str,
+    k: int = NEIGHBOURS,
+    nearest: Neighbours | None = None,
 ) -> list[tuple[sqlite3.Row, float]]:
     """The ``k`` leaves said before ``leaf_id`` that are closest to it in meaning, with their cosine:
-    the candidates it may update (``detect.judge`` decides). Leaves already linked to it are left out."""
+    the candidates it may update (``detect.judge`` decides). Leaves already linked to it are left out.
+    ``nearest`` (made with ``n = 4 * k + 1`` for the leaves of a scan) finds the closest leaves of many
+    rows in blocks; the same rows as without it."""
     pos = cache.pos.get(leaf_id)
     me = conn.execute("SELECT rowid, ts, supersedes FROM chunks WHERE id = ?", (leaf_id,)).fetchone()
     if pos is None or me is None:
         return []
-    leaves = cache.kind_rows("leaf")
-    sims = cache.matrix[leaves] @ cache.matrix[pos]
-    order = leaves[np.argsort(-sims)][: 4 * k + 1]
+    if nearest is not None and nearest.cache is cache and nearest.n == 4 * k + 1:
+        order = nearest(leaf_id)
+        if order is None:
+            return []
+    else:
+        order = nearest_leaves(cache, pos, 4 * k + 1)
     by_id = {
         cache.ids[i]: float(cache.matrix[i] @ cache.matrix[pos]) for i in order if cache.ids[i] != leaf_id
     }
@@ -239,18 +351,18 @@ def stated(row: sqlite3.Row) -> bool:
 
 
 def candidates(
-    conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row
+    conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row, nearest: Neighbours | None = None
 ) -> list[tuple[sqlite3.Row, float, dict[str, Any]]]:
     """The earlier leaves the leaf ``row`` (id, text, speaker, role, entities, path, provenance) may update,
     before any judgement: each with its cosine and the keyword arguments ``detect.judge`` takes. A
     section of a note written by hand neither updates nor is updated: its note is edited in place (and a
-    version link would have to write into it)."""
+    version link would have to write into it). ``nearest``: see ``earlier_neighbours``."""
     if not stated(row) or not index.has_file(row["path"]):
         return []
     from vaultmem import detect
 
     out = []
-    for old, cosine in earlier_neighbours(conn, cache, row["id"]):
+    for old, cosine in earlier_neighbours(conn, cache, row["id"], nearest=nearest):
         old_entities, new_entities = json.loads(old["entities"]), json.loads(row["entities"])
         facts = {
             "same_speaker": (old["speaker"] or old["role"]) == (row["speaker"] or row["role"]),
@@ -262,14 +374,14 @@ def candidates(
 
 
 def judged(
-    conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row
+    conn: sqlite3.Connection, cache: VectorCache, row: sqlite3.Row, nearest: Neighbours | None = None
 ) -> list[tuple[sqlite3.Row, detect.Judgement]]:
     """The earlier leaves the leaf ``row`` may update, each with the detector's judgement (those it
-    rules out are left out)."""
+    rules out are left out). ``nearest``: see ``earlier_neighbours``."""
     from vaultmem import detect
 
     out = []
-    for old, cosine, facts in candidates(conn, cache, row):
+    for old, cosine, facts in candidates(conn, cache, row, nearest):
         verdict = detect.judge(old["text"], row["text"], cosine, **facts)
         if verdict is not None:
             out.append((old, verdict))

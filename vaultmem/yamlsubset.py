@@ -46,6 +46,13 @@ def _resolver() -> Any:
     return yaml.resolver.Resolver()
 
 
+def prepare() -> None:
+    """Build what ``dump`` may need on first use (PyYAML's resolver, the unsafe-character class) now: a
+    forked writer (``ingest._write_forked``) then inherits them instead of building them per batch."""
+    _resolver()
+    _unsafe_re()
+
+
 # PyYAML's implicit resolvers are keyed by first character; for text starting with an ASCII letter only
 # the bool and null words apply, so most strings are settled without running the resolver's regexes.
 _LETTER_WORDS = {
