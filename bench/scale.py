@@ -92,6 +92,12 @@ class ScaleEmbedder:
         wait = getattr(self.real, "wait_query_runtime", None)
         return str(wait()) if wait is not None else "numpy"
 
+    # Whether search may embed a new query beside its word search (``search.VectorsAhead``): what the real
+    # model says (a tree without the property searches as before).
+    @property
+    def queries_off_thread(self) -> bool:
+        return bool(getattr(self.real, "queries_off_thread", False))
+
 
 def timed(vault: Vault, query: str) -> float:
     t = time.perf_counter()
