@@ -265,6 +265,19 @@ def test_a_chinese_title_opens_with_its_subject_not_a_lead_in() -> None:
     assert title.startswith("3月"), title
 
 
+def test_a_chinese_title_ending_on_a_number_keeps_its_unit() -> None:
+    """The rebuilt sample vault titled Chen Jing's leave "3月24日到26": the title's length ran out between
+    26 and 日 (the day), a date cut apart. A number keeps the unit written after it."""
+    texts = [
+        "提醒一下：我3月24日到26日请假（搬家），那几天的 on-call 我已经和 Diego 换了。",
+        "好的，没问题！祝搬家顺利。",
+        "搬家那天需要帮忙吗？",
+    ]
+    title = _level_title(texts, "陈静")
+    assert title.startswith("3月24日到26日"), title
+    assert not re.search(r"\d$", title), title
+
+
 def test_a_title_opens_with_words_and_an_identifier_may_follow() -> None:
     """The sample vault titled a level "tidepool_webhook_worker_panics_total, retry header instead": the
     metric's name sat closest to the level's centre (its lines repeat it), but a person reads a title

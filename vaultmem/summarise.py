@@ -195,6 +195,9 @@ _TITLE_WORDS = 3
 _TITLE_MAX_WORDS = 6
 _TITLE_MAX_CHARS = 60
 _TITLE_CJK_CHARS = 8
+# Units a number is written together with in Chinese (dates, times, counts, money): a title that ends on
+# the number keeps its unit ("3月24日到26日", not "3月24日到26", which reads as a cut word).
+_CJK_UNITS = frozenset("年月日号天周时点分秒个次岁元块万亿")
 FALLBACK_TITLE = "memories"
 _EMPTY_TEXT = "(no text)"
 
@@ -1080,7 +1083,10 @@ def _cjk_head(sentence: str) -> str:
     for match in re.finditer(rf"[{_CJK}]+|[^\W_{_CJK}]+", sentence):
         run = match.group()
         if _CJK_RE.match(run):
-            run = run[: max(0, _TITLE_CJK_CHARS - size)]
+            room = max(0, _TITLE_CJK_CHARS - size)
+            if not room and out and match.start() == end and run[0] in _CJK_UNITS:
+                room = 1  # a number keeps the unit written after it: "26日", never "26"
+            run = run[:room]
         elif size + len(run) > _TITLE_CJK_CHARS and out:
             break
         if not run:
