@@ -47,6 +47,21 @@ def test_the_childs_exception_is_raised_here() -> None:
 
 
 @needs_fork
+def test_a_child_that_dies_without_a_result_is_named_in_the_error() -> None:
+    # A child killed midway (here it leaves at once) sends nothing back: the error says which child.
+    def dies() -> None:
+        os._exit(3)
+
+    before = _pids_of_children()
+    with (
+        forking.Ahead(dies, "the process writing a batch of 2 leaf files") as ahead,
+        pytest.raises(OSError, match="the process writing a batch of 2 leaf files ended without a result"),
+    ):
+        ahead.result()
+    assert _pids_of_children() == before
+
+
+@needs_fork
 def test_a_result_never_taken_ends_the_child() -> None:
     # The child blocks writing a result larger than the pipe holds; leaving the block closes the pipe,
     # the child's write fails and it ends: nothing is left running.

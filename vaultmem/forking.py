@@ -50,11 +50,14 @@ class Ahead(Generic[T]):
 
     The child runs ``work`` with the garbage collector off (a collection would copy every page shared
     with this process), sends back its pickled result or the exception that stopped it, and ends with
-    ``os._exit`` (no atexit hook, no buffer of this process's flushed twice). ``work`` must write
-    nothing: a child killed midway must leave nothing behind."""
+    ``os._exit`` (no atexit hook, no buffer of this process's flushed twice). A child killed midway
+    leaves what ``work`` had done: work that writes must be safe to stop anywhere (reindex's sidecar
+    reader writes nothing; ingest's file writer leaves what a crash leaves, which its batch's intent note
+    heals). ``what`` names the child in the error raised when it ends without a result."""
 
-    def __init__(self, work: Callable[[], T]) -> None:
+    def __init__(self, work: Callable[[], T], what: str = "a forked helper process") -> None:
         self._work = work
+        self._what = what
         self._pid: int | None = None
         self._read: int | None = None
         if can_fork():
@@ -99,7 +102,7 @@ class Ahead(Generic[T]):
         try:
             kind, value = pickle.loads(data)
         except Exception as exc:  # nothing (the child was killed) or not unpicklable
-            raise OSError("a forked helper process ended without a result") from exc
+            raise OSError(f"{self._what} ended without a result") from exc
         if kind != "ok":
             raise value
         return cast(T, value)

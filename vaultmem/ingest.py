@@ -10,10 +10,7 @@ and no embedding happen here: those are queued work.
 
 from __future__ import annotations
 
-import gc
 import json
-import os
-import pickle
 import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
@@ -260,43 +257,10 @@ def _write_forked(
         written = _write_files(root, leaves, targets)
         return written, _run(meanwhile)
     yamlsubset.prepare()  # once here, not in every batch's writer (PyYAML's import: ~15 ms each)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child (coverage does not follow a fork)
-        code = 1
-        try:
-            os.close(read_end)
-            gc.disable()  # a collection would touch (copy) every page shared with the parent
-            result: tuple[str, object]
-            try:
-                result = ("ok", _write_files(root, leaves, targets))
-            except BaseException as exc:  # every failure goes back to the parent
-                result = ("error", exc)
-            try:
-                data = pickle.dumps(result)
-            except Exception:  # an exception that does not pickle: its text does
-                data = pickle.dumps(("error", OSError(f"{type(result[1]).__name__}: {result[1]}")))
-            with open(write_end, "wb") as pipe:
-                pipe.write(data)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    failed = _run(meanwhile)
-    try:
-        with open(read_end, "rb") as pipe:
-            data = pipe.read()
-    finally:
-        os.waitpid(pid, 0)
-    try:
-        kind, value = pickle.loads(data)
-    except Exception as exc:  # nothing (the child was killed) or not unpicklable
-        raise OSError(
-            f"the process writing a batch of {len(leaves)} leaf files ended without a result"
-        ) from exc
-    if kind != "ok":
-        raise value
-    return value, failed
+    what = f"the process writing a batch of {len(leaves)} leaf files"
+    with forking.Ahead(lambda: _write_files(root, leaves, targets), what) as writer:
+        failed = _run(meanwhile)
+        return writer.result(), failed
 
 
 def _run(work: Callable[[], object] | None) -> BaseException | None:
