@@ -115,13 +115,17 @@ def test_chinese_levels_get_a_readable_title_and_folder() -> None:
     assert folder_slug(title) != "level"
 
 
+# Chen Jing's leave in the sample vault's team chat (a reminder: 24 to 26 March off, moving house).
+LEAVE_NOTICE = [
+    "提醒一下：我3月24日到26日请假（搬家），那几天的 on-call 我已经和 Diego 换了。",
+    "好的，没问题！祝搬家顺利。",
+    "搬家那天需要帮忙吗？",
+]
+
+
 def test_a_chinese_title_keeps_a_date_written_together_as_one_word() -> None:
     """The sample vault titled a level "提醒一下 我 3 月": 3月24日 (24 March) was cut into "3" and "月"."""
-    texts = [
-        "提醒一下：我3月24日到26日请假（搬家），那几天的 on-call 我已经和 Diego 换了。",
-        "好的，没问题！祝搬家顺利。",
-        "搬家那天需要帮忙吗？",
-    ]
+    texts = LEAVE_NOTICE
     title = _level_title(texts, "陈静")
     assert re.search("[\u4e00-\u9fff]", title)
     for word in title.split():  # each word is written so in a child: nothing was cut apart
@@ -248,11 +252,7 @@ def test_a_chinese_title_opens_with_its_subject_not_a_lead_in() -> None:
     """The sample vault titled Chen Jing's leave "提醒一下 我3月" ("a reminder, I March"): the lead-in
     (提醒一下：) and the pronoun (我) name nothing; the title opens with the date. On a child summary's line
     the speaker's prefix is left out too."""
-    texts = [
-        "提醒一下：我3月24日到26日请假（搬家），那几天的 on-call 我已经和 Diego 换了。",
-        "好的，没问题！祝搬家顺利。",
-        "搬家那天需要帮忙吗？",
-    ]
+    texts = LEAVE_NOTICE
     title = _level_title(texts, "陈静")
     assert title.startswith("3月"), title
     assert "提醒" not in title and "我" not in title, title
@@ -268,11 +268,7 @@ def test_a_chinese_title_opens_with_its_subject_not_a_lead_in() -> None:
 def test_a_chinese_title_ending_on_a_number_keeps_its_unit() -> None:
     """The rebuilt sample vault titled Chen Jing's leave "3月24日到26": the title's length ran out between
     26 and 日 (the day), a date cut apart. A number keeps the unit written after it."""
-    texts = [
-        "提醒一下：我3月24日到26日请假（搬家），那几天的 on-call 我已经和 Diego 换了。",
-        "好的，没问题！祝搬家顺利。",
-        "搬家那天需要帮忙吗？",
-    ]
+    texts = LEAVE_NOTICE
     title = _level_title(texts, "陈静")
     assert title.startswith("3月24日到26日"), title
     assert not re.search(r"\d$", title), title

@@ -729,12 +729,7 @@ def _fuse_below(scores: dict[str, float], found: list[tuple[float, list[str]]], 
         for rank, node_id in enumerate(ids, 1):
             scores[node_id] = scores.get(node_id, 0.0) + weight / (RRF_K + rank)
     if below is not None:  # what rose above the kept hits goes right below them, in its own order
-        protected = set(kept)
-        risen = [i for i in scores if i not in protected and scores[i] >= below]
-        step = below
-        for node_id in sorted(risen, key=lambda i: (-scores[i], i)):
-            step = math.nextafter(step, -math.inf)
-            scores[node_id] = step
+        _below(scores, set(kept), below)
 
 
 def _keep_head(scores: dict[str, float], head: list[str]) -> None:
@@ -746,10 +741,14 @@ def _keep_head(scores: dict[str, float], head: list[str]) -> None:
     for node_id in head:
         scores[node_id] = step
         step = math.nextafter(step, -math.inf)
-    last = scores[head[-1]]
-    kept = set(head)
-    risen = [i for i in scores if i not in kept and scores[i] >= last]
-    step = last
+    _below(scores, set(head), scores[head[-1]])
+
+
+def _below(scores: dict[str, float], kept: set[str], floor: float) -> None:
+    """Every score not in ``kept`` that reaches ``floor`` is moved just below it, in its own order (ties
+    by id): the kept hits stay ahead of everything that rose to them."""
+    risen = [i for i in scores if i not in kept and scores[i] >= floor]
+    step = floor
     for node_id in sorted(risen, key=lambda i: (-scores[i], i)):
         step = math.nextafter(step, -math.inf)
         scores[node_id] = step
