@@ -13,7 +13,8 @@ import pytest
 from tests.helpers import ChatServer, Reply
 from vaultmem.embed import FakeEmbedder
 from vaultmem.errors import NodeNotFound
-from vaultmem.jobs import JobKind
+from vaultmem.jobs import JobKind, schedule_session_notes
+from vaultmem.model import Leaf
 from vaultmem.vault import Vault
 
 NOW = datetime(2026, 3, 9, 18, 0, tzinfo=UTC)
@@ -184,7 +185,7 @@ def test_imported_history_and_disabled_notes_queue_nothing(tmp_path: Path) -> No
 def test_an_ingest_queues_session_notes_without_importing_the_memory_tiers(tmp_path: Path) -> None:
     """Every ingest batch schedules its sessions' notes (``jobs.schedule_session_notes``); importing the
     memory tiers for it (core memory, its policy, the model client, the checker) cost a first ingest
-    ~0.1 s. ``memtiers.schedule`` queues the same jobs."""
+    ~0.1 s. Called on the leaves again, it queues the same jobs."""
     import subprocess
     import sys
 
@@ -199,15 +200,24 @@ def test_an_ingest_queues_session_notes_without_importing_the_memory_tiers(tmp_p
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["['live']", "[]"]
-    from vaultmem import memtiers
-
     vault = make(tmp_path / "again")
     vault.clock = lambda: datetime.now(UTC)
-    assert memtiers.schedule(vault._memory(), []) == 0
+    c = vault.config
+
+    def schedule(leaves: list[Leaf]) -> int:
+        return schedule_session_notes(
+            vault.conn,
+            leaves,
+            now=vault.clock(),
+            idle_s=c.sessions_idle_s,
+            max_age_days=c.sessions_max_age_days,
+        )
+
+    assert schedule([]) == 0
     vault.ingest_messages(messages, source="chat")
     queued = session_jobs(vault)
     vault.conn.execute("DELETE FROM jobs WHERE kind = ?", (JobKind.SESSION_END.value,))
     leaves = [vault.get(i) for (i,) in vault.conn.execute("SELECT id FROM chunks WHERE kind = 'leaf'")]
-    assert memtiers.schedule(vault._memory(), leaves) == 1
+    assert schedule(leaves) == 1
     assert [s for s, _ in session_jobs(vault)] == [s for s, _ in queued] == ["live"]
     vault.close()

@@ -119,7 +119,7 @@ def digest_job(day: date) -> NewJob:
 
 
 def session_end_job(source: str, session: str) -> NewJob:
-    """The note of a chat session, written once it has been idle (``memtiers.schedule``)."""
+    """The note of a chat session, written once it has been idle (``schedule_session_notes``)."""
     return NewJob(
         JobKind.SESSION_END.value,
         {"source": source, "session": session},
@@ -133,7 +133,7 @@ def schedule_session_notes(
     """Queue (or push back) the ``session_end`` job of every chat session among ``leaves``, due when the
     session has been idle for ``idle_s``. Sessions whose newest message is older than ``max_age_days``
     (an imported history) get none. Returns how many sessions were scheduled. Here rather than in
-    ``memtiers`` (whose ``schedule`` calls it): every ingest batch runs it, and importing the memory
+    ``memtiers``: every ingest batch runs it (``Vault._sessions_touched``), and importing the memory
     tiers (core memory, its policy, the model client, the checker) cost a first ingest ~0.1 s."""
     cutoff = now - timedelta(days=max_age_days)
     newest: dict[tuple[str, str], Any] = {}

@@ -1,10 +1,11 @@
 """Session notes, episodes and recipes as operations on an open vault (through ``coremem.MemoryEnv``).
 
 - ``end_session`` writes (or refreshes) the note of a chat session and proposes its lasting facts to
-  core memory through ``coremem.update``; a note a person edited is never rewritten. ``schedule`` queues
-  a ``session_end`` job for every chat session that just received messages, due when the session has
-  been idle for ``[sessions] idle_s`` (each new message pushes it back); the worker pool runs it
-  (``run_session_job``), so the daemon writes notes on its own.
+  core memory through ``coremem.update``; a note a person edited is never rewritten. Every ingest
+  queues a ``session_end`` job for each chat session that just received messages
+  (``jobs.schedule_session_notes``), due when the session has been idle for ``[sessions] idle_s`` (each
+  new message pushes it back); the worker pool runs it (``run_session_job``), so the daemon writes notes
+  on its own.
 - ``record_episode`` writes an episode file; a successful one joins a learned recipe whose episodes'
   requests are within the similarity threshold of its own, or, with two other similar successful
   episodes not yet in a recipe, is promoted with them into a new recipe (``recipes``). Learned recipes
@@ -29,7 +30,7 @@ from vaultmem import coremem, episodes, fsio, index, memindex, recipes, sessionn
 from vaultmem.coremem import MemoryEnv
 from vaultmem.episodes import Episode, Step
 from vaultmem.errors import ConflictError, InvalidInput, NodeNotFound, SummariserError
-from vaultmem.jobs import Job, schedule_session_notes
+from vaultmem.jobs import Job
 from vaultmem.model import Leaf, format_ts, parse_ts
 from vaultmem.recipes import Recipe, RecipeMatch
 from vaultmem.sessionnote import SessionNote
@@ -154,19 +155,6 @@ def list_sessions(env: MemoryEnv, limit: int | None = None) -> list[SessionNote]
             out.append(parsed[0])
     out.sort(key=lambda n: (format_ts(n.started) or "", n.path), reverse=True)
     return out[:limit] if limit is not None else out
-
-
-def schedule(env: MemoryEnv, leaves: Sequence[Leaf]) -> int:
-    """Queue (or push back) the ``session_end`` job of every chat session among ``leaves``, due when the
-    session has been idle for ``idle_s``. Sessions whose newest message is older than
-    ``max_age_days`` (an imported history) get none. Returns how many sessions were scheduled
-    (``jobs.schedule_session_notes``, which an ingest calls without importing this module)."""
-    s = env.settings
-    if not s.session_auto:
-        return 0
-    return schedule_session_notes(
-        env.conn, leaves, now=env.clock(), idle_s=s.session_idle_s, max_age_days=s.session_max_age_days
-    )
 
 
 def run_session_job(env: MemoryEnv, job: Job) -> bool:

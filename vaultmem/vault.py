@@ -2635,7 +2635,7 @@ class Vault:
 
     def _sessions_touched(self, leaves: list[Leaf]) -> None:
         """Ingest hook: chat sessions that just got messages get (or push back) their note's job
-        (``memtiers.schedule``'s work, without importing the memory tiers)."""
+        (``[sessions] auto``; without importing the memory tiers)."""
         c = self.config
         if leaves and c.sessions_auto:
             schedule_session_notes(
