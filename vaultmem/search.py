@@ -1026,10 +1026,7 @@ class Searcher:
         """The vector the leaves are ranked by: the query's, moved ``unnamed_query`` of the way to the
         vector of the query without the speakers' names it holds (``UNNAMED_QUERY``)."""
         weight = self.unnamed_query
-        if not weight:
-            return self.query_vector(embedder, query)
-        self._speakers.refresh(self.conn)
-        left = self._speakers.without_names(query)
+        left = self._unnamed(query)
         if left is None:
             return self.query_vector(embedder, query)
         unnamed = self.query_vector(embedder, left)
@@ -1039,6 +1036,14 @@ class Searcher:
         mixed = (1.0 - weight) * q + weight * unnamed
         norm = float(np.linalg.norm(mixed))
         return (mixed / norm).astype(np.float32) if norm > 0 else q
+
+    def _unnamed(self, query: str) -> str | None:
+        """The query without the speakers' names it holds, when ``content_vector`` uses it (None: the
+        query's own vector is the content vector)."""
+        if not self.unnamed_query:
+            return None
+        self._speakers.refresh(self.conn)
+        return self._speakers.without_names(query)
 
     def judging_vector(self, embedder: Embedder, query: str) -> npt.NDArray[np.float32]:
         """The vector a hit's evidence cosine (and a summary's closest quoted leaf) is judged by: the whole
@@ -1060,12 +1065,11 @@ class Searcher:
         # the NumPy embedder once ONNX Runtime runs its queries; NumPy's own forward pass does not).
         if not getattr(embedder, "queries_off_thread", False) or not self._vectors(embedder).ids:
             return None
-        texts = [query]
-        if self.unnamed_query:
-            self._speakers.refresh(self.conn)
-            left = self._speakers.without_names(query)
-            if left is not None:
-                texts = [left] if self.unnamed_query >= 1.0 and self.judge_unnamed else [left, query]
+        left = self._unnamed(query)
+        if left is None:
+            texts = [query]
+        else:  # the whole query too unless neither vector needs it (``content_vector``, ``judging_vector``)
+            texts = [left] if self.unnamed_query >= 1.0 and self.judge_unnamed else [left, query]
         missing = QUERY_VECTORS.missing(embedder, texts)
         if not missing:
             return None
