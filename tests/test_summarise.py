@@ -1045,6 +1045,11 @@ def test_a_titles_best_phrase_is_scored_against_the_childrens_own_vectors() -> N
             True,
             ["Two big things: Tidepool moves to Postgres 16 by 20 March", "I'm going to Kyoto in April."],
         ),
+        (  # the short last clause joins the clause before it, not an earlier one with the same words
+            "the patch ships Friday, and the patch ships Friday - v2",
+            False,
+            ["the patch ships Friday", "the patch ships Friday - v2"],
+        ),
         ("No cut in this sentence at all.", False, ["No cut in this sentence at all."]),
     ],
 )

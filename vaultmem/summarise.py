@@ -540,21 +540,27 @@ def clauses(sentence: str, prefixed: bool = False) -> list[str]:
         return [sentence]
     spans.append((start, len(body)))
     out: list[str] = []
+    last = 0  # where the last clause kept began
     pending: int | None = None  # where a short clause (a number, or few words) began: joined to the next
     for begin, end in spans:
         begin = begin if pending is None else pending
-        piece = _CLAUSE_OPENING_RE.sub("", body[begin:end].strip()).strip(" ,")
+        piece = _clause(body, begin, end)
         words = [f for f in _feature_list(piece)[0] if f not in _FILLER_WORDS and not _has_digit(f)]
         if len(words) >= _FILLER_CONTENT and len(_WORD_RE.findall(piece)) >= _CLAUSE_MIN_WORDS:
             out.append(piece)
-            pending = None
+            last, pending = begin, None
         elif _has_digit(piece) or len(words) >= _FILLER_CONTENT:
             pending = begin
     if pending is not None:  # the last clause is short: it stays with the one before
         if not out:
             return [sentence]
-        out[-1] = _CLAUSE_OPENING_RE.sub("", body[body.find(out[-1]) :].strip()).strip(" ,")
+        out[-1] = _clause(body, last, len(body))
     return [head + piece for piece in out] or [sentence]
+
+
+def _clause(body: str, begin: int, end: int) -> str:
+    """``body[begin:end]`` as a clause: trimmed, without an opening "and", "but", "so"."""
+    return _CLAUSE_OPENING_RE.sub("", body[begin:end].strip()).strip(" ,")
 
 
 def _has_digit(text: str) -> bool:
