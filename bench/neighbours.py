@@ -3,7 +3,7 @@
     python bench/neighbours.py [--leaves 10000 100000] [--new 256] [--vectors NPZ ...]
 
 For each size, a cache of that many leaf vectors (10% more rows as summaries, which the search skips)
-is searched for the 33 closest leaves (``4 * versions.NEIGHBOURS + 1``) of ``--new`` leaves, as a scan of
+is searched for the 33 closest leaves (``versions.read_for()``) of ``--new`` leaves, as a scan of
 new leaves asks: by ``versions.nearest_leaves`` one leaf at a time (a matrix-vector product over every
 leaf and a full sort: what every leaf cost before) and by ``versions.Neighbours`` (blocks of leaves
 against every leaf by one matrix product, ``argpartition``; near-ties answered by the reference), in
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
-    n = 4 * versions.NEIGHBOURS + 1
+    n = versions.read_for()
     rows = []
     for leaves in args.leaves:
         summaries = leaves // 10

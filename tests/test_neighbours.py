@@ -52,7 +52,7 @@ def _clustered(rows: int = 600, seed: int = 5) -> np.ndarray:
 def _check(matrix: np.ndarray, summaries: int) -> versions.Neighbours:
     cache = _cache(matrix, summaries)
     leaves = [row_id for row_id in cache.ids if not row_id.startswith("s")]
-    n = 4 * versions.NEIGHBOURS + 1
+    n = versions.read_for()
     nearest = versions.Neighbours(cache, leaves, n)
     differ = []
     for row_id in leaves:
@@ -134,7 +134,7 @@ def test_a_scan_with_blocks_offers_the_same_candidates(tmp_path: Path) -> None:
         "SELECT rowid, id, text, speaker, role, entities, path, provenance FROM chunks WHERE kind = 'leaf'"
     ).fetchall()
     assert len(rows) > 100
-    nearest = versions.Neighbours(cache, [r["id"] for r in rows], 4 * versions.NEIGHBOURS + 1)
+    nearest = versions.Neighbours(cache, [r["id"] for r in rows], versions.read_for())
     offered = 0
     for row in rows:
         alone = versions.candidates(vault.conn, cache, row)

@@ -1846,7 +1846,7 @@ class Vault:
             decided = review.decided_pairs(self.layout)
             waiting = {(p.new, p.old) for p in review.inbox(self.layout)[0]}
             # The scan's leaves find their closest leaves in blocks (the same ones as one by one).
-            nearest = versions.Neighbours(cache, [r["id"] for r in rows], 4 * versions.NEIGHBOURS + 1)
+            nearest = versions.Neighbours(cache, [r["id"] for r in rows], versions.read_for())
             for row in rows:
                 if heartbeat is not None:
                     heartbeat()

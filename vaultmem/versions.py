@@ -26,7 +26,7 @@ from vaultmem.vectors import Matrix, VectorCache
 if TYPE_CHECKING:  # imported where judged: a process that only searches never loads the detector
     from vaultmem import detect
 
-NEIGHBOURS = 8  # earlier leaves judged against each new one (the closest of up to 4 * 8 + 1)
+NEIGHBOURS = 8  # earlier leaves judged against each new one (the closest of up to ``read_for(8)``)
 MAX_CHAIN = 16  # a chain of versions longer than this is followed no further (a cycle typed by hand)
 
 
@@ -189,6 +189,12 @@ def scoped(
     return replace(filters, valid_at=valid_at, as_of=as_of)
 
 
+def read_for(k: int = NEIGHBOURS) -> int:
+    """How many of a leaf's closest leaves are read to find its ``k`` earlier neighbours (later ones and
+    linked ones are left out): what ``Neighbours`` is made with for a scan."""
+    return 4 * k + 1
+
+
 def nearest_leaves(cache: VectorCache, pos: int, n: int) -> npt.NDArray[np.intp]:
     """The ``n`` leaf rows of ``cache`` closest to row ``pos`` (itself among them), best first: one
     matrix-vector product over every leaf. The reference ``Neighbours`` answers as."""
@@ -299,18 +305,18 @@ def earlier_neighbours(
 ) -> list[tuple[sqlite3.Row, float]]:
     """The ``k`` leaves said before ``leaf_id`` that are closest to it in meaning, with their cosine:
     the candidates it may update (``detect.judge`` decides). Leaves already linked to it are left out.
-    ``nearest`` (made with ``n = 4 * k + 1`` for the leaves of a scan) finds the closest leaves of many
+    ``nearest`` (made with ``n = read_for(k)`` for the leaves of a scan) finds the closest leaves of many
     rows in blocks; the same rows as without it."""
     pos = cache.pos.get(leaf_id)
     me = conn.execute("SELECT rowid, ts, supersedes FROM chunks WHERE id = ?", (leaf_id,)).fetchone()
     if pos is None or me is None:
         return []
-    if nearest is not None and nearest.cache is cache and nearest.n == 4 * k + 1:
+    if nearest is not None and nearest.cache is cache and nearest.n == read_for(k):
         order = nearest(leaf_id)
         if order is None:
             return []
     else:
-        order = nearest_leaves(cache, pos, 4 * k + 1)
+        order = nearest_leaves(cache, pos, read_for(k))
     by_id = {
         cache.ids[i]: float(cache.matrix[i] @ cache.matrix[pos]) for i in order if cache.ids[i] != leaf_id
     }
