@@ -591,25 +591,30 @@ def _candidates(
         words: dict[str, None] = dict.fromkeys(_feature_list(child.title)[0]) if child.title else {}
         speaker = " ".join((child.speaker or "").split())
         for whole in split_sentences(child.text):
-            words.update(dict.fromkeys(_feature_list(whole)[0]))
+            read = _feature_list(whole)
+            words.update(dict.fromkeys(read[0]))
             for sentence in clauses(whole, prefixed=not speaker) if cut else [whole]:
-                everything.extend(_candidate(sentence, speaker, index, seen))
+                known = read if sentence is whole else None  # a sentence without a cut: read once
+                everything.extend(_candidate(sentence, speaker, index, seen, known))
         child_words.append(words)
     substantive = [c for c in everything if not c.fragment]
     return substantive or everything, child_words
 
 
-def _candidate(sentence: str, speaker: str, child: int, seen: set[str]) -> list[_Candidate]:
+def _candidate(
+    sentence: str, speaker: str, child: int, seen: set[str], features: tuple[list[str], int] | None = None
+) -> list[_Candidate]:
     """``sentence`` of child ``child`` as a candidate, or none when an identical line came first
-    (identical children or repeated lines: one candidate, the first)."""
+    (identical children or repeated lines: one candidate, the first). ``features``: its
+    ``_feature_list`` when already read."""
     display = _with_speaker(sentence, speaker)
     key = " ".join(display.split()).casefold()
     if key in seen:
         return []
     seen.add(key)
-    features, size = _feature_list(sentence)
+    feats, size = features if features is not None else _feature_list(sentence)
     cost = count_tokens(display) + 1
-    return [_Candidate(sentence, display, child, cost, frozenset(features), size, is_filler(sentence))]
+    return [_Candidate(sentence, display, child, cost, frozenset(feats), size, is_filler(sentence))]
 
 
 def _vector_texts(children: Sequence[Child], candidates: Sequence[_Candidate]) -> list[str]:
