@@ -153,3 +153,83 @@ def test_gather_finds_the_subject_only_when_the_rule_is_on(
         monkeypatch.setattr(context, "OTHER_SPEAKER", 0.5)
         vault.context("What did Ann say about kyoto?", 300)
     assert subjects == [frozenset(), frozenset({"Ann"})]
+
+
+def _said(n: int, speaker: str) -> Hit:
+    return Hit(**{**_turn(n, "a").__dict__, "speaker": speaker})
+
+
+def test_other_pair_keeps_the_reply_next_to_the_subjects_best_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    ann1, bob2, ann3 = _said(1, "Ann"), _said(2, "Bob"), _said(3, "Ann")
+    hits = [ann1, bob2, ann3]
+    pairs = {ann1.id: (bob2.id,), bob2.id: (ann1.id,)}  # Bob answered Ann's best turn
+
+    def neighbours(node_id: str) -> tuple[str, ...]:
+        return pairs.get(node_id, ())
+
+    budget = _budget_for(hits, 2)
+    monkeypatch.setattr(context, "FILL_HEAD", 1)
+    monkeypatch.setattr(context, "OTHER_SPEAKER", 0.5)
+    subject = frozenset({"Ann"})
+    # The subject rule alone: Bob's turn is worth 1/12 * 0.5 against Ann's rank 3 at 1/13.
+    assert _ids(assemble("q", hits, budget, neighbours=neighbours, subject=subject)) == [ann1.id, ann3.id]
+    monkeypatch.setattr(context, "OTHER_PAIR", 1)
+    assert _ids(assemble("q", hits, budget, neighbours=neighbours, subject=subject)) == [ann1.id, bob2.id]
+    # Without the session order no pair is seen: the subject rule as before.
+    assert _ids(assemble("q", hits, budget, subject=subject)) == [ann1.id, ann3.id]
+
+
+def test_other_pair_protects_only_the_neighbours_of_the_subjects_turns_up_to_its_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ann1, ann2, bob3, ann4 = _said(1, "Ann"), _said(2, "Ann"), _said(3, "Bob"), _said(4, "Ann")
+    hits = [ann1, ann2, bob3, ann4]
+    pairs = {ann2.id: (bob3.id,), bob3.id: (ann2.id,)}  # Bob's turn answers Ann's rank 2
+
+    def neighbours(node_id: str) -> tuple[str, ...]:
+        return pairs.get(node_id, ())
+
+    budget = _budget_for(hits, 3)
+    subject = frozenset({"Ann"})
+    monkeypatch.setattr(context, "FILL_HEAD", 2)
+    monkeypatch.setattr(context, "OTHER_SPEAKER", 0.5)
+    monkeypatch.setattr(context, "OTHER_PAIR", 1)  # rank 2 is past it: Bob's 1/13 * 0.5 < Ann's 1/14
+    assert _ids(assemble("q", hits, budget, neighbours=neighbours, subject=subject)) == [
+        ann1.id,
+        ann2.id,
+        ann4.id,
+    ]
+    monkeypatch.setattr(context, "OTHER_PAIR", 2)
+    assert _ids(assemble("q", hits, budget, neighbours=neighbours, subject=subject)) == [
+        ann1.id,
+        ann2.id,
+        bob3.id,
+    ]
+    # A turn of the subject's own is never lowered, so the pair rule changes nothing without the subject.
+    monkeypatch.setattr(context, "OTHER_SPEAKER", 1.0)
+    assert _ids(assemble("q", hits, budget, neighbours=neighbours, subject=subject)) == [
+        ann1.id,
+        ann2.id,
+        bob3.id,
+    ]
+
+
+def test_gather_passes_the_session_order_for_the_pair_rule_only_with_the_subject_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    given: list[bool] = []
+    real = context.assemble
+
+    def spy(*args: object, **kwargs: object) -> context.Context:
+        given.append(kwargs["neighbours"] is not None)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(context, "assemble", spy)
+    records = [{**r, "speaker": "Ann" if i % 2 else "Bob"} for i, r in enumerate(topic_records(6))]
+    with make_vault(tmp_path) as vault:
+        vault.ingest_messages(records)
+        monkeypatch.setattr(context, "OTHER_PAIR", 1)
+        vault.context("What did Ann say about kyoto?", 300)  # the subject rule off: nothing to protect
+        monkeypatch.setattr(context, "OTHER_SPEAKER", 0.5)
+        vault.context("What did Ann say about kyoto?", 300)
+    assert given == [False, True]

@@ -194,25 +194,13 @@ RUN_DECAY = 1.0
 SESSION_DECAY = 1.0
 COVER_WEIGHT = 0.0
 OTHER_SPEAKER = 1.0
-# The subject rule's protection (issue 19, session 14; 0 = off): with ``OTHER_SPEAKER`` on, a turn keeps
-# its full value when the first stage found it directly (lexical or vector rank <= ``OTHER_PROTECT``),
-# or, with ``OTHER_PAIR``, when it is next to a chosen turn of the subject and one of the two asks a
-# question (the other person's answer, or the question the subject answered).
-OTHER_PROTECT = 0
+# The subject rule's protection (issue 19, session 14; 0 = off): with ``OTHER_SPEAKER`` on, a turn next
+# to a chosen turn of the subject of candidate rank <= ``OTHER_PAIR`` keeps its full value (the other
+# person's side of the exchange the best hit is part of: adversarial answers are often that reply).
+# Measured (docs/architecture.md, "The subject rule's protection"): OTHER_PAIR 1 keeps every multi-hop
+# gain of OTHER_SPEAKER 0.7 and a third of its adversarial loss comes back, not all of it; off. The
+# other protections and a filler skip measured with it lost (commit e150255 has them).
 OTHER_PAIR = 0
-OTHER_ASK = 0
-OTHER_COVER = 0
-# A filler turn ("Wow, that's great!", "Thanks!", summarise.is_filler for each sentence; issue 19,
-# session 14): 0 = taken as any turn; 1 = never takes budget (skipped, so the next candidate fits).
-FILLER_SKIP = 0
-
-
-def _filler(text: str) -> bool:
-    """Every sentence of ``text`` is a greeting, thanks, a reaction or too thin to say anything."""
-    from vaultmem.summarise import is_filler, split_sentences  # only with FILLER_SKIP on
-
-    sentences = split_sentences(text)
-    return bool(sentences) and all(is_filler(s) for s in sentences)
 
 
 def _words(text: str) -> set[str]:
@@ -229,25 +217,16 @@ class _Tail:
         self.neighbours = neighbours
         self.subject = subject
         self.chosen: set[str] = set()
-        self.subject_turns: dict[str, bool] = {}  # chosen turns of the subject -> asks a question
-        self.subject_ts: dict[str, str] = {}
+        self.subject_turns: set[str] = set()  # chosen turns of the subject of rank <= OTHER_PAIR
         self.per_session: dict[tuple[str, str], int] = {}
         self.wanted = _words(" ".join(content_terms(query)[0])) if COVER_WEIGHT > 0 else set()
         self.covered: set[str] = set()
         self._words: dict[str, set[str]] = {}
-        self.asked: set[str] = set()
-        self._covers: dict[str, bool] = {}
-        if OTHER_COVER and OTHER_SPEAKER != 1.0 and subject:
-            from vaultmem.detect import stem
-
-            names = {stem(w) for name in subject for w in _WORD_RE.findall(name.lower())}
-            self.asked = {stem(w) for w in content_terms(query)[0]} - names
 
     def add(self, hit: Hit, rank: int) -> None:
         self.chosen.add(hit.id)
         if 0 < rank <= OTHER_PAIR and hit.kind == "leaf" and hit.speaker in self.subject:
-            self.subject_turns[hit.id] = "?" in hit.text
-            self.subject_ts[hit.id] = hit.ts or ""
+            self.subject_turns.add(hit.id)
         if hit.session is not None:
             key = (hit.source, hit.session)
             self.per_session[key] = self.per_session.get(key, 0) + 1
@@ -273,29 +252,10 @@ class _Tail:
         return len(seen) - 1
 
     def protected(self, hit: Hit) -> bool:
-        """The subject rule leaves this turn alone (``OTHER_PROTECT``, ``OTHER_PAIR``, ``OTHER_COVER``)."""
-        if self.asked:
-            known = self._covers.get(hit.id)
-            if known is None:
-                from vaultmem.detect import stem
-
-                said = {stem(w) for w in _WORD_RE.findall(hit.text.lower())}
-                known = self._covers[hit.id] = len(said & self.asked) >= OTHER_COVER
-            if known:
-                return True
-        if OTHER_PROTECT > 0:
-            ranks = [r for r in (hit.lexical_rank, hit.vector_rank) if r is not None]
-            if ranks and min(ranks) <= OTHER_PROTECT:
-                return True
-        if OTHER_PAIR and self.neighbours is not None and self.subject_turns:
-            asks = "?" in hit.text
-            return any(
-                n in self.subject_turns
-                and (OTHER_ASK != 1 or asks or self.subject_turns[n])
-                and (OTHER_ASK != 2 or self.subject_ts[n] < (hit.ts or ""))
-                for n in self.neighbours(hit.id)
-            )
-        return False
+        """The subject rule leaves this turn alone: it is next to one of ``subject_turns`` (``OTHER_PAIR``)."""
+        if not self.subject_turns or self.neighbours is None:
+            return False
+        return any(n in self.subject_turns for n in self.neighbours(hit.id))
 
     def factor(self, hit: Hit) -> float:
         f = 1.0
@@ -350,8 +310,6 @@ def assemble(
         key = " ".join(hit.text.split()).lower()
         if key in seen_text:
             return
-        if FILLER_SKIP and hit.kind == "leaf" and _filler(hit.text):
-            return  # says nothing: its tokens go to the next candidate
         above = ancestors.get(hit.id, ()) if ancestors is not None else ()
         if hit.id in covered or any(a in chosen_ids for a in above):
             return  # overlaps a chosen node
