@@ -197,9 +197,9 @@ OTHER_SPEAKER = 1.0
 # The subject rule's protection (issue 19, session 14; 0 = off): with ``OTHER_SPEAKER`` on, a turn next
 # to a chosen turn of the subject of candidate rank <= ``OTHER_PAIR`` keeps its full value (the other
 # person's side of the exchange the best hit is part of: adversarial answers are often that reply).
-# Measured (docs/architecture.md, "The subject rule's protection"): OTHER_PAIR 1 keeps every multi-hop
-# gain of OTHER_SPEAKER 0.7 and a third of its adversarial loss comes back, not all of it; off. The
-# other protections and a filler skip measured with it lost (commit e150255 has them).
+# Measured (docs/architecture.md, "Filler at the budget's edge and the subject rule's protection"):
+# OTHER_PAIR 1 keeps every multi-hop gain of OTHER_SPEAKER 0.7 and saves 3 of its 9 lost adversarial
+# questions, not all: off. The other protections and a filler skip measured with it lost (in e150255).
 OTHER_PAIR = 0
 
 
