@@ -1,11 +1,11 @@
 """A learned judge at the context budget's edge, fitted and checked on held-out data (issue 19).
 
     python bench/judge.py DATASET DIR [--other DATASET2 DIR2] [--embed-cache FILE] [--budgets 1024,2048]
-        [--modes tail10,whole] [--drop log_tok,short] [--limit N] [--out FILE.json]
+        [--modes tail10,h25w200,whole] [--drop subj,other_subj] [--limit N] [--out FILE.json]
 
 DIR holds vaults ``bench/retrieval.py --keep`` built (as for ``bench/variants.py``). For every question
 with evidence and every budget, the candidates ``Vault.context`` hands to ``context.assemble`` are
-captured, and each candidate gets a row of features retrieval already computes (``FEATURES``: its rank,
+captured, and each candidate gets a row of features retrieval already computes (``judge.FEATURES``: its rank,
 RRF score against the first one, the word and vector lists' ranks, its cosine and idf-weighted coverage
 from ``Searcher.evidence``, whether it is a neighbour of a better-ranked candidate, whether it shares a
 session with the top 5, whether the question's subject said it, its size) and a label: it holds an
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from collections import defaultdict
@@ -45,32 +44,8 @@ from retrieval import CachingEmbedder, _norm, load_locomo, load_longmemeval
 from vaultmem import Vault
 from vaultmem import context as ctxmod
 from vaultmem.embed import load_embedder
+from vaultmem.judge import FEATURES, features
 from vaultmem.search import Hit
-
-FEATURES = (
-    "log_rank",  # log(1 + rank - 1)
-    "score_rel",  # fused score / the first candidate's
-    "has_lex",  # in the word (FTS5) list
-    "log_lex",  # log(1 + its rank there), 300 when absent
-    "has_vec",
-    "log_vec",
-    "cos",  # Searcher.evidence's cosine
-    "cos_rel",  # cosine - the pool's best cosine
-    "cov",  # idf-weighted share of the query's content words it holds
-    "matched",
-    "log_tok",
-    "summary",
-    "nb_better",  # an adjacent turn of it ranks higher
-    "log_nb_rank",  # log(1 + that turn's rank), 300 when none
-    "sess_top5",  # same session as one of the first five
-    "subj",  # the question's subject said it
-    "other_subj",  # the question names a subject and someone else said it
-    "short",  # 10 tokens or fewer
-    "oth_cov",  # other_subj * cov
-    "oth_cosrel",  # other_subj * cos_rel
-    "oth_score",  # other_subj * score_rel
-    "nb_cov",  # nb_better * cov
-)
 
 
 @dataclass
@@ -88,51 +63,6 @@ class Pool:
     shipped: float  # share of the evidence in the live context
     x: np.ndarray  # candidates x FEATURES
     label: np.ndarray  # candidate holds an evidence turn
-
-
-def features(
-    hits: Sequence[Hit],
-    judged: Sequence[Hit],
-    neighbours: Mapping[str, Sequence[str]],
-    subject: frozenset[str],
-) -> np.ndarray:
-    top = hits[0].score if hits and hits[0].score > 0 else 1.0
-    cosines = [h.cosine if h.cosine is not None else 0.0 for h in judged]
-    best = max(cosines, default=0.0)
-    pos = {h.id: i for i, h in enumerate(hits)}
-    top5 = {(h.source, h.session) for h in hits[:5] if h.session}
-    x = np.zeros((len(hits), len(FEATURES)))
-    for i, (h, j) in enumerate(zip(hits, judged, strict=True)):
-        better = [pos[n] for n in neighbours.get(h.id, ()) if n in pos and pos[n] < i]
-        other = bool(subject) and h.kind == "leaf" and h.speaker not in subject
-        cov = j.coverage or 0.0
-        rel = cosines[i] - best
-        score = h.score / top
-        x[i] = [
-            math.log1p(i),
-            score,
-            h.lexical_rank is not None,
-            math.log1p(h.lexical_rank if h.lexical_rank is not None else 300),
-            h.vector_rank is not None,
-            math.log1p(h.vector_rank if h.vector_rank is not None else 300),
-            cosines[i],
-            rel,
-            cov,
-            bool(j.matched),
-            math.log1p(h.tokens),
-            h.kind == "summary",
-            bool(better),
-            math.log1p(min(better) if better else 300),
-            (h.source, h.session) in top5,
-            bool(subject) and h.kind == "leaf" and h.speaker in subject,
-            other,
-            h.tokens <= 10,
-            other * cov,
-            other * rel,
-            other * score,
-            bool(better) * cov,
-        ]
-    return x
 
 
 def collect(dataset: Path, root: Path, cache: Path | None, budgets: Sequence[int], limit: int) -> list[Pool]:
@@ -170,7 +100,6 @@ def collect(dataset: Path, root: Path, cache: Path | None, budgets: Sequence[int
                         ctxmod.assemble = original
                     hits, anc = captured[-1]
                     judged = vault.searcher.evidence(q.text, hits)
-                    neighbours = {h.id: tuple(order.neighbors(h.id)) for h in hits}
                     evidence = [text_of[e] for e in q.evidence]
                     text = _norm(ctx.text)
                     pools.append(
@@ -184,7 +113,7 @@ def collect(dataset: Path, root: Path, cache: Path | None, budgets: Sequence[int
                             anc,
                             evidence,
                             sum(e in text for e in evidence) / len(evidence),
-                            features(hits, judged, neighbours, subject),
+                            features(judged, order.neighbors, subject),
                             np.array([bool(wanted & set(h.message_ids)) for h in hits]),
                         )
                     )
@@ -288,7 +217,7 @@ def main() -> None:
     parser.add_argument("--other-embed-cache", type=Path)
     parser.add_argument("--budgets", default="1024,2048")
     parser.add_argument("--modes", default="tail10,h20w200,h25w200,f0.8,whole")
-    parser.add_argument("--drop", default="log_tok,short", help="features left out (comma-separated)")
+    parser.add_argument("--drop", default="", help="features left out (comma-separated)")
     parser.add_argument("--limit", type=int, default=0, help="questions per conversation/haystack")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -315,6 +244,9 @@ def main() -> None:
         for name, got in scores.items():
             held[name].update(got)
     report(f"{args.dataset.name}: held-out folds ({len(folds)})", pools, held)
+    cols, w, b = models["all"] = fit(pools, drop)
+    print(f"\nFitted on every pool of {args.dataset.name} (judge.WEIGHTS, judge.INTERCEPT = {b:.4f}):")
+    print("\n".join(f'    "{FEATURES[c]}": {v:.4f},' for c, v in zip(cols, w, strict=True)))
     print("\nWeights per fold (raw features; the intercept left out)")
     print(weights_table(models))
     out: dict[str, Any] = {
