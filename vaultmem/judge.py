@@ -25,27 +25,27 @@ from vaultmem.search import Hit, Searcher, Speakers
 # Weights on the raw features, fitted on the 1,024-token candidate pools of LoCoMo dev's five
 # conversations (bench/judge.py; the weights of the five leave-one-out folds are in docs/architecture.md).
 WEIGHTS: dict[str, float] = {
-    "log_rank": -0.2601,  # log(1 + 0-based rank)
-    "score_rel": 1.8596,  # fused score / the first candidate's
-    "has_lex": -0.7774,  # in the word list
+    "log_rank": -0.2440,  # log(1 + 0-based rank)
+    "score_rel": 1.7925,  # fused score / the first candidate's
+    "has_lex": -0.8097,  # in the word list
     "log_lex": -0.1514,  # log(1 + rank there), 300 when absent
-    "has_vec": 1.0023,  # in the vector list
-    "log_vec": -0.3837,
-    "cos": -1.5065,  # its cosine to the query
-    "cos_rel": 0.9398,  # its cosine - the best cosine among the candidates
-    "cov": 3.2088,  # idf-weighted share of the query's content words it holds
-    "matched": 0.4723,  # holds one of them
-    "nb_better": -0.5882,  # an adjacent turn ranks higher
-    "log_nb_rank": -0.4894,  # log(1 + that turn's rank), 300 when none
-    "sess_top5": 0.3168,  # same session as one of the first five
-    "subj": 0.9751,  # said by the question's subject
-    "other_subj": -1.4242,  # the question names a subject and someone else said it
-    "oth_cov": 1.0991,  # other_subj * cov
-    "oth_cosrel": -0.7098,  # other_subj * cos_rel
-    "oth_score": 0.1482,  # other_subj * score_rel
-    "nb_cov": -2.3786,  # nb_better * cov
+    "has_vec": 1.0120,  # in the vector list
+    "log_vec": -0.3850,
+    "cos": -1.4119,  # its cosine to the query
+    "cos_rel": 0.9688,  # its cosine - the best cosine among the candidates
+    "cov": 3.1982,  # idf-weighted share of the query's content words it holds
+    "matched": 0.4948,  # holds one of them
+    "nb_better": -0.5791,  # an adjacent turn ranks higher
+    "log_nb_rank": -0.4758,  # log(1 + that turn's rank), 300 when none
+    "sess_top5": 0.3736,  # same session as one of the first five
+    "subj": 0.9556,  # said by the question's subject
+    "other_subj": -1.3987,  # the question names a subject and someone else said it
+    "oth_cov": 1.0829,  # other_subj * cov
+    "oth_cosrel": -0.5175,  # other_subj * cos_rel
+    "oth_score": 0.2020,  # other_subj * score_rel
+    "nb_cov": -2.3030,  # nb_better * cov
 }
-INTERCEPT = -1.7249
+INTERCEPT = -1.7249  # shifts every score alike: the order does not depend on it
 FEATURES = tuple(WEIGHTS)
 _ABSENT = 300  # the rank given to a list the candidate is not in
 
