@@ -427,6 +427,68 @@ def test_batches_are_shared_by_speed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert shared.workers == 2
 
 
+class _SameSpeedPool:
+    """A worker pool with one worker as fast as this process, on a clock of padded tokens: this
+    process's clock moves by each batch it runs (``tick``); the worker runs what it is sent in order,
+    each batch from when it is sent or its previous one ends; a future is done once this process's clock
+    passes its end, and waiting for it moves the clock there (``idle`` adds up those waits)."""
+
+    def __init__(self) -> None:
+        self.now = self.free = self.idle = 0
+        self.sent = 0
+
+    def tick(self, tokens: int) -> None:
+        self.now += tokens
+
+    def submit(self, fn: Any, ids: Any, *args: Any) -> Any:
+        self.free = max(self.free, self.now) + ids.size
+        self.sent += 1
+        pool, end, rows = self, self.free, fn(ids, *args)
+
+        class Done:
+            def done(self) -> bool:
+                return pool.now >= end
+
+            def result(self) -> Any:
+                pool.idle += max(0, end - pool.now)
+                pool.now = max(pool.now, end)
+                return rows
+
+        return Done()
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+def test_this_process_does_not_wait_at_the_end_for_a_queue_it_could_have_shared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Near the end of a call a batch goes ahead to a worker only while the worker's queue stays within
+    what is left here: with a worker as fast as this process, this process waits at the end less than
+    one batch (sending two ahead to the end left it waiting for a whole queue), and the rows are the
+    same."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
+    texts = [f"turn {i}: {TEXTS[i % len(TEXTS)]} {'and then some more ' * (i % 7)}" for i in range(40)]
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1, runtime="numpy").embed(texts)
+    monkeypatch.setattr(embed, "_WORKER", NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1))
+    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=2, runtime="numpy")
+    shared._pool = pool = _SameSpeedPool()
+    forward = shared._forward_with
+
+    def timed(session: Any, bert: Any, ids: Any, mask: Any) -> Any:
+        pool.tick(ids.size)
+        return forward(session, bert, ids, mask)
+
+    monkeypatch.setattr(shared, "_forward_with", timed)
+    batches = shared._batches(shared._load(), texts)
+    np.testing.assert_array_equal(shared.embed(texts), alone)
+    assert 0 < pool.sent < 10
+    smallest = min(ids.size for _, ids, _ in batches)
+    assert pool.idle < smallest, (pool.idle, [ids.size for _, ids, _ in batches])
+
+
 @pytest.mark.slow
 def test_workers_that_cannot_start_leave_the_work_here(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path

@@ -829,22 +829,32 @@ class NumpyBertEmbedder:
         # back, until they meet; each worker has up to ``_IN_FLIGHT`` batches sent ahead, topped up
         # between this process's batches. So the work is shared by speed: workers still starting, or
         # slowed by a busy machine, take fewer. (A sent batch is never taken back: cancelling a future
-        # of a pool that then breaks kills Python 3.11's pool thread.) The batches themselves are the
-        # ones this process would run, so where one runs changes no bit.
+        # of a pool that then breaks kills Python 3.11's pool thread.) Near the end a batch goes ahead
+        # only while the workers' queued work stays within what is left here (``_ahead``): else this
+        # process would sit idle at the end while a worker runs a queue it could have shared. The
+        # batches themselves are the ones this process would run, so where one runs changes no bit.
         executor = pool
         pending = collections.deque(range(len(work)))
         sent: dict[Any, int] = {}
         broken = False
+        cost = [ids.size for _, _, ids, _, _ in work]  # padded tokens: a batch's time, roughly
+        left = sum(cost)  # of the batches pending
 
         def send() -> None:
-            nonlocal broken
+            nonlocal broken, left
             while not broken and pending and len(sent) < self._IN_FLIGHT * (self.workers - 1):
-                n = pending.popleft()
+                n = pending[0]
+                queued = sum(cost[m] for m in sent.values())
+                if not self._ahead(len(sent), queued, cost[n], left - cost[n]):
+                    return
+                pending.popleft()
+                left -= cost[n]
                 _, _, ids, mask, big = work[n]
                 try:
                     sent[executor.submit(_worker_forward, ids, mask, big and session is not None)] = n
                 except Exception:  # a pool whose processes died: what was not sent runs here
                     pending.appendleft(n)
+                    left += cost[n]
                     broken = True
 
         def collect(future: Any) -> None:
@@ -858,7 +868,9 @@ class NumpyBertEmbedder:
 
         send()
         while pending:
-            out, batch, ids, mask, big = work[pending.pop()]
+            n = pending.pop()
+            left -= cost[n]
+            out, batch, ids, mask, big = work[n]
             out[batch] = forward(ids, mask, big)
             for future in [f for f in sent if f.done()]:
                 collect(future)
@@ -868,6 +880,17 @@ class NumpyBertEmbedder:
         if broken:  # this process alone from now on
             self.close()
             self.workers = 1
+
+    def _ahead(self, in_flight: int, queued: int, batch: int, rest: int) -> bool:
+        """Whether ``_run`` sends the next batch (``batch`` padded tokens) to a worker, which has
+        ``in_flight`` batches of ``queued`` tokens not yet collected, when ``rest`` tokens would be left
+        here after it: one batch per worker whenever this process keeps one (both run at once), more
+        only while the workers' queues stay within this process's share (``rest`` per worker), so both
+        ends finish together instead of this process waiting for a queue at the end."""
+        workers = self.workers - 1
+        if in_flight < workers:
+            return rest > 0
+        return queued + batch <= rest * workers
 
     def _worker_pool(self) -> Any:
         """The processes that share large calls (started on the first one; None with one worker)."""
