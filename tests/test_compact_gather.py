@@ -71,6 +71,33 @@ def test_gathered_calls_write_the_tree_the_calls_one_by_one_wrote(
     assert sum(map(sum, gathered.gathered_sizes)) >= 150
 
 
+def test_a_seal_batchs_gathered_calls_run_without_the_write_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seal pass asks for its batch's embedding ahead of the step (``EmbedAhead``): the gathered
+    calls run while this thread does not hold the write lock, so other jobs can write meanwhile; the
+    step then finds them remembered (nothing embedded twice: the first test's count)."""
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 32)
+    holding: list[int] = []
+    vaults: list[Vault] = []
+
+    class Noting(_Calls):
+        def embed_calls(self, calls: Sequence[Sequence[str]]) -> list[npt.NDArray[np.float32]]:
+            holding.append(vaults[0]._write_lock._turns.depth)
+            return super().embed_calls(calls)
+
+    original = Vault.init
+
+    def init(*args: object, **kwargs: object) -> Vault:
+        vault = original(*args, **kwargs)  # type: ignore[arg-type]
+        vaults.append(vault)
+        return vault
+
+    monkeypatch.setattr(Vault, "init", init)
+    _tree(tmp_path / "now", Noting())
+    assert holding and holding == [0] * len(holding)
+
+
 def test_condensation_gathers_its_new_parents_calls_and_writes_the_same_tree(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -489,6 +489,26 @@ def test_this_process_does_not_wait_at_the_end_for_a_queue_it_could_have_shared(
     assert pool.idle < smallest, (pool.idle, [ids.size for _, ids, _ in batches])
 
 
+def test_a_started_pool_shares_a_small_calls_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``PARALLEL_MIN`` texts a call starts no worker process, but once they run (a large call
+    started them) a small call of several batches shares them too, with the same rows; a call of one
+    batch stays here."""
+    from vaultmem import embed
+
+    texts = [f"level {i}: {'the garden and the roses ' * (3 + i % 5)}" for i in range(10)]
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1, runtime="numpy").embed(texts)
+    monkeypatch.setattr(embed, "_WORKER", NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1))
+    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=2, runtime="numpy")
+    np.testing.assert_array_equal(shared.embed(texts), alone)  # no pool yet: not started for 10 texts
+    assert shared._pool is None
+    shared._pool = pool = _Pool()
+    np.testing.assert_array_equal(shared.embed(texts), alone)
+    sent = pool.sent
+    assert sent >= 1  # 3 batches: the worker took some
+    shared.embed(texts[:4])
+    assert pool.sent == sent  # one batch: here
+
+
 @pytest.mark.slow
 def test_workers_that_cannot_start_leave_the_work_here(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path

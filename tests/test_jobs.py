@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import date
 from pathlib import Path
 
 import pytest
 
 from vaultmem import db
-from vaultmem.jobs import BACKOFF_BASE_S, Job, JobQueue
+from vaultmem.jobs import (
+    BACKOFF_BASE_S,
+    Job,
+    JobQueue,
+    detect_updates_job,
+    digest_job,
+    resummarise_job,
+    seal_job,
+    topic_route_job,
+)
 
 
 class Clock:
@@ -45,6 +55,17 @@ def test_claim_is_exclusive_and_ordered(queue: JobQueue) -> None:
     second = queue.claim("w2", limit=5)
     assert [j.payload["id"] for j in second] == [1]
     assert queue.claim("w3") == []
+
+
+def test_a_seal_is_claimed_before_the_work_queued_beside_it(queue: JobQueue) -> None:
+    # A first run's admit batches queue the days' digests, topic routes and update detection before
+    # compaction queues the seal: the seal (the longest chain) still goes first, after re-summaries.
+    queue.enqueue_many(
+        [digest_job(date(2023, 5, 8)), digest_job(date(2023, 5, 9)), topic_route_job("person:caroline")]
+    )
+    queue.enqueue_many([detect_updates_job(), seal_job("chat"), resummarise_job("L1", 1)])
+    order = [job.kind for claimed in iter(lambda: queue.claim("w1"), []) for job in claimed]
+    assert order == ["resummarise", "seal", "digest_daily", "digest_daily", "topic_route", "detect_updates"]
 
 
 def test_concurrent_claims_never_share_a_job(tmp_path: Path) -> None:

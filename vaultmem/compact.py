@@ -10,6 +10,7 @@ lock); when an LLM summariser is configured the new level is marked stale and re
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -270,6 +271,14 @@ def buffer_age(state: SourceState, s: CompactSettings, now: float) -> float:
 
 
 # -- planning -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EmbedAhead:
+    """What a seal pass asks its caller to run without the write lock before the next step
+    (``Planner.embed_ahead``): embedding only, into the pass's ``Remembering``; nothing is written."""
+
+    run: Callable[[], None]
+
+
 @dataclass
 class Planner:
     conn: sqlite3.Connection
@@ -280,11 +289,19 @@ class Planner:
     # Given the texts of the embedding calls a seal batch's new levels will make, in order, embeds them
     # together beforehand (``embed.Remembering.prepare``); the calls then find their rows remembered.
     prepare: Callable[[list[list[str]]], None] | None = None
+    # ``seal`` also yields, before each batch's step, an ``EmbedAhead``: its caller runs it without the
+    # write lock (the pool), so the batch's calls are embedded while other jobs write; the step itself,
+    # planned under the lock as before, then finds its rows remembered. Off: steps only (a dry run).
+    embed_ahead: bool = False
     _numbers: dict[str, int] = field(default_factory=dict)  # parent folder -> last number handed out
+    # The clustering of the batch last embedded ahead (its leaves' ids -> carried, groups): the step
+    # planned next reuses it when its batch is the same (clustering is a pure function of the batch).
+    _grouped: dict[tuple[str, ...], tuple[list[int], list[list[int]]]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # leaves left in _fresh/: edited while sealing
 
-    def seal(self, state: SourceState, *, force: bool = False) -> Iterator[TreeOp]:
-        """Seal the buffer beyond the fresh tail in bounded batches, oldest first."""
+    def seal(self, state: SourceState, *, force: bool = False) -> Iterator[TreeOp | EmbedAhead]:
+        """Seal the buffer beyond the fresh tail in bounded batches, oldest first (with ``embed_ahead``,
+        each batch's step comes after an ``EmbedAhead`` for its calls)."""
         s = self.settings
         buffer, _tail = state.tail_and_buffer(s)
         if not buffer:
@@ -300,23 +317,34 @@ class Planner:
             small = len(batch) < s.seal_min_leaves and sum(x.tokens for x in batch) < s.seal_min_tokens
             if small and not force and start > 0:
                 break
+            if self.embed_ahead and self.prepare is not None:
+                ahead = [leaf for leaf in batch if self._unchanged(leaf)]
+                if ahead:
+                    yield EmbedAhead(functools.partial(self._embed_ahead, state, ahead))
             # Planned under the write lock, so this sees the files as the step will: a leaf a person
             # (an editor) changed since it was indexed stays in _fresh/ until the change is read.
             batch = [leaf for leaf in batch if self._as_indexed(leaf)]
             if batch:
                 yield self._seal_batch(state, batch)
+            self._grouped.clear()
 
-    def _as_indexed(self, leaf: _Leaf) -> bool:
+    def _unchanged(self, leaf: _Leaf) -> bool:
+        """Whether the leaf's file is still the one indexed (``_as_indexed`` without the note)."""
         path = self.layout.abs(leaf.path)
         try:
             st = os.stat(path)
         except FileNotFoundError:
+            return False
+        return (st.st_size, st.st_mtime_ns) == (leaf.size, leaf.mtime_ns) or fsio.file_hash(
+            path
+        ) == leaf.file_hash
+
+    def _as_indexed(self, leaf: _Leaf) -> bool:
+        if self._unchanged(leaf):
+            return True
+        if not self.layout.abs(leaf.path).exists():
             self.skipped.append(f"{leaf.path}: gone while sealing (an editor saving it?); left out")
             return False
-        if (st.st_size, st.st_mtime_ns) == (leaf.size, leaf.mtime_ns) or fsio.file_hash(
-            path
-        ) == leaf.file_hash:
-            return True
         self.skipped.append(
             f"{leaf.path}: changed on disk since it was indexed; left in _fresh/ until re-read"
         )
@@ -328,9 +356,25 @@ class Planner:
             for row in self.conn.execute(f"SELECT id, text FROM chunks WHERE id IN ({marks})", part):
                 by_id[row["id"]].text = row["text"]
 
-    def _seal_batch(self, state: SourceState, batch: list[_Leaf]) -> TreeOp:
-        s = self.settings
+    def _embed_ahead(self, state: SourceState, batch: list[_Leaf]) -> None:
+        """Without the write lock: the embedding calls the step of ``batch`` will make (its new levels'
+        summaries, as ``_seal_batch`` hands them to ``prepare``), embedded now. Only ``state`` is read,
+        which nothing but this pass changes, so the step finds the same groups (reused, not clustered
+        again) and its ``prepare`` nothing left to embed; a leaf edited meanwhile changes the batch and
+        the step clusters and prepares its own."""
+        assert self.prepare is not None
         matrix = np.stack([leaf.vec for leaf in batch])
+        carried, groups = self._groups(state, batch, matrix)
+        self.prepare(self._batch_calls(state, batch, matrix, carried, groups))
+
+    def _groups(
+        self, state: SourceState, batch: list[_Leaf], matrix: Vector
+    ) -> tuple[list[int], list[list[int]]]:
+        """The batch's leaves carried into their session's levels, and the clusters of the rest."""
+        key = tuple(leaf.id for leaf in batch)
+        if key in self._grouped:
+            return self._grouped[key]
+        s = self.settings
         caps = cluster.Caps(
             s.bucket_target_leaves, s.bucket_min_leaves, s.bucket_max_leaves, s.bucket_max_tokens
         )
@@ -357,14 +401,29 @@ class Planner:
         groups = [[rest[i] for i in members] for members in found]
         # A group of reactions only joins its conversation's closest level after the others made theirs.
         groups.sort(key=lambda members: _reactions_only([batch[i] for i in members]))
+        self._grouped[key] = (carried, groups)
+        return carried, groups
+
+    def _batch_calls(
+        self,
+        state: SourceState,
+        batch: list[_Leaf],
+        matrix: Vector,
+        carried: list[int],
+        groups: list[list[int]],
+    ) -> list[list[str]]:
+        return [
+            call
+            for members in self._new_groups(state, batch, matrix, carried, groups)
+            for call in self.extractive.embed_calls(_bucket_children([batch[i] for i in members]))
+        ]
+
+    def _seal_batch(self, state: SourceState, batch: list[_Leaf]) -> TreeOp:
+        s = self.settings
+        matrix = np.stack([leaf.vec for leaf in batch])
+        carried, groups = self._groups(state, batch, matrix)
         if self.prepare is not None:
-            self.prepare(
-                [
-                    call
-                    for members in self._new_groups(state, batch, matrix, carried, groups)
-                    for call in self.extractive.embed_calls(_bucket_children([batch[i] for i in members]))
-                ]
-            )
+            self.prepare(self._batch_calls(state, batch, matrix, carried, groups))
         writes: list[FileWrite] = []
         moves: list[tuple[str, str]] = []
         stale: dict[str, _Level] = {}

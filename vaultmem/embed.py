@@ -813,8 +813,12 @@ class NumpyBertEmbedder:
     ) -> None:
         """Run the batches of ``work`` (each with the array its rows go to, and whether it belongs to a
         call of ``ONNX_MIN`` texts or more: ONNX Runtime's batch with runtime "onnx"), shared with the
-        worker processes when there are ``texts >= PARALLEL_MIN`` texts and more than one batch."""
-        pool = self._worker_pool() if texts >= PARALLEL_MIN and len(work) > 1 else None
+        worker processes when there are more than one batch and ``texts >= PARALLEL_MIN`` texts, or the
+        processes are running already (a started pool costs a call nothing but its batches' hand-off:
+        compaction's summary vectors, a few long texts in two or three batches, ran on one core while
+        the seal that embeds them holds the write lock)."""
+        started = self._pool is not None  # read without the lock: at worst this call starts none
+        pool = self._worker_pool() if len(work) > 1 and (texts >= PARALLEL_MIN or started) else None
         # After the pool: its processes start (and open their runtime) while this one opens its own.
         session = self._session() if any(w[4] for w in work) else None
 

@@ -106,8 +106,16 @@ def append_buffer_job(source: str) -> NewJob:
     return NewJob(JobKind.APPEND_BUFFER.value, {"source": source}, dedupe_key=f"append_buffer:{source}")
 
 
+# A seal pass is the longest chain of a compaction that cannot be shared out (one pass per source, its
+# steps one after the other), so it is claimed before the digests, topic routes and update detection
+# queued beside it (priority 0), and they run on the other workers meanwhile. Queued behind them, the
+# seal of a first run's LoCoMo conversation started only once every worker had finished a digest (about
+# 20 of its 50 s), with one core idle. Re-summaries (deepest first) still come before it.
+SEAL_PRIORITY = 50
+
+
 def seal_job(source: str) -> NewJob:
-    return NewJob(JobKind.SEAL.value, {"source": source}, dedupe_key=f"seal:{source}")
+    return NewJob(JobKind.SEAL.value, {"source": source}, dedupe_key=f"seal:{source}", priority=SEAL_PRIORITY)
 
 
 def flush_stale_job(source: str) -> NewJob:

@@ -28,6 +28,7 @@ from vaultmem import db, digest, fsio, related, steps, topics
 from vaultmem.admit import AdmitReport, EntityFinder, admit, find_entities, reread_pending
 from vaultmem.compact import (
     CompactSettings,
+    EmbedAhead,
     Planner,
     SourceState,
     buffer_age,
@@ -579,6 +580,7 @@ class Pool:
                     ExtractiveSummariser(embedder.embed),
                     llm_later=ctx.summariser.name != "extractive",
                     prepare=embedder.prepare,
+                    embed_ahead=True,
                 )
                 try:
                     self._seal_steps(planner, state, embedder, force, heartbeat, applied)
@@ -620,15 +622,21 @@ class Pool:
         """Apply the seal steps, then the condensation steps, of one plan (each one's message is added
         to ``applied`` as it is made durable)."""
         # The write lock is held per step, not for the whole pass, so re-summarising and ingest go on
-        # between steps; each step's writes are guarded by the hashes it read.
+        # between steps; each step's writes are guarded by the hashes it read. A seal batch's embedding
+        # is asked for ahead of its step (``EmbedAhead``) and runs without the lock: the digests, topic
+        # routes and re-summaries waiting for the lock write meanwhile.
         for planned in (planner.seal(state, force=force), planner.condense(state)):
             while True:
                 with self.ctx.lock():
-                    op = next(planned, None)
-                    if op is None:
+                    item = next(planned, None)
+                    if item is None:
                         break
-                    self._apply(planner.conn, op, embedder)
-                applied.append(op.message)
+                    if not isinstance(item, EmbedAhead):
+                        self._apply(planner.conn, item, embedder)
+                if isinstance(item, EmbedAhead):
+                    item.run()
+                    continue
+                applied.append(item.message)
                 if heartbeat is not None:
                     heartbeat()
 

@@ -1051,7 +1051,7 @@ class Vault:
         return report
 
     def _plan(self) -> PoolReport:
-        from vaultmem.compact import Planner, SourceState
+        from vaultmem.compact import EmbedAhead, Planner, SourceState
         from vaultmem.pool import PoolReport
         from vaultmem.summarise import ExtractiveSummariser
 
@@ -1061,6 +1061,8 @@ class Vault:
         for source in self.sources():
             state = SourceState.load(self.conn, source, embedder.model_id, embedder.dim)
             for op in [*planner.seal(state), *planner.condense(state)]:
+                if isinstance(op, EmbedAhead):  # not asked for (``embed_ahead`` is off): never here
+                    continue
                 report.say(op.message)
                 new_dirs = [w.path.rsplit("/", 1)[0] for w in op.writes if w.expected is None]
                 for directory in new_dirs:
