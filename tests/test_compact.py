@@ -13,7 +13,7 @@ from tests.helpers import CONFIG, TOPICS, ChatServer, Reply, make_vault, topic_o
 from vaultmem import fsio
 from vaultmem.embed import FakeEmbedder
 from vaultmem.layout import SUMMARY_NAME
-from vaultmem.summarise import Background, ExtractiveSummariser, says_little, weak_opening
+from vaultmem.summarise import LEAF_LINES, Background, ExtractiveSummariser, says_little, weak_opening
 from vaultmem.summaryfile import parse_summary, text_hash
 from vaultmem.vault import Vault
 
@@ -745,9 +745,11 @@ def test_a_parent_is_summarised_with_its_childrens_leaves_when_condensed_and_whe
         texts = {r["text"] for r in vault.conn.execute("SELECT text FROM chunks WHERE kind = 'leaf'")}
         condensed = [[c for c in kids if c.title] for depth, kids in calls]  # type: ignore[attr-defined]
         assert any(condensed)
+        assert any(c.weight > LEAF_LINES for kids in condensed for c in kids)  # type: ignore[attr-defined]
         for kids in condensed:
             for child in kids:
-                assert child.leaves and len(child.leaves) == child.weight  # type: ignore[attr-defined]
+                # At most summarise.LEAF_LINES of them, the closest to the level's vector.
+                assert child.leaves and len(child.leaves) == min(child.weight, LEAF_LINES)  # type: ignore[attr-defined]
                 assert all(leaf.text in texts and leaf.vector is not None for leaf in child.leaves)  # type: ignore[attr-defined]
         leaf = next(x for x in vault.ls(status="sealed") if x.path.count("/") >= 4)
         path = vault.layout.root / leaf.path

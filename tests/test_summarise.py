@@ -1213,3 +1213,41 @@ def test_two_lines_sharing_most_of_the_shorter_ones_words_are_alike_without_vect
     rows = np.full(3, -1, dtype=np.intp)
     picked = summarise_module._mmr(cands, relevance, None, rows, False, kyoto.cost + rent.cost)
     assert [cands[i] for i in picked] == [kyoto, rent]
+
+
+def test_a_child_gives_the_lines_of_at_most_leaf_lines_of_its_leaves_the_closest_to_it() -> None:
+    """A top level over 100k leaves must not rank a million clauses: a child's leaves give lines from at
+    most ``LEAF_LINES`` of them, those closest to the child's vector, in their order; without a child
+    vector, evenly spread ones."""
+    from vaultmem import summarise as summarise_module
+
+    near = [
+        Child(f"Near fact number {i} about the kiln firing.", vec(1.0, 0.01 * i), speaker="Mara")
+        for i in range(40)
+    ]
+    far = [
+        Child(f"Far remark number {i} about the weather.", vec(0.0, 1.0), speaker="Mara") for i in range(40)
+    ]
+    leaves = tuple(x for pair in zip(far, near, strict=True) for x in pair)
+    child = Child("- Mara: The kiln fires on Friday.", vec(1.0, 0.0), "Kiln", leaves=leaves)
+    kept = summarise_module.central_leaves(child)
+    assert len(kept) == summarise_module.LEAF_LINES == 32
+    assert list(kept) == near[:32]
+    cands, _ = summarise_module._candidates([child], cut=True, leaves=True)
+    assert sum(c.leaf for c in cands) == 32 and not any("weather" in c.sentence for c in cands)
+    spread = summarise_module.central([None] * 100, None)
+    assert len(spread) == 32 and spread[0] == 0 and spread[-1] >= 90
+
+
+def test_a_leafs_heading_or_list_label_is_no_line_of_its_parent() -> None:
+    """An assistant's answer in a leaf holds headings and list labels ("Courage and bravery", "**Cleaning
+    the Lens**"): said little and no sentence, they are no candidates of the parent (LongMemEval dev's
+    depth-2 summaries took them as lines); a short sentence still is."""
+    from vaultmem import summarise as summarise_module
+
+    answer = "**Cleaning the Lens**\n\nCourage and bravery\n\nI sold the old camera."
+    child = Child(
+        "- Mara: I sold the old camera.", vec(1.0, 0.0), "Camera", leaves=(Child(answer, vec(1.0, 0.1)),)
+    )
+    cands, _ = summarise_module._candidates([child], cut=True, leaves=True)
+    assert [c.sentence for c in cands] == ["Mara: I sold the old camera.", "I sold the old camera."]

@@ -46,6 +46,7 @@ from vaultmem.summarise import (
     Background,
     Child,
     ExtractiveSummariser,
+    central,
     neighbours,
     says_little,
     summarise_apart,
@@ -908,33 +909,51 @@ def _parent_kids(children: Sequence[_Level], conn: sqlite3.Connection, model: st
             title=lv.title,
             ts=parse_ts(lv.earliest),
             weight=float(max(1, lv.leaves)),
-            leaves=leaf_children(conn, lv.dir, model),
+            leaves=leaf_children(conn, lv.dir, model, lv.centroid),
         )
         for lv in children
     ]
 
 
-def leaf_children(conn: sqlite3.Connection, directory: str, model: str) -> tuple[Child, ...]:
-    """The leaves anywhere under the level in ``directory``, in time order, as its parent's summariser
-    reads them (``Child.leaves``: above depth 1 their lines are candidates beside the level's own, ranked
-    with the vectors stored for ``model``, so compaction embeds no more). Dropped and superseded leaves
-    are left out (an old value is not what a parent adds); a leaf that replaced one is marked as its
-    level marks it (``validity.marked``)."""
-    rows = conn.execute(
-        "SELECT c.text, c.speaker, c.ts, c.status, c.supersedes, c.superseded_by, v.vec FROM chunks c"
-        " LEFT JOIN vectors v ON v.id = c.id AND v.model = ?"
-        " WHERE c.kind = 'leaf' AND c.path >= ? AND c.path < ? ORDER BY coalesce(c.ts, ''), c.path",
-        (model, *index.prefix_range(directory + "/")),
-    )
+def leaf_children(
+    conn: sqlite3.Connection, directory: str, model: str, centre: Vector | None
+) -> tuple[Child, ...]:
+    """The leaves under the level in ``directory``, in time order, as its parent's summariser reads them
+    (``Child.leaves``: above depth 1 their lines are candidates beside the level's own, ranked with the
+    vectors stored for ``model``, so compaction embeds no more): at most ``summarise.LEAF_LINES``, those
+    closest to ``centre`` (the level's vector; ``summarise.central``), whose texts alone are read. Dropped
+    and superseded leaves are left out (an old value is not what a parent adds); a leaf that replaced one
+    is marked as its level marks it (``validity.marked``)."""
+    rows = [
+        r
+        for r in conn.execute(
+            "SELECT c.id, c.status, c.superseded_by, v.vec FROM chunks c"
+            " LEFT JOIN vectors v ON v.id = c.id AND v.model = ?"
+            " WHERE c.kind = 'leaf' AND c.path >= ? AND c.path < ? ORDER BY coalesce(c.ts, ''), c.path",
+            (model, *index.prefix_range(directory + "/")),
+        )
+        if r["status"] != Status.DROPPED.value and not validity.listed(r["superseded_by"])
+    ]
+    vecs = [
+        np.frombuffer(r["vec"], dtype="<f4").astype(np.float32) if r["vec"] is not None else None
+        for r in rows
+    ]
+    kept = central(vecs, centre)
+    texts: dict[str, sqlite3.Row] = {}
+    for part, marks in index.in_batches([rows[i]["id"] for i in kept]):
+        for row in conn.execute(
+            f"SELECT id, text, speaker, ts, supersedes FROM chunks WHERE id IN ({marks})", part
+        ):
+            texts[row["id"]] = row
     return tuple(
         Child(
-            validity.marked(r["text"], r["supersedes"], None),
-            np.frombuffer(r["vec"], dtype="<f4").astype(np.float32) if r["vec"] is not None else None,
-            speaker=r["speaker"],
-            ts=parse_ts(r["ts"]),
+            validity.marked(texts[rows[i]["id"]]["text"], texts[rows[i]["id"]]["supersedes"], None),
+            vecs[i],
+            speaker=texts[rows[i]["id"]]["speaker"],
+            ts=parse_ts(texts[rows[i]["id"]]["ts"]),
         )
-        for r in rows
-        if r["status"] != Status.DROPPED.value and not validity.listed(r["superseded_by"])
+        for i in kept
+        if rows[i]["id"] in texts
     )
 
 
@@ -1036,7 +1055,7 @@ def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resumma
             title=_title_of(r["provenance"]),
             ts=parse_ts(r["ts"]),
             weight=float(max(1, int(str(_prov(r["provenance"]).get("descendants", 1))))),
-            leaves=leaf_children(conn, str(PurePosixPath(r["path"]).parent), model),
+            leaves=leaf_children(conn, str(PurePosixPath(r["path"]).parent), model, vecs.get(r["id"])),
         )
         for r in subs
     ]

@@ -479,6 +479,10 @@ def information(sentence: str) -> float:
 _MMR_LAMBDA = 0.7
 # Above depth 1 a leaf's lines (``Child.leaves``) are ranked with the leaf's stored vector, not embedded.
 LEAF_VECTORS = True
+# At most this many of a child's leaves give lines (``central_leaves``): a top level over 100k leaves must
+# not rank a million clauses. LoCoMo dev (a depth-2 level's children hold ~8 leaves, a depth-3+ one's
+# ~60-700): depth 2 0.400 at any cap >= 8; depth 3+ 0.216 / 0.233 / 0.238 / 0.239 at 8 / 16 / 32 / all.
+LEAF_LINES = 32
 # Above depth 1, given a ``Background``: a line's specificity (0..1, ``_specific``) beside its rank (a
 # cosine plus the fast score). LoCoMo dev depth 2 (session 11 harness): 0.7 and 1.0 alike (0.352, 0.351),
 # 1.4 worse (0.339).
@@ -651,15 +655,43 @@ def _candidates(
                 everything.extend(_candidate(sentence, speaker, index, seen, known, trim=trim))
         child_words.append(words)
         if leaves:  # the leaves' own lines, under their child; their words are not the child's
-            for leaf in child.leaves:
+            for leaf in central_leaves(child):
                 name = " ".join((leaf.speaker or "").split())
                 for whole in split_sentences(leaf.text):
                     for sentence in clauses(whole) if cut else [whole]:
+                        if weak_opening(sentence) and not sentence.rstrip("*_ ").endswith((".", "!", "?")):
+                            continue  # a heading or a list's label ("Courage and bravery", "**The Lens**")
                         everything.extend(
                             _candidate(sentence, name, index, seen, leaf=True, vector=leaf.vector, trim=trim)
                         )
     substantive = [c for c in everything if not c.fragment]
     return substantive or everything, child_words
+
+
+def central(vectors: Sequence[Vectors | None], centre: Vectors | None, limit: int = LEAF_LINES) -> list[int]:
+    """The indices of at most ``limit`` of ``vectors`` closest to ``centre`` (cosine), in their order; all
+    when there are no more, evenly spread ones when there is no centre; a missing vector counts as far."""
+    if len(vectors) <= limit:
+        return list(range(len(vectors)))
+    if centre is None:
+        return sorted({int(i * len(vectors) / limit) for i in range(limit)})
+    unit = _unit(centre)
+    sims = np.array(
+        [
+            float(_unit(v) @ unit) if v is not None and np.asarray(v).size == unit.size else -2.0
+            for v in vectors
+        ]
+    )
+    return sorted(int(i) for i in np.argsort(-sims, kind="stable")[:limit])
+
+
+def central_leaves(child: Child, limit: int = LEAF_LINES) -> tuple[Child, ...]:
+    """``child.leaves``, at most ``limit`` of them: those closest to the child's vector (``central``)."""
+    if len(child.leaves) <= limit:
+        return child.leaves
+    return tuple(
+        child.leaves[i] for i in central([leaf.vector for leaf in child.leaves], child.vector, limit)
+    )
 
 
 def _candidate(
