@@ -3,7 +3,7 @@
     python bench/summaries.py DATASET_PATH [--limit N] [--embed-cache FILE.npz] [--llm URL MODEL]
                               [--threshold 0.70] [--dump-pairs FILE.tsv] [--out FILE.json]
                               [--keep DIR [--reuse]] [--apart-weights W,..] [--specific-weights W,..]
-                              [--title-centres sentences] [--whole-sentences]
+                              [--title-centres sentences] [--whole-sentences] [--session13-lines]
 
 Each LoCoMo conversation (or LongMemEval haystack) is ingested into a fresh vault through the public API
 (one message per turn, with its id, speaker, session and time), embedded and compacted with the shipped
@@ -16,7 +16,8 @@ gave it, by each summariser of the run, so the summarisers are compared on the s
 - ``extractive``: the shipped offline summariser (told, above depth 1, the words of the vault's depth-1
   summaries, ``summarise.Background``, as the compactor tells it; ``--specific-weights 0`` adds a row
   ranking without them, as before session 11; ``--whole-sentences`` adds a row whose lines are whole
-  sentences, not clauses, as before session 13);
+  sentences, not clauses, as before session 13; ``--session13-lines`` a row picking lines as session 13
+  did: no leaves' lines above depth 1, lines not trimmed at their edges, Jaccard-only redundancy);
 - ``llm:<model>``: an OpenAI-compatible endpoint, when ``--llm`` names one.
 
 Per summariser and depth, at each summary's actual token count (``tokens`` column):
@@ -75,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import table
 from retrieval import CachingEmbedder, Item, load_locomo, load_longmemeval, turn_records
 
-from vaultmem import Vault
+from vaultmem import Vault, validity
 from vaultmem.embed import load_embedder
 from vaultmem.keyphrase import APART_WEIGHT
 from vaultmem.llm import OpenAICompatSummariser
@@ -253,7 +254,7 @@ def read_tree(vault: Vault) -> tuple[list[Level], dict[str, dict[str, Any]]]:
     leaves: dict[str, dict[str, Any]] = {}
     kids: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in conn.execute(
-        "SELECT id, path, parent, text, speaker, ts, session, message_ids, status FROM chunks"
+        "SELECT id, path, parent, text, speaker, ts, session, message_ids, status, superseded_by FROM chunks"
         " WHERE kind = 'leaf' AND path LIKE 'sources/%' ORDER BY ts, path"
     ):
         row = dict(r) | {"vec": vecs.get(r["id"])}
@@ -280,7 +281,13 @@ def read_tree(vault: Vault) -> tuple[list[Level], dict[str, dict[str, Any]]]:
             subs = [lv for lv in levels.values() if lv.parent == level.id]
             level.leaf_ids = [i for lv in subs for i in lv.leaf_ids]
             level.children = [
-                Child(lv_text(vault, lv), lv.centroid, title=lv.title, weight=float(max(1, len(lv.leaf_ids))))
+                Child(
+                    lv_text(vault, lv),
+                    lv.centroid,
+                    title=lv.title,
+                    weight=float(max(1, len(lv.leaf_ids))),
+                    leaves=_leaves_under(lv, leaves),
+                )
                 for lv in subs
             ]
         vs = [leaves[i]["vec"] for i in level.leaf_ids if leaves[i]["vec"] is not None]
@@ -288,6 +295,17 @@ def read_tree(vault: Vault) -> tuple[list[Level], dict[str, dict[str, Any]]]:
             mean = np.mean(vs, axis=0)
             level.centroid = (mean / (np.linalg.norm(mean) or 1.0)).astype(np.float32)
     return list(levels.values()), leaves
+
+
+def _leaves_under(level: Level, leaves: dict[str, dict[str, Any]]) -> tuple[Child, ...]:
+    """The leaves under ``level`` as the compactor hands them to its parent (``compact.leaf_children``:
+    in time order, dropped and superseded ones left out)."""
+    rows = sorted((leaves[i] for i in level.leaf_ids), key=lambda x: (x["ts"] or "", x["path"]))
+    return tuple(
+        Child(x["text"], x["vec"], speaker=x["speaker"], ts=parse_ts(x["ts"]))
+        for x in rows
+        if x["status"] != "dropped" and not validity.listed(x["superseded_by"])
+    )
 
 
 def lv_text(vault: Vault, level: Level) -> str:
@@ -518,6 +536,8 @@ def summary_name(s: Summariser) -> str:
         return f"extractive, title centre {s.title_centre}"
     if isinstance(s, ExtractiveSummariser) and s.embed is not None and not s.clauses:
         return "extractive, whole sentences"
+    if isinstance(s, ExtractiveSummariser) and s.embed is not None and not s.leaf_lines and not s.trim:
+        return "extractive, session 13 lines"
     if isinstance(s, ExtractiveSummariser) and s.embed is None:
         return "extractive, no sentence vectors"
     return s.name
@@ -632,6 +652,12 @@ def main() -> None:
         action="store_true",
         help="also the extractive summariser with whole sentences as lines (clauses=False, as before session 13)",
     )
+    parser.add_argument(
+        "--session13-lines",
+        action="store_true",
+        help="also the extractive summariser as session 13 picked lines (no leaves' lines above depth 1,"
+        " untrimmed, Jaccard redundancy)",
+    )
     parser.add_argument("--reuse", action="store_true", help="with --keep: open vaults built earlier")
     args = parser.parse_args()
     data = json.loads(args.dataset.read_text(encoding="utf-8"))
@@ -657,6 +683,10 @@ def main() -> None:
         summarisers.append(ExtractiveSummariser(embedder.embed, title_centre=centre))
     if args.whole_sentences:
         summarisers.append(ExtractiveSummariser(embedder.embed, clauses=False))
+    if args.session13_lines:  # no leaves' lines above depth 1, lines not trimmed, Jaccard redundancy only
+        summarisers.append(
+            ExtractiveSummariser(embedder.embed, leaf_lines=False, trim=False, overlap_weight=0.0)
+        )
     if args.no_vectors:
         summarisers.append(ExtractiveSummariser())
     if args.llm:

@@ -13,7 +13,7 @@ from tests.helpers import CONFIG, TOPICS, ChatServer, Reply, make_vault, topic_o
 from vaultmem import fsio
 from vaultmem.embed import FakeEmbedder
 from vaultmem.layout import SUMMARY_NAME
-from vaultmem.summarise import Background, ExtractiveSummariser, says_little, weak_opening
+from vaultmem.summarise import LEAF_LINES, Background, ExtractiveSummariser, says_little, weak_opening
 from vaultmem.summaryfile import parse_summary, text_hash
 from vaultmem.vault import Vault
 
@@ -718,3 +718,49 @@ def test_summaries_above_depth_one_are_told_the_words_of_the_sources_depth_one_l
         above = [background for depth, background in told if depth >= 2 and background is not None]
         assert above and all(b.levels == ones for b in above)
         assert all(background is None for depth, background in told if depth == 1)
+
+
+def test_a_parent_is_summarised_with_its_childrens_leaves_when_condensed_and_when_re_summarised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above depth 1 each child level comes with the leaves under it (``Child.leaves``: their lines are
+    candidates, ranked with their stored vectors), from the planner's condensation and from a
+    re-summarise alike; a leaf edited by hand is read as it is now. (Day digests and roll-ups are not
+    given leaves.)"""
+    calls: list[tuple[int, list[object]]] = []
+    original = ExtractiveSummariser.summarise
+
+    def spy(
+        self: ExtractiveSummariser, children: list[object], depth: int, *, titled: bool = True, **kw: object
+    ) -> object:
+        if kw.get("background") is not None:  # a source tree's parent (not a digest's nor a topic's)
+            calls.append((depth, list(children)))
+        return original(self, children, depth, titled=titled, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ExtractiveSummariser, "summarise", spy)
+    with make_vault(tmp_path / "v", fanout=4) as vault:
+        vault.ingest_messages(topic_records(40))
+        vault.flush()
+        vault.compact()
+        texts = {r["text"] for r in vault.conn.execute("SELECT text FROM chunks WHERE kind = 'leaf'")}
+        condensed = [[c for c in kids if c.title] for depth, kids in calls]  # type: ignore[attr-defined]
+        assert any(condensed)
+        assert any(c.weight > LEAF_LINES for kids in condensed for c in kids)  # type: ignore[attr-defined]
+        for kids in condensed:
+            for child in kids:
+                # At most summarise.LEAF_LINES of them, the closest to the level's vector.
+                assert child.leaves and len(child.leaves) == min(child.weight, LEAF_LINES)  # type: ignore[attr-defined]
+                assert all(leaf.text in texts and leaf.vector is not None for leaf in child.leaves)  # type: ignore[attr-defined]
+        leaf = next(x for x in vault.ls(status="sealed") if x.path.count("/") >= 4)
+        path = vault.layout.root / leaf.path
+        path.write_text(path.read_text().replace(leaf.text, leaf.text + " The hedge needs trimming."))
+        calls.clear()
+        assert vault.compact().resummarised >= 2
+        again = [kids for depth, kids in calls if depth >= 2]
+        assert again
+        assert any(
+            "The hedge needs trimming." in leaf_child.text
+            for kids in again
+            for child in kids
+            for leaf_child in child.leaves  # type: ignore[attr-defined]
+        )

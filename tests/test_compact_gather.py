@@ -110,7 +110,7 @@ def test_condensation_gathers_its_new_parents_calls_and_writes_the_same_tree(
     # The parents' lines are remembered from the seals (a chat leaf's sentence is embedded as its line reads),
     # which leaves this small tree's condensation next to nothing to gather: embed them bare here, as before.
     monkeypatch.setattr(
-        summarise, "_vector_texts", lambda children, candidates: [c.sentence for c in candidates]
+        summarise, "_vector_texts", lambda candidates: [c.sentence for c in candidates if c.vector is None]
     )
     condensing: list[bool] = []
     original = Planner._condense_peers

@@ -25,6 +25,7 @@ from vaultmem.summarise import (
     Summariser,
     Summary,
     asks_to_keep,
+    capitalised,
     clauses,
     information,
     is_filler,
@@ -34,6 +35,7 @@ from vaultmem.summarise import (
     summarise_apart,
     summarise_untitled,
     token_bound,
+    trim_edges,
     weak_opening,
 )
 from vaultmem.tokens import count_tokens
@@ -885,16 +887,14 @@ def test_in_a_mixed_level_an_english_reminder_is_kept_and_a_chinese_aside_does_n
     background = Background.of(
         [c.text for c in _MIXED] + ["- Fixed and merged — PR #418.\n- Panics recovered."]
     )
-    # Whole sentences: without sentence vectors (this test has none) two clauses of one child about the
-    # same deadline are not seen as alike, and one of them ties with the rent line (the sample vault,
-    # with vectors, keeps it as clauses too: notes/h5.md, session 13).
-    summary = ExtractiveSummariser(clauses=False).summarise(_MIXED, 2, background=background)
-    assert_valid(summary, 2)
-    assert _RENT in lines_of(summary)
-    assert _ASIDE not in lines_of(summary)
-    cut = ExtractiveSummariser().summarise(_MIXED, 2, background=background)
-    assert_valid(cut, 2)
-    assert not any("陈静" in line for line in lines_of(cut))
+    # As clauses too (session 14): without sentence vectors (this test has none) the two clauses about
+    # the same deadline share little of their words (Jaccard 0.16) but most of the shorter one's
+    # (``OVERLAP_WEIGHT``): seen as alike, they no longer crowd the rent line out.
+    for summariser in (ExtractiveSummariser(), ExtractiveSummariser(clauses=False)):
+        summary = summariser.summarise(_MIXED, 2, background=background)
+        assert_valid(summary, 2)
+        assert _RENT in lines_of(summary)
+        assert not any("陈静" in line for line in lines_of(summary))
 
 
 def test_a_chinese_fact_is_kept_where_chinese_is_the_levels_subject() -> None:
@@ -1084,3 +1084,170 @@ def test_a_line_may_be_a_clause_so_more_facts_fit_in_the_bound() -> None:
     flat = [" ".join(c.text.split()) for c in children]
     for line in lines_of(cut):
         assert any(line.removeprefix("Nate: ") in text for text in flat), line
+
+
+# --- session 14: the leaves' lines above depth 1, lines trimmed at their edges, overlap as redundancy ---
+
+_LEAF_FACT = "The adoption agency interview is on 12 May at 10:00."
+
+
+def _with_leaves(vectors: bool) -> list[Child]:
+    """Two depth-1 levels whose summaries left out a leaf's fact (the interview's date)."""
+    first = (
+        Child("I went to the support group last night.", vec(1.0, 0.1, 0.0), speaker="Caroline"),
+        Child(f"Oh, {_LEAF_FACT[0].lower()}{_LEAF_FACT[1:]}", vec(0.9, 0.3, 0.1), speaker="Caroline"),
+    )
+    second = (Child("I painted a lake sunrise for the new house.", vec(0.1, 1.0, 0.0), speaker="Melanie"),)
+    if not vectors:
+        first = tuple(Child(c.text, None, speaker=c.speaker) for c in first)
+        second = tuple(Child(c.text, None, speaker=c.speaker) for c in second)
+    return [
+        Child(
+            "- Caroline: I went to the support group last night.",
+            vec(1.0, 0.2, 0.0),
+            "Support group",
+            leaves=first,
+        ),
+        Child(
+            "- Melanie: I painted a lake sunrise for the new house.",
+            vec(0.1, 1.0, 0.0),
+            "Lake sunrise",
+            leaves=second,
+        ),
+    ]
+
+
+def test_above_depth_1_a_leafs_line_is_a_candidate_beside_its_levels_own() -> None:
+    """58% of a depth-2 level's reference facts are stated by its children's summaries, 80% by the leaves
+    below (LoCoMo dev): the leaves' clauses are candidates too, shown as the depth-1 level shows them
+    ("Speaker: line", trimmed, with a capital); without ``leaf_lines`` the fact is not there."""
+    embed = FakeEmbedder(3).embed
+    summary = ExtractiveSummariser(embed).summarise(_with_leaves(True), 2)
+    assert_valid(summary, 2)
+    assert f"Caroline: {_LEAF_FACT}" in lines_of(summary)
+    # The level's own line and the leaf's identical line are one candidate (no line said twice).
+    assert lines_of(summary).count("Caroline: I went to the support group last night.") == 1
+    before = ExtractiveSummariser(embed, leaf_lines=False).summarise(_with_leaves(True), 2)
+    assert not any("adoption" in line for line in lines_of(before))
+    # At depth 1 a leaf has no leaves of its own: nothing changes there.
+    assert ExtractiveSummariser(embed).summarise(list(_with_leaves(True)[0].leaves), 1).text == (
+        ExtractiveSummariser(embed, leaf_lines=False).summarise(list(_with_leaves(True)[0].leaves), 1).text
+    )
+
+
+def test_a_leafs_lines_are_ranked_with_its_stored_vector_not_embedded_again() -> None:
+    """A leaf's lines are ranked with the leaf's vector from the index: the summariser sends the model
+    only its children's own lines (and key phrases), so a parent costs compaction no more texts. A leaf
+    without a vector has its lines embedded as the depth-1 level embedded them ("Speaker: line")."""
+    sent: list[str] = []
+    fake = FakeEmbedder(3)
+
+    def embed(texts: list[str]) -> npt.NDArray[np.float32]:
+        sent.extend(texts)
+        return fake.embed(texts)
+
+    summariser = ExtractiveSummariser(embed)
+    summary = summariser.summarise(_with_leaves(True), 2, titled=False)
+    assert f"Caroline: {_LEAF_FACT}" in lines_of(summary)
+    assert not any("adoption" in text for text in sent)
+    assert [t for call in summariser.embed_calls(_with_leaves(True), titled=False) for t in call] == sent
+    sent.clear()
+    summariser.summarise(_with_leaves(False), 2, titled=False)
+    assert f"Caroline: {_LEAF_FACT}" in sent
+    assert [t for call in summariser.embed_calls(_with_leaves(False), titled=False) for t in call] == sent
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("Oh, I adopted a second cat in May haha!", "I adopted a second cat in May!"),
+        ("Yeah, the cutover is on Thursday at 07:00.", "The cutover is on Thursday at 07:00."),
+        ("Haha, yes, the pottery class was fun lol", "The pottery class was fun"),
+        ("Wow! I got the job at the bakery 😊", "I got the job at the bakery"),
+        ("Caroline: Oh wow, I finally finished the painting", "Caroline: I finally finished the painting"),
+        ("Well done on the marathon last Sunday.", "Well done on the marathon last Sunday."),
+        ("So I went to the lake yesterday.", "So I went to the lake yesterday."),
+        ("Yes, hard deadline.", "Yes, hard deadline."),  # nothing left that reads as a sentence: kept
+        ("remind me to pay the rent before the 1st.", "Remind me to pay the rent before the 1st."),
+        ("pg_upgrade takes 4 minutes on staging.", "pg_upgrade takes 4 minutes on staging."),
+        ("iPhone photos go to the shared album.", "iPhone photos go to the shared album."),
+    ],
+)
+def test_a_line_is_shown_without_what_carries_no_fact_at_its_edges_and_with_a_capital(
+    line: str, shown: str
+) -> None:
+    assert capitalised(trim_edges(line)) == shown
+
+
+def test_a_summary_line_keeps_the_childs_words_trimmed_at_the_edges_and_the_leaf_untouched() -> None:
+    text = "Oh, remind me to pay the rent of €1,150 before the 1st haha. Haha, I adopted a cat in May 😊"
+    leaf = Child(text, vec(1.0, 0.0), speaker="Mara")
+    summary = ExtractiveSummariser(FakeEmbedder(2).embed).summarise([leaf], 1)
+    assert lines_of(summary) == [
+        "Mara: Remind me to pay the rent of €1,150 before the 1st.",
+        "Mara: I adopted a cat in May",
+    ]
+    assert leaf.text == text
+    verbatim = ExtractiveSummariser(FakeEmbedder(2).embed, trim=False).summarise([leaf], 1)
+    assert lines_of(verbatim)[0] == "Mara: Oh, remind me to pay the rent of €1,150 before the 1st haha."
+
+
+def test_two_lines_sharing_most_of_the_shorter_ones_words_are_alike_without_vectors() -> None:
+    """Redundancy also sees how much of the shorter line the picked one says (word overlap over the
+    smaller set), not only Jaccard over both: "Kyoto in April" after "Kyoto: 11 to 19 April…" says nothing
+    new even though their Jaccard is low. (The mixed level's deadline lines, test above, are the case.)"""
+    children = [
+        Child(
+            "- Kyoto: 11 to 19 April, budget €2,400 all in, flights included, trains inside Japan.",
+            None,
+            "Kyoto",
+        ),
+        Child("- I'm going to Kyoto in April.\n- The rent of €1,150 is due on the 1st.", None, "Rent"),
+    ]
+    import vaultmem.summarise as summarise_module
+
+    cands, _words = summarise_module._candidates(children, cut=True)
+    kyoto, going, rent = cands
+    assert going.cost <= rent.cost  # room for the Kyoto line and either of the others, not both
+    relevance = np.array([1.0, 0.98, 0.9])  # "going to Kyoto" ranks above the rent on its own
+    rows = np.full(3, -1, dtype=np.intp)
+    picked = summarise_module._mmr(cands, relevance, None, rows, False, kyoto.cost + rent.cost)
+    assert [cands[i] for i in picked] == [kyoto, rent]
+
+
+def test_a_child_gives_the_lines_of_at_most_leaf_lines_of_its_leaves_the_closest_to_it() -> None:
+    """A top level over 100k leaves must not rank a million clauses: a child's leaves give lines from at
+    most ``LEAF_LINES`` of them, those closest to the child's vector, in their order; without a child
+    vector, evenly spread ones."""
+    from vaultmem import summarise as summarise_module
+
+    near = [
+        Child(f"Near fact number {i} about the kiln firing.", vec(1.0, 0.01 * i), speaker="Mara")
+        for i in range(40)
+    ]
+    far = [
+        Child(f"Far remark number {i} about the weather.", vec(0.0, 1.0), speaker="Mara") for i in range(40)
+    ]
+    leaves = tuple(x for pair in zip(far, near, strict=True) for x in pair)
+    child = Child("- Mara: The kiln fires on Friday.", vec(1.0, 0.0), "Kiln", leaves=leaves)
+    kept = summarise_module.central_leaves(child)
+    assert len(kept) == summarise_module.LEAF_LINES == 32
+    assert list(kept) == near[:32]
+    cands, _ = summarise_module._candidates([child], cut=True, leaves=True)
+    assert sum(c.leaf for c in cands) == 32 and not any("weather" in c.sentence for c in cands)
+    spread = summarise_module.central([None] * 100, None)
+    assert len(spread) == 32 and spread[0] == 0 and spread[-1] >= 90
+
+
+def test_a_leafs_heading_or_list_label_is_no_line_of_its_parent() -> None:
+    """An assistant's answer in a leaf holds headings and list labels ("Courage and bravery", "**Cleaning
+    the Lens**"): said little and no sentence, they are no candidates of the parent (LongMemEval dev's
+    depth-2 summaries took them as lines); a short sentence still is."""
+    from vaultmem import summarise as summarise_module
+
+    answer = "**Cleaning the Lens**\n\nCourage and bravery\n\nI sold the old camera."
+    child = Child(
+        "- Mara: I sold the old camera.", vec(1.0, 0.0), "Camera", leaves=(Child(answer, vec(1.0, 0.1)),)
+    )
+    cands, _ = summarise_module._candidates([child], cut=True, leaves=True)
+    assert [c.sentence for c in cands] == ["Mara: I sold the old camera.", "I sold the old camera."]

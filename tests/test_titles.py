@@ -300,3 +300,26 @@ def test_a_title_opens_with_words_and_an_identifier_may_follow() -> None:
     assert is_identifier("WEBHOOK_MAX_BYTES") and not is_identifier("v0.9.3 shipped")
     only = ["tidepool_webhook_worker_panics_total rises.", "tidepool_webhook_worker_panics_total again."]
     assert title(only, centre, FAKE.embed, stop) is not None  # no phrase of words: the identifier it is
+
+
+def test_a_short_chinese_run_after_code_or_a_number_is_no_title_word() -> None:
+    """In Chinese with code in it, the short run after an identifier is the predicate about it: the sample
+    vault's team-slack depth-2 title ended on a verb ("X-Payflow-Retry header, Postgres, page_size 改成",
+    from "把 menu/page_size 改成 9", set page_size to 9). A CJK run and a Latin word are never one phrase;
+    names set apart by punctuation or written among CJK stay words (陈静, 鼠须管, 搬家)."""
+    from vaultmem.keyphrase import candidates
+
+    found = candidates(
+        [
+            "Mara: 在 ~/Library/Rime/default.custom.yaml 里把 menu/page_size 改成 9，然后点鼠须管图标「重新部署」就行。",
+            "陈静，鼠须管 MacBook Pro。我们用 Rust 重写 parser 吧",
+            "换个话题：陈静 搬家 那几天的 on-call",
+        ],
+        frozenset({"mara"}),
+    )
+    words = {w for p in found for w in p.split()}
+    assert {"page_size", "陈静", "鼠须管", "搬家", "MacBook", "Rust"} <= words
+    assert not {"改成", "重写"} & words
+    for phrase in found:  # one script per phrase
+        scripts = {bool(re.search("[\u4e00-\u9fff]", w)) for w in phrase.split()}
+        assert len(scripts) == 1, phrase

@@ -47,6 +47,7 @@ from vaultmem.summarise import (
     Background,
     Child,
     ExtractiveSummariser,
+    central,
     neighbours,
     says_little,
     summarise_apart,
@@ -142,6 +143,7 @@ class SourceState:
     fresh: list[_Leaf]
     levels: dict[str, _Level]
     dim: int
+    model: str = ""  # the embedder's model id (the leaves' stored vectors)
 
     @classmethod
     def load(cls, conn: sqlite3.Connection, source: str, model: str, dim: int) -> SourceState:
@@ -224,7 +226,7 @@ class SourceState:
                             holder.sessions.add(row["session"])
                 parent_dir = str(PurePosixPath(parent_dir).parent)
         fresh.sort(key=lambda leaf: (leaf.ts or "", leaf.path))
-        return cls(source, root, fresh, levels, dim)
+        return cls(source, root, fresh, levels, dim, model)
 
     def tail_and_buffer(self, s: CompactSettings) -> tuple[list[_Leaf], list[_Leaf]]:
         """(buffer, tail): the tail is the newest leaves, kept verbatim in _fresh/."""
@@ -686,7 +688,13 @@ class Planner:
                 [rest[i] for i in m] for m in cluster.group(matrix, [1] * len(rest), caps) if len(m) >= 2
             ]
             if self.prepare is not None:  # the new parents' embedding calls, all at once
-                self.prepare([call for c in groups for call in self.extractive.embed_calls(_parent_kids(c))])
+                self.prepare(
+                    [
+                        call
+                        for c in groups
+                        for call in self.extractive.embed_calls(_parent_kids(c, self.conn, state.model))
+                    ]
+                )
             background = _background(state) if groups else None
             for children in groups:
                 parent, write = self._new_parent(state, children, depth + 1, background)
@@ -753,7 +761,7 @@ class Planner:
     def _new_parent(
         self, state: SourceState, children: list[_Level], depth: int, background: Background | None = None
     ) -> tuple[_Level, FileWrite]:
-        kids = _parent_kids(children)
+        kids = _parent_kids(children, self.conn, state.model)
         centre = cluster.centroid(np.stack([lv.centroid for lv in children]), [lv.leaves for lv in children])
         result = self.extractive.summarise(
             kids, depth, apart=_beside(state, centre, depth, set()), background=background
@@ -950,12 +958,62 @@ def episodes(leaves: Sequence[_Leaf], gap_s: float) -> list[int]:
     return out
 
 
-def _parent_kids(children: Sequence[_Level]) -> list[Child]:
-    """What a new parent of ``children`` is summarised from (``Planner._new_parent``)."""
+def _parent_kids(children: Sequence[_Level], conn: sqlite3.Connection, model: str) -> list[Child]:
+    """What a new parent of ``children`` is summarised from (``Planner._new_parent``), each child with the
+    leaves under it (``leaf_children``)."""
     return [
-        Child(lv.text, lv.centroid, title=lv.title, ts=parse_ts(lv.earliest), weight=float(max(1, lv.leaves)))
+        Child(
+            lv.text,
+            lv.centroid,
+            title=lv.title,
+            ts=parse_ts(lv.earliest),
+            weight=float(max(1, lv.leaves)),
+            leaves=leaf_children(conn, lv.dir, model, lv.centroid),
+        )
         for lv in children
     ]
+
+
+def leaf_children(
+    conn: sqlite3.Connection, directory: str, model: str, centre: Vector | None
+) -> tuple[Child, ...]:
+    """The leaves under the level in ``directory``, in time order, as its parent's summariser reads them
+    (``Child.leaves``: above depth 1 their lines are candidates beside the level's own, ranked with the
+    vectors stored for ``model``, so compaction embeds no more): at most ``summarise.LEAF_LINES``, those
+    closest to ``centre`` (the level's vector; ``summarise.central``), whose texts alone are read. Dropped
+    and superseded leaves are left out (an old value is not what a parent adds); a leaf that replaced one
+    is marked as its level marks it (``validity.marked``)."""
+    rows = [
+        r
+        for r in conn.execute(
+            "SELECT c.id, c.status, c.superseded_by, v.vec FROM chunks c"
+            " LEFT JOIN vectors v ON v.id = c.id AND v.model = ?"
+            " WHERE c.kind = 'leaf' AND c.path >= ? AND c.path < ? ORDER BY coalesce(c.ts, ''), c.path",
+            (model, *index.prefix_range(directory + "/")),
+        )
+        if r["status"] != Status.DROPPED.value and not validity.listed(r["superseded_by"])
+    ]
+    vecs = [
+        np.frombuffer(r["vec"], dtype="<f4").astype(np.float32) if r["vec"] is not None else None
+        for r in rows
+    ]
+    kept = central(vecs, centre)
+    texts: dict[str, sqlite3.Row] = {}
+    for part, marks in index.in_batches([rows[i]["id"] for i in kept]):
+        for row in conn.execute(
+            f"SELECT id, text, speaker, ts, supersedes FROM chunks WHERE id IN ({marks})", part
+        ):
+            texts[row["id"]] = row
+    return tuple(
+        Child(
+            validity.marked(texts[rows[i]["id"]]["text"], texts[rows[i]["id"]]["supersedes"], None),
+            vecs[i],
+            speaker=texts[rows[i]["id"]]["speaker"],
+            ts=parse_ts(texts[rows[i]["id"]]["ts"]),
+        )
+        for i in kept
+        if rows[i]["id"] in texts
+    )
 
 
 def _parent_dir(path: str) -> str:
@@ -1056,6 +1114,7 @@ def resummarise(env: StepEnv, conn: sqlite3.Connection, node_id: str) -> Resumma
             title=_title_of(r["provenance"]),
             ts=parse_ts(r["ts"]),
             weight=float(max(1, int(str(_prov(r["provenance"]).get("descendants", 1))))),
+            leaves=leaf_children(conn, str(PurePosixPath(r["path"]).parent), model, vecs.get(r["id"])),
         )
         for r in subs
     ]

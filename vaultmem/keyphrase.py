@@ -9,7 +9,8 @@ Must never: cut a word (a title is made of whole candidate words), return a plac
 ``None`` and the caller keeps its own title), open a title with an identifier when a phrase of words is
 found (``is_identifier``), or embed more than ``MAX_CANDIDATES`` phrases per title.
 Mostly CJK text has no spaces to find phrases by; the caller titles it. In mixed text a CJK run longer
-than ``_CJK_WORD_MAX`` characters is a clause, not a word, and is never part of a phrase.
+than ``_CJK_WORD_MAX`` characters is a clause, not a word, and is never part of a phrase; so is a short
+one written right after a Latin word or a number (``_runs``).
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ _CJK_WORD_MAX = 4
 CJK_STOP = frozenset(
     "的了是在我你他她它们這这那个個和就也都与與及着著吗嗎呢吧啊呀哦嗯把被给給很还還又么麼之而其或等从從让讓得地您咱"
 )
-# A full stop ends a run only before a space or the end, so "v0.9.3" and "e.g" stay whole words.
-_BREAK_RE = re.compile(r"[,;:!?()\[\]{}\"“”«»|/\\<>=*#`~—–]+|\.+(?=\s|$)|\s-\s")
+# A full stop ends a run only before a space or the end, so "v0.9.3" and "e.g" stay whole words. CJK
+# punctuation (，。、；：！？「」（）…) ends a run as its ASCII forms do.
+_BREAK_RE = re.compile(
+    r"[,;:!?()\[\]{}\"“”«»|/\\<>=*#`~—–，。、；：！？「」『』（）【】《》〈〉…]+|\.+(?=\s|$)|\s-\s"
+)
 
 
 # An identifier: a word joined by "_" (``tidepool_webhook_worker_panics_total``, ``WEBHOOK_MAX_BYTES``) or
@@ -56,18 +60,28 @@ def is_identifier(phrase: str) -> bool:
 
 
 def _runs(text: str, stop: frozenset[str]) -> Iterable[list[str]]:
-    """Runs of content words: a stopword, a filler word or punctuation ends a run."""
+    """Runs of content words: a stopword, a filler word, punctuation or a change of script ends a run.
+    A short CJK run written right after a Latin word or a number (no punctuation between) is no word: in
+    Chinese with code or English in it, that is the predicate about it ("把 page_size 改成 9", set page_size
+    to 9; "Rust 重写"), not a name; and a CJK run and a Latin word are never one phrase."""
     for piece in _BREAK_RE.split(text):
         run: list[str] = []
+        script = False  # the run's words are CJK
+        after_latin = False  # the word before this one in the piece is a Latin word or a number
         for word in _WORD_RE.findall(piece):
             cjk = bool(_CJK_RE.search(word))
-            clause = cjk and (len(word) > _CJK_WORD_MAX or any(ch in CJK_STOP for ch in word))
+            clause = cjk and (after_latin or len(word) > _CJK_WORD_MAX or any(ch in CJK_STOP for ch in word))
+            after_latin = not cjk
             if word.casefold() in stop or len(word) < 2 or word.isdigit() or clause:
                 if run:
                     yield run
                 run = []
             else:
+                if run and cjk != script:
+                    yield run
+                    run = []
                 run.append(word)
+                script = cjk
         if run:
             yield run
 

@@ -1664,10 +1664,14 @@ class Searcher:
             "SELECT id, text FROM chunks WHERE +kind = 'leaf' AND path >= ? AND path < ?",
             index.prefix_range(directory),
         ).fetchall()
-        texts = [(r["id"], " ".join(r["text"].split())) for r in leaves]
+        # A line quotes a leaf as the extractive summariser shows it: opening with a capital, without a
+        # trailing laugh or emoji (``summarise.trim_edges``, ``capitalised``): compared case-folded and
+        # without its closing punctuation.
+        texts = [(r["id"], " ".join(r["text"].split()).casefold()) for r in leaves]
         found: list[str] = []
         for line in lines:
-            sentence = " ".join(line.split())
+            whole = " ".join(line.split()).casefold()
+            sentence = whole.rstrip(" .!?…") or whole
             holder = next((i for i, text in texts if sentence in text), None)
             if holder is None:
                 return None

@@ -45,6 +45,9 @@ class Child:
     speaker: str | None = None  # who said it (chat leaves), e.g. "Caroline"
     ts: datetime | None = None
     weight: float = 1.0  # e.g. number of leaves under a child summary
+    # A child summary's leaves (chat turns, documents' chunks), in order: above depth 1 their clauses are
+    # candidates beside the child's own lines (``ExtractiveSummariser``, ``leaf_lines``). Empty: none.
+    leaves: tuple[Child, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -474,6 +477,12 @@ def information(sentence: str) -> float:
 # --- extractive ------------------------------------------------------------------------------------
 
 _MMR_LAMBDA = 0.7
+# Above depth 1 a leaf's lines (``Child.leaves``) are ranked with the leaf's stored vector, not embedded.
+LEAF_VECTORS = True
+# At most this many of a child's leaves give lines (``central_leaves``): a top level over 100k leaves must
+# not rank a million clauses. LoCoMo dev (a depth-2 level's children hold ~8 leaves, a depth-3+ one's
+# ~60-700): depth 2 0.400 at any cap >= 8; depth 3+ 0.216 / 0.233 / 0.238 / 0.239 at 8 / 16 / 32 / all.
+LEAF_LINES = 32
 # Above depth 1, given a ``Background``: a line's specificity (0..1, ``_specific``) beside its rank (a
 # cosine plus the fast score). LoCoMo dev depth 2 (session 11 harness): 0.7 and 1.0 alike (0.352, 0.351),
 # 1.4 worse (0.339).
@@ -482,6 +491,11 @@ SPECIFIC_WEIGHT = 1.0
 # and nudges across children, but only a little next to embedding centrality.
 _LEXICAL_WEIGHT = 0.1
 _DUPLICATE_JACCARD = 0.8
+# Redundancy also counts the share of the smaller line's words the other says (times this): "Kyoto in
+# April" after "Kyoto: 11 to 19 April, budget…" says nothing new, though their Jaccard is low. It matters
+# where lines have no vectors of their own (inherited or none); LoCoMo dev, with vectors, 0 / 0.5 / 1.0:
+# depth 2 0.399 / 0.399 / 0.400 (docs/architecture.md).
+OVERLAP_WEIGHT = 1.0
 _DUPLICATE_COSINE = 0.97
 
 
@@ -493,6 +507,8 @@ class _Candidate(NamedTuple):  # not a frozen dataclass: built per sentence, and
     features: frozenset[str]
     words: int  # the sentence's words, a CJK character counting as one (``_feature_list``)
     filler: bool = False  # a greeting, thanks, a reaction, a line with nothing in it
+    leaf: bool = False  # a line of a child summary's leaf (``Child.leaves``), not of the child's own text
+    vector: Vectors | None = None  # a leaf line's stored vector (its leaf's), used instead of embedding it
 
     @property
     def fragment(self) -> bool:
@@ -563,6 +579,45 @@ def _clause(body: str, begin: int, end: int) -> str:
     return _CLAUSE_OPENING_RE.sub("", body[begin:end].strip()).strip(" ,")
 
 
+# What carries no fact at a line's edges, trimmed from what a summary shows and ranks (the words left are
+# the child's own): opening discourse markers and interjections followed by a comma or "!" ("Oh, ", "Yeah,
+# ", "Well, ", "Haha, ", "Wow! ", "Oh wow, "), and a trailing laugh, interjection or emoji ("… lol",
+# " haha!", " 😊", " :)"). A marker not set off by punctuation stays ("Well done", "So I went").
+_EDGE_MARKERS = (
+    r"oh+|ah+|aw+|ooh+|oops|wow+|whoa|yeah|yep|yup|yes|no|nah|well|hmm+|hm+|um+|uh+|er|eh|haha\w*|hah|hehe\w*|"
+    r"lol|lmao|omg|gosh|geez|jeez|man|dude|okay|ok|alright|right|so|anyway|anyways|honestly|actually|btw|"
+    r"yay|woo+|hey|oh my god|oh my gosh|oh my|oh no|oh yeah|oh wow|ha"
+)
+_EMOJI = "\U0001f000-\U0001faff\u2600-\u27bf\ufe0f\u200d"
+_OPENING_MARKERS_RE = re.compile(
+    rf"^(?:(?:{_EDGE_MARKERS})(?:\s+|\s*[,!…]+\s*))*(?:{_EDGE_MARKERS})\s*[,!…]+\s+", re.I
+)
+_TRAILING_REACTION_RE = re.compile(
+    rf"(?:[\s,]+(?:haha\w*|hehe\w*|lol|lmao|xd|:-?\)|:-?d|;-?\)|<3)|\s*[{_EMOJI}]+)+\s*(?=[.!?]*$)", re.I
+)
+
+
+def trim_edges(sentence: str) -> str:
+    """``sentence`` without what carries no fact at its edges (``_OPENING_MARKERS_RE``,
+    ``_TRAILING_REACTION_RE``): "Oh, I adopted a cat last week haha!" -> "I adopted a cat last week!". A
+    "Speaker: " prefix stays; the sentence itself when nothing would be left."""
+    prefix = _SPEAKER_PREFIX_RE.match(sentence)
+    head = prefix.group() if prefix and _names_someone(prefix.group()) else ""
+    body = sentence[len(head) :]
+    trimmed = _TRAILING_REACTION_RE.sub("", _OPENING_MARKERS_RE.sub("", body, count=1), count=1).strip()
+    return head + trimmed if len(_WORD_RE.findall(trimmed)) >= _MIN_SENTENCE_WORDS else sentence
+
+
+def capitalised(sentence: str) -> str:
+    """``sentence`` opening with a capital when its first word is a lower-case word ("remind me to pay…"
+    -> "Remind me to pay…"): a line of a summary reads as a sentence. An identifier or a name written in
+    lower case on purpose ("pg_upgrade", "iPhone", "`npm`") stays. For what a summary shows (a speaker's
+    line gets its "Speaker: " after), never for what is stored as a leaf."""
+    if re.match(r"[a-z]+(?=[\s,.;:!?]|$)", sentence):
+        return sentence[0].upper() + sentence[1:]
+    return sentence
+
+
 def _has_digit(text: str) -> bool:
     return any(ch.isdigit() for ch in text)
 
@@ -580,10 +635,12 @@ def _with_speaker(sentence: str, name: str) -> str:
 
 
 def _candidates(
-    children: Sequence[Child], cut: bool = False
+    children: Sequence[Child], cut: bool = False, leaves: bool = False, trim: bool = False
 ) -> tuple[list[_Candidate], list[dict[str, None]]]:
-    """The sentences worth picking (``cut``: their ``clauses``), and each child's content words (title
-    included, of whole sentences) in order."""
+    """The sentences worth picking (``cut``: their ``clauses``; ``leaves``: also those of each child's
+    ``Child.leaves``, after the child's own, under the child; ``trim``: without what carries no fact at
+    their edges, ``trim_edges``, shown with a capital, ``capitalised``), and each child's content words
+    (title included, of whole sentences) in order."""
     everything: list[_Candidate] = []
     child_words: list[dict[str, None]] = []
     seen: set[str] = set()
@@ -595,33 +652,86 @@ def _candidates(
             words.update(dict.fromkeys(read[0]))
             for sentence in clauses(whole, prefixed=not speaker) if cut else [whole]:
                 known = read if sentence is whole else None  # a sentence without a cut: read once
-                everything.extend(_candidate(sentence, speaker, index, seen, known))
+                everything.extend(_candidate(sentence, speaker, index, seen, known, trim=trim))
         child_words.append(words)
+        if leaves:  # the leaves' own lines, under their child; their words are not the child's
+            for leaf in central_leaves(child):
+                name = " ".join((leaf.speaker or "").split())
+                for whole in split_sentences(leaf.text):
+                    for sentence in clauses(whole) if cut else [whole]:
+                        if weak_opening(sentence) and not sentence.rstrip("*_ ").endswith((".", "!", "?")):
+                            continue  # a heading or a list's label ("Courage and bravery", "**The Lens**")
+                        everything.extend(
+                            _candidate(sentence, name, index, seen, leaf=True, vector=leaf.vector, trim=trim)
+                        )
     substantive = [c for c in everything if not c.fragment]
     return substantive or everything, child_words
 
 
+def central(vectors: Sequence[Vectors | None], centre: Vectors | None, limit: int = LEAF_LINES) -> list[int]:
+    """The indices of at most ``limit`` of ``vectors`` closest to ``centre`` (cosine), in their order; all
+    when there are no more, evenly spread ones when there is no centre; a missing vector counts as far."""
+    if len(vectors) <= limit:
+        return list(range(len(vectors)))
+    if centre is None:
+        return sorted({int(i * len(vectors) / limit) for i in range(limit)})
+    unit = _unit(centre)
+    sims = np.array(
+        [
+            float(_unit(v) @ unit) if v is not None and np.asarray(v).size == unit.size else -2.0
+            for v in vectors
+        ]
+    )
+    return sorted(int(i) for i in np.argsort(-sims, kind="stable")[:limit])
+
+
+def central_leaves(child: Child, limit: int = LEAF_LINES) -> tuple[Child, ...]:
+    """``child.leaves``, at most ``limit`` of them: those closest to the child's vector (``central``)."""
+    if len(child.leaves) <= limit:
+        return child.leaves
+    return tuple(
+        child.leaves[i] for i in central([leaf.vector for leaf in child.leaves], child.vector, limit)
+    )
+
+
 def _candidate(
-    sentence: str, speaker: str, child: int, seen: set[str], features: tuple[list[str], int] | None = None
+    sentence: str,
+    speaker: str,
+    child: int,
+    seen: set[str],
+    features: tuple[list[str], int] | None = None,
+    leaf: bool = False,
+    vector: Vectors | None = None,
+    trim: bool = False,
 ) -> list[_Candidate]:
     """``sentence`` of child ``child`` as a candidate, or none when an identical line came first
     (identical children or repeated lines: one candidate, the first). ``features``: its
     ``_feature_list`` when already read."""
-    display = _with_speaker(sentence, speaker)
+    if trim:
+        trimmed = trim_edges(sentence)
+        features = features if trimmed == sentence else None
+        sentence = trimmed
+        display = _with_speaker(capitalised(sentence), speaker)
+    else:
+        display = _with_speaker(sentence, speaker)
     key = " ".join(display.split()).casefold()
     if key in seen:
         return []
     seen.add(key)
     feats, size = features if features is not None else _feature_list(sentence)
     cost = count_tokens(display) + 1
-    return [_Candidate(sentence, display, child, cost, frozenset(feats), size, is_filler(sentence))]
+    return [
+        _Candidate(sentence, display, child, cost, frozenset(feats), size, is_filler(sentence), leaf, vector)
+    ]
 
 
-def _vector_texts(children: Sequence[Child], candidates: Sequence[_Candidate]) -> list[str]:
+def _vector_texts(candidates: Sequence[_Candidate]) -> list[str]:
     """What is embedded for each candidate: a chat leaf's sentence as the summary shows it, "Caroline: I
     went ...", so the line a parent or a roll-up reads in this level's summary is the text already
-    embedded (found remembered, not sent to the model again); any other sentence as it is."""
-    return [c.display if children[c.child].speaker else c.sentence for c in candidates]
+    embedded (found remembered, not sent to the model again), as is a leaf's line above depth 1 (the
+    same text its depth-1 level embedded); any other sentence as it is (its display is the sentence). A
+    line with a stored vector (``_Candidate.vector``) is not embedded."""
+    return [c.display for c in candidates if c.vector is None]
 
 
 def _phrase_stop(speakers: frozenset[str]) -> frozenset[str]:
@@ -657,6 +767,9 @@ class ExtractiveSummariser:
         specific_weight: float = SPECIFIC_WEIGHT,
         title_centre: str = "children",
         clauses: bool = True,
+        leaf_lines: bool = True,
+        trim: bool = True,
+        overlap_weight: float = OVERLAP_WEIGHT,
     ) -> None:
         """``ranking="informative"`` (the default) weighs what a sentence carries beside how central it
         is and leaves out greetings, thanks and filler; ``"central"`` is the ranking before issue #18
@@ -667,7 +780,13 @@ class ExtractiveSummariser:
         ``background`` is given (``_specific``; 0 ranks as without one). ``title_centre``: what a title's
         key phrases are scored against, the children's own vectors (``"children"``) or the mean of the
         sentences' vectors (``"sentences"``, the centre before session 12). ``clauses``: a line may be one
-        clause of a sentence (``clauses``; False: whole sentences, as before session 13)."""
+        clause of a sentence (``clauses``; False: whole sentences, as before session 13). ``leaf_lines``:
+        above depth 1, the lines of each child's leaves (``Child.leaves``, where the caller gives them)
+        are candidates beside the child's own (False: the children's lines only, as before session 14).
+        ``trim``: a line shows without opening discourse markers and a trailing laugh or emoji
+        (``trim_edges``) and opens with a capital (``capitalised``; False: verbatim, as before session 14).
+        ``overlap_weight``: how much the share of a line's words another line says counts as their
+        redundancy (``OVERLAP_WEIGHT``; 0: Jaccard only, as before session 14)."""
         if ranking not in ("informative", "central"):
             raise ValueError(f"unknown ranking {ranking!r}: 'informative' or 'central'")
         self.embed = embed
@@ -678,9 +797,28 @@ class ExtractiveSummariser:
             raise ValueError(f"unknown title centre {title_centre!r}: 'children' or 'sentences'")
         self.title_centre = title_centre
         self.clauses = clauses
+        self.leaf_lines = leaf_lines
+        self.trim = trim
+        self.overlap_weight = overlap_weight
 
     def _picked_candidates(self, children: Sequence[Child]) -> tuple[list[_Candidate], list[dict[str, None]]]:
-        candidates, child_words = _candidates(children, cut=self.ranking == "informative" and self.clauses)
+        informative = self.ranking == "informative"
+        candidates, child_words = _candidates(
+            children,
+            cut=informative and self.clauses,
+            leaves=informative and self.leaf_lines,
+            trim=informative and self.trim,
+        )
+        if any(c.vector is not None for c in candidates):
+            # A leaf's stored vector stands for its lines when it is of the children's model (their
+            # vectors' size; ``LEAF_VECTORS``); otherwise the line is embedded as any other.
+            size = next((np.asarray(c.vector).size for c in children if c.vector is not None), -1)
+            candidates = [
+                c
+                if c.vector is not None and LEAF_VECTORS and np.asarray(c.vector).size == size
+                else c._replace(vector=None)
+                for c in candidates
+            ]
         if self.ranking == "informative":
             # Filler never makes a summary, nor opens one, unless the children hold nothing else.
             candidates = [c for c in candidates if not c.filler] or candidates
@@ -697,7 +835,7 @@ class ExtractiveSummariser:
         if not candidates:
             named = [Child(c.title, None) for c in children if c.title and c.title.strip()]
             return self.embed_calls(named, titled=titled) if named else []
-        calls = [_vector_texts(children, candidates)]
+        calls = [_vector_texts(candidates)]
         if self.ranking == "informative" and titled:
             texts, _speakers = self._phrase_texts(children, candidates)
             if texts is not None:
@@ -734,9 +872,13 @@ class ExtractiveSummariser:
             relevance = _informative(candidates, relevance)
             if background is not None and self.specific_weight:
                 relevance = relevance + self.specific_weight * _specific(candidates, child_words, background)
-        picked = _mmr(candidates, relevance, vectors, rows, distinct, bound)
+        # The central baseline ranks as before issue #18: Jaccard redundancy only.
+        overlap = self.overlap_weight if self.ranking == "informative" else 0.0
+        picked = _mmr(candidates, relevance, vectors, rows, distinct, bound, overlap)
         if self.ranking == "informative":
-            picked = _no_greeting_first(candidates, relevance, vectors, rows, distinct, bound, picked)
+            picked = _no_greeting_first(
+                candidates, relevance, vectors, rows, distinct, bound, picked, overlap
+            )
         if picked:
             lines = [candidates[i].display for i in sorted(picked)]
         else:  # every sentence is longer than the bound: cut the most central one
@@ -793,6 +935,7 @@ class ExtractiveSummariser:
     ) -> tuple[list[str] | None, frozenset[str]]:
         """The texts key phrases are taken from (None: mostly CJK, the word-based title stays) and the
         speakers' words (in every line, they name no subject)."""
+        candidates = [c for c in candidates if not c.leaf] or candidates  # the level's own words
         prefixes = [_SPEAKER_PREFIX_RE.match(c.sentence) for c in candidates]
         texts = [
             c.sentence[m.end() :] if m else c.sentence for c, m in zip(candidates, prefixes, strict=True)
@@ -823,10 +966,18 @@ class ExtractiveSummariser:
         child_matrix = np.stack(child_vectors) if child_vectors else None
 
         if self.embed is not None:
-            embedded = self.embed(_vector_texts(children, candidates))
-            if len(embedded) != len(candidates):
-                raise ValueError(f"embed returned {len(embedded)} rows for {len(candidates)} sentences")
-            matrix = np.stack([_unit(v) for v in embedded])
+            texts = _vector_texts(candidates)
+            embedded = list(self.embed(texts)) if texts else []
+            if len(embedded) != len(texts):
+                raise ValueError(f"embed returned {len(embedded)} rows for {len(texts)} sentences")
+            if embedded and any(
+                c.vector is not None and c.vector.size != embedded[0].size for c in candidates
+            ):
+                candidates = [c._replace(vector=None) for c in candidates]  # another model's: embed them all
+                texts = _vector_texts(candidates)
+                embedded = list(self.embed(texts))
+            rows_in = iter(embedded)
+            matrix = np.stack([_unit(next(rows_in) if c.vector is None else c.vector) for c in candidates])
             rows = np.arange(len(candidates), dtype=np.intp)
             if child_matrix is not None and child_matrix.shape[1] == matrix.shape[1]:
                 centroid = _unit(np.array([weights[i] for i in child_rows]) @ child_matrix)
@@ -854,6 +1005,7 @@ def _no_greeting_first(
     distinct: bool,
     bound: int,
     picked: list[int],
+    overlap_weight: float = OVERLAP_WEIGHT,
 ) -> list[int]:
     """Pick again without the first line while it opens with a greeting ("Hey Mara, ...") or says
     little ("Kyoto planning time."), a few times: a summary is read from its first line."""
@@ -864,7 +1016,9 @@ def _no_greeting_first(
             return picked
         relevance[min(picked)] = -np.inf
         again = [
-            i for i in _mmr(candidates, relevance, vectors, rows, distinct, bound) if relevance[i] > -np.inf
+            i
+            for i in _mmr(candidates, relevance, vectors, rows, distinct, bound, overlap_weight)
+            if relevance[i] > -np.inf
         ]
         if not again:
             return picked
@@ -1005,10 +1159,12 @@ def _mmr(
     rows: npt.NDArray[np.intp],
     distinct: bool,
     bound: int,
+    overlap_weight: float = OVERLAP_WEIGHT,
 ) -> list[int]:
     """Maximal marginal relevance within ``bound`` tokens; returns candidate indices in pick order.
 
-    Redundancy is the larger of vector cosine and word-set Jaccard, computed against each new pick only.
+    Redundancy is the largest of vector cosine, word-set Jaccard and ``overlap_weight`` times the share
+    of the smaller word set the two lines share, computed against each new pick only.
     Sentences that inherit one child's vector would have cosine 1 with each other, which says nothing;
     they count as alike as the pick's child is to its median sibling. With 0 instead, the sentences of
     the first child picked would beat every other child's, and a long central chunk would fill the bound.
@@ -1041,10 +1197,11 @@ def _mmr(
             hits = [postings[f] for f in features]
             shared = np.bincount(np.concatenate(hits), minlength=count).astype(np.float64)
             jaccard = shared / np.maximum(sizes + len(features) - shared, 1.0)
+            overlap = shared / np.maximum(np.minimum(sizes, len(features)), 1.0)
         else:
-            jaccard = np.zeros(count)
+            jaccard = overlap = np.zeros(count)
         available &= jaccard < _DUPLICATE_JACCARD
-        similarity = jaccard
+        similarity = np.maximum(jaccard, overlap_weight * overlap)
         row = int(rows[best])
         if vectors is not None and row >= 0:
             row_cosine = (vectors @ vectors[row]).astype(np.float64)
