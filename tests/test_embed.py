@@ -382,6 +382,18 @@ def test_worker_processes_give_the_same_vectors(monkeypatch: pytest.MonkeyPatch)
     np.testing.assert_array_equal(together, alone)
 
 
+def _numpy_pair(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], np.ndarray, NumpyBertEmbedder]:
+    """40 turns of varied length, their rows embedded alone, and an embedder of two workers (the second
+    in this process, as ``embed._WORKER``) that shares its batches above ``PARALLEL_MIN`` = 8 texts."""
+    from vaultmem import embed
+
+    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
+    texts = [f"turn {i}: {TEXTS[i % len(TEXTS)]} {'and then some more ' * (i % 7)}" for i in range(40)]
+    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1, runtime="numpy").embed(texts)
+    monkeypatch.setattr(embed, "_WORKER", NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1))
+    return texts, alone, NumpyBertEmbedder(default_model_path(), batch_size=4, workers=2, runtime="numpy")
+
+
 class _Pool:
     """A stand-in for the worker pool whose one worker runs each batch at once when it is sent (here, by
     ``_worker_forward``): faster than this process."""
@@ -404,13 +416,7 @@ def test_batches_are_shared_by_speed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A large call's batches go to the workers from the longest end, topped up between this process's
     batches, which it takes from the shortest end: a worker that is faster takes more of them (not a
     fixed half), each batch runs once, and the rows are the same."""
-    from vaultmem import embed
-
-    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
-    texts = [f"turn {i}: {TEXTS[i % len(TEXTS)]} {'and then some more ' * (i % 7)}" for i in range(40)]
-    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1, runtime="numpy").embed(texts)
-    monkeypatch.setattr(embed, "_WORKER", NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1))
-    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=2, runtime="numpy")
+    texts, alone, shared = _numpy_pair(monkeypatch)
     shared._pool = pool = _Pool()
     here = 0
     forward = shared._forward_with
@@ -467,13 +473,7 @@ def test_this_process_does_not_wait_at_the_end_for_a_queue_it_could_have_shared(
     what is left here: with a worker as fast as this process, this process waits at the end less than
     one batch (sending two ahead to the end left it waiting for a whole queue), and the rows are the
     same."""
-    from vaultmem import embed
-
-    monkeypatch.setattr(embed, "PARALLEL_MIN", 8)
-    texts = [f"turn {i}: {TEXTS[i % len(TEXTS)]} {'and then some more ' * (i % 7)}" for i in range(40)]
-    alone = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1, runtime="numpy").embed(texts)
-    monkeypatch.setattr(embed, "_WORKER", NumpyBertEmbedder(default_model_path(), batch_size=4, workers=1))
-    shared = NumpyBertEmbedder(default_model_path(), batch_size=4, workers=2, runtime="numpy")
+    texts, alone, shared = _numpy_pair(monkeypatch)
     shared._pool = pool = _SameSpeedPool()
     forward = shared._forward_with
 
