@@ -93,6 +93,8 @@ def test_gather_asks_the_judge_only_when_it_is_on(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(context, "assemble", spy)
     monkeypatch.setattr(judge, "reorder", counting)
     records = [{**r, "speaker": "Ann" if i % 2 else "Bob"} for i, r in enumerate(topic_records(6))]
+    assert context.JUDGE_FROM == 25  # shipped: the first 25 keep the fused order
+    monkeypatch.setattr(context, "JUDGE_FROM", 0)
     with make_vault(tmp_path) as vault:
         vault.ingest_messages(records)
         query = "What did Ann say about kyoto ryokan?"

@@ -205,9 +205,10 @@ OTHER_PAIR = 0
 # The learned judge (issue 19, session 14; ``judge.py``): candidates past the first ``JUDGE_FROM`` are
 # re-ordered by a logistic regression over retrieval's own evidence before the budget is filled. 0 = off.
 # Held out on LoCoMo dev (docs/architecture.md, "A learned judge at the budget's edge"): 25 changes no
-# context of 1,024 tokens and lifts every category at 2,048; 10-20 lift multi-hop and open-domain at 1,024
-# but cost adversarial questions, so it stays off.
-JUDGE_FROM = 0
+# context of 1,024 tokens there and lifts every category at 2,048 (LongMemEval level at both); 10-20 lift
+# multi-hop and open-domain at 1,024 but cost adversarial questions. Shipped at 25: the first 25 keep the
+# fused order (what a 1,024-token context of chat turns holds), the judge orders what comes after them.
+JUDGE_FROM = 25
 
 
 def _words(text: str) -> set[str]:

@@ -10,7 +10,8 @@ re-orders the candidates from rank ``first + 1`` on by that score; the first ``f
 
 Measured held out (docs/architecture.md, "A learned judge at the budget's edge"): with the first 25 kept
 it changes nothing at 1,024 tokens and lifts every LoCoMo category at 2,048; keeping fewer lifts multi-hop
-and open-domain at 1,024 but costs adversarial questions. Off by default (``context.JUDGE_FROM`` 0).
+and open-domain at 1,024 but costs adversarial questions. Shipped with the first 25 kept
+(``context.JUDGE_FROM``; 0 turns it off).
 """
 
 from __future__ import annotations
