@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import time
 from pathlib import Path
 
@@ -764,3 +765,27 @@ def test_a_parent_is_summarised_with_its_childrens_leaves_when_condensed_and_whe
             for child in kids
             for leaf_child in child.leaves  # type: ignore[attr-defined]
         )
+
+
+def test_a_condensation_reads_each_childs_leaves_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leaves under a new parent's children are read once per condensation: the same children serve the
+    gathered embedding calls (``prepare``) and the parent's summary (``_new_parent``)."""
+    from vaultmem import compact
+
+    read: list[str] = []
+    original = compact.leaf_children
+
+    def counted(conn: sqlite3.Connection, directory: str, model: str, centre: object) -> object:
+        read.append(directory)
+        return original(conn, directory, model, centre)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compact, "leaf_children", counted)
+    with make_vault(tmp_path / "v", fanout=4) as vault:
+        vault.ingest_messages(topic_records(40))
+        vault.flush()
+        vault.compact()
+        parents = vault.conn.execute("SELECT count(*) FROM chunks WHERE kind = 'summary' AND depth >= 2")
+        assert parents.fetchone()[0] >= 1
+    assert read and len(read) == len(set(read))

@@ -687,17 +687,13 @@ class Planner:
             groups = [
                 [rest[i] for i in m] for m in cluster.group(matrix, [1] * len(rest), caps) if len(m) >= 2
             ]
+            # Each new parent's children as its summariser reads them (with their leaves: read once).
+            kids_of = [_parent_kids(c, self.conn, state.model) for c in groups]
             if self.prepare is not None:  # the new parents' embedding calls, all at once
-                self.prepare(
-                    [
-                        call
-                        for c in groups
-                        for call in self.extractive.embed_calls(_parent_kids(c, self.conn, state.model))
-                    ]
-                )
+                self.prepare([call for kids in kids_of for call in self.extractive.embed_calls(kids)])
             background = _background(state) if groups else None
-            for children in groups:
-                parent, write = self._new_parent(state, children, depth + 1, background)
+            for children, kids in zip(groups, kids_of, strict=True):
+                parent, write = self._new_parent(state, children, kids, depth + 1, background)
                 writes.append(write)
                 created.append(parent)
                 for child in children:
@@ -759,9 +755,14 @@ class Planner:
             self._rename(child, new + child.dir[len(old) :], kids)
 
     def _new_parent(
-        self, state: SourceState, children: list[_Level], depth: int, background: Background | None = None
+        self,
+        state: SourceState,
+        children: list[_Level],
+        kids: list[Child],
+        depth: int,
+        background: Background | None = None,
     ) -> tuple[_Level, FileWrite]:
-        kids = _parent_kids(children, self.conn, state.model)
+        """A new level over ``children``, summarised from ``kids`` (``_parent_kids(children, …)``)."""
         centre = cluster.centroid(np.stack([lv.centroid for lv in children]), [lv.leaves for lv in children])
         result = self.extractive.summarise(
             kids, depth, apart=_beside(state, centre, depth, set()), background=background
