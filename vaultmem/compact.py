@@ -364,10 +364,22 @@ class Planner:
         which nothing but this pass changes, so the step finds the same groups (reused, not clustered
         again) and its ``prepare`` nothing left to embed; a leaf edited meanwhile changes the batch and
         the step clusters and prepares its own."""
-        assert self.prepare is not None
+        self._prepared(state, batch)
+
+    def _prepared(self, state: SourceState, batch: list[_Leaf]) -> tuple[Vector, list[int], list[list[int]]]:
+        """The batch's vectors and ``_groups``, once the embedding calls of the new levels those groups
+        will make have gone to ``prepare`` (all at once; before the step, ``_embed_ahead``, or by it)."""
         matrix = np.stack([leaf.vec for leaf in batch])
         carried, groups = self._groups(state, batch, matrix)
-        self.prepare(self._batch_calls(state, batch, matrix, carried, groups))
+        if self.prepare is not None:
+            self.prepare(
+                [
+                    call
+                    for members in self._new_groups(state, batch, matrix, carried, groups)
+                    for call in self.extractive.embed_calls(_bucket_children([batch[i] for i in members]))
+                ]
+            )
+        return matrix, carried, groups
 
     def _groups(
         self, state: SourceState, batch: list[_Leaf], matrix: Vector
@@ -406,26 +418,9 @@ class Planner:
         self._grouped[key] = (carried, groups)
         return carried, groups
 
-    def _batch_calls(
-        self,
-        state: SourceState,
-        batch: list[_Leaf],
-        matrix: Vector,
-        carried: list[int],
-        groups: list[list[int]],
-    ) -> list[list[str]]:
-        return [
-            call
-            for members in self._new_groups(state, batch, matrix, carried, groups)
-            for call in self.extractive.embed_calls(_bucket_children([batch[i] for i in members]))
-        ]
-
     def _seal_batch(self, state: SourceState, batch: list[_Leaf]) -> TreeOp:
         s = self.settings
-        matrix = np.stack([leaf.vec for leaf in batch])
-        carried, groups = self._groups(state, batch, matrix)
-        if self.prepare is not None:
-            self.prepare(self._batch_calls(state, batch, matrix, carried, groups))
+        matrix, carried, groups = self._prepared(state, batch)
         writes: list[FileWrite] = []
         moves: list[tuple[str, str]] = []
         stale: dict[str, _Level] = {}
@@ -493,12 +488,8 @@ class Planner:
         joins played on a copy of the levels (a new level stands in with the leaves' sums: joining
         reads those, never a summary)."""
         s = self.settings
-        copy = SourceState(
-            state.source,
-            state.root,
-            state.fresh,
-            {k: replace(lv, sessions=set(lv.sessions)) for k, lv in state.levels.items()},
-            state.dim,
+        copy = replace(
+            state, levels={k: replace(lv, sessions=set(lv.sessions)) for k, lv in state.levels.items()}
         )
 
         def join(members: list[int], threshold: float) -> bool:
