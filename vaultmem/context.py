@@ -56,7 +56,7 @@ import numpy as np
 from vaultmem import index, judge, versions
 from vaultmem.embed import Embedder
 from vaultmem.frame import CLOSE, OPEN, neutralise
-from vaultmem.search import _WORD_RE, Filters, Hit, Searcher, Speakers, content_terms, window_ranked
+from vaultmem.search import _WORD_RE, Filters, Hit, Searcher, content_terms, window_ranked
 from vaultmem.tokens import count_tokens
 
 HEADER = OPEN
@@ -584,16 +584,20 @@ def gather(
     )
     if rank is not None:
         found = rank(found)
+    # A hit's evidence does not depend on the hits read with it: the pool's, read for the judge, is also
+    # what the chosen items are given below.
+    pool = searcher.evidence(query, found) if 0 < JUDGE_FROM < len(found) else []
     if JUDGE_FROM > 0:
-        found = judge.reorder(searcher, query, found, JUDGE_FROM)
+        found = judge.reorder(searcher, query, found, JUDGE_FROM, pool or None)
     overlap = hit_ancestors(conn, tree, found) if tree is not None else None
     subject = frozenset[str]()
     if OTHER_SPEAKER != 1.0:  # off by default: no speaker scan on the shipped path
-        speakers = Speakers()
-        speakers.refresh(conn)
-        subject = speakers.subject(query)
+        subject = searcher.subject(query)
     pairs = OTHER_PAIR and OTHER_SPEAKER != 1.0
     neighbours = searcher.leaf_structures()[1].neighbors if RUN_DECAY != 1.0 or pairs else None
     ctx = assemble(query, found, budget_tokens, overlap, neighbours=neighbours, subject=subject)
-    judged = {h.id: h for h in searcher.evidence(query, [item.hit for item in ctx.items])}
+    judged = {h.id: h for h in pool}
+    judged.update(
+        (h.id, h) for h in searcher.evidence(query, [i.hit for i in ctx.items if i.hit.id not in judged])
+    )
     return replace(ctx, items=tuple(replace(i, hit=judged.get(i.hit.id, i.hit)) for i in ctx.items))

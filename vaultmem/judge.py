@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from vaultmem.search import Hit, Searcher, Speakers
+from vaultmem.search import Hit, Searcher
 
 # Weights on the raw features, fitted on the 1,024-token candidate pools of LoCoMo dev's five
 # conversations (bench/judge.py; the weights of the five leave-one-out folds are in docs/architecture.md).
@@ -98,16 +98,18 @@ def scores(x: np.ndarray) -> np.ndarray:
     return np.asarray(x @ np.array([WEIGHTS[f] for f in FEATURES]) + INTERCEPT)
 
 
-def reorder(searcher: Searcher, query: str, hits: Sequence[Hit], first: int) -> list[Hit]:
+def reorder(
+    searcher: Searcher, query: str, hits: Sequence[Hit], first: int, judged: Sequence[Hit] | None = None
+) -> list[Hit]:
     """``hits`` (in rank order) with the first ``first`` in place and the rest by the judge's score, ties
-    in rank order. Reads each hit's evidence (``Searcher.evidence``), the session order's neighbours and
-    the speakers only when there is a rest to order."""
+    in rank order. Reads each hit's evidence (``Searcher.evidence``; ``judged``: the caller read it, the
+    same hits in the same order), the session order's neighbours and the speakers only when there is a
+    rest to order."""
     if first < 1 or len(hits) <= first:
         return list(hits)
-    speakers = Speakers()
-    speakers.refresh(searcher.conn)
     order = searcher.leaf_structures()[1]
-    judged = searcher.evidence(query, hits)
-    s = scores(features(judged, order.neighbors, speakers.subject(query)))
+    if judged is None:
+        judged = searcher.evidence(query, hits)
+    s = scores(features(judged, order.neighbors, searcher.subject(query)))
     rest = sorted(range(first, len(hits)), key=lambda i: (-s[i], i))
     return [*hits[:first], *(hits[i] for i in rest)]

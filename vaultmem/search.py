@@ -1325,8 +1325,7 @@ class Searcher:
             return []
         subject: frozenset[str] = frozenset()
         if self.level_subject:
-            self._speakers.refresh(self.conn)
-            subject = self._speakers.subject(query)
+            subject = self.subject(query)
         out: list[str] = []
         taken = 0
         take = max(1, int(self.level_leaves))
@@ -1368,8 +1367,7 @@ class Searcher:
     def _speaker_vectors(self, query: str, limit: int) -> list[list[str]]:
         """For each speaker the query is about, the cosine ranking of that speaker's leaves alone (fused as
         the feedback's rankings are: ``_feed_back``)."""
-        self._speakers.refresh(self.conn)
-        named = self._speakers.subject(query)
+        named = self.subject(query)
         if not named:
             return []
         embedder = self._embedder_factory()
@@ -1407,8 +1405,7 @@ class Searcher:
         """A query about two or more speakers joined by "and" (``Speakers.subject``): each one's leaves, in
         their fused order, are a ranking of their own, fused into ``scores`` with ``split_weight``: the
         question is split into one per person, and each person's best hits reach the top."""
-        self._speakers.refresh(self.conn)
-        named = self._speakers.subject(query)
+        named = self.subject(query)
         if len(named) < 2:
             return
         said = {node_id: speaker for node_id, speaker, _ in self._who_said(list(scores)) if speaker in named}
@@ -1718,6 +1715,12 @@ class Searcher:
             weak = coverage < WEAK_COVERAGE and (cosine is None or cosine < floor)
             out.append(replace(hit, cosine=cosine, matched=held > 0, coverage=coverage, weak=weak))
         return out
+
+    def subject(self, query: str) -> frozenset[str]:
+        """The speakers ``query`` is about (``Speakers.subject``), read from this searcher's speakers,
+        rebuilt only when leaves came, went or moved."""
+        self._speakers.refresh(self.conn)
+        return self._speakers.subject(query)
 
     def leaf_count(self) -> int:
         """Rows of the leaves' word index (``_leaf_count``)."""
